@@ -1,0 +1,3 @@
+from spanbert.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,104 @@
+"""`spanbert <command>`: a plain table from command names to the functions that run them.
+
+Modules are imported only when their command runs, so `spanbert --help` answers at once.
+Every command function has the signature ``main(argv: list[str], prog: str) -> int``; the task
+commands (`finetune`, `predict`, `evaluate`) take the task name as their first argument and call
+``spanbert.tasks.<module>.cli(action, task, argv, prog)``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from spanbert.errors import SpanBertError
+
+# command -> (module, function, one-line description)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "tokenizer": ("spanbert.tokenization", "main", "train a cased WordPiece vocabulary (tokenizer train)"),
+    "preprocess": ("spanbert.data", "main", "tokenize a text corpus into memory-mapped token arrays"),
+    "pretrain": ("spanbert.pretrain", "main", "pre-train SpanBERT or a BERT baseline (no arguments: quick start)"),
+    "fill": ("spanbert.pretrain", "fill_main", "predict a masked span with the MLM or the SBO head"),
+    "finetune": ("", "", "fine-tune on a task: squad, mrqa, tacred, semeval, glue, ner, coref"),
+    "predict": ("", "", "write predictions of a fine-tuned model in the task's official format"),
+    "evaluate": ("", "", "score predictions with the task's official metrics (prints JSON)"),
+}
+
+# task -> (module, one-line description)
+TASKS: dict[str, tuple[str, str]] = {
+    "squad": ("spanbert.tasks.qa", "extractive QA, SQuAD v1.1/v2.0 JSON"),
+    "mrqa": ("spanbert.tasks.qa", "extractive QA, MRQA jsonl(.gz)"),
+    "tacred": ("spanbert.tasks.relation", "relation extraction, TACRED JSON, entity masking"),
+    "semeval": ("spanbert.tasks.relation", "relation classification, SemEval-2010 Task 8"),
+    "glue": ("spanbert.tasks.glue", "GLUE sentence(-pair) classification and regression (--task)"),
+    "ner": ("spanbert.tasks.ner", "named entity recognition, CoNLL-2003 IOB"),
+    "coref": ("spanbert.tasks.coref", "coreference resolution, CoNLL-2012 format"),
+}
+
+TASK_ACTIONS = ("finetune", "predict", "evaluate")
+
+
+def _usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = [
+        "usage: spanbert <command> [options]   (spanbert <command> --help for its options)",
+        "",
+        "Pre-train and fine-tune span-aware BERT encoders (SpanBERT, Joshi et al., TACL 2020).",
+        "",
+        "commands:",
+    ]
+    lines += [f"  {name:<{width}}  {desc}" for name, (_, _, desc) in COMMANDS.items()]
+    lines += ["", "quick start:  spanbert pretrain     (tiny model, bundled corpus, CPU, a few minutes)"]
+    return "\n".join(lines)
+
+
+def _task_usage(action: str) -> str:
+    width = max(map(len, TASKS))
+    lines = [f"usage: spanbert {action} <task> [options]", "", "tasks:"]
+    lines += [f"  {name:<{width}}  {desc}" for name, (_, desc) in TASKS.items()]
+    return "\n".join(lines)
+
+
+def _run(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0 if argv else 2
+    if argv[0] in ("-V", "--version"):
+        from spanbert import __version__
+
+        print(f"spanbert {__version__}")
+        return 0
+    command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        print(f"spanbert: unknown command {command!r}; choose from: {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    if command in TASK_ACTIONS:
+        if not rest or rest[0] in ("-h", "--help"):
+            print(_task_usage(command))
+            return 0 if rest else 2
+        task = rest[0]
+        if task not in TASKS:
+            print(f"spanbert {command}: unknown task {task!r}; choose from: {', '.join(TASKS)}", file=sys.stderr)
+            return 2
+        module = importlib.import_module(TASKS[task][0])
+        return int(module.cli(command, task, rest[1:], f"spanbert {command} {task}") or 0)
+    module_name, func_name, _ = COMMANDS[command]
+    func = getattr(importlib.import_module(module_name), func_name)
+    return int(func(rest, f"spanbert {command}") or 0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `spanbert` console command."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        return _run(argv)
+    except SpanBertError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,589 @@
+"""The BERT encoder, the pre-training heads (MLM, SBO, NSP) and checkpoint I/O, in one file.
+
+Parameter names are those of HF `BertModel` / `BertForPreTraining`, so checkpoints move both ways with
+no remapping. Two things make it faster than the HF implementation on the same work:
+- attention is `F.scaled_dot_product_attention` over a fused QKV projection, with no mask at all when
+  the batch has no padding;
+- the MLM and SBO heads run only at the masked positions (15% of tokens) instead of producing
+  vocabulary logits for every token, which dominates the cost of a small model's pre-training step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from spanbert.config import BertConfig
+from spanbert.errors import SpanBertError
+from spanbert.utils import atomic_write, fsync_dir
+
+# ---------------------------------------------------------------------------------------------
+# Encoder
+
+
+def _act(name: str):
+    if name == "gelu":
+        return F.gelu  # exact (erf) GELU, as BERT
+    if name == "gelu_new":
+        return lambda x: F.gelu(x, approximate="tanh")
+    if name == "relu":
+        return F.relu
+    raise SpanBertError(f"unsupported hidden_act {name!r}")
+
+
+class Embeddings(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None) -> Tensor:
+        T = input_ids.shape[1]
+        x = self.word_embeddings(input_ids) + self.position_embeddings.weight[:T]  # (B, T, H)
+        if token_type_ids is None:
+            x = x + self.token_type_embeddings.weight[0]
+        else:
+            x = x + self.token_type_embeddings(token_type_ids)
+        return self.dropout(self.LayerNorm(x))
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        H = config.hidden_size
+        self.n_head = config.num_attention_heads
+        self.query = nn.Linear(H, H)
+        self.key = nn.Linear(H, H)
+        self.value = nn.Linear(H, H)
+        self.dropout_p = config.attention_probs_dropout_prob
+
+    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        B, T, H = x.shape
+        # One fused projection: three matmuls become one; names stay HF's query/key/value.
+        w = torch.cat([self.query.weight, self.key.weight, self.value.weight])  # (3H, H)
+        b = torch.cat([self.query.bias, self.key.bias, self.value.bias])
+        qkv = F.linear(x, w, b).view(B, T, 3, self.n_head, H // self.n_head)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, nh, T, hs)
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0
+        )  # (B, nh, T, hs)
+        return y.transpose(1, 2).reshape(B, T, H)
+
+
+class SelfOutput(nn.Module):
+    def __init__(self, config: BertConfig, in_features: int):
+        super().__init__()
+        self.dense = nn.Linear(in_features, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, h: Tensor, residual: Tensor) -> Tensor:
+        return self.LayerNorm(self.dropout(self.dense(h)) + residual)  # post-LN, as BERT
+
+
+class Attention(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.self = SelfAttention(config)
+        self.output = SelfOutput(config, config.hidden_size)
+
+    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        return self.output(self.self(x, mask), x)
+
+
+class Intermediate(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.act = _act(config.hidden_act)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.act(self.dense(x))
+
+
+class Layer(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.attention = Attention(config)
+        self.intermediate = Intermediate(config)
+        self.output = SelfOutput(config, config.intermediate_size)
+
+    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        x = self.attention(x, mask)
+        return self.output(self.intermediate(x), x)
+
+
+class LayerStack(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.layer = nn.ModuleList(Layer(config) for _ in range(config.num_hidden_layers))
+        self.gradient_checkpointing = False
+
+    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        for layer in self.layer:
+            if self.gradient_checkpointing and self.training:
+                x = torch.utils.checkpoint.checkpoint(layer, x, mask, use_reentrant=False)
+            else:
+                x = layer(x, mask)
+        return x
+
+
+class Pooler(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        return torch.tanh(self.dense(hidden[:, 0]))  # (B, H) from [CLS]
+
+
+def init_weights(module: nn.Module, std: float) -> None:
+    """BERT's initialisation: N(0, std) weights, zero biases, unit LayerNorm, zero padding embedding."""
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, std=std)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, std=std)
+            if m.padding_idx is not None:
+                with torch.no_grad():
+                    m.weight[m.padding_idx].zero_()
+        elif isinstance(m, nn.LayerNorm):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
+
+
+class Encoder(nn.Module):
+    """A BERT encoder whose `state_dict()` is exactly HF `BertModel`'s.
+
+    `encoder(input_ids, attention_mask=None, token_type_ids=None)` returns the last hidden states,
+    shape (B, T, H). Pass `attention_mask` only when the batch has padding (1 = real token).
+    """
+
+    def __init__(self, config: BertConfig, add_pooling_layer: bool = True):
+        super().__init__()
+        self.config = config
+        self.embeddings = Embeddings(config)
+        self.encoder = LayerStack(config)
+        self.pooler = Pooler(config) if add_pooling_layer else None
+        init_weights(self, config.initializer_range)
+
+    def forward(
+        self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None
+    ) -> Tensor:
+        if input_ids.shape[1] > self.config.max_position_embeddings:
+            raise SpanBertError(
+                f"sequence of {input_ids.shape[1]} tokens is longer than max_position_embeddings="
+                f"{self.config.max_position_embeddings}"
+            )
+        mask = None
+        if attention_mask is not None and not _all_ones(attention_mask):
+            # (B, 1, 1, T) boolean: True = may attend. Only keys are masked, as in BERT.
+            mask = attention_mask.bool()[:, None, None, :]
+        x = self.embeddings(input_ids, token_type_ids)  # (B, T, H)
+        return self.encoder(x, mask)
+
+    def pool(self, hidden: Tensor) -> Tensor:
+        """The tanh pooler over [CLS] used by NSP and sentence classification: (B, T, H) -> (B, H)."""
+        if self.pooler is None:
+            raise SpanBertError("this encoder was built without a pooling layer (add_pooling_layer=False)")
+        return self.pooler(hidden)
+
+    def set_gradient_checkpointing(self, enabled: bool = True) -> None:
+        """Recompute each layer's activations in the backward pass: less memory, ~30% more compute."""
+        self.encoder.gradient_checkpointing = enabled
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, add_pooling_layer: bool = True) -> Encoder:
+        """Load a HF-format BERT folder (ours, HF's, or the official SpanBERT release layout).
+
+        Keys may carry the `bert.` prefix (task and pre-training checkpoints) or not (`BertModel`). A
+        checkpoint without a pooler (the SpanBERT release) gets a freshly initialised one.
+        """
+        config_json, state = load_checkpoint(path)
+        config = BertConfig.from_hf_dict(config_json)
+        encoder = cls(config, add_pooling_layer=add_pooling_layer)
+        encoder.load_bert_state(encoder_state_dict(state), source=str(path))
+        return encoder
+
+    def load_bert_state(self, state: dict[str, Tensor], source: str = "checkpoint") -> None:
+        """Load encoder weights (keys without `bert.`); a missing pooler is left freshly initialised."""
+        own = self.state_dict()
+        unknown = sorted(k for k in state if k not in own)
+        if self.pooler is None:
+            unknown = [k for k in unknown if not k.startswith("pooler.")]
+        missing = sorted(k for k in own if k not in state and not k.startswith("pooler."))
+        if missing or unknown:
+            raise SpanBertError(
+                f"{source}: weights do not match a BERT encoder; missing {missing[:5]}"
+                f"{' ...' if len(missing) > 5 else ''}, unexpected {unknown[:5]}{' ...' if len(unknown) > 5 else ''}"
+            )
+        for k, v in own.items():
+            if k in state and tuple(state[k].shape) != tuple(v.shape):
+                raise SpanBertError(f"{source}: {k} has shape {tuple(state[k].shape)}, config says {tuple(v.shape)}")
+        self.load_state_dict({k: v for k, v in state.items() if k in own}, strict=False)
+
+    def save_pretrained(self, path: str | Path, tokenizer: Any = None) -> None:
+        """Write `config.json` + `model.safetensors` (+ tokenizer files) that `BertModel` loads."""
+        config_json = {**self.config.to_hf_dict(), "architectures": ["BertModel"]}
+        save_checkpoint(path, self.state_dict(), config_json, tokenizer=tokenizer)
+
+
+def _all_ones(mask: Tensor) -> bool:
+    if torch.compiler.is_compiling():
+        return False
+    return bool(mask.all())
+
+
+# ---------------------------------------------------------------------------------------------
+# Pre-training heads (§3.2) and the pre-training model
+
+
+class PredictionTransform(nn.Module):
+    """dense -> GELU -> LayerNorm, the transform before the tied decoder (HF `cls.predictions.transform`)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.act = _act(config.hidden_act)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.LayerNorm(self.act(self.dense(x)))
+
+
+class MaskedLMHead(nn.Module):
+    """HF `BertLMPredictionHead`: the decoder weight is the input embedding matrix, with its own bias."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.transform = PredictionTransform(config)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, x: Tensor, embedding: Tensor) -> Tensor:
+        return F.linear(self.transform(x), embedding, self.bias)  # (N, V)
+
+
+class SpanBoundaryHead(nn.Module):
+    """§3.2: y_i = f(x_{s-1}, x_{e+1}, p_{i-s+1}), a 2-layer GELU + LayerNorm MLP, tied decoder.
+
+    h0 = [x_{s-1}; x_{e+1}; p_{i-s+1}];  h1 = LN(GELU(W1 h0));  y_i = LN(GELU(W2 h1)).
+    """
+
+    def __init__(self, config: BertConfig, position_dim: int = 200, max_positions: int | None = None):
+        super().__init__()
+        H = config.hidden_size
+        # One row per relative position inside a span; spans never exceed the block length.
+        self.position_embeddings = nn.Embedding(max_positions or config.max_position_embeddings, position_dim)
+        self.dense1 = nn.Linear(2 * H + position_dim, H)
+        self.LayerNorm1 = nn.LayerNorm(H, eps=config.layer_norm_eps)
+        self.dense2 = nn.Linear(H, H)
+        self.LayerNorm2 = nn.LayerNorm(H, eps=config.layer_norm_eps)
+        self.act = _act(config.hidden_act)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def represent(self, left: Tensor, right: Tensor, rel: Tensor) -> Tensor:
+        """(M, H), (M, H), (M,) -> y (M, H): depends only on the two boundary states and the offset."""
+        h0 = torch.cat([left, right, self.position_embeddings(rel)], dim=-1)  # (M, 2H + P)
+        h1 = self.LayerNorm1(self.act(self.dense1(h0)))
+        return self.LayerNorm2(self.act(self.dense2(h1)))  # (M, H)
+
+    def forward(self, left: Tensor, right: Tensor, rel: Tensor, embedding: Tensor) -> Tensor:
+        return F.linear(self.represent(left, right, rel), embedding, self.bias)  # (M, V)
+
+
+class PreTrainingHeads(nn.Module):
+    """HF's `cls` module: `cls.predictions` (MLM) and `cls.seq_relationship` (NSP), plus our SBO."""
+
+    def __init__(self, config: BertConfig, sbo: bool, nsp: bool, sbo_position_dim: int = 200):
+        super().__init__()
+        self.predictions = MaskedLMHead(config)
+        self.span_predictions = SpanBoundaryHead(config, sbo_position_dim) if sbo else None
+        self.seq_relationship = nn.Linear(config.hidden_size, 2) if nsp else None
+
+
+def _ce_and_acc(logits: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
+    loss = F.cross_entropy(logits.float(), labels, ignore_index=-100)
+    with torch.no_grad():
+        keep = labels != -100
+        acc = (logits.argmax(-1)[keep] == labels[keep]).float().mean() if keep.any() else logits.new_zeros(())
+    return loss, acc
+
+
+class SpanBertForPreTraining(nn.Module):
+    """Encoder + MLM head, with the SBO head (SpanBERT) and/or the NSP head (BERT baseline).
+
+    Loss (§3.2): mlm_weight * mean CE(MLM) + sbo_weight * mean CE(SBO) [+ CE(NSP)]; every masked token
+    contributes one MLM and one SBO term. The batch layout is `spanbert.data.collate_pretrain`'s.
+    """
+
+    def __init__(
+        self,
+        config: BertConfig,
+        sbo: bool = True,
+        nsp: bool = False,
+        mlm_weight: float = 1.0,
+        sbo_weight: float = 1.0,
+        sbo_position_dim: int = 200,
+    ):
+        super().__init__()
+        self.config = config
+        self.bert = Encoder(config, add_pooling_layer=nsp)
+        self.cls = PreTrainingHeads(config, sbo=sbo, nsp=nsp, sbo_position_dim=sbo_position_dim)
+        init_weights(self.cls, config.initializer_range)
+        self.mlm_weight, self.sbo_weight = mlm_weight, sbo_weight
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        mlm_positions: Tensor | None = None,
+        mlm_labels: Tensor | None = None,
+        sbo_positions: Tensor | None = None,
+        sbo_labels: Tensor | None = None,
+        sbo_left: Tensor | None = None,
+        sbo_right: Tensor | None = None,
+        sbo_rel: Tensor | None = None,
+        next_sentence_label: Tensor | None = None,
+    ) -> dict[str, Tensor]:
+        hidden = self.bert(input_ids, attention_mask, token_type_ids)  # (B, T, H)
+        flat = hidden.reshape(-1, hidden.shape[-1])  # (B*T, H)
+        emb = self.bert.embeddings.word_embeddings.weight  # (V, H), tied decoder (§2)
+        out: dict[str, Tensor] = {"hidden_states": hidden}
+        loss = hidden.new_zeros((), dtype=torch.float32)
+        if mlm_positions is not None:
+            logits = self.cls.predictions(flat[mlm_positions], emb)  # (N, V): masked positions only
+            out["mlm_logits"] = logits
+            if mlm_labels is not None:
+                out["mlm_loss"], out["mlm_acc"] = _ce_and_acc(logits, mlm_labels)
+                loss = loss + self.mlm_weight * out["mlm_loss"]
+        if self.cls.span_predictions is not None and sbo_positions is not None and sbo_left is not None:
+            logits = self.cls.span_predictions(flat[sbo_left], flat[sbo_right], sbo_rel, emb)  # (M, V)
+            out["sbo_logits"] = logits
+            if sbo_labels is not None and sbo_labels.numel():
+                out["sbo_loss"], out["sbo_acc"] = _ce_and_acc(logits, sbo_labels)
+                loss = loss + self.sbo_weight * out["sbo_loss"]
+        if self.cls.seq_relationship is not None:
+            nsp_logits = self.cls.seq_relationship(self.bert.pool(hidden))  # (B, 2)
+            out["nsp_logits"] = nsp_logits
+            if next_sentence_label is not None:
+                out["nsp_loss"], out["nsp_acc"] = _ce_and_acc(nsp_logits, next_sentence_label)
+                loss = loss + out["nsp_loss"]
+        if mlm_labels is not None or next_sentence_label is not None:
+            out["loss"] = loss
+        return out
+
+    # -- checkpoints ---------------------------------------------------------------------------
+
+    def save_pretrained(self, path: str | Path, tokenizer: Any = None, extra: dict | None = None) -> None:
+        """HF layout: `bert.*` + `cls.predictions.*` (+ `cls.seq_relationship.*`) in model.safetensors,
+        loadable by `BertForMaskedLM` / `BertForPreTraining`; the SBO head beside it in
+        `span_boundary_head.safetensors` so that transformers loads the main file without warnings."""
+        state = self.state_dict()
+        main = {k: v for k, v in state.items() if not k.startswith("cls.span_predictions.")}
+        sbo = {k: v for k, v in state.items() if k.startswith("cls.span_predictions.")}
+        arch = "BertForPreTraining" if self.cls.seq_relationship is not None else "BertForMaskedLM"
+        config_json = {**self.config.to_hf_dict(), "architectures": [arch]}
+        spanbert_meta = {
+            "sbo": bool(sbo),
+            "nsp": self.cls.seq_relationship is not None,
+            "sbo_position_dim": self.cls.span_predictions.position_embeddings.embedding_dim if sbo else None,
+            "mlm_weight": self.mlm_weight,
+            "sbo_weight": self.sbo_weight,
+            **(extra or {}),
+        }
+        config_json["spanbert"] = spanbert_meta
+        save_checkpoint(path, main, config_json, tokenizer=tokenizer, extra_files={SBO_FILE: sbo} if sbo else None)
+
+    @classmethod
+    def from_pretrained(
+        cls, path: str | Path, sbo: bool | None = None, nsp: bool | None = None, **kwargs: Any
+    ) -> SpanBertForPreTraining:
+        """Load our pre-training checkpoint, or start from any BERT checkpoint (`--init-from`).
+
+        Heads absent from the checkpoint (SBO for a HF BERT, MLM head for a bare `BertModel`) are
+        freshly initialised; heads present are loaded.
+        """
+        config_json, state = load_checkpoint(path)
+        meta = config_json.get("spanbert", {})
+        sbo = meta.get("sbo", True) if sbo is None else sbo
+        nsp = meta.get("nsp", False) if nsp is None else nsp
+        dim = meta.get("sbo_position_dim") or kwargs.pop("sbo_position_dim", 200)
+        model = cls(BertConfig.from_hf_dict(config_json), sbo=sbo, nsp=nsp, sbo_position_dim=dim, **kwargs)
+        sbo_path = Path(path) / SBO_FILE
+        if sbo and sbo_path.exists():
+            state.update(_read_safetensors(sbo_path))
+        model.bert.load_bert_state(encoder_state_dict(state), source=str(path))
+        heads = {k[len("cls.") :]: v for k, v in state.items() if k.startswith("cls.")}
+        heads.pop("predictions.decoder.weight", None)  # tied to the word embeddings
+        bias = heads.pop("predictions.decoder.bias", None)
+        if bias is not None and "predictions.bias" not in heads:
+            heads["predictions.bias"] = bias
+        own = model.cls.state_dict()
+        model.cls.load_state_dict({k: v for k, v in heads.items() if k in own}, strict=False)
+        return model
+
+
+SBO_FILE = "span_boundary_head.safetensors"
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoint I/O in the HF layout
+
+_ENCODER_PREFIXES = ("embeddings.", "encoder.", "pooler.")
+
+
+def encoder_state_dict(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """The encoder's weights out of any BERT state dict: `bert.` prefix stripped, heads dropped."""
+    out = {}
+    for k, v in state.items():
+        if k.startswith("bert."):
+            k = k[len("bert.") :]
+        if k.startswith(_ENCODER_PREFIXES) and not k.endswith(("position_ids", "token_type_ids")):
+            out[k] = v
+    return out
+
+
+def _legacy_name(key: str) -> str:
+    # TF-converted and early pytorch-pretrained-bert checkpoints name LayerNorm parameters gamma/beta.
+    if key.endswith(".gamma"):
+        return key[: -len(".gamma")] + ".weight"
+    if key.endswith(".beta"):
+        return key[: -len(".beta")] + ".bias"
+    return key
+
+
+def _read_safetensors(path: Path) -> dict[str, Tensor]:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError) as e:
+        raise SpanBertError(f"{path}: cannot read safetensors weights: {e}") from None
+
+
+def _read_torch_bin(path: Path) -> dict[str, Tensor]:
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise SpanBertError(
+            f"{path}: refused to load: the pickle holds objects other than tensors "
+            f"(spanbert never runs an unrestricted unpickle, which can execute code). "
+            f"Convert the checkpoint to safetensors in a trusted environment. Detail: {str(e).splitlines()[0]}"
+        ) from None
+    except (RuntimeError, EOFError, OSError) as e:
+        raise SpanBertError(f"{path}: not a readable PyTorch checkpoint: {e}") from None
+    if isinstance(state, dict) and "model" in state and isinstance(state["model"], dict):
+        state = state["model"]  # fairseq-style {"model": state_dict, ...}
+    if not isinstance(state, dict) or not all(isinstance(v, Tensor) for v in state.values()):
+        raise SpanBertError(f"{path}: expected a state dict of tensors, found {type(state).__name__}")
+    return state
+
+
+def load_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict[str, Tensor]]:
+    """Read `config.json` and the weights of a HF-format folder -> (config dict, state dict).
+
+    Weights: `model.safetensors`, sharded `model.safetensors.index.json`, or `pytorch_model.bin`
+    (read with `torch.load(weights_only=True)`).
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise SpanBertError(f"{path}: checkpoint folder not found (expected a folder with config.json and weights)")
+    cfg_path = path / "config.json"
+    if not cfg_path.exists():
+        raise SpanBertError(f"{path}: no config.json (a HF-format BERT folder has config.json + model weights)")
+    try:
+        config_json = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise SpanBertError(f"{cfg_path}: not valid JSON: {e}") from None
+    if (path / "model.safetensors").exists():
+        state = _read_safetensors(path / "model.safetensors")
+    elif (path / "model.safetensors.index.json").exists():
+        index = json.loads((path / "model.safetensors.index.json").read_text())
+        state = {}
+        for shard in sorted(set(index["weight_map"].values())):
+            state.update(_read_safetensors(path / shard))
+    elif (path / "pytorch_model.bin").exists():
+        state = _read_torch_bin(path / "pytorch_model.bin")
+    else:
+        raise SpanBertError(f"{path}: no weights (expected model.safetensors or pytorch_model.bin)")
+    return config_json, {_legacy_name(k): v for k, v in state.items()}
+
+
+def save_checkpoint(
+    path: str | Path,
+    state_dict: dict[str, Tensor],
+    config_json: dict[str, Any],
+    tokenizer: Any = None,
+    extra_files: dict[str, dict[str, Tensor]] | None = None,
+) -> None:
+    """Write a HF-format folder: weights first, `config.json` last, each file atomically.
+
+    Other files already in the folder (training checkpoints, logs) are left alone. Tensors that share
+    storage (tied weights) are written once.
+    """
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    files = {"model.safetensors": state_dict, **(extra_files or {})}
+    for name, state in files.items():
+        tensors, seen = {}, set()
+        for k, v in state.items():
+            key = (v.untyped_storage().data_ptr(), v.storage_offset(), tuple(v.shape))
+            if key in seen:
+                continue
+            seen.add(key)
+            tensors[k] = v.detach().to("cpu").contiguous().clone()
+        # safetensors writes through a path: write beside the target, fsync, then rename over it
+        tmp = path / f".{name}.partial"
+        save_file(tensors, str(tmp), metadata={"format": "pt"})
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        tmp.replace(path / name)
+        fsync_dir(path)
+    if tokenizer is not None:
+        tokenizer.save(path)
+    with atomic_write(path / "config.json") as f:
+        json.dump(config_json, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+def count_parameters(module: nn.Module) -> int:
+    """Number of distinct parameters (tied weights counted once)."""
+    return sum(p.numel() for p in {id(p): p for p in module.parameters()}.values())
+
+
+def flops_per_token(config: BertConfig, seq_len: int, mask_rate: float = 0.15, sbo: bool = True) -> float:
+    """Training FLOPs per token of the useful work (forward + backward = 3x forward matmul FLOPs)."""
+    H, L, I, V = config.hidden_size, config.num_hidden_layers, config.intermediate_size, config.vocab_size
+    per_layer = 2 * (4 * H * H + 2 * H * I) + 2 * 2 * seq_len * H  # projections + QK^T and AV
+    heads = mask_rate * (2 * H * H + 2 * H * V)
+    if sbo:
+        heads += mask_rate * (2 * (2 * H + 200) * H + 2 * H * H + 2 * H * V)
+    return 3 * (L * per_layer + heads)
+
+
+__all__ = [
+    "Encoder",
+    "SpanBertForPreTraining",
+    "SpanBoundaryHead",
+    "MaskedLMHead",
+    "load_checkpoint",
+    "save_checkpoint",
+    "encoder_state_dict",
+    "count_parameters",
+    "flops_per_token",
+]

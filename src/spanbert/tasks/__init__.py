@@ -1,0 +1,1 @@
+"""One module per task family: reader, features, head, decoding and CLI."""
