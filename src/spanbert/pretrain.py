@@ -15,6 +15,7 @@ Systems (§4.2, §5, §6 of the paper), each at any model size (tiny/small/base/
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -32,6 +33,7 @@ from spanbert.config import (
     model_config,
 )
 from spanbert.errors import SpanBertError
+from spanbert.masking import MaskingConfig
 from spanbert.trainer import TrainingArguments, predict_batches, train
 
 # system -> (masking scheme, "single" | "nsp", sbo, short_seq_prob)
@@ -72,13 +74,7 @@ class PretrainConfig:
     max_seq_length: int = 512
     """Block length in tokens, [CLS] and [SEP] included (§4.2: up to 512)."""
     masking: str | None = None
-    """Override the system's masking scheme: subword, whole_word, span, named_entity, noun_phrase."""
-    mask_ratio: float = 0.15
-    """Masking budget: fraction of tokens masked (§3.1: 15%)."""
-    geometric_p: float = 0.2
-    """Span length ~ Geo(p) in words (§3.1: p = 0.2)."""
-    max_span_length: int = 10
-    """Longest span in words (§3.1: 10)."""
+    """Override the system's masking scheme: subword, whole_word, span, named_entity, noun_phrase (the masking options below tune it)."""
     short_seq_prob: float | None = None
     """NSP pairs: probability of a shorter target length (Google BERT: 0.1). Default: the system's."""
     mlm_weight: float = 1.0
@@ -181,14 +177,12 @@ def prepare_corpus(cfg: PretrainConfig, work_dir: Path, tokenizer_dir: str | Non
     return out, tok
 
 
-def build_datasets(cfg: PretrainConfig, corpus_dir: Path, tok: Any, seed: int):
+def build_datasets(cfg: PretrainConfig, corpus_dir: Path, tok: Any, seed: int, masking: MaskingConfig | None = None):
     from spanbert import data
 
     scheme, mode, _, short = _resolve_system(cfg)
-    params = dict(mask_ratio=cfg.mask_ratio, geometric_p=cfg.geometric_p, max_span_length=cfg.max_span_length)
-    kwargs = dict(
-        max_seq_length=cfg.max_seq_length, mode=mode, scheme=scheme, seed=seed, short_seq_prob=short, **params
-    )
+    masking = dataclasses.replace(masking or MaskingConfig(), scheme=scheme)
+    kwargs = dict(max_seq_length=cfg.max_seq_length, mode=mode, seed=seed, short_seq_prob=short, masking=masking)
     full = data.PretrainDataset(corpus_dir, tok, **kwargs)
     n = len(full)
     n_eval = min(cfg.max_eval_blocks, int(n * cfg.eval_fraction)) if n >= 20 else 0
@@ -214,7 +208,7 @@ def make_eval_fn(eval_set, batch_size: int, collate):
     return evaluate
 
 
-def pretrain(cfg: PretrainConfig, args: TrainingArguments) -> Path:
+def pretrain(cfg: PretrainConfig, args: TrainingArguments, masking: MaskingConfig | None = None) -> Path:
     """Run a pre-training job end to end; returns the folder of the exported HF-format model."""
     from spanbert import data
     from spanbert.model import SpanBertForPreTraining
@@ -247,7 +241,7 @@ def pretrain(cfg: PretrainConfig, args: TrainingArguments) -> Path:
         raise SpanBertError(
             f"max_seq_length {cfg.max_seq_length} exceeds the model's {model.config.max_position_embeddings} positions"
         )
-    train_set, eval_set = build_datasets(cfg, corpus_dir, tok, args.seed)
+    train_set, eval_set = build_datasets(cfg, corpus_dir, tok, args.seed, masking)
     collate = data.collate_pretrain
     eval_fn = make_eval_fn(eval_set, args.per_device_eval_batch_size, collate) if eval_set is not None else None
     print(
@@ -278,6 +272,11 @@ def _parser(prog: str, defaults: dict[str, Any], cfg_defaults: dict[str, Any]) -
     add_dataclass_arguments(p.add_argument_group("pre-training"), PretrainConfig, defaults=cfg_defaults)
     # `--init-from` is the spelling users know from the issue tracker; `--init_from` works too.
     p.add_argument("--init-from", dest="init_from", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    add_dataclass_arguments(
+        p.add_argument_group("masking (§3.1; the official implementation's variants are options)"),
+        MaskingConfig,
+        exclude=("scheme",),
+    )
     add_dataclass_arguments(p.add_argument_group("training loop"), TrainingArguments, defaults=defaults)
     p.add_argument("overrides", nargs="*", metavar="key=value", help="further overrides of any option above")
     return p
@@ -289,16 +288,18 @@ def main(argv: list[str], prog: str = "spanbert pretrain") -> int:
     cfg_defaults = QUICKSTART_CONFIG if quick else {}
     p = _parser(prog, train_defaults, cfg_defaults)
     args = p.parse_args(argv)
-    check_unknown_overrides(args.overrides, [PretrainConfig, TrainingArguments])
-    if args.config:  # one YAML file may hold keys of both dataclasses
+    sections = [PretrainConfig, MaskingConfig, TrainingArguments]
+    check_unknown_overrides(args.overrides, sections)
+    if args.config:  # one YAML file may hold keys of all three dataclasses
         from spanbert.config import load_yaml
 
-        check_unknown_overrides([f"{k}=x" for k in load_yaml(args.config)], [PretrainConfig, TrainingArguments])
+        check_unknown_overrides([f"{k}=x" for k in load_yaml(args.config)], sections)
     cfg = dataclass_from_args(PretrainConfig, args, defaults=cfg_defaults, yaml_path=args.config, overrides=args.overrides)
     targs = dataclass_from_args(TrainingArguments, args, defaults=train_defaults, yaml_path=args.config, overrides=args.overrides)
     if quick:
         print("quick start: tiny SpanBERT on the Python reference manual, CPU (spanbert pretrain --help for options)")
-    final = pretrain(cfg, targs)
+    masking = dataclass_from_args(MaskingConfig, args, yaml_path=args.config, overrides=args.overrides)
+    final = pretrain(cfg, targs, masking)
     if final.exists():
         print(f"\nsaved the model to {final} (HF layout: config.json, model.safetensors, tokenizer files)")
         print("next: fill a masked span with the MLM or the span boundary head:")

@@ -426,7 +426,8 @@ def train(
         lr=args.learning_rate,
         betas=(args.adam_beta1, args.adam_beta2),
         eps=args.adam_epsilon,
-        fused=device.type == "cuda" or None,
+        # fused: one kernel for all parameters instead of a Python loop over them (CPU and GPU)
+        fused=device.type in ("cuda", "cpu") or None,
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(total, warmup, args.lr_scheduler_type))
     amp_dtype = autocast_dtype(args.precision, device)
@@ -524,12 +525,16 @@ def train(
                     last["lr"] = scheduler.get_last_lr()[0]
                     last["tokens_per_s"] = tokens * world / dt if dt > 0 else 0.0
                     logger.log(step, {f"train/{k}": v for k, v in last.items()})
-                    if bar is not None:
+                    if rank == 0:
                         shown = {k: f"{last[k]:.3f}" for k in _SHOWN if k in last}
                         shown |= {"tok/s": f"{last['tokens_per_s']:.0f}", "lr": f"{last['lr']:.2e}"}
-                        bar.set_postfix(shown)
                         # a line per logging step, so the history of the losses stays on screen
-                        bar.write(f"step {step}/{total} " + " ".join(f"{k} {v}" for k, v in shown.items()))
+                        line = f"step {step}/{total} " + " ".join(f"{k} {v}" for k, v in shown.items())
+                        if bar is not None:
+                            bar.set_postfix(shown)
+                            bar.write(line)
+                        else:
+                            print(line, flush=True)
                     window, tokens, t0 = {}, 0, time.perf_counter()
                 if eval_fn is not None and args.eval_steps and step % args.eval_steps == 0 and step != total:
                     _run_eval(eval_fn, raw_model, step, rank, logger, last)
