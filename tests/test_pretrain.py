@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -44,14 +45,25 @@ def corpus(tmp_path_factory):
     return root, text, tok, out
 
 
-OVERFIT_SYSTEMS = [s for s, (scheme, _, _, _) in SYSTEMS.items() if scheme not in ("named_entity", "noun_phrase")]
+def corpus_with_candidates(out) -> data.TokenCorpus:
+    """The corpus with synthetic entity / noun-phrase candidates (spaCy's are tested in test_data.py):
+    every whole word that starts at a multiple of 7 tokens, as if it were a mention."""
+    tc = data.TokenCorpus(out)
+    _, word_starts = tc.tokens(0, tc.num_tokens)  # the test corpus is one shard
+    starts = np.flatnonzero(word_starts)
+    ends = np.append(starts[1:], tc.num_tokens) - 1
+    keep = starts % 7 == 0
+    spans = np.stack([starts[keep], ends[keep]], 1).astype(np.int64)
+    tc.candidate_spans = {"entity": spans, "noun_phrase": spans}
+    return tc
 
 
-@pytest.mark.parametrize("system", OVERFIT_SYSTEMS)
+@pytest.mark.parametrize("system", list(SYSTEMS))
 def test_each_system_overfits_one_batch(corpus, system):
     _, _, tok, out = corpus
     scheme, mode, sbo, short = SYSTEMS[system]
-    ds = data.PretrainDataset(out, tok, max_seq_length=48, mode=mode, short_seq_prob=short, seed=1,
+    source = corpus_with_candidates(out) if scheme in ("named_entity", "noun_phrase") else out
+    ds = data.PretrainDataset(source, tok, max_seq_length=48, mode=mode, short_seq_prob=short, seed=1,
                               masking=MaskingConfig(scheme=scheme))
     ds.set_epoch(0)
     batch = data.collate_pretrain([ds[i] for i in range(4)])
@@ -84,7 +96,7 @@ def test_linguistic_schemes_need_candidates(corpus, system):
 
 def test_pretrain_job_end_to_end_and_resume(corpus, tmp_path):
     _, text, _, _ = corpus
-    cfg = PretrainConfig(corpus=str(text), vocab_size=200, max_seq_length=48, num_proc=0, eval_fraction=0.1)
+    cfg = PretrainConfig(corpus=str(text), model="tiny", vocab_size=200, max_seq_length=48, num_proc=0, eval_fraction=0.1)
     args = TrainingArguments(
         output_dir=str(tmp_path / "run"), max_steps=8, per_device_train_batch_size=4, learning_rate=1e-3,
         warmup_steps=2, save_steps=4, eval_steps=4, logging_steps=2, disable_tqdm=True, report_to="none",

@@ -61,8 +61,8 @@ class PretrainConfig:
 
     system: str = "spanbert"
     """Paper system: spanbert, bert, bert-1seq, google-bert, mask-{subword,whole-word,named-entity,noun-phrase,span}, span-2seq-nsp, span-1seq, span-1seq-sbo."""
-    model: str = "tiny"
-    """Model size preset: tiny, small, base, large."""
+    model: str = "base"
+    """Model size preset: tiny, small, base, large (the quick start uses tiny)."""
     corpus: str | None = None
     """Text files or folders (plain text, blank line between documents, or JSONL with a text field), or a `spanbert preprocess` output folder. Default: the English reference text every Python installation carries (pydoc topics)."""
     tokenizer: str | None = None
@@ -85,6 +85,10 @@ class PretrainConfig:
     """Fraction of blocks (the last ones, i.e. the last documents) held out for MLM/SBO evaluation."""
     max_eval_blocks: int = 256
     """Cap on held-out blocks."""
+    max_predictions: int | None = None
+    """Pad every sequence's masked targets to this count (fixed batch shapes for compiled GPU code); None = as many as masked."""
+    pad_to: int | None = None
+    """Pad every batch to this length (fixed shapes); None = the longest sequence in the batch."""
     num_proc: int = 2
     """Worker processes for on-the-fly preprocessing."""
     output_name: str = "final"
@@ -119,7 +123,7 @@ QUICKSTART: dict[str, Any] = dict(
     save_steps=200,
     eval_steps=200,
 )
-QUICKSTART_CONFIG: dict[str, Any] = dict(max_seq_length=128, vocab_size=4000)
+QUICKSTART_CONFIG: dict[str, Any] = dict(model="tiny", max_seq_length=128, vocab_size=4000)
 
 
 def _resolve_system(cfg: PretrainConfig) -> tuple[str, str, bool, float]:
@@ -242,7 +246,7 @@ def pretrain(cfg: PretrainConfig, args: TrainingArguments, masking: MaskingConfi
             f"max_seq_length {cfg.max_seq_length} exceeds the model's {model.config.max_position_embeddings} positions"
         )
     train_set, eval_set = build_datasets(cfg, corpus_dir, tok, args.seed, masking)
-    collate = data.collate_pretrain
+    collate = data.make_collate(tok.pad_id, max_predictions=cfg.max_predictions, pad_to=cfg.pad_to)
     eval_fn = make_eval_fn(eval_set, args.per_device_eval_batch_size, collate) if eval_set is not None else None
     print(
         f"pre-training {cfg.system} ({scheme} masking, {'two segments + NSP' if mode == 'nsp' else 'single sequence'}"

@@ -1,0 +1,1063 @@
+"""Pre-training data: corpus -> sharded memory-mapped token arrays -> blocks -> masked batches.
+
+`spanbert preprocess` (`preprocess`) streams a text corpus through the WordPiece tokenizer in worker
+processes and writes, per shard, flat binary arrays that are memory-mapped at training time:
+
+    output_dir/
+      meta.json                  format, counts, dtypes, shard list
+      tokenizer/                 the tokenizer used (the corpus is self-contained)
+      unigram.npy                (V,) int64 token counts: random replacements follow them (§2)
+      shard-00000.ids            (n,) uint16 | int32 token ids
+      shard-00000.starts         (n,) uint8 1 where the token starts a word
+      shard-00000.docs           (D+1,) int64 document offsets into the shard
+      shard-00000.paras          (P,) int64 paragraph (line) start offsets (NSP segment boundaries)
+      shard-00000.entity         (C, 2) int32 inclusive token spans (named_entity scheme, optional)
+      shard-00000.noun_phrase    (C, 2) int32 inclusive token spans (noun_phrase scheme, optional)
+
+Documents never cross shards. The whole directory appears atomically (`atomic_dir`).
+
+`TokenCorpus` reads that directory; `PretrainDataset` cuts it into blocks — SpanBERT's single
+contiguous segments of up to 512 tokens that stop at a document boundary (§3.3, §4.2), or BERT's NSP
+sentence pairs (BERT §3.1, Google's `create_pretraining_data.py`) — and masks each block with
+`spanbert.masking.mask_block`, reproducibly from (seed, epoch, index). `collate_pretrain` makes the
+batch described in docs/architecture.md ("Pre-training batches").
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import functools
+import json
+import multiprocessing as mp
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from spanbert.errors import DataError, SpanBertError
+from spanbert.masking import IGNORE_INDEX, SCHEMES, MaskingConfig, UnigramSampler, mask_block
+from spanbert.tokenization import (
+    Tokenizer,
+    corpus_files,
+    is_jsonl,
+    iter_lines,
+    load_tokenizer,
+    parse_jsonl_text,
+)
+from spanbert.utils import atomic_dir, atomic_write
+
+FORMAT = "spanbert-corpus-v1"
+CANDIDATE_KINDS = ("entity", "noun_phrase")
+# spaCy entity labels that are numbers, not names (§6.1 "non-numerical named entity mentions").
+NUMERIC_ENTITY_LABELS = frozenset({"DATE", "TIME", "PERCENT", "MONEY", "QUANTITY", "ORDINAL", "CARDINAL"})
+
+
+# =============================================================================================
+# Reading the corpus
+
+
+@dataclass
+class _Doc:
+    paragraphs: list[str]
+    path: str
+    line: int
+
+
+def iter_documents(files: Sequence[Path], one_doc_per_line: bool = False) -> Iterator[_Doc]:
+    """Documents of the corpus in file order.
+
+    Plain text: a blank line separates documents, each non-blank line is a paragraph (or every
+    non-blank line is a document with ``one_doc_per_line``). ``.jsonl``: one JSON object per line with a
+    string field ``text`` (its lines are the paragraphs). Files may be gzipped.
+    """
+    for path in files:
+        if is_jsonl(path):
+            for lineno, line in iter_lines(path):
+                if not line.strip():
+                    continue
+                text = parse_jsonl_text(path, lineno, line)
+                paras = [p for p in text.split("\n") if p.strip()]
+                if paras:
+                    yield _Doc(paras, str(path), lineno)
+            continue
+        paras: list[str] = []
+        first = 0
+        for lineno, line in iter_lines(path):
+            if not line.strip():
+                if paras:
+                    yield _Doc(paras, str(path), first)
+                    paras = []
+                continue
+            if one_doc_per_line:
+                yield _Doc([line], str(path), lineno)
+                continue
+            if not paras:
+                first = lineno
+            paras.append(line)
+        if paras:
+            yield _Doc(paras, str(path), first)
+
+
+def _chunks(docs: Iterable[_Doc], chunk_chars: int) -> Iterator[list[_Doc]]:
+    """Group documents into chunks of about ``chunk_chars`` characters (the unit of work of a worker).
+
+    Chunking depends only on the corpus, never on the worker count, so any worker count gives the
+    same arrays.
+    """
+    chunk: list[_Doc] = []
+    size = 0
+    for doc in docs:
+        chunk.append(doc)
+        size += sum(len(p) for p in doc.paragraphs)
+        if size >= chunk_chars:
+            yield chunk
+            chunk, size = [], 0
+    if chunk:
+        yield chunk
+
+
+# =============================================================================================
+# Tokenizing a chunk (runs in the worker processes)
+
+_WORKER: dict[str, Any] = {}
+
+
+def _init_worker(tokenizer_dir: str, candidate_kinds: tuple[str, ...], spacy_model: str, threads: bool) -> None:
+    if not threads:
+        # N worker processes on N cores: HF tokenizers' own thread pool would oversubscribe them.
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    _WORKER["tok"] = load_tokenizer(tokenizer_dir)
+    _WORKER["kinds"] = candidate_kinds
+    _WORKER["nlp"] = load_spacy(spacy_model) if candidate_kinds else None
+
+
+@dataclass
+class _ChunkResult:
+    ids: np.ndarray  # (n,) int32
+    starts: np.ndarray  # (n,) bool
+    doc_lens: np.ndarray  # (D,) tokens per (non-empty) document
+    para_lens: np.ndarray  # (P,) tokens per (non-empty) paragraph
+    candidates: dict[str, np.ndarray]  # kind -> (C, 2) inclusive spans, chunk coordinates
+    chars: int
+
+
+def _tokenize_chunk(docs: list[tuple[list[str], str, int]]) -> _ChunkResult:
+    tok: Tokenizer = _WORKER["tok"]
+    paras = [p for d in docs for p in d[0]]
+    encs = tok.hf.encode_batch(paras, add_special_tokens=False)
+    para_lens = np.fromiter((len(e.ids) for e in encs), dtype=np.int64, count=len(encs))
+    ids = np.fromiter((i for e in encs for i in e.ids), dtype=np.int32, count=int(para_lens.sum()))
+    starts = tok.word_starts_of(ids)
+    per_doc = np.array([len(d[0]) for d in docs], dtype=np.int64)
+    doc_of_para = np.repeat(np.arange(len(docs)), per_doc)
+    doc_lens = np.bincount(doc_of_para, weights=para_lens, minlength=len(docs)).astype(np.int64)
+    candidates: dict[str, np.ndarray] = {}
+    if _WORKER["kinds"]:
+        candidates = _find_candidates(_WORKER["nlp"], _WORKER["kinds"], paras, encs, para_lens, starts)
+    # empty paragraphs and documents (nothing left after normalisation) are dropped
+    return _ChunkResult(
+        ids, starts, doc_lens[doc_lens > 0], para_lens[para_lens > 0], candidates, sum(len(p) for p in paras)
+    )
+
+
+def load_spacy(model: str):
+    """Load a spaCy pipeline for the named_entity / noun_phrase schemes, with an install hint if missing."""
+    try:
+        import spacy
+    except ImportError:
+        raise SpanBertError(
+            "the named_entity and noun_phrase masking schemes need spaCy at preprocess time: "
+            f"pip install 'spanbert[spacy]' && python -m spacy download {model}"
+        ) from None
+    try:
+        return spacy.load(model, disable=["lemmatizer"])
+    except OSError:
+        raise SpanBertError(
+            f"spaCy is installed but its English model {model!r} is not: python -m spacy download {model}"
+        ) from None
+
+
+def _find_candidates(nlp, kinds, paras, encs, para_lens, starts) -> dict[str, np.ndarray]:
+    """§6.1: spaCy entity mentions (non-numeric) and noun chunks, as inclusive token spans of whole words."""
+    out: dict[str, list[tuple[int, int]]] = {k: [] for k in kinds}
+    base = np.concatenate([[0], np.cumsum(para_lens)])
+    for p, doc in enumerate(nlp.pipe(paras, batch_size=64)):
+        offs = np.asarray(encs[p].offsets, dtype=np.int64).reshape(-1, 2)  # (n_p, 2)
+        if len(offs) == 0:
+            continue
+        groups = []
+        if "entity" in kinds:
+            groups.append(
+                ("entity", [(e.start_char, e.end_char) for e in doc.ents if e.label_ not in NUMERIC_ENTITY_LABELS])
+            )
+        if "noun_phrase" in kinds:
+            groups.append(("noun_phrase", [(c.start_char, c.end_char) for c in doc.noun_chunks]))
+        for kind, char_spans in groups:
+            for cs, ce in char_spans:
+                s = int(np.searchsorted(offs[:, 1], cs, side="right"))  # first token ending after cs
+                e = int(np.searchsorted(offs[:, 0], ce, side="left")) - 1  # last token starting before ce
+                if s > e:
+                    continue
+                s, e = s + int(base[p]), e + int(base[p])
+                # snap to whole words: back to the word start, forward to the end of the last word
+                while s > base[p] and not starts[s]:
+                    s -= 1
+                while e + 1 < base[p + 1] and not starts[e + 1]:
+                    e += 1
+                out[kind].append((s, e))
+    return {k: np.asarray(v, dtype=np.int32).reshape(-1, 2) for k, v in out.items()}
+
+
+# =============================================================================================
+# Writing shards
+
+
+class _ShardWriter:
+    """Appends chunk results to flat binary files; memory holds only offsets, never tokens."""
+
+    def __init__(self, root: Path, index: int, id_dtype: np.dtype, kinds: tuple[str, ...]):
+        self.name = f"shard-{index:05d}"
+        self.root = root
+        self.id_dtype = id_dtype
+        self.kinds = kinds
+        self.f_ids = open(root / f"{self.name}.ids", "wb")
+        self.f_starts = open(root / f"{self.name}.starts", "wb")
+        self.f_cand = {k: open(root / f"{self.name}.{k}", "wb") for k in kinds}
+        self.doc_offsets = [np.zeros(1, np.int64)]
+        self.para_offsets: list[np.ndarray] = []
+        self.n_tokens = 0
+        self.n_docs = 0
+        self.n_cand = dict.fromkeys(kinds, 0)
+
+    def add(self, r: _ChunkResult) -> None:
+        self.f_ids.write(r.ids.astype(self.id_dtype).tobytes())
+        self.f_starts.write(r.starts.astype(np.uint8).tobytes())
+        self.doc_offsets.append(self.n_tokens + np.cumsum(r.doc_lens))
+        self.para_offsets.append(self.n_tokens + np.concatenate([[0], np.cumsum(r.para_lens)[:-1]]))
+        for k in self.kinds:
+            c = r.candidates.get(k, np.zeros((0, 2), np.int32)).astype(np.int64) + self.n_tokens
+            self.f_cand[k].write(c.astype(np.int32).tobytes())
+            self.n_cand[k] += len(c)
+        self.n_tokens += len(r.ids)
+        self.n_docs += len(r.doc_lens)
+
+    def close(self) -> dict[str, Any]:
+        for f in [self.f_ids, self.f_starts, *self.f_cand.values()]:
+            f.close()
+        np.concatenate(self.doc_offsets).tofile(self.root / f"{self.name}.docs")
+        paras = np.concatenate(self.para_offsets) if self.para_offsets else np.zeros(0, np.int64)
+        paras.astype(np.int64).tofile(self.root / f"{self.name}.paras")
+        return {
+            "name": self.name,
+            "num_tokens": self.n_tokens,
+            "num_docs": self.n_docs,
+            "num_paragraphs": int(len(paras)),
+            "num_candidates": self.n_cand,
+        }
+
+
+@dataclass
+class PreprocessConfig:
+    """Options of `spanbert preprocess` (besides the corpus, the tokenizer and the output directory)."""
+
+    one_doc_per_line: bool = False
+    """Plain text has one document per line (default: a blank line separates documents, a line is a paragraph)."""
+    num_workers: int = 0
+    """Tokenizer processes; 0 = one per CPU core (at most 8)."""
+    shard_tokens: int = 100_000_000
+    """Start a new shard after this many tokens (at a document boundary)."""
+    chunk_chars: int = 1_000_000
+    """Characters of text per unit of work sent to a worker."""
+    candidates: str = ""
+    """Candidate spans for the §6.1 schemes, comma-separated: entity, noun_phrase (needs spaCy); empty = none."""
+    spacy_model: str = "en_core_web_sm"
+    """spaCy English pipeline used for the candidate spans."""
+
+
+def preprocess(
+    corpus: str | os.PathLike | Sequence[str | os.PathLike],
+    tokenizer: str | os.PathLike | Tokenizer,
+    output_dir: str | os.PathLike,
+    *,
+    one_doc_per_line: bool = False,
+    num_workers: int = 0,
+    shard_tokens: int = 100_000_000,
+    chunk_chars: int = 1_000_000,
+    candidates: Sequence[str] | str | None = (),
+    spacy_model: str = "en_core_web_sm",
+    progress: bool = True,
+) -> Path:
+    """Tokenize ``corpus`` (files or directories) into memory-mapped shards in ``output_dir``.
+
+    Returns ``output_dir``. Memory stays flat: text is read in chunks, at most two chunks per worker
+    are in flight, and tokens go straight to disk. Output appears only when complete.
+    """
+    files = corpus_files([corpus] if isinstance(corpus, (str, os.PathLike)) else corpus)
+    if candidates is None:
+        candidates = ()
+    aliases = {"entities": "entity", "named_entity": "entity", "noun_phrases": "noun_phrase"}
+    kinds = tuple(
+        aliases.get(k.strip(), k.strip())
+        for k in (candidates.split(",") if isinstance(candidates, str) else candidates)
+        if k.strip()
+    )
+    for k in kinds:
+        if k not in CANDIDATE_KINDS:
+            raise SpanBertError(f"unknown candidate kind {k!r}; choose from: {', '.join(CANDIDATE_KINDS)}")
+    if not 0 < shard_tokens <= 2**30:  # candidate spans are stored as int32 offsets inside a shard
+        raise SpanBertError(f"shard_tokens={shard_tokens}; expected 1 .. {2**30}")
+    if kinds:
+        load_spacy(spacy_model)  # fail now, with the install hint, not in a worker
+    tok = tokenizer if isinstance(tokenizer, Tokenizer) else load_tokenizer(tokenizer)
+    if num_workers <= 0:
+        num_workers = min(os.cpu_count() or 1, 8)
+    id_dtype = np.dtype(np.uint16 if tok.vocab_size <= 65536 else np.int32)
+    output_dir = Path(output_dir)
+    total_bytes = sum(p.stat().st_size for p in files)
+
+    with atomic_dir(output_dir) as tmp:
+        tok.save(tmp / "tokenizer")
+        counts = np.zeros(tok.vocab_size, dtype=np.int64)
+        shards: list[dict[str, Any]] = []
+        writer = _ShardWriter(tmp, 0, id_dtype, kinds)
+        chunk_iter = _chunks(iter_documents(files, one_doc_per_line), chunk_chars)
+        bar = _progress_bar(progress, total_bytes)
+        chars = 0
+        t0 = time.perf_counter()
+        try:
+            for result in _map_chunks(chunk_iter, str(tmp / "tokenizer"), kinds, spacy_model, num_workers):
+                if writer.n_tokens >= shard_tokens:
+                    shards.append(writer.close())
+                    writer = _ShardWriter(tmp, len(shards), id_dtype, kinds)
+                writer.add(result)
+                counts += np.bincount(result.ids, minlength=tok.vocab_size)
+                chars += result.chars
+                if bar is not None:
+                    bar.update(len(result.ids))
+                    bar.set_postfix_str(f"{chars / 1e6:.1f}M chars", refresh=False)
+        finally:
+            if bar is not None:
+                bar.close()
+        shards.append(writer.close())
+        n_tokens = sum(s["num_tokens"] for s in shards)
+        if n_tokens == 0:
+            raise DataError(
+                ", ".join(map(str, files)), "empty corpus: no text to tokenize; expected at least one non-blank line"
+            )
+        np.save(tmp / "unigram.npy", counts)
+        meta = {
+            "format": FORMAT,
+            "num_tokens": n_tokens,
+            "num_docs": sum(s["num_docs"] for s in shards),
+            "vocab_size": tok.vocab_size,
+            "id_dtype": id_dtype.name,
+            "candidates": list(kinds),
+            "one_doc_per_line": one_doc_per_line,
+            "sources": [str(p) for p in files],
+            "seconds": round(time.perf_counter() - t0, 3),
+            "shards": shards,
+        }
+        with atomic_write(tmp / "meta.json") as f:
+            json.dump(meta, f, indent=2)
+    return output_dir
+
+
+def _progress_bar(enabled: bool, total_bytes: int):
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(
+        unit="tok", unit_scale=True, desc=f"preprocess ({total_bytes / 1e6:.1f} MB)", file=sys.stderr, mininterval=0.5
+    )
+
+
+def _map_chunks(chunks, tokenizer_dir: str, kinds, spacy_model: str, num_workers: int) -> Iterator[_ChunkResult]:
+    """Tokenize chunks in order, with at most 2 chunks per worker in flight (memory stays flat)."""
+    payload = ([(d.paragraphs, d.path, d.line) for d in chunk] for chunk in chunks)
+    if num_workers <= 1:
+        _init_worker(tokenizer_dir, kinds, spacy_model, threads=True)
+        try:
+            for p in payload:
+                yield _tokenize_chunk(p)
+        finally:
+            _WORKER.clear()
+        return
+    method = "fork" if sys.platform == "linux" else "spawn"
+    ctx = mp.get_context(method)
+    with ctx.Pool(num_workers, _init_worker, (tokenizer_dir, kinds, spacy_model, False)) as pool:
+        pending: collections.deque = collections.deque()
+        for p in payload:
+            pending.append(pool.apply_async(_tokenize_chunk, (p,)))
+            if len(pending) >= 2 * num_workers:
+                yield pending.popleft().get()
+        while pending:
+            yield pending.popleft().get()
+
+
+# =============================================================================================
+# Reading the preprocessed corpus
+
+
+def is_preprocessed(path: str | os.PathLike) -> bool:
+    """True if ``path`` is a `preprocess` output directory."""
+    meta = Path(path) / "meta.json"
+    if not meta.is_file():
+        return False
+    try:
+        return json.loads(meta.read_text(encoding="utf-8")).get("format") == FORMAT
+    except (json.JSONDecodeError, OSError):
+        return False
+
+
+def has_tokenizer(path: str | os.PathLike) -> bool:
+    """True if ``path`` is a directory with ``tokenizer.json`` or ``vocab.txt``."""
+    p = Path(path)
+    return p.is_dir() and ((p / "tokenizer.json").is_file() or (p / "vocab.txt").is_file())
+
+
+def tokenizer_dir_of(path: str | os.PathLike) -> Path | None:
+    """The tokenizer saved inside a preprocessed corpus (``path/tokenizer``), or None."""
+    p = Path(path) / "tokenizer"
+    return p if has_tokenizer(p) else None
+
+
+class TokenCorpus:
+    """Read-only view of a `preprocess` output directory (memory-mapped; opening it reads no tokens).
+
+    Token positions are global: shard k's tokens follow shard k-1's.
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        meta_file = self.path / "meta.json"
+        if not meta_file.is_file():
+            raise SpanBertError(
+                f"{self.path} is not a preprocessed corpus (no meta.json); "
+                "create one with `spanbert preprocess --corpus FILES --tokenizer DIR --output_dir DIR`"
+            )
+        self.meta = json.loads(meta_file.read_text(encoding="utf-8"))
+        if self.meta.get("format") != FORMAT:
+            raise DataError(
+                meta_file, f"format {self.meta.get('format')!r}; expected {FORMAT!r} (re-run spanbert preprocess)"
+            )
+        self.vocab_size: int = int(self.meta["vocab_size"])
+        dtype = np.dtype(self.meta["id_dtype"])
+        self._ids, self._starts = [], []
+        doc_bounds, paras, offsets = [], [], [0]
+        self._cand: dict[str, list[np.ndarray]] = {k: [] for k in self.meta.get("candidates", [])}
+        for s in self.meta["shards"]:
+            base = offsets[-1]
+            n = int(s["num_tokens"])
+            name = self.path / s["name"]
+            self._ids.append(_memmap(Path(f"{name}.ids"), dtype, n))
+            self._starts.append(_memmap(Path(f"{name}.starts"), np.uint8, n))
+            docs = np.fromfile(f"{name}.docs", dtype=np.int64)
+            doc_bounds.append(np.stack([docs[:-1], docs[1:]], axis=1) + base)
+            paras.append(np.fromfile(f"{name}.paras", dtype=np.int64) + base)
+            for k in self._cand:
+                c = np.fromfile(f"{name}.{k}", dtype=np.int32).reshape(-1, 2).astype(np.int64) + base
+                self._cand[k].append(c[np.argsort(c[:, 0], kind="stable")])
+            offsets.append(base + n)
+        self.shard_offsets = np.asarray(offsets, dtype=np.int64)  # (K+1,)
+        self.doc_bounds = np.concatenate(doc_bounds) if doc_bounds else np.zeros((0, 2), np.int64)
+        """(D, 2) global [start, end) of every document."""
+        self.para_starts = np.concatenate(paras) if paras else np.zeros(0, np.int64)
+        """(P,) global start of every paragraph (line), sorted."""
+        self.candidate_spans = {
+            k: np.concatenate(v) if v else np.zeros((0, 2), np.int64) for k, v in self._cand.items()
+        }
+        self.num_tokens = int(self.shard_offsets[-1])
+        self.num_docs = len(self.doc_bounds)
+        self._tokenizer: Tokenizer | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Pickle the path, not the memory maps (which numpy would copy into the pickle): DataLoader
+        # workers started with "spawn" reopen the files instead.
+        return {"path": str(self.path)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["path"])
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        if self._tokenizer is None:
+            self._tokenizer = load_tokenizer(self.path / "tokenizer")
+        return self._tokenizer
+
+    def tokens(self, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
+        """(ids int64 (n,), word_starts bool (n,)) of global positions [start, end) inside one shard."""
+        k = int(np.searchsorted(self.shard_offsets, start, side="right")) - 1
+        base = int(self.shard_offsets[k])
+        if end > self.shard_offsets[k + 1]:
+            raise IndexError(f"token range [{start}, {end}) crosses a shard boundary")
+        ids = np.asarray(self._ids[k][start - base : end - base], dtype=np.int64)
+        starts = np.asarray(self._starts[k][start - base : end - base], dtype=bool)
+        return ids, starts
+
+    def candidates(self, kind: str, start: int, end: int) -> np.ndarray:
+        """(C, 2) candidate spans of ``kind`` inside [start, end), inclusive, relative to ``start``."""
+        if kind not in self.candidate_spans:
+            raise SpanBertError(
+                f"{self.path} has no {kind!r} candidate spans; re-run spanbert preprocess with --candidates {kind}"
+            )
+        c = self.candidate_spans[kind]
+        lo, hi = np.searchsorted(c[:, 0], [start, end])
+        c = c[lo:hi]
+        return c[c[:, 1] < end] - start
+
+    def unigram_counts(self) -> np.ndarray:
+        """(V,) int64 count of every token id in the corpus."""
+        return np.load(self.path / "unigram.npy")
+
+    def __repr__(self) -> str:
+        return (
+            f"TokenCorpus({str(self.path)!r}, tokens={self.num_tokens}, docs={self.num_docs}, shards={len(self._ids)})"
+        )
+
+
+def _memmap(path: Path, dtype, n: int) -> np.ndarray:
+    if n == 0:
+        return np.zeros(0, dtype=dtype)
+    size = path.stat().st_size if path.exists() else -1
+    if size != n * np.dtype(dtype).itemsize:
+        raise DataError(
+            path,
+            f"{size} bytes; expected {n * np.dtype(dtype).itemsize} ({n} tokens): the corpus is damaged, re-run spanbert preprocess",
+        )
+    return np.memmap(path, dtype=dtype, mode="r", shape=(n,))
+
+
+# =============================================================================================
+# Blocks and the pre-training dataset
+
+
+def single_segment_blocks(doc_bounds: np.ndarray, max_tokens: int) -> np.ndarray:
+    """(N, 2) global [start, end) blocks: each document cut into consecutive pieces of ``max_tokens``.
+
+    SpanBERT §4.2: "we always take sequences of up to 512 tokens until it reaches a document
+    boundary"; Appendix A step 1. No block crosses a document boundary.
+    """
+    lens = doc_bounds[:, 1] - doc_bounds[:, 0]  # (D,)
+    n_blocks = -(-lens // max_tokens)  # ceil
+    doc_of = np.repeat(np.arange(len(doc_bounds)), n_blocks)  # (N,)
+    first = np.repeat(np.cumsum(n_blocks) - n_blocks, n_blocks)
+    start = doc_bounds[doc_of, 0] + (np.arange(len(doc_of)) - first) * max_tokens
+    end = np.minimum(start + max_tokens, doc_bounds[doc_of, 1])
+    return np.stack([start, end], axis=1).astype(np.int64)
+
+
+def nsp_pairs(
+    doc_bounds: np.ndarray,
+    para_starts: np.ndarray,
+    tokens: Callable[[int, int], tuple[np.ndarray, np.ndarray]],
+    max_tokens: int,
+    rng: np.random.Generator,
+    short_seq_prob: float = 0.0,
+) -> np.ndarray:
+    """(N, 5) int64 rows (a_start, a_end, b_start, b_end, label) of BERT's next-sentence pairs.
+
+    Google BERT's ``create_instances_from_document``: paragraphs (lines) are the segments; they are
+    gathered until ``max_tokens`` (= max_seq_length - 3), A is the first 1..k-1 of them, B is the
+    rest (label 0, "is next") or, half of the time, a stretch of a random other document (label 1);
+    with ``short_seq_prob`` the target length is drawn from [2, max_tokens] (BERT Appendix A: short
+    sequences to reduce the pre-train/fine-tune mismatch). A chunk that is a single paragraph is split
+    at a random word start (Google's code would force a random B, skewing the 50/50 labels). The
+    pair is then truncated to ``max_tokens``, dropping tokens from the front or back of the longer side.
+    ``tokens(start, end) -> (ids, word_starts)`` reads the corpus (`TokenCorpus.tokens`).
+    """
+    rows: list[tuple[int, int, int, int, int]] = []
+    n_docs = len(doc_bounds)
+    if n_docs < 2:
+        raise SpanBertError("NSP pairs need a corpus of at least 2 documents (random B comes from another document)")
+    for d in range(n_docs):
+        ds, de = int(doc_bounds[d, 0]), int(doc_bounds[d, 1])
+        lo, hi = np.searchsorted(para_starts, [ds, de])
+        seg_starts = para_starts[lo:hi].tolist()
+        if not seg_starts or seg_starts[0] != ds:
+            seg_starts = [ds, *seg_starts]
+        seg_bounds = list(zip(seg_starts, seg_starts[1:] + [de]))
+        target = max_tokens
+        if rng.random() < short_seq_prob:
+            target = int(rng.integers(2, max_tokens + 1))
+        i = 0
+        chunk: list[tuple[int, int]] = []
+        size = 0
+        while i < len(seg_bounds):
+            seg = seg_bounds[i]
+            chunk.append(seg)
+            size += seg[1] - seg[0]
+            if i == len(seg_bounds) - 1 or size >= target:
+                a_start = chunk[0][0]
+                chunk_end = chunk[-1][1]
+                if len(chunk) >= 2:
+                    a_end = chunk[int(rng.integers(1, len(chunk)))][0]
+                else:  # one long paragraph: split at a random word start inside it
+                    cands = a_start + 1 + np.flatnonzero(tokens(a_start + 1, chunk_end)[1])
+                    a_end = int(rng.choice(cands)) if len(cands) else chunk_end
+                if a_end < chunk_end and rng.random() >= 0.5:
+                    b_start, b_end, label = a_end, chunk_end, 0
+                else:
+                    label = 1
+                    other = int(rng.integers(0, n_docs - 1))
+                    other += other >= d  # any document but this one
+                    os_, oe = int(doc_bounds[other, 0]), int(doc_bounds[other, 1])
+                    olo, ohi = np.searchsorted(para_starts, [os_, oe])
+                    ostarts = [s for s in para_starts[olo:ohi].tolist()] or [os_]
+                    b_start = int(ostarts[int(rng.integers(0, len(ostarts)))])
+                    b_end = min(oe, b_start + max(target - (a_end - a_start), 1))
+                    # the segments of this chunk that B did not use go back (Google's "put back")
+                    if a_end < chunk_end:
+                        back = sum(1 for s in chunk if s[0] >= a_end)
+                        i -= back
+                    chunk_end = a_end
+                a_start, a_end, b_start, b_end = _truncate_pair(a_start, a_end, b_start, b_end, max_tokens, rng)
+                if a_end > a_start and b_end > b_start:
+                    rows.append((a_start, a_end, b_start, b_end, label))
+                chunk, size = [], 0
+                target = max_tokens
+                if rng.random() < short_seq_prob:
+                    target = int(rng.integers(2, max_tokens + 1))
+            i += 1
+    return np.asarray(rows, dtype=np.int64).reshape(-1, 5)
+
+
+def _truncate_pair(a0, a1, b0, b1, max_tokens, rng):
+    """Google BERT's truncate_seq_pair: cut the longer side, at its front or back at random."""
+    while (a1 - a0) + (b1 - b0) > max_tokens:
+        if (a1 - a0) > (b1 - b0):
+            if rng.random() < 0.5:
+                a0 += 1
+            else:
+                a1 -= 1
+        else:
+            if rng.random() < 0.5:
+                b0 += 1
+            else:
+                b1 -= 1
+    return a0, a1, b0, b1
+
+
+class PretrainDataset:
+    """Map-style dataset of masked pre-training examples (numpy dicts; `collate_pretrain` batches them).
+
+    Example i of epoch e is masked with ``numpy.random.default_rng([seed, e, i])``, so masks are the
+    same whatever the worker count or a resume, and differ between epochs (dynamic masking, §4.2 (a)).
+    """
+
+    def __init__(
+        self,
+        corpus: TokenCorpus | str | os.PathLike,
+        tokenizer: Tokenizer | None = None,
+        max_seq_length: int = 512,
+        *,
+        nsp: bool = False,
+        mode: Literal["single", "nsp"] | None = None,
+        scheme: str | None = None,
+        short_seq_prob: float = 0.0,
+        seed: int = 0,
+        masking: MaskingConfig | None = None,
+        mask_ratio: float | None = None,
+        max_span_length: int | None = None,
+        **masking_overrides: Any,
+    ):
+        """``corpus``: a `preprocess` output (path or `TokenCorpus`). ``tokenizer``: defaults to the corpus's
+        own. ``mode="nsp"`` (or ``nsp=True``): BERT sentence pairs; ``"single"``: SpanBERT blocks.
+        Masking: a `MaskingConfig`, and/or its fields as keywords (``scheme``, ``mask_ratio`` = mask_prob,
+        ``max_span_length`` = max_span_len, ``geometric_p``, ``anchor``, ...)."""
+        self.corpus = corpus if isinstance(corpus, TokenCorpus) else TokenCorpus(corpus)
+        tok = tokenizer if tokenizer is not None else self.corpus.tokenizer
+        if tok.vocab_size != self.corpus.vocab_size:
+            raise SpanBertError(
+                f"the tokenizer has {tok.vocab_size} tokens but {self.corpus.path} was preprocessed with "
+                f"{self.corpus.vocab_size}; use the corpus's own tokenizer ({self.corpus.path / 'tokenizer'})"
+            )
+        if mode is not None:
+            if mode not in ("single", "nsp"):
+                raise SpanBertError(f"mode must be 'single' or 'nsp', not {mode!r}")
+            nsp = mode == "nsp"
+        if max_seq_length < 5:
+            raise SpanBertError(f"max_seq_length={max_seq_length} is too short; expected at least 5")
+        self.max_seq_length = max_seq_length
+        self.nsp = nsp
+        self.seed = seed
+        cfg = masking or MaskingConfig()
+        if scheme is not None:
+            masking_overrides["scheme"] = scheme
+        if mask_ratio is not None:
+            masking_overrides["mask_prob"] = mask_ratio
+        if max_span_length is not None:
+            masking_overrides["max_span_len"] = max_span_length
+        if masking_overrides:
+            import dataclasses
+
+            valid = {f.name for f in dataclasses.fields(MaskingConfig)}
+            unknown = sorted(set(masking_overrides) - valid)
+            if unknown:
+                raise SpanBertError(f"unknown masking option(s) {unknown}; valid: {', '.join(sorted(valid))}")
+            cfg = dataclasses.replace(cfg, **masking_overrides)
+        if cfg.scheme not in SCHEMES:
+            raise SpanBertError(f"unknown masking scheme {cfg.scheme!r}; choose from: {', '.join(SCHEMES)}")
+        self.masking = cfg
+        self._kind = {"named_entity": "entity", "noun_phrase": "noun_phrase"}.get(cfg.scheme)
+        if self._kind is not None and self._kind not in self.corpus.candidate_spans:
+            raise SpanBertError(
+                f"the {cfg.scheme} scheme needs candidate spans: re-run spanbert preprocess with --candidates {self._kind}"
+            )
+        self.cls_id, self.sep_id, self.pad_id, self.mask_id = tok.cls_id, tok.sep_id, tok.pad_id, tok.mask_id
+        self.special_ids = tuple(int(i) for i in tok.special_ids())
+        self.sampler = UnigramSampler(self.corpus.unigram_counts(), self.special_ids)
+        # The epoch lives in shared memory so that persistent DataLoader workers see `set_epoch` too.
+        import torch
+
+        self._epoch = torch.zeros(1, dtype=torch.long).share_memory_()
+        if nsp:
+            rng = np.random.default_rng([seed, 0x5EED])
+            self.pairs = nsp_pairs(
+                self.corpus.doc_bounds,
+                self.corpus.para_starts,
+                self.corpus.tokens,
+                max_seq_length - 3,
+                rng,
+                short_seq_prob,
+            )  # (N, 5)
+            self.blocks = None
+        else:
+            self.blocks = single_segment_blocks(self.corpus.doc_bounds, max_seq_length - 2)  # (N, 2)
+            self.pairs = None
+
+    def set_epoch(self, epoch: int) -> None:
+        """Masks of the next epoch (dynamic masking, RoBERTa/SpanBERT §4.2 (a))."""
+        self._epoch[0] = int(epoch)
+
+    @property
+    def epoch(self) -> int:
+        view = self.__dict__.get("_epoch_view")
+        if view is None:  # a numpy view of the shared tensor: reading it costs nanoseconds, not microseconds
+            view = self._epoch_view = self._epoch.numpy()
+        return int(view[0])
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_epoch_view", None)  # rebuilt from the shared tensor after unpickling
+        return state
+
+    def __len__(self) -> int:
+        return len(self.pairs) if self.nsp else len(self.blocks)
+
+    def __getitem__(self, index: int) -> dict[str, np.ndarray]:
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(f"index {index} out of range for {len(self)} examples")
+        rng = np.random.default_rng([self.seed, self.epoch, index])
+        cand = None
+        if self.nsp:
+            a0, a1, b0, b1, label = (int(x) for x in self.pairs[index])
+            a_ids, a_ws = self.corpus.tokens(a0, a1)
+            b_ids, b_ws = self.corpus.tokens(b0, b1)
+            ids = np.concatenate([[self.cls_id], a_ids, [self.sep_id], b_ids, [self.sep_id]])  # (T,)
+            ws = np.concatenate([[True], a_ws, [True], b_ws, [True]])
+            token_type_ids = np.zeros(len(ids), dtype=np.int64)
+            token_type_ids[len(a_ids) + 2 :] = 1
+            if self._kind is not None:
+                ca = self.corpus.candidates(self._kind, a0, a1) + 1
+                cb = self.corpus.candidates(self._kind, b0, b1) + len(a_ids) + 2
+                cand = np.concatenate([ca, cb])
+        else:
+            start, end = (int(x) for x in self.blocks[index])
+            body, body_ws = self.corpus.tokens(start, end)
+            ids = np.concatenate([[self.cls_id], body, [self.sep_id]])  # (T,)
+            ws = np.concatenate([[True], body_ws, [True]])
+            token_type_ids = np.zeros(len(ids), dtype=np.int64)
+            if self._kind is not None:
+                cand = self.corpus.candidates(self._kind, start, end) + 1
+        m = self.masking
+        r = mask_block(
+            ids,
+            ws,
+            m.scheme,
+            rng,
+            mask_id=self.mask_id,
+            special_ids=self.special_ids,
+            random_tokens=self.sampler,
+            mask_prob=m.mask_prob,
+            replace_probs=m.replace_probs,
+            geometric_p=m.geometric_p,
+            max_span_len=m.max_span_len,
+            anchor=m.anchor,
+            stop_mid_word=m.stop_mid_word,
+            merge_adjacent=m.merge_adjacent,
+            max_sbo_targets=m.max_sbo_targets,
+            sbo_skip_edge=m.sbo_skip_edge,
+            candidates=cand,
+            candidate_fraction=m.candidate_fraction,
+        )
+        item = {
+            "input_ids": r.input_ids,
+            "labels": r.labels,
+            "token_type_ids": token_type_ids,
+            "sbo_positions": r.sbo_positions,
+            "sbo_left": r.sbo_left,
+            "sbo_right": r.sbo_right,
+            "sbo_rel": r.sbo_rel,
+        }
+        if self.nsp:
+            item["next_sentence_label"] = np.int64(label)
+        return item
+
+
+# =============================================================================================
+# Collation
+
+
+def collate_pretrain(
+    items: Sequence[dict[str, np.ndarray]],
+    pad_id: int = 0,
+    max_predictions: int | None = None,
+    pad_to: int | None = None,
+) -> dict[str, Any]:
+    """Batch `PretrainDataset` items into the tensors of docs/architecture.md ("Pre-training batches").
+
+    MLM and SBO targets are flat lists of positions into the flattened (B*T) batch. With
+    ``max_predictions`` every sequence contributes exactly that many MLM and SBO entries (padding
+    entries point at its [CLS] with label -100; masked tokens beyond it keep their corrupted input
+    but are not scored), so every shape but (B, T) is fixed; with ``pad_to`` T is fixed too.
+    ``attention_mask`` is left out when no sequence is padded.
+    """
+    import torch
+
+    B = len(items)
+    lens = np.array([len(it["input_ids"]) for it in items])
+    T = int(lens.max()) if pad_to is None else int(pad_to)
+    if lens.max() > T:
+        raise SpanBertError(f"a sequence of {lens.max()} tokens does not fit pad_to={T}")
+    input_ids = np.full((B, T), pad_id, dtype=np.int64)  # (B, T)
+    token_type_ids = np.zeros((B, T), dtype=np.int64)
+    mlm_pos, mlm_lab, sbo = [], [], {k: [] for k in ("pos", "lab", "left", "right", "rel")}
+    for b, it in enumerate(items):
+        n = len(it["input_ids"])
+        input_ids[b, :n] = it["input_ids"]
+        token_type_ids[b, :n] = it["token_type_ids"]
+        base = b * T
+        pos = np.flatnonzero(it["labels"] != IGNORE_INDEX)  # (n_b,)
+        lab = it["labels"][pos]
+        sp = it["sbo_positions"]
+        s_lab = it["labels"][sp]
+        left, right, rel = it["sbo_left"], it["sbo_right"], it["sbo_rel"]
+        if max_predictions is not None:
+            pos, lab = _fix(pos, lab, max_predictions)
+            sp, s_lab = _fix(sp, s_lab, max_predictions)
+            left, _ = _fix(left, s_lab, max_predictions)
+            right, _ = _fix(right, s_lab, max_predictions)
+            rel, _ = _fix(rel, s_lab, max_predictions)
+        mlm_pos.append(pos + base)
+        mlm_lab.append(lab)
+        sbo["pos"].append(sp + base)
+        sbo["lab"].append(s_lab)
+        sbo["left"].append(left + base)
+        sbo["right"].append(right + base)
+        sbo["rel"].append(rel)
+
+    def cat(xs):
+        return torch.from_numpy(np.concatenate(xs).astype(np.int64)) if xs else torch.zeros(0, dtype=torch.long)
+
+    batch: dict[str, Any] = {"input_ids": torch.from_numpy(input_ids)}
+    if (lens < T).any():
+        batch["attention_mask"] = torch.from_numpy((np.arange(T)[None, :] < lens[:, None]).astype(np.int64))
+    batch["token_type_ids"] = torch.from_numpy(token_type_ids)
+    batch["mlm_positions"] = cat(mlm_pos)
+    batch["mlm_labels"] = cat(mlm_lab)
+    batch["sbo_positions"] = cat(sbo["pos"])
+    batch["sbo_labels"] = cat(sbo["lab"])
+    batch["sbo_left"] = cat(sbo["left"])
+    batch["sbo_right"] = cat(sbo["right"])
+    batch["sbo_rel"] = cat(sbo["rel"])
+    if "next_sentence_label" in items[0]:
+        batch["next_sentence_label"] = torch.tensor([int(it["next_sentence_label"]) for it in items], dtype=torch.long)
+    return batch
+
+
+def _fix(values: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Truncate or pad to exactly k entries; padding entries are position 0 ([CLS]) with label -100."""
+    values, labels = values[:k], labels[:k]
+    pad = k - len(values)
+    if pad:
+        values = np.concatenate([values, np.zeros(pad, dtype=np.int64)])
+        labels = np.concatenate([labels, np.full(pad, IGNORE_INDEX, dtype=np.int64)])
+    return values, labels
+
+
+def make_collate(pad_id: int = 0, max_predictions: int | None = None, pad_to: int | None = None):
+    """A picklable ``collate_fn`` (for DataLoader workers) with these options."""
+    return functools.partial(collate_pretrain, pad_id=pad_id, max_predictions=max_predictions, pad_to=pad_to)
+
+
+def pretrain_dataloader(
+    dataset: PretrainDataset,
+    batch_size: int,
+    *,
+    shuffle: bool = True,
+    seed: int = 0,
+    num_workers: int = 2,
+    pin_memory: bool | None = None,
+    max_predictions: int | None = None,
+    pad_to: int | None = None,
+    drop_last: bool = False,
+):
+    """A torch DataLoader over ``dataset``: seeded shuffling, worker processes, pinned memory on CUDA."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    if pin_memory is None:
+        pin_memory = torch.cuda.is_available()
+    gen = torch.Generator()
+    gen.manual_seed(seed)
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=shuffle,
+        generator=gen,
+        num_workers=num_workers,
+        pin_memory=pin_memory,
+        drop_last=drop_last,
+        persistent_workers=num_workers > 0,
+        collate_fn=make_collate(dataset.pad_id, max_predictions, pad_to),
+    )
+
+
+# =============================================================================================
+# The quick-start corpus
+
+
+def builtin_corpus(path: str | os.PathLike, include_module_docs: bool = False) -> Path:
+    """Write an English corpus every Python carries, offline: the reference-manual topics of
+    ``pydoc_data.topics`` (79 documents, ~465k characters), optionally plus the docstrings of the
+    standard-library modules. Plain text, one paragraph per line, a blank line between documents.
+    """
+    from pydoc_data.topics import topics
+
+    docs = [topics[k] for k in sorted(topics)]
+    if include_module_docs:
+        docs += _stdlib_docstrings()
+    path = Path(path)
+    with atomic_write(path, encoding="utf-8") as f:
+        first = True
+        for doc in docs:
+            # one line per paragraph: unwrap the hard-wrapped lines of each blank-line separated
+            # paragraph, and drop reStructuredText heading underlines ("*****", "=====")
+            lines = []
+            for para in re.split(r"\n\s*\n", doc):
+                words = [ln.strip() for ln in para.splitlines()]
+                words = [ln for ln in words if ln and not (len(set(ln)) == 1 and not ln[0].isalnum())]
+                if words:
+                    lines.append(" ".join(words))
+            if not lines:
+                continue
+            if not first:
+                f.write("\n")
+            f.write("\n".join(lines) + "\n")
+            first = False
+    return path
+
+
+def _stdlib_docstrings() -> list[str]:
+    import importlib
+    import pkgutil
+    import warnings
+
+    out = []
+    names = sorted(m.name for m in pkgutil.iter_modules() if not m.name.startswith("_"))
+    stdlib = getattr(sys, "stdlib_module_names", set())
+    for name in names:
+        if name not in stdlib or name in ("antigravity", "this", "idlelib", "turtledemo", "tkinter", "turtle"):
+            continue
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                mod = importlib.import_module(name)
+        except Exception:  # some stdlib modules need optional system libraries
+            continue
+        if mod.__doc__ and len(mod.__doc__) > 200:
+            out.append(mod.__doc__)
+    return out
+
+
+# =============================================================================================
+# CLI
+
+
+def main(argv: list[str], prog: str = "spanbert preprocess") -> int:
+    """``spanbert preprocess --corpus FILES|DIR --tokenizer DIR --output_dir DIR``."""
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Tokenize a text corpus into sharded memory-mapped token arrays for pre-training. "
+        "Plain text: a blank line separates documents, a line is a paragraph; .jsonl: a 'text' field per line; "
+        "files may be .gz.",
+    )
+    p.add_argument("--corpus", nargs="+", required=True, metavar="PATH", help="text / .jsonl files or directories")
+    p.add_argument(
+        "--tokenizer", required=True, metavar="DIR", help="tokenizer directory (tokenizer.json or vocab.txt)"
+    )
+    p.add_argument("--output_dir", "--output-dir", dest="output_dir", required=True, metavar="DIR")
+    d = PreprocessConfig()
+    p.add_argument(
+        "--one-doc-per-line",
+        "--one_doc_per_line",
+        dest="one_doc_per_line",
+        action="store_true",
+        help="plain text has one document per line (default: blank line between documents)",
+    )
+    p.add_argument(
+        "--num_workers",
+        "--num-workers",
+        dest="num_workers",
+        type=int,
+        default=d.num_workers,
+        help="tokenizer processes (default: 0 = one per CPU core, at most 8)",
+    )
+    p.add_argument(
+        "--shard_tokens",
+        "--shard-tokens",
+        dest="shard_tokens",
+        type=int,
+        default=d.shard_tokens,
+        help=f"tokens per shard (default: {d.shard_tokens})",
+    )
+    p.add_argument(
+        "--candidates",
+        default="",
+        metavar="KINDS",
+        help="candidate spans for the named_entity / noun_phrase schemes (§6.1): entity, noun_phrase "
+        "(comma-separated; needs `pip install 'spanbert[spacy]'` and a spaCy English model)",
+    )
+    p.add_argument(
+        "--spacy_model",
+        "--spacy-model",
+        dest="spacy_model",
+        default=d.spacy_model,
+        help=f"spaCy pipeline for --candidates (default: {d.spacy_model})",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    args = p.parse_args(argv)
+    out = preprocess(
+        args.corpus,
+        args.tokenizer,
+        args.output_dir,
+        one_doc_per_line=args.one_doc_per_line,
+        num_workers=args.num_workers,
+        shard_tokens=args.shard_tokens,
+        candidates=args.candidates,
+        spacy_model=args.spacy_model,
+        progress=not args.quiet,
+    )
+    c = TokenCorpus(out)
+    print(f"wrote {c.num_tokens:,} tokens in {c.num_docs:,} documents, {len(c.meta['shards'])} shard(s) to {out}")
+    return 0

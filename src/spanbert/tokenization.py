@@ -1,0 +1,462 @@
+"""WordPiece tokenizer: training, loading (``tokenizer.json`` or a bare ``vocab.txt``), word starts, offsets.
+
+A thin wrapper around a HF `tokenizers.Tokenizer` set up exactly like BERT's (cased by default):
+BERT normalizer (control characters cleaned, Chinese characters spaced, *no* lower-casing and *no*
+accent stripping for a cased vocabulary), BERT pre-tokenizer (split on whitespace and on every
+punctuation character), WordPiece with ``##`` continuations and ``[UNK]`` for words it cannot cover.
+
+`encode` adds no special tokens: the data pipeline and the tasks place ``[CLS]``/``[SEP]`` themselves.
+
+Word starts. Masking needs whole words (SpanBERT §3.1 "we always sample a sequence of complete
+words"). As in BERT's whole-word masking, a token starts a word iff it does not begin with ``##``;
+a whole word is such a token plus its ``##`` continuations. Because BERT's pre-tokenizer splits off
+punctuation, every punctuation mark is a word of its own: ``"Broncos'"`` is the two words
+``Broncos`` and ``'``, and ``"3.5"`` is ``3``, ``.``, ``5``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from spanbert.errors import DataError, SpanBertError
+from spanbert.utils import atomic_write
+
+PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
+SPECIAL_TOKENS = [PAD, UNK, CLS, SEP, MASK]
+
+
+@dataclass
+class Encoded:
+    """The tokens of one text (no special tokens added)."""
+
+    ids: np.ndarray
+    """(N,) int32 token ids."""
+    offsets: np.ndarray
+    """(N, 2) int64 character [start, end) of each token in the text (in its word for `encode_words`)."""
+    word_starts: np.ndarray
+    """(N,) bool: True where the token starts a whole word (it does not begin with ``##``)."""
+    word_ids: np.ndarray | None = None
+    """(N,) int64 index of the input word of each token (`encode_words` only)."""
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def _hf():
+    import tokenizers
+
+    return tokenizers
+
+
+def _build_pipeline(tk, lowercase: bool) -> None:
+    """BERT's normalizer / pre-tokenizer / decoder / post-processor on a HF tokenizer object."""
+    t = _hf()
+    # Cased BERT keeps accents; uncased BERT lower-cases and strips them (strip_accents follows lowercase).
+    tk.normalizer = t.normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=lowercase, lowercase=lowercase
+    )
+    tk.pre_tokenizer = t.pre_tokenizers.BertPreTokenizer()
+    tk.decoder = t.decoders.WordPiece(prefix="##")
+
+
+def _add_post_processor(tk) -> None:
+    """[CLS] A [SEP] (B [SEP]) for tools that read tokenizer.json (AutoTokenizer); `encode` never uses it."""
+    t = _hf()
+    cls_id, sep_id = tk.token_to_id(CLS), tk.token_to_id(SEP)
+    tk.post_processor = t.processors.TemplateProcessing(
+        single=f"{CLS} $A {SEP}",
+        pair=f"{CLS} $A {SEP} $B:1 {SEP}:1",
+        special_tokens=[(CLS, cls_id), (SEP, sep_id)],
+    )
+
+
+class Tokenizer:
+    """A cased (or, if told, uncased) BERT WordPiece tokenizer.
+
+    Build it with `Tokenizer.from_dir`, `load_tokenizer` or `train_tokenizer`.
+    """
+
+    def __init__(self, hf_tokenizer, do_lower_case: bool = False):
+        self.hf = hf_tokenizer
+        """The wrapped `tokenizers.Tokenizer`."""
+        self.do_lower_case = do_lower_case
+        missing = [s for s in SPECIAL_TOKENS if hf_tokenizer.token_to_id(s) is None]
+        if missing:
+            raise SpanBertError(
+                f"the vocabulary lacks the BERT special tokens {missing}; expected all of {SPECIAL_TOKENS}"
+            )
+        self.pad_id: int = hf_tokenizer.token_to_id(PAD)
+        self.unk_id: int = hf_tokenizer.token_to_id(UNK)
+        self.cls_id: int = hf_tokenizer.token_to_id(CLS)
+        self.sep_id: int = hf_tokenizer.token_to_id(SEP)
+        self.mask_id: int = hf_tokenizer.token_to_id(MASK)
+        vocab = hf_tokenizer.get_vocab(with_added_tokens=True)
+        self.vocab_size: int = max(vocab.values()) + 1
+        # (V,) bool: ids that begin with "##" (continuation pieces); lets `word_starts_of(ids)` be one lookup.
+        self._is_continuation = np.zeros(self.vocab_size, dtype=bool)
+        for token, i in vocab.items():
+            if token.startswith("##"):
+                self._is_continuation[i] = True
+
+    # ------------------------------------------------------------------ loading and saving
+    @classmethod
+    def from_dir(cls, path: str | os.PathLike, do_lower_case: bool | None = None) -> Tokenizer:
+        """Load ``tokenizer.json`` if present, else ``vocab.txt`` (cased unless ``tokenizer_config.json``
+        or ``do_lower_case`` says otherwise). ``path`` may also be the vocab file itself."""
+        t = _hf()
+        path = Path(path)
+        if path.is_file():
+            vocab_file, directory = path, path.parent
+            json_file = None
+        else:
+            directory = path
+            json_file = path / "tokenizer.json"
+            vocab_file = path / "vocab.txt"
+        config_lower = False
+        config_file = directory / "tokenizer_config.json"
+        if config_file.is_file():
+            try:
+                config_lower = bool(json.loads(config_file.read_text(encoding="utf-8")).get("do_lower_case", False))
+            except json.JSONDecodeError as e:
+                raise DataError(config_file, f"not valid JSON: {e.msg}", line=e.lineno) from None
+        lower = config_lower if do_lower_case is None else do_lower_case
+        if json_file is not None and json_file.is_file():
+            try:
+                hf_tok = t.Tokenizer.from_file(str(json_file))
+            except Exception as e:  # tokenizers raises plain Exception subclasses
+                raise DataError(json_file, f"not a HF tokenizers file: {e}") from None
+            if do_lower_case is not None and do_lower_case != config_lower:
+                _build_pipeline(hf_tok, lower)
+            return cls(hf_tok, lower)
+        if not vocab_file.is_file():
+            raise SpanBertError(
+                f"no tokenizer in {path}: expected tokenizer.json or vocab.txt "
+                "(train one with `spanbert tokenizer train --corpus FILES --vocab-size N --output_dir DIR`)"
+            )
+        vocab: dict[str, int] = {}
+        with open(vocab_file, encoding="utf-8") as f:
+            for i, line in enumerate(f):
+                token = line.rstrip("\n").rstrip("\r")
+                if token in vocab:  # keep the first id, as BERT's own loader does for duplicates
+                    continue
+                vocab[token] = i
+        if not vocab:
+            raise DataError(vocab_file, "empty vocabulary; expected one WordPiece token per line")
+        hf_tok = t.Tokenizer(t.models.WordPiece(vocab=vocab, unk_token=UNK, continuing_subword_prefix="##"))
+        hf_tok.add_special_tokens([s for s in SPECIAL_TOKENS if s in vocab])
+        _build_pipeline(hf_tok, lower)
+        if CLS in vocab and SEP in vocab:
+            _add_post_processor(hf_tok)
+        return cls(hf_tok, lower)
+
+    def save(self, directory: str | os.PathLike) -> None:
+        """Write vocab.txt, tokenizer.json, tokenizer_config.json and special_tokens_map.json.
+
+        `transformers.AutoTokenizer.from_pretrained(directory)` then gives a BERT tokenizer with the same
+        ids and the same casing (``do_lower_case`` is written explicitly so cased stays cased).
+        """
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        vocab = self.hf.get_vocab(with_added_tokens=True)
+        by_id = [""] * self.vocab_size
+        for token, i in vocab.items():
+            by_id[i] = token
+        with atomic_write(directory / "vocab.txt", encoding="utf-8") as f:
+            f.write("".join(t + "\n" for t in by_id))
+        with atomic_write(directory / "tokenizer.json", encoding="utf-8") as f:
+            f.write(self.hf.to_str())
+        config = {
+            "tokenizer_class": "BertTokenizer",
+            "do_lower_case": self.do_lower_case,
+            "strip_accents": None if self.do_lower_case else False,
+            "tokenize_chinese_chars": True,
+            "model_max_length": 512,
+            "unk_token": UNK,
+            "sep_token": SEP,
+            "pad_token": PAD,
+            "cls_token": CLS,
+            "mask_token": MASK,
+        }
+        with atomic_write(directory / "tokenizer_config.json", encoding="utf-8") as f:
+            json.dump(config, f, indent=2)
+        specials = {"unk_token": UNK, "sep_token": SEP, "pad_token": PAD, "cls_token": CLS, "mask_token": MASK}
+        with atomic_write(directory / "special_tokens_map.json", encoding="utf-8") as f:
+            json.dump(specials, f, indent=2)
+
+    # ------------------------------------------------------------------ vocabulary
+    def token_to_id(self, token: str) -> int | None:
+        return self.hf.token_to_id(token)
+
+    def id_to_token(self, i: int) -> str | None:
+        return self.hf.id_to_token(int(i))
+
+    def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
+        return [self.hf.id_to_token(int(i)) for i in ids]
+
+    def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
+        return self.hf.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
+
+    def get_vocab(self) -> dict[str, int]:
+        """Token -> id, added tokens included."""
+        return self.hf.get_vocab(with_added_tokens=True)
+
+    def with_added_tokens(self, tokens: Sequence[str]) -> Tokenizer:
+        """A copy with ``tokens`` added as special tokens (never split, never lower-cased), e.g. the entity
+        markers of relation extraction; existing tokens keep their ids. This tokenizer is unchanged."""
+        t = _hf()
+        hf_tok = t.Tokenizer.from_str(self.hf.to_str())
+        hf_tok.add_special_tokens(list(tokens))
+        return Tokenizer(hf_tok, self.do_lower_case)
+
+    def word_starts_of(self, ids: np.ndarray) -> np.ndarray:
+        """(N,) bool word-start flags of token ids (True unless the token begins with ``##``)."""
+        return ~self._is_continuation[np.asarray(ids)]
+
+    def special_ids(self) -> np.ndarray:
+        """Ids of the special tokens ([PAD], [UNK], [CLS], [SEP], [MASK])."""
+        return np.array([self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id], dtype=np.int64)
+
+    # ------------------------------------------------------------------ encoding
+    def _wrap(self, enc, with_word_ids: bool = False) -> Encoded:
+        ids = np.asarray(enc.ids, dtype=np.int32)  # (N,)
+        offsets = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)  # (N, 2)
+        word_ids = None
+        if with_word_ids:
+            word_ids = np.asarray([-1 if w is None else w for w in enc.word_ids], dtype=np.int64)
+        return Encoded(ids, offsets, self.word_starts_of(ids), word_ids)
+
+    def encode(self, text: str) -> Encoded:
+        """Tokenize one text; no special tokens. Offsets are character positions in ``text``."""
+        return self._wrap(self.hf.encode(text, add_special_tokens=False))
+
+    def encode_batch(self, texts: Sequence[str]) -> list[Encoded]:
+        """`encode` for many texts at once (HF tokenizers parallelises over them)."""
+        return [self._wrap(e) for e in self.hf.encode_batch(list(texts), add_special_tokens=False)]
+
+    def encode_words(self, words: Sequence[str]) -> Encoded:
+        """Tokenize pre-split words (NER, coreference, TACRED); ``word_ids`` maps tokens to word indices.
+
+        Every word yields at least one token: a word that would vanish (empty, only whitespace or
+        control characters) becomes ``[UNK]``, so labels on words always have a token to sit on.
+        Offsets are character positions inside each word.
+        """
+        safe = [w if w.strip() else UNK for w in words]
+        enc = self.hf.encode(safe, is_pretokenized=True, add_special_tokens=False)
+        out = self._wrap(enc, with_word_ids=True)
+        if len(words):
+            present = np.zeros(len(words), dtype=bool)
+            present[out.word_ids[out.word_ids >= 0]] = True
+            if not present.all():  # e.g. a word made only of characters the normalizer removes
+                fixed = [w if ok else UNK for w, ok in zip(safe, present)]
+                out = self._wrap(self.hf.encode(fixed, is_pretokenized=True, add_special_tokens=False), True)
+        return out
+
+    def __len__(self) -> int:
+        return self.vocab_size
+
+    def __repr__(self) -> str:
+        return f"Tokenizer(vocab_size={self.vocab_size}, do_lower_case={self.do_lower_case})"
+
+
+def load_tokenizer(path: str | os.PathLike, do_lower_case: bool | None = None) -> Tokenizer:
+    """`Tokenizer.from_dir` with a clear error when the path does not exist."""
+    p = Path(path)
+    if not p.exists():
+        raise SpanBertError(f"tokenizer path {p} does not exist; expected a directory with tokenizer.json or vocab.txt")
+    return Tokenizer.from_dir(p, do_lower_case=do_lower_case)
+
+
+# ---------------------------------------------------------------------- training
+TEXT_SUFFIXES = (".txt", ".txt.gz", ".text", ".jsonl", ".jsonl.gz")
+
+
+def corpus_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
+    """Expand directories into their text files (``*.txt``, ``*.jsonl``, optionally ``.gz``; sorted, hidden
+    files skipped, so a README or a manifest beside the data is not read); check every path exists.
+    A file named explicitly is always used."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            out += sorted(
+                f for f in p.rglob("*") if f.is_file() and not f.name.startswith(".") and f.name.endswith(TEXT_SUFFIXES)
+            )
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise SpanBertError(f"corpus path {p} does not exist")
+    if not out:
+        raise SpanBertError(
+            "the corpus is empty: no files ("
+            + ", ".join(f"*{x}" for x in TEXT_SUFFIXES)
+            + ") found in "
+            + ", ".join(map(str, paths))
+        )
+    return out
+
+
+def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text without the newline) of a UTF-8 text file, gzipped if it ends in ``.gz``.
+
+    Decodes line by line so that a byte that is not UTF-8 is reported with its file and line.
+    """
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        f = opener(path, "rb")
+    except OSError as e:
+        raise DataError(path, f"cannot read: {e.strerror or e}") from None
+    with f:
+        lineno = 0
+        try:
+            for lineno, raw in enumerate(f, 1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise DataError(
+                        path,
+                        f"not UTF-8 text: byte 0x{raw[e.start]:02x} at column {e.start + 1}; expected UTF-8",
+                        line=lineno,
+                    ) from None
+                yield lineno, line.rstrip("\n").rstrip("\r")
+        except (OSError, EOFError) as e:  # truncated or corrupt gzip
+            raise DataError(path, f"cannot read after line {lineno}: {e}") from None
+
+
+def parse_jsonl_text(path: Path, lineno: int, line: str) -> str:
+    """The ``text`` field of one JSONL line, or a DataError naming file and line."""
+    try:
+        rec = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise DataError(
+            path, f"not valid JSON ({e.msg} at column {e.colno}); expected one JSON object per line", line=lineno
+        ) from None
+    if not isinstance(rec, dict) or not isinstance(rec.get("text"), str):
+        found = f"keys {sorted(rec)}" if isinstance(rec, dict) else type(rec).__name__
+        raise DataError(path, f"expected a JSON object with a string field 'text', found {found}", line=lineno)
+    return rec["text"]
+
+
+def is_jsonl(path: Path) -> bool:
+    return path.name.endswith((".jsonl", ".jsonl.gz"))
+
+
+def _iter_training_lines(files: list[Path]) -> Iterator[str]:
+    for path in files:
+        jsonl = is_jsonl(path)
+        for lineno, line in iter_lines(path):
+            if not line.strip():
+                continue
+            yield parse_jsonl_text(path, lineno, line) if jsonl else line
+
+
+def train_tokenizer(
+    files: Sequence[str | os.PathLike] | None,
+    vocab_size: int,
+    output_dir: str | os.PathLike | None = None,
+    texts: Iterable[str] | None = None,
+    min_frequency: int = 2,
+    limit_alphabet: int = 1000,
+    lowercase: bool = False,
+    show_progress: bool = True,
+) -> Tokenizer:
+    """Train a cased WordPiece vocabulary with BERT's special tokens ([PAD]=0, [UNK], [CLS], [SEP], [MASK]).
+
+    ``files``: text (blank-line separated or one document per line), ``.jsonl`` (``text`` field),
+    optionally gzipped, or directories of them. ``texts``: strings to train on in memory instead (tests).
+    ``limit_alphabet`` keeps the 1,000 most frequent characters, as Google's BERT vocabulary builder.
+    Saves to ``output_dir`` when given.
+    """
+    t = _hf()
+    if vocab_size < len(SPECIAL_TOKENS) + 1:
+        raise SpanBertError(f"vocab_size={vocab_size} is too small; expected at least {len(SPECIAL_TOKENS) + 1}")
+    hf_tok = t.Tokenizer(t.models.WordPiece(unk_token=UNK, continuing_subword_prefix="##"))
+    _build_pipeline(hf_tok, lowercase)
+    trainer = t.trainers.WordPieceTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        limit_alphabet=limit_alphabet,
+        special_tokens=SPECIAL_TOKENS,
+        continuing_subword_prefix="##",
+        show_progress=show_progress,
+    )
+    if texts is None:
+        if not files:
+            raise SpanBertError("train_tokenizer needs corpus files or texts")
+        paths = corpus_files(files)
+        total = sum(p.stat().st_size for p in paths)
+        hf_tok.train_from_iterator(_iter_training_lines(paths), trainer=trainer, length=None)
+        if hf_tok.get_vocab_size() <= len(SPECIAL_TOKENS):
+            raise SpanBertError(f"the corpus ({len(paths)} files, {total} bytes) has no text to train on")
+    else:
+        hf_tok.train_from_iterator(texts, trainer=trainer)
+    hf_tok.add_special_tokens(SPECIAL_TOKENS)
+    _add_post_processor(hf_tok)
+    tok = Tokenizer(hf_tok, lowercase)
+    if output_dir is not None:
+        tok.save(output_dir)
+    return tok
+
+
+# ---------------------------------------------------------------------- CLI
+def main(argv: list[str], prog: str = "spanbert tokenizer") -> int:
+    """``spanbert tokenizer train --corpus FILES --vocab-size N --output_dir DIR``."""
+    parser = argparse.ArgumentParser(prog=prog, description="Train a cased WordPiece vocabulary (BERT special tokens).")
+    sub = parser.add_subparsers(dest="action", metavar="train", required=True)
+    p = sub.add_parser("train", help="train a WordPiece vocabulary on a text corpus")
+    p.add_argument(
+        "--corpus",
+        nargs="+",
+        required=True,
+        metavar="PATH",
+        help="text / .jsonl files (optionally .gz) or directories of them",
+    )
+    p.add_argument(
+        "--vocab-size",
+        "--vocab_size",
+        dest="vocab_size",
+        type=int,
+        default=28996,
+        help="vocabulary size including the special tokens (default: 28996, cased BERT)",
+    )
+    p.add_argument(
+        "--output_dir",
+        "--output-dir",
+        dest="output_dir",
+        required=True,
+        help="directory for vocab.txt, tokenizer.json and tokenizer_config.json",
+    )
+    p.add_argument(
+        "--min-frequency",
+        "--min_frequency",
+        dest="min_frequency",
+        type=int,
+        default=2,
+        help="least count of a merged piece (default: 2)",
+    )
+    p.add_argument(
+        "--limit-alphabet",
+        "--limit_alphabet",
+        dest="limit_alphabet",
+        type=int,
+        default=1000,
+        help="keep this many most frequent characters (default: 1000, as Google's BERT)",
+    )
+    p.add_argument("--lowercase", action="store_true", help="train an uncased vocabulary (default: cased)")
+    args = parser.parse_args(argv)
+    tok = train_tokenizer(
+        args.corpus,
+        args.vocab_size,
+        args.output_dir,
+        min_frequency=args.min_frequency,
+        limit_alphabet=args.limit_alphabet,
+        lowercase=args.lowercase,
+    )
+    print(f"wrote {tok.vocab_size} tokens to {args.output_dir} (vocab.txt, tokenizer.json, tokenizer_config.json)")
+    return 0

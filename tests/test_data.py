@@ -1,0 +1,416 @@
+"""Pre-training data: preprocess -> memory-mapped shards -> blocks / NSP pairs -> masked batches."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from spanbert.data import (
+    PretrainDataset,
+    TokenCorpus,
+    builtin_corpus,
+    collate_pretrain,
+    has_tokenizer,
+    is_preprocessed,
+    main,
+    preprocess,
+    pretrain_dataloader,
+    tokenizer_dir_of,
+)
+from spanbert.errors import DataError, SpanBertError
+from spanbert.masking import IGNORE_INDEX
+from spanbert.tokenization import train_tokenizer
+
+REAL = Path(__file__).resolve().parents[1] / "../shared/data/pretrain-corpus"
+
+WORDS = (
+    "the Denver Broncos won a game in 2016 and fans celebrated loudly while analysts wrote long reports "
+    "about defence offence quarterbacks stadiums weather tickets résumé café naïve"
+).split()
+
+
+def synthetic_docs(n_docs=40, seed=0):
+    rng = np.random.default_rng(seed)
+    docs = []
+    for d in range(n_docs):
+        paras = []
+        for _ in range(int(rng.integers(1, 6))):
+            n = int(rng.integers(5, 80))
+            paras.append(f"Doc{d} " + " ".join(rng.choice(WORDS, n)) + ".")
+        docs.append(paras)
+    return docs
+
+
+def write_txt(path: Path, docs) -> Path:
+    path.write_text("\n\n".join("\n".join(p) for p in docs) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def tok_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tok")
+    texts = [" ".join(p) for p in synthetic_docs(40)]
+    train_tokenizer(None, 120, out, texts=texts, show_progress=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def corpus_dir(tmp_path_factory, tok_dir):
+    tmp = tmp_path_factory.mktemp("corpus")
+    src = write_txt(tmp / "a.txt", synthetic_docs(40))
+    return preprocess(src, tok_dir, tmp / "out", num_workers=1, progress=False)
+
+
+def test_preprocess_arrays_match_the_tokenizer(tmp_path, tok_dir):
+    docs = synthetic_docs(12, seed=1)
+    write_txt(tmp_path / "a.txt", docs[:4])
+    with gzip.open(tmp_path / "b.txt.gz", "wt", encoding="utf-8") as f:
+        f.write("\n\n".join("\n".join(p) for p in docs[4:8]))
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps({"text": "\n".join(p)}) + "\n" for p in docs[8:]))
+    out = preprocess(
+        [tmp_path / "a.txt", tmp_path / "b.txt.gz", tmp_path / "c.jsonl"],
+        tok_dir,
+        tmp_path / "out",
+        num_workers=1,
+        progress=False,
+    )
+    c = TokenCorpus(out)
+    assert c.num_docs == 12 and len(c.para_starts) == sum(len(p) for p in docs)
+    tok = c.tokenizer
+    for (s, e), paras in zip(c.doc_bounds, docs):
+        ids, ws = c.tokens(int(s), int(e))
+        want = np.concatenate([tok.encode(p).ids for p in paras])
+        assert ids.tolist() == want.tolist()
+        assert ws.tolist() == tok.word_starts_of(want).tolist()
+    assert c.unigram_counts().sum() == c.num_tokens
+
+
+def test_one_doc_per_line(tmp_path, tok_dir):
+    (tmp_path / "a.txt").write_text("first doc here\nsecond doc\n\nthird doc\n", encoding="utf-8")
+    c = TokenCorpus(preprocess(tmp_path / "a.txt", tok_dir, tmp_path / "o", one_doc_per_line=True, progress=False))
+    assert c.num_docs == 3
+
+
+def test_1_and_4_workers_and_shards_give_identical_arrays(tmp_path, tok_dir):
+    src = write_txt(tmp_path / "a.txt", synthetic_docs(60, seed=2))
+    kw = dict(progress=False, chunk_chars=2000, shard_tokens=3000)
+    a = TokenCorpus(preprocess(src, tok_dir, tmp_path / "w1", num_workers=1, **kw))
+    b = TokenCorpus(preprocess(src, tok_dir, tmp_path / "w4", num_workers=4, **kw))
+    assert len(a.meta["shards"]) > 1
+    assert a.meta["shards"] == b.meta["shards"]
+    assert np.array_equal(a.doc_bounds, b.doc_bounds) and np.array_equal(a.para_starts, b.para_starts)
+    for s, e in a.doc_bounds:
+        for x, y in zip(a.tokens(int(s), int(e)), b.tokens(int(s), int(e))):
+            assert np.array_equal(x, y)
+    assert np.array_equal(a.unigram_counts(), b.unigram_counts())
+
+
+def test_bad_input_is_reported_with_file_and_line(tmp_path, tok_dir):
+    bad = tmp_path / "latin.txt"
+    bad.write_bytes("good line\n\nstill good\ncaf\xe9 au lait\n".encode("latin-1"))
+    with pytest.raises(DataError, match=r"latin.txt:4: not UTF-8"):
+        preprocess(bad, tok_dir, tmp_path / "o1", progress=False)
+    assert not (tmp_path / "o1").exists()  # nothing that looks complete
+    js = tmp_path / "x.jsonl"
+    js.write_text('{"text": "ok"}\n{not json}\n')
+    with pytest.raises(DataError, match=r"x.jsonl:2: not valid JSON"):
+        preprocess(js, tok_dir, tmp_path / "o2", progress=False)
+    js.write_text('{"text": "ok"}\n{"body": "no text"}\n')
+    with pytest.raises(DataError, match=r"x.jsonl:2: expected a JSON object with a string field 'text'"):
+        preprocess(js, tok_dir, tmp_path / "o3", progress=False)
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n   \n")
+    with pytest.raises(DataError, match="empty corpus"):
+        preprocess(empty, tok_dir, tmp_path / "o4", progress=False)
+    with pytest.raises(SpanBertError, match="does not exist"):
+        preprocess(tmp_path / "missing.txt", tok_dir, tmp_path / "o5", progress=False)
+    with pytest.raises(SpanBertError, match="not a preprocessed corpus"):
+        TokenCorpus(tmp_path)
+
+
+def test_candidates_need_spacy_with_an_install_hint(tmp_path, tok_dir):
+    try:
+        import spacy  # noqa: F401
+
+        pytest.skip("spaCy is installed: the missing-extra message cannot be shown")
+    except ImportError:
+        pass
+    src = write_txt(tmp_path / "a.txt", synthetic_docs(2))
+    with pytest.raises(SpanBertError, match=r"pip install 'spanbert\[spacy\]'.*spacy download en_core_web_sm"):
+        preprocess(src, tok_dir, tmp_path / "o", candidates="entity", progress=False)
+
+
+def test_single_segment_blocks_stop_at_document_boundaries(corpus_dir):
+    c = TokenCorpus(corpus_dir)
+    ds = PretrainDataset(c, max_seq_length=32, seed=1)
+    doc_of = np.searchsorted(c.doc_bounds[:, 0], ds.blocks[:, 0], side="right") - 1
+    assert (ds.blocks[:, 1] <= c.doc_bounds[doc_of, 1]).all()  # never crosses a document boundary
+    assert (ds.blocks[:, 1] - ds.blocks[:, 0] <= 30).all()
+    # the blocks tile every document exactly
+    assert (ds.blocks[:, 1] - ds.blocks[:, 0]).sum() == c.num_tokens
+    item = ds[3]
+    ids = item["input_ids"]
+    assert ids[0] == ds.cls_id and ids[-1] == ds.sep_id and len(ids) <= 32
+    assert (item["token_type_ids"] == 0).all()
+
+
+def test_masks_are_reproducible_per_seed_epoch_index(corpus_dir):
+    ds = PretrainDataset(corpus_dir, max_seq_length=64, seed=3)
+    a = ds[5]["input_ids"]
+    assert np.array_equal(a, PretrainDataset(corpus_dir, max_seq_length=64, seed=3)[5]["input_ids"])
+    ds.set_epoch(1)
+    assert not np.array_equal(a, ds[5]["input_ids"])  # dynamic masking: another epoch, another mask
+    ds.set_epoch(0)
+    assert np.array_equal(a, ds[5]["input_ids"])
+
+
+def test_dataloader_workers_give_the_same_masks(corpus_dir):
+    ds = PretrainDataset(corpus_dir, max_seq_length=64, seed=4)
+    ds.set_epoch(2)
+    loader = pretrain_dataloader(ds, batch_size=4, shuffle=False, num_workers=2, max_predictions=12)
+    for epoch in (2, 3):  # persistent workers must see set_epoch of the main process
+        ds.set_epoch(epoch)
+        first = next(iter(loader))
+        direct = collate_pretrain([ds[i] for i in range(4)], max_predictions=12)
+        for k in direct:
+            assert torch.equal(first[k], direct[k]), (epoch, k)
+
+
+def test_nsp_pairs(corpus_dir):
+    c = TokenCorpus(corpus_dir)
+    ds = PretrainDataset(c, max_seq_length=48, nsp=True, seed=5, short_seq_prob=0.1)
+    pairs = ds.pairs
+    labels = pairs[:, 4]
+    n = len(labels)
+    # 50/50 labels: SE of the share is 0.5/sqrt(n); allow 5 SE (n ~ 150 -> ±0.2 at worst)
+    assert abs(labels.mean() - 0.5) <= 5 * 0.5 / np.sqrt(n)
+    doc = lambda p: int(np.searchsorted(c.doc_bounds[:, 0], p, side="right") - 1)  # noqa: E731
+    for a0, a1, b0, b1, label in pairs.tolist():
+        assert (a1 - a0) + (b1 - b0) <= 45 and a1 > a0 and b1 > b0
+        assert doc(a0) == doc(a1 - 1) and doc(b0) == doc(b1 - 1)
+        if label == 0:  # "next" really is next: same document, B follows A
+            assert doc(a0) == doc(b0) and b0 >= a1
+        else:
+            assert doc(a0) != doc(b0)
+    item = ds[0]
+    tt = item["token_type_ids"]
+    assert tt[0] == 0 and tt[-1] == 1 and (np.diff(tt) >= 0).all()
+    assert (item["input_ids"] == ds.sep_id).sum() >= 2 and int(item["next_sentence_label"]) == labels[0]
+
+
+def test_collate_matches_the_batch_table(corpus_dir):
+    ds = PretrainDataset(corpus_dir, max_seq_length=64, seed=6)
+    items = [ds[i] for i in range(6)]
+    b = collate_pretrain(items)
+    B, T = b["input_ids"].shape
+    assert B == 6 and T == max(len(it["input_ids"]) for it in items)
+    lens = [len(it["input_ids"]) for it in items]
+    if min(lens) < T:
+        assert b["attention_mask"].sum(1).tolist() == lens
+    labels = torch.full((B, T), IGNORE_INDEX)
+    for i, it in enumerate(items):
+        labels[i, : len(it["labels"])] = torch.from_numpy(it["labels"])
+    flat = labels.view(-1)
+    assert torch.equal(flat[b["mlm_positions"]], b["mlm_labels"])
+    assert (b["mlm_labels"] != IGNORE_INDEX).all()
+    assert torch.equal(flat[b["sbo_positions"]], b["sbo_labels"])
+    # external boundaries are observed tokens of the same row, on either side of the target
+    assert (flat[b["sbo_left"]] == IGNORE_INDEX).all() and (flat[b["sbo_right"]] == IGNORE_INDEX).all()
+    assert (b["sbo_left"] < b["sbo_positions"]).all() and (b["sbo_positions"] < b["sbo_right"]).all()
+    assert torch.equal(b["sbo_positions"] - b["sbo_left"] - 1, b["sbo_rel"])
+    assert (b["sbo_left"] // T == b["sbo_positions"] // T).all()
+    # fixed shapes: exactly k entries per sequence, padding entries ignored
+    k = 20
+    f = collate_pretrain(items, max_predictions=k, pad_to=64)
+    assert f["input_ids"].shape == (6, 64) and f["mlm_positions"].shape == (6 * k,)
+    assert f["sbo_rel"].shape == (6 * k,)
+    kept = f["mlm_labels"] != IGNORE_INDEX
+    assert torch.equal(
+        f["mlm_labels"][kept],
+        torch.from_numpy(np.concatenate([it["labels"][it["labels"] != IGNORE_INDEX][:k] for it in items])),
+    )
+    # no padding -> no attention mask
+    same = [ds[i] for i in range(len(ds)) if len(ds[i]["input_ids"]) == 64][:3]
+    assert same and "attention_mask" not in collate_pretrain(same)
+
+
+def test_builtin_corpus_quick_start_path(tmp_path):
+    path = builtin_corpus(tmp_path / "corpus.txt")
+    text = path.read_text(encoding="utf-8")
+    docs = text.strip("\n").split("\n\n")
+    assert len(docs) == 79 and len(text) > 400_000 and all(d.strip() for d in docs)
+    # the calls `spanbert pretrain` (quick start) makes
+    tok = train_tokenizer([path], vocab_size=3000, output_dir=tmp_path / "tok", show_progress=False)
+    out = preprocess([path], tok, tmp_path / "data", num_workers=2, candidates=None, progress=False)
+    assert is_preprocessed(out) and tokenizer_dir_of(out) == out / "tokenizer" and has_tokenizer(tmp_path / "tok")
+    ds = PretrainDataset(
+        out,
+        tok,
+        max_seq_length=128,
+        mode="single",
+        scheme="span",
+        seed=0,
+        short_seq_prob=0.0,
+        mask_ratio=0.15,
+        geometric_p=0.2,
+        max_span_length=10,
+    )
+    assert ds.corpus.num_docs == 79 and len(ds) > 500
+    batch = collate_pretrain([ds[i] for i in range(8)], pad_id=tok.pad_id)
+    assert batch["input_ids"].shape[0] == 8 and len(batch["mlm_positions"]) > 8 * 10
+
+
+def test_cli(tmp_path, tok_dir, capsys):
+    src = write_txt(tmp_path / "a.txt", synthetic_docs(3))
+    assert (
+        main(
+            [
+                "--corpus",
+                str(src),
+                "--tokenizer",
+                str(tok_dir),
+                "--output_dir",
+                str(tmp_path / "o"),
+                "--num_workers",
+                "1",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    assert "3 documents" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------------ real text
+
+
+def real_slice(tmp_path: Path, chars: int = 300_000) -> Path:
+    """Whole documents from the start of one Wikipedia chunk and one Gutenberg chunk (a few hundred KB)."""
+    out = tmp_path / "real.txt"
+    parts = []
+    for name, limit in (("enwiki-2015-00.txt.gz", chars), ("gutenberg-00.txt.gz", chars // 2)):
+        lines, size = [], 0
+        with gzip.open(REAL / name, "rt", encoding="utf-8") as f:
+            for line in f:
+                if size >= limit and not line.strip():
+                    break
+                if size >= limit and name.startswith("gutenberg"):
+                    break  # a book is one long document: cut it at a paragraph
+                lines.append(line.rstrip("\n"))
+                size += len(line)
+        parts.append("\n".join(lines).strip("\n"))
+    out.write_text("\n\n".join(parts) + "\n", encoding="utf-8")
+    return out
+
+
+@pytest.mark.realdata
+def test_real_text_pipeline(tmp_path):
+    if not (REAL / "enwiki-2015-00.txt.gz").is_file():
+        pytest.skip(f"pre-training corpus not found at {REAL}")
+    src = real_slice(tmp_path)
+    train_tokenizer([src], 4000, tmp_path / "tok", show_progress=False)
+    a = TokenCorpus(
+        preprocess(src, tmp_path / "tok", tmp_path / "w1", num_workers=1, chunk_chars=50_000, progress=False)
+    )
+    b = TokenCorpus(
+        preprocess(src, tmp_path / "tok", tmp_path / "w4", num_workers=4, chunk_chars=50_000, progress=False)
+    )
+    assert a.num_docs > 20 and a.meta["shards"] == b.meta["shards"]
+    for x, y in zip(a.tokens(0, a.num_tokens), b.tokens(0, b.num_tokens)):
+        assert np.array_equal(x, y)
+
+    ds = PretrainDataset(a, max_seq_length=512, seed=0)
+    masked = maskable = 0
+    span_words = []
+    for i in range(len(ds)):
+        it = ds[i]
+        s, e = ds.blocks[i]
+        ws = a.tokens(int(s), int(e))[1]
+        ws = np.concatenate([[True], ws, [True]])
+        ws[1] = True
+        m = it["labels"] != IGNORE_INDEX
+        masked += int(m.sum())
+        maskable += len(m) - 2
+        d = np.flatnonzero(np.diff(np.concatenate([[0], m.astype(np.int8), [0]])))
+        for st, en in zip(d[::2], d[1::2] - 1):
+            assert ws[st] and ws[en + 1], "complete words"
+            span_words.append(int(ws[st : en + 1].sum()))
+    # ~90k maskable tokens in ~190 blocks: the rate is 15% up to rounding and the occasional span that
+    # cannot be placed at the end; ±0.3 points is ~270 tokens
+    assert masked / maskable == pytest.approx(0.15, abs=0.003)
+    span_words = np.array(span_words)
+    # ~3,500 spans, SE of the mean ~0.045: the realised mean must stay >= 3.55 (docs/data.md)
+    assert len(span_words) > 2000 and span_words.max() <= 10 and span_words.mean() >= 3.55
+
+    nsp = PretrainDataset(a, a.tokenizer, 256, mode="nsp", seed=0)
+    n = len(nsp)
+    assert abs(nsp.pairs[:, 4].mean() - 0.5) <= 5 * 0.5 / np.sqrt(n)
+
+
+def test_corpus_pickles_as_a_path(corpus_dir):
+    import pickle
+
+    c = TokenCorpus(corpus_dir)
+    blob = pickle.dumps(c)
+    assert len(blob) < 1000  # the memory maps are not copied into the pickle
+    d = pickle.loads(blob)
+    assert d.num_tokens == c.num_tokens and np.array_equal(d.tokens(0, 10)[0], c.tokens(0, 10)[0])
+
+
+SPACY_TEXT = (
+    "Barack Obama visited Paris in 2015 with 300 advisers.\n"
+    "The old president met Angela Merkel near the Eiffel Tower.\n\n"
+    "Microsoft opened a new office in Berlin on Monday.\n"
+)
+
+
+def test_entity_and_noun_phrase_candidates(tmp_path):
+    spacy = pytest.importorskip(
+        "spacy", reason="spaCy is not installed (optional extra: pip install 'spanbert[spacy]')"
+    )
+    import os
+
+    model = os.environ.get("SPANBERT_SPACY_MODEL", "en_core_web_sm")  # another package name of the same model
+    try:
+        spacy.load(model)
+    except OSError:
+        pytest.skip(f"the spaCy English model {model} is not installed (python -m spacy download {model})")
+    src = tmp_path / "a.txt"
+    src.write_text(SPACY_TEXT * 3, encoding="utf-8")
+    tok = train_tokenizer([src], 200, tmp_path / "tok", show_progress=False)
+    c = TokenCorpus(
+        preprocess(
+            src,
+            tmp_path / "tok",
+            tmp_path / "o",
+            candidates="entity,noun_phrase",
+            spacy_model=model,
+            num_workers=1,
+            progress=False,
+        )
+    )
+    ids = c.tokens(0, c.num_tokens)[0]
+    ents = {tok.decode(ids[s : e + 1]) for s, e in c.candidates("entity", 0, c.num_tokens)}
+    nps = {tok.decode(ids[s : e + 1]) for s, e in c.candidates("noun_phrase", 0, c.num_tokens)}
+    assert {"Barack Obama", "Paris", "Angela Merkel"} <= ents
+    assert not any(any(ch.isdigit() for ch in e) for e in ents)  # DATE / CARDINAL mentions are dropped
+    assert "The old president" in nps
+    ds = PretrainDataset(c, max_seq_length=64, scheme="named_entity")
+    item = ds[0]
+    assert (item["labels"] != IGNORE_INDEX).sum() > 0
+
+
+def test_corpus_directory_reads_only_text_files(tmp_path, tok_dir):
+    d = tmp_path / "corpus"
+    d.mkdir()
+    write_txt(d / "a.txt", synthetic_docs(2, seed=3))
+    (d / "b.jsonl").write_text(json.dumps({"text": "one more document"}) + "\n", encoding="utf-8")
+    (d / "README.md").write_text("# not corpus text\n\nmanifest\n", encoding="utf-8")
+    (d / "manifest.tsv").write_bytes(b"\xff\xfe binary-ish")
+    c = TokenCorpus(preprocess(d, tok_dir, tmp_path / "o", num_workers=1, progress=False))
+    assert c.num_docs == 3 and len(c.meta["sources"]) == 2
