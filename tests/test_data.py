@@ -169,6 +169,35 @@ def test_masks_are_reproducible_per_seed_epoch_index(corpus_dir):
     assert np.array_equal(a, ds[5]["input_ids"])
 
 
+def test_example_generator_depends_on_seed_epoch_index_only(corpus_dir):
+    ds = PretrainDataset(corpus_dir, max_seq_length=64, seed=3)
+    first = ds.example_rng(5, epoch=0).random(8)
+    ds.example_rng(7).random(3)  # another example in between changes nothing
+    assert np.array_equal(ds.example_rng(5, epoch=0).random(8), first)
+    assert not np.array_equal(ds.example_rng(6, epoch=0).random(8), first)
+    assert not np.array_equal(ds.example_rng(5, epoch=1).random(8), first)
+    assert not np.array_equal(PretrainDataset(corpus_dir, max_seq_length=64, seed=4).example_rng(5, 0).random(8), first)
+    # threads reading the same dataset (each thread has its own bit generator) get the same masks
+    from concurrent.futures import ThreadPoolExecutor
+
+    idx = list(range(min(len(ds), 24))) * 2
+    with ThreadPoolExecutor(2) as pool:
+        threaded = list(pool.map(lambda i: ds[i]["input_ids"], idx))
+    assert all(np.array_equal(a, ds[i]["input_ids"]) for i, a in zip(idx, threaded))
+
+
+def test_items_hold_the_corpus_tokens(corpus_dir):
+    # the dataset reads blocks through its own views of the memory maps: same tokens as TokenCorpus.tokens
+    c = TokenCorpus(corpus_dir)
+    ds = PretrainDataset(c, max_seq_length=64, seed=2)
+    for i in range(len(ds)):
+        start, end = ds.blocks[i].tolist()
+        ids, _ = c.tokens(start, end)
+        it = ds[i]
+        original = np.where(it["labels"] != IGNORE_INDEX, it["labels"], it["input_ids"])
+        assert np.array_equal(original, np.concatenate([[ds.cls_id], ids, [ds.sep_id]])), i
+
+
 def test_dataloader_workers_give_the_same_masks(corpus_dir):
     ds = PretrainDataset(corpus_dir, max_seq_length=64, seed=4)
     ds.set_epoch(2)

@@ -191,6 +191,33 @@ def test_official_options():
     assert n_long > 0
 
 
+def test_fast_span_path_keeps_the_rules_with_each_option():
+    # The paper's configuration (word anchors, no merging) takes a dedicated fast path, also with
+    # stop_mid_word, max_sbo_targets and sbo_skip_edge; check the rules hold there on their own.
+    rng = np.random.default_rng(13)
+    n_edge = 0
+    for _ in range(150):
+        ids, ws = synthetic_block(rng)
+        # the budget in word pieces, stopping mid-word: exactly the (randomly rounded) budget
+        r = mask(ids, ws, "span", rng, stop_mid_word=True)
+        assert abs(int((r.labels != IGNORE_INDEX).sum()) - 0.15 * 510) < 1
+        r = mask(ids, ws, "span", rng, max_sbo_targets=2)
+        lens = r.spans[:, 1] - r.spans[:, 0] + 1
+        assert len(r.sbo_positions) == np.minimum(lens, 2).sum() and r.sbo_rel.max(initial=0) <= 1
+        # raw tokens, no [CLS]/[SEP]: a span at the block edge has no external boundary, so no target
+        raw_ids, raw_ws = ids[1:-1], ws[1:-1].copy()
+        raw_ws[0] = True
+        r = mask(raw_ids, raw_ws, "span", rng)
+        n = len(raw_ids)
+        inner = (r.spans[:, 0] >= 1) & (r.spans[:, 1] <= n - 2)
+        n_edge += int((~inner).sum())
+        assert len(r.sbo_positions) == (r.spans[inner, 1] - r.spans[inner, 0] + 1).sum()
+        assert ((r.sbo_left >= 0) & (r.sbo_right <= n - 1)).all()
+        # spans never touch, so every external boundary is an observed token
+        assert (r.labels[r.sbo_left] == IGNORE_INDEX).all() and (r.labels[r.sbo_right] == IGNORE_INDEX).all()
+    assert n_edge > 0  # the edge rule was exercised
+
+
 def test_subword_anchor_favours_long_words():
     # words alternate: one piece, three pieces; count how often each kind starts a span
     pattern = np.array([True, True, False, False])  # word A (1 piece), word B (3 pieces)

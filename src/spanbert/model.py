@@ -11,6 +11,7 @@ no remapping. Two things make it faster than the HF implementation on the same w
 from __future__ import annotations
 
 import json
+import math
 import os
 import pickle
 from pathlib import Path
@@ -38,6 +39,44 @@ def _act(name: str):
     raise SpanBertError(f"unsupported hidden_act {name!r}")
 
 
+class Dropout(nn.Module):
+    """Dropout whose CPU masks are drawn 16 bits at a time.
+
+    PyTorch's CPU `bernoulli_` draws one Mersenne-Twister number per element and dominates the cost
+    of attention dropout (~4x a softmax over the same tensor). Here one 64-bit draw gives four 16-bit
+    uniforms: an element is dropped with probability ceil(p * 65536) / 65536 (0.100006 for p = 0.1) and
+    kept ones are scaled by the exact inverse keep rate, so the layer stays unbiased. The draws come
+    from torch's global generator, so seeding and checkpoint resume work as with `nn.Dropout`. On
+    other devices this is `F.dropout`.
+    """
+
+    def __init__(self, p: float):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        if x.device.type != "cpu" or torch.compiler.is_compiling():
+            return F.dropout(x, self.p, True)
+        return x * cpu_keep_mask(x.shape, self.p).to(x.dtype) * (65536.0 / (65536 - _drop_threshold(self.p)))
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
+def _drop_threshold(p: float) -> int:
+    return min(65536, math.ceil(p * 65536))
+
+
+def cpu_keep_mask(shape: torch.Size | tuple[int, ...], p: float) -> Tensor:
+    """Boolean keep-mask, True with probability 1 - ceil(p * 65536) / 65536, from 16-bit uniforms."""
+    n = math.prod(shape)
+    words = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-(2**63), 2**63 - 1)  # 64 random bits each
+    u = words.view(torch.int16)[:n]  # uniform over [-32768, 32767]
+    return (u >= -32768 + _drop_threshold(p)).view(shape)
+
+
 class Embeddings(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
@@ -45,7 +84,7 @@ class Embeddings(nn.Module):
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None) -> Tensor:
         T = input_ids.shape[1]
@@ -57,6 +96,25 @@ class Embeddings(nn.Module):
         return self.dropout(self.LayerNorm(x))
 
 
+class Unpad:
+    """Where the real tokens of a padded (B, T) batch sit, to run token-wise layers on them alone.
+
+    As in MosaicBERT: projections, feed-forward, LayerNorm and dropout see (N, H) real-token rows;
+    only attention re-pads to (B, T, .). With padding, that skips the padded rows' work entirely.
+    """
+
+    def __init__(self, attention_mask: Tensor):
+        self.B, self.T = attention_mask.shape
+        self.index = attention_mask.reshape(-1).nonzero().squeeze(1)  # (N,) flat positions of real tokens
+
+    def gather(self, x: Tensor) -> Tensor:
+        return x.reshape(self.B * self.T, -1)[self.index]  # (B, T, D) -> (N, D)
+
+    def pad(self, x: Tensor) -> Tensor:
+        out = x.new_zeros(self.B * self.T, x.shape[-1]).index_copy(0, self.index, x)
+        return out.view(self.B, self.T, -1)  # (N, D) -> (B, T, D), zeros at padding
+
+
 class SelfAttention(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
@@ -66,18 +124,32 @@ class SelfAttention(nn.Module):
         self.key = nn.Linear(H, H)
         self.value = nn.Linear(H, H)
         self.dropout_p = config.attention_probs_dropout_prob
+        self.attn_dropout = Dropout(config.attention_probs_dropout_prob)
 
-    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        B, T, H = x.shape
+    def forward(self, x: Tensor, mask: Tensor | None, unpad: Unpad | None = None) -> Tensor:
+        H = x.shape[-1]
         # One fused projection: three matmuls become one; names stay HF's query/key/value.
         w = torch.cat([self.query.weight, self.key.weight, self.value.weight])  # (3H, H)
         b = torch.cat([self.query.bias, self.key.bias, self.value.bias])
-        qkv = F.linear(x, w, b).view(B, T, 3, self.n_head, H // self.n_head)
+        qkv = F.linear(x, w, b)  # (B, T, 3H), or (N, 3H) for the N real tokens when unpadded
+        if unpad is not None:
+            qkv = unpad.pad(qkv)  # (B, T, 3H): attention is the one step that needs the grid
+        B, T = qkv.shape[:2]
+        qkv = qkv.view(B, T, 3, self.n_head, H // self.n_head)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, nh, T, hs)
-        y = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0
-        )  # (B, nh, T, hs)
-        return y.transpose(1, 2).reshape(B, T, H)
+        if self.training and self.dropout_p > 0 and x.device.type == "cpu" and not torch.compiler.is_compiling():
+            # SDPA's fused CPU kernels have no dropout, so SDPA would take this same math path, but
+            # with the slow per-element Bernoulli; do it explicitly with the fast CPU dropout.
+            scores = q @ k.transpose(-2, -1) * (q.shape[-1] ** -0.5)  # (B, nh, T, T)
+            if mask is not None:
+                scores = scores.masked_fill(~mask, float("-inf"))
+            y = self.attn_dropout(scores.softmax(-1)) @ v  # (B, nh, T, hs)
+        else:
+            y = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0
+            )  # (B, nh, T, hs)
+        y = y.transpose(1, 2).reshape(B, T, H)
+        return unpad.gather(y) if unpad is not None else y
 
 
 class SelfOutput(nn.Module):
@@ -85,7 +157,7 @@ class SelfOutput(nn.Module):
         super().__init__()
         self.dense = nn.Linear(in_features, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, h: Tensor, residual: Tensor) -> Tensor:
         return self.LayerNorm(self.dropout(self.dense(h)) + residual)  # post-LN, as BERT
@@ -97,8 +169,8 @@ class Attention(nn.Module):
         self.self = SelfAttention(config)
         self.output = SelfOutput(config, config.hidden_size)
 
-    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        return self.output(self.self(x, mask), x)
+    def forward(self, x: Tensor, mask: Tensor | None, unpad: Unpad | None = None) -> Tensor:
+        return self.output(self.self(x, mask, unpad), x)
 
 
 class Intermediate(nn.Module):
@@ -118,8 +190,8 @@ class Layer(nn.Module):
         self.intermediate = Intermediate(config)
         self.output = SelfOutput(config, config.intermediate_size)
 
-    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        x = self.attention(x, mask)
+    def forward(self, x: Tensor, mask: Tensor | None, unpad: Unpad | None = None) -> Tensor:
+        x = self.attention(x, mask, unpad)
         return self.output(self.intermediate(x), x)
 
 
@@ -129,12 +201,12 @@ class LayerStack(nn.Module):
         self.layer = nn.ModuleList(Layer(config) for _ in range(config.num_hidden_layers))
         self.gradient_checkpointing = False
 
-    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
+    def forward(self, x: Tensor, mask: Tensor | None, unpad: Unpad | None = None) -> Tensor:
         for layer in self.layer:
             if self.gradient_checkpointing and self.training:
-                x = torch.utils.checkpoint.checkpoint(layer, x, mask, use_reentrant=False)
+                x = torch.utils.checkpoint.checkpoint(layer, x, mask, unpad, use_reentrant=False)
             else:
-                x = layer(x, mask)
+                x = layer(x, mask, unpad)
         return x
 
 
@@ -187,12 +259,15 @@ class Encoder(nn.Module):
                 f"sequence of {input_ids.shape[1]} tokens is longer than max_position_embeddings="
                 f"{self.config.max_position_embeddings}"
             )
-        mask = None
-        if attention_mask is not None and not _all_ones(attention_mask):
-            # (B, 1, 1, T) boolean: True = may attend. Only keys are masked, as in BERT.
-            mask = attention_mask.bool()[:, None, None, :]
         x = self.embeddings(input_ids, token_type_ids)  # (B, T, H)
-        return self.encoder(x, mask)
+        if attention_mask is None or _all_ones(attention_mask):
+            return self.encoder(x, None)  # no padding: no mask at all
+        # (B, 1, 1, T) boolean: True = may attend. Only keys are masked, as in BERT.
+        mask = attention_mask.bool()[:, None, None, :]
+        unpad = Unpad(attention_mask)
+        x = self.encoder(unpad.gather(x), mask, unpad)  # (N, H): real tokens only
+        # Padded positions come back as zeros (HF returns values there that no loss should use).
+        return unpad.pad(x)  # (B, T, H)
 
     def pool(self, hidden: Tensor) -> Tensor:
         """The tanh pooler over [CLS] used by NSP and sentence classification: (B, T, H) -> (B, H)."""

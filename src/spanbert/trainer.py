@@ -522,7 +522,11 @@ def train(
                 if step % max(1, args.logging_steps) == 0 or step == end:
                     dt = time.perf_counter() - t0
                     last = {k: float(np.mean(v)) for k, v in window.items()}
-                    last["lr"] = scheduler.get_last_lr()[0]
+                    # the rate of the group at --learning_rate (not e.g. the encoder's under lr_by_prefix)
+                    last["lr"] = next(
+                        (g["lr"] for g in optimizer.param_groups if g["initial_lr"] == args.learning_rate),
+                        optimizer.param_groups[0]["lr"],
+                    )
                     last["tokens_per_s"] = tokens * world / dt if dt > 0 else 0.0
                     logger.log(step, {f"train/{k}": v for k, v in last.items()})
                     if rank == 0:

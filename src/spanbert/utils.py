@@ -24,6 +24,12 @@ def fsync_dir(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike, mode: str = "w", **open_kwargs) -> Iterator:
     """Open a temporary file beside ``path``; on success fsync and rename it over ``path``.
@@ -39,6 +45,7 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", **open_kwargs) -> Ite
             yield f
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the file the usual permissions
         os.replace(tmp, path)
         fsync_dir(path.parent)
     except BaseException:
@@ -59,6 +66,7 @@ def atomic_dir(path: str | os.PathLike, overwrite: bool = True) -> Iterator[Path
     if path.exists() and not overwrite:
         raise FileExistsError(f"{path} already exists")
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp creates 0700
     try:
         yield tmp
         for root, _, files in os.walk(tmp):

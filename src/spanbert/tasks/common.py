@@ -61,6 +61,8 @@ def load_tokenizer_for(model_dir: str | Path, tokenizer_dir: str | Path | None =
     """The tokenizer saved with a checkpoint, or the one given; a clear error when there is none."""
     from spanbert.tokenization import Tokenizer
 
+    if not Path(model_dir).is_dir():
+        raise SpanBertError(f"{model_dir}: model folder not found")
     source = Path(tokenizer_dir) if tokenizer_dir else Path(model_dir)
     if source.is_file() and source.name.endswith(".txt"):
         source = source.parent

@@ -1,0 +1,399 @@
+"""What relation extraction, GLUE and NER share: features, the two heads, fine-tuning and prediction.
+
+The three task families differ only in their reader, their head (one label per sequence from
+``[CLS]``, or one label per word from its first sub-token) and their metric. This module holds the
+rest once:
+
+- features are plain dicts of numpy arrays (``input_ids``, ``token_type_ids``, ``labels``) and
+  `Collator` pads a list of them into a batch;
+- `SequenceClassifier` (a linear layer over the pooled ``[CLS]``, as BERT §4.1 and SpanBERT §4.1)
+  and `TokenClassifier` (a linear layer over every token, BERT §5.3), named as HF
+  ``BertForSequenceClassification`` / ``BertForTokenClassification`` so the saved weights load there;
+- `finetune` runs the one training loop of `spanbert.trainer` with an evaluation callback;
+- `predict_logits` runs a model over features in batches.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from spanbert.errors import SpanBertError
+from spanbert.utils import atomic_write
+
+IGNORE_INDEX = -100
+"""Label of positions without a target (special tokens, non-first sub-tokens), as in HF."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Features
+
+
+def pair_input(
+    cls_id: int, sep_id: int, a: Sequence[int], b: Sequence[int] | None, max_length: int
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """``[CLS] a [SEP]`` or ``[CLS] a [SEP] b [SEP]`` with token types 0/1, cut to ``max_length``.
+
+    Pairs are cut longest-first, one token at a time (BERT's ``_truncate_seq_pair``), so the shorter
+    text keeps as much as it can. Returns (input_ids, token_type_ids, tokens removed).
+    """
+    a, b = list(a), (list(b) if b is not None else None)
+    budget = max_length - (3 if b is not None else 2)
+    if budget < 2:
+        raise SpanBertError(f"max_seq_length={max_length} is too short for [CLS]/[SEP] and any text")
+    removed = 0
+    if b is None:
+        removed = max(0, len(a) - budget)
+        a = a[:budget]
+    else:
+        while len(a) + len(b) > budget:
+            (a if len(a) >= len(b) else b).pop()
+            removed += 1
+    ids = [cls_id, *a, sep_id]
+    types = [0] * len(ids)
+    if b is not None:
+        ids += [*b, sep_id]
+        types += [1] * (len(b) + 1)
+    return np.asarray(ids, dtype=np.int64), np.asarray(types, dtype=np.int64), removed
+
+
+class FeatureDataset(torch.utils.data.Dataset):
+    """A map-style dataset over a list of feature dicts (what `spanbert.trainer.train` takes)."""
+
+    def __init__(self, features: list[dict[str, Any]]):
+        self.features = features
+
+    def __len__(self) -> int:
+        return len(self.features)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return self.features[i]
+
+
+class Collator:
+    """Pads a list of features into a batch of tensors (a class so it pickles for DataLoader workers).
+
+    ``input_ids`` is padded with ``pad_id``, ``token_type_ids`` with 0, per-token ``labels`` with -100;
+    ``attention_mask`` is added only when the batch has padding (the encoder then skips masking).
+    Keys other than the model inputs (``example_index`` ...) are dropped.
+    """
+
+    def __init__(self, pad_id: int):
+        self.pad_id = pad_id
+
+    def __call__(self, features: list[dict[str, Any]]) -> dict[str, Tensor]:
+        lengths = [len(f["input_ids"]) for f in features]
+        B, T = len(features), max(lengths)
+        input_ids = torch.full((B, T), self.pad_id, dtype=torch.long)  # (B, T)
+        token_type_ids = torch.zeros((B, T), dtype=torch.long)  # (B, T)
+        for i, f in enumerate(features):
+            input_ids[i, : lengths[i]] = torch.as_tensor(f["input_ids"])
+            if "token_type_ids" in f:
+                token_type_ids[i, : lengths[i]] = torch.as_tensor(f["token_type_ids"])
+        batch = {"input_ids": input_ids, "token_type_ids": token_type_ids}
+        if min(lengths) < T:
+            mask = torch.zeros((B, T), dtype=torch.long)
+            for i, n in enumerate(lengths):
+                mask[i, :n] = 1
+            batch["attention_mask"] = mask  # (B, T)
+        if "labels" in features[0]:
+            first = np.asarray(features[0]["labels"])
+            if first.ndim == 1:  # token labels (B, T)
+                labels = torch.full((B, T), IGNORE_INDEX, dtype=torch.long)
+                for i, f in enumerate(features):
+                    labels[i, : lengths[i]] = torch.as_tensor(f["labels"])
+            elif np.issubdtype(first.dtype, np.floating):  # regression (B,)
+                labels = torch.tensor([float(f["labels"]) for f in features], dtype=torch.float32)
+            else:  # one class per sequence (B,)
+                labels = torch.tensor([int(f["labels"]) for f in features], dtype=torch.long)
+            batch["labels"] = labels
+        return batch
+
+
+# ---------------------------------------------------------------------------------------------
+# Models
+
+
+class SequenceClassifier(nn.Module):
+    """Encoder + dropout + linear layer on the pooled ``[CLS]`` (HF ``BertForSequenceClassification``).
+
+    ``num_labels == 1`` is regression with a mean squared error loss (STS-B); otherwise
+    cross-entropy over the classes.
+    """
+
+    def __init__(self, encoder: nn.Module, num_labels: int, dropout: float | None = None):
+        super().__init__()
+        if encoder.pooler is None:
+            raise SpanBertError("SequenceClassifier needs an encoder with a pooling layer")
+        self.bert = encoder
+        self.num_labels = num_labels
+        p = encoder.config.hidden_dropout_prob if dropout is None else dropout
+        self.dropout = nn.Dropout(p)
+        self.classifier = nn.Linear(encoder.config.hidden_size, num_labels)
+        nn.init.normal_(self.classifier.weight, std=encoder.config.initializer_range)
+        nn.init.zeros_(self.classifier.bias)
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        labels: Tensor | None = None,
+    ) -> dict[str, Tensor]:
+        hidden = self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)  # (B, T, H)
+        pooled = self.dropout(self.bert.pool(hidden))  # (B, H)
+        logits = self.classifier(pooled)  # (B, num_labels)
+        out = {"logits": logits}
+        if labels is not None:
+            if self.num_labels == 1:
+                out["loss"] = F.mse_loss(logits.squeeze(-1), labels.float())
+            else:
+                out["loss"] = F.cross_entropy(logits, labels)
+                out["acc"] = (logits.argmax(-1) == labels).float().mean().detach()
+        return out
+
+
+class TokenClassifier(nn.Module):
+    """Encoder + dropout + linear layer on every token (HF ``BertForTokenClassification``).
+
+    Positions labelled -100 (special tokens, non-first sub-tokens of a word) carry no loss: BERT §5.3
+    feeds only the first sub-token of each word to the classifier, no CRF.
+    """
+
+    def __init__(self, encoder: nn.Module, num_labels: int, dropout: float | None = None):
+        super().__init__()
+        self.bert = encoder
+        self.num_labels = num_labels
+        p = encoder.config.hidden_dropout_prob if dropout is None else dropout
+        self.dropout = nn.Dropout(p)
+        self.classifier = nn.Linear(encoder.config.hidden_size, num_labels)
+        nn.init.normal_(self.classifier.weight, std=encoder.config.initializer_range)
+        nn.init.zeros_(self.classifier.bias)
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        labels: Tensor | None = None,
+    ) -> dict[str, Tensor]:
+        hidden = self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)  # (B, T, H)
+        logits = self.classifier(self.dropout(hidden))  # (B, T, num_labels)
+        out = {"logits": logits}
+        if labels is not None:
+            out["loss"] = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX)
+            keep = labels != IGNORE_INDEX
+            out["acc"] = (logits.argmax(-1)[keep] == labels[keep]).float().mean().detach()
+        return out
+
+
+HEADS: dict[str, tuple[type[nn.Module], str, bool]] = {
+    # kind -> (class, HF architecture name, encoder needs the [CLS] pooler)
+    "sequence": (SequenceClassifier, "BertForSequenceClassification", True),
+    "token": (TokenClassifier, "BertForTokenClassification", False),
+}
+
+
+def resize_token_embeddings(encoder: nn.Module, vocab_size: int) -> None:
+    """Grow the word embeddings to ``vocab_size`` rows; new rows drawn as BERT initialises them.
+
+    Used when the relation task adds entity-marker tokens the vocabulary does not have.
+    """
+    old = encoder.embeddings.word_embeddings
+    if vocab_size <= old.num_embeddings:
+        return
+    new = nn.Embedding(vocab_size, old.embedding_dim, padding_idx=old.padding_idx)
+    with torch.no_grad():
+        new.weight.normal_(0.0, encoder.config.initializer_range)
+        new.weight[: old.num_embeddings] = old.weight
+    encoder.embeddings.word_embeddings = new
+    encoder.config.vocab_size = vocab_size
+
+
+def label_config(labels: list[str] | None) -> dict[str, Any]:
+    """The HF config.json keys of a head: ``id2label``/``label2id``/``num_labels`` or regression."""
+    if labels is None:
+        return {"num_labels": 1, "problem_type": "regression", "id2label": {"0": "LABEL_0"}, "label2id": {"LABEL_0": 0}}
+    return {
+        "num_labels": len(labels),
+        "id2label": {str(i): l for i, l in enumerate(labels)},
+        "label2id": {l: i for i, l in enumerate(labels)},
+    }
+
+
+def labels_from_config(config_json: dict[str, Any]) -> list[str] | None:
+    """Inverse of `label_config`: the label list, or None for a regression head."""
+    if config_json.get("problem_type") == "regression":
+        return None
+    id2label = config_json.get("id2label")
+    if not id2label:
+        raise SpanBertError("the fine-tuned model's config.json has no id2label; was it saved by spanbert finetune?")
+    return [id2label[str(i)] for i in range(len(id2label))]
+
+
+def build_model(kind: str, model_dir: str | Path, num_labels: int, vocab_size: int | None = None) -> nn.Module:
+    """A fresh head on the pre-trained encoder in ``model_dir`` (grown to ``vocab_size`` if given)."""
+    from spanbert.tasks.common import load_encoder
+
+    cls, _, pooled = HEADS[kind]
+    encoder = load_encoder(model_dir, add_pooling_layer=pooled)
+    if vocab_size is not None:
+        resize_token_embeddings(encoder, vocab_size)
+    return cls(encoder, num_labels)
+
+
+def load_model(kind: str, model_dir: str | Path, device: str = "cpu") -> tuple[nn.Module, dict[str, Any], Any]:
+    """A fine-tuned model saved by `save_model` -> (model in eval mode on ``device``, config.json dict,
+    tokenizer). ``device``: cpu, cuda, cuda:N, mps or auto."""
+    from spanbert.config import BertConfig
+    from spanbert.model import Encoder
+    from spanbert.tasks.common import load_finetuned
+    from spanbert.trainer import resolve_device
+
+    config_json, state, tokenizer = load_finetuned(model_dir)
+    cls, _, pooled = HEADS[kind]
+    labels = labels_from_config(config_json)
+    model = cls(
+        Encoder(BertConfig.from_hf_dict(config_json), add_pooling_layer=pooled), 1 if labels is None else len(labels)
+    )
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise SpanBertError(
+            f"{model_dir}: weights do not match a {cls.__name__}; missing {missing[:5]}, unexpected {unexpected[:5]}"
+        )
+    model.to(resolve_device(device)).eval()
+    return model, config_json, tokenizer
+
+
+def save_model(
+    model: nn.Module, output_dir: str | Path, tokenizer: Any, kind: str, labels: list[str] | None, spanbert: dict
+) -> None:
+    """Save in the HF layout (config.json with id2label/label2id, model.safetensors, tokenizer files)."""
+    from spanbert.tasks.common import save_finetuned
+
+    _, architecture, _ = HEADS[kind]
+    save_finetuned(model, output_dir, tokenizer, architecture, {**label_config(labels), "spanbert": spanbert})
+
+
+# ---------------------------------------------------------------------------------------------
+# Training and prediction
+
+
+def _device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+@torch.no_grad()
+def predict_logits(
+    model: nn.Module, features: list[dict[str, Any]], pad_id: int, batch_size: int = 64, progress: bool = False
+) -> list[np.ndarray]:
+    """Logits of every feature, in order: (num_labels,) per sequence or (T_i, num_labels) per token."""
+    from tqdm import tqdm
+
+    was_training = model.training
+    model.eval()
+    collate = Collator(pad_id)
+    device = _device(model)
+    # sort by length so batches carry little padding; outputs go back in the original order
+    order = sorted(range(len(features)), key=lambda i: len(features[i]["input_ids"]))
+    results: dict[int, np.ndarray] = {}
+    starts = range(0, len(order), batch_size)
+    for s in tqdm(starts, desc="predict", disable=not progress, unit="batch"):
+        idx = order[s : s + batch_size]
+        batch = collate([{k: v for k, v in features[i].items() if k != "labels"} for i in idx])
+        logits = model(**{k: v.to(device) for k, v in batch.items()})["logits"].float().cpu().numpy()
+        for j, i in enumerate(idx):
+            n = len(features[i]["input_ids"])
+            results[i] = logits[j, :n] if logits.ndim == 3 else logits[j]
+    out = [results[i] for i in range(len(features))]
+    model.train(was_training)
+    return out
+
+
+def finetune(
+    model: nn.Module,
+    train_features: list[dict[str, Any]],
+    args: Any,
+    pad_id: int,
+    predict: Callable[[nn.Module], Any] | None = None,
+    score: Callable[[Any], dict[str, Any]] | None = None,
+) -> Any:
+    """Train ``model`` with the one loop of `spanbert.trainer` and return its final dev predictions.
+
+    ``predict(model)`` predicts the dev set (in the task's own form) and ``score(predictions)`` turns
+    them into metrics; the trainer logs the scalar ones at every evaluation. The predictions of the
+    evaluation at the last step are returned, so the dev set is not predicted twice (None without
+    ``predict``).
+    """
+    from spanbert.trainer import train
+
+    if not train_features:
+        raise SpanBertError("no training examples")
+    by_step: dict[int, Any] = {}
+
+    def eval_fn(m: nn.Module, step: int) -> dict[str, float]:
+        by_step.clear()
+        by_step[step] = predict(m)
+        metrics = score(by_step[step]) if score else {}
+        return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
+
+    result = train(
+        model, FeatureDataset(train_features), args, collate_fn=Collator(pad_id), eval_fn=eval_fn if predict else None
+    )
+    if predict is None:
+        return None
+    # the trainer evaluates at its last step; a run stopped early (stop_at_step) predicts here
+    return by_step[result.global_step] if result.global_step in by_step else predict(model)
+
+
+def run_finetune_cli(
+    args: Any, defaults: dict[str, Any], run_one: Callable[[Any], dict[str, float]], metric: str
+) -> int:
+    """The ``finetune`` action of every task: one run, or the Appendix B ``--sweep`` keeping the best.
+
+    ``run_one(training_arguments)`` fine-tunes, saves into ``training_arguments.output_dir`` and
+    returns the dev metrics; ``metric`` names the one the sweep maximises.
+    """
+    import dataclasses
+
+    from spanbert.tasks.common import sweep, training_arguments
+
+    targs = training_arguments(args, defaults)
+    if not getattr(args, "sweep", False):
+        metrics = run_one(targs)
+        print(f"saved the fine-tuned model to {targs.output_dir}")
+        print_metrics(metrics)
+        return 0
+
+    def one(lr: float, batch_size: int, run_dir: Path) -> float:
+        run_args = dataclasses.replace(
+            targs, learning_rate=lr, per_device_train_batch_size=batch_size, output_dir=str(run_dir)
+        )
+        metrics = run_one(run_args)
+        if metric not in metrics:
+            raise SpanBertError(f"--sweep keeps the best run on the dev set: pass --dev (no {metric!r} was computed)")
+        return metrics[metric]
+
+    summary = sweep(one, targs.output_dir)
+    print(f"best run copied to {targs.output_dir}")
+    print_metrics(summary["best"])
+    return 0
+
+
+def write_json(path: str | Path, data: Any) -> None:
+    """Pretty JSON, atomically."""
+    with atomic_write(path, encoding="utf-8") as f:
+        json.dump(data, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+def print_metrics(metrics: dict[str, Any]) -> None:
+    """Metrics as JSON on stdout (what `spanbert evaluate` prints)."""
+    print(json.dumps(metrics, indent=2, sort_keys=True))

@@ -1,0 +1,1207 @@
+"""Coreference resolution: CoNLL-2012 reader/writer, segments, the coarse-to-fine span-ranking model, CLI.
+
+The model is the higher-order coarse-to-fine model of Lee et al. (2018) with the encoder replaced by
+(Span)BERT as in Joshi et al. (2019), the "independent" variant SpanBERT §4.1 uses: a document is cut
+into non-overlapping segments of up to `max_seq_length` sub-tokens, each encoded on its own, and the
+task layers run over the concatenated sub-token states. Everything is plain PyTorch: the reference's
+custom C++ span-pruning op is replaced by `prune_non_crossing`, a tensorised exact equivalent.
+
+Pipeline: `read_conll` -> `CorefDocument` (words, sentences, speakers, gold clusters as word spans)
+-> `featurize` (segments of sub-token ids, sentence / speaker / word maps, gold spans in sub-tokens)
+-> `CorefModel` (loss, or top spans + antecedents) -> `decode_clusters` (word spans) -> `write_conll`
+/ `spanbert.metrics.coref`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import io
+import json
+import math
+import re
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from spanbert.errors import DataError, SpanBertError
+from spanbert.utils import atomic_write
+
+Span = tuple[int, int]  # inclusive (start, end) word or sub-token indices
+
+# OntoNotes genres; the genre is the first two characters of the document key ("bc/cctv/00/...").
+# Any other key (LitBank's "1023_bleak_house_brat") gets the extra genre "other".
+GENRES = ("bc", "bn", "mz", "nw", "pt", "tc", "wb", "other")
+NO_SPEAKER = "-"
+
+
+def genre_of(key: str) -> str:
+    """Genre of a document from its key, as the reference implementation does (``key[:2]``)."""
+    return key[:2] if key[:2] in GENRES else "other"
+
+
+# =============================================================================================
+# CoNLL-2012 reader and writer
+
+
+@dataclass
+class CorefDocument:
+    """One CoNLL-2012 document part."""
+
+    key: str
+    """The document name inside ``#begin document (key); part N``."""
+    part: int
+    """The part number."""
+    sentences: list[list[str]]
+    """Words, sentence by sentence."""
+    speakers: list[list[str]] = field(default_factory=list)
+    """Speaker of each word (column 10 of CoNLL-2012; ``-`` when the file has none)."""
+    clusters: list[list[Span]] = field(default_factory=list)
+    """Gold entities: lists of inclusive (start, end) word indices into the whole document."""
+    rows: list[list[str]] | None = None
+    """The original columns of each word line (to write predictions into a copy of the input)."""
+    source: str = ""
+    """Where it was read from, ``file:line`` of its ``#begin document``, for error messages."""
+
+    @property
+    def doc_id(self) -> str:
+        """``key_part``, unique in a file."""
+        return f"{self.key}_{self.part}"
+
+    @property
+    def genre(self) -> str:
+        return genre_of(self.key)
+
+    @property
+    def words(self) -> list[str]:
+        return [w for s in self.sentences for w in s]
+
+    @property
+    def num_words(self) -> int:
+        return sum(len(s) for s in self.sentences)
+
+
+_BEGIN = re.compile(r"^#begin document\s*\(?(?P<key>[^()]*?)\)?;?\s*(?:part\s+(?P<part>\d+))?\s*$")
+_ENTRY = re.compile(r"^(\()?(\d+)(\))?$")
+_EMPTY_COREF = ("", "-", "_")
+
+
+def _open_text(path: Path) -> TextIO:
+    try:
+        if path.suffix == ".gz":
+            return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
+        return open(path, encoding="utf-8")
+    except OSError as e:
+        raise DataError(path, f"cannot read: {e.strerror or e}") from None
+
+
+def parse_coref_column(value: str, path: Path | str = "<string>", line: int | None = None) -> list[tuple[str, int]]:
+    """``"(1)|(2|3)"`` -> ``[("single", 1), ("open", 2), ("close", 3)]``; ``-``/``_``/empty -> []."""
+    if value in _EMPTY_COREF:
+        return []
+    out = []
+    for entry in value.split("|"):
+        m = _ENTRY.match(entry)
+        if not m or not (m.group(1) or m.group(3)):
+            raise DataError(
+                path,
+                f"bad coreference entry {entry!r} in {value!r}; expected '(N', 'N)', '(N)' joined with '|', or '-'",
+                line=line,
+            )
+        kind = "single" if m.group(1) and m.group(3) else "open" if m.group(1) else "close"
+        out.append((kind, int(m.group(2))))
+    return out
+
+
+def read_conll(path: str | Path) -> list[CorefDocument]:
+    """Read every document of a CoNLL-2012 file (plain or ``.gz``).
+
+    Columns are tab-separated when the line has a tab (LitBank, whose coreference column may be empty),
+    else whitespace-separated (OntoNotes). The word is column 4, the speaker column 10 when the line
+    has at least 12 columns, the coreference annotation the last column.
+    """
+    path = Path(path)
+    docs: list[CorefDocument] = []
+    doc: CorefDocument | None = None
+    sentence: list[str] = []
+    speakers: list[str] = []
+    open_spans: dict[int, list[tuple[int, int]]] = {}  # cluster id -> stack of (start word, line)
+    clusters: dict[int, list[Span]] = {}
+    n_words = 0
+
+    def close_sentence() -> None:
+        nonlocal sentence, speakers
+        if sentence:
+            assert doc is not None
+            doc.sentences.append(sentence)
+            doc.speakers.append(speakers)
+        sentence, speakers = [], []
+
+    with _open_text(path) as f:
+        lineno = 0
+        try:
+            lines = list(enumerate(f, 1))
+        except UnicodeDecodeError as e:
+            raise DataError(path, f"not UTF-8 text ({e.reason}); expected UTF-8") from None
+        for lineno, raw in lines:
+            line = raw.rstrip("\n").rstrip("\r")
+            if line.startswith("#begin document"):
+                if doc is not None:
+                    raise DataError(
+                        path, f"'#begin document' inside document {doc.key!r} (no '#end document')", line=lineno
+                    )
+                m = _BEGIN.match(line)
+                if not m or not m.group("key"):
+                    raise DataError(
+                        path, f"cannot parse {line!r}; expected '#begin document (KEY); part N'", line=lineno
+                    )
+                doc = CorefDocument(
+                    key=m.group("key").strip(),
+                    part=int(m.group("part") or 0),
+                    sentences=[],
+                    rows=[],
+                    source=f"{path}:{lineno}",
+                )
+                open_spans, clusters, n_words = {}, {}, 0
+                continue
+            if line.startswith("#end document"):
+                if doc is None:
+                    raise DataError(path, "'#end document' without '#begin document'", line=lineno)
+                close_sentence()
+                unclosed = [(cid, ln) for cid, stack in open_spans.items() for _, ln in stack]
+                if unclosed:
+                    cid, ln = unclosed[0]
+                    raise DataError(
+                        path,
+                        f"mention of entity {cid} opened here is never closed (document {doc.key!r} ends at line "
+                        f"{lineno}); expected a matching '{cid})'",
+                        line=ln,
+                    )
+                doc.clusters = [clusters[c] for c in clusters]
+                docs.append(doc)
+                doc = None
+                continue
+            if not line.strip():
+                if doc is not None:
+                    close_sentence()
+                continue
+            if line.startswith("#"):  # other comment lines
+                continue
+            if doc is None:
+                raise DataError(
+                    path, f"word line outside a document: {line[:60]!r}; expected '#begin document' first", line=lineno
+                )
+            cols = line.split("\t") if "\t" in line else line.split()
+            if len(cols) < 5:
+                raise DataError(
+                    path,
+                    f"found {len(cols)} columns; expected at least 5 (document, part, index, word, ..., coreference)",
+                    line=lineno,
+                )
+            word = cols[3]
+            speaker = cols[9] if len(cols) >= 12 else NO_SPEAKER
+            for kind, cid in parse_coref_column(cols[-1].strip(), path, lineno):
+                if kind == "single":
+                    clusters.setdefault(cid, []).append((n_words, n_words))
+                elif kind == "open":
+                    open_spans.setdefault(cid, []).append((n_words, lineno))
+                else:
+                    stack = open_spans.get(cid)
+                    if not stack:
+                        raise DataError(
+                            path, f"'{cid})' closes a mention of entity {cid} that was never opened", line=lineno
+                        )
+                    start, _ = stack.pop()
+                    if not stack:
+                        del open_spans[cid]
+                    clusters.setdefault(cid, []).append((start, n_words))
+            sentence.append(word)
+            speakers.append(speaker)
+            assert doc.rows is not None
+            doc.rows.append(cols)
+            n_words += 1
+    if doc is not None:
+        raise DataError(path, f"file ends inside document {doc.key!r}; expected '#end document'", line=lineno)
+    return docs
+
+
+def read_documents(paths: str | Path | Sequence[str | Path]) -> list[CorefDocument]:
+    """Read one file, a directory of ``*.conll[.gz]`` files, or a list of either; fail when none is found."""
+    items = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    files: list[Path] = []
+    for item in map(Path, items):
+        if item.is_dir():
+            files += sorted(p for p in item.iterdir() if p.name.endswith(("conll", "conll.gz")))
+        elif item.exists():
+            files.append(item)
+        else:
+            raise SpanBertError(f"{item}: no such file or directory (expected a CoNLL-2012 file or a folder of them)")
+    docs = [d for f in files for d in read_conll(f)]
+    if not docs:
+        raise SpanBertError(f"no '#begin document' found in {', '.join(map(str, items))}")
+    return docs
+
+
+def coref_column(n_words: int, clusters: Sequence[Sequence[Span]]) -> list[str]:
+    """The coreference column for a document of ``n_words`` words; entity ids are cluster indices.
+
+    On one word, closing entries come first, then one-word mentions, then openings, so that a reader
+    keeping one stack per entity (as `read_conll` does) pairs "1)" with the mention opened earlier and
+    not with one opened on this word. (Two mentions of one entity that cross cannot be written in this
+    format; no such pair exists in LitBank.)
+    """
+    opens: list[list[int]] = [[] for _ in range(n_words)]
+    closes: list[list[int]] = [[] for _ in range(n_words)]
+    singles: list[list[int]] = [[] for _ in range(n_words)]
+    for cid, cluster in enumerate(clusters):
+        for start, end in cluster:
+            if not 0 <= start <= end < n_words:
+                raise SpanBertError(f"mention ({start}, {end}) lies outside a document of {n_words} words")
+            if start == end:
+                singles[start].append(cid)
+            else:
+                opens[start].append(cid)
+                closes[end].append(cid)
+    out = []
+    for i in range(n_words):
+        parts = [f"{cid})" for cid in sorted(closes[i])]
+        parts += [f"({cid})" for cid in sorted(singles[i])]
+        parts += [f"({cid}" for cid in sorted(opens[i])]
+        out.append("|".join(parts) if parts else "-")
+    return out
+
+
+def write_conll(
+    out: str | Path | TextIO,
+    documents: Sequence[CorefDocument],
+    clusters: Sequence[Sequence[Sequence[Span]]] | None = None,
+) -> None:
+    """Write documents in CoNLL-2012 format with ``clusters`` (default: their own) in the last column.
+
+    Documents read from a file keep their original columns; only the coreference column changes, so
+    the output can be scored against the input with any scorer. A path is written atomically.
+    """
+    if isinstance(out, (str, Path)):
+        with atomic_write(out, "w", encoding="utf-8") as f:
+            write_conll(f, documents, clusters)
+        return
+    if clusters is not None and len(clusters) != len(documents):
+        raise ValueError(f"{len(documents)} documents but {len(clusters)} cluster lists")
+    for d, doc in enumerate(documents):
+        column = coref_column(doc.num_words, doc.clusters if clusters is None else clusters[d])
+        out.write(f"#begin document ({doc.key}); part {doc.part:03d}\n")
+        i = 0
+        for s, sentence in enumerate(doc.sentences):
+            for j, word in enumerate(sentence):
+                if doc.rows:
+                    cols = list(doc.rows[i])
+                    sep = "\t"
+                else:
+                    speaker = doc.speakers[s][j] if doc.speakers else NO_SPEAKER
+                    cols = [doc.key, str(doc.part), str(j), word] + ["-"] * 5 + [speaker, "*", "-"]
+                    sep = "\t"
+                cols[-1] = column[i] if (doc.rows is None or cols[-1] != "" or column[i] != "-") else ""
+                out.write(sep.join(cols) + "\n")
+                i += 1
+            out.write("\n")
+        out.write("#end document\n")
+
+
+# =============================================================================================
+# Segments and features
+
+
+@dataclass
+class CorefFeatures:
+    """A document as sub-tokens, cut into independently encoded segments (Joshi et al. 2019)."""
+
+    doc_id: str
+    segments: list[np.ndarray]
+    """Sub-token ids of each segment, without [CLS]/[SEP]; they cover the document in order."""
+    sentence_map: np.ndarray
+    """(N,) sentence index of each sub-token."""
+    word_map: np.ndarray
+    """(N,) document word index of each sub-token."""
+    speaker_ids: np.ndarray
+    """(N,) speaker index (per document) of each sub-token."""
+    genre: int
+    """Index into `GENRES`."""
+    gold_starts: np.ndarray
+    """(M,) first sub-token of each gold mention."""
+    gold_ends: np.ndarray
+    """(M,) last sub-token of each gold mention (inclusive)."""
+    gold_cluster_ids: np.ndarray
+    """(M,) entity of each gold mention, 1-based (0 is "no entity")."""
+
+    @property
+    def num_subtokens(self) -> int:
+        return len(self.sentence_map)
+
+
+def split_into_segments(
+    num_tokens: int, max_len: int, sentence_end: np.ndarray, word_end: np.ndarray
+) -> list[tuple[int, int]]:
+    """[start, end) runs of at most ``max_len`` tokens, each ending at a sentence end where possible,
+    else at a word end, else (a single word longer than a segment) wherever the limit falls."""
+    if max_len < 1:
+        raise SpanBertError(f"segments must hold at least one sub-token, got max_len={max_len}")
+    out = []
+    start = 0
+    while start < num_tokens:
+        end = min(start + max_len, num_tokens)  # exclusive
+        if end < num_tokens:
+            cut = next((e for e in range(end - 1, start - 1, -1) if sentence_end[e]), None)
+            if cut is None:
+                cut = next((e for e in range(end - 1, start - 1, -1) if word_end[e]), end - 1)
+            end = cut + 1
+        out.append((start, end))
+        start = end
+    return out
+
+
+def featurize(doc: CorefDocument, tokenizer: Any, max_seq_length: int) -> CorefFeatures:
+    """Sub-tokenize ``doc`` and cut it into segments of up to ``max_seq_length`` (with [CLS] and [SEP])."""
+    words = doc.words
+    enc = tokenizer.encode_words(words)
+    ids = np.asarray(enc.ids, dtype=np.int64)  # (N,)
+    word_map = np.asarray(enc.word_ids, dtype=np.int64)  # (N,)
+    sentence_of_word = np.repeat(np.arange(len(doc.sentences)), [len(s) for s in doc.sentences])
+    sentence_map = sentence_of_word[word_map]
+    n = len(ids)
+    word_end = np.ones(n, dtype=bool)
+    word_end[:-1] = word_map[1:] != word_map[:-1]
+    sentence_end = np.ones(n, dtype=bool)
+    sentence_end[:-1] = sentence_map[1:] != sentence_map[:-1]
+    segments = [ids[a:b] for a, b in split_into_segments(n, max_seq_length - 2, sentence_end, word_end)]
+    speakers = [s for sent in (doc.speakers or [[NO_SPEAKER] * len(x) for x in doc.sentences]) for s in sent]
+    speaker_index: dict[str, int] = {}
+    speaker_of_word = np.array([speaker_index.setdefault(s, len(speaker_index)) for s in speakers], dtype=np.int64)
+    # first and last sub-token of every word
+    first = np.full(len(words), -1, dtype=np.int64)
+    last = np.full(len(words), -1, dtype=np.int64)
+    first[word_map[::-1]] = np.arange(n)[::-1]
+    last[word_map] = np.arange(n)
+    starts, ends, cids = [], [], []
+    for c, cluster in enumerate(doc.clusters, 1):
+        for s, e in cluster:
+            starts.append(first[s])
+            ends.append(last[e])
+            cids.append(c)
+    return CorefFeatures(
+        doc_id=doc.doc_id,
+        segments=segments,
+        sentence_map=sentence_map,
+        word_map=word_map,
+        speaker_ids=speaker_of_word[word_map] if n else np.zeros(0, dtype=np.int64),
+        genre=GENRES.index(doc.genre),
+        gold_starts=np.asarray(starts, dtype=np.int64),
+        gold_ends=np.asarray(ends, dtype=np.int64),
+        gold_cluster_ids=np.asarray(cids, dtype=np.int64),
+    )
+
+
+def candidate_spans(sentence_map: np.ndarray, word_map: np.ndarray, max_width: int) -> tuple[np.ndarray, np.ndarray]:
+    """All spans of up to ``max_width`` sub-tokens inside one sentence that start and end on word
+    boundaries -> (starts, ends), (C,) each, sorted by (start, end).
+
+    §4.1 / Lee et al. (2017): candidates are every span up to a width limit within a sentence. Spans
+    that cut a word in two can never be mentions (gold mentions are word spans), so they are left out:
+    fewer candidates, same reachable mentions.
+    """
+    n = len(sentence_map)
+    if n == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty
+    word_start = np.ones(n, dtype=bool)
+    word_start[1:] = word_map[1:] != word_map[:-1]
+    word_end = np.ones(n, dtype=bool)
+    word_end[:-1] = word_map[1:] != word_map[:-1]
+    starts = np.arange(n)[:, None].repeat(max_width, 1)  # (N, W)
+    ends = starts + np.arange(max_width)[None, :]  # (N, W)
+    ok = ends < n
+    ends_c = np.minimum(ends, n - 1)
+    ok &= sentence_map[starts] == sentence_map[ends_c]
+    ok &= word_start[starts] & word_end[ends_c]
+    return starts[ok], ends[ok]
+
+
+class CorefDataset:
+    """Map-style dataset of featurized documents; items are model batches (one document each).
+
+    In training, a document longer than ``max_training_segments`` segments is cut to a random run of
+    that many consecutive segments (Joshi et al. 2019, to fit in memory); the run is drawn from a
+    generator seeded by (seed, epoch, index), so it is reproducible and changes every epoch.
+    """
+
+    def __init__(
+        self,
+        features: Sequence[CorefFeatures],
+        max_span_width: int,
+        pad_id: int,
+        cls_id: int,
+        sep_id: int,
+        max_training_segments: int | None = None,
+        seed: int = 0,
+    ):
+        self.features = list(features)
+        self.max_span_width = max_span_width
+        self.pad_id, self.cls_id, self.sep_id = pad_id, cls_id, sep_id
+        self.max_training_segments = max_training_segments
+        self.seed = seed
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        return len(self.features)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        f = self.features[i]
+        first, last = 0, len(f.segments)
+        if self.max_training_segments and len(f.segments) > self.max_training_segments:
+            rng = np.random.default_rng((self.seed, self.epoch, i))
+            first = int(rng.integers(0, len(f.segments) - self.max_training_segments + 1))
+            last = first + self.max_training_segments
+        return make_batch(f, first, last, self.max_span_width, self.pad_id, self.cls_id, self.sep_id)
+
+
+def make_batch(
+    f: CorefFeatures, first: int, last: int, max_span_width: int, pad_id: int, cls_id: int, sep_id: int
+) -> dict[str, Any]:
+    """Tensors for segments [first, last) of a document: the model's keyword arguments."""
+    lengths = [len(s) for s in f.segments]
+    offset = sum(lengths[:first])
+    n = sum(lengths[first:last])
+    segs = f.segments[first:last]
+    width = max(lengths[first:last]) + 2
+    input_ids = np.full((len(segs), width), pad_id, dtype=np.int64)  # (S, T)
+    attention_mask = np.zeros((len(segs), width), dtype=np.int64)
+    token_index = []  # flat position in (S*T) of each document sub-token, skipping [CLS]/[SEP]/padding
+    for s, seg in enumerate(segs):
+        input_ids[s, 0], input_ids[s, 1 : len(seg) + 1], input_ids[s, len(seg) + 1] = cls_id, seg, sep_id
+        attention_mask[s, : len(seg) + 2] = 1
+        token_index.append(s * width + 1 + np.arange(len(seg)))
+    sentence_map = f.sentence_map[offset : offset + n]
+    word_map = f.word_map[offset : offset + n]
+    starts, ends = candidate_spans(sentence_map, word_map, max_span_width)
+    inside = (f.gold_starts >= offset) & (f.gold_ends < offset + n)
+    return {
+        "input_ids": torch.from_numpy(input_ids),
+        "attention_mask": torch.from_numpy(attention_mask),
+        "token_index": torch.from_numpy(np.concatenate(token_index) if token_index else np.zeros(0, np.int64)),
+        "sentence_map": torch.from_numpy(sentence_map.copy()),
+        "speaker_ids": torch.from_numpy(f.speaker_ids[offset : offset + n].copy()),
+        "genre": torch.tensor(f.genre),
+        "span_starts": torch.from_numpy(starts),
+        "span_ends": torch.from_numpy(ends),
+        "gold_starts": torch.from_numpy(f.gold_starts[inside] - offset),
+        "gold_ends": torch.from_numpy(f.gold_ends[inside] - offset),
+        "gold_cluster_ids": torch.from_numpy(f.gold_cluster_ids[inside]),
+    }
+
+
+def collate_document(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """One document per step (Appendix B): the batch is the document itself."""
+    if len(items) != 1:
+        raise SpanBertError(
+            f"coreference trains on one document per step; got a batch of {len(items)} (use batch size 1)"
+        )
+    return items[0]
+
+
+# =============================================================================================
+# Non-crossing pruning (replaces the reference's C++ `extract_spans` op)
+
+
+def crossing(s1: Any, e1: Any, s2: Any, e2: Any) -> Any:
+    """Elementwise (ints or tensors): do spans (s1, e1) and (s2, e2) cross, i.e. overlap without one
+    containing the other? Nested and disjoint spans may both be kept (Lee et al. 2017 §5)."""
+    return ((s1 < s2) & (s2 <= e1) & (e1 < e2)) | ((s2 < s1) & (s1 <= e2) & (e2 < e1))
+
+
+def prune_non_crossing(scores: Tensor, starts: Tensor, ends: Tensor, k: int, chunk: int | None = None) -> Tensor:
+    """Indices of the top-``k`` spans chosen greedily by score, skipping any span that crosses an
+    already chosen one; returned sorted by (start, end). Same result as the reference's C++ loop.
+
+    Tensorised: candidates are taken in score order in chunks; inside a chunk every span that no
+    higher-scoring surviving span crosses is chosen at once, and the spans crossing the new choices
+    are dropped, until the chunk is settled. Each round is a (chunk x chunk) boolean matrix product,
+    and the rounds needed are few (a chain of crossing spans is short), so it runs on GPU without a
+    per-span Python loop. A span's fate depends only on higher-scoring spans, so taking the first
+    ``k`` chosen spans equals stopping the sequential loop at ``k``.
+    """
+    c = scores.shape[0]
+    k = min(k, c)
+    device = starts.device
+    if k <= 0:
+        return torch.zeros(0, dtype=torch.long, device=device)
+    chunk = chunk or 512  # (512 x 512) boolean rounds; a few chunks usually settle k spans
+    order = torch.argsort(scores, descending=True, stable=True)  # (C,)
+    s_sorted, e_sorted = starts[order], ends[order]
+    kept: list = []  # positions in `order`
+    acc_s = starts.new_zeros(0)
+    acc_e = ends.new_zeros(0)
+    n_kept = 0
+    for lo in range(0, c, chunk):
+        cs, ce = s_sorted[lo : lo + chunk], e_sorted[lo : lo + chunk]  # (c,)
+        m = cs.shape[0]
+        alive = ~crossing(cs[:, None], ce[:, None], acc_s[None, :], acc_e[None, :]).any(1)  # (c,)
+        cross = crossing(cs[:, None], ce[:, None], cs[None, :], ce[None, :])  # (c, c)
+        earlier = torch.ones(m, m, dtype=torch.bool, device=device).tril(-1)  # [i, j]: j ranks above i
+        blocking = cross & earlier
+        chosen = torch.zeros(m, dtype=torch.bool, device=device)
+        while bool(alive.any()):
+            blocked = (blocking & alive[None, :]).any(1)
+            new = alive & ~blocked
+            chosen |= new
+            alive &= ~new & ~(cross & new[None, :]).any(1)
+        pos = torch.nonzero(chosen).squeeze(1)
+        kept.append(pos + lo)
+        acc_s, acc_e = torch.cat([acc_s, cs[pos]]), torch.cat([acc_e, ce[pos]])
+        n_kept += pos.numel()
+        if n_kept >= k:
+            break
+    idx = order[torch.cat(kept)[:k]]
+    # sort by (start, end): antecedents are the spans that come earlier in this order
+    key = starts[idx] * (int(ends.max()) + 1) + ends[idx]
+    return idx[torch.argsort(key)]
+
+
+def bucket_distance(distance: Tensor) -> Tensor:
+    """Lee et al. (2017): buckets [0, 1, 2, 3, 4, 5-7, 8-15, 16-31, 32-63, 64+] -> 0..9."""
+    log = torch.floor(torch.log2(distance.clamp(min=1).float())).long() + 3
+    return torch.where(distance <= 4, distance, log).clamp(0, 9)
+
+
+# =============================================================================================
+# The model
+
+
+@dataclass
+class CorefConfig:
+    """Task layers and inputs of the coreference model (defaults: the SpanBERT reference configuration)."""
+
+    max_seq_length: int = 384
+    """Segment length in sub-tokens with [CLS] and [SEP] (SpanBERT: 384 base, 512 large)."""
+    max_training_segments: int = 3
+    """In training, a longer document is cut to a random run of this many segments (memory)."""
+    max_span_width: int = 30
+    """Longest candidate mention, in sub-tokens (§4.1 / Lee et al.: 30)."""
+    top_span_ratio: float = 0.4
+    """Keep the top λ·T spans by mention score (λ = 0.4, T = sub-tokens)."""
+    max_top_antecedents: int = 50
+    """Antecedents per span kept by the coarse scorer (K = 50)."""
+    ffnn_size: int = 3000
+    """Hidden width of the mention and pair scorers (reference: 3000; use ~150-300 on CPU)."""
+    ffnn_depth: int = 1
+    """Hidden layers of the mention and pair scorers."""
+    feature_size: int = 20
+    """Width of the span-width, distance, speaker and genre embeddings."""
+    dropout: float = 0.3
+    """Dropout on the sub-token states and on scorer hidden layers (reference: 0.3)."""
+    coref_depth: int = 2
+    """Rounds of antecedent scoring; rounds after the first use spans refined by attention over their
+    antecedents (higher-order inference, Lee et al. 2018). 1 = no refinement."""
+    singletons: str = "auto"
+    """Predict singleton entities: true, false, or auto (true when the training key has singletons,
+    as LitBank does; OntoNotes has none). Adds a mention-detection loss on candidate spans."""
+    encoder_learning_rate: float = 1e-5
+    """Peak learning rate of the encoder (`bert.*`); --learning_rate is the task layers' (Appendix B:
+    1e-5 / 2e-5 encoder, 1e-4 ... 3e-4 task)."""
+    gradient_checkpointing: bool = False
+    """Recompute encoder activations in the backward pass (less memory, more compute)."""
+
+
+def _ffnn(in_dim: int, hidden: int, depth: int, out_dim: int, dropout: float) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for _ in range(depth):
+        layers += [nn.Linear(in_dim, hidden), nn.ReLU(), nn.Dropout(dropout)]
+        in_dim = hidden
+    layers.append(nn.Linear(in_dim, out_dim))
+    return nn.Sequential(*layers)
+
+
+class CorefModel(nn.Module):
+    """(Span)BERT + the higher-order coarse-to-fine span-ranking model (Lee et al. 2018, Joshi et al. 2019).
+
+    ``model(**batch)`` for one document (see `make_batch`) returns a dict with ``loss`` when gold
+    mentions are given, and the predictions: ``top_starts``/``top_ends`` (k,) the kept spans in
+    sub-tokens, ``top_mention_scores`` (k,), ``antecedents`` (k, K) indices into the kept spans and
+    ``antecedent_scores`` (k, K+1) with the dummy antecedent (score 0) in column 0.
+    """
+
+    def __init__(self, bert_config: Any, config: CorefConfig, encoder: nn.Module | None = None):
+        super().__init__()
+        from spanbert.model import Encoder
+
+        self.config = config
+        self.bert = encoder if encoder is not None else Encoder(bert_config, add_pooling_layer=False)
+        h, fs, c = self.bert.config.hidden_size, config.feature_size, config
+        self.span_dim = d = 3 * h + fs  # [x_start, x_end, head attention, width embedding]
+        self.dropout = nn.Dropout(c.dropout)
+        self.head_attention = nn.Linear(h, 1)  # α_t = w · x_t, softmax over the span's tokens
+        self.span_width_embeddings = nn.Embedding(c.max_span_width, fs)
+        self.mention_scorer = _ffnn(d, c.ffnn_size, c.ffnn_depth, 1, c.dropout)
+        self.width_prior_embeddings = nn.Embedding(c.max_span_width, fs)  # learned prior over widths
+        self.width_scorer = _ffnn(fs, c.ffnn_size, c.ffnn_depth, 1, c.dropout)
+        self.coarse_bilinear = nn.Linear(d, d)  # s_c(i, j) = g_i^T W g_j
+        self.distance_prior_embeddings = nn.Embedding(10, fs)
+        self.distance_prior = nn.Linear(fs, 1)
+        self.distance_embeddings = nn.Embedding(10, fs)  # φ(i, j): bucketed distance
+        self.speaker_embeddings = nn.Embedding(2, fs)  # same speaker or not
+        self.genre_embeddings = nn.Embedding(len(GENRES), fs)
+        self.pair_scorer = _ffnn(3 * d + 3 * fs, c.ffnn_size, c.ffnn_depth, 1, c.dropout)
+        self.refine_gate = nn.Linear(2 * d, d)  # f = σ(W [g_i, a_i]) (Lee et al. 2018, eq. 5)
+        if c.gradient_checkpointing and hasattr(self.bert, "set_gradient_checkpointing"):
+            self.bert.set_gradient_checkpointing(True)
+
+    # -------------------------------------------------------------- span representations
+    def _head_weights(self, x: Tensor) -> Tensor:
+        """exp(α_t - max α) in float64, (N,): the unnormalised head-attention weights of the tokens."""
+        alpha = self.head_attention(x).squeeze(-1).double()  # (N,)
+        return torch.exp(alpha - alpha.max().detach())
+
+    @staticmethod
+    def _span_mean(values: Tensor, w: Tensor, starts: Tensor, ends: Tensor) -> Tensor:
+        """Σ_{t in span} w_t v_t / Σ w_t for every span, from prefix sums: (N, E) -> (C, E).
+
+        O(N·E) memory instead of the (C, 30, E) gather of the reference; float64 keeps the prefix-sum
+        differences exact enough (weights are normalised by the global maximum).
+        """
+        num = F.pad(torch.cumsum(w[:, None] * values.double(), 0), (0, 0, 1, 0))  # (N+1, E)
+        den = F.pad(torch.cumsum(w, 0), (1, 0))  # (N+1,)
+        out = (num[ends + 1] - num[starts]) / (den[ends + 1] - den[starts]).clamp(min=1e-300)[:, None]
+        return out.to(values.dtype)
+
+    def span_embeddings(self, x: Tensor, starts: Tensor, ends: Tensor, width_table: Tensor | None = None) -> Tensor:
+        """g = [x_start, x_end, Σ softmax(α)·x over the span, width embedding]: (C, D)."""
+        width_table = self.span_width_embeddings.weight if width_table is None else width_table
+        head = self._span_mean(x, self._head_weights(x), starts, ends)  # (C, H)
+        return torch.cat([x[starts], x[ends], head, width_table[ends - starts]], -1)  # (C, D)
+
+    def mention_scores(self, x: Tensor, starts: Tensor, ends: Tensor, width_table: Tensor) -> Tensor:
+        """FFNN_m(g) for every candidate without building g: (C,).
+
+        The first layer is linear, so W·g = W_s x_start + W_e x_end + Σ softmax(α)·(W_h x) + W_w φ(width):
+        the token projections cost O(N·H·hidden) once, each candidate only O(hidden). Equal to
+        ``mention_scorer(span_embeddings(...))`` (checked in the tests).
+        """
+        if self.config.ffnn_depth == 0:
+            return self.mention_scorer(self.span_embeddings(x, starts, ends, width_table)).squeeze(-1)
+        first: nn.Linear = self.mention_scorer[0]  # type: ignore[assignment]
+        h_dim = x.shape[-1]
+        w = first.weight  # (hidden, D)
+        proj_s = x @ w[:, :h_dim].T  # (N, hidden)
+        proj_e = x @ w[:, h_dim : 2 * h_dim].T
+        proj_h = x @ w[:, 2 * h_dim : 3 * h_dim].T
+        head = self._span_mean(proj_h, self._head_weights(x), starts, ends)  # (C, hidden)
+        width = (width_table @ w[:, 3 * h_dim :].T)[ends - starts]  # (C, hidden)
+        h = proj_s[starts] + proj_e[ends] + head + width + first.bias  # (C, hidden)
+        return self.mention_scorer[1:](h).squeeze(-1)
+
+    # -------------------------------------------------------------- pair scores
+    def fine_scores(self, g: Tensor, antecedents: Tensor, phi: Tensor) -> Tensor:
+        """FFNN([g_i, g_j, g_i∘g_j, φ(i,j)]) for the (k, K) pairs -> (k, K).
+
+        The first layer is applied to the four parts separately (the same linear map), so the
+        (k, K, 3D) concatenation is never built.
+        """
+        d = self.span_dim
+        first: nn.Linear = self.pair_scorer[0] if self.config.ffnn_depth > 0 else None  # type: ignore[assignment]
+        g_j = g[antecedents]  # (k, K, D)
+        if first is None:
+            return self.pair_scorer(torch.cat([g[:, None].expand_as(g_j), g_j, g[:, None] * g_j, phi], -1)).squeeze(-1)
+        w = first.weight  # (hidden, 3D + 3F)
+        h = (
+            (g @ w[:, :d].T)[:, None]  # (k, 1, hidden)
+            + (g @ w[:, d : 2 * d].T)[antecedents]  # (k, K, hidden)
+            + (g[:, None] * g_j) @ w[:, 2 * d : 3 * d].T
+            + phi @ w[:, 3 * d :].T
+            + first.bias
+        )
+        return self.pair_scorer[1:](h).squeeze(-1)  # (k, K)
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        token_index: Tensor,
+        sentence_map: Tensor,
+        speaker_ids: Tensor,
+        genre: Tensor,
+        span_starts: Tensor,
+        span_ends: Tensor,
+        gold_starts: Tensor | None = None,
+        gold_ends: Tensor | None = None,
+        gold_cluster_ids: Tensor | None = None,
+    ) -> dict[str, Tensor]:
+        c = self.config
+        hidden = self.bert(input_ids, attention_mask=attention_mask)  # (S, T, H)
+        x = self.dropout(hidden.reshape(-1, hidden.shape[-1])[token_index])  # (N, H)
+        n = x.shape[0]
+        starts, ends = span_starts, span_ends  # (C,)
+        width_table = self.dropout(self.span_width_embeddings.weight)  # (W, F)
+        mention = self.mention_scores(x, starts, ends, width_table)  # (C,)
+        mention = mention + self.width_scorer(self.width_prior_embeddings.weight).squeeze(-1)[ends - starts]
+
+        # Gold entity of each candidate (0 = not a mention): span (s, e) -> id via a (N, N)-free hash.
+        training = gold_starts is not None
+        cand_cluster = torch.zeros_like(starts)
+        if training and gold_starts.numel():
+            cand_key = starts * n + ends  # (C,)
+            gold_key = gold_starts * n + gold_ends  # (M,)
+            match = cand_key[:, None] == gold_key[None, :]  # (C, M)
+            cand_cluster = (match.long() * gold_cluster_ids[None, :]).max(1).values
+
+        # Prune to λT spans, no two crossing (§4.1; Lee et al. 2017)
+        k = max(1, min(int(math.floor(n * c.top_span_ratio)), starts.numel()))
+        top = prune_non_crossing(mention.detach(), starts, ends, k)  # (k,)
+        k = top.numel()
+        top_starts, top_ends, m = starts[top], ends[top], mention[top]  # (k,)
+        g = self.span_embeddings(x, top_starts, top_ends, width_table)  # (k, D), only for the kept spans
+        top_cluster = cand_cluster[top]  # (k,)
+
+        # Coarse scores: bilinear + both mention scores + distance prior; only earlier spans.
+        K = min(c.max_top_antecedents, k)
+        offsets = torch.arange(k, device=g.device)[:, None] - torch.arange(k, device=g.device)[None, :]  # (k, k)
+        valid = offsets >= 1
+        coarse = (self.dropout(self.coarse_bilinear(g)) @ g.T) + m[:, None] + m[None, :]  # (k, k)
+        prior = self.distance_prior(self.dropout(self.distance_prior_embeddings.weight)).squeeze(-1)  # (10,)
+        coarse = coarse + prior[bucket_distance(offsets.clamp(min=0))]
+        coarse = coarse.masked_fill(~valid, float("-inf"))
+        coarse_top, antecedents = torch.topk(coarse, K, dim=1)  # (k, K)
+        ante_mask = torch.isfinite(coarse_top)  # (k, K): early spans have fewer than K antecedents
+        coarse_top = coarse_top.masked_fill(~ante_mask, -1e4)
+
+        # φ(i, j): same speaker, genre, bucketed distance
+        speaker = speaker_ids[top_starts]  # (k,)
+        same_speaker = (speaker[:, None] == speaker[antecedents]).long()  # (k, K)
+        distance = bucket_distance(torch.arange(k, device=g.device)[:, None] - antecedents)  # (k, K)
+        phi = torch.cat(
+            [
+                self.speaker_embeddings(same_speaker),
+                self.genre_embeddings(genre.view(1, 1)).expand(k, K, -1),
+                self.distance_embeddings(distance),
+            ],
+            -1,
+        )  # (k, K, 3F)
+        phi = self.dropout(phi)
+
+        dummy = torch.zeros(k, 1, dtype=g.dtype, device=g.device)
+        for depth in range(c.coref_depth):
+            scores = coarse_top + self.fine_scores(g, antecedents, phi)  # (k, K)
+            scores = torch.cat([dummy, scores], 1)  # (k, K+1)
+            if depth + 1 < c.coref_depth:  # higher-order refinement (Lee et al. 2018 §3)
+                p = scores.softmax(-1)  # (k, K+1); the dummy's share stays on g_i itself
+                # a_i = p_ε g_i + Σ_j p_j g_j, as a (k, k) matrix product rather than a (k, K, D) gather
+                attn = torch.zeros(k, k, dtype=p.dtype, device=p.device).scatter_add(1, antecedents, p[:, 1:])
+                a = p[:, :1] * g + attn @ g  # (k, D)
+                f = torch.sigmoid(self.refine_gate(torch.cat([g, a], -1)))
+                g = f * a + (1 - f) * g
+
+        out: dict[str, Tensor] = {
+            "top_starts": top_starts,
+            "top_ends": top_ends,
+            "top_mention_scores": m,
+            "antecedents": antecedents,
+            "antecedent_scores": scores,
+        }
+        if training:
+            # Marginal log-likelihood of all gold antecedents; the dummy is gold when there is none.
+            same = (top_cluster[antecedents] == top_cluster[:, None]) & (top_cluster[:, None] > 0) & ante_mask
+            gold = torch.cat([~same.any(1, keepdim=True), same], 1)  # (k, K+1)
+            log_norm = torch.logsumexp(scores, 1)
+            log_gold = torch.logsumexp(scores.masked_fill(~gold, float("-inf")), 1)
+            coref_loss = (log_norm - log_gold).sum()
+            out["coref_loss"] = coref_loss.detach()
+            loss = coref_loss
+            if self.predicts_singletons:
+                # Mention detection loss on every candidate, so lone mentions can be output.
+                mention_loss = F.binary_cross_entropy_with_logits(
+                    mention, (cand_cluster > 0).to(mention.dtype), reduction="sum"
+                )
+                out["mention_loss"] = mention_loss.detach()
+                loss = loss + mention_loss
+            out["loss"] = loss
+        return out
+
+    @property
+    def predicts_singletons(self) -> bool:
+        return self.config.singletons == "true"
+
+
+def decode_clusters(out: dict[str, Tensor], word_map: np.ndarray, singletons: bool) -> list[list[Span]]:
+    """Link every kept span to its best antecedent (or none) and return word-span clusters.
+
+    With ``singletons``, a kept span that is linked to nothing and has a positive mention score is an
+    entity of its own (LitBank annotates singletons).
+    """
+    starts = out["top_starts"].cpu().numpy()
+    ends = out["top_ends"].cpu().numpy()
+    antecedents = out["antecedents"].cpu().numpy()
+    best = out["antecedent_scores"].float().argmax(1).cpu().numpy() - 1  # -1 = dummy
+    mention = out["top_mention_scores"].float().cpu().numpy()
+    cluster_of: dict[int, int] = {}
+    clusters: list[list[int]] = []
+    for i in range(len(starts)):
+        if best[i] < 0:
+            continue
+        j = int(antecedents[i, best[i]])
+        if j not in cluster_of:
+            cluster_of[j] = len(clusters)
+            clusters.append([j])
+        cluster_of[i] = cluster_of[j]
+        clusters[cluster_of[i]].append(i)
+    if singletons:
+        for i in range(len(starts)):
+            if i not in cluster_of and mention[i] > 0:
+                cluster_of[i] = len(clusters)
+                clusters.append([i])
+    out_clusters = []
+    for cl in clusters:
+        spans = sorted({(int(word_map[starts[i]]), int(word_map[ends[i]])) for i in cl})
+        out_clusters.append(spans)
+    return sorted(out_clusters)
+
+
+# =============================================================================================
+# Prediction
+
+
+_WORD = re.compile(r"\w+(?:[-'’]\w+)*|[^\w\s]")
+_SENTENCE_END = {".", "!", "?"}
+_ABBREVIATIONS = {"Mr", "Mrs", "Ms", "Dr", "St", "Prof", "Sr", "Jr", "Mt", "Capt", "Col", "Gen", "Lt", "Rev", "vs"}
+
+
+def split_text(text: str) -> tuple[list[list[str]], list[tuple[int, int]]]:
+    """Raw text -> sentences of words and each word's character [start, end): words are runs of
+    letters/digits (with inner hyphens and apostrophes) or single punctuation marks; a sentence ends
+    after '.', '!' or '?' (not the '.' of a title such as "Mr.")."""
+    sentences: list[list[str]] = [[]]
+    offsets = []
+    for m in _WORD.finditer(text):
+        previous = sentences[-1][-1] if sentences[-1] else ""
+        sentences[-1].append(m.group())
+        offsets.append((m.start(), m.end()))
+        if m.group() in _SENTENCE_END and not (m.group() == "." and previous in _ABBREVIATIONS):
+            sentences.append([])
+    return [s for s in sentences if s], offsets
+
+
+class CorefPredictor:
+    """A fine-tuned coreference model ready to resolve documents or raw text.
+
+    >>> predictor = CorefPredictor.from_pretrained("runs/coref")          # doctest: +SKIP
+    >>> predictor.predict_text("Alice said she would come.")               # doctest: +SKIP
+    [[{'start': 0, 'end': 5, 'text': 'Alice'}, {'start': 11, 'end': 14, 'text': 'she'}]]
+    """
+
+    def __init__(self, model: CorefModel, tokenizer: Any, device: str | torch.device = "auto"):
+        from spanbert.trainer import resolve_device
+
+        self.model = model
+        self.tokenizer = tokenizer
+        self.device = device if isinstance(device, torch.device) else resolve_device(device)
+        self.model.to(self.device).eval()
+
+    @classmethod
+    def from_pretrained(cls, model_dir: str | Path, device: str = "auto") -> CorefPredictor:
+        model, tokenizer = load_coref_model(model_dir)
+        return cls(model, tokenizer, device)
+
+    def predict_features(self, f: CorefFeatures) -> list[list[Span]]:
+        """Clusters (word spans) of one featurized document; all its segments are used at once."""
+        tok = self.tokenizer
+        if f.num_subtokens == 0:
+            return []
+        batch = make_batch(f, 0, len(f.segments), self.model.config.max_span_width, tok.pad_id, tok.cls_id, tok.sep_id)
+        batch = {k: v.to(self.device) for k, v in batch.items() if not k.startswith("gold_")}
+        with torch.no_grad():
+            out = self.model(**batch)
+        return decode_clusters(out, f.word_map, self.model.predicts_singletons)
+
+    def predict_documents(self, docs: Sequence[CorefDocument], progress: bool = True) -> list[list[list[Span]]]:
+        from tqdm.auto import tqdm
+
+        out = []
+        for doc in tqdm(docs, desc="predict", unit="doc", disable=not progress, leave=False):
+            out.append(self.predict_features(featurize(doc, self.tokenizer, self.model.config.max_seq_length)))
+        return out
+
+    def predict_text(self, text: str) -> list[list[dict[str, Any]]]:
+        """Clusters of mentions in raw text, each mention ``{"start", "end", "text"}`` with character
+        offsets into ``text`` (end exclusive)."""
+        sentences, offsets = split_text(text)
+        if not sentences:
+            return []
+        doc = CorefDocument(key="text", part=0, sentences=sentences)
+        clusters = self.predict_documents([doc], progress=False)[0]
+        out = []
+        for cluster in clusters:
+            mentions = []
+            for s, e in cluster:
+                a, b = offsets[s][0], offsets[e][1]
+                mentions.append({"start": a, "end": b, "text": text[a:b]})
+            out.append(mentions)
+        return out
+
+
+def resolve_text(text: str, model_dir: str | Path) -> list[list[dict[str, Any]]]:
+    """Raw text in, clusters with character offsets out (loads the model each call; keep a
+    `CorefPredictor` for repeated use)."""
+    return CorefPredictor.from_pretrained(model_dir).predict_text(text)
+
+
+# =============================================================================================
+# Saving, loading, fine-tuning
+
+ARCHITECTURE = "SpanBertForCoreference"
+
+
+def save_coref_model(model: CorefModel, output_dir: str | Path, tokenizer: Any) -> None:
+    from spanbert.tasks.common import save_finetuned
+
+    save_finetuned(
+        model, output_dir, tokenizer, ARCHITECTURE, {"spanbert": {"task": "coref", "coref": asdict(model.config)}}
+    )
+
+
+def load_coref_model(model_dir: str | Path) -> tuple[CorefModel, Any]:
+    """A model saved by `save_coref_model` (``spanbert finetune coref``) and its tokenizer."""
+    from spanbert.config import BertConfig
+    from spanbert.tasks.common import load_finetuned
+
+    config_json, state, tokenizer = load_finetuned(model_dir)
+    settings = config_json.get("spanbert", {}).get("coref")
+    if settings is None:
+        raise SpanBertError(
+            f"{model_dir}: not a coreference model (config.json has no spanbert.coref settings); "
+            f"fine-tune one with `spanbert finetune coref`"
+        )
+    config = CorefConfig(**{k: v for k, v in settings.items() if k in CorefConfig.__dataclass_fields__})
+    model = CorefModel(BertConfig.from_hf_dict(config_json), config)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise SpanBertError(
+            f"{model_dir}: weights do not match the coreference model: missing {missing[:5]}, unexpected {unexpected[:5]}"
+        )
+    return model, tokenizer
+
+
+def evaluate_clusters(
+    docs: Sequence[CorefDocument], predictions: Sequence[Sequence[Sequence[Span]]]
+) -> dict[str, float]:
+    from spanbert.metrics.coref import evaluate_documents
+
+    return evaluate_documents([d.clusters for d in docs], predictions)
+
+
+# Appendix B / Joshi et al. (2019): one document per step, task layers 2e-4 (encoder 1e-5, CorefConfig),
+# 20 epochs, 10% warm-up.
+DEFAULTS: dict[str, Any] = dict(
+    output_dir="runs/coref",
+    learning_rate=2e-4,
+    per_device_train_batch_size=1,
+    num_train_epochs=20.0,
+    warmup_ratio=0.1,
+    logging_steps=10,
+    save_steps=500,
+)
+
+
+def _featurize_all(
+    docs: Sequence[CorefDocument], tokenizer: Any, max_seq_length: int, desc: str
+) -> list[CorefFeatures]:
+    from tqdm.auto import tqdm
+
+    return [featurize(d, tokenizer, max_seq_length) for d in tqdm(docs, desc=desc, unit="doc", leave=False)]
+
+
+def finetune_coref(
+    model_dir: str | Path,
+    train_path: str | Path,
+    dev_path: str | Path | None,
+    targs: Any,
+    config: CorefConfig,
+    tokenizer_dir: str | Path | None = None,
+) -> dict[str, float]:
+    """Fine-tune on a CoNLL-2012 file (or folder) and save to ``targs.output_dir``; returns dev scores."""
+    from spanbert.tasks.common import load_encoder, load_tokenizer_for
+    from spanbert.trainer import train
+
+    if targs.per_device_train_batch_size != 1:
+        raise SpanBertError(
+            f"coreference trains on one document per step (Appendix B); got per_device_train_batch_size="
+            f"{targs.per_device_train_batch_size}; use gradient_accumulation_steps for larger batches"
+        )
+    if config.singletons not in ("auto", "true", "false"):
+        raise SpanBertError(f"singletons must be auto, true or false, got {config.singletons!r}")
+    tokenizer = load_tokenizer_for(model_dir, tokenizer_dir)
+    train_docs = read_documents(train_path)
+    dev_docs = read_documents(dev_path) if dev_path else []
+    if config.singletons == "auto":
+        has = any(len(c) == 1 for d in train_docs for c in d.clusters)
+        config = CorefConfig(**{**asdict(config), "singletons": "true" if has else "false"})
+        print(f"singletons: {config.singletons} (the training key {'has' if has else 'has no'} singleton entities)")
+    encoder = load_encoder(model_dir)
+    if config.max_seq_length > encoder.config.max_position_embeddings:
+        raise SpanBertError(
+            f"max_seq_length={config.max_seq_length} exceeds the encoder's {encoder.config.max_position_embeddings} positions"
+        )
+    model = CorefModel(encoder.config, config, encoder=encoder)
+    feats = _featurize_all(train_docs, tokenizer, config.max_seq_length, "featurize train")
+    dataset = CorefDataset(
+        feats, config.max_span_width, tokenizer.pad_id, tokenizer.cls_id, tokenizer.sep_id,
+        max_training_segments=config.max_training_segments, seed=targs.seed,
+    )  # fmt: skip
+    output_dir = Path(targs.output_dir)
+
+    last_eval: dict[str, Any] = {}
+
+    def predict_dev(m: nn.Module, step: int) -> dict[str, float]:
+        t = time.perf_counter()
+        predictor = CorefPredictor(m, tokenizer, device=next(m.parameters()).device)  # type: ignore[arg-type]
+        predictions = predictor.predict_documents(dev_docs)
+        seconds = time.perf_counter() - t
+        scores = evaluate_clusters(dev_docs, predictions)
+        last_eval.update(step=step, predictions=predictions, scores=scores, seconds=seconds)
+        last_eval["eval_seconds"] = last_eval.get("eval_seconds", 0.0) + seconds
+        print(f"step {step}: dev CoNLL F1 {scores['conll_f1']:.2f} (MUC {scores['muc_f1']:.2f}, "
+              f"B3 {scores['bcub_f1']:.2f}, CEAFe {scores['ceafe_f1']:.2f})")  # fmt: skip
+        return {k: scores[k] for k in ("conll_f1", "muc_f1", "bcub_f1", "ceafe_f1", "mention_f1")}
+
+    t0 = time.perf_counter()
+    result = train(
+        model, dataset, targs, collate_fn=collate_document,
+        lr_by_prefix={"bert.": config.encoder_learning_rate}, eval_fn=predict_dev if dev_docs else None,
+    )  # fmt: skip
+    train_s = time.perf_counter() - t0 - last_eval.get("eval_seconds", 0.0)  # dev evaluation timed apart
+    save_coref_model(model, output_dir, tokenizer)
+    summary: dict[str, Any] = {
+        "train_steps": result.global_step,
+        "train_seconds": train_s,
+        "train_docs": len(train_docs),
+        # one document (a run of at most max_training_segments segments) per step
+        "train_docs_per_s": result.global_step * targs.gradient_accumulation_steps / train_s if train_s > 0 else 0.0,
+    }
+    if dev_docs:
+        if last_eval.get("step") != result.global_step:  # the trainer evaluates only at the planned end
+            model.eval()
+            with torch.no_grad():
+                predict_dev(model, result.global_step)
+        write_conll(output_dir / "dev_predictions.conll", dev_docs, last_eval["predictions"])
+        summary.update(last_eval["scores"])
+        summary["dev_docs"] = len(dev_docs)
+        summary["predict_docs_per_s"] = len(dev_docs) / last_eval["seconds"] if last_eval["seconds"] else 0.0
+    with atomic_write(output_dir / "finetune_results.json") as f:
+        json.dump(summary, f, indent=2, sort_keys=True)
+        f.write("\n")
+    return summary
+
+
+# =============================================================================================
+# Command line
+
+
+def _add_coref_arguments(parser: argparse.ArgumentParser) -> None:
+    from spanbert.config import add_dataclass_arguments
+
+    group = parser.add_argument_group("coreference model")
+    add_dataclass_arguments(group, CorefConfig)
+
+
+def cli(action: str, task: str, argv: list[str], prog: str) -> int:
+    """``spanbert {finetune,predict,evaluate} coref ...``."""
+    from spanbert.config import dataclass_from_args, parse_key_values
+
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    if action == "finetune":
+        from spanbert.tasks.common import add_finetune_arguments, training_arguments
+
+        parser.add_argument(
+            "--train", required=True, help="CoNLL-2012 file or folder of *.conll[.gz] files to train on"
+        )
+        parser.add_argument("--dev", help="CoNLL-2012 file or folder scored after training (and every --eval_steps)")
+        _add_coref_arguments(parser)
+        add_finetune_arguments(parser, DEFAULTS)
+        args = parser.parse_args(argv)
+        if args.sweep:
+            raise SpanBertError(
+                "--sweep runs the Appendix B grid of the classification/QA tasks; for coreference set "
+                "--learning_rate (task layers, 1e-4 ... 3e-4) and --encoder_learning_rate (1e-5 / 2e-5) instead"
+            )
+        overrides = list(args.overrides or [])
+        coref_keys = set(CorefConfig.__dataclass_fields__)
+        kv = parse_key_values(overrides)
+        args.overrides = [o for o, k in zip(overrides, kv) if k not in coref_keys]
+        targs = training_arguments(args, DEFAULTS)
+        config = dataclass_from_args(
+            CorefConfig, args, yaml_path=args.config,
+            overrides=[o for o, k in zip(overrides, kv) if k in coref_keys],
+        )  # fmt: skip
+        summary = finetune_coref(args.model, args.train, args.dev, targs, config, args.tokenizer)
+        print(json.dumps(summary, indent=2, sort_keys=True))
+        return 0
+    if action == "predict":
+        parser.add_argument("--model", required=True, help="folder of a model saved by `spanbert finetune coref`")
+        source = parser.add_mutually_exclusive_group(required=True)
+        source.add_argument("--data", help="CoNLL-2012 file or folder to resolve")
+        source.add_argument("--text", help="raw text: prints its clusters as JSON with character offsets")
+        parser.add_argument("--output", help="CoNLL-2012 file to write (with --data)")
+        parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default: auto)")
+        args = parser.parse_args(argv)
+        predictor = CorefPredictor.from_pretrained(args.model, device=args.device)
+        if args.text is not None:
+            print(json.dumps({"clusters": predictor.predict_text(args.text)}, indent=2, ensure_ascii=False))
+            return 0
+        if not args.output:
+            parser.error("--output OUT.conll is required with --data")
+        docs = read_documents(args.data)
+        t0 = time.perf_counter()
+        predictions = predictor.predict_documents(docs)
+        seconds = time.perf_counter() - t0
+        write_conll(args.output, docs, predictions)
+        print(f"wrote {len(docs)} documents to {args.output} ({len(docs) / seconds:.2f} documents/s)", file=sys.stderr)
+        if any(d.clusters for d in docs):
+            print(json.dumps(evaluate_clusters(docs, predictions), indent=2, sort_keys=True))
+        return 0
+    if action == "evaluate":
+        parser.add_argument("--gold", required=True, help="gold CoNLL-2012 file or folder (the key)")
+        parser.add_argument(
+            "--predictions", required=True, help="CoNLL-2012 file written by `spanbert predict coref` (the response)"
+        )
+        args = parser.parse_args(argv)
+        print(json.dumps(evaluate_files(args.gold, args.predictions), indent=2, sort_keys=True))
+        return 0
+    raise SpanBertError(f"unknown action {action!r} for coref; expected finetune, predict or evaluate")
+
+
+def evaluate_files(gold: str | Path, predictions: str | Path) -> dict[str, float]:
+    """Score a response file against a key file, matching documents by (key, part); every key
+    document must be in the response (extra response documents are an error too)."""
+    key_docs = read_documents(gold)
+    resp = {d.doc_id: d for d in read_documents(predictions)}
+    missing = [d.doc_id for d in key_docs if d.doc_id not in resp]
+    if missing:
+        raise SpanBertError(f"{predictions}: no prediction for {len(missing)} gold document(s), e.g. {missing[:3]}")
+    extra = set(resp) - {d.doc_id for d in key_docs}
+    if extra:
+        raise SpanBertError(f"{predictions}: {len(extra)} document(s) not in {gold}, e.g. {sorted(extra)[:3]}")
+    for d in key_docs:
+        r = resp[d.doc_id]
+        if r.num_words != d.num_words:
+            raise SpanBertError(
+                f"{r.source}: document {d.doc_id!r} has {r.num_words} words; the gold one ({d.source}) has {d.num_words}"
+            )
+    scores = evaluate_clusters(key_docs, [resp[d.doc_id].clusters for d in key_docs])
+    scores["documents"] = len(key_docs)
+    return scores

@@ -1,0 +1,456 @@
+"""GLUE (SpanBERT §4.1, Table 5): sentence and sentence-pair classification and regression.
+
+All nine tasks read their official GLUE tsv layouts (columns found by header name, so the files'
+extra columns do not matter; CoLA's headerless raw release is read by position). The model is the
+encoder's pooled ``[CLS]`` plus a linear layer (cross-entropy; mean squared error for STS-B), as
+BERT and SpanBERT do ("we follow BERT's single-task setting and only add a linear classifier on top
+of the [CLS] token"). Metrics are the leaderboard's: Matthews correlation (CoLA), F1 and accuracy
+(MRPC, QQP), Pearson and Spearman (STS-B), accuracy otherwise, matched and mismatched for MNLI.
+WNLI is predicted as the training set's majority class (Table 5 note; GLUE's construction issues make
+models do worse than that). Test predictions are written in the GLUE submission format: one file per
+task (``CoLA.tsv``, ``MNLI-m.tsv``, ...) with an ``index<TAB>prediction`` header.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from spanbert.errors import DataError, SpanBertError
+from spanbert.metrics.classification import accuracy, binary_f1, matthews_corrcoef, pearson, spearman
+from spanbert.utils import atomic_write
+
+
+@dataclass(frozen=True)
+class GlueTask:
+    """Layout and metric of one GLUE task."""
+
+    name: str
+    labels: tuple[str, ...] | None
+    """Class labels as they appear in the files (and in the submission); None = regression (STS-B)."""
+    text_a: str
+    """Header name of the first sentence column."""
+    text_b: str | None
+    """Header name of the second sentence column (None for single-sentence tasks)."""
+    label: str
+    """Header name of the label column."""
+    test_id: str = "index"
+    """Header name of the id column of the test file."""
+    dev: dict[str, tuple[str, ...]] = field(default_factory=lambda: {"dev": ("dev.tsv",)})
+    """Dev split name -> files (relative to the task folder), read one after the other."""
+    test: dict[str, str] = field(default_factory=dict)
+    """Submission file name -> test file."""
+    train: tuple[str, ...] = ("train.tsv",)
+    headerless: tuple[str, ...] | None = None
+    """Column names of files that have no header row (CoLA's raw release)."""
+
+
+def _t(name: str, labels, a, b, label, **kw) -> GlueTask:
+    kw.setdefault("test", {f"{name}.tsv": "test.tsv"})
+    return GlueTask(name, labels, a, b, label, **kw)
+
+
+_BINARY = ("0", "1")
+GLUE_TASKS: dict[str, GlueTask] = {
+    t.name: t
+    for t in [
+        _t("CoLA", _BINARY, "sentence", None, "label", headerless=("source", "label", "mark", "sentence")),
+        _t("SST-2", _BINARY, "sentence", None, "label"),
+        _t("MRPC", _BINARY, "#1 String", "#2 String", "Quality"),
+        _t("STS-B", None, "sentence1", "sentence2", "score"),
+        _t("QQP", _BINARY, "question1", "question2", "is_duplicate", test_id="id"),
+        _t(
+            "MNLI",
+            ("contradiction", "entailment", "neutral"),
+            "sentence1",
+            "sentence2",
+            "gold_label",
+            dev={"matched": ("dev_matched.tsv",), "mismatched": ("dev_mismatched.tsv",)},
+            test={"MNLI-m.tsv": "test_matched.tsv", "MNLI-mm.tsv": "test_mismatched.tsv", "AX.tsv": "diagnostic.tsv"},
+        ),  # fmt: skip
+        _t("QNLI", ("entailment", "not_entailment"), "question", "sentence", "label"),
+        _t("RTE", ("entailment", "not_entailment"), "sentence1", "sentence2", "label"),
+        _t("WNLI", _BINARY, "sentence1", "sentence2", "label"),
+    ]
+}
+# The raw CoLA release (what ../shared/data/glue/CoLA holds) splits GLUE's dev.tsv in two files.
+_FALLBACK = {
+    ("CoLA", "train.tsv"): ("raw/in_domain_train.tsv",),
+    ("CoLA", "dev.tsv"): ("raw/in_domain_dev.tsv", "raw/out_of_domain_dev.tsv"),
+}
+
+
+def glue_task(name: str) -> GlueTask:
+    """A task by name, case-insensitively (``sst-2``, ``SST2`` and ``SST-2`` all work)."""
+    key = {k.lower().replace("-", ""): k for k in GLUE_TASKS}.get(name.lower().replace("-", ""))
+    if key is None:
+        raise SpanBertError(f"unknown GLUE task {name!r}; choose from: {', '.join(GLUE_TASKS)}")
+    return GLUE_TASKS[key]
+
+
+@dataclass
+class GlueExample:
+    guid: str
+    """The id column's value, or the row number (from 0) when the file has none."""
+    text_a: str
+    text_b: str | None
+    label: str | None
+    """As in the file (a class name or a score); None for unlabelled test rows."""
+
+
+def resolve_files(task: GlueTask, data_dir: str | Path, names: tuple[str, ...]) -> list[Path]:
+    """The files of a split inside ``data_dir`` (GLUE names, or CoLA's raw release names)."""
+    data_dir = Path(data_dir)
+    out = []
+    for name in names:
+        if (data_dir / name).exists():
+            out.append(data_dir / name)
+            continue
+        alt = _FALLBACK.get((task.name, name))
+        if alt and all((data_dir / a).exists() for a in alt):
+            out += [data_dir / a for a in alt]
+            continue
+        raise SpanBertError(f"{data_dir / name}: not found (expected the GLUE {task.name} folder with {name})")
+    return out
+
+
+def read_glue(task: GlueTask, path: str | Path, labelled: bool = True, start_index: int = 0) -> list[GlueExample]:
+    """Read one GLUE tsv. Errors name the file, the line, what was found and what was expected.
+
+    Fields are split on tabs with no quote processing (GLUE's own reader uses ``quotechar=None``:
+    MRPC and SST-2 contain unbalanced quotes).
+    """
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8-sig").split("\n")
+    except FileNotFoundError:
+        raise SpanBertError(f"{path}: file not found") from None
+    except UnicodeDecodeError as e:
+        raise DataError(path, f"not UTF-8 text: {e}") from None
+    if lines and lines[-1] == "":
+        lines.pop()
+    if not lines:
+        raise DataError(path, "empty file; expected a GLUE tsv")
+    first = lines[0].rstrip("\r").split("\t")
+    wanted = [task.text_a] + ([task.text_b] if task.text_b else [])
+    if task.headerless and task.text_a not in first and len(first) == len(task.headerless):
+        header, body_start = list(task.headerless), 0
+    else:
+        header, body_start = first, 1
+        missing = [c for c in wanted if c not in header]
+        if missing:
+            raise DataError(
+                path, f"header {header} lacks the column(s) {missing}; expected the GLUE {task.name} layout with {wanted}", line=1
+            )  # fmt: skip
+    col = {name: i for i, name in reversed(list(enumerate(header)))}
+    has_label = task.label in col
+    if labelled and not has_label:
+        raise DataError(
+            path, f"no {task.label!r} column in header {header}; expected labelled {task.name} data", line=1
+        )
+    id_col = col.get("index", col.get("id"))  # QQP names it "id"; CoLA/SST-2/MRPC train and dev have none
+    examples = []
+    for n in range(body_start, len(lines)):
+        line = lines[n].rstrip("\r")
+        if not line.strip():
+            continue
+        fields = line.split("\t")
+        if len(fields) != len(header):
+            raise DataError(
+                path,
+                f"found {len(fields)} tab-separated columns, expected {len(header)} ({', '.join(header)})",
+                line=n + 1,
+            )
+        label = fields[col[task.label]].strip() if has_label else None
+        if label is not None:
+            if task.labels is None:
+                try:
+                    float(label)
+                except ValueError:
+                    raise DataError(path, f"score {label!r} is not a number", line=n + 1) from None
+            elif label not in task.labels:
+                raise DataError(path, f"label {label!r}; expected one of {list(task.labels)}", line=n + 1)
+        guid = fields[id_col].strip() if id_col is not None else str(start_index + len(examples))
+        b = fields[col[task.text_b]] if task.text_b else None
+        examples.append(GlueExample(guid, fields[col[task.text_a]], b, label))
+    return examples
+
+
+def read_split(
+    task: GlueTask, data_dir: str | Path, files: tuple[str, ...], labelled: bool = True
+) -> list[GlueExample]:
+    """Read the files of one split in order (CoLA's two raw dev files become GLUE's one dev set)."""
+    out: list[GlueExample] = []
+    for path in resolve_files(task, data_dir, files):
+        out += read_glue(task, path, labelled, start_index=len(out))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Features and metrics
+
+
+def glue_features(
+    task: GlueTask, examples: list[GlueExample], tokenizer: Any, max_seq_length: int = 128, with_labels: bool = True
+) -> list[dict[str, Any]]:
+    """``[CLS] a [SEP] (b [SEP])`` ids and token types, pairs cut longest-first to ``max_seq_length``."""
+    from spanbert.tasks.classification import pair_input
+
+    enc_a = tokenizer.encode_batch([e.text_a for e in examples])
+    enc_b = tokenizer.encode_batch([e.text_b for e in examples]) if task.text_b else [None] * len(examples)
+    label2id = {l: i for i, l in enumerate(task.labels)} if task.labels else None
+    features = []
+    for ex, a, b in zip(examples, enc_a, enc_b):
+        ids, types, _ = pair_input(
+            tokenizer.cls_id, tokenizer.sep_id, a.ids, None if b is None else b.ids, max_seq_length
+        )
+        f: dict[str, Any] = {"input_ids": ids, "token_type_ids": types}
+        if with_labels and ex.label is not None:
+            f["labels"] = np.float32(ex.label) if label2id is None else np.int64(label2id[ex.label])
+        features.append(f)
+    return features
+
+
+def glue_metrics(task: GlueTask, gold: list[str], pred: list[str]) -> dict[str, float]:
+    """The leaderboard metrics of one dev split, plus ``score``: the task's single number in the GLUE
+    average (the mean of the two metrics for MRPC, QQP and STS-B)."""
+    if task.labels is None:
+        g, p = [float(x) for x in gold], [float(x) for x in pred]
+        m = {"pearson": pearson(g, p), "spearman": spearman(g, p)}
+        return {**m, "score": (m["pearson"] + m["spearman"]) / 2}
+    m = {"accuracy": accuracy(gold, pred)}
+    if task.name == "CoLA":
+        m["mcc"] = matthews_corrcoef(gold, pred)
+        m["score"] = m["mcc"]
+    elif task.name in ("MRPC", "QQP"):
+        m["f1"] = binary_f1(gold, pred, positive="1")
+        m["score"] = (m["f1"] + m["accuracy"]) / 2
+    else:
+        m["score"] = m["accuracy"]
+    return m
+
+
+def score_splits(task: GlueTask, gold: dict[str, list[str]], pred: dict[str, list[str]]) -> dict[str, float]:
+    """Metrics of every dev split; with several (MNLI) keys get the split's name as a suffix and
+    ``score`` is that of the first (matched) split."""
+    out: dict[str, float] = {}
+    for k, split in enumerate(gold):
+        m = glue_metrics(task, gold[split], pred[split])
+        if len(gold) == 1:
+            return m
+        out.update({f"{name}_{split}": v for name, v in m.items()})
+        if k == 0:
+            out["score"] = m["score"]
+    return out
+
+
+def labels_of(task: GlueTask, logits: list[np.ndarray]) -> list[str]:
+    """Predicted labels as the files write them (a class name, or the score for STS-B)."""
+    if task.labels is None:
+        return [f"{float(l[0]):.3f}" for l in logits]
+    return [task.labels[int(np.argmax(l))] for l in logits]
+
+
+def write_submission(path: str | Path, examples: list[GlueExample], labels: list[str]) -> None:
+    """GLUE submission format: header ``index<TAB>prediction``, one row per example."""
+    with atomic_write(path, encoding="utf-8") as f:
+        f.write("index\tprediction\n")
+        for ex, label in zip(examples, labels):
+            f.write(f"{ex.guid}\t{label}\n")
+
+
+def read_submission(path: str | Path, n: int) -> list[str]:
+    """The predictions of a submission-format file, checked against the number of examples."""
+    path = Path(path)
+    try:
+        lines = [l.rstrip("\r") for l in path.read_text(encoding="utf-8").split("\n") if l.strip()]
+    except FileNotFoundError:
+        raise SpanBertError(f"{path}: predictions file not found") from None
+    if not lines or lines[0].split("\t") != ["index", "prediction"]:
+        raise DataError(path, "expected the header 'index<TAB>prediction' (GLUE submission format)", line=1)
+    out = []
+    for k, line in enumerate(lines[1:], 2):
+        parts = line.split("\t")
+        if len(parts) != 2:
+            raise DataError(path, f"expected 'index<TAB>prediction', found {line[:80]!r}", line=k)
+        out.append(parts[1])
+    if len(out) != n:
+        raise DataError(path, f"{len(out)} predictions; expected one per example ({n})")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Fine-tuning, prediction, CLI
+
+MAJORITY_FILE = "majority.json"
+"""What `spanbert finetune glue --task WNLI` saves instead of a model: the majority class."""
+
+
+def default_arguments(task: GlueTask) -> dict[str, Any]:
+    """Appendix B: lr in {5e-6..5e-5} (2e-5 without --sweep), batch 32, 10 epochs, CoLA 4."""
+    return dict(
+        output_dir=f"runs/glue-{task.name}",
+        learning_rate=2e-5,
+        per_device_train_batch_size=32,
+        num_train_epochs=4.0 if task.name == "CoLA" else 10.0,
+        warmup_ratio=0.1,
+    )
+
+
+def finetune_glue(
+    task: GlueTask,
+    model_dir: str | Path,
+    data_dir: str | Path,
+    args: Any,
+    tokenizer_dir: str | Path | None = None,
+    max_seq_length: int = 128,
+    max_train_examples: int | None = None,
+    max_eval_examples: int | None = None,
+) -> dict[str, float]:
+    """Fine-tune on ``data_dir``'s train split, score every dev split, save to ``args.output_dir``."""
+    from spanbert.tasks import classification as C
+
+    out = Path(args.output_dir)
+    train = read_split(task, data_dir, task.train)[:max_train_examples]
+    dev = {split: read_split(task, data_dir, files)[:max_eval_examples] for split, files in task.dev.items()}
+    gold = {split: [e.label for e in exs] for split, exs in dev.items()}
+    if task.name == "WNLI":  # Table 5 note: WNLI is always the majority class, no model is trained
+        majority = Counter(e.label for e in train).most_common(1)[0][0]
+        C.write_json(out / MAJORITY_FILE, {"task": task.name, "label": majority, "train_examples": len(train)})
+        pred = {s: [majority] * len(g) for s, g in gold.items()}
+    else:
+        from spanbert.tasks.common import load_tokenizer_for
+
+        tokenizer = load_tokenizer_for(model_dir, tokenizer_dir)
+        train_features = glue_features(task, train, tokenizer, max_seq_length)
+        dev_features = {s: glue_features(task, exs, tokenizer, max_seq_length, False) for s, exs in dev.items()}
+        num_labels = 1 if task.labels is None else len(task.labels)
+        model = C.build_model("sequence", model_dir, num_labels)
+
+        def predict_all(m: Any) -> dict[str, list[str]]:
+            return {
+                s: labels_of(task, C.predict_logits(m, f, tokenizer.pad_id, args.per_device_eval_batch_size))
+                for s, f in dev_features.items()
+            }
+
+        pred = C.finetune(
+            model, train_features, args, tokenizer.pad_id, predict_all, lambda p: score_splits(task, gold, p)
+        )
+        meta = {"task": "glue", "glue_task": task.name, "max_seq_length": max_seq_length}
+        C.save_model(model, out, tokenizer, "sequence", list(task.labels) if task.labels else None, meta)
+    for split, exs in dev.items():
+        write_submission(out / _dev_name(task, split), exs, pred[split])
+    metrics = score_splits(task, gold, pred)
+    C.write_json(out / "dev_results.json", metrics)
+    return metrics
+
+
+def _dev_name(task: GlueTask, split: str) -> str:
+    return f"{task.name}.dev.tsv" if len(task.dev) == 1 else f"{task.name}-{split}.dev.tsv"
+
+
+def predict_glue(
+    task: GlueTask, model_dir: str | Path, examples: list[GlueExample], batch_size: int = 64, device: str = "cpu"
+) -> list[str]:
+    """Labels for ``examples`` from a folder saved by `finetune_glue` (or WNLI's majority class)."""
+    from spanbert.tasks import classification as C
+
+    model_dir = Path(model_dir)
+    if (model_dir / MAJORITY_FILE).exists():
+        import json
+
+        return [json.loads((model_dir / MAJORITY_FILE).read_text())["label"]] * len(examples)
+    model, config_json, tokenizer = C.load_model("sequence", model_dir, device)
+    saved = config_json.get("spanbert", {}).get("glue_task")
+    if saved and saved != task.name:
+        raise SpanBertError(f"{model_dir} was fine-tuned on {saved}, not {task.name}; pass --task {saved}")
+    max_len = config_json.get("spanbert", {}).get("max_seq_length", 128)
+    features = glue_features(task, examples, tokenizer, max_len, with_labels=False)
+    return labels_of(task, C.predict_logits(model, features, tokenizer.pad_id, batch_size, progress=True))
+
+
+def _task_from_argv(argv: list[str]) -> GlueTask | None:
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--task")
+    known, _ = pre.parse_known_args(argv)
+    return glue_task(known.task) if known.task else None
+
+
+def cli(action: str, task_name: str, argv: list[str], prog: str) -> int:
+    """``spanbert {finetune,predict,evaluate} glue --task NAME --data_dir DIR ...``."""
+    from spanbert.tasks import classification as C
+
+    task = _task_from_argv(argv)
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", required=True, help=f"GLUE task: {', '.join(GLUE_TASKS)}")
+    parser.add_argument(
+        "--data_dir", required=True, help="the task's folder of GLUE tsv files (train.tsv, dev.tsv, test.tsv)"
+    )
+    if action == "finetune":
+        from spanbert.tasks.common import add_finetune_arguments
+
+        defaults = default_arguments(task or GLUE_TASKS["RTE"])
+        parser.add_argument(
+            "--max_seq_length", type=int, default=128, help="tokens per input (default: 128, Appendix B)"
+        )
+        parser.add_argument("--max_train_examples", type=int, help="use only the first N training examples")
+        parser.add_argument("--max_eval_examples", type=int, help="use only the first N examples of each dev split")
+        add_finetune_arguments(parser, defaults)
+        args = parser.parse_args(argv)
+
+        def run_one(targs: Any) -> dict[str, float]:
+            return finetune_glue(
+                task, args.model, args.data_dir, targs, args.tokenizer, args.max_seq_length,
+                args.max_train_examples, args.max_eval_examples,
+            )  # fmt: skip
+
+        return C.run_finetune_cli(args, defaults, run_one, metric="score")
+    if action == "predict":
+        parser.add_argument("--model", required=True, help="folder saved by `spanbert finetune glue`")
+        parser.add_argument(
+            "--split", choices=("test", "dev"), default="test", help="which split to predict (default: test)"
+        )
+        parser.add_argument(
+            "--output_dir", required=True, help="folder for the submission files (CoLA.tsv, MNLI-m.tsv, ...)"
+        )
+        parser.add_argument("--batch_size", type=int, default=64, help="sequences per batch (default: 64)")
+        parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (default: auto)")
+        args = parser.parse_args(argv)
+        if args.split == "test":
+            outputs = {name: (file,) for name, file in task.test.items()}
+        else:
+            outputs = {_dev_name(task, s): files for s, files in task.dev.items()}
+        for name, files in outputs.items():
+            if name == "AX.tsv" and not (Path(args.data_dir) / files[0]).exists():
+                continue  # the diagnostic set is optional
+            examples = read_split(task, args.data_dir, files, labelled=False)
+            pred = predict_glue(task, args.model, examples, args.batch_size, args.device)
+            write_submission(Path(args.output_dir) / name, examples, pred)
+            print(f"wrote {len(pred)} predictions to {Path(args.output_dir) / name}")
+        return 0
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--predictions", nargs="+", help="dev predictions (submission format), one file per dev split")
+    group.add_argument("--model", help="fine-tuned model folder: predict the dev splits, then score")
+    parser.add_argument("--batch_size", type=int, default=64, help="sequences per batch with --model (default: 64)")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (default: auto)")
+    args = parser.parse_args(argv)
+    dev = {s: read_split(task, args.data_dir, files) for s, files in task.dev.items()}
+    if args.predictions and len(args.predictions) != len(dev):
+        raise SpanBertError(
+            f"{task.name} has {len(dev)} dev split(s) ({', '.join(dev)}); got {len(args.predictions)} prediction files"
+        )
+    pred = {}
+    for k, (s, exs) in enumerate(dev.items()):
+        pred[s] = (
+            predict_glue(task, args.model, exs, args.batch_size, args.device)
+            if args.model
+            else read_submission(args.predictions[k], len(exs))
+        )
+    gold = {s: [e.label for e in exs] for s, exs in dev.items()}
+    C.print_metrics({**score_splits(task, gold, pred), "examples": sum(map(len, gold.values()))})
+    return 0

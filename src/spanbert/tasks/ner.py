@@ -1,0 +1,314 @@
+"""Named entity recognition on CoNLL-2003 (BERT §5.3): a token classifier, no CRF, conlleval F1.
+
+Each word is split into WordPieces; only the first sub-token of a word feeds the classifier ("we use
+the representation of the first sub-token as the input to the token-level classifier over the NER
+label set", BERT §5.3), the others carry label -100 and are ignored. A sentence longer than
+``max_seq_length`` tokens is cut into consecutive pieces at word boundaries, each encoded on its own,
+so every word gets a prediction. The score is entity-level F1 as ``conlleval`` computes it
+(`spanbert.metrics.classification.conlleval`).
+
+Deviation: BERT feeds "the maximal document context" around each sentence; here each sentence is
+encoded alone, as most re-implementations do; expect scores somewhat below BERT's Table 7.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from spanbert.errors import DataError, SpanBertError
+from spanbert.metrics.classification import conlleval
+from spanbert.utils import atomic_write
+
+_TAG = re.compile(r"^(O|[BIES]-\S+)$")
+
+
+@dataclass
+class NerSentence:
+    words: list[str]
+    tags: list[str] | None
+    """One IOB tag per word; None for unlabelled input."""
+    line: int
+    """Line of the first word in its file (for error messages)."""
+
+
+def read_conll(path: str | Path, require_tags: bool = True) -> list[NerSentence]:
+    """Read CoNLL-2003 column format: ``word POS chunk NER`` (the tag is the last column), blank lines
+    between sentences, ``-DOCSTART-`` lines between documents (skipped). A file of single-column
+    lines is read as unlabelled words when ``require_tags`` is False."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpanBertError(f"{path}: file not found (expected a CoNLL-2003 file)") from None
+    except UnicodeDecodeError as e:
+        raise DataError(path, f"not UTF-8 text: {e}") from None
+    sentences: list[NerSentence] = []
+    words: list[str] = []
+    tags: list[str] = []
+    start = 0
+
+    def flush() -> None:
+        if words:
+            sentences.append(NerSentence(list(words), list(tags) if tags else None, start))
+        words.clear()
+        tags.clear()
+
+    for n, raw in enumerate(text.split("\n"), 1):
+        line = raw.rstrip("\r")
+        if not line.strip():
+            flush()
+            continue
+        cols = line.split()
+        if cols[0] == "-DOCSTART-":
+            flush()
+            continue
+        if not words:
+            start = n
+        if len(cols) == 1:
+            if require_tags:
+                raise DataError(
+                    path, f"found {line[:80]!r}: one column; expected 'word ... TAG' (tag in the last column)", line=n
+                )
+            if tags:
+                raise DataError(path, "a word without a tag inside a tagged sentence", line=n)
+            words.append(cols[0])
+            continue
+        if not _TAG.match(cols[-1]):
+            raise DataError(path, f"tag {cols[-1]!r} is not O, B-TYPE or I-TYPE (IOB), in {line[:80]!r}", line=n)
+        if len(tags) != len(words):
+            raise DataError(path, "a tagged word inside an untagged sentence", line=n)
+        words.append(cols[0])
+        tags.append(cols[-1])
+    flush()
+    if not sentences:
+        raise DataError(path, "no sentences found; expected CoNLL-2003 column format")
+    return sentences
+
+
+def label_list(sentences: list[NerSentence]) -> list[str]:
+    """``O`` first, then the other tags sorted: a fixed order, saved with the model as id2label."""
+    tags = {t for s in sentences for t in (s.tags or [])}
+    return ["O"] + sorted(tags - {"O"})
+
+
+# ---------------------------------------------------------------------------------------------
+# Features and decoding
+
+
+def ner_features(
+    sentences: list[NerSentence], tokenizer: Any, label2id: dict[str, int] | None, max_seq_length: int = 128,
+    source: str = "data",
+) -> list[dict[str, Any]]:  # fmt: skip
+    """One feature per sentence, or per piece of a long sentence (cut at word boundaries).
+
+    Keys: ``input_ids`` (T,), ``labels`` (T,) with the word's tag id on its first sub-token and -100
+    elsewhere, ``first_token`` (W,) position of each word's first sub-token, ``sentence`` and
+    ``first_word`` (which words of which sentence the feature covers).
+    """
+    from spanbert.tasks.classification import IGNORE_INDEX
+
+    budget = max_seq_length - 2
+    features = []
+    for si, s in enumerate(sentences):
+        enc = tokenizer.encode_words(s.words)
+        pieces: list[list[int]] = [[] for _ in s.words]
+        for tid, wid in zip(enc.ids.tolist(), enc.word_ids.tolist()):
+            pieces[wid].append(tid)
+        w = 0
+        while w < len(s.words):
+            ids, firsts, labels = [tokenizer.cls_id], [], [IGNORE_INDEX]
+            start = w
+            while w < len(s.words) and (len(ids) - 1 + min(len(pieces[w]), budget) <= budget):
+                p = pieces[w][:budget]  # a single word longer than the budget keeps its first pieces
+                firsts.append(len(ids))
+                if label2id is not None:
+                    tag = s.tags[w]
+                    if tag not in label2id:
+                        raise DataError(
+                            source, f"tag {tag!r} is not a label of this model: {sorted(label2id)}", line=s.line + w
+                        )
+                    labels += [label2id[tag]] + [IGNORE_INDEX] * (len(p) - 1)
+                ids += p
+                w += 1
+            ids.append(tokenizer.sep_id)
+            f: dict[str, Any] = {
+                "input_ids": np.asarray(ids, dtype=np.int64),
+                "first_token": np.asarray(firsts, dtype=np.int64),
+                "sentence": si,
+                "first_word": start,
+            }
+            if label2id is not None:
+                f["labels"] = np.asarray(labels + [IGNORE_INDEX], dtype=np.int64)
+            features.append(f)
+    return features
+
+
+def decode(
+    sentences: list[NerSentence], features: list[dict[str, Any]], logits: list[np.ndarray], labels: list[str]
+) -> list[list[str]]:
+    """The predicted tag of every word: argmax at its first sub-token."""
+    out = [["O"] * len(s.words) for s in sentences]
+    for f, l in zip(features, logits):
+        best = l[f["first_token"]].argmax(-1)  # (W,)
+        for k, label_id in enumerate(best.tolist()):
+            out[f["sentence"]][f["first_word"] + k] = labels[label_id]
+    return out
+
+
+def score(sentences: list[NerSentence], pred: list[list[str]]) -> dict[str, Any]:
+    """conlleval's entity-level precision / recall / F1 (fractions) and per-type scores."""
+    return conlleval([s.tags for s in sentences], pred)
+
+
+def write_predictions(path: str | Path, sentences: list[NerSentence], pred: list[list[str]]) -> None:
+    """CoNLL lines ``word gold predicted`` (``word predicted`` without gold), blank line between
+    sentences: the input format of the ``conlleval`` script."""
+    with atomic_write(path, encoding="utf-8") as f:
+        for s, tags in zip(sentences, pred):
+            for k, (word, tag) in enumerate(zip(s.words, tags)):
+                f.write(f"{word} {s.tags[k]} {tag}\n" if s.tags else f"{word} {tag}\n")
+            f.write("\n")
+
+
+def read_predictions(path: str | Path, sentences: list[NerSentence]) -> list[list[str]]:
+    """Predicted tags (last column) of a file written by `write_predictions`, checked word by word."""
+    pred = read_conll(path, require_tags=True)
+    if len(pred) != len(sentences):
+        raise DataError(path, f"{len(pred)} sentences; expected {len(sentences)} as in the data file")
+    for p, s in zip(pred, sentences):
+        if p.words != s.words:
+            raise DataError(path, "the words differ from the data file's sentence", line=p.line)
+    return [p.tags for p in pred]
+
+
+# ---------------------------------------------------------------------------------------------
+# Fine-tuning, prediction, CLI
+
+DEFAULTS = dict(
+    output_dir="runs/ner", learning_rate=5e-5, per_device_train_batch_size=32, num_train_epochs=4.0, warmup_ratio=0.1
+)
+"""BERT's fine-tuning recipe (§A.3: lr in {5e-5, 3e-5, 2e-5}, batch 16/32, 2-4 epochs)."""
+
+
+def finetune_ner(
+    model_dir: str | Path,
+    train_path: str | Path,
+    dev_path: str | Path | None,
+    args: Any,
+    tokenizer_dir: str | Path | None = None,
+    max_seq_length: int = 128,
+    max_train_examples: int | None = None,
+    max_eval_examples: int | None = None,
+) -> dict[str, Any]:
+    """Fine-tune a token classifier and save it in ``args.output_dir``; returns dev conlleval scores."""
+    from spanbert.tasks import classification as C
+    from spanbert.tasks.common import load_tokenizer_for
+
+    train = read_conll(train_path)[:max_train_examples]
+    dev = read_conll(dev_path)[:max_eval_examples] if dev_path else []
+    labels = label_list(train)
+    label2id = {l: i for i, l in enumerate(labels)}
+    tokenizer = load_tokenizer_for(model_dir, tokenizer_dir)
+    train_features = ner_features(train, tokenizer, label2id, max_seq_length, str(train_path))
+    dev_features = ner_features(dev, tokenizer, None, max_seq_length, str(dev_path))
+    model = C.build_model("token", model_dir, len(labels))
+
+    def predict(m: Any) -> list[list[str]]:
+        return decode(
+            dev,
+            dev_features,
+            C.predict_logits(m, dev_features, tokenizer.pad_id, args.per_device_eval_batch_size),
+            labels,
+        )
+
+    pred = C.finetune(model, train_features, args, tokenizer.pad_id, predict if dev else None, lambda p: score(dev, p))
+    out = Path(args.output_dir)
+    C.save_model(model, out, tokenizer, "token", labels, {"task": "ner", "max_seq_length": max_seq_length})
+    metrics: dict[str, Any] = {}
+    if dev:
+        write_predictions(out / "dev_predictions.txt", dev, pred)
+        metrics = score(dev, pred)
+        C.write_json(out / "dev_results.json", metrics)
+    return metrics
+
+
+def predict_ner(
+    model_dir: str | Path, sentences: list[NerSentence], batch_size: int = 64, device: str = "cpu"
+) -> list[list[str]]:
+    """Tags for every word of ``sentences`` with a model saved by `finetune_ner`."""
+    from spanbert.tasks import classification as C
+
+    model, config_json, tokenizer = C.load_model("token", model_dir, device)
+    labels = C.labels_from_config(config_json)
+    features = ner_features(sentences, tokenizer, None, config_json.get("spanbert", {}).get("max_seq_length", 128))
+    return decode(
+        sentences, features, C.predict_logits(model, features, tokenizer.pad_id, batch_size, progress=True), labels
+    )
+
+
+def cli(action: str, task: str, argv: list[str], prog: str) -> int:
+    """``spanbert {finetune,predict,evaluate} ner ...``."""
+    from spanbert.tasks import classification as C
+
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    if action == "finetune":
+        from spanbert.tasks.common import add_finetune_arguments
+
+        parser.add_argument(
+            "--train_file", "--train", dest="train", required=True, help="CoNLL-2003 training file (word POS chunk TAG)"
+        )
+        parser.add_argument(
+            "--validation_file",
+            "--dev",
+            dest="dev",
+            help="CoNLL-2003 dev file, scored with conlleval during and after training",
+        )
+        parser.add_argument("--max_seq_length", type=int, default=128, help="tokens per input piece (default: 128)")
+        parser.add_argument("--max_train_examples", type=int, help="use only the first N training sentences")
+        parser.add_argument("--max_eval_examples", type=int, help="use only the first N dev sentences")
+        add_finetune_arguments(parser, DEFAULTS)
+        args = parser.parse_args(argv)
+
+        def run_one(targs: Any) -> dict[str, Any]:
+            return finetune_ner(
+                args.model, args.train, args.dev, targs, args.tokenizer, args.max_seq_length,
+                args.max_train_examples, args.max_eval_examples,
+            )  # fmt: skip
+
+        return C.run_finetune_cli(args, DEFAULTS, run_one, metric="f1")
+    parser.add_argument("--data", required=True, help="CoNLL-2003 file (tags optional for predict)")
+    if action == "predict":
+        parser.add_argument("--model", required=True, help="folder saved by `spanbert finetune ner`")
+        parser.add_argument("--output", required=True, help="CoNLL file to write: word [gold] predicted")
+        parser.add_argument("--batch_size", type=int, default=64, help="sequences per batch (default: 64)")
+        parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (default: auto)")
+        args = parser.parse_args(argv)
+        sentences = read_conll(args.data, require_tags=False)
+        pred = predict_ner(args.model, sentences, args.batch_size, args.device)
+        write_predictions(args.output, sentences, pred)
+        print(f"wrote tags for {len(pred)} sentences to {args.output}")
+        if all(s.tags for s in sentences):
+            C.print_metrics(score(sentences, pred))
+        return 0
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument(
+        "--predictions", help="file written by `spanbert predict ner` (predicted tag in the last column)"
+    )
+    group.add_argument("--model", help="fine-tuned model folder: predict, then score")
+    parser.add_argument("--batch_size", type=int, default=64, help="sequences per batch with --model (default: 64)")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (default: auto)")
+    args = parser.parse_args(argv)
+    sentences = read_conll(args.data)
+    pred = (
+        predict_ner(args.model, sentences, args.batch_size, args.device)
+        if args.model
+        else read_predictions(args.predictions, sentences)
+    )
+    C.print_metrics({**score(sentences, pred), "sentences": len(sentences)})
+    return 0

@@ -1,0 +1,1030 @@
+"""Extractive question answering (SQuAD v1.1 / v2.0, MRQA): reader, features, head, decoding, CLI.
+
+§4.1 of the SpanBERT paper: the question and a passage window are encoded together and two linear
+classifiers predict the start and end token of the answer; an unanswerable question (SQuAD 2.0) and
+a window that does not contain the answer point at ``[CLS]`` for both. Appendix B: max_seq_length
+512, sliding window, lr in {5e-6 .. 5e-5} x batch {16, 32}, 4 epochs.
+
+Layout: ``[CLS] question [SEP] passage-window [SEP]``. The paper's text writes the passage first,
+but the BERT and SpanBERT reference fine-tuning code (``run_squad.py``, ``run_mrqa.py``) put the
+question first, and so do the released fine-tuned models; we follow the code (docs/qa.md).
+
+The pipeline, each step a plain function:
+  `read_squad` / `read_mrqa` -> `QAData` (contexts tokenized once, examples with character spans)
+  -> `make_features` (windows, max-context flags, start/end labels) -> `SpanBertForQuestionAnswering`
+  -> `decode` (n-best, max answer length, null score, threshold) -> `spanbert.metrics.squad`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import gzip
+import json
+import math
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from spanbert.errors import DataError, SpanBertError
+from spanbert.metrics import squad as squad_metrics
+
+# ---------------------------------------------------------------------------------------------
+# Readers
+
+
+@dataclass
+class QAExample:
+    """One question about one context."""
+
+    qid: str
+    """Id under which its prediction is written (SQuAD ``id``; MRQA ``qid``, as the MRQA scorer keys)."""
+    question: str
+    context_index: int
+    """Index into `QAData.contexts` (each context is tokenized once, however many questions it has)."""
+    answers: list[str]
+    """Gold answer texts, used for scoring (empty for an unanswerable question)."""
+    answer_start: int = -1
+    """Character start of the answer used for training (the first gold one); -1 = none."""
+    answer_end: int = -1
+    """Character end (exclusive) of that answer."""
+    is_impossible: bool = False
+    """SQuAD 2.0: the question has no answer in the context."""
+    article: int = 0
+    """Index of its article (SQuAD) or context line (MRQA): splits are made by article."""
+
+
+@dataclass
+class QAData:
+    """The contents of one QA file."""
+
+    path: str
+    format: str
+    """``squad`` or ``mrqa``."""
+    version_2: bool
+    """True when the file has unanswerable questions (SQuAD 2.0)."""
+    contexts: list[str]
+    examples: list[QAExample]
+    num_articles: int
+    raw: dict | None = None
+    """The parsed SQuAD JSON, for scoring exactly as the official script (which reads the file)."""
+
+    def select_articles(self, spec: str | None) -> QAData:
+        """Keep the articles of a Python slice ``"start:stop"`` (e.g. ``":17"``, ``"17:"``).
+
+        For SQuAD 2.0, which has no public training set here, and for MRQA (whose dev sets the paper
+        splits in half, §4.1), train on one half of dev by article and evaluate on the other.
+        """
+        if not spec:
+            return self
+        keep = set(range(self.num_articles)[_parse_slice(spec)])
+        examples = [e for e in self.examples if e.article in keep]
+        raw = None
+        if self.raw is not None:
+            raw = {**self.raw, "data": [a for i, a in enumerate(self.raw["data"]) if i in keep]}
+        return QAData(self.path, self.format, self.version_2, self.contexts, examples, self.num_articles, raw)
+
+    def drop_ids(self, ids: set[str]) -> tuple[QAData, int]:
+        """Remove questions by id (e.g. the ambiguous answer offsets of the rebuilt SQuAD train set)."""
+        examples = [e for e in self.examples if e.qid not in ids]
+        dropped = len(self.examples) - len(examples)
+        return QAData(
+            self.path, self.format, self.version_2, self.contexts, examples, self.num_articles, self.raw
+        ), dropped
+
+    def gold_answers(self) -> dict[str, list[str]]:
+        return {e.qid: e.answers for e in self.examples}
+
+
+def _parse_slice(spec: str) -> slice:
+    parts = spec.split(":")
+    try:
+        if len(parts) != 2:
+            raise ValueError
+        start, stop = (int(p) if p.strip() else None for p in parts)
+    except ValueError:
+        raise SpanBertError(f"article range {spec!r} is not of the form start:stop (e.g. ':17' or '17:')") from None
+    return slice(start, stop)
+
+
+def _open_text(path: Path):
+    if not path.is_file():
+        raise SpanBertError(f"{path}: file not found")
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8")
+    return open(path, encoding="utf-8")
+
+
+def _load_json_file(path: Path) -> Any:
+    try:
+        with _open_text(path) as f:
+            return json.load(f)
+    except json.JSONDecodeError as e:
+        cut = e.msg.startswith("Unterminated string") or e.pos >= len(e.doc.rstrip()) - 1
+        hint = " (the file looks truncated)" if cut else ""
+        raise DataError(path, f"not valid JSON: {e.msg} at column {e.colno}{hint}", line=e.lineno) from None
+    except UnicodeDecodeError as e:
+        raise DataError(path, f"not UTF-8 text: {e.reason} at byte {e.start}") from None
+    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+        raise DataError(path, f"damaged or truncated gzip file: {e}") from None
+
+
+def _expect(obj: Any, key: str, kind: type | tuple[type, ...], path: Path, record: str, line: int | None = None) -> Any:
+    if not isinstance(obj, dict):
+        raise DataError(path, f"expected a JSON object, found {type(obj).__name__}", line=line, record=record)
+    if key not in obj:
+        raise DataError(path, f"missing field {key!r}; found fields {sorted(obj)}", line=line, record=record)
+    value = obj[key]
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise DataError(
+            path, f"field {key!r} is {type(value).__name__} {value!r:.60}, expected {names}", line=line, record=record
+        )
+    return value
+
+
+def read_squad(path: str | Path) -> QAData:
+    """Read a SQuAD v1.1 or v2.0 JSON file (``.json`` or ``.json.gz``), checking every answer offset.
+
+    The first gold answer of each question is its training target (as BERT's ``run_squad.py``);
+    all gold answers are kept for scoring. v2.0 is recognised by ``version`` or ``is_impossible``.
+    """
+    path = Path(path)
+    data = _load_json_file(path)
+    if not isinstance(data, dict) or not isinstance(data.get("data"), list):
+        found = f"keys {sorted(data)}" if isinstance(data, dict) else type(data).__name__
+        raise DataError(path, f"expected SQuAD JSON {{'version': ..., 'data': [articles]}}, found {found}")
+    version_2 = squad_metrics.is_v2_dataset(data)
+    contexts: list[str] = []
+    examples: list[QAExample] = []
+    seen: set[str] = set()
+    for a, article in enumerate(data["data"]):
+        paragraphs = _expect(article, "paragraphs", list, path, f"data[{a}]")
+        for p, paragraph in enumerate(paragraphs):
+            where = f"data[{a}].paragraphs[{p}]"
+            context = _expect(paragraph, "context", str, path, where)
+            qas = _expect(paragraph, "qas", list, path, where)
+            ci = len(contexts)
+            contexts.append(context)
+            for q, qa in enumerate(qas):
+                rec = f"{where}.qas[{q}]"
+                qid = str(_expect(qa, "id", (str, int), path, rec))
+                rec = f"id {qid}"
+                if qid in seen:
+                    raise DataError(path, "duplicate question id; ids must be unique", record=rec)
+                seen.add(qid)
+                question = _expect(qa, "question", str, path, rec)
+                answers = _expect(qa, "answers", list, path, rec)
+                impossible = bool(qa.get("is_impossible", False))
+                if not answers and not impossible:
+                    raise DataError(
+                        path, "no answers and not marked is_impossible; expected at least one answer", record=rec
+                    )
+                texts, start, end = [], -1, -1
+                for k, ans in enumerate(answers):
+                    text = _expect(ans, "text", str, path, f"{rec}, answers[{k}]")
+                    s = _expect(ans, "answer_start", int, path, f"{rec}, answers[{k}]")
+                    e = s + len(text)
+                    if s < 0 or e > len(context):
+                        raise DataError(
+                            path,
+                            f"answers[{k}] answer_start={s} with text of {len(text)} characters ends at {e}, "
+                            f"outside the context of {len(context)} characters",
+                            record=rec,
+                        )
+                    if context[s:e] != text:
+                        raise DataError(
+                            path,
+                            f"answers[{k}] answer_start={s} points at {context[s:e]!r}, expected the answer text {text!r}",
+                            record=rec,
+                        )
+                    texts.append(text)
+                    if k == 0 and not impossible:
+                        start, end = s, e
+                examples.append(QAExample(qid, question, ci, [] if impossible else texts, start, end, impossible, a))
+    return QAData(str(path), "squad", version_2, contexts, examples, len(data["data"]), raw=data)
+
+
+def read_mrqa(path: str | Path) -> QAData:
+    """Read an MRQA 2019 file (``.jsonl`` or ``.jsonl.gz``): an optional header line, then one context per line.
+
+    Training target: the first ``detected_answers[].char_spans`` (inclusive ends, as MRQA stores
+    them). Scoring uses ``answers``, as `mrqa_official_eval.py` does.
+    """
+    path = Path(path)
+    contexts: list[str] = []
+    examples: list[QAExample] = []
+    try:
+        with _open_text(path) as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise DataError(path, f"not valid JSON: {e.msg} at column {e.colno}", line=lineno) from None
+                if lineno == 1 and isinstance(obj, dict) and "header" in obj:
+                    continue
+                context = _expect(obj, "context", str, path, None, lineno)
+                qas = _expect(obj, "qas", list, path, None, lineno)
+                ci = len(contexts)
+                contexts.append(context)
+                for q, qa in enumerate(qas):
+                    rec = f"qas[{q}]"
+                    qid = str(_expect(qa, "qid", (str, int), path, rec, lineno))
+                    rec = f"qid {qid}"
+                    question = _expect(qa, "question", str, path, rec, lineno)
+                    answers = _expect(qa, "answers", list, path, rec, lineno)
+                    detected = _expect(qa, "detected_answers", list, path, rec, lineno)
+                    if not detected:
+                        raise DataError(
+                            path, "empty detected_answers; MRQA questions are all answerable", line=lineno, record=rec
+                        )
+                    spans = _expect(detected[0], "char_spans", list, path, rec, lineno)
+                    if not spans or not isinstance(spans[0], list) or len(spans[0]) != 2:
+                        raise DataError(
+                            path, f"char_spans is {spans!r:.60}, expected [[start, end], ...]", line=lineno, record=rec
+                        )
+                    s, e = spans[0]
+                    if not (isinstance(s, int) and isinstance(e, int) and 0 <= s <= e < len(context)):
+                        raise DataError(
+                            path,
+                            f"char span [{s}, {e}] (inclusive) is outside the context of {len(context)} characters",
+                            line=lineno,
+                            record=rec,
+                        )
+                    examples.append(QAExample(qid, question, ci, [str(x) for x in answers], s, e + 1, False, ci))
+    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+        raise DataError(path, f"damaged or truncated gzip file: {e}") from None
+    except UnicodeDecodeError as e:
+        raise DataError(path, f"not UTF-8 text: {e.reason}") from None
+    if not examples:
+        raise DataError(path, "no questions found; expected MRQA JSON lines with context and qas")
+    return QAData(str(path), "mrqa", False, contexts, examples, len(contexts))
+
+
+def read_qa(path: str | Path, task: str) -> QAData:
+    """`read_squad` for task ``squad``, `read_mrqa` for ``mrqa``."""
+    return read_mrqa(path) if task == "mrqa" else read_squad(path)
+
+
+def read_id_list(path: str | Path) -> set[str]:
+    """Question ids to drop: the first tab-separated column of each line (a header line ``id`` is skipped)."""
+    path = Path(path)
+    with _open_text(path) as f:
+        ids = {line.split("\t", 1)[0].strip() for line in f if line.strip()}
+    ids.discard("id")
+    return ids
+
+
+# ---------------------------------------------------------------------------------------------
+# Tokenization and features
+
+
+def char_span_to_tokens(offsets: np.ndarray, start: int, end: int) -> tuple[int, int] | None:
+    """Token span (inclusive) covering characters [start, end), or None when no token lies inside.
+
+    ``offsets`` (N, 2) are character [start, end) per token. An answer that starts mid-word starts
+    at the token containing its first character; mapping back uses the token offsets, so the
+    recovered text is then the whole piece (counted by the round-trip test).
+    """
+    if len(offsets) == 0 or end <= start:
+        return None
+    ts = int(np.searchsorted(offsets[:, 1], start, side="right"))  # first token ending after `start`
+    te = int(np.searchsorted(offsets[:, 0], end, side="left")) - 1  # last token starting before `end`
+    if ts >= len(offsets) or te < ts:
+        return None
+    return ts, te
+
+
+@dataclass
+class TokenizedData:
+    """Token ids and character offsets of every context and question of a `QAData`."""
+
+    context_ids: list[np.ndarray]
+    """(N_c,) int32 per context."""
+    context_offsets: list[np.ndarray]
+    """(N_c, 2) int64 character offsets per context."""
+    question_ids: list[np.ndarray]
+    """(N_q,) int32 per example, cut to max_query_length."""
+
+
+def tokenize_data(
+    data: QAData, tokenizer, max_query_length: int = 64, batch_size: int = 1000, progress: bool = True
+) -> TokenizedData:
+    """Tokenize each context once (not once per question) and each question, in batches.
+
+    Contexts that no example refers to (articles left out by `QAData.select_articles`) are skipped
+    and get empty arrays.
+    """
+    from tqdm import tqdm
+
+    empty_ids, empty_offsets = np.zeros(0, dtype=np.int32), np.zeros((0, 2), dtype=np.int64)
+    c_ids: list[np.ndarray] = [empty_ids] * len(data.contexts)
+    c_offsets: list[np.ndarray] = [empty_offsets] * len(data.contexts)
+    q_ids: list[np.ndarray] = []
+    used = sorted({e.context_index for e in data.examples})
+    with tqdm(total=len(used) + len(data.examples), desc="tokenize", unit="text", disable=not progress) as bar:
+        for i in range(0, len(used), batch_size):
+            chunk = used[i : i + batch_size]
+            for ci, enc in zip(chunk, tokenizer.encode_batch([data.contexts[c] for c in chunk])):
+                c_ids[ci], c_offsets[ci] = enc.ids, enc.offsets
+            bar.update(len(chunk))
+        questions = [e.question for e in data.examples]
+        for i in range(0, len(questions), batch_size):
+            for enc in tokenizer.encode_batch(questions[i : i + batch_size]):
+                q_ids.append(enc.ids[:max_query_length])  # BERT: query cut at 64 tokens
+            bar.update(min(batch_size, len(questions) - i))
+    return TokenizedData(c_ids, c_offsets, q_ids)
+
+
+@dataclass
+class QAFeatures:
+    """The windows of all examples; index i is one model input ``[CLS] q [SEP] window [SEP]``."""
+
+    input_ids: list[np.ndarray] = field(default_factory=list)
+    """(T_i,) int32 per window."""
+    example_index: list[int] = field(default_factory=list)
+    query_len: list[int] = field(default_factory=list)
+    """Question tokens in the window: the passage starts at position query_len + 2."""
+    doc_start: list[int] = field(default_factory=list)
+    """Index of the window's first token in its context's tokens."""
+    max_context: list[np.ndarray] = field(default_factory=list)
+    """(W_i,) bool: the window is the one where this passage token has maximal context."""
+    start_positions: list[int] = field(default_factory=list)
+    end_positions: list[int] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    """Ids of training examples dropped because their answer covers no token."""
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+
+def make_features(
+    data: QAData,
+    tok: TokenizedData,
+    cls_id: int,
+    sep_id: int,
+    max_seq_length: int = 512,
+    doc_stride: int = 128,
+    training: bool = False,
+) -> QAFeatures:
+    """Cut each example into windows (BERT §4.2 / Appendix B: max_seq_length 512, stride 128).
+
+    A window holds ``max_seq_length - len(question) - 3`` passage tokens; consecutive windows start
+    ``doc_stride`` tokens apart. A token seen by several windows is scored only in the window where
+    ``min(left context, right context) + 0.01 * window length`` is largest (BERT's max-context rule).
+    Labels point at the answer's start/end tokens, or at ``[CLS]`` (position 0) when the window does
+    not contain the whole answer or the question is unanswerable (§4.1). With ``training``, examples
+    whose answer covers no token are dropped (listed in ``skipped``).
+    """
+    out = QAFeatures()
+    # windows depend only on (context, question length): computed once per pair, for the current context
+    cache: dict[tuple[int, int], tuple[list[tuple[int, int]], list[np.ndarray]]] = {}
+    for ei, ex in enumerate(data.examples):
+        q = tok.question_ids[ei]
+        n_q = len(q)
+        max_doc = max_seq_length - n_q - 3
+        if max_doc < 1:
+            raise SpanBertError(
+                f"max_seq_length={max_seq_length} leaves no room for the passage after a {n_q}-token question"
+            )
+        offsets = tok.context_offsets[ex.context_index]
+        n = len(offsets)
+        answer = None
+        if not ex.is_impossible and ex.answer_start >= 0:
+            answer = char_span_to_tokens(offsets, ex.answer_start, ex.answer_end)
+            if answer is None and training:
+                out.skipped.append(ex.qid)
+                continue
+        key = (ex.context_index, max_doc)
+        if key not in cache:
+            if cache and next(iter(cache))[0] != ex.context_index:
+                cache.clear()
+            cache[key] = _windows(n, max_doc, doc_stride)
+        spans, max_ctx = cache[key]
+        c_ids = tok.context_ids[ex.context_index]
+        head = np.concatenate([[cls_id], q, [sep_id]]).astype(np.int32)
+        for (s, length), mc in zip(spans, max_ctx):
+            ids = np.concatenate([head, c_ids[s : s + length], [sep_id]]).astype(np.int32)
+            sp = ep = 0
+            if answer is not None and s <= answer[0] and answer[1] <= s + length - 1:
+                sp, ep = answer[0] - s + n_q + 2, answer[1] - s + n_q + 2
+            out.input_ids.append(ids)
+            out.example_index.append(ei)
+            out.query_len.append(n_q)
+            out.doc_start.append(s)
+            out.max_context.append(mc)
+            out.start_positions.append(sp)
+            out.end_positions.append(ep)
+    return out
+
+
+def _windows(n: int, max_doc: int, stride: int) -> tuple[list[tuple[int, int]], list[np.ndarray]]:
+    """(start, length) of each window over n tokens, and per window (length,) bool max-context flags."""
+    spans: list[tuple[int, int]] = []
+    start = 0
+    while True:
+        length = min(n - start, max_doc)
+        spans.append((start, length))
+        if start + length >= n:
+            break
+        start += min(length, stride)
+    if len(spans) == 1:
+        return spans, [np.ones(spans[0][1], dtype=bool)]
+    best = np.full(n, -1.0)
+    best_span = np.zeros(n, dtype=np.int64)
+    for i, (s, length) in enumerate(spans):
+        pos = np.arange(s, s + length)
+        score = np.minimum(pos - s, s + length - 1 - pos) + 0.01 * length
+        better = score > best[s : s + length]  # strict: ties keep the earlier window, as BERT
+        best[s : s + length][better] = score[better]
+        best_span[s : s + length][better] = i
+    return spans, [best_span[s : s + length] == i for i, (s, length) in enumerate(spans)]
+
+
+class QAFeatureDataset(torch.utils.data.Dataset):
+    """Map-style dataset over `QAFeatures` for the trainer (labels included when ``with_labels``)."""
+
+    def __init__(self, features: QAFeatures, with_labels: bool = True):
+        self.features = features
+        self.with_labels = with_labels
+
+    def __len__(self) -> int:
+        return len(self.features)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        f = self.features
+        item = {"input_ids": f.input_ids[i], "query_len": f.query_len[i]}
+        if self.with_labels:
+            item["start_positions"] = f.start_positions[i]
+            item["end_positions"] = f.end_positions[i]
+        return item
+
+
+def collate_qa(items: Sequence[dict[str, Any]], pad_id: int = 0) -> dict[str, Tensor]:
+    """Pad to the longest window of the batch; ``attention_mask`` only when there is padding.
+
+    Segment ids: 0 for ``[CLS] question [SEP]``, 1 for the passage and its ``[SEP]`` (BERT §3).
+    """
+    lengths = [len(it["input_ids"]) for it in items]
+    T = max(lengths)
+    B = len(items)
+    input_ids = torch.full((B, T), pad_id, dtype=torch.long)  # (B, T)
+    token_type_ids = torch.zeros((B, T), dtype=torch.long)  # (B, T)
+    for b, it in enumerate(items):
+        n = lengths[b]
+        input_ids[b, :n] = torch.from_numpy(np.asarray(it["input_ids"], dtype=np.int64))
+        token_type_ids[b, it["query_len"] + 2 : n] = 1
+    batch = {"input_ids": input_ids, "token_type_ids": token_type_ids}
+    if min(lengths) < T:
+        batch["attention_mask"] = (torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]).long()  # (B, T)
+    if "start_positions" in items[0]:
+        batch["start_positions"] = torch.tensor([it["start_positions"] for it in items], dtype=torch.long)  # (B,)
+        batch["end_positions"] = torch.tensor([it["end_positions"] for it in items], dtype=torch.long)  # (B,)
+    return batch
+
+
+# ---------------------------------------------------------------------------------------------
+# Model
+
+
+class SpanBertForQuestionAnswering(nn.Module):
+    """Encoder + ``qa_outputs`` (H -> 2: start and end logits), as HF `BertForQuestionAnswering`.
+
+    Its `state_dict()` is HF's, so a fine-tuned model loads in `transformers`. The loss is the mean
+    of the start and end cross-entropies (BERT §4.2); padding positions are excluded from the softmax.
+    """
+
+    def __init__(self, config, encoder: nn.Module | None = None):
+        super().__init__()
+        from spanbert.model import Encoder, init_weights
+
+        self.bert = encoder if encoder is not None else Encoder(config, add_pooling_layer=False)
+        self.config = self.bert.config
+        self.qa_outputs = nn.Linear(self.config.hidden_size, 2)
+        init_weights(self.qa_outputs, self.config.initializer_range)
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        start_positions: Tensor | None = None,
+        end_positions: Tensor | None = None,
+    ) -> dict[str, Tensor]:
+        hidden = self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)  # (B, T, H)
+        logits = self.qa_outputs(hidden).float()  # (B, T, 2)
+        start_logits, end_logits = logits.unbind(-1)  # (B, T) each
+        if attention_mask is not None:
+            pad = attention_mask == 0
+            start_logits = start_logits.masked_fill(pad, torch.finfo(start_logits.dtype).min)
+            end_logits = end_logits.masked_fill(pad, torch.finfo(end_logits.dtype).min)
+        out = {"start_logits": start_logits, "end_logits": end_logits}
+        if start_positions is not None and end_positions is not None:
+            out["loss"] = (
+                F.cross_entropy(start_logits, start_positions) + F.cross_entropy(end_logits, end_positions)
+            ) / 2
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Decoding
+
+
+@dataclass
+class Decoded:
+    predictions: dict[str, str]
+    """qid -> answer text ("" = no answer, SQuAD 2.0 only)."""
+    null_odds: dict[str, float]
+    """qid -> null score minus best span score (SQuAD 2.0 only; BERT's null_odds.json)."""
+    best_non_null: dict[str, str]
+    """qid -> best non-empty span text, whatever the null score."""
+
+
+def decode(
+    data: QAData,
+    tok: TokenizedData,
+    features: QAFeatures,
+    start_logits: Sequence[np.ndarray],
+    end_logits: Sequence[np.ndarray],
+    n_best_size: int = 20,
+    max_answer_length: int = 30,
+    version_2: bool = False,
+    null_score_diff_threshold: float = 0.0,
+) -> Decoded:
+    """BERT's ``write_predictions``: best span per question over all its windows.
+
+    Candidates are the top ``n_best_size`` start and end positions of each window; a pair is kept
+    when both ends are passage tokens, the start has maximal context in this window, end >= start
+    and the span has at most ``max_answer_length`` tokens; its score is start + end logit. SQuAD 2.0:
+    the null score is the smallest ``[CLS]`` start+end score over the windows; the answer is "" when
+    ``null - best span > threshold``. The text is the context between the span's character offsets
+    (no need for BERT's ``get_final_text`` heuristic, which undid lower-casing).
+    """
+    by_example: dict[int, list[int]] = {}
+    for fi, ei in enumerate(features.example_index):
+        by_example.setdefault(ei, []).append(fi)
+    predictions: dict[str, str] = {}
+    null_odds: dict[str, float] = {}
+    best_non_null: dict[str, str] = {}
+    for ei, ex in enumerate(data.examples):
+        context = data.contexts[ex.context_index]
+        offsets = tok.context_offsets[ex.context_index]
+        best_score, best_span = -math.inf, None
+        score_null = math.inf
+        for fi in by_example.get(ei, []):
+            n = len(features.input_ids[fi])
+            sl = np.asarray(start_logits[fi][:n], dtype=np.float64)  # (T,)
+            el = np.asarray(end_logits[fi][:n], dtype=np.float64)  # (T,)
+            score_null = min(score_null, sl[0] + el[0])
+            p0 = features.query_len[fi] + 2  # first passage position
+            mc = features.max_context[fi]
+            W = len(mc)
+            k = min(n_best_size, n)
+            starts = np.argsort(-sl, kind="stable")[:k]
+            ends = np.argsort(-el, kind="stable")[:k]
+            S, E = np.meshgrid(starts, ends, indexing="ij")  # (k, k)
+            ok = (S >= p0) & (S < p0 + W) & (E >= p0) & (E < p0 + W) & (E >= S) & (E - S + 1 <= max_answer_length)
+            if W == 0 or not np.any(ok):
+                continue
+            ok &= mc[np.clip(S - p0, 0, W - 1)]  # the start must have maximal context here
+            if not np.any(ok):
+                continue
+            scores = np.where(ok, sl[S] + el[E], -np.inf)
+            j = int(np.argmax(scores))
+            if scores.flat[j] > best_score:
+                best_score = float(scores.flat[j])
+                ds = features.doc_start[fi] - p0
+                best_span = (int(S.flat[j]) + ds, int(E.flat[j]) + ds)  # context token indices
+        text = ""
+        if best_span is not None:
+            text = context[offsets[best_span[0], 0] : offsets[best_span[1], 1]]
+        best_non_null[ex.qid] = text
+        if version_2:
+            # no valid span at all: the null answer wins whatever the threshold
+            diff = score_null - best_score if best_span is not None else 1e9
+            null_odds[ex.qid] = float(diff)
+            predictions[ex.qid] = "" if diff > null_score_diff_threshold else text
+        else:
+            predictions[ex.qid] = text
+    return Decoded(predictions, null_odds, best_non_null)
+
+
+def choose_threshold(data: QAData, decoded: Decoded) -> tuple[float, dict[str, float]]:
+    """SQuAD 2.0: the null-score-difference threshold that maximises F1 on ``data``.
+
+    The official v2.0 ``find_best_thresh`` over the best non-null answers (what is predicted when
+    the threshold lets a question be answered). Returns the threshold and ``best_f1`` /
+    ``best_exact`` (the latter at its own best threshold, as the official script reports it).
+    """
+    assert data.raw is not None, "thresholds are chosen on SQuAD 2.0 files"
+    dataset = data.raw["data"]
+    has_ans = squad_metrics.make_qid_to_has_ans(dataset)
+    exact_raw, f1_raw = squad_metrics.get_raw_scores(dataset, decoded.best_non_null)
+    best_f1, thresh = squad_metrics.find_best_thresh(decoded.best_non_null, f1_raw, decoded.null_odds, has_ans)
+    best_exact, _ = squad_metrics.find_best_thresh(decoded.best_non_null, exact_raw, decoded.null_odds, has_ans)
+    return float(thresh), {"best_f1": best_f1, "best_exact": best_exact}
+
+
+def score(data: QAData, predictions: dict[str, str], na_probs: dict[str, float] | None = None) -> dict[str, float]:
+    """Official metrics: v1.1 script for SQuAD 1.1, v2.0 script for SQuAD 2.0, MRQA script for MRQA."""
+    if data.format == "mrqa":
+        return squad_metrics.evaluate_mrqa(data.gold_answers(), predictions)
+    assert data.raw is not None
+    if data.version_2:
+        return squad_metrics.evaluate_v2(data.raw["data"], predictions, na_probs)
+    return squad_metrics.evaluate_v1(data.raw["data"], predictions)
+
+
+# ---------------------------------------------------------------------------------------------
+# Fine-tuning and prediction
+
+
+@dataclass
+class QAConfig:
+    """Windowing and decoding settings of extractive QA (saved in the fine-tuned model's config.json)."""
+
+    max_seq_length: int = 512
+    """Tokens per input window, [CLS] question [SEP] passage [SEP] (Appendix B: 512)."""
+    doc_stride: int = 128
+    """Distance in tokens between the starts of consecutive passage windows (Appendix B: 128)."""
+    max_query_length: int = 64
+    """Questions are cut to this many tokens (BERT run_squad.py: 64)."""
+    n_best_size: int = 20
+    """Start and end candidates per window considered when decoding (BERT: 20)."""
+    max_answer_length: int = 30
+    """Longest answer in tokens (BERT: 30)."""
+    version_2_with_negative: bool = False
+    """SQuAD 2.0: questions may have no answer; predict "" when the [CLS] null score wins by more than the threshold."""
+    null_score_diff_threshold: float = 0.0
+    """SQuAD 2.0: answer "" when null score - best span score > this. Fine-tuning with a dev file
+    chooses it on dev (official best-F1 search) and saves it with the model."""
+
+
+# Appendix B: 4 epochs; lr and batch size from the grid (3e-5 x 32 is BERT's SQuAD setting, inside it).
+DEFAULTS: dict[str, Any] = dict(
+    num_train_epochs=4.0,
+    learning_rate=3e-5,
+    per_device_train_batch_size=32,
+    warmup_ratio=0.1,
+    weight_decay=0.01,
+    save_steps=0,
+    output_dir="runs/qa",
+)
+
+
+def _config_dict(cfg: QAConfig) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return asdict(cfg)
+
+
+def _features_for(data: QAData, tokenizer, cfg: QAConfig, training: bool, progress: bool = True):
+    tok = tokenize_data(data, tokenizer, cfg.max_query_length, progress=progress)
+    feats = make_features(data, tok, tokenizer.cls_id, tokenizer.sep_id, cfg.max_seq_length, cfg.doc_stride, training)
+    return tok, feats
+
+
+def predict_logits(
+    model: nn.Module,
+    features: QAFeatures,
+    pad_id: int,
+    batch_size: int = 64,
+    device: str = "auto",
+    precision: str = "auto",
+    disable_tqdm: bool = False,
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Start and end logits of every window, in feature order (windows batched by length to limit padding)."""
+    from spanbert.trainer import predict_batches
+
+    order = sorted(range(len(features)), key=lambda i: len(features.input_ids[i]))
+    ds = torch.utils.data.Subset(QAFeatureDataset(features, with_labels=False), order)
+    starts: list[np.ndarray] = [np.empty(0)] * len(features)
+    ends: list[np.ndarray] = [np.empty(0)] * len(features)
+    k = 0
+
+    def collate(items):
+        return collate_qa(items, pad_id)
+
+    for _, out in predict_batches(model, ds, batch_size, collate, device, precision, "predict", disable_tqdm):
+        sl = out["start_logits"].float().cpu().numpy()  # (B, T)
+        el = out["end_logits"].float().cpu().numpy()  # (B, T)
+        for b in range(sl.shape[0]):
+            i = order[k]
+            n = len(features.input_ids[i])
+            starts[i], ends[i] = sl[b, :n], el[b, :n]
+            k += 1
+    return starts, ends
+
+
+def run_prediction(
+    model: nn.Module,
+    data: QAData,
+    tokenizer,
+    cfg: QAConfig,
+    batch_size: int = 64,
+    device: str = "auto",
+    precision: str = "auto",
+    progress: bool = True,
+) -> Decoded:
+    tok, feats = _features_for(data, tokenizer, cfg, training=False, progress=progress)
+    starts, ends = predict_logits(model, feats, tokenizer.pad_id, batch_size, device, precision, not progress)
+    return decode(
+        data, tok, feats, starts, ends, cfg.n_best_size, cfg.max_answer_length, cfg.version_2_with_negative,
+        cfg.null_score_diff_threshold,
+    )  # fmt: skip
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    from spanbert.utils import atomic_write
+
+    with atomic_write(path, encoding="utf-8") as f:
+        json.dump(obj, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+
+
+def finetune_qa(
+    task: str,
+    model_dir: str | Path,
+    train_file: str | Path,
+    validation_file: str | Path | None,
+    targs,
+    cfg: QAConfig,
+    tokenizer_dir: str | Path | None = None,
+    drop_ids_file: str | Path | None = None,
+    train_articles: str | None = None,
+    validation_articles: str | None = None,
+    max_train_examples: int | None = None,
+) -> dict[str, float]:
+    """Fine-tune a QA model from any BERT checkpoint; save it (HF layout) in ``targs.output_dir``.
+
+    With a validation file the model is scored there at the end (official metrics); for SQuAD 2.0
+    the no-answer threshold is chosen on it and saved in config.json. Returns the dev metrics
+    (``"f1"`` is the score the sweep compares).
+    """
+    from spanbert.tasks.common import load_encoder, load_tokenizer_for, save_finetuned
+    from spanbert.trainer import train
+
+    tokenizer = load_tokenizer_for(model_dir, tokenizer_dir)
+    data = read_qa(train_file, task).select_articles(train_articles)
+    if data.version_2 and not cfg.version_2_with_negative:
+        print(f"{train_file}: has unanswerable questions; training as SQuAD 2.0 (--version_2_with_negative)")
+        cfg = QAConfig(**{**_config_dict(cfg), "version_2_with_negative": True})
+    if drop_ids_file:
+        data, dropped = data.drop_ids(read_id_list(drop_ids_file))
+        print(f"dropped {dropped} questions listed in {drop_ids_file}")
+    if max_train_examples:
+        data = QAData(
+            data.path,
+            data.format,
+            data.version_2,
+            data.contexts,
+            data.examples[:max_train_examples],
+            data.num_articles,
+            data.raw,
+        )
+    if not data.examples:
+        raise SpanBertError(f"{train_file}: no training questions left after the article selection / id filter")
+    _, feats = _features_for(data, tokenizer, cfg, training=True, progress=not targs.disable_tqdm)
+    if feats.skipped:
+        print(f"skipped {len(feats.skipped)} training questions whose answer covers no token (e.g. {feats.skipped[0]})")
+    print(f"{len(data.examples)} training questions -> {len(feats)} windows")
+
+    torch.manual_seed(targs.seed)  # the head's initialisation
+    encoder = load_encoder(model_dir, add_pooling_layer=False)
+    model = SpanBertForQuestionAnswering(encoder.config, encoder)
+    if encoder.config.vocab_size < tokenizer.vocab_size:
+        raise SpanBertError(
+            f"the tokenizer has {tokenizer.vocab_size} tokens but the model's vocab_size is {encoder.config.vocab_size}"
+        )
+
+    dev = None
+    results: dict[str, Any] = {}
+    if validation_file:
+        dev = read_qa(validation_file, task).select_articles(validation_articles)
+        if cfg.version_2_with_negative and dev.raw is None:
+            raise SpanBertError(
+                f"{validation_file}: MRQA has no unanswerable questions; drop --version_2_with_negative"
+            )
+        dev_tok, dev_feats = _features_for(dev, tokenizer, cfg, training=False, progress=not targs.disable_tqdm)
+
+    def eval_fn(m: nn.Module, step: int) -> dict[str, float]:
+        assert dev is not None
+        nonlocal cfg
+        starts, ends = predict_logits(
+            m,
+            dev_feats,
+            tokenizer.pad_id,
+            targs.per_device_eval_batch_size,
+            targs.device,
+            targs.precision,
+            targs.disable_tqdm,
+        )
+        decoded = decode(
+            dev, dev_tok, dev_feats, starts, ends, cfg.n_best_size, cfg.max_answer_length, cfg.version_2_with_negative
+        )
+        metrics: dict[str, Any] = {}
+        if cfg.version_2_with_negative:
+            thresh, best = choose_threshold(dev, decoded)
+            cfg = QAConfig(**{**_config_dict(cfg), "null_score_diff_threshold": thresh})
+            decoded = Decoded(
+                {q: "" if decoded.null_odds[q] > thresh else t for q, t in decoded.best_non_null.items()},
+                decoded.null_odds,
+                decoded.best_non_null,
+            )
+            metrics.update(best, null_score_diff_threshold=thresh)
+        # scores of the predictions themselves (at the chosen threshold, f1 = best_f1)
+        metrics = {**score(dev, decoded.predictions), **metrics}
+        results.clear()
+        results.update(metrics, predictions=decoded.predictions, null_odds=decoded.null_odds)
+        print(f"step {step}: dev " + ", ".join(f"{k} {v:.4g}" for k, v in metrics.items() if isinstance(v, float)))
+        return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
+
+    train(
+        model,
+        QAFeatureDataset(feats),
+        targs,
+        collate_fn=functools.partial(collate_qa, pad_id=tokenizer.pad_id),
+        eval_fn=eval_fn if dev is not None else None,
+    )
+    out = Path(targs.output_dir)
+    save_finetuned(model, out, tokenizer, "BertForQuestionAnswering", {"spanbert": {"task": task, **_config_dict(cfg)}})
+    metrics = {k: v for k, v in results.items() if k not in ("predictions", "null_odds")}
+    if results:
+        write_json(out / "dev_predictions.json", results["predictions"])
+        write_json(out / "dev_null_odds.json", results["null_odds"])
+        write_json(out / "eval_results.json", metrics)
+    print(f"saved the fine-tuned model to {out}")
+    return metrics
+
+
+def load_qa_model(model_dir: str | Path) -> tuple[SpanBertForQuestionAnswering, Any, QAConfig]:
+    """A fine-tuned QA model (ours or a HF `BertForQuestionAnswering` folder), its tokenizer and settings."""
+    from spanbert.config import BertConfig
+    from spanbert.model import encoder_state_dict
+    from spanbert.tasks.common import load_finetuned
+
+    config_json, state, tokenizer = load_finetuned(model_dir)
+    if "qa_outputs.weight" not in state:
+        raise SpanBertError(
+            f"{model_dir}: not a question-answering model (no qa_outputs weights); fine-tune one with "
+            "`spanbert finetune squad --model PRETRAINED --train_file ...`"
+        )
+    model = SpanBertForQuestionAnswering(BertConfig.from_hf_dict(config_json))
+    model.bert.load_bert_state(encoder_state_dict(state), source=str(model_dir))
+    model.qa_outputs.load_state_dict({"weight": state["qa_outputs.weight"], "bias": state["qa_outputs.bias"]})
+    saved = config_json.get("spanbert", {})
+    names = {f for f in QAConfig.__dataclass_fields__}
+    cfg = QAConfig(**{k: v for k, v in saved.items() if k in names})
+    return model, tokenizer, cfg
+
+
+def _read_predictions(path: str | Path, what: str, kind: type) -> dict[str, Any]:
+    path = Path(path)
+    obj = _load_json_file(path)
+    if not isinstance(obj, dict):
+        raise DataError(path, f"expected a JSON object {{question_id: {what}}}, found {type(obj).__name__}")
+    for k, v in obj.items():
+        ok = isinstance(v, kind) and not isinstance(v, bool)
+        if not ok:
+            raise DataError(path, f"value {v!r:.60} is not a {what}", record=str(k))
+    return obj
+
+
+def evaluate_files(
+    task: str,
+    data_file: str | Path,
+    predictions_file: str | Path,
+    na_prob_file: str | Path | None = None,
+    articles: str | None = None,
+    na_prob_thresh: float = 1.0,
+) -> dict[str, float]:
+    """Score a predictions file against a data file exactly as the official script does.
+
+    SQuAD files with unanswerable questions use the v2.0 script (``na_prob_file`` = its
+    ``--na-prob-file``, ``na_prob_thresh`` its ``--na-prob-thresh``), others the v1.1 script; MRQA
+    files the MRQA script.
+    """
+    preds = _read_predictions(predictions_file, "answer string", str)
+    na = _read_predictions(na_prob_file, "number", (int, float)) if na_prob_file else None
+    if task == "mrqa":
+        data = read_mrqa(data_file).select_articles(articles)
+        return squad_metrics.evaluate_mrqa(data.gold_answers(), preds)
+    path = Path(data_file)
+    raw = _load_json_file(path)
+    if not isinstance(raw, dict) or not isinstance(raw.get("data"), list):
+        raise DataError(path, "expected SQuAD JSON {'version': ..., 'data': [articles]}")
+    if articles:
+        raw = {**raw, "data": raw["data"][_parse_slice(articles)]}
+    try:
+        if squad_metrics.is_v2_dataset(raw):
+            return squad_metrics.evaluate_v2(raw["data"], preds, na, na_prob_thresh)
+        return squad_metrics.evaluate_v1(raw["data"], preds)
+    except (KeyError, TypeError) as e:
+        raise DataError(path, f"not in SQuAD format: missing or wrong field {e}") from None
+
+
+def cli(action: str, task: str, argv: list[str], prog: str) -> int:
+    """``spanbert {finetune,predict,evaluate} {squad,mrqa} ...``."""
+    from spanbert.config import add_dataclass_arguments, dataclass_from_args
+
+    parser = argparse.ArgumentParser(prog=prog, description=(__doc__ or "").split("\n\n")[0])
+    fmt = "SQuAD v1.1/v2.0 JSON (.json or .json.gz)" if task == "squad" else "MRQA .jsonl or .jsonl.gz"
+    if action == "finetune":
+        from spanbert.tasks.common import add_finetune_arguments, sweep, training_arguments
+
+        parser.add_argument("--train_file", required=True, help=f"training data, {fmt}")
+        parser.add_argument(
+            "--validation_file", help="dev data scored after training (and where the SQuAD 2.0 threshold is chosen)"
+        )
+        parser.add_argument("--drop_ids", help="file of question ids to leave out of training (first tab-separated "
+                            "column), e.g. ../shared/data/squad/train-v1.1.rebuilt.ambiguous.tsv")  # fmt: skip
+        parser.add_argument("--train_articles", help="train on these articles only, a slice start:stop (e.g. ':17')")
+        parser.add_argument("--validation_articles", help="evaluate on these articles only (e.g. '17:')")
+        parser.add_argument("--max_train_examples", type=int, help="use only the first N training questions")
+        add_dataclass_arguments(parser.add_argument_group("QA"), QAConfig, exclude=("null_score_diff_threshold",))
+        add_finetune_arguments(parser, DEFAULTS)
+        args = parser.parse_args(argv)
+        cfg = dataclass_from_args(QAConfig, args)
+        targs = training_arguments(args, DEFAULTS)
+
+        def run_one(lr: float, bs: int, run_dir: Path) -> float:
+            import dataclasses
+
+            t = dataclasses.replace(targs, learning_rate=lr, per_device_train_batch_size=bs, output_dir=str(run_dir))
+            return finetune_qa(
+                task, args.model, args.train_file, args.validation_file, t, cfg, args.tokenizer, args.drop_ids,
+                args.train_articles, args.validation_articles, args.max_train_examples,
+            ).get("f1", 0.0)  # fmt: skip
+
+        if args.sweep:
+            if not args.validation_file:
+                raise SpanBertError("--sweep keeps the best run on dev: pass --validation_file")
+            summary = sweep(run_one, targs.output_dir)
+            print(json.dumps(summary["best"], indent=2))
+        else:
+            metrics = finetune_qa(
+                task, args.model, args.train_file, args.validation_file, targs, cfg, args.tokenizer, args.drop_ids,
+                args.train_articles, args.validation_articles, args.max_train_examples,
+            )  # fmt: skip
+            if metrics:
+                print(json.dumps(metrics, indent=2))
+        return 0
+    if action == "predict":
+        parser.add_argument(
+            "--model",
+            required=True,
+            help="fine-tuned QA model folder (spanbert finetune, or a HF BertForQuestionAnswering)",
+        )
+        parser.add_argument("--data", required=True, help=f"questions to answer, {fmt}")
+        parser.add_argument("--output", required=True, help="predictions file to write: {question_id: answer text}")
+        parser.add_argument(
+            "--null_odds", help="where to write the null-score differences (default: null_odds.json beside --output)"
+        )
+        parser.add_argument("--articles", help="only these articles, a slice start:stop")
+        parser.add_argument(
+            "--null_score_diff_threshold", type=float, help="override the threshold saved with the model"
+        )
+        parser.add_argument("--batch_size", type=int, default=64, help="windows per batch (default: 64)")
+        parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (default: auto)")
+        args = parser.parse_args(argv)
+        model, tokenizer, cfg = load_qa_model(args.model)
+        if args.null_score_diff_threshold is not None:
+            cfg = QAConfig(**{**_config_dict(cfg), "null_score_diff_threshold": args.null_score_diff_threshold})
+        data = read_qa(args.data, task).select_articles(args.articles)
+        decoded = run_prediction(model, data, tokenizer, cfg, args.batch_size, args.device)
+        out = Path(args.output)
+        null_path = Path(args.null_odds) if args.null_odds else out.parent / "null_odds.json"
+        write_json(out, decoded.predictions)
+        if cfg.version_2_with_negative:
+            write_json(null_path, decoded.null_odds)
+        print(
+            f"wrote {len(decoded.predictions)} predictions to {out}"
+            + (f" and {null_path}" if cfg.version_2_with_negative else "")
+        )
+        return 0
+    if action == "evaluate":
+        parser.add_argument("--data", required=True, help=f"gold data, {fmt}")
+        parser.add_argument("--predictions", required=True, help="predictions file {question_id: answer text}")
+        parser.add_argument(
+            "--na-prob",
+            "--na_prob",
+            dest="na_prob",
+            help="SQuAD 2.0: no-answer scores {question_id: number} (null_odds.json)",
+        )
+        parser.add_argument("--na-prob-thresh", "--na_prob_thresh", dest="na_prob_thresh", type=float, default=1.0,
+                            help="SQuAD 2.0: score as no-answer where the --na-prob value exceeds this (official default: 1.0)")  # fmt: skip
+        parser.add_argument("--articles", help="only these articles, a slice start:stop")
+        args = parser.parse_args(argv)
+        metrics = evaluate_files(task, args.data, args.predictions, args.na_prob, args.articles, args.na_prob_thresh)
+        print(json.dumps(metrics, indent=2))
+        return 0
+    raise SpanBertError(f"{prog}: unknown action {action!r}; expected finetune, predict or evaluate")

@@ -1,0 +1,579 @@
+"""Relation extraction: TACRED (SpanBERT §4.1, Table 4) and SemEval-2010 Task 8 in the same format.
+
+Input: TACRED JSON records (``token``, ``subj_start``/``subj_end``, ``obj_start``/``obj_end``
+inclusive, ``subj_type``/``obj_type``, ``relation``). SemEval-2010 Task 8 files are converted to the
+same records by `read_semeval` (``<e1>`` = subject, ``<e2>`` = object, the directed 19-way label kept
+as the relation).
+
+Entity masking (§4.1, following Zhang et al. 2017): the subject and object tokens are replaced by
+one marker each, ``[CLS] [SUBJ-PERSON] was born in [OBJ-CITY] , Michigan ... [SEP]``, and a linear
+classifier on the pooled ``[CLS]`` predicts the relation. PTB brackets (``-LRB-`` ...) are restored
+first. The markers use TACRED's full NER type names (the paper's ``[SUBJ-PER]`` abbreviates them, the
+released code used the full names too).
+
+The marker vocabulary is deterministic (sorted type names, see `marker_vocabulary`) and saved with the
+model in ``config.json`` (``spanbert.entity_markers``: marker -> token id). The original code
+numbered markers in first-seen order and never saved the mapping, so a model could not be re-used.
+Marker ids come from the vocabulary's ``[unusedN]`` entries when it has enough of them (the BERT and
+SpanBERT cased vocabularies have 99), else they are appended to the vocabulary (added tokens in the
+saved tokenizer) and the word embeddings grow to match.
+
+``--entity_mode mark`` keeps the entity words and wraps them instead:
+``[SUBJ-NOMINAL] child [/SUBJ-NOMINAL]``. It is the default for SemEval, whose arguments are common
+nouns: replacing them (``mask``) would remove most of what decides the relation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from spanbert.errors import DataError, SpanBertError
+from spanbert.metrics.classification import NO_RELATION, semeval_official, tacred_prf
+from spanbert.utils import atomic_write
+
+# The NER types of TACRED's subjects and objects (Zhang et al., 2017, Table 2), so that every marker
+# has an id even when a small training set does not show all of them.
+TACRED_TYPES = (
+    "CAUSE_OF_DEATH", "CITY", "COUNTRY", "CRIMINAL_CHARGE", "DATE", "DURATION", "EMAIL", "IDEOLOGY",
+    "LOCATION", "MISC", "NATIONALITY", "NUMBER", "ORGANIZATION", "PERSON", "RELIGION",
+    "STATE_OR_PROVINCE", "TITLE", "URL",
+)  # fmt: skip
+SEMEVAL_TYPE = "NOMINAL"
+"""Entity type given to both SemEval arguments (the task's arguments are nominals, not named entities)."""
+
+PTB_BRACKETS = {"-LRB-": "(", "-RRB-": ")", "-LSB-": "[", "-RSB-": "]", "-LCB-": "{", "-RCB-": "}"}
+
+ENTITY_MODES = ("mask", "mark")
+
+
+@dataclass
+class RelationExample:
+    """One TACRED-format record: a tokenized sentence, two inclusive entity spans, a relation."""
+
+    id: str
+    tokens: list[str]
+    subj_start: int
+    subj_end: int
+    obj_start: int
+    obj_end: int
+    subj_type: str
+    obj_type: str
+    relation: str | None
+    """None when the file has no labels (prediction only)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "relation": self.relation,
+            "token": self.tokens,
+            "subj_start": self.subj_start,
+            "subj_end": self.subj_end,
+            "obj_start": self.obj_start,
+            "obj_end": self.obj_end,
+            "subj_type": self.subj_type,
+            "obj_type": self.obj_type,
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# Readers
+
+_REQUIRED = {
+    "token": list,
+    "subj_start": int,
+    "subj_end": int,
+    "obj_start": int,
+    "obj_end": int,
+    "subj_type": str,
+    "obj_type": str,
+}
+
+
+def read_tacred(path: str | Path, require_labels: bool = True) -> list[RelationExample]:
+    """Read a TACRED JSON file (a list of records). Errors name the file and the record."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SpanBertError(f"{path}: file not found (expected a TACRED JSON file)") from None
+    except json.JSONDecodeError as e:
+        raise DataError(path, f"not valid JSON: {e.msg} (column {e.colno})", line=e.lineno) from None
+    except UnicodeDecodeError as e:
+        raise DataError(path, f"not UTF-8 text: {e}") from None
+    if not isinstance(data, list):
+        raise DataError(path, f"expected a JSON list of TACRED records, found a {type(data).__name__}")
+    examples = []
+    for i, rec in enumerate(data):
+        where = str(i) if not isinstance(rec, dict) or "id" not in rec else f"{i}, id {rec['id']}"
+        if not isinstance(rec, dict):
+            raise DataError(path, f"expected an object, found {type(rec).__name__}", record=where)
+        for key, kind in _REQUIRED.items():
+            if key not in rec:
+                raise DataError(path, f"missing field {key!r}; a TACRED record has {sorted(_REQUIRED)}", record=where)
+            if not isinstance(rec[key], kind) or (kind is int and isinstance(rec[key], bool)):
+                raise DataError(path, f"field {key!r} is {rec[key]!r}; expected a {kind.__name__}", record=where)
+        relation = rec.get("relation")
+        if relation is None and require_labels:
+            raise DataError(path, "missing field 'relation' (the gold label)", record=where)
+        if relation is not None and not isinstance(relation, str):
+            raise DataError(path, f"field 'relation' is {relation!r}; expected a string", record=where)
+        n = len(rec["token"])
+        if not all(isinstance(t, str) for t in rec["token"]):
+            raise DataError(path, "field 'token' must be a list of strings", record=where)
+        for role in ("subj", "obj"):
+            s, e = rec[f"{role}_start"], rec[f"{role}_end"]
+            if not 0 <= s <= e < n:
+                raise DataError(
+                    path,
+                    f"{role} span [{s}, {e}] is not inside the sentence's {n} tokens (inclusive, 0-based)",
+                    record=where,
+                )
+        if rec["subj_start"] <= rec["obj_end"] and rec["obj_start"] <= rec["subj_end"]:
+            raise DataError(path, "the subject and object spans overlap", record=where)
+        examples.append(
+            RelationExample(
+                id=str(rec.get("id", i)),
+                tokens=list(rec["token"]),
+                subj_start=rec["subj_start"],
+                subj_end=rec["subj_end"],
+                obj_start=rec["obj_start"],
+                obj_end=rec["obj_end"],
+                subj_type=rec["subj_type"],
+                obj_type=rec["obj_type"],
+                relation=relation,
+            )
+        )
+    return examples
+
+
+_SEMEVAL_LINE = re.compile(r'^(\d+)\t"(.*)"$')
+_SEMEVAL_LABEL = re.compile(
+    r"^(Other|(Cause-Effect|Component-Whole|Content-Container|Entity-Destination|Entity-Origin|"
+    r"Instrument-Agency|Member-Collection|Message-Topic|Product-Producer)\((e1,e2|e2,e1)\))$"
+)
+_WORD = re.compile(r"\w+|[^\w\s]")
+
+
+def semeval_sentence(text: str) -> tuple[list[str], tuple[int, int], tuple[int, int]] | None:
+    """Split a SemEval sentence with ``<e1>..</e1>``/``<e2>..</e2>`` into words and inclusive spans.
+
+    Words are runs of letters/digits or single punctuation marks, which is how BERT's pre-tokenizer
+    splits text anyway. Returns None when the tags are not exactly one well-formed pair each.
+    """
+    tokens: list[str] = []
+    spans: dict[str, list[int]] = {}
+    open_tag = None
+    for piece in re.split(r"(</?e[12]>)", text):
+        m = re.fullmatch(r"<(/?)(e[12])>", piece)
+        if m:
+            closing, name = m.group(1) == "/", m.group(2)
+            if not closing and (open_tag is not None or name in spans):
+                return None
+            if closing and open_tag != name:
+                return None
+            if closing:
+                spans[name].append(len(tokens) - 1)
+                open_tag = None
+            else:
+                spans[name] = [len(tokens)]
+                open_tag = name
+            continue
+        tokens += _WORD.findall(piece)
+    if open_tag is not None or set(spans) != {"e1", "e2"} or any(s[1] < s[0] for s in spans.values()):
+        return None
+    return tokens, (spans["e1"][0], spans["e1"][1]), (spans["e2"][0], spans["e2"][1])
+
+
+def read_semeval(path: str | Path, require_labels: bool = True) -> list[RelationExample]:
+    """Convert a SemEval-2010 Task 8 file to TACRED-format records.
+
+    Reads ``TRAIN_FILE.TXT`` / ``TEST_FILE_FULL.TXT`` (blocks: ``id<TAB>"sentence"``, label,
+    ``Comment:``, blank line) and ``TEST_FILE_CLEAN.TXT`` (sentence lines only, no labels). Subject =
+    ``<e1>``, object = ``<e2>``, both typed ``NOMINAL``; the relation keeps its direction
+    (``Cause-Effect(e2,e1)``), so the 19 labels of the task are the classes.
+    """
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise SpanBertError(f"{path}: file not found (expected a SemEval-2010 Task 8 file)") from None
+    except UnicodeDecodeError as e:
+        raise DataError(path, f"not UTF-8 text: {e}") from None
+    examples = []
+    i = 0
+    while i < len(lines):
+        line = lines[i].strip("\r")
+        if not line.strip():
+            i += 1
+            continue
+        m = _SEMEVAL_LINE.match(line)
+        if not m:
+            raise DataError(path, f"expected 'ID<TAB>\"sentence\"', found {line[:80]!r}", line=i + 1)
+        sid, text = m.groups()
+        parsed = semeval_sentence(text)
+        if parsed is None:
+            raise DataError(path, "expected exactly one <e1>...</e1> and one <e2>...</e2> in the sentence", line=i + 1)
+        tokens, e1, e2 = parsed
+        relation = None
+        nxt = lines[i + 1].strip() if i + 1 < len(lines) else ""
+        if nxt and not _SEMEVAL_LINE.match(nxt):
+            if not _SEMEVAL_LABEL.match(nxt):
+                raise DataError(
+                    path, f"found relation label {nxt!r}; expected Other or one of the 9 relations with (e1,e2)/(e2,e1)",
+                    line=i + 2,
+                )  # fmt: skip
+            relation = nxt
+            i += 2
+            if i < len(lines) and lines[i].startswith("Comment"):
+                i += 1
+        else:
+            i += 1
+        if relation is None and require_labels:
+            raise DataError(path, f"sentence {sid} has no relation label line after it", line=i)
+        examples.append(RelationExample(sid, tokens, *e1, *e2, SEMEVAL_TYPE, SEMEVAL_TYPE, relation))
+    if not examples:
+        raise DataError(path, "no sentences found; expected SemEval-2010 Task 8 blocks")
+    return examples
+
+
+def read_relation_file(path: str | Path, require_labels: bool = True) -> list[RelationExample]:
+    """TACRED JSON (``.json``) or a SemEval-2010 text file (anything else), by extension."""
+    if Path(path).suffix.lower() == ".json":
+        return read_tacred(path, require_labels)
+    return read_semeval(path, require_labels)
+
+
+def write_tacred_json(examples: list[RelationExample], path: str | Path) -> None:
+    """Write records as a TACRED JSON file (e.g. SemEval converted once, to inspect or share)."""
+    with atomic_write(path, encoding="utf-8") as f:
+        json.dump([e.to_json() for e in examples], f)
+
+
+# ---------------------------------------------------------------------------------------------
+# Entity markers and features
+
+
+def marker_vocabulary(types: set[str] | list[str], mode: str = "mask") -> list[str]:
+    """All markers for these entity types, in a fixed order (roles, then sorted types, then open/close)."""
+    if mode not in ENTITY_MODES:
+        raise SpanBertError(f"entity_mode {mode!r}; choose from {', '.join(ENTITY_MODES)}")
+    markers = []
+    for role in ("SUBJ", "OBJ"):
+        for t in sorted(set(types)):
+            markers.append(f"[{role}-{t}]")
+            if mode == "mark":
+                markers.append(f"[/{role}-{t}]")
+    return markers
+
+
+def assign_marker_ids(tokenizer: Any, markers: list[str]) -> tuple[Any, dict[str, int]]:
+    """Token ids for the markers: ``[unusedN]`` slots if the vocabulary has enough, else new tokens.
+
+    Returns the (possibly extended) tokenizer and marker -> id. New tokens are added as special tokens
+    (to a copy: the caller's tokenizer is unchanged), so the tokenizer saved with the model keeps each
+    marker whole.
+    """
+    present = {m: tokenizer.token_to_id(m) for m in markers}
+    if all(i is not None for i in present.values()):
+        return tokenizer, {m: int(i) for m, i in present.items()}
+    unused = sorted(i for t, i in tokenizer.get_vocab().items() if re.fullmatch(r"\[unused\d+\]", t))
+    if len(unused) >= len(markers):
+        return tokenizer, {m: unused[k] for k, m in enumerate(markers)}
+    extended = tokenizer.with_added_tokens(markers)
+    return extended, {m: int(extended.token_to_id(m)) for m in markers}
+
+
+def _word(token: str) -> str:
+    return PTB_BRACKETS.get(token, token)
+
+
+def relation_features(
+    examples: list[RelationExample],
+    tokenizer: Any,
+    markers: dict[str, int],
+    mode: str,
+    label2id: dict[str, int] | None,
+    max_seq_length: int = 128,
+    source: str = "data",
+) -> tuple[list[dict[str, Any]], int]:
+    """``[CLS] ... [SUBJ-T] ... [OBJ-T] ... [SEP]`` token ids (and labels) per example.
+
+    Returns the features and how many examples were cut at ``max_seq_length`` (the original code
+    cuts too; a marker beyond the cut is lost, which the count makes visible).
+    """
+    features, truncated = [], 0
+    for i, ex in enumerate(examples):
+        # (role, first word, last word, opening marker, closing marker or None)
+        entities = [
+            (role, s, e, f"[{role}-{t}]", f"[/{role}-{t}]" if mode == "mark" else None)
+            for role, s, e, t in (
+                ("SUBJ", ex.subj_start, ex.subj_end, ex.subj_type),
+                ("OBJ", ex.obj_start, ex.obj_end, ex.obj_type),
+            )
+        ]
+        for _, _, _, opening, closing in entities:
+            for m in (opening, closing):
+                if m is not None and m not in markers:
+                    known = sorted({k.split("-", 1)[1].rstrip("]") for k in markers})
+                    raise DataError(
+                        source,
+                        f"entity type of {m} has no marker in this model; known types: {known}",
+                        record=f"{i}, id {ex.id}",
+                    )
+        units: list[int | str] = []  # word index, or a marker string
+        for w in range(len(ex.tokens)):
+            units += [opening for _, s, _, opening, _ in entities if w == s]
+            in_entity = any(s <= w <= e for _, s, e, _, _ in entities)
+            if mode == "mark" or not in_entity:  # §4.1 masking: the entity's words are replaced
+                units.append(w)
+            units += [closing for _, _, e, _, closing in entities if w == e and closing is not None]
+        words = [_word(ex.tokens[u]) for u in units if isinstance(u, int)]
+        enc = tokenizer.encode_words(words)
+        pieces: list[list[int]] = [[] for _ in words]
+        for tid, wid in zip(enc.ids.tolist(), enc.word_ids.tolist()):
+            pieces[wid].append(tid)
+        ids: list[int] = []
+        k = 0
+        for u in units:
+            if isinstance(u, str):
+                ids.append(markers[u])
+            else:
+                ids += pieces[k]
+                k += 1
+        budget = max_seq_length - 2
+        if len(ids) > budget:
+            truncated += 1
+            ids = ids[:budget]
+        feature: dict[str, Any] = {
+            "input_ids": np.asarray([tokenizer.cls_id, *ids, tokenizer.sep_id], dtype=np.int64),
+        }
+        if label2id is not None:
+            if ex.relation not in label2id:
+                raise DataError(
+                    source,
+                    f"relation {ex.relation!r} is not a label of this model ({len(label2id)} labels)",
+                    record=f"{i}, id {ex.id}",
+                )
+            feature["labels"] = np.int64(label2id[ex.relation])
+        features.append(feature)
+    return features, truncated
+
+
+# ---------------------------------------------------------------------------------------------
+# Scoring and prediction files
+
+
+def score(task: str, gold: list[str], pred: list[str]) -> dict[str, float]:
+    """TACRED: micro P/R/F1 without no_relation. SemEval: the official macro-F1, plus the TACRED-style
+    micro scores with ``Other`` as the negative class, plus accuracy."""
+    if task == "semeval":
+        official = semeval_official(gold, pred)
+        return {"f1": official["macro_f1"], **official}
+    return tacred_prf(gold, pred)
+
+
+def write_predictions(task: str, examples: list[RelationExample], labels: list[str], path: str | Path) -> None:
+    """TACRED: one label per line (the official scorer's input). SemEval: ``id<TAB>label`` lines
+    (the official Perl scorer's input)."""
+    with atomic_write(path, encoding="utf-8") as f:
+        for ex, label in zip(examples, labels):
+            f.write(f"{ex.id}\t{label}\n" if task == "semeval" else f"{label}\n")
+
+
+def read_predictions(task: str, path: str | Path, examples: list[RelationExample]) -> list[str]:
+    """Predictions in the order of ``examples``; a count or id mismatch names the line."""
+    path = Path(path)
+    try:
+        lines = [l.rstrip("\r\n") for l in path.read_text(encoding="utf-8").splitlines() if l.strip()]
+    except FileNotFoundError:
+        raise SpanBertError(f"{path}: predictions file not found") from None
+    if task != "semeval":
+        if len(lines) != len(examples):
+            raise DataError(path, f"{len(lines)} predicted labels; expected one per example ({len(examples)})")
+        return [l.strip() for l in lines]
+    by_id = {}
+    for n, line in enumerate(lines, 1):
+        parts = line.split("\t")
+        if len(parts) != 2:
+            raise DataError(path, f"expected 'ID<TAB>label', found {line[:80]!r}", line=n)
+        by_id[parts[0].strip()] = parts[1].strip()
+    missing = [ex.id for ex in examples if ex.id not in by_id]
+    if missing:
+        raise DataError(path, f"no prediction for {len(missing)} sentence ids, e.g. {missing[:5]}")
+    return [by_id[ex.id] for ex in examples]
+
+
+# ---------------------------------------------------------------------------------------------
+# Fine-tuning, prediction, CLI
+
+
+DEFAULTS = dict(
+    # Appendix B (TACRED/GLUE): max length 128, lr in {5e-6 .. 5e-5}, batch in {16, 32}, 10 epochs
+    learning_rate=2e-5,
+    per_device_train_batch_size=32,
+    num_train_epochs=10.0,
+    warmup_ratio=0.1,
+)
+
+
+def finetune_relation(
+    task: str,
+    model_dir: str | Path,
+    train_path: str | Path,
+    dev_path: str | Path | None,
+    args: Any,
+    tokenizer_dir: str | Path | None = None,
+    entity_mode: str | None = None,
+    max_seq_length: int = 128,
+    max_train_examples: int | None = None,
+    max_eval_examples: int | None = None,
+) -> dict[str, float]:
+    """Fine-tune a relation classifier and save it (HF layout) in ``args.output_dir``.
+
+    Returns the dev metrics (empty without a dev file); writes ``dev_predictions.txt`` and
+    ``dev_results.json`` beside the model.
+    """
+    from spanbert.tasks import classification as C
+    from spanbert.tasks.common import load_tokenizer_for
+
+    mode = entity_mode or ("mark" if task == "semeval" else "mask")
+    train = read_relation_file(train_path)[:max_train_examples]
+    dev = read_relation_file(dev_path)[:max_eval_examples] if dev_path else []
+    labels = sorted({ex.relation for ex in train})
+    if task == "tacred" and NO_RELATION in labels:  # class 0 = no_relation, as in TACRED's label map
+        labels = [NO_RELATION] + [l for l in labels if l != NO_RELATION]
+    label2id = {l: i for i, l in enumerate(labels)}
+    types = {ex.subj_type for ex in train} | {ex.obj_type for ex in train}
+    if task == "tacred":
+        types |= set(TACRED_TYPES)
+    tokenizer = load_tokenizer_for(model_dir, tokenizer_dir)
+    tokenizer, markers = assign_marker_ids(tokenizer, marker_vocabulary(types, mode))
+    train_features, cut = relation_features(train, tokenizer, markers, mode, label2id, max_seq_length, str(train_path))
+    if cut:
+        print(f"note: {cut} of {len(train)} training sentences were cut at max_seq_length={max_seq_length}")
+    dev_features, _ = relation_features(dev, tokenizer, markers, mode, None, max_seq_length, str(dev_path))
+    model = C.build_model("sequence", model_dir, len(labels), vocab_size=max(markers.values()) + 1)
+
+    def predict(m: Any) -> list[str]:
+        logits = C.predict_logits(m, dev_features, tokenizer.pad_id, args.per_device_eval_batch_size)
+        return [labels[int(np.argmax(l))] for l in logits]
+
+    gold = [ex.relation for ex in dev]
+    pred = C.finetune(
+        model, train_features, args, tokenizer.pad_id, predict if dev else None, lambda p: score(task, gold, p)
+    )
+    out = Path(args.output_dir)
+    meta = {"task": task, "entity_mode": mode, "entity_markers": markers, "max_seq_length": max_seq_length}
+    C.save_model(model, out, tokenizer, "sequence", labels, meta)
+    metrics: dict[str, float] = {}
+    if dev:
+        write_predictions(task, dev, pred, out / "dev_predictions.txt")
+        metrics = score(task, gold, pred)
+        C.write_json(out / "dev_results.json", metrics)
+    return metrics
+
+
+def predict_relations(
+    model: Any, tokenizer: Any, meta: dict[str, Any], labels: list[str], examples: list[RelationExample],
+    source: str = "data", batch_size: int = 64, progress: bool = False,
+) -> list[str]:  # fmt: skip
+    """The predicted relation of every example (argmax of the classifier)."""
+    from spanbert.tasks import classification as C
+
+    features, _ = relation_features(
+        examples, tokenizer, meta["entity_markers"], meta["entity_mode"], None, meta["max_seq_length"], source
+    )
+    logits = C.predict_logits(model, features, tokenizer.pad_id, batch_size, progress=progress)
+    return [labels[int(np.argmax(l))] for l in logits]
+
+
+def _predict_from_dir(
+    task: str, model_dir: str, data: str, batch_size: int, device: str = "cpu"
+) -> tuple[list[RelationExample], list[str]]:
+    from spanbert.tasks import classification as C
+
+    model, config_json, tokenizer = C.load_model("sequence", model_dir, device)
+    meta = config_json.get("spanbert", {})
+    if "entity_markers" not in meta:
+        raise SpanBertError(f"{model_dir}: config.json has no spanbert.entity_markers; not a relation model")
+    labels = C.labels_from_config(config_json)
+    examples = read_relation_file(data, require_labels=False)
+    return examples, predict_relations(model, tokenizer, meta, labels, examples, data, batch_size, progress=True)
+
+
+def cli(action: str, task: str, argv: list[str], prog: str) -> int:
+    """``spanbert {finetune,predict,evaluate} {tacred,semeval} ...``."""
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    if action == "finetune":
+        from spanbert.tasks.classification import run_finetune_cli
+        from spanbert.tasks.common import add_finetune_arguments
+
+        parser.add_argument(
+            "--train_file",
+            "--train",
+            dest="train",
+            required=True,
+            help="training file: TACRED .json, or a SemEval-2010 .TXT",
+        )
+        parser.add_argument(
+            "--validation_file", "--dev", dest="dev", help="dev file scored during and after training (same formats)"
+        )
+        parser.add_argument("--entity_mode", choices=ENTITY_MODES, help="mask: replace entities by a marker (§4.1; "
+                            "default for tacred); mark: keep the words between markers (default for semeval)")  # fmt: skip
+        parser.add_argument(
+            "--max_seq_length", type=int, default=128, help="tokens per input (default: 128, Appendix B)"
+        )
+        parser.add_argument("--max_train_examples", type=int, help="use only the first N training examples")
+        parser.add_argument("--max_eval_examples", type=int, help="use only the first N dev examples")
+        defaults = {**DEFAULTS, "output_dir": f"runs/{task}"}
+        add_finetune_arguments(parser, defaults)
+        args = parser.parse_args(argv)
+
+        def run_one(targs: Any) -> dict[str, float]:
+            return finetune_relation(
+                task, args.model, args.train, args.dev, targs, args.tokenizer, args.entity_mode,
+                args.max_seq_length, args.max_train_examples, args.max_eval_examples,
+            )  # fmt: skip
+
+        return run_finetune_cli(args, defaults, run_one, metric="f1")
+    parser.add_argument("--data", required=True, help="TACRED .json or SemEval-2010 .TXT file")
+    if action == "predict":
+        parser.add_argument("--model", required=True, help="folder of a model saved by `spanbert finetune`")
+        parser.add_argument("--output", required=True, help="predictions file to write")
+        parser.add_argument("--batch_size", type=int, default=64, help="sequences per batch (default: 64)")
+        parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (default: auto)")
+        args = parser.parse_args(argv)
+        examples, pred = _predict_from_dir(task, args.model, args.data, args.batch_size, args.device)
+        write_predictions(task, examples, pred, args.output)
+        print(f"wrote {len(pred)} predictions to {args.output}")
+        if all(ex.relation is not None for ex in examples):
+            from spanbert.tasks.classification import print_metrics
+
+            print_metrics(score(task, [ex.relation for ex in examples], pred))
+        return 0
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--predictions", help="predictions file written by `spanbert predict`")
+    group.add_argument("--model", help="fine-tuned model folder: predict, then score")
+    parser.add_argument("--batch_size", type=int, default=64, help="sequences per batch with --model (default: 64)")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (default: auto)")
+    args = parser.parse_args(argv)
+    from spanbert.tasks.classification import print_metrics
+
+    if args.model:
+        examples, pred = _predict_from_dir(task, args.model, args.data, args.batch_size, args.device)
+    else:
+        examples = read_relation_file(args.data)
+        pred = read_predictions(task, args.predictions, examples)
+    if any(ex.relation is None for ex in examples):
+        raise SpanBertError(f"{args.data}: has no gold labels to evaluate against")
+    gold = [ex.relation for ex in examples]
+    print_metrics({**score(task, gold, pred), "examples": len(gold), "label_counts": dict(Counter(gold))})
+    return 0

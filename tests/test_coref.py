@@ -1,0 +1,426 @@
+"""Coreference: CoNLL-2012 reader/writer, segments, non-crossing pruning, model, CLI end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spanbert.config import model_config
+from spanbert.errors import DataError
+from spanbert.tasks.coref import (
+    CorefConfig,
+    CorefDataset,
+    CorefDocument,
+    CorefModel,
+    candidate_spans,
+    coref_column,
+    crossing,
+    decode_clusters,
+    evaluate_files,
+    featurize,
+    genre_of,
+    prune_non_crossing,
+    read_conll,
+    split_into_segments,
+    split_text,
+    write_conll,
+)
+
+LITBANK = Path(__file__).parents[1] / "../shared/data/litbank_coref"
+needs_litbank = pytest.mark.skipif(not (LITBANK / "conll").is_dir(), reason=f"LitBank not found at {LITBANK}")
+
+SAMPLE = """\
+#begin document (bc/cctv/00/cctv_0001); part 000
+bc/cctv/00/cctv_0001 0 0 Alice NNP * - - - Speaker#1 * (0)
+bc/cctv/00/cctv_0001 0 1 met VBD * - - - Speaker#1 * -
+bc/cctv/00/cctv_0001 0 2 her PRP$ * - - - Speaker#1 * (1|(0)
+bc/cctv/00/cctv_0001 0 3 sister NN * - - - Speaker#1 * 1)
+bc/cctv/00/cctv_0001 0 4 . . * - - - Speaker#1 * -
+
+bc/cctv/00/cctv_0001 0 0 She PRP * - - - Speaker#2 * (1)
+bc/cctv/00/cctv_0001 0 1 smiled VBD * - - - Speaker#2 * -
+#end document
+"""
+
+
+def test_reader_parses_columns_and_clusters(tmp_path):
+    path = tmp_path / "a.conll"
+    path.write_text(SAMPLE)
+    (doc,) = read_conll(path)
+    assert (doc.key, doc.part, doc.genre) == ("bc/cctv/00/cctv_0001", 0, "bc")
+    assert doc.sentences == [["Alice", "met", "her", "sister", "."], ["She", "smiled"]]
+    assert doc.speakers[1] == ["Speaker#2", "Speaker#2"]
+    assert sorted(sorted(c) for c in doc.clusters) == [[(0, 0), (2, 2)], [(2, 3), (5, 5)]]
+    assert genre_of("1023_bleak_house_brat") == "other"
+
+
+@pytest.mark.parametrize(
+    "bad, line, message",
+    [
+        ("x 0 0 Alice NNP * - - - - * (0\n", 2, "never closed"),
+        ("x 0 0 Alice NNP * - - - - * 0)\n", 2, "never opened"),
+        ("x 0 0 Alice NNP * - - - - * (a)\n", 2, "bad coreference entry"),
+        ("x 0 0 Alice\n", 2, "columns"),
+    ],
+)
+def test_reader_errors_name_file_and_line(tmp_path, bad, line, message):
+    path = tmp_path / "bad.conll"
+    path.write_text("#begin document (x); part 0\n" + bad + "#end document\n")
+    with pytest.raises(DataError, match=message) as e:
+        read_conll(path)
+    assert f"bad.conll:{line}" in str(e.value)
+
+
+def test_reader_errors_outside_document_and_truncated(tmp_path):
+    path = tmp_path / "t.conll"
+    path.write_text("x 0 0 Alice NNP * - - - - * -\n")
+    with pytest.raises(DataError, match=r"t.conll:1: word line outside a document"):
+        read_conll(path)
+    path.write_text("#begin document (x); part 0\nx 0 0 Alice NNP * - - - - * -\n")
+    with pytest.raises(DataError, match="file ends inside document"):
+        read_conll(path)
+
+
+def test_writer_orders_entries_so_adjacent_mentions_round_trip(tmp_path):
+    # one entity with mentions (0,1) and (1,2) touching on word 1, nested (1,1), and a one-word mention
+    clusters = [[(0, 1), (1, 2), (1, 1)], [(3, 3)]]
+    assert coref_column(4, clusters) == ["(0", "0)|(0)|(0", "0)", "(1)"]
+    doc = CorefDocument("k", 0, [["a", "b", "c", "d"]], clusters=clusters)
+    write_conll(tmp_path / "o.conll", [doc])
+    (back,) = read_conll(tmp_path / "o.conll")
+    assert sorted(map(sorted, back.clusters)) == sorted(map(sorted, clusters))
+
+
+@needs_litbank
+@pytest.mark.realdata
+def test_litbank_round_trip_every_file(tmp_path):
+    files = sorted((LITBANK / "conll").glob("*.conll.gz"))
+    assert len(files) == 100
+    docs = [d for f in files for d in read_conll(f)]
+    # SOURCE.md: 100 documents, 210,532 tokens, 29,103 mentions, 7,927 entities
+    assert len(docs) == 100
+    assert sum(d.num_words for d in docs) == 210_532
+    assert sum(len(c) for d in docs for c in d.clusters) == 29_103
+    assert sum(len(d.clusters) for d in docs) == 7_927
+    out = tmp_path / "all.conll"
+    write_conll(out, docs)
+    back = read_conll(out)
+    assert [d.doc_id for d in back] == [d.doc_id for d in docs]
+    for a, b in zip(docs, back):
+        assert a.sentences == b.sentences
+        assert sorted(map(sorted, a.clusters)) == sorted(map(sorted, b.clusters)), a.key
+    # every id of the ten-fold splits names a file
+    names = {f.name[: -len(".conll.gz")] for f in files}
+    for ids in (LITBANK / "tenfold_splits").glob("*/*.ids"):
+        for line in ids.read_text().split():
+            assert line[: -len(".tsv")] in names
+
+
+def test_evaluate_files_matches_documents_and_rejects_mismatches(tmp_path):
+    from spanbert.errors import SpanBertError
+
+    gold = tmp_path / "gold.conll"
+    gold.write_text(SAMPLE)
+    (doc,) = read_conll(gold)
+    pred = tmp_path / "pred.conll"
+    write_conll(pred, [doc], [[[(0, 0), (2, 2)]]])  # finds one of the two entities
+    scores = evaluate_files(gold, pred)
+    assert scores["documents"] == 1
+    assert scores["muc_r"] == pytest.approx(50.0) and scores["muc_p"] == pytest.approx(100.0)
+    other = CorefDocument("other", 0, [["x"]])
+    write_conll(pred, [other])
+    with pytest.raises(SpanBertError, match="no prediction for 1 gold document"):
+        evaluate_files(gold, pred)
+
+
+def test_split_text_words_sentences_and_offsets():
+    text = "Mr. Darcy didn't come. She waited—then left!  Fine."
+    sentences, offsets = split_text(text)
+    assert sentences == [
+        ["Mr", ".", "Darcy", "didn't", "come", "."],
+        ["She", "waited", "—", "then", "left", "!"],
+        ["Fine", "."],
+    ]
+    words = [w for s in sentences for w in s]
+    assert [text[a:b] for a, b in offsets] == words
+
+
+# ---------------------------------------------------------------------------------------------
+# Segments and features
+
+
+def test_segments_end_at_sentence_then_word_ends():
+    sentence_end = np.array([0, 0, 1, 0, 0, 0, 0, 1, 0, 1], bool)
+    word_end = np.array([1, 0, 1, 1, 0, 1, 0, 1, 1, 1], bool)
+    segs = split_into_segments(10, 4, sentence_end, word_end)
+    assert segs == [(0, 3), (3, 6), (6, 10)]  # [3, 7) holds no sentence end: cut after word end 5
+    assert split_into_segments(3, 2, np.zeros(3, bool), np.zeros(3, bool)) == [(0, 2), (2, 3)]  # one long word
+
+
+class CharTokenizer:
+    """Stand-in tokenizer: every word is split into 2-character pieces (a word-piece-like map)."""
+
+    pad_id, unk_id, cls_id, sep_id, mask_id = 0, 1, 2, 3, 4
+    vocab_size = 200
+
+    def encode_words(self, words):
+        ids, word_ids = [], []
+        for w, word in enumerate(words):
+            for i in range(0, len(word), 2):
+                ids.append(5 + sum(map(ord, word[i : i + 2])) % 190)
+                word_ids.append(w)
+
+        class E:
+            pass
+
+        e = E()
+        e.ids, e.word_ids = np.array(ids), np.array(word_ids)
+        return e
+
+
+def toy_doc(n_sentences=6) -> CorefDocument:
+    sentences = [["Mary", "saw", "the", "old", "fisherman", "."], ["She", "waved", "to", "him", "."]] * (
+        n_sentences // 2
+    )
+    n = len(sentences[0]) + len(sentences[1])
+    clusters = [[(0, 0)] + [(6 + i * n, 6 + i * n) for i in range(n_sentences // 2)]]
+    clusters += [[(2, 4)] + [(9 + i * n, 9 + i * n) for i in range(n_sentences // 2)]]
+    return CorefDocument("toy", 0, sentences, clusters=clusters)
+
+
+def test_featurize_segments_and_gold_spans():
+    doc = toy_doc()
+    f = featurize(doc, CharTokenizer(), max_seq_length=12)
+    assert all(len(s) <= 10 for s in f.segments)
+    assert sum(len(s) for s in f.segments) == f.num_subtokens == len(f.word_map)
+    # gold sub-token spans map back to the gold word spans
+    back = sorted(zip(f.word_map[f.gold_starts].tolist(), f.word_map[f.gold_ends].tolist()))
+    assert back == sorted(m for c in doc.clusters for m in c)
+    starts, ends = candidate_spans(f.sentence_map, f.word_map, 30)
+    assert (f.sentence_map[starts] == f.sentence_map[ends]).all()
+    assert (ends - starts < 30).all()
+    gold = set(zip(f.gold_starts.tolist(), f.gold_ends.tolist()))
+    assert gold <= set(zip(starts.tolist(), ends.tolist()))
+
+
+def test_training_cuts_a_random_run_of_segments():
+    f = featurize(toy_doc(12), CharTokenizer(), max_seq_length=12)
+    ds = CorefDataset([f], 30, 0, 2, 3, max_training_segments=2, seed=1)
+    batches = []
+    for epoch in range(6):
+        ds.set_epoch(epoch)
+        batches.append(ds[0])
+    assert all(b["input_ids"].shape[0] == 2 for b in batches)
+    assert len({tuple(b["input_ids"][0].tolist()) for b in batches}) > 1  # the run changes with the epoch
+    ds.set_epoch(0)
+    assert torch.equal(ds[0]["input_ids"], batches[0]["input_ids"])  # and is reproducible
+    for b in batches:
+        n = b["token_index"].numel()
+        assert ((b["gold_starts"] >= 0) & (b["gold_ends"] < n)).all()
+
+
+# ---------------------------------------------------------------------------------------------
+# Non-crossing pruning
+
+
+def greedy_reference(scores, starts, ends, k):
+    """The reference C++ op as a plain loop: best first, skip spans crossing a chosen one, stop at k."""
+    chosen = []
+    for i in sorted(range(len(scores)), key=lambda i: -scores[i]):
+        if len(chosen) == k:
+            break
+        if not any(crossing(starts[i], ends[i], starts[j], ends[j]) for j in chosen):
+            chosen.append(i)
+    return sorted(chosen, key=lambda i: (starts[i], ends[i]))
+
+
+@st.composite
+def span_sets(draw):
+    spans = draw(
+        st.lists(st.tuples(st.integers(0, 25), st.integers(0, 8)), min_size=1, max_size=60, unique_by=lambda t: t)
+    )
+    spans = sorted({(s, s + w) for s, w in spans})
+    scores = draw(
+        st.lists(st.floats(-5, 5, allow_nan=False, width=32), min_size=len(spans), max_size=len(spans), unique=True)
+    )
+    k = draw(st.integers(1, len(spans)))
+    chunk = draw(st.sampled_from([None, 1, 3, 8]))
+    return spans, scores, k, chunk
+
+
+@settings(max_examples=150, deadline=None)
+@given(span_sets())
+def test_pruning_keeps_no_crossing_pair_and_is_the_greedy_choice(case):
+    spans, scores, k, chunk = case
+    starts = torch.tensor([s for s, _ in spans])
+    ends = torch.tensor([e for _, e in spans])
+    kept = prune_non_crossing(torch.tensor(scores), starts, ends, k, chunk=chunk).tolist()
+    for a in kept:
+        for b in kept:
+            assert not crossing(spans[a][0], spans[a][1], spans[b][0], spans[b][1])
+    assert kept == greedy_reference(scores, starts.tolist(), ends.tolist(), k)
+    assert len(kept) <= k
+    assert [spans[i] for i in kept] == sorted(spans[i] for i in kept)
+
+
+# ---------------------------------------------------------------------------------------------
+# Model
+
+
+def tiny_model(**overrides) -> CorefModel:
+    torch.manual_seed(0)
+    cfg = CorefConfig(
+        **{
+            "max_seq_length": 12,
+            "ffnn_size": 16,
+            "feature_size": 4,
+            "max_top_antecedents": 5,
+            "dropout": 0.0,
+            **overrides,
+        }
+    )
+    return CorefModel(
+        model_config("tiny", vocab_size=200, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0), cfg
+    )
+
+
+def toy_batch(model):
+    f = featurize(toy_doc(), CharTokenizer(), model.config.max_seq_length)
+    return f, CorefDataset([f], model.config.max_span_width, 0, 2, 3)[0]
+
+
+def test_head_attention_prefix_sums_match_explicit_softmax():
+    model = tiny_model()
+    x = torch.randn(20, 64)
+    starts = torch.tensor([0, 3, 5, 19, 7])
+    ends = torch.tensor([0, 9, 5, 19, 18])
+    g = model.span_embeddings(x, starts, ends)
+    alpha = model.head_attention(x).squeeze(-1)
+    for i, (s, e) in enumerate(zip(starts.tolist(), ends.tolist())):
+        w = alpha[s : e + 1].softmax(0)
+        assert torch.allclose(g[i, 128:192], (w[:, None] * x[s : e + 1]).sum(0), atol=1e-5)
+        assert torch.equal(g[i, :64], x[s]) and torch.equal(g[i, 64:128], x[e])
+
+
+def test_decomposed_mention_scores_equal_the_ffnn_on_span_embeddings():
+    model = tiny_model()
+    x = torch.randn(30, 64)
+    starts = torch.tensor([0, 3, 5, 29, 7, 10])
+    ends = torch.tensor([0, 9, 5, 29, 18, 28])
+    table = model.span_width_embeddings.weight
+    direct = model.mention_scorer(model.span_embeddings(x, starts, ends, table)).squeeze(-1)
+    assert torch.allclose(model.mention_scores(x, starts, ends, table), direct, atol=1e-5)
+
+
+def test_forward_shapes_loss_and_gradients():
+    model = tiny_model(singletons="true")
+    f, batch = toy_batch(model)
+    out = model(**batch)
+    k, K1 = out["antecedent_scores"].shape
+    assert out["antecedents"].shape == (k, K1 - 1) and out["top_starts"].shape == (k,)
+    assert k == int(f.num_subtokens * 0.4)
+    assert (out["antecedent_scores"][:, 0] == 0).all()  # dummy antecedent
+    assert torch.isfinite(out["loss"]) and out["loss"] > 0
+    out["loss"].backward()
+    assert model.bert.embeddings.word_embeddings.weight.grad.abs().sum() > 0
+    assert model.pair_scorer[0].weight.grad.abs().sum() > 0
+    assert model.refine_gate.weight.grad.abs().sum() > 0  # the higher-order round is in the graph
+    # antecedents always come earlier in the (start, end) order of the kept spans
+    ante, valid = out["antecedents"], out["antecedent_scores"][:, 1:] > -1e3
+    assert (ante[valid] < torch.arange(k)[:, None].expand_as(ante)[valid]).all()
+
+
+def test_gradient_checkpointing_gives_the_same_loss():
+    f, batch = toy_batch(tiny_model())
+    plain = tiny_model()(**batch)["loss"]
+    ckpt_model = tiny_model(gradient_checkpointing=True)
+    ckpt_model.train()
+    ckpt = ckpt_model(**batch)["loss"]
+    assert torch.allclose(plain, ckpt)
+    ckpt.backward()
+
+
+def test_decode_links_antecedents_into_clusters():
+    out = {
+        "top_starts": torch.tensor([0, 2, 4, 6]),
+        "top_ends": torch.tensor([0, 3, 4, 6]),
+        "top_mention_scores": torch.tensor([1.0, 1.0, 1.0, -1.0]),
+        "antecedents": torch.tensor([[0, 0], [0, 0], [0, 1], [2, 1]]),
+        "antecedent_scores": torch.tensor([[0, -1e4, -1e4], [0, -1.0, -1e4], [0, -2.0, 3.0], [0, -1.0, -1.0]]),
+    }
+    word_map = np.arange(8) // 2  # two sub-tokens per word
+    assert decode_clusters(out, word_map, singletons=False) == [[(1, 1), (2, 2)]]
+    assert decode_clusters(out, word_map, singletons=True) == [[(0, 0)], [(1, 1), (2, 2)]]
+
+
+# ---------------------------------------------------------------------------------------------
+# End to end on LitBank: a tiny model overfits two documents; CLI finetune / predict / evaluate
+
+
+def cut(doc: CorefDocument, n_words: int) -> CorefDocument:
+    sentences, speakers, total = [], [], 0
+    for s, sp in zip(doc.sentences, doc.speakers):
+        if total + len(s) > n_words:
+            break
+        sentences.append(s)
+        speakers.append(sp)
+        total += len(s)
+    clusters = [[m for m in c if m[1] < total] for c in doc.clusters]
+    return CorefDocument(doc.key, doc.part, sentences, speakers, [c for c in clusters if c])
+
+
+@needs_litbank
+@pytest.mark.realdata
+@pytest.mark.slow
+def test_tiny_model_overfits_two_litbank_documents_via_cli(tmp_path, capsys):
+    from spanbert.cli import main
+    from spanbert.model import Encoder
+    from spanbert.tokenization import train_tokenizer
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # small matrices: one thread is faster, and CI shares the cores
+    try:
+        files = sorted((LITBANK / "conll").glob("*.conll.gz"))[:2]
+        docs = [cut(d, 150) for f in files for d in read_conll(f)]
+        data = tmp_path / "two.conll"
+        write_conll(data, docs)
+        tok = train_tokenizer(None, vocab_size=400, texts=[" ".join(d.words) for d in docs], show_progress=False)
+        encoder = Encoder(model_config("tiny", vocab_size=tok.vocab_size, hidden_dropout_prob=0.0,
+                                       attention_probs_dropout_prob=0.0), add_pooling_layer=False)  # fmt: skip
+        encoder.save_pretrained(tmp_path / "enc", tokenizer=tok)
+        out_dir = tmp_path / "coref"
+        rc = main([
+            "finetune", "coref", "--model", str(tmp_path / "enc"), "--train", str(data), "--dev", str(data),
+            "--output_dir", str(out_dir), "--max_seq_length", "128", "--ffnn_size", "64", "--feature_size", "8",
+            "--dropout", "0", "--max_top_antecedents", "30", "--learning_rate", "2e-3", "--encoder_learning_rate",
+            "2e-3", "--max_steps", "120", "--warmup_steps", "0", "--lr_scheduler_type", "constant",
+            "--report_to", "none", "--disable_tqdm", "--save_steps", "0", "--logging_steps", "1000",
+        ])  # fmt: skip
+        assert rc == 0
+        summary = json.loads((out_dir / "finetune_results.json").read_text())
+        assert summary["conll_f1"] >= 90, summary
+
+        capsys.readouterr()
+        pred = tmp_path / "pred.conll"
+        assert main(["predict", "coref", "--model", str(out_dir), "--data", str(data), "--output", str(pred)]) == 0
+        capsys.readouterr()
+        assert main(["evaluate", "coref", "--gold", str(data), "--predictions", str(pred)]) == 0
+        scores = json.loads(capsys.readouterr().out)
+        assert scores["conll_f1"] == pytest.approx(summary["conll_f1"])
+        assert scores["documents"] == 2
+
+        text = " ".join(docs[0].words[:60])
+        assert main(["predict", "coref", "--model", str(out_dir), "--text", text]) == 0
+        clusters = json.loads(capsys.readouterr().out)["clusters"]
+        assert clusters, "the overfit model finds the first document's entities in its raw text"
+        for cluster in clusters:
+            for m in cluster:
+                assert text[m["start"] : m["end"]] == m["text"]
+    finally:
+        torch.set_num_threads(threads)

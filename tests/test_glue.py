@@ -1,0 +1,215 @@
+"""GLUE: tsv readers for every layout, metrics per task, overfitting, submission files, WNLI majority."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from spanbert.cli import main as spanbert_main
+from spanbert.errors import DataError
+from spanbert.tasks.glue import GLUE_TASKS, glue_task, read_glue, read_split, read_submission, score_splits
+
+GLUE = Path(__file__).parents[1] / "../shared/data/glue"
+
+POS = ["good", "great", "fine", "happy"]
+NEG = ["bad", "awful", "sad", "poor"]
+FILL = ["the", "movie", "was", "very", "plot", "film", "and", "quite"]
+
+
+def synthetic_sst(n: int = 32, seed: int = 0) -> list[tuple[str, str]]:
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        label = i % 2
+        words = rng.sample(FILL, 4)
+        words.insert(rng.randrange(5), rng.choice(POS if label else NEG))
+        rows.append((" ".join(words), str(label)))
+    return rows
+
+
+def synthetic_sts(n: int = 32, seed: int = 0) -> list[tuple[str, str, str]]:
+    rng = random.Random(seed)
+    keys = {"same": "4.500", "similar": "2.500", "different": "0.500"}
+    rows = []
+    for i in range(n):
+        key = list(keys)[i % 3]
+        rows.append((" ".join(rng.sample(FILL, 4)), f"{key} " + " ".join(rng.sample(FILL, 3)), keys[key]))
+    return rows
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models gain nothing from intra-op threads; on a shared CPU they only oversubscribe it."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    import torch
+
+    from spanbert.config import model_config
+    from spanbert.model import Encoder
+    from spanbert.tokenization import train_tokenizer
+
+    texts = [r[0] for r in synthetic_sst(64)] + [" ".join(r[:2]) for r in synthetic_sts(64)]
+    tok = train_tokenizer(None, 120, texts=texts * 3, show_progress=False)
+    torch.manual_seed(0)  # the initialisation draws from the global RNG
+    # no dropout: the overfitting tests should converge in few steps whatever the initialisation
+    config = model_config("tiny", vocab_size=tok.vocab_size, max_position_embeddings=128, hidden_dropout_prob=0.0,
+                          attention_probs_dropout_prob=0.0)  # fmt: skip
+    path = tmp_path_factory.mktemp("tiny_glue") / "pretrained"
+    Encoder(config).save_pretrained(path, tokenizer=tok)
+    return path
+
+
+def _train_args(out: Path, steps: int = 60, batch: int = 8) -> list[str]:
+    return [
+        "--output_dir", str(out), "--max_steps", str(steps), "--learning_rate", "1e-3",
+        "--per_device_train_batch_size", str(batch), "--warmup_ratio", "0.1", "--logging_steps", "1000",
+        "--save_steps", "0", "--report_to", "none", "--disable_tqdm", "--device", "cpu",
+    ]  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------- readers
+
+
+@pytest.mark.realdata
+@pytest.mark.parametrize(
+    "task, train, dev, test",
+    [("CoLA", 8551, 1043, None), ("SST-2", 67349, 872, 1821), ("MRPC", 3668, 408, 1725), ("STS-B", 5749, 1500, 1379),
+     ("RTE", 2490, 277, 3000)],
+)  # fmt: skip
+def test_staged_glue_files_have_the_published_sizes(task, train, dev, test):
+    folder = GLUE / task
+    if not folder.exists():
+        pytest.skip(f"{folder} not present (GLUE data of ../shared/data)")
+    t = glue_task(task)
+    assert len(read_split(t, folder, t.train)) == train
+    assert len(read_split(t, folder, t.dev["dev"])) == dev  # CoLA: in-domain 527 + out-of-domain 516
+    if test is not None:
+        rows = read_split(t, folder, ("test.tsv",), labelled=False)
+        assert len(rows) == test and all(r.label is None for r in rows)
+        assert [r.guid for r in rows[:2]] == ["0", "1"]  # the index column, used in the submission
+
+
+def test_every_layout_by_header_name(tmp_path):
+    (tmp_path / "qqp.tsv").write_text("id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n7\t1\t2\tWhy?\tHow?\t1\n")
+    (ex,) = read_glue(GLUE_TASKS["QQP"], tmp_path / "qqp.tsv")
+    assert (ex.guid, ex.text_a, ex.text_b, ex.label) == ("7", "Why?", "How?", "1")
+    header = "index\tpromptID\tpairID\tgenre\ts1b\ts2b\ts1p\ts2p\tsentence1\tsentence2\tlabel1\tgold_label"
+    (tmp_path / "m.tsv").write_text(header + "\n0\t1\t2\tfic\tx\tx\tx\tx\tA man.\tA person.\tentailment\tentailment\n")
+    (ex,) = read_glue(GLUE_TASKS["MNLI"], tmp_path / "m.tsv")
+    assert (ex.text_a, ex.text_b, ex.label) == ("A man.", "A person.", "entailment")
+    (tmp_path / "q.tsv").write_text("index\tquestion\tsentence\tlabel\n0\tWho?\tHim.\tnot_entailment\n")
+    assert read_glue(GLUE_TASKS["QNLI"], tmp_path / "q.tsv")[0].label == "not_entailment"
+    # CoLA's raw release has no header: read by position
+    (tmp_path / "c.tsv").write_text('gj04\t1\t\tThe "quoted word.\n')
+    (ex,) = read_glue(GLUE_TASKS["CoLA"], tmp_path / "c.tsv")
+    assert (ex.text_a, ex.label, ex.guid) == ('The "quoted word.', "1", "0")  # quotes are not special
+
+
+def test_malformed_tsv_names_file_and_line(tmp_path):
+    f = tmp_path / "dev.tsv"
+    f.write_text("index\tsentence1\tsentence2\tlabel\n0\tA.\tB.\tentailment\n1\tA.\tB.\n")
+    with pytest.raises(DataError, match=r"dev\.tsv:3: found 3 tab-separated columns, expected 4"):
+        read_glue(GLUE_TASKS["RTE"], f)
+    f.write_text("index\tsentence1\tsentence2\tlabel\n0\tA.\tB.\tmaybe\n")
+    with pytest.raises(
+        DataError, match=r"dev\.tsv:2: label 'maybe'; expected one of \['entailment', 'not_entailment'\]"
+    ):
+        read_glue(GLUE_TASKS["RTE"], f)
+    f.write_text("index\tgenre\tsentence1\tsentence2\tscore\n0\tx\tA.\tB.\thigh\n")
+    with pytest.raises(DataError, match=r"dev\.tsv:2: score 'high' is not a number"):
+        read_glue(GLUE_TASKS["STS-B"], f)
+    f.write_text("index\tsentence\tlabel\n0\tA.\t1\n")
+    with pytest.raises(DataError, match=r"dev\.tsv:1: header .* lacks the column\(s\) \['sentence1', 'sentence2'\]"):
+        read_glue(GLUE_TASKS["RTE"], f)
+
+
+def test_metrics_per_task_and_mnli_splits():
+    assert set(score_splits(GLUE_TASKS["CoLA"], {"dev": ["1", "0"]}, {"dev": ["1", "0"]})) == {
+        "accuracy",
+        "mcc",
+        "score",
+    }
+    m = score_splits(GLUE_TASKS["MRPC"], {"dev": ["1", "1", "0", "0"]}, {"dev": ["1", "0", "0", "1"]})
+    assert m["accuracy"] == 0.5 and m["f1"] == 0.5 and m["score"] == 0.5
+    m = score_splits(GLUE_TASKS["STS-B"], {"dev": ["1.0", "2.0", "3.0"]}, {"dev": ["1.5", "2.5", "3.5"]})
+    assert m["pearson"] == pytest.approx(1.0) and m["spearman"] == pytest.approx(1.0)
+    m = score_splits(
+        GLUE_TASKS["MNLI"], {"matched": ["neutral", "entailment"], "mismatched": ["neutral"]},
+        {"matched": ["neutral", "neutral"], "mismatched": ["neutral"]},
+    )  # fmt: skip
+    assert m["accuracy_matched"] == 0.5 and m["accuracy_mismatched"] == 1.0 and m["score"] == 0.5
+
+
+# ---------------------------------------------------------------------------------------------- training
+
+
+def _write_sst(folder: Path) -> None:
+    folder.mkdir(parents=True)
+    rows = synthetic_sst(32)
+    (folder / "train.tsv").write_text("sentence\tlabel\n" + "".join(f"{s}\t{l}\n" for s, l in rows))
+    (folder / "dev.tsv").write_text("sentence\tlabel\n" + "".join(f"{s}\t{l}\n" for s, l in rows))
+    (folder / "test.tsv").write_text(
+        "index\tsentence\n" + "".join(f"{100 + i}\t{s}\n" for i, (s, _) in enumerate(rows))
+    )
+
+
+def test_tiny_model_overfits_32_sst2_examples_and_writes_submission(tiny_model, tmp_path, capsys):
+    data, out, sub = tmp_path / "SST-2", tmp_path / "ft", tmp_path / "submission"
+    _write_sst(data)
+    argv = ["finetune", "glue", "--task", "SST-2", "--data_dir", str(data), "--model", str(tiny_model)]
+    assert spanbert_main(argv + _train_args(out)) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["architectures"] == ["BertForSequenceClassification"] and config["id2label"] == {"0": "0", "1": "1"}
+    assert json.loads((out / "dev_results.json").read_text())["accuracy"] >= 0.95
+    glue = ["glue", "--data_dir", str(data)]
+    assert spanbert_main(["predict", *glue, "--task", "sst2", "--model", str(out), "--output_dir", str(sub)]) == 0
+    lines = (sub / "SST-2.tsv").read_text().splitlines()
+    assert lines[0] == "index\tprediction" and lines[1].split("\t")[0] == "100" and len(lines) == 33
+    gold = [l for _, l in synthetic_sst(32)]
+    assert sum(p == g for p, g in zip(read_submission(sub / "SST-2.tsv", 32), gold)) / 32 >= 0.95
+    capsys.readouterr()
+    assert spanbert_main(["evaluate", *glue, "--task", "SST-2", "--predictions", str(out / "SST-2.dev.tsv")]) == 0
+    assert json.loads(capsys.readouterr().out)["accuracy"] >= 0.95
+
+
+def test_tiny_model_fits_sts_b_regression(tiny_model, tmp_path, capsys):
+    data, out = tmp_path / "STS-B", tmp_path / "ft"
+    data.mkdir()
+    header = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n"
+    body = "".join(f"{i}\tg\tf\ty\t0\tn\tn\t{a}\t{b}\t{s}\n" for i, (a, b, s) in enumerate(synthetic_sts(32)))
+    (data / "train.tsv").write_text(header + body)
+    (data / "dev.tsv").write_text(header + body)
+    argv = ["finetune", "glue", "--task", "STS-B", "--data_dir", str(data), "--model", str(tiny_model)]
+    # regression starts from outputs near 0 with targets around 2.5: it needs more steps than classification
+    assert spanbert_main(argv + _train_args(out, steps=200, batch=16)) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["problem_type"] == "regression" and config["num_labels"] == 1
+    capsys.readouterr()
+    assert spanbert_main(["evaluate", "glue", "--task", "STS-B", "--data_dir", str(data), "--model", str(out)]) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    assert metrics["pearson"] >= 0.95 and metrics["spearman"] >= 0.9
+
+
+def test_wnli_is_the_majority_class(tmp_path, capsys):
+    data, out, sub = tmp_path / "WNLI", tmp_path / "ft", tmp_path / "sub"
+    data.mkdir()
+    head = "index\tsentence1\tsentence2\tlabel\n"
+    (data / "train.tsv").write_text(head + "".join(f"{i}\tA.\tB.\t{int(i % 3 == 0)}\n" for i in range(9)))
+    (data / "dev.tsv").write_text(head + "0\tA.\tB.\t0\n1\tA.\tB.\t1\n")
+    (data / "test.tsv").write_text("index\tsentence1\tsentence2\n0\tA.\tB.\n1\tC.\tD.\n")
+    glue = ["glue", "--task", "WNLI", "--data_dir", str(data)]
+    assert spanbert_main(["finetune", *glue, "--model", "unused", "--output_dir", str(out)]) == 0
+    assert json.loads((out / "majority.json").read_text())["label"] == "0"
+    assert spanbert_main(["predict", *glue, "--model", str(out), "--output_dir", str(sub)]) == 0
+    assert (sub / "WNLI.tsv").read_text() == "index\tprediction\n0\t0\n1\t0\n"
