@@ -40,17 +40,6 @@ def synthetic_sts(n: int = 32, seed: int = 0) -> list[tuple[str, str, str]]:
     return rows
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models gain nothing from intra-op threads; on a shared CPU they only oversubscribe it."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> Path:
     import torch

@@ -49,17 +49,6 @@ def write_conll(path: Path, sentences: list[NerSentence]) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models gain nothing from intra-op threads; on a shared CPU they only oversubscribe it."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> Path:
     import torch

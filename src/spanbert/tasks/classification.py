@@ -134,11 +134,7 @@ class SequenceClassifier(nn.Module):
             raise SpanBertError("SequenceClassifier needs an encoder with a pooling layer")
         self.bert = encoder
         self.num_labels = num_labels
-        p = encoder.config.hidden_dropout_prob if dropout is None else dropout
-        self.dropout = nn.Dropout(p)
-        self.classifier = nn.Linear(encoder.config.hidden_size, num_labels)
-        nn.init.normal_(self.classifier.weight, std=encoder.config.initializer_range)
-        nn.init.zeros_(self.classifier.bias)
+        self.dropout, self.classifier = _linear_head(encoder, num_labels, dropout)
 
     def forward(
         self,
@@ -160,6 +156,16 @@ class SequenceClassifier(nn.Module):
         return out
 
 
+def _linear_head(encoder: nn.Module, num_labels: int, dropout: float | None) -> tuple[nn.Module, nn.Linear]:
+    """Dropout + a linear layer initialised as BERT's (HF `dropout` and `classifier`)."""
+    from spanbert.model import Dropout
+
+    classifier = nn.Linear(encoder.config.hidden_size, num_labels)
+    nn.init.normal_(classifier.weight, std=encoder.config.initializer_range)
+    nn.init.zeros_(classifier.bias)
+    return Dropout(encoder.config.hidden_dropout_prob if dropout is None else dropout), classifier
+
+
 class TokenClassifier(nn.Module):
     """Encoder + dropout + linear layer on every token (HF ``BertForTokenClassification``).
 
@@ -171,11 +177,7 @@ class TokenClassifier(nn.Module):
         super().__init__()
         self.bert = encoder
         self.num_labels = num_labels
-        p = encoder.config.hidden_dropout_prob if dropout is None else dropout
-        self.dropout = nn.Dropout(p)
-        self.classifier = nn.Linear(encoder.config.hidden_size, num_labels)
-        nn.init.normal_(self.classifier.weight, std=encoder.config.initializer_range)
-        nn.init.zeros_(self.classifier.bias)
+        self.dropout, self.classifier = _linear_head(encoder, num_labels, dropout)
 
     def forward(
         self,
