@@ -240,7 +240,9 @@ class Encoder(nn.Module):
     """A BERT encoder whose `state_dict()` is exactly HF `BertModel`'s.
 
     `encoder(input_ids, attention_mask=None, token_type_ids=None)` returns the last hidden states,
-    shape (B, T, H). Pass `attention_mask` only when the batch has padding (1 = real token).
+    shape (B, T, H). `attention_mask` is 1 for real tokens; without padding (no mask, or all ones)
+    attention runs unmasked, with padding the token-wise layers run on the real tokens only and padded
+    positions come back as zeros.
     """
 
     def __init__(self, config: BertConfig, add_pooling_layer: bool = True):

@@ -114,14 +114,14 @@ PRETRAIN_DEFAULTS: dict[str, Any] = dict(
 # `spanbert pretrain` with no arguments: tiny model, bundled corpus, CPU, a few minutes.
 QUICKSTART: dict[str, Any] = dict(
     output_dir="runs/spanbert-quickstart",
-    max_steps=600,
-    warmup_steps=60,
-    learning_rate=1e-3,
+    max_steps=1200,
+    warmup_steps=100,
+    learning_rate=2e-3,
     per_device_train_batch_size=16,
     gradient_accumulation_steps=1,
-    logging_steps=50,
-    save_steps=200,
-    eval_steps=200,
+    logging_steps=100,
+    save_steps=400,
+    eval_steps=400,
 )
 QUICKSTART_CONFIG: dict[str, Any] = dict(model="tiny", max_seq_length=128, vocab_size=4000)
 

@@ -232,15 +232,11 @@ def micro_batches(
     return out, steps
 
 
-def _group_by_step(
-    loader: Iterator, n: int, seed: int, epoch: int, batch: int, accum: int, rank: int, world: int, start: int
-) -> Iterator[list[Any]]:
-    """Regroup the flat micro-batch stream into the lists that make each optimizer step."""
+def _group_by_step(loader: Iterator, n: int, batch: int, accum: int, world: int, start: int) -> Iterator[list[Any]]:
+    """Regroup the flat micro-batch stream of `micro_batches` into the lists that make each step."""
     G = batch * world * accum
-    perm_len = n
-    for s in range(start, (perm_len // G if world > 1 else math.ceil(perm_len / G))):
-        size = min(G, perm_len - s * G)
-        k = accum if world > 1 else math.ceil(size / batch)
+    for s in range(start, n // G if world > 1 else math.ceil(n / G)):
+        k = accum if world > 1 else math.ceil(min(G, n - s * G) / batch)
         yield [next(loader) for _ in range(k)]
 
 
@@ -472,7 +468,7 @@ def train(
                 generator=torch.Generator().manual_seed(args.seed * 1000 + epoch),
                 persistent_workers=False,
             )
-            for group in _group_by_step(iter(loader), n, args.seed, epoch, b, accum, rank, world, start):
+            for group in _group_by_step(iter(loader), n, b, accum, world, start):
                 if step >= end:
                     break
                 loss_sum = torch.zeros((), device=device)
