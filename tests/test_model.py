@@ -249,8 +249,8 @@ def test_exported_model_loads_in_transformers(tmp_path):
         ours = model(**b)["mlm_logits"]
         ref = hf(input_ids=b["input_ids"]).logits.view(-1, V)[b["mlm_positions"]]
     assert (ours - ref).abs().max() <= 1e-4
-    # and our loader restores every head, the SBO one included
-    again = SpanBertForPreTraining.from_pretrained(tmp_path).eval()
+    # and our loader restores every head, the SBO one included (a passed width defers to the saved one)
+    again = SpanBertForPreTraining.from_pretrained(tmp_path, sbo_position_dim=200).eval()
     for (k, v), (k2, v2) in zip(model.state_dict().items(), again.state_dict().items()):
         assert k == k2 and torch.equal(v, v2), k
 

@@ -325,14 +325,6 @@ def test_head_state_dict_loads_in_transformers(tok) -> None:
 # the whole pipeline learns (CLI: finetune -> predict -> evaluate)
 
 
-@pytest.fixture()
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)  # the tiny model is faster on one thread than on two shared cores
-    yield
-    torch.set_num_threads(n)
-
-
 def _pretrained(tok, path: Path) -> Path:
     from spanbert.model import Encoder
 
@@ -343,7 +335,7 @@ def _pretrained(tok, path: Path) -> Path:
     return path
 
 
-def test_tiny_model_learns_32_questions_cli_round_trip(tok, tmp_path: Path, one_thread, capsys) -> None:
+def test_tiny_model_learns_32_questions_cli_round_trip(tok, tmp_path: Path, capsys) -> None:
     train = _write(tmp_path / "train.json", synthetic_squad(8))
     enc = _pretrained(tok, tmp_path / "enc")
     out = tmp_path / "ft"
@@ -372,7 +364,7 @@ def test_tiny_model_learns_32_questions_cli_round_trip(tok, tmp_path: Path, one_
     assert hf.qa_outputs.weight.shape == (2, 64)
 
 
-def test_v2_threshold_is_chosen_on_dev_saved_and_applied(tok, tmp_path: Path, one_thread, capsys) -> None:
+def test_v2_threshold_is_chosen_on_dev_saved_and_applied(tok, tmp_path: Path, capsys) -> None:
     d = synthetic_squad(4, unanswerable=True)
     path = _write(tmp_path / "v2.json", d)
     enc = _pretrained(tok, tmp_path / "enc")
@@ -489,7 +481,7 @@ def test_offsets_round_trip_every_dev_answer(name: str, dev_tok) -> None:
     assert rate >= 0.998, failures
 
 
-def test_sweep_tries_the_appendix_b_grid_and_keeps_the_best(tok, tmp_path: Path, one_thread) -> None:
+def test_sweep_tries_the_appendix_b_grid_and_keeps_the_best(tok, tmp_path: Path) -> None:
     train = _write(tmp_path / "train.json", synthetic_squad(2))
     enc = _pretrained(tok, tmp_path / "enc")
     out = tmp_path / "sweep"

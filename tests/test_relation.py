@@ -18,6 +18,7 @@ from spanbert.tasks.relation import (
     read_semeval,
     read_tacred,
     relation_features,
+    write_tacred_json,
 )
 
 DATA = Path(__file__).parents[1] / "../shared/data"
@@ -123,6 +124,19 @@ def test_semeval_multiword_entities_and_punctuation(tmp_path):
     assert ex.tokens[ex.subj_start : ex.subj_end + 1] == ["red", "fox"]
     assert ex.tokens[ex.obj_start : ex.obj_end + 1] == ["old", "barn", "'", "s", "door"]
     assert ex.tokens[-1] == "." and ex.relation == "Other"
+
+
+def test_semeval_converts_to_tacred_json_and_back(tmp_path):
+    """The converter's output is a TACRED file: reading it back gives the same records."""
+    f = tmp_path / "s.txt"
+    f.write_text(
+        '1\t"The <e1>red fox</e1> ran into the <e2>barn</e2>."\r\nEntity-Destination(e1,e2)\r\nComment:\r\n\r\n'
+        '2\t"A <e1>letter</e1> from the <e2>king</e2>."\r\nOther\r\nComment:\r\n\r\n'
+    )
+    records = read_semeval(f)
+    write_tacred_json(records, tmp_path / "semeval.json")
+    assert read_tacred(tmp_path / "semeval.json") == records
+    assert [r.relation for r in records] == ["Entity-Destination(e1,e2)", "Other"]
 
 
 def test_malformed_tacred_names_file_and_line(tmp_path):

@@ -196,10 +196,17 @@ def test_linear_warmup_then_decay():
 
 
 def test_micro_batches_one_vs_two_processes_cover_the_same_samples():
-    one, _ = micro_batches(40, 0, 0, 4, 2, rank=0, world=1, start_step=0)
-    r0, _ = micro_batches(40, 0, 0, 4, 1, rank=0, world=2, start_step=0)
-    r1, _ = micro_batches(40, 0, 0, 4, 1, rank=1, world=2, start_step=0)
-    assert one[0::2] == r0 and one[1::2] == r1
+    one = micro_batches(40, 0, 0, 4, 2, rank=0, world=1, start_step=0)
+    r0 = micro_batches(40, 0, 0, 4, 1, rank=0, world=2, start_step=0)
+    r1 = micro_batches(40, 0, 0, 4, 1, rank=1, world=2, start_step=0)
+    assert [s[0] for s in one] == [s[0] for s in r0] and [s[1] for s in one] == [s[0] for s in r1]
+
+
+def test_last_partial_step_has_fewer_micro_batches():
+    # one process: 10 examples, batch 4, accumulation 2 -> steps of [4, 4] and [2]
+    plan = micro_batches(10, 0, 0, 4, 2, rank=0, world=1, start_step=0)
+    assert [[len(mb) for mb in step] for step in plan] == [[4, 4], [2]]
+    assert sorted(i for step in plan for mb in step for i in mb) == list(range(10))
 
 
 def test_too_small_dataset_is_an_error(tmp_path):

@@ -480,6 +480,11 @@ class TokenCorpus:
         self.num_tokens = int(self.shard_offsets[-1])
         self.num_docs = len(self.doc_bounds)
         self._tokenizer: Tokenizer | None = None
+        # Plain-ndarray views of the memory maps for `tokens`: slicing numpy's memmap subclass costs
+        # ~3 µs a call in Python, which adds up when the dataset reads a block for every example.
+        self._offsets: list[int] = self.shard_offsets.tolist()
+        self._id_views = [np.asarray(a) for a in self._ids]
+        self._start_views = [np.asarray(a).view(bool) for a in self._starts]  # uint8 0/1 flags as bool
 
     def __getstate__(self) -> dict[str, Any]:
         # Pickle the path, not the memory maps (which numpy would copy into the pickle): DataLoader
@@ -496,14 +501,18 @@ class TokenCorpus:
         return self._tokenizer
 
     def tokens(self, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
-        """(ids int64 (n,), word_starts bool (n,)) of global positions [start, end) inside one shard."""
-        k = int(np.searchsorted(self.shard_offsets, start, side="right")) - 1
-        base = int(self.shard_offsets[k])
-        if end > self.shard_offsets[k + 1]:
+        """(ids (n,), word_starts bool (n,)) of global positions [start, end) inside one shard.
+
+        Read-only views, no copy: ids keep the corpus' dtype (``meta["id_dtype"]``, uint16 for
+        vocabularies up to 65,536), so cast before arithmetic that could overflow it.
+        """
+        k = bisect.bisect_right(self._offsets, start) - 1
+        if not 0 <= k < len(self._id_views) or end < start:
+            raise IndexError(f"token range [{start}, {end}) is outside the corpus of {self.num_tokens} tokens")
+        if end > self._offsets[k + 1]:
             raise IndexError(f"token range [{start}, {end}) crosses a shard boundary")
-        ids = np.asarray(self._ids[k][start - base : end - base], dtype=np.int64)
-        starts = np.asarray(self._starts[k][start - base : end - base], dtype=bool)
-        return ids, starts
+        a, b = start - self._offsets[k], end - self._offsets[k]
+        return self._id_views[k][a:b], self._start_views[k][a:b]
 
     def candidates(self, kind: str, start: int, end: int) -> np.ndarray:
         """(C, 2) candidate spans of ``kind`` inside [start, end), inclusive, relative to ``start``."""
@@ -756,7 +765,6 @@ class PretrainDataset:
         state = dict(self.__dict__)
         state.pop("_epoch_view", None)  # rebuilt from the shared tensor after unpickling
         state.pop("_local", None)  # per-thread generators, rebuilt on demand
-        state.pop("_views", None)  # views of the memory maps, rebuilt on demand
         return state
 
     def example_rng(self, index: int, epoch: int | None = None) -> np.random.Generator:
@@ -789,25 +797,6 @@ class PretrainDataset:
     def __len__(self) -> int:
         return len(self.pairs) if self.nsp else len(self.blocks)
 
-    def _tokens(self, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
-        """`TokenCorpus.tokens` (ids (n,), word starts (n,)) read through plain-ndarray views of the
-        memory maps: slicing numpy's memmap subclass costs ~3 µs a call in Python, which adds up at
-        ~150 µs per masked example. The views are per process (dropped when pickled)."""
-        views = self.__dict__.get("_views")
-        if views is None:
-            c = self.corpus
-            views = self._views = (
-                c.shard_offsets.tolist(),
-                [np.asarray(a) for a in c._ids],
-                [np.asarray(a).view(bool) for a in c._starts],  # uint8 0/1 flags, read as bool
-            )
-        offsets, ids, starts = views
-        k = bisect.bisect_right(offsets, start) - 1
-        if not 0 <= k < len(ids) or end > offsets[k + 1]:
-            return self.corpus.tokens(start, end)  # out of range or across shards: its error
-        a, b = start - offsets[k], end - offsets[k]
-        return ids[k][a:b], starts[k][a:b]
-
     def __getitem__(self, index: int) -> dict[str, np.ndarray]:
         if index < 0:
             index += len(self)
@@ -817,8 +806,8 @@ class PretrainDataset:
         cand = None
         if self.nsp:
             a0, a1, b0, b1, label = (int(x) for x in self.pairs[index])
-            a_ids, a_ws = self._tokens(a0, a1)
-            b_ids, b_ws = self._tokens(b0, b1)
+            a_ids, a_ws = self.corpus.tokens(a0, a1)
+            b_ids, b_ws = self.corpus.tokens(b0, b1)
             ids = np.concatenate([[self.cls_id], a_ids, [self.sep_id], b_ids, [self.sep_id]])  # (T,)
             ws = np.concatenate([[True], a_ws, [True], b_ws, [True]])
             token_type_ids = np.zeros(len(ids), dtype=np.int64)
@@ -829,7 +818,7 @@ class PretrainDataset:
                 cand = np.concatenate([ca, cb])
         else:
             start, end = self.blocks[index].tolist()
-            body, body_ws = self._tokens(start, end)
+            body, body_ws = self.corpus.tokens(start, end)
             ids = np.concatenate((self._cls, body, self._sep))  # (T,) [CLS] body [SEP]
             ws = np.concatenate((_TRUE, body_ws, _TRUE))  # (T,)
             token_type_ids = np.zeros(len(ids), dtype=np.int64)

@@ -497,7 +497,9 @@ class SpanBertForPreTraining(nn.Module):
         meta = config_json.get("spanbert", {})
         sbo = meta.get("sbo", True) if sbo is None else sbo
         nsp = meta.get("nsp", False) if nsp is None else nsp
-        dim = meta.get("sbo_position_dim") or kwargs.pop("sbo_position_dim", 200)
+        # the checkpoint's own SBO width wins: its saved position embeddings have that size
+        dim = meta.get("sbo_position_dim") or kwargs.get("sbo_position_dim") or 200
+        kwargs.pop("sbo_position_dim", None)
         model = cls(BertConfig.from_hf_dict(config_json), sbo=sbo, nsp=nsp, sbo_position_dim=dim, **kwargs)
         sbo_path = Path(path) / SBO_FILE
         if sbo and sbo_path.exists():
@@ -638,11 +640,6 @@ def save_checkpoint(
         f.write("\n")
 
 
-def count_parameters(module: nn.Module) -> int:
-    """Number of distinct parameters (tied weights counted once)."""
-    return sum(p.numel() for p in {id(p): p for p in module.parameters()}.values())
-
-
 def flops_per_token(config: BertConfig, seq_len: int, mask_rate: float = 0.15, sbo: bool = True) -> float:
     """Training FLOPs per token of the useful work (forward + backward = 3x forward matmul FLOPs)."""
     H, L, I, V = config.hidden_size, config.num_hidden_layers, config.intermediate_size, config.vocab_size
@@ -661,6 +658,5 @@ __all__ = [
     "load_checkpoint",
     "save_checkpoint",
     "encoder_state_dict",
-    "count_parameters",
     "flops_per_token",
 ]

@@ -209,35 +209,29 @@ def epoch_permutation(n: int, seed: int, epoch: int) -> np.ndarray:
     return np.random.default_rng([seed, epoch]).permutation(n)
 
 
+def steps_per_epoch(n: int, global_batch: int, world: int) -> int:
+    """Optimizer steps in one epoch: one process keeps the last partial global batch, several drop it
+    so that every rank steps together."""
+    return n // global_batch if world > 1 else math.ceil(n / global_batch)
+
+
 def micro_batches(
     n: int, seed: int, epoch: int, batch: int, accum: int, rank: int, world: int, start_step: int
-) -> tuple[list[list[int]], int]:
-    """This rank's micro-batches of one epoch from ``start_step`` on, and the epoch's step count.
+) -> list[list[list[int]]]:
+    """This rank's micro-batches of one epoch from ``start_step`` on, grouped by optimizer step.
 
     Global step s covers perm[s*G : (s+1)*G], G = batch * world * accum; its micro-batch m on rank r is
-    the slice at offset (m * world + r) * batch. With one process the last partial global batch is kept
-    (split into fewer micro-batches); with several it is dropped so that every rank steps together.
+    the slice at offset (m * world + r) * batch. With one process the last partial global batch is split
+    into fewer micro-batches.
     """
     G = batch * world * accum
-    steps = n // G if world > 1 else math.ceil(n / G)
     perm = epoch_permutation(n, seed, epoch)
-    out = []
-    for s in range(start_step, steps):
+    steps = []
+    for s in range(start_step, steps_per_epoch(n, G, world)):
         chunk = perm[s * G : (s + 1) * G]
-        for m in range(accum):
-            lo = (m * world + rank) * batch
-            mb = chunk[lo : lo + batch]
-            if len(mb):
-                out.append(mb.tolist())
-    return out, steps
-
-
-def _group_by_step(loader: Iterator, n: int, batch: int, accum: int, world: int, start: int) -> Iterator[list[Any]]:
-    """Regroup the flat micro-batch stream of `micro_batches` into the lists that make each step."""
-    G = batch * world * accum
-    for s in range(start, n // G if world > 1 else math.ceil(n / G)):
-        k = accum if world > 1 else math.ceil(min(G, n - s * G) / batch)
-        yield [next(loader) for _ in range(k)]
+        lows = ((m * world + rank) * batch for m in range(accum))
+        steps.append([chunk[lo : lo + batch].tolist() for lo in lows if lo < len(chunk)])
+    return steps
 
 
 # ---------------------------------------------------------------------------------------------
@@ -406,10 +400,10 @@ def train(
     if b < 1 or accum < 1:
         raise SpanBertError("per_device_train_batch_size and gradient_accumulation_steps must be >= 1")
     G = b * world * accum
-    steps_per_epoch = n // G if world > 1 else math.ceil(n / G)
-    if steps_per_epoch == 0:
+    epoch_steps = steps_per_epoch(n, G, world)
+    if epoch_steps == 0:
         raise SpanBertError(f"{n} training examples are fewer than one global batch of {G} across {world} processes")
-    total = args.max_steps if args.max_steps > 0 else math.ceil(args.num_train_epochs * steps_per_epoch)
+    total = args.max_steps if args.max_steps > 0 else math.ceil(args.num_train_epochs * epoch_steps)
     warmup = args.warmup_steps or math.ceil(args.warmup_ratio * total)
 
     model.to(device)
@@ -454,13 +448,13 @@ def train(
     try:
         end = min(total, args.stop_at_step) if args.stop_at_step > 0 else total
         while step < end:
-            epoch, start = divmod(step, steps_per_epoch)
+            epoch, start = divmod(step, epoch_steps)
             if hasattr(train_dataset, "set_epoch"):
                 train_dataset.set_epoch(epoch)
-            mbs, _ = micro_batches(n, args.seed, epoch, b, accum, rank, world, start)
+            plan = micro_batches(n, args.seed, epoch, b, accum, rank, world, start)
             loader = torch.utils.data.DataLoader(
                 train_dataset,
-                batch_sampler=mbs,
+                batch_sampler=[mb for step_mbs in plan for mb in step_mbs],
                 collate_fn=collate_fn,
                 num_workers=args.dataloader_num_workers,
                 pin_memory=pin,
@@ -468,18 +462,20 @@ def train(
                 generator=torch.Generator().manual_seed(args.seed * 1000 + epoch),
                 persistent_workers=False,
             )
-            for group in _group_by_step(iter(loader), n, b, accum, world, start):
+            stream = iter(loader)
+            for step_mbs in plan:
                 if step >= end:
                     break
+                n_micro = len(step_mbs)  # micro-batches in this step, fetched one at a time
                 loss_sum = torch.zeros((), device=device)
-                for i, mb in enumerate(group):
-                    mb = _to_device(mb, device)
+                for i in range(n_micro):
+                    mb = _to_device(next(stream), device)
                     tokens += _count_tokens(mb)
-                    sync = world == 1 or i == len(group) - 1
+                    sync = world == 1 or i == n_micro - 1
                     ctx = model.no_sync() if not sync else nullcontext()
                     with ctx, torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
                         out = model(**mb)
-                        loss = out["loss"] / len(group)
+                        loss = out["loss"] / n_micro
                     if scaler is not None:
                         scaler.scale(loss).backward()
                     else:

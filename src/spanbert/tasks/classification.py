@@ -292,31 +292,26 @@ def _device(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
-@torch.no_grad()
 def predict_logits(
     model: nn.Module, features: list[dict[str, Any]], pad_id: int, batch_size: int = 64, progress: bool = False
 ) -> list[np.ndarray]:
     """Logits of every feature, in order: (num_labels,) per sequence or (T_i, num_labels) per token."""
-    from tqdm import tqdm
+    from spanbert.trainer import predict_batches
 
-    was_training = model.training
-    model.eval()
-    collate = Collator(pad_id)
-    device = _device(model)
     # sort by length so batches carry little padding; outputs go back in the original order
     order = sorted(range(len(features)), key=lambda i: len(features[i]["input_ids"]))
+    inputs = [{k: v for k, v in features[i].items() if k != "labels"} for i in order]
     results: dict[int, np.ndarray] = {}
-    starts = range(0, len(order), batch_size)
-    for s in tqdm(starts, desc="predict", disable=not progress, unit="batch"):
-        idx = order[s : s + batch_size]
-        batch = collate([{k: v for k, v in features[i].items() if k != "labels"} for i in idx])
-        logits = model(**{k: v.to(device) for k, v in batch.items()})["logits"].float().cpu().numpy()
-        for j, i in enumerate(idx):
+    done = 0
+    for _, out in predict_batches(
+        model, inputs, batch_size, Collator(pad_id), device=_device(model), disable_tqdm=not progress
+    ):
+        logits = out["logits"].float().cpu().numpy()  # (b, num_labels) or (b, T, num_labels)
+        for j, i in enumerate(order[done : done + len(logits)]):
             n = len(features[i]["input_ids"])
             results[i] = logits[j, :n] if logits.ndim == 3 else logits[j]
-    out = [results[i] for i in range(len(features))]
-    model.train(was_training)
-    return out
+        done += len(logits)
+    return [results[i] for i in range(len(features))]
 
 
 def finetune(
