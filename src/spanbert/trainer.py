@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from spanbert.distributed import distributed_env, init_distributed, resolve_device  # noqa: F401 - re-exported
 from spanbert.errors import SpanBertError
 from spanbert.utils import atomic_write, fsync_dir
 
@@ -105,33 +106,6 @@ class TrainResult:
 
 # ---------------------------------------------------------------------------------------------
 # Distributed setup
-
-
-def distributed_env() -> tuple[int, int, int]:
-    """(rank, world size, local rank) from torchrun's environment; (0, 1, 0) otherwise."""
-    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
-
-
-def resolve_device(name: str = "auto") -> torch.device:
-    _, world, local = distributed_env()
-    if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda", local)
-        return torch.device("cpu")
-    dev = torch.device(name)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise SpanBertError("device cuda was asked for but no CUDA GPU is available")
-    if dev.type == "cuda" and dev.index is None and world > 1:
-        dev = torch.device("cuda", local)
-    return dev
-
-
-def init_distributed(device: torch.device) -> None:
-    _, world, _ = distributed_env()
-    if world > 1 and not dist.is_initialized():
-        if device.type == "cuda":
-            torch.cuda.set_device(device)
-        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
 
 
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
