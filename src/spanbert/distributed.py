@@ -104,6 +104,13 @@ def all_gather_objects(value: Any) -> list[Any]:
     return out
 
 
+def shard_range(n: int) -> range:
+    """This rank's contiguous share of ``range(n)`` (sizes differ by at most one). Concatenating the
+    shards of ranks 0..N-1 (e.g. from `all_gather_objects`) gives back the original order."""
+    r, w = rank() if _active() else 0, world_size() if _active() else 1
+    return range(n * r // w, n * (r + 1) // w)
+
+
 def on_main(fn: Callable[[], T]) -> T:
     """Run ``fn`` on rank 0 only; the others wait. Every rank returns rank 0's result.
 
@@ -153,5 +160,6 @@ __all__ = [
     "print0",
     "rank",
     "resolve_device",
+    "shard_range",
     "world_size",
 ]
