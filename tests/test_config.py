@@ -123,3 +123,112 @@ def test_bert_config_checks_heads():
 def test_hf_config_round_trip():
     cfg = model_config("small")
     assert BertConfig.from_hf_dict({**cfg.to_hf_dict(), "architectures": ["BertModel"]}) == cfg
+
+
+def _parser_for(*classes):
+    p = argparse.ArgumentParser()
+    for cls in classes:
+        add_dataclass_arguments(p, cls)
+    return p
+
+
+def test_yaml_keys_of_no_section_are_errors(tmp_path):
+    from spanbert.data import MaskingConfig
+
+    y = tmp_path / "c.yaml"
+    y.write_text("learning_rate: 2.0e-5\nmask_prob: 0.2\n")
+    args = _parser_for(TrainingArguments, MaskingConfig).parse_args([])
+    # the command builds both classes from one file: each takes its keys
+    sections = [TrainingArguments, MaskingConfig]
+    targs = dataclass_from_args(TrainingArguments, args, yaml_path=str(y), sections=sections)
+    masking = dataclass_from_args(MaskingConfig, args, yaml_path=str(y), sections=sections)
+    assert targs.learning_rate == 2e-5 and masking.mask_prob == 0.2
+    # a call that does not say which other classes share the file is strict: mask_prob is unknown
+    with pytest.raises(SpanBertError, match=r"c.yaml:2: found unknown option 'mask_prob'"):
+        dataclass_from_args(TrainingArguments, args, yaml_path=str(y))
+    # so is a key=value override
+    with pytest.raises(SpanBertError, match="'mask_probb'"):
+        dataclass_from_args(TrainingArguments, args, overrides=["mask_probb=0.1"], sections=sections)
+
+
+def test_yaml_sections_and_flat_keys_merge(tmp_path):
+    from spanbert.config import check_yaml
+    from spanbert.data import MaskingConfig
+
+    y = tmp_path / "c.yaml"
+    y.write_text("seed: 3\nTrainingArguments:\n  learning_rate: 1.0e-4\nMaskingConfig:\nmask_prob: 0.3\n")
+    out = check_yaml(y, [TrainingArguments, MaskingConfig])
+    assert out == {"TrainingArguments": {"seed": 3, "learning_rate": 1e-4}, "MaskingConfig": {"mask_prob": 0.3}}
+    y.write_text("TrainingArguments: [1]\n")
+    with pytest.raises(SpanBertError, match=r"c.yaml:1: section TrainingArguments: found a list \[1\]"):
+        check_yaml(y, [TrainingArguments])
+
+
+@pytest.mark.parametrize(
+    "yaml_text,match",
+    [
+        ("max_steps: [1, 2]", "option max_steps: found a list [1, 2], expected an integer"),
+        ("learning_rate: {a: 1}", "option learning_rate: found a mapping {'a': 1}, expected a number"),
+        ("resume: maybe", "option resume: found 'maybe', expected a boolean"),
+        ("max_steps: false", "option max_steps: found false (a boolean), expected an integer"),
+        ("learning_rate: .nan", "option learning_rate: found NaN, expected a number"),
+        ("max_steps: 1.5", "option max_steps: found 1.5, expected an integer"),
+        ("precision: [fp32]", "option precision: found a list ['fp32'], expected one of auto, fp32, bf16, fp16"),
+        ("output_dir: [a]", "option output_dir: found a list ['a'], expected a string"),
+        ("output_dir: yes", "option output_dir: found true (a boolean), expected a string"),
+        ("learning_rate:", "option learning_rate: found None, expected a number"),
+    ],
+)
+def test_yaml_wrong_types_name_file_line_and_option(tmp_path, yaml_text, match):
+    import re
+
+    y = tmp_path / "c.yaml"
+    y.write_text("seed: 1\n" + yaml_text + "\n")
+    with pytest.raises(SpanBertError, match=re.escape(f"{y}:2: {match}")):
+        dataclass_from_args(TrainingArguments, argparse.Namespace(), yaml_path=str(y))
+
+
+def test_convert_value_raises_only_spanbert_errors():
+    """Whatever a YAML file holds, converting it is a value or a SpanBertError, never a TypeError."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from spanbert.config import convert_value
+    from spanbert.data import MaskingConfig
+
+    scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8)
+    values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3), max_leaves=6)
+    names = [(cls, f) for cls in (TrainingArguments, MaskingConfig, BertConfig) for f in cls.__dataclass_fields__]
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.sampled_from(names), values)
+    def check(name, value):
+        try:
+            convert_value(name[0], name[1], value, source="x.yaml")
+        except SpanBertError as e:
+            assert str(e).startswith(f"x.yaml: option {name[1]}: found ")
+
+    check()
+
+
+@pytest.mark.parametrize(
+    "edit,match",
+    [
+        ({"hidden_size": "64"}, '"hidden_size": "64" (a string), expected an integer'),
+        ({"hidden_size": 64.0}, '"hidden_size": 64.0 (a number), expected an integer'),
+        ({"num_hidden_layers": True}, '"num_hidden_layers": true (a boolean), expected an integer'),
+        ({"layer_norm_eps": "1e-12"}, "expected a number"),
+        ({"num_attention_heads": 0}, "expected a positive integer"),
+        ({"hidden_dropout_prob": 1.5}, "expected a probability in [0, 1)"),
+        ({"hidden_act": "swish"}, "expected gelu, gelu_new or relu"),
+        ({"vocab_size": None}, "found no vocab_size"),
+    ],
+)
+def test_hf_config_is_type_checked(edit, match):
+    d = {**model_config("tiny").to_hf_dict(), **edit}
+    with pytest.raises(SpanBertError, match=r"^m/config.json: .*" + __import__("re").escape(match)):
+        BertConfig.from_hf_dict(d, source="m/config.json")
+    with pytest.raises(SpanBertError, match="found a JSON array"):
+        BertConfig.from_hf_dict([1], source="m/config.json")  # type: ignore[arg-type]
+    # keys HF writes that are not ours, and nulls, are ignored
+    assert BertConfig.from_hf_dict({**model_config("tiny").to_hf_dict(), "pad_token_id": None, "foo": [1]}) == model_config("tiny")

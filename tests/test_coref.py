@@ -65,7 +65,7 @@ def test_reader_parses_columns_and_clusters(tmp_path):
     [
         ("x 0 0 Alice NNP * - - - - * (0\n", 2, "never closed"),
         ("x 0 0 Alice NNP * - - - - * 0)\n", 2, "never opened"),
-        ("x 0 0 Alice NNP * - - - - * (a)\n", 2, "bad coreference entry"),
+        ("x 0 0 Alice NNP * - - - - * (a)\n", 2, "found coreference entry"),
         ("x 0 0 Alice\n", 2, "columns"),
     ],
 )
@@ -80,10 +80,10 @@ def test_reader_errors_name_file_and_line(tmp_path, bad, line, message):
 def test_reader_errors_outside_document_and_truncated(tmp_path):
     path = tmp_path / "t.conll"
     path.write_text("x 0 0 Alice NNP * - - - - * -\n")
-    with pytest.raises(DataError, match=r"t.conll:1: word line outside a document"):
+    with pytest.raises(DataError, match=r"t.conll:1: found a word line outside a document"):
         read_conll(path)
     path.write_text("#begin document (x); part 0\nx 0 0 Alice NNP * - - - - * -\n")
-    with pytest.raises(DataError, match="file ends inside document"):
+    with pytest.raises(DataError, match="end of the file inside document"):
         read_conll(path)
 
 
@@ -135,7 +135,7 @@ def test_evaluate_files_matches_documents_and_rejects_mismatches(tmp_path):
     assert scores["muc_r"] == pytest.approx(50.0) and scores["muc_p"] == pytest.approx(100.0)
     other = CorefDocument("other", 0, [["x"]])
     write_conll(pred, [other])
-    with pytest.raises(SpanBertError, match="no prediction for 1 gold document"):
+    with pytest.raises(SpanBertError, match="found no prediction for 1 gold document"):
         evaluate_files(gold, pred)
 
 
@@ -308,6 +308,37 @@ def test_head_attention_prefix_sums_match_explicit_softmax():
         assert torch.equal(g[i, :64], x[s]) and torch.equal(g[i, 64:128], x[e])
 
 
+@pytest.mark.parametrize("gap", [0.0, 30.0, 40.0, 100.0, 1000.0])
+def test_head_attention_is_exact_at_any_logit_gap(gap):
+    """Prefix sums of exp(α - max α) lost 0.1 % at a 30-logit gap and returned inf at 40: compare with
+    a direct per-span softmax where a few tokens sit ``gap`` logits above (or below) the rest."""
+    model = tiny_model()
+    with torch.no_grad():  # α_t = x_t[0]: the gap is set through the first feature
+        model.head_attention.weight.zero_()
+        model.head_attention.weight[0, 0] = 1.0
+        model.head_attention.bias.zero_()
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(40, 64, generator=gen, dtype=torch.float64)
+    x[:, 0] = torch.randn(40, generator=gen, dtype=torch.float64)
+    x[[2, 17, 30], 0] += gap  # high tokens before, inside and after the spans below
+    x[[25, 26], 0] -= gap  # and a low run
+    x = x.float().requires_grad_(True)
+    spans = [(0, 0), (3, 9), (3, 16), (15, 20), (18, 29), (25, 26), (24, 27), (31, 39), (30, 39), (2, 2)]
+    starts = torch.tensor([s for s, _ in spans])
+    ends = torch.tensor([e for _, e in spans])
+    g = model.span_embeddings(x, starts, ends)
+    alpha = x.double()[:, 0]  # the head-attention logits, exactly
+    for i, (s, e) in enumerate(spans):
+        ref = (alpha[s : e + 1].softmax(0)[:, None] * x.double()[s : e + 1]).sum(0)
+        assert torch.allclose(g[i, 128:192].double(), ref, rtol=1e-5, atol=1e-6), (gap, s, e)
+    table = model.span_width_embeddings.weight
+    fast = model.mention_scores(x, starts, ends, table)
+    direct = model.mention_scorer(model.span_embeddings(x, starts, ends, table)).squeeze(-1)
+    assert torch.allclose(fast, direct, atol=1e-5)
+    fast.sum().backward()
+    assert torch.isfinite(x.grad).all() and torch.isfinite(model.head_attention.weight.grad).all()
+
+
 def test_decomposed_mention_scores_equal_the_ffnn_on_span_embeddings():
     model = tiny_model()
     x = torch.randn(30, 64)
@@ -334,6 +365,18 @@ def test_forward_shapes_loss_and_gradients():
     # antecedents always come earlier in the (start, end) order of the kept spans
     ante, valid = out["antecedents"], out["antecedent_scores"][:, 1:] > -1e3
     assert (ante[valid] < torch.arange(k)[:, None].expand_as(ante)[valid]).all()
+
+
+@pytest.mark.parametrize("depth, singletons", [(1, "false"), (1, "true"), (2, "false"), (2, "true")])
+def test_every_parameter_gets_a_gradient(depth, singletons):
+    """DDP stops on a parameter outside the graph: with one inference round the refinement gate is
+    not built at all, and every other parameter takes part in the loss."""
+    model = tiny_model(coref_depth=depth, singletons=singletons)
+    assert (model.refine_gate is None) == (depth == 1)
+    _, batch = toy_batch(model)
+    model(**batch)["loss"].backward()
+    missing = [name for name, p in model.named_parameters() if p.grad is None]
+    assert not missing, missing
 
 
 def test_gradient_checkpointing_gives_the_same_loss():
@@ -424,3 +467,123 @@ def test_tiny_model_overfits_two_litbank_documents_via_cli(tmp_path, capsys):
                 assert text[m["start"] : m["end"]] == m["text"]
     finally:
         torch.set_num_threads(threads)
+
+
+# ---------------------------------------------------------------------------------------------
+# Seeds, existing output folders, eval mode, one writer under torchrun
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """A tiny encoder with its tokenizer and a small CoNLL file (three copies of SAMPLE)."""
+    from spanbert.model import Encoder
+    from spanbert.tokenization import train_tokenizer
+
+    root = tmp_path_factory.mktemp("coref_tiny")
+    data = root / "train.conll"
+    data.write_text("".join(SAMPLE.replace("cctv_0001", f"cctv_000{i}") for i in range(3)))
+    docs = read_conll(data)
+    tok = train_tokenizer(None, vocab_size=120, texts=[" ".join(d.words) for d in docs] * 20, show_progress=False)
+    torch.manual_seed(0)
+    Encoder(model_config("tiny", vocab_size=tok.vocab_size), add_pooling_layer=False).save_pretrained(
+        root / "enc", tokenizer=tok
+    )
+    return root
+
+
+def finetune_argv(root: Path, out: Path, *extra: str) -> list[str]:
+    return [
+        "finetune", "coref", "--model", str(root / "enc"), "--train", str(root / "train.conll"),
+        "--dev", str(root / "train.conll"), "--output_dir", str(out), "--max_seq_length", "16",
+        "--ffnn_size", "8", "--feature_size", "4", "--max_top_antecedents", "4", "--max_steps", "3",
+        "--learning_rate", "1e-2", "--encoder_learning_rate", "1e-2", "--report_to", "none",
+        "--save_steps", "0", "--device", "cpu", "--disable_tqdm", *extra,
+    ]  # fmt: skip
+
+
+def test_seed_fixes_heads_dropout_and_order(tiny_run, tmp_path, capsys):
+    """--seed fixes the head initialisation, dropout and the document order: two runs with one seed
+    give identical weights, another seed different ones. --disable_tqdm shows no bar."""
+    from safetensors.torch import load_file
+
+    from spanbert.cli import main
+
+    weights = {}
+    for name, seed in (("a", "7"), ("b", "7"), ("c", "8")):
+        assert main(finetune_argv(tiny_run, tmp_path / name, "--seed", seed, "--dropout", "0.5")) == 0
+        weights[name] = load_file(tmp_path / name / "model.safetensors")
+    err = capsys.readouterr().err
+    assert "%|" not in err and "doc/s" not in err, err  # no progress bar of any stage
+    assert weights["a"].keys() == weights["b"].keys()
+    for k in weights["a"]:
+        assert torch.equal(weights["a"][k], weights["b"][k]), k
+    heads = [k for k in weights["a"] if not k.startswith("bert.")]
+    assert any(not torch.equal(weights["a"][k], weights["c"][k]) for k in heads)
+
+
+def test_existing_output_dir_is_refused_before_any_work(tiny_run, tmp_path, cli_error):
+    from spanbert import trainer
+
+    if not hasattr(trainer, "check_output_dir"):
+        pytest.skip("spanbert.trainer.check_output_dir (contract 3) is not there yet")
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "config.json").write_text("{}")
+    cli_error(finetune_argv(tiny_run, out), names=str(out), contains="--overwrite_output_dir", out=out)
+
+
+def test_loaders_return_eval_mode(tiny_run, tmp_path):
+    from spanbert.tasks.coref import CorefPredictor, load_coref_model, save_coref_model
+    from spanbert.tokenization import Tokenizer
+
+    model = tiny_model(coref_depth=1)
+    model.train()
+    save_coref_model(model, tmp_path / "m", Tokenizer.from_dir(tiny_run / "enc"))
+    loaded, _ = load_coref_model(tmp_path / "m")
+    assert not loaded.training and not any(m.training for m in loaded.modules())
+    assert loaded.refine_gate is None
+    assert not CorefPredictor.from_pretrained(tmp_path / "m", device="cpu").model.training
+
+
+DDP_SCRIPT = """
+import json, os, sys
+from spanbert.tasks.coref import CorefConfig, finetune_coref
+from spanbert.trainer import TrainingArguments
+
+root, out = sys.argv[1], sys.argv[2]
+targs = TrainingArguments(
+    output_dir=out + "/model", max_steps=4, learning_rate=1e-2, per_device_train_batch_size=1,
+    eval_steps=2, save_steps=0, report_to="none", disable_tqdm=True, device="cpu", seed=3,
+)
+config = CorefConfig(max_seq_length=16, ffnn_size=8, feature_size=4, max_top_antecedents=4,
+                     encoder_learning_rate=1e-2, coref_depth=int(sys.argv[3]))
+summary = finetune_coref(root + "/enc", root + "/train.conll", root + "/train.conll", targs, config)
+with open(f"{out}/rank{os.environ['RANK']}.json", "w") as f:
+    json.dump(summary, f)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("depth", [1, 2])
+def test_two_processes_write_one_model_and_agree_on_dev(tiny_run, tmp_path, depth):
+    """torchrun --nproc_per_node 2 (gloo): coref_depth 1 must not trip DDP's unused-parameter check,
+    rank 0 alone writes the model, and the dev documents, split across the ranks and gathered,
+    give the same scores on both ranks (also at the mid-training evaluation)."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "run.py"
+    script.write_text(DDP_SCRIPT)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script),
+           str(tiny_run), str(tmp_path), str(depth)]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    scores = [{k: v for k, v in s.items() if k.endswith(("_f1", "_p", "_r"))} for s in ranks]
+    assert scores[0] and scores[0] == scores[1]
+    files = sorted(p.name for p in (tmp_path / "model").iterdir())
+    assert "model.safetensors" in files and "dev_predictions.conll" in files and "finetune_results.json" in files
+    assert not [f for f in files if "tmp" in f], files  # no temporary left by a second writer
+    assert proc.stdout.count("singletons:") == 1, proc.stdout  # messages once

@@ -443,3 +443,35 @@ def test_corpus_directory_reads_only_text_files(tmp_path, tok_dir):
     (d / "manifest.tsv").write_bytes(b"\xff\xfe binary-ish")
     c = TokenCorpus(preprocess(d, tok_dir, tmp_path / "o", num_workers=1, progress=False))
     assert c.num_docs == 3 and len(c.meta["sources"]) == 2
+
+
+def test_dataset_restricted_to_documents(corpus_dir):
+    from spanbert.data import PretrainDataset, TokenCorpus, held_out_documents
+
+    tc = TokenCorpus(corpus_dir)
+    split = held_out_documents(tc.doc_bounds, 0.2, 2, 2)
+    assert 2 <= split <= tc.num_docs - 2
+    lo_tok, hi_tok = int(tc.doc_bounds[split, 0]), int(tc.doc_bounds[-1, 1])
+    single = PretrainDataset(tc, max_seq_length=32, documents=(split, tc.num_docs))
+    assert (single.blocks[:, 0] >= lo_tok).all() and (single.blocks[:, 1] <= hi_tok).all()
+    nsp = PretrainDataset(tc, max_seq_length=32, mode="nsp", documents=(0, split))
+    assert (nsp.pairs[:, 4] == 1).any()  # some random next segments, all from documents 0..split-1
+    assert (nsp.pairs[:, [1, 3]] <= lo_tok).all()
+    with pytest.raises(SpanBertError, match="outside the corpus"):
+        PretrainDataset(tc, max_seq_length=32, documents=(0, tc.num_docs + 1))
+
+
+def test_damaged_corpus_is_a_data_error(tmp_path, corpus_dir):
+    import shutil
+
+    from spanbert.data import TokenCorpus
+
+    bad = tmp_path / "bad"
+    shutil.copytree(corpus_dir, bad)
+    (bad / "meta.json").write_text((corpus_dir / "meta.json").read_text()[:30])
+    with pytest.raises(DataError, match="meta.json:.*invalid JSON"):
+        TokenCorpus(bad)
+    shutil.copy(corpus_dir / "meta.json", bad / "meta.json")
+    (bad / "shard-00000.docs").write_bytes((corpus_dir / "shard-00000.docs").read_bytes()[:-8])
+    with pytest.raises(DataError, match="shard-00000.docs: found .* document offsets"):
+        TokenCorpus(bad)

@@ -116,7 +116,7 @@ def test_malformed_tsv_names_file_and_line(tmp_path):
     ):
         read_glue(GLUE_TASKS["RTE"], f)
     f.write_text("index\tgenre\tsentence1\tsentence2\tscore\n0\tx\tA.\tB.\thigh\n")
-    with pytest.raises(DataError, match=r"dev\.tsv:2: score 'high' is not a number"):
+    with pytest.raises(DataError, match=r"dev\.tsv:2: found score 'high'; expected a number in \[0, 5\]"):
         read_glue(GLUE_TASKS["STS-B"], f)
     f.write_text("index\tsentence\tlabel\n0\tA.\t1\n")
     with pytest.raises(DataError, match=r"dev\.tsv:1: header .* lacks the column\(s\) \['sentence1', 'sentence2'\]"):
@@ -130,14 +130,14 @@ def test_metrics_per_task_and_mnli_splits():
         "score",
     }
     m = score_splits(GLUE_TASKS["MRPC"], {"dev": ["1", "1", "0", "0"]}, {"dev": ["1", "0", "0", "1"]})
-    assert m["accuracy"] == 0.5 and m["f1"] == 0.5 and m["score"] == 0.5
+    assert m["accuracy"] == 50.0 and m["f1"] == 50.0 and m["score"] == 50.0  # x100, as the leaderboard
     m = score_splits(GLUE_TASKS["STS-B"], {"dev": ["1.0", "2.0", "3.0"]}, {"dev": ["1.5", "2.5", "3.5"]})
-    assert m["pearson"] == pytest.approx(1.0) and m["spearman"] == pytest.approx(1.0)
+    assert m["pearson"] == pytest.approx(100.0) and m["spearman"] == pytest.approx(100.0)
     m = score_splits(
         GLUE_TASKS["MNLI"], {"matched": ["neutral", "entailment"], "mismatched": ["neutral"]},
         {"matched": ["neutral", "neutral"], "mismatched": ["neutral"]},
     )  # fmt: skip
-    assert m["accuracy_matched"] == 0.5 and m["accuracy_mismatched"] == 1.0 and m["score"] == 0.5
+    assert m["accuracy_matched"] == 50.0 and m["accuracy_mismatched"] == 100.0 and m["score"] == 50.0
 
 
 # ---------------------------------------------------------------------------------------------- training
@@ -160,7 +160,7 @@ def test_tiny_model_overfits_32_sst2_examples_and_writes_submission(tiny_model, 
     assert spanbert_main(argv + _train_args(out)) == 0
     config = json.loads((out / "config.json").read_text())
     assert config["architectures"] == ["BertForSequenceClassification"] and config["id2label"] == {"0": "0", "1": "1"}
-    assert json.loads((out / "dev_results.json").read_text())["accuracy"] >= 0.95
+    assert json.loads((out / "dev_results.json").read_text())["accuracy"] >= 95.0
     glue = ["glue", "--data_dir", str(data)]
     assert spanbert_main(["predict", *glue, "--task", "sst2", "--model", str(out), "--output_dir", str(sub)]) == 0
     lines = (sub / "SST-2.tsv").read_text().splitlines()
@@ -169,7 +169,7 @@ def test_tiny_model_overfits_32_sst2_examples_and_writes_submission(tiny_model, 
     assert sum(p == g for p, g in zip(read_submission(sub / "SST-2.tsv", 32), gold)) / 32 >= 0.95
     capsys.readouterr()
     assert spanbert_main(["evaluate", *glue, "--task", "SST-2", "--predictions", str(out / "SST-2.dev.tsv")]) == 0
-    assert json.loads(capsys.readouterr().out)["accuracy"] >= 0.95
+    assert json.loads(capsys.readouterr().out)["accuracy"] >= 95.0
 
 
 def test_tiny_model_fits_sts_b_regression(tiny_model, tmp_path, capsys):
@@ -187,7 +187,7 @@ def test_tiny_model_fits_sts_b_regression(tiny_model, tmp_path, capsys):
     capsys.readouterr()
     assert spanbert_main(["evaluate", "glue", "--task", "STS-B", "--data_dir", str(data), "--model", str(out)]) == 0
     metrics = json.loads(capsys.readouterr().out)
-    assert metrics["pearson"] >= 0.95 and metrics["spearman"] >= 0.9
+    assert metrics["pearson"] >= 95.0 and metrics["spearman"] >= 90.0
 
 
 def test_wnli_is_the_majority_class(tmp_path, capsys):
@@ -202,3 +202,49 @@ def test_wnli_is_the_majority_class(tmp_path, capsys):
     assert json.loads((out / "majority.json").read_text())["label"] == "0"
     assert spanbert_main(["predict", *glue, "--model", str(out), "--output_dir", str(sub)]) == 0
     assert (sub / "WNLI.tsv").read_text() == "index\tprediction\n0\t0\n1\t0\n"
+
+
+# ---------------------------------------------------------------------------------------------- seeds, YAML
+
+
+def _finetune_weights(tiny_model: Path, data: Path, out: Path, *extra: str):
+    from safetensors.torch import load_file
+
+    argv = ["finetune", "glue", "--task", "SST-2", "--data_dir", str(data), "--model", str(tiny_model)]
+    assert spanbert_main(argv + _train_args(out, steps=2) + list(extra)) == 0
+    return load_file(str(out / "model.safetensors"))
+
+
+def test_seed_fixes_head_initialisation_and_data_order(tiny_model, tmp_path):
+    import torch
+
+    data = tmp_path / "SST-2"
+    _write_sst(data)
+    a = _finetune_weights(tiny_model, data, tmp_path / "a", "--seed", "7")
+    torch.manual_seed(123)  # the global RNG state before the run must not matter
+    b = _finetune_weights(tiny_model, data, tmp_path / "b", "--seed", "7")
+    c = _finetune_weights(tiny_model, data, tmp_path / "c", "--seed", "8")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not torch.equal(a["classifier.weight"], c["classifier.weight"])
+
+
+def test_yaml_config_keys_are_checked(tiny_model, tmp_path, cli_error):
+    import yaml
+
+    data = tmp_path / "SST-2"
+    _write_sst(data)
+    argv = ["finetune", "glue", "--task", "SST-2", "--data_dir", str(data), "--model", str(tiny_model)]
+    good = tmp_path / "good.yaml"
+    # a TrainingArguments option and a task option (max_seq_length) are both accepted; the flag wins
+    good.write_text(yaml.safe_dump({"learning_rate": 0.5, "max_seq_length": 16, "max_steps": 1}))
+    out = tmp_path / "ft"
+    assert spanbert_main(argv + ["--config", str(good)] + _train_args(out, steps=1)) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["spanbert"]["max_seq_length"] == 16
+    # a typo is an error naming the file, and nothing is trained
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("learning_rat: 3.0e-5\n")
+    out2 = tmp_path / "ft2"
+    cli_error(argv + ["--config", str(bad), "--output_dir", str(out2), "--device", "cpu"], names=bad,
+              contains="learning_rat", out=tmp_path)  # fmt: skip
+    assert not out2.exists()

@@ -121,6 +121,18 @@ def test_conll_chunks_iob2_and_ill_formed_sequences():
     assert conll_chunks(["S-PER", "B-LOC", "E-LOC", "O"]) == [(0, 0, "PER"), (1, 2, "LOC")]
 
 
+def test_iobes_is_read_as_documented_chunks_not_as_conlleval():
+    """conlleval (2004) has no S- rule and does not split E-X B-X; we read IOBES as the chunks it
+    denotes (documented in docs/tasks.md): S-X alone, E-X closes, B-X after E-X opens a new entity."""
+    assert conll_chunks(["S-PER", "S-PER"]) == [(0, 0, "PER"), (1, 1, "PER")]
+    assert conll_chunks(["B-LOC", "E-LOC", "B-LOC", "E-LOC"]) == [(0, 1, "LOC"), (2, 3, "LOC")]
+    assert conll_chunks(["B-ORG", "I-ORG", "E-ORG", "S-ORG"]) == [(0, 2, "ORG"), (3, 3, "ORG")]
+    # an E- or I- after a closed entity starts a new one (ill-formed, read as conlleval reads I- after O)
+    assert conll_chunks(["S-PER", "E-PER"]) == [(0, 0, "PER"), (1, 1, "PER")]
+    # IOB2 is unchanged: exactly conlleval
+    assert conll_chunks(["B-PER", "I-PER", "B-PER"]) == [(0, 1, "PER"), (2, 2, "PER")]
+
+
 def test_conlleval_entity_level_scores():
     gold = [["B-PER", "I-PER", "O", "B-LOC"], ["B-ORG", "O"]]
     pred = [["B-PER", "O", "O", "B-LOC"], ["I-ORG", "O"]]

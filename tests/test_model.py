@@ -290,3 +290,32 @@ def test_gradient_checkpointing_same_gradients():
     model(**b)["loss"].backward()
     for n, p in model.named_parameters():
         assert torch.allclose(p.grad, ref[n], atol=1e-6), n
+
+
+def test_loaders_return_eval_mode(tmp_path):
+    """Contract 5, as transformers: a loaded model predicts deterministically (dropout off) until the
+    trainer calls ``model.train()``."""
+    torch.manual_seed(0)
+    SpanBertForPreTraining(tiny(hidden_dropout_prob=0.5), sbo=True, nsp=False).save_pretrained(tmp_path)
+    ids, mask, types = batch(padding=True)
+    enc = Encoder.from_pretrained(tmp_path)
+    model = SpanBertForPreTraining.from_pretrained(tmp_path)
+    assert not enc.training and not any(m.training for m in model.modules())
+    with torch.no_grad():
+        assert torch.equal(enc(ids, mask, types), enc(ids, mask, types))
+        assert torch.equal(model.bert(ids, mask, types), model.bert(ids, mask, types))
+        model.train()  # what `trainer.train` does: dropout is back on
+        assert not torch.equal(model.bert(ids, mask, types), model.bert(ids, mask, types))
+
+
+def test_check_checkpoint_reads_no_tensors_and_names_files(tmp_path):
+    from spanbert.model import check_checkpoint
+
+    Encoder(tiny()).save_pretrained(tmp_path)
+    assert check_checkpoint(tmp_path) == tiny()
+    (tmp_path / "model.safetensors").write_bytes(b"\x00" * 7)
+    with pytest.raises(SpanBertError, match=r"model.safetensors: found .*expected a safetensors weights file"):
+        check_checkpoint(tmp_path)
+    (tmp_path / "config.json").write_text('{"hidden_size": 64}')
+    with pytest.raises(SpanBertError, match=r"config.json: found no vocab_size, num_hidden_layers"):
+        check_checkpoint(tmp_path)

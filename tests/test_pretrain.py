@@ -147,3 +147,364 @@ def test_fill_with_both_heads(corpus, tmp_path):
         fill(model, tok, "no masks here")
     with pytest.raises(SpanBertError, match="span boundary head"):
         fill(SpanBertForPreTraining(model_config("tiny", vocab_size=tok.vocab_size), sbo=False), tok, "a [MASK]", head="sbo")
+
+
+# ---------------------------------------------------------------------------------------------
+# Held-out split by documents, evaluation averaged over targets
+
+
+def _doc_of(bounds: np.ndarray, start: int, end: int) -> int:
+    """The document [start, end) lies in (asserting it lies inside one)."""
+    d = int(np.searchsorted(bounds[:, 0], start, side="right")) - 1
+    assert bounds[d, 0] <= start <= end <= bounds[d, 1], (start, end, bounds[d])
+    return d
+
+
+@pytest.mark.parametrize("system", ["spanbert", "bert"])
+def test_held_out_split_is_by_documents_and_does_not_leak(corpus, system):
+    _, _, tok, out = corpus
+    from spanbert.pretrain import build_datasets
+
+    cfg = PretrainConfig(system=system, max_seq_length=48, eval_fraction=0.25, max_eval_blocks=1000)
+    train_set, eval_set = build_datasets(cfg, out, tok, seed=3)
+    bounds = data.TokenCorpus(out).doc_bounds
+    split = data.held_out_documents(bounds, 0.25, 2, 2)
+    assert 0 < split < len(bounds)
+    assert train_set.documents == (0, split) and eval_set.dataset.documents == (split, len(bounds))
+    if system == "bert":  # both segments of every pair, the "random next" ones too, stay on their side
+        assert (train_set.pairs[:, 4] == 1).any()
+        for side, pairs in (("train", train_set.pairs), ("eval", eval_set.dataset.pairs)):
+            for a0, a1, b0, b1, _ in pairs.tolist():
+                docs = {_doc_of(bounds, a0, a1), _doc_of(bounds, b0, b1)}
+                assert all((d < split) == (side == "train") for d in docs), (side, docs, split)
+    else:
+        for side, blocks in (("train", train_set.blocks), ("eval", eval_set.dataset.blocks)):
+            for s, e in blocks.tolist():
+                assert (_doc_of(bounds, s, e) < split) == (side == "train")
+    # every token of the corpus is in exactly one of the two sets
+    n_train = int((train_set.blocks[:, 1] - train_set.blocks[:, 0]).sum()) if system == "spanbert" else None
+    if n_train is not None:
+        n_eval = int((eval_set.dataset.blocks[:, 1] - eval_set.dataset.blocks[:, 0]).sum())
+        assert n_train + n_eval == int(bounds[-1, 1] - bounds[0, 0])
+
+
+def test_held_out_documents_takes_the_last_documents_by_tokens():
+    bounds = np.array([[0, 10], [10, 20], [20, 30], [30, 130]])  # the last document is 100 of 130 tokens
+    assert data.held_out_documents(bounds, 0.05) == 3  # one document at least, the last one
+    assert data.held_out_documents(bounds, 0.9) == 1  # 0.9 * 130 = 117 tokens: the last three
+    assert data.held_out_documents(bounds, 0.99) == 1  # one document is always kept for training
+    assert data.held_out_documents(bounds, 0.5, min_train_docs=2, min_eval_docs=2) == 2
+    assert data.held_out_documents(bounds[:1], 0.5) == 1  # one document: nothing held out
+
+
+def test_evaluation_averages_over_targets_not_batches(corpus):
+    _, _, tok, out = corpus
+    from spanbert.pretrain import build_datasets, make_eval_fn, target_counts
+
+    cfg = PretrainConfig(system="bert", max_seq_length=48, eval_fraction=0.4, max_eval_blocks=1000)
+    _, eval_set = build_datasets(cfg, out, tok, seed=0)
+    torch.manual_seed(0)
+    model = SpanBertForPreTraining(model_config("tiny", vocab_size=tok.vocab_size), sbo=True, nsp=True).eval()
+    collate = data.make_collate(tok.pad_id)
+    results = {bs: make_eval_fn(eval_set, bs, collate)(model, 0) for bs in (1, 3, len(eval_set))}
+    # one batch of everything is the mean over all targets; any batching must give the same
+    for bs in (1, 3):
+        for k, v in results[len(eval_set)].items():
+            assert results[bs][k] == pytest.approx(v, rel=1e-4, abs=1e-5), (bs, k)
+    # the plain mean of batch means (the old evaluation) differs when batches hold different target counts
+    batch_means = []
+    for i in range(len(eval_set)):
+        b = collate([eval_set[i]])
+        with torch.no_grad():
+            batch_means.append(float(model(**b)["mlm_loss"]))
+        assert target_counts(b, ("mlm",))["mlm"] > 0
+    assert results[1]["mlm_loss"] != pytest.approx(float(np.mean(batch_means)), rel=1e-6)
+    assert set(results[1]) >= {"mlm_loss", "mlm_acc", "sbo_loss", "nsp_loss", "nsp_acc"}
+
+
+# ---------------------------------------------------------------------------------------------
+# The quick-start rule, the plan warning, the next hint
+
+
+def _captured_main(monkeypatch, argv, final=None):
+    """Run `main(argv)` with `pretrain` replaced; returns (cfg, targs, masking) it was called with."""
+    import spanbert.pretrain as pt
+
+    seen = {}
+
+    def fake(cfg, targs, masking):
+        seen.update(cfg=cfg, targs=targs, masking=masking)
+        return final if final is not None else pt.Path(targs.output_dir) / "never-written"
+
+    monkeypatch.setattr(pt, "pretrain", fake)
+    assert main(argv) == 0
+    return seen["cfg"], seen["targs"], seen["masking"]
+
+
+def test_quick_start_stays_until_a_corpus_or_model_is_named(monkeypatch, capsys, tmp_path):
+    cfg, targs, _ = _captured_main(monkeypatch, ["--max_steps", "100"])
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("preset: quick start") and "100 steps" in first
+    assert (cfg.model, cfg.max_seq_length, targs.max_steps, targs.learning_rate) == ("tiny", 128, 100, 2e-3)
+    cfg, targs, _ = _captured_main(monkeypatch, ["--output_dir", str(tmp_path / "x")])
+    assert cfg.model == "tiny" and targs.max_steps == 1200 and targs.output_dir == str(tmp_path / "x")
+    assert capsys.readouterr().out.startswith("preset: quick start")
+    # naming a corpus, a model or a checkpoint (flag, key=value or YAML) is the paper's recipe
+    yaml_file = tmp_path / "c.yaml"
+    yaml_file.write_text("PretrainConfig:\n  model: small\n")
+    for argv in (["--corpus", "c.txt"], ["--model", "small"], ["--init-from", "ckpt"], ["model=small"], ["--config", str(yaml_file)]):
+        cfg, targs, _ = _captured_main(monkeypatch, argv)
+        assert targs.max_steps == 2_400_000 and cfg.max_seq_length == 512, argv
+        assert capsys.readouterr().out.startswith("preset: paper recipe"), argv
+
+
+def test_yaml_sections_are_accepted(monkeypatch, tmp_path):
+    yaml_file = tmp_path / "c.yaml"
+    yaml_file.write_text(
+        "TrainingArguments:\n  max_steps: 7\n  learning_rate: 0.001\n"
+        "PretrainConfig:\n  system: bert\n  max_seq_length: 64\nMaskingConfig:\n  mask_prob: 0.2\n"
+    )
+    cfg, targs, masking = _captured_main(monkeypatch, ["--config", str(yaml_file)])
+    assert (targs.max_steps, targs.learning_rate, cfg.system, cfg.max_seq_length, masking.mask_prob) == (7, 1e-3, "bert", 64, 0.2)
+    assert cfg.model == "tiny"  # still the quick start: no corpus or model named
+
+
+def test_enormous_plans_are_announced(capsys):
+    from spanbert.pretrain import QUICKSTART, QUICKSTART_CONFIG, plan_warning
+
+    cpu = torch.device("cpu")
+    base = model_config("base", vocab_size=8000)
+    line = plan_warning(base, PretrainConfig(), TrainingArguments(per_device_train_batch_size=32, gradient_accumulation_steps=8), 2_400_000, True, cpu)
+    assert line.startswith("warning:") and "days" in line and "--max_steps" in line and "FLOPs" in line
+    # base on CPU is announced even for a few steps; the quick start is not
+    assert plan_warning(base, PretrainConfig(), TrainingArguments(), 10, True, cpu) is not None
+    tiny = model_config("tiny", vocab_size=4000)
+    qs = TrainingArguments(**{k: v for k, v in QUICKSTART.items()})
+    assert plan_warning(tiny, PretrainConfig(**QUICKSTART_CONFIG), qs, qs.max_steps, True, cpu) is None
+    # a small model for very many steps is announced by its time alone
+    assert plan_warning(tiny, PretrainConfig(**QUICKSTART_CONFIG), qs, 10**9, True, cpu) is not None
+
+
+@pytest.mark.parametrize("system,head", [("spanbert", "--head sbo"), ("bert", "--head mlm"), ("span-1seq", "--head mlm")])
+def test_next_hint_fits_the_system(monkeypatch, capsys, tmp_path, system, head):
+    _captured_main(monkeypatch, ["--system", system], final=tmp_path)
+    out = capsys.readouterr().out
+    assert head in out and ("--head sbo" in out) == (head == "--head sbo")
+
+
+# ---------------------------------------------------------------------------------------------
+# Preparing the data once; resume
+
+
+def test_resume_reuses_the_prepared_data(corpus, tmp_path, capsys, monkeypatch):
+    _, text, _, _ = corpus
+    run = tmp_path / "run"
+    cfg = PretrainConfig(corpus=str(text), model="tiny", vocab_size=200, max_seq_length=48, num_proc=0, eval_fraction=0.2)
+    args = TrainingArguments(output_dir=str(run), max_steps=2, per_device_train_batch_size=4, save_steps=2,
+                             disable_tqdm=True, report_to="none")
+    final = pretrain(cfg, args)
+    vocab = (run / "data" / "tokenizer" / "vocab.txt").read_bytes()
+    assert (final / "vocab.txt").read_bytes() == vocab
+    assert not any(p.name.startswith(".") for p in run.iterdir())  # no temporary folder left
+    import spanbert.tokenization as tokenization
+
+    def no_training(*a, **k):
+        raise AssertionError("a resumed run trained a tokenizer")
+
+    monkeypatch.setattr(tokenization, "train_tokenizer", no_training)
+    monkeypatch.setattr(data, "preprocess", no_training)
+    capsys.readouterr()
+    pretrain(cfg, dataclasses_replace(args, max_steps=4, resume=True))
+    assert "reusing" in capsys.readouterr().out
+    assert (final / "vocab.txt").read_bytes() == vocab
+    # a fresh run into the same folder is refused before any work
+    with pytest.raises(SpanBertError, match="--resume"):
+        pretrain(cfg, args)
+    # a resume with another corpus is refused before any work
+    other = tmp_path / "other.txt"
+    other.write_text(text.read_text())
+    with pytest.raises(SpanBertError, match="prepared.json"):
+        pretrain(dataclasses_replace(cfg, corpus=str(other)), dataclasses_replace(args, max_steps=6, resume=True))
+
+
+def test_resume_with_changed_settings_is_refused(corpus, tmp_path):
+    _, _, _, out = corpus
+    cfg = PretrainConfig(corpus=str(out), model="tiny", max_seq_length=48, eval_fraction=0.2)
+    args = TrainingArguments(output_dir=str(tmp_path / "run"), max_steps=2, per_device_train_batch_size=4,
+                             save_steps=2, disable_tqdm=True, report_to="none")
+    pretrain(cfg, args)
+    for change in (dict(max_seq_length=40), dict(system="span-1seq")):
+        with pytest.raises(SpanBertError):
+            pretrain(dataclasses_replace(cfg, **change), dataclasses_replace(args, max_steps=4, resume=True))
+
+
+def dataclasses_replace(obj, **changes):
+    import dataclasses
+
+    return dataclasses.replace(obj, **changes)
+
+
+# ---------------------------------------------------------------------------------------------
+# torchrun from raw text: one tokenizer, prepared once, rank 1 writes nothing
+
+DDP_PRETRAIN = r"""
+import builtins, io, os, sys, tempfile
+rank = int(os.environ["RANK"])
+out = os.path.abspath(sys.argv[1])
+log = open(sys.argv[1] + f".rank{{rank}}.log", "a")
+
+import spanbert.data as D
+import spanbert.tokenization as T
+
+def record(mod, name):
+    fn = getattr(mod, name)
+    def wrapper(*a, **k):
+        log.write(f"call {{name}}\n"); log.flush()
+        return fn(*a, **k)
+    setattr(mod, name, wrapper)
+
+for mod, name in ((T, "train_tokenizer"), (D, "preprocess"), (D, "builtin_corpus")):
+    record(mod, name)
+
+if rank != 0:  # every write under the output folder is recorded
+    def inside(p):
+        return p is not None and os.path.abspath(os.fspath(p)).startswith(out)
+    real_open = builtins.open
+    def opener(file, mode="r", *a, **k):
+        if isinstance(file, (str, bytes, os.PathLike)) and any(c in mode for c in "wax+") and inside(file):
+            log.write(f"write {{file}}\n"); log.flush()
+        return real_open(file, mode, *a, **k)
+    builtins.open = io.open = opener
+    for name in ("mkdir", "makedirs", "replace", "rename", "remove", "unlink", "rmdir"):
+        real = getattr(os, name)
+        def make(real, name):
+            def f(*a, **k):
+                if any(inside(x) for x in a[:2] if isinstance(x, (str, os.PathLike))):
+                    log.write(f"{{name}} {{a[0]}}\n"); log.flush()
+                return real(*a, **k)
+            return f
+        setattr(os, name, make(real, name))
+    real_mkdtemp = tempfile.mkdtemp
+    def mkdtemp(*a, **k):
+        if inside(k.get("dir")):
+            log.write("mkdtemp\n"); log.flush()
+        return real_mkdtemp(*a, **k)
+    tempfile.mkdtemp = mkdtemp
+
+from spanbert.cli import main
+sys.exit(main(["pretrain"] + sys.argv[2:]))
+"""
+
+
+@pytest.mark.slow
+def test_two_processes_pretrain_from_raw_text(corpus, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from spanbert.tokenization import load_tokenizer
+
+    _, text, _, _ = corpus
+    run = tmp_path / "run"
+    script = tmp_path / "ddp_pretrain.py"
+    script.write_text(DDP_PRETRAIN.format())
+    argv = [
+        "--output_dir", str(run), "--corpus", str(text), "--model", "tiny", "--vocab_size", "200", "--max_seq_length", "48",
+        "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "1", "--warmup_steps", "0",
+        "--save_steps", "2", "--eval_steps", "2", "--num_proc", "0", "--disable_tqdm", "--report_to", "none",
+        "--device", "cpu", "--eval_fraction", "0.2", "--max_eval_blocks", "8",
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for extra in (["--max_steps", "4"], ["--max_steps", "6", "--resume"]):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script), str(run)]
+        proc = subprocess.run(cmd + argv + extra, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+        assert proc.stdout.count("preset: paper recipe") == 1  # printed once, not once per rank
+    rank0 = (tmp_path / "run.rank0.log").read_text().split("\n")
+    rank1 = (tmp_path / "run.rank1.log").read_text() if (tmp_path / "run.rank1.log").exists() else ""
+    assert rank0.count("call train_tokenizer") == 1 and rank0.count("call preprocess") == 1  # once, not on resume
+    assert rank1 == "", rank1  # rank 1 neither prepared data nor wrote a file
+    vocab = (run / "data" / "tokenizer" / "vocab.txt").read_bytes()
+    assert (run / "final" / "vocab.txt").read_bytes() == vocab
+    assert (run / "data" / "preprocessed" / "tokenizer" / "tokenizer.json").read_bytes() == (
+        run / "data" / "tokenizer" / "tokenizer.json"
+    ).read_bytes()
+    # the ids trained on are the exported tokenizer's ids of the text
+    tok = load_tokenizer(run / "final")
+    tc = data.TokenCorpus(run / "data" / "preprocessed")
+    first_doc = text.read_text().split("\n\n")[0]
+    s, e = tc.doc_bounds[0]
+    expected = [i for line in first_doc.splitlines() for i in tok.encode(line).ids.tolist()]
+    assert tc.tokens(int(s), int(e))[0].tolist() == expected
+    log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    assert any("eval/mlm_loss" in r for r in log)  # evaluated on both ranks (contract 7), logged once
+
+
+DDP_EVAL = r"""
+import json, sys
+import torch
+from spanbert import data, distributed
+from spanbert.config import model_config
+from spanbert.model import SpanBertForPreTraining
+from spanbert.pretrain import PretrainConfig, build_datasets, make_eval_fn
+from spanbert.tokenization import load_tokenizer
+
+distributed.init_distributed(torch.device("cpu"))
+corpus, out = sys.argv[1], sys.argv[2]
+tok = load_tokenizer(corpus + "/tokenizer")
+cfg = PretrainConfig(system="bert", max_seq_length=48, eval_fraction=0.4, max_eval_blocks=1000)
+_, eval_set = build_datasets(cfg, corpus, tok, seed=0)
+torch.manual_seed(0)
+model = SpanBertForPreTraining(model_config("tiny", vocab_size=tok.vocab_size), sbo=True, nsp=True).eval()
+result = make_eval_fn(eval_set, 2, data.make_collate(tok.pad_id))(model, 0)
+with open(f"{out}.rank{distributed.rank()}.json", "w") as f:
+    json.dump(result, f)
+"""
+
+
+@pytest.mark.slow
+def test_held_out_evaluation_under_two_processes_equals_one(corpus, tmp_path):
+    """Contract 7: every rank scores its share, the sums are gathered, all ranks return the one-process numbers."""
+    import os
+    import subprocess
+    import sys
+
+    _, _, _, out = corpus
+    script = tmp_path / "ddp_eval.py"
+    script.write_text(DDP_EVAL)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    results = {}
+    for nproc in (1, 2):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", str(script)]
+        proc = subprocess.run(cmd + [str(out), str(tmp_path / f"n{nproc}")], env=env, capture_output=True, text=True, timeout=240)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        results[nproc] = [json.loads((tmp_path / f"n{nproc}.rank{r}.json").read_text()) for r in range(nproc)]
+    one = results[1][0]
+    assert set(one) >= {"mlm_loss", "sbo_loss", "nsp_loss"}
+    for rank_result in results[2]:
+        assert rank_result.keys() == one.keys()
+        for k in one:
+            assert rank_result[k] == pytest.approx(one[k], rel=1e-5), k
+
+
+def test_interrupted_preparation_leaves_nothing(corpus, tmp_path, monkeypatch):
+    """A kill while the data is prepared (here: an interrupt inside preprocessing, after the tokenizer
+    was trained) leaves no `data/` (nor the new run folder); the next run prepares it cleanly."""
+    _, text, _, _ = corpus
+    run = tmp_path / "run"
+    cfg = PretrainConfig(corpus=str(text), model="tiny", vocab_size=200, max_seq_length=48, num_proc=0)
+    args = TrainingArguments(output_dir=str(run), max_steps=1, per_device_train_batch_size=4, save_steps=0,
+                             disable_tqdm=True, report_to="none")
+    real = data.preprocess
+
+    def killed(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(data, "preprocess", killed)
+    with pytest.raises(KeyboardInterrupt):
+        pretrain(cfg, args)
+    assert not run.exists()
+    monkeypatch.setattr(data, "preprocess", real)
+    final = pretrain(cfg, args)
+    assert (final / "vocab.txt").read_bytes() == (run / "data" / "tokenizer" / "vocab.txt").read_bytes()
+    assert sorted(p.name for p in (run / "data").iterdir()) == ["prepared.json", "preprocessed", "tokenizer"]

@@ -494,3 +494,48 @@ def test_sweep_tries_the_appendix_b_grid_and_keeps_the_best(tok, tmp_path: Path)
     assert grid == {(lr, bs) for lr in (5e-6, 1e-5, 2e-5, 3e-5, 5e-5) for bs in (16, 32)}
     assert summary["best"]["dev_score"] == max(r["dev_score"] for r in summary["runs"])
     assert (out / "config.json").is_file() and (out / "model.safetensors").is_file()
+
+
+def test_evaluate_subset_prints_one_summary_line_and_disable_tqdm_is_quiet(tok, tmp_path: Path, capsys) -> None:
+    data = _write(tmp_path / "dev.json", synthetic_squad(2))
+    preds = _write(tmp_path / "p.json", {"q0-0-0": "Paris"})  # 1 of 8 questions
+    capsys.readouterr()
+    assert main(["evaluate", "squad", "--data", str(data), "--predictions", str(preds)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [
+        "warning: 7 of 8 questions have no prediction; scored as 0 (q0-0-1, q0-1-0, q0-1-1, ...)"
+    ]
+    assert json.loads(captured.out)["f1"] <= 100.0 / 8
+    # predict with --disable_tqdm prints its one line and no progress bar
+    model = tmp_path / "qa"
+    enc = _pretrained(tok, tmp_path / "enc")
+    from spanbert.tasks.common import load_encoder, save_finetuned
+
+    encoder = load_encoder(enc)
+    save_finetuned(qa.SpanBertForQuestionAnswering(encoder.config, encoder), model, tok, "BertForQuestionAnswering",
+                   {"spanbert": {"task": "squad", "max_seq_length": 48}})  # fmt: skip
+    out = tmp_path / "pred" / "p.json"
+    capsys.readouterr()
+    argv = ["predict", "squad", "--model", str(model), "--data", str(data), "--output", str(out), "--device", "cpu"]
+    assert main(argv + ["--disable_tqdm"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and captured.out.startswith("wrote 8 predictions")
+
+
+def test_task_model_loaders_return_eval_mode(tok, tmp_path: Path) -> None:
+    from spanbert.tasks import classification as C
+    from spanbert.tasks.common import load_encoder, save_finetuned
+
+    enc = _pretrained(tok, tmp_path / "enc")
+    encoder = load_encoder(enc)
+    save_finetuned(qa.SpanBertForQuestionAnswering(encoder.config, encoder), tmp_path / "qa", tok,
+                   "BertForQuestionAnswering", {"spanbert": {"task": "squad"}})  # fmt: skip
+    model, _, _ = qa.load_qa_model(tmp_path / "qa")
+    assert not any(m.training for m in model.modules())
+    # classification.load_model (GLUE, relation, NER) too
+    from spanbert.model import Encoder
+
+    Encoder(model_config("tiny", vocab_size=tok.vocab_size)).save_pretrained(tmp_path / "enc2", tokenizer=tok)
+    C.save_model(C.build_model("token", tmp_path / "enc2", 2, seed=0), tmp_path / "tok", tok, "token", ["O", "B-X"], {})
+    model, _, _ = C.load_model("token", tmp_path / "tok", "cpu")
+    assert not any(m.training for m in model.modules())

@@ -253,7 +253,7 @@ def test_tiny_model_overfits_32_tacred_examples_via_cli(tiny_model, tmp_path, ca
     capsys.readouterr()
     assert spanbert_main(["evaluate", "tacred", "--data", str(data), "--predictions", str(pred)]) == 0
     metrics = json.loads(capsys.readouterr().out)
-    assert metrics["f1"] >= 0.95 and metrics["examples"] == 32
+    assert metrics["f1"] >= 95.0 and metrics["examples"] == 32
 
     # the saved folder loads in transformers and gives the same logits
     transformers = pytest.importorskip("transformers")
@@ -294,4 +294,41 @@ def test_semeval_finetune_and_official_score_via_cli(tiny_model, tmp_path, capsy
         == 0
     )
     metrics = json.loads(capsys.readouterr().out)
-    assert metrics["accuracy"] >= 0.95 and metrics["macro_f1"] >= 0.9
+    assert metrics["accuracy"] >= 95.0 and metrics["macro_f1"] >= 90.0
+
+
+def test_seed_fixes_the_head_and_unseen_dev_labels_are_errors(tiny_model, tmp_path, cli_error):
+    import torch
+    from safetensors.torch import load_file
+
+    data = tmp_path / "train.json"
+    data.write_text(json.dumps(synthetic_tacred(16)))
+    base = ["finetune", "tacred", "--model", str(tiny_model), "--train", str(data)]
+    weights = []
+    for name, seed in (("a", "5"), ("b", "5"), ("c", "6")):
+        torch.manual_seed(len(name) * 99 + ord(name))  # the global RNG before the run must not matter
+        args = _train_args(tmp_path / name)
+        args[args.index("--max_steps") + 1] = "1"
+        assert spanbert_main(base + args + ["--seed", seed]) == 0
+        weights.append(load_file(str(tmp_path / name / "model.safetensors")))
+    a, b, c = weights
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not torch.equal(a["classifier.weight"], c["classifier.weight"])
+    # a dev relation the training file never has is reported, not scored as a silent miss
+    dev = synthetic_tacred(4)
+    dev[2]["relation"] = "org:founded_by"
+    dev_file = tmp_path / "dev.json"
+    dev_file.write_text(json.dumps(dev))
+    out = tmp_path / "d"
+    cli_error(base + ["--dev", str(dev_file)] + _train_args(out), names=dev_file, contains="'org:founded_by'",
+              out=tmp_path)  # fmt: skip
+
+
+def test_tacred_without_positive_predictions_keeps_the_official_precision_and_says_so():
+    from spanbert.tasks.relation import score
+
+    m = score("tacred", ["per:title", "no_relation"], ["no_relation", "no_relation"])
+    assert m["precision"] == 100.0 and m["recall"] == 0.0 and m["f1"] == 0.0  # scorer.py: prec_micro = 1.0
+    assert "prec_micro = 1.0" in m["note"]
+    m = score("tacred", ["per:title", "no_relation"], ["per:title", "no_relation"])
+    assert m["f1"] == 100.0 and "note" not in m

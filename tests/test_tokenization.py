@@ -189,3 +189,118 @@ def test_with_added_tokens_keeps_markers_whole(tok, tmp_path):
     assert ext.get_vocab()["Denver"] == tok.get_vocab()["Denver"]
     ext.save(tmp_path)
     assert load_tokenizer(tmp_path).encode("[E1] Denver").ids.tolist() == ext.encode("[E1] Denver").ids.tolist()
+
+
+def test_saved_padding_and_truncation_are_cleared_on_load(tok, tmp_path):
+    # §10.14: many published tokenizer.json files ship with padding/truncation on; encode must ignore them
+    tok.save(tmp_path)
+    hf = __import__("tokenizers").Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    hf.enable_padding(length=64, pad_id=tok.pad_id, pad_token="[PAD]")
+    hf.enable_truncation(max_length=5)
+    (tmp_path / "tokenizer.json").write_text(hf.to_str(), encoding="utf-8")
+    assert json.loads((tmp_path / "tokenizer.json").read_text())["truncation"] is not None
+    loaded = Tokenizer.from_dir(tmp_path)
+    enc = loaded.encode(TRICKY)
+    assert list(enc.ids) == list(tok.encode(TRICKY).ids) and len(enc) > 5 and tok.pad_id not in enc.ids
+    assert [len(e) for e in loaded.encode_batch(["a", TRICKY])] == [1, len(enc)]
+    loaded.save(tmp_path / "again")  # and the re-saved file no longer carries them
+    again = json.loads((tmp_path / "again" / "tokenizer.json").read_text())
+    assert again["padding"] is None and again["truncation"] is None
+
+
+def test_learned_vocab_breaks_ties_by_rule():
+    from spanbert.tokenization import learn_wordpiece_vocab
+
+    # "ab" and "cd" occur equally often: the pair with the smaller ids (a, ##b) merges first; the
+    # alphabet is cut at a tie by code point (x and y have the same count: x is kept, y dropped)
+    counts = {"ab": 3, "cd": 3, "x": 1, "y": 1}
+    vocab = learn_wordpiece_vocab(counts, 15, limit_alphabet=5, min_frequency=1)
+    assert vocab[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    assert vocab[5:] == ["a", "b", "c", "d", "x", "##b", "##d", "ab", "cd"]  # then no pair is left
+    assert learn_wordpiece_vocab(dict(reversed(counts.items())), 15, limit_alphabet=5, min_frequency=1) == vocab
+    # min_frequency stops merging: no pair occurs twice
+    assert learn_wordpiece_vocab({"ab": 1, "cd": 1}, 50)[-1] == "##d"
+
+
+def test_learned_vocab_is_close_to_upstream_trainer(tmp_path):
+    """Same algorithm as `tokenizers`' WordPieceTrainer: on the quick-start corpus the vocabularies differ
+    only where upstream broke a tie by hash-map order (a few tokens of 1,000)."""
+    import tokenizers as t
+
+    from spanbert.data import builtin_corpus
+    from spanbert.tokenization import SPECIAL_TOKENS, UNK, _build_pipeline, _iter_training_lines, corpus_files
+
+    corpus = builtin_corpus(tmp_path / "corpus.txt")
+    ours = set(train_tokenizer([corpus], 1000).get_vocab())
+    hf = t.Tokenizer(t.models.WordPiece(unk_token=UNK, continuing_subword_prefix="##"))
+    _build_pipeline(hf, False)
+    trainer = t.trainers.WordPieceTrainer(
+        vocab_size=1000, min_frequency=2, limit_alphabet=1000, special_tokens=SPECIAL_TOKENS,
+        continuing_subword_prefix="##", show_progress=False,
+    )  # fmt: skip
+    hf.train_from_iterator(_iter_training_lines(corpus_files([corpus])), trainer=trainer)
+    theirs = set(hf.get_vocab())
+    assert len(ours) == len(theirs) == 1000
+    assert len(ours & theirs) >= 980, sorted(ours ^ theirs)
+
+
+def test_training_is_byte_identical_across_processes(tmp_path):
+    """Two trainings in two processes with different hash seeds write identical files (upstream's
+    trainer does not: huggingface/tokenizers#1794)."""
+    import os
+    import subprocess
+    import sys
+
+    from spanbert.data import builtin_corpus
+
+    corpus = builtin_corpus(tmp_path / "corpus.txt")
+    code = "import sys; from spanbert.tokenization import train_tokenizer; train_tokenizer([sys.argv[1]], 2000, sys.argv[2])"
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        subprocess.run([sys.executable, "-c", code, str(corpus), str(tmp_path / seed)], env=env, check=True)
+    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json"):
+        assert (tmp_path / "1" / name).read_bytes() == (tmp_path / "2" / name).read_bytes(), name
+    assert len((tmp_path / "1" / "vocab.txt").read_text(encoding="utf-8").splitlines()) == 2000
+
+
+def test_tokenizer_files_errors_name_the_file(tmp_path):
+    (tmp_path / "vocab.txt").write_bytes(b"[PAD]\n[UNK]\n\xe9t\xe9\n")
+    with pytest.raises(DataError, match=r"vocab.txt:3: found byte 0xe9"):
+        Tokenizer.from_dir(tmp_path)
+    (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\n", encoding="utf-8")
+    (tmp_path / "tokenizer_config.json").write_text('["do_lower_case"]')
+    with pytest.raises(DataError, match="tokenizer_config.json: found a JSON list, expected a JSON object"):
+        Tokenizer.from_dir(tmp_path)
+    (tmp_path / "tokenizer_config.json").write_text('{"do_lower_case": false}')
+    assert Tokenizer.from_dir(tmp_path).vocab_size == 6  # the final newline adds no token
+
+
+def test_count_words_equals_pretokenizing_every_line():
+    """`count_words` splits on whitespace in Python before the Rust pre-tokenizer; the counts must be
+    those of pre-tokenizing each normalized line, on any text (odd spaces, control and CJK characters)."""
+    from collections import Counter
+
+    import tokenizers as t
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from spanbert.tokenization import UNK, _build_pipeline, count_words
+
+    hf = t.Tokenizer(t.models.WordPiece(unk_token=UNK))
+    _build_pipeline(hf, False)
+
+    def reference(texts):
+        out: Counter[str] = Counter()
+        for text in texts:
+            out.update(w for w, _ in hf.pre_tokenizer.pre_tokenize_str(hf.normalizer.normalize_str(text)))
+        return out
+
+    tricky = [TRICKY, "a\u2028b\u2029c\x85d\xa0e\u3000f\x1cg\x1fh\u200bi\tj\rk", "中文字 and 日本\ufffd語!", "\x00\x7f\u0301x"]
+    assert count_words(tricky, hf.normalizer, hf.pre_tokenizer) == reference(tricky)
+
+    @settings(max_examples=100, deadline=None)
+    @given(st.lists(st.text(max_size=30), max_size=4))
+    def check(texts):
+        assert count_words(texts, hf.normalizer, hf.pre_tokenizer) == reference(texts)
+
+    check()

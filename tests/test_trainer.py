@@ -249,3 +249,16 @@ def test_two_processes_match_one(tmp_path):
     for k in results["one"]:
         assert torch.allclose(results["one"][k], results["two"][k], atol=1e-6), k
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_denormals_are_flushed_only_while_training(tmp_path):
+    seen = {}
+
+    class Probe(Net):
+        def forward(self, x, y):
+            seen["inside"] = float(torch.tensor([1e-39]) * 1.0)  # a float32 subnormal
+            return super().forward(x, y)
+
+    train(Probe(), Regression(), args(tmp_path, max_steps=1))
+    assert seen["inside"] == 0.0  # flushed during the step (fast CPU arithmetic)
+    assert float(torch.tensor([1e-39]) * 1.0) != 0.0  # the caller's float mode is restored

@@ -93,7 +93,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _run(argv)
     except SpanBertError as e:
-        print(f"error: {e}", file=sys.stderr)
+        from spanbert.distributed import rank, world_size
+
+        # Under torchrun an error that every rank shares (one broadcast by `on_main`) prints once, on
+        # rank 0; an error of one rank alone says which rank it is.
+        if not getattr(e, "reported_by_main", False):
+            prefix = f"error: (rank {rank()}) " if world_size() > 1 and rank() > 0 else "error: "
+            print(f"{prefix}{e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

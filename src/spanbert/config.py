@@ -4,6 +4,11 @@ Every config field carries a docstring (a string literal on the line after it); 
 option's `--help`. Values are resolved in this order: dataclass default < preset < YAML file <
 `--flag value` / `key=value` on the command line. Every override is type-checked, and an unknown key is
 an error that lists the valid ones.
+
+A command's YAML file holds options of every config class the command builds (`check_yaml`; the
+classes are passed as ``sections``): flat, or in sections named after the classes
+(``TrainingArguments:``, ``MaskingConfig:``). A key that belongs to none of them is an error naming the
+file, the line and the key: a typo must never train at the default value.
 """
 
 from __future__ import annotations
@@ -13,9 +18,12 @@ import ast
 import dataclasses
 import functools
 import inspect
+import json
+import math
 import textwrap
 import types
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TypeVar
@@ -69,13 +77,68 @@ class BertConfig:
         return d
 
     @classmethod
-    def from_hf_dict(cls, d: dict[str, Any]) -> BertConfig:
-        """Read a HF (or original Google/SpanBERT) config.json; unknown keys are ignored."""
-        names = {f.name for f in fields(cls)}
-        kwargs = {k: v for k, v in d.items() if k in names}
+    def from_hf_dict(cls, d: dict[str, Any], source: str = "") -> BertConfig:
+        """Read a HF (or original Google/SpanBERT) config.json; unknown keys are ignored.
+
+        Every known key is type-checked (``"hidden_size": "768"`` is an error, not a crash deep in
+        the model) and the sizes must be there; ``source`` (the file) starts every error message.
+        """
+        where = f"{source}: " if source else ""
+        if not isinstance(d, dict):
+            raise SpanBertError(f"{where}found a JSON {_json_kind(d)}, expected a JSON object of BERT settings")
+        missing = [k for k in _REQUIRED_SIZES if d.get(k) is None]
+        if missing:
+            raise SpanBertError(
+                f"{where}found no {', '.join(missing)}, expected the sizes of a BERT encoder ({', '.join(_REQUIRED_SIZES)})"
+            )
+        hints = _type_hints(cls)
+        kwargs: dict[str, Any] = {}
+        for f in fields(cls):
+            value = d.get(f.name)
+            if value is None:  # absent or null: the BERT default
+                continue
+            tp = hints[f.name]
+            if tp is int:
+                ok = isinstance(value, int) and not isinstance(value, bool)
+            elif tp is float:
+                ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            else:
+                ok = isinstance(value, str)
+            if not ok:
+                raise SpanBertError(f"{where}found {_json_item(f.name, value)}, expected {_type_name(tp)}")
+            kwargs[f.name] = value
+        for k in (*_REQUIRED_SIZES, "max_position_embeddings", "type_vocab_size"):
+            if k in kwargs and kwargs[k] < 1:
+                raise SpanBertError(f"{where}found {_json_item(k, kwargs[k])}, expected a positive integer")
+        for k in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            if k in kwargs and not 0 <= kwargs[k] < 1:
+                raise SpanBertError(f"{where}found {_json_item(k, kwargs[k])}, expected a probability in [0, 1)")
         if kwargs.get("hidden_act") not in (None, "gelu", "gelu_new", "relu"):
-            raise SpanBertError(f"unsupported hidden_act {kwargs['hidden_act']!r} (gelu, gelu_new or relu)")
+            raise SpanBertError(
+                f"{where}found {_json_item('hidden_act', kwargs['hidden_act'])}, expected gelu, gelu_new or relu"
+            )
+        if kwargs["hidden_size"] % kwargs["num_attention_heads"]:
+            raise SpanBertError(
+                f"{where}found hidden_size {kwargs['hidden_size']} and num_attention_heads "
+                f"{kwargs['num_attention_heads']}, expected a hidden size divisible by the number of heads"
+            )
         return cls(**kwargs)
+
+
+# A config.json without these describes no encoder: BERT's defaults would silently build the wrong one.
+_REQUIRED_SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+
+
+def _json_kind(value: Any) -> str:
+    return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
+        type(value), "number"
+    )
+
+
+def _json_item(key: str, value: Any) -> str:
+    text = json.dumps(value)
+    text = text if len(text) <= 40 else text[:37] + "..."
+    return f'"{key}": {text} (a {_json_kind(value)})'
 
 
 # Named sizes (§4.2: SpanBERT matches BERT-large; base and large are the two released sizes).
@@ -125,7 +188,12 @@ def field_docs(cls: type) -> dict[str, str]:
 
 
 def _field_type(cls: type, name: str) -> Any:
-    return typing.get_type_hints(cls)[name]
+    return _type_hints(cls)[name]
+
+
+@functools.cache
+def _type_hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
 
 
 def _is_optional(tp: Any) -> tuple[bool, Any]:
@@ -137,61 +205,113 @@ def _is_optional(tp: Any) -> tuple[bool, Any]:
     return False, tp
 
 
+def _describe(value: Any) -> str:
+    """How a wrong value reads in an error message: its text and, for what is not a scalar, its kind."""
+    if isinstance(value, bool):
+        return f"{str(value).lower()} (a boolean)"
+    if isinstance(value, dict):
+        return f"a mapping {_short(value)}"
+    if isinstance(value, (list, tuple)):
+        return f"a list {_short(list(value))}"
+    if isinstance(value, float) and math.isnan(value):
+        return "NaN"
+    return _short(value)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is typing.Literal:
+        return "one of " + ", ".join(map(str, typing.get_args(tp)))
+    if origin in (list, tuple):
+        return f"a comma-separated list of {_type_name(typing.get_args(tp)[0])}"
+    return {bool: "a boolean (true/false)", int: "an integer", float: "a number", str: "a string"}.get(
+        tp, getattr(tp, "__name__", str(tp))
+    )
+
+
 def convert_value(cls: type, name: str, value: Any, source: str = "") -> Any:
-    """Check and convert ``value`` (a string from the command line, or a YAML value) to the field's type."""
+    """Check and convert ``value`` (a string from the command line, or a YAML value) to the field's type.
+
+    A value that does not fit raises `SpanBertError` (never TypeError/ValueError): ``SOURCE: option
+    NAME: found VALUE, expected TYPE``, where ``source`` is the YAML file or "command line".
+    """
     tp = _field_type(cls, name)
     optional, inner = _is_optional(tp)
-    where = f" ({source})" if source else ""
+
+    def wrong(expected: str | None = None) -> SpanBertError:
+        where = f"{source}: " if source else ""
+        expected = expected or _type_name(inner) + (" or null" if optional else "")
+        return SpanBertError(f"{where}option {name}: found {_describe(value)}, expected {expected}")
+
     if value is None or (optional and isinstance(value, str) and value.lower() in ("none", "null", "")):
         if optional:
             return None
-        raise SpanBertError(f"{name}{where}: None is not allowed; expected {getattr(inner, '__name__', inner)}")
+        raise wrong()
+    # a mapping is never a value of a scalar or list option (a YAML section under the wrong name, a typo'd indent)
+    if isinstance(value, dict):
+        raise wrong()
     origin = typing.get_origin(inner)
     if origin is typing.Literal:
         choices = typing.get_args(inner)
-        if value not in choices:
-            raise SpanBertError(f"{name}{where}: {value!r} is not one of {', '.join(map(str, choices))}")
+        if isinstance(value, (list, tuple)) or value not in choices:
+            raise wrong()
         return value
     if origin in (list, tuple):
-        (item,) = typing.get_args(inner)[:1]
+        item = typing.get_args(inner)[0]
         items = value if isinstance(value, (list, tuple)) else [v for v in str(value).split(",") if v.strip()]
         try:
-            out = [item(v) if not isinstance(v, item) else v for v in items]
-        except (TypeError, ValueError):
-            raise SpanBertError(f"{name}{where}: {value!r} is not a comma-separated list of {item.__name__}") from None
+            out = [_convert_scalar(item, v) for v in items]
+        except (TypeError, ValueError, OverflowError):
+            raise wrong() from None
         return out if origin is list else tuple(out)
-    if inner is bool:
+    if isinstance(value, (list, tuple)):
+        raise wrong()
+    try:
+        return _convert_scalar(inner, value)
+    except (TypeError, ValueError, OverflowError):
+        raise wrong() from None
+
+
+def _convert_scalar(tp: Any, value: Any) -> Any:
+    """``value`` as ``tp`` (bool, int, float, str or anything else left as is); TypeError/ValueError if not."""
+    if tp is bool:
         if isinstance(value, bool):
             return value
-        s = str(value).lower()
+        s = str(value).lower() if isinstance(value, (str, int)) else ""
         if s in ("1", "true", "yes", "on"):
             return True
         if s in ("0", "false", "no", "off"):
             return False
-        raise SpanBertError(f"{name}{where}: {value!r} is not a boolean (true/false)")
-    if inner is int:
-        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-            raise SpanBertError(f"{name}{where}: {value!r} is not an integer")
-        try:
-            return int(value) if not isinstance(value, str) else int(value.replace("_", ""))
-        except ValueError:
-            try:  # accept 1e4 for integer fields such as steps
-                f = float(value)
+        raise ValueError(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise TypeError(value)
+        if isinstance(value, int):
+            return value
+        if isinstance(value, str):
+            try:
+                return int(value.strip().replace("_", ""))
             except ValueError:
-                f = None
-            if f is not None and f.is_integer():
-                return int(f)
-            raise SpanBertError(f"{name}{where}: {value!r} is not an integer") from None
-    if inner is float:
-        if isinstance(value, bool):
-            raise SpanBertError(f"{name}{where}: {value!r} is not a number")
-        try:
-            return float(value)
-        except ValueError:
-            raise SpanBertError(f"{name}{where}: {value!r} is not a number") from None
-    if inner is str:
-        if not isinstance(value, (str, int, float)):
-            raise SpanBertError(f"{name}{where}: {value!r} is not a string")
+                value = float(value)  # accept 1e4 for integer fields such as steps
+        if not value.is_integer():  # also NaN and inf
+            raise ValueError(value)
+        return int(value)
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise TypeError(value)
+        out = float(value.strip().replace("_", "") if isinstance(value, str) else value)
+        if math.isnan(out):  # NaN is never a setting: every comparison with it is False
+            raise ValueError(value)
+        return out
+    if tp is str:
+        # a YAML `yes`/`1` where text is expected is a mistake more often than not: ask for quotes
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise TypeError(value)
         return str(value)
     return value
 
@@ -221,20 +341,114 @@ def parse_key_values(items: list[str]) -> dict[str, str]:
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
     """Read a YAML file of overrides (a flat mapping, or sections named after configs)."""
+    return _read_yaml(path)[0]
+
+
+def _read_yaml(path: str | Path) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:
+    """(the mapping, the 1-based line of each top-level key and section key) of a YAML config file."""
     import yaml
 
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
         raise SpanBertError(f"{path}: config file not found") from None
+    except IsADirectoryError:
+        raise SpanBertError(f"{path}: found a folder, expected a YAML config file") from None
+    except OSError as e:
+        raise SpanBertError(f"{path}: cannot read: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        line = e.object[: e.start].count(b"\n") + 1
+        raise SpanBertError(f"{path}:{line}: found byte 0x{e.object[e.start]:02x} that is not UTF-8, expected UTF-8 YAML") from None
+    try:
+        data = yaml.safe_load(text)
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as e:
-        raise SpanBertError(f"{path}: not valid YAML: {e}") from None
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise SpanBertError(f"{where}: not valid YAML ({problem}); expected a mapping of option: value") from None
     if data is None:
-        return {}
+        return {}, {}
     if not isinstance(data, dict):
-        raise SpanBertError(f"{path}: expected a mapping of option: value, found {type(data).__name__}")
-    return data
+        raise SpanBertError(f"{path}: found {_describe(data)}, expected a mapping of option: value")
+    lines: dict[tuple[str, ...], int] = {}
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            lines[(str(key_node.value),)] = key_node.start_mark.line + 1
+            if isinstance(value_node, yaml.MappingNode):
+                for sub_key, _ in value_node.value:
+                    lines[(str(key_node.value), str(sub_key.value))] = sub_key.start_mark.line + 1
+    return data, lines
+
+
+def check_yaml(path: str | Path, classes: Sequence[type]) -> dict[str, dict[str, Any]]:
+    """Read a command's YAML config and check every key against the configs the command builds.
+
+    The file is a flat mapping of options (each goes to every class in ``classes`` that has the
+    field), or has sections named after the classes (``TrainingArguments: {learning_rate: 3e-5}``),
+    or both. A key that is neither an option nor a section of ``classes``, a section that is not a
+    mapping, an option set twice, and a value of the wrong type are errors naming the file and line.
+    Returns ``{class name: {option: value}}`` for every class (empty when the file sets none).
+    """
+    data, lines = _read_yaml(path)
+    by_name = {cls.__name__: cls for cls in classes}
+    options: dict[str, list[type]] = {}
+    for cls in classes:
+        for f in fields(cls):
+            options.setdefault(f.name, []).append(cls)
+    out: dict[str, dict[str, Any]] = {name: {} for name in by_name}
+    origin: dict[tuple[str, str], tuple[str, ...]] = {}
+
+    def where(*key: str) -> str:
+        line = lines.get(key)
+        return f"{path}:{line}" if line else str(path)
+
+    def put(cls: type, key: str, value: Any, at: tuple[str, ...]) -> None:
+        convert_value(cls, key, value, source=where(*at))  # type check now, with the file and line
+        if (cls.__name__, key) in origin:
+            raise SpanBertError(
+                f"{where(*at)}: found option {key} a second time (first at {where(*origin[cls.__name__, key])}), "
+                "expected each option once"
+            )
+        origin[cls.__name__, key] = at
+        out[cls.__name__][key] = value
+
+    for key, value in data.items():
+        key = str(key)
+        if key in by_name:
+            if value is None:  # an empty section
+                continue
+            if not isinstance(value, dict):
+                raise SpanBertError(
+                    f"{where(key)}: section {key}: found {_describe(value)}, expected a mapping of option: value"
+                )
+            cls = by_name[key]
+            valid = [f.name for f in fields(cls)]
+            for sub, sub_value in value.items():
+                sub = str(sub)
+                if sub not in valid:
+                    raise SpanBertError(
+                        f"{where(key, sub)}: found unknown option {sub!r} in section {key}{_did_you_mean(sub, valid)}; "
+                        f"expected one of: {', '.join(valid)}"
+                    )
+                put(cls, sub, sub_value, (key, sub))
+        elif key in options:
+            for cls in options[key]:
+                put(cls, key, value, (key,))
+        else:
+            raise SpanBertError(
+                f"{where(key)}: found unknown option {key!r}{_did_you_mean(key, [*options, *by_name])}; expected "
+                f"one of: {', '.join(sorted(options))} (or a section {', '.join(by_name)})"
+            )
+    return out
+
+
+def _did_you_mean(key: str, valid: Sequence[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(key, list(valid), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def add_dataclass_arguments(
@@ -276,17 +490,27 @@ def dataclass_from_args(
     defaults: dict[str, Any] | None = None,
     yaml_path: str | None = None,
     overrides: list[str] | None = None,
+    *,
+    sections: Sequence[type] | None = None,
 ) -> T:
-    """Build ``cls`` from its defaults < ``defaults`` < YAML < ``--flags`` < ``key=value`` overrides."""
+    """Build ``cls`` from its defaults < ``defaults`` < YAML < ``--flags`` < ``key=value`` overrides.
+
+    ``sections``: every config class the command builds from the same YAML file and ``key=value``
+    list (``cls`` itself is always one). A YAML key or an override that belongs to none of them is an
+    error listing the valid ones; keys of the other classes are left to their own call.
+    """
+    classes = list(sections or [])
+    if cls not in classes:
+        classes.append(cls)
     obj = cls(**{k: v for k, v in (defaults or {}).items()})  # type: ignore[call-arg]
     names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
     if yaml_path:
-        data = load_yaml(yaml_path)
-        section = data.get(cls.__name__, data)
-        obj = replace_checked(obj, {k: v for k, v in section.items() if k in names}, source=str(yaml_path))
+        values = check_yaml(yaml_path, classes)[cls.__name__]
+        obj = replace_checked(obj, values, source=str(yaml_path))
     given = {k: v for k, v in vars(args).items() if k in names}
     obj = replace_checked(obj, given, source="command line")
     if overrides:
+        check_unknown_overrides(overrides, classes)
         kv = parse_key_values(overrides)
         obj = replace_checked(obj, {k: v for k, v in kv.items() if k in names}, source="command line")
     return obj
@@ -299,4 +523,7 @@ def check_unknown_overrides(overrides: list[str], classes: list[type]) -> None:
         valid += [f.name for f in fields(cls)]
     for key in parse_key_values(overrides):
         if key not in valid:
-            raise SpanBertError(f"unknown option {key!r}; valid options: {', '.join(sorted(set(valid)))}")
+            raise SpanBertError(
+                f"command line: found unknown option {key!r} in {key}=...{_did_you_mean(key, valid)}; "
+                f"valid options: {', '.join(sorted(set(valid)))}"
+            )

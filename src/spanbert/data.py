@@ -314,6 +314,10 @@ def preprocess(
     for k in kinds:
         if k not in CANDIDATE_KINDS:
             raise SpanBertError(f"unknown candidate kind {k!r}; choose from: {', '.join(CANDIDATE_KINDS)}")
+    if num_workers < 0:
+        raise SpanBertError(f"--num_workers: found {num_workers}, expected 0 (one per CPU core) or more")
+    if chunk_chars < 1:
+        raise SpanBertError(f"chunk_chars: found {chunk_chars}, expected at least 1")
     if not 0 < shard_tokens <= 2**30:  # candidate spans are stored as int32 offsets inside a shard
         raise SpanBertError(f"shard_tokens={shard_tokens}; expected 1 .. {2**30}")
     if kinds:
@@ -446,11 +450,7 @@ class TokenCorpus:
                 f"{self.path} is not a preprocessed corpus (no meta.json); "
                 "create one with `spanbert preprocess --corpus FILES --tokenizer DIR --output_dir DIR`"
             )
-        self.meta = json.loads(meta_file.read_text(encoding="utf-8"))
-        if self.meta.get("format") != FORMAT:
-            raise DataError(
-                meta_file, f"format {self.meta.get('format')!r}; expected {FORMAT!r} (re-run spanbert preprocess)"
-            )
+        self.meta = _read_meta(meta_file)
         self.vocab_size: int = int(self.meta["vocab_size"])
         dtype = np.dtype(self.meta["id_dtype"])
         self._ids, self._starts = [], []
@@ -462,11 +462,12 @@ class TokenCorpus:
             name = self.path / s["name"]
             self._ids.append(_memmap(Path(f"{name}.ids"), dtype, n))
             self._starts.append(_memmap(Path(f"{name}.starts"), np.uint8, n))
-            docs = np.fromfile(f"{name}.docs", dtype=np.int64)
+            docs = _offsets_file(Path(f"{name}.docs"), n, count=int(s["num_docs"]) + 1, what="document")
             doc_bounds.append(np.stack([docs[:-1], docs[1:]], axis=1) + base)
-            paras.append(np.fromfile(f"{name}.paras", dtype=np.int64) + base)
+            para_offsets = _offsets_file(Path(f"{name}.paras"), n, count=s.get("num_paragraphs"), what="paragraph")
+            paras.append(para_offsets + base)
             for k in self._cand:
-                c = np.fromfile(f"{name}.{k}", dtype=np.int32).reshape(-1, 2).astype(np.int64) + base
+                c = _read_array(Path(f"{name}.{k}"), np.int32).reshape(-1, 2).astype(np.int64) + base
                 self._cand[k].append(c[np.argsort(c[:, 0], kind="stable")])
             offsets.append(base + n)
         self.shard_offsets = np.asarray(offsets, dtype=np.int64)  # (K+1,)
@@ -527,7 +528,14 @@ class TokenCorpus:
 
     def unigram_counts(self) -> np.ndarray:
         """(V,) int64 count of every token id in the corpus."""
-        return np.load(self.path / "unigram.npy")
+        path = self.path / "unigram.npy"
+        try:
+            counts = np.load(path)
+        except (OSError, ValueError, EOFError) as e:
+            raise DataError(path, f"cannot read the token counts ({e}): {_DAMAGED}") from None
+        if counts.shape != (self.vocab_size,):
+            raise DataError(path, f"found shape {counts.shape}, expected ({self.vocab_size},): {_DAMAGED}")
+        return counts
 
     def __repr__(self) -> str:
         return (
@@ -535,10 +543,95 @@ class TokenCorpus:
         )
 
 
+_META_KEYS: dict[str, type] = {
+    "format": str, "num_tokens": int, "num_docs": int, "vocab_size": int, "id_dtype": str, "shards": list
+}  # fmt: skip
+_SHARD_KEYS: dict[str, type] = {"name": str, "num_tokens": int, "num_docs": int}
+_RERUN = "re-run spanbert preprocess"
+_DAMAGED = "the corpus is damaged, " + _RERUN
+
+
+def _bad_value(value: Any, tp: type) -> str | None:
+    """What a meta.json value should have been, or None when it is fine."""
+    if tp is int:
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        return None if ok else "a non-negative integer"
+    return None if isinstance(value, tp) else f"a {tp.__name__}"
+
+
+def _read_meta(meta_file: Path) -> dict[str, Any]:
+    """The checked ``meta.json`` of a preprocessed corpus; a truncated or hand-edited file is a `DataError`."""
+    try:
+        meta = json.loads(meta_file.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise DataError(
+            meta_file,
+            f"found invalid JSON ({e}), expected the meta.json that spanbert preprocess writes; {_RERUN}",
+            line=getattr(e, "lineno", None),
+        ) from None
+    except OSError as e:
+        raise DataError(meta_file, f"cannot read: {e.strerror or e}") from None
+    if not isinstance(meta, dict):
+        raise DataError(meta_file, f"found a JSON {type(meta).__name__}, expected an object; {_RERUN}")
+    if meta.get("format") != FORMAT:
+        raise DataError(meta_file, f"found format {meta.get('format')!r}, expected {FORMAT!r} ({_RERUN})")
+    for key, tp in _META_KEYS.items():
+        expected = _bad_value(meta.get(key), tp)
+        if expected:
+            raise DataError(meta_file, f"found {key}={meta.get(key)!r}, expected {expected}; {_RERUN}")
+    if meta["id_dtype"] not in ("uint16", "int32"):
+        raise DataError(meta_file, f"found id_dtype={meta['id_dtype']!r}, expected uint16 or int32; {_RERUN}")
+    if not meta["shards"]:
+        raise DataError(meta_file, f"found no shards, expected at least one; {_RERUN}")
+    for i, shard in enumerate(meta["shards"]):
+        for key, tp in _SHARD_KEYS.items():
+            value = shard.get(key) if isinstance(shard, dict) else None
+            expected = _bad_value(value, tp)
+            if expected:
+                raise DataError(meta_file, f"found shards[{i}].{key}={value!r}, expected {expected}; {_RERUN}")
+        if Path(shard["name"]).name != shard["name"] or shard["name"].startswith("."):
+            raise DataError(meta_file, f"found shard name {shard['name']!r}, expected a file name like shard-00000")
+    total = sum(s["num_tokens"] for s in meta["shards"])
+    if total != meta["num_tokens"]:
+        raise DataError(meta_file, f"found num_tokens={meta['num_tokens']}, expected the shards' sum {total}; {_RERUN}")
+    cands = meta.get("candidates", [])
+    if not isinstance(cands, list) or any(c not in CANDIDATE_KINDS for c in cands):
+        raise DataError(
+            meta_file, f"found candidates={cands!r}, expected a list of {', '.join(CANDIDATE_KINDS)}; {_RERUN}"
+        )
+    return meta
+
+
+def _read_array(path: Path, dtype) -> np.ndarray:
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise DataError(path, f"cannot read: {e.strerror or e}; {_DAMAGED}") from None
+    size = np.dtype(dtype).itemsize
+    if len(data) % size:
+        raise DataError(path, f"found {len(data)} bytes, expected a multiple of {size}: {_DAMAGED}")
+    return np.frombuffer(data, dtype=dtype).copy()
+
+
+def _offsets_file(path: Path, n_tokens: int, count: int | None, what: str) -> np.ndarray:
+    """(count,) int64 sorted offsets into a shard of ``n_tokens`` tokens (documents: 0 first, n_tokens last)."""
+    a = _read_array(path, np.int64)
+    damaged = _DAMAGED
+    if count is not None and len(a) != count:
+        raise DataError(path, f"found {len(a)} {what} offsets, expected {count}: {damaged}")
+    if len(a) and (a[0] < 0 or a[-1] > n_tokens or (np.diff(a) < 0).any()):
+        raise DataError(path, f"found {what} offsets outside 0..{n_tokens} or out of order: {damaged}")
+    if what == "document" and (len(a) == 0 or a[0] != 0 or a[-1] != n_tokens):
+        raise DataError(path, f"found document offsets that do not cover the shard's {n_tokens} tokens: {damaged}")
+    return a
+
+
 def _memmap(path: Path, dtype, n: int) -> np.ndarray:
     if n == 0:
         return np.zeros(0, dtype=dtype)
-    size = path.stat().st_size if path.exists() else -1
+    size = path.stat().st_size if path.is_file() else -1
+    if size == -1:
+        raise DataError(path, f"file missing, expected {n} tokens: the corpus is damaged, re-run spanbert preprocess")
     if size != n * np.dtype(dtype).itemsize:
         raise DataError(
             path,
@@ -564,6 +657,23 @@ def single_segment_blocks(doc_bounds: np.ndarray, max_tokens: int) -> np.ndarray
     start = doc_bounds[doc_of, 0] + (np.arange(len(doc_of)) - first) * max_tokens
     end = np.minimum(start + max_tokens, doc_bounds[doc_of, 1])
     return np.stack([start, end], axis=1).astype(np.int64)
+
+
+def held_out_documents(doc_bounds: np.ndarray, fraction: float, min_train_docs: int = 1, min_eval_docs: int = 1) -> int:
+    """Index of the first held-out document: the last documents holding about ``fraction`` of the tokens.
+
+    The split is by whole documents, never inside one, so no held-out text is also trained on (a
+    block split would cut the document at the boundary in two). Returns ``len(doc_bounds)`` (nothing
+    held out) when the corpus cannot spare ``min_eval_docs`` documents while keeping ``min_train_docs``.
+    """
+    n_docs = len(doc_bounds)
+    if fraction <= 0 or n_docs < min_train_docs + min_eval_docs:
+        return n_docs
+    lens = (doc_bounds[:, 1] - doc_bounds[:, 0]).astype(np.int64)  # (D,)
+    from_end = np.cumsum(lens[::-1])  # tokens of the last 1, 2, ... documents
+    k = int(np.searchsorted(from_end, fraction * lens.sum())) + 1  # fewest last documents reaching the share
+    k = min(max(k, min_eval_docs), n_docs - min_train_docs)
+    return n_docs - k
 
 
 def nsp_pairs(
@@ -682,13 +792,22 @@ class PretrainDataset:
         masking: MaskingConfig | None = None,
         mask_ratio: float | None = None,
         max_span_length: int | None = None,
+        documents: tuple[int, int] | None = None,
         **masking_overrides: Any,
     ):
         """``corpus``: a `preprocess` output (path or `TokenCorpus`). ``tokenizer``: defaults to the corpus's
         own. ``mode="nsp"`` (or ``nsp=True``): BERT sentence pairs; ``"single"``: SpanBERT blocks.
         Masking: a `MaskingConfig`, and/or its fields as keywords (``scheme``, ``mask_ratio`` = mask_prob,
-        ``max_span_length`` = max_span_len, ``geometric_p``, ``anchor``, ...)."""
+        ``max_span_length`` = max_span_len, ``geometric_p``, ``anchor``, ...). ``documents=(lo, hi)``:
+        use only documents lo..hi-1 — blocks, NSP pairs and their "random next" segments all come from
+        them, so a held-out split by documents (`held_out_documents`) shares no text with training."""
         self.corpus = corpus if isinstance(corpus, TokenCorpus) else TokenCorpus(corpus)
+        n_docs = self.corpus.num_docs
+        lo, hi = documents if documents is not None else (0, n_docs)
+        if not 0 <= lo <= hi <= n_docs:
+            raise SpanBertError(f"documents=({lo}, {hi}) is outside the corpus's {n_docs} documents")
+        self.documents = (int(lo), int(hi))
+        self.doc_bounds = self.corpus.doc_bounds[lo:hi]  # (D', 2) the documents this dataset draws from
         tok = tokenizer if tokenizer is not None else self.corpus.tokenizer
         if tok.vocab_size != self.corpus.vocab_size:
             raise SpanBertError(
@@ -738,7 +857,7 @@ class PretrainDataset:
         if nsp:
             rng = np.random.default_rng([seed, 0x5EED])
             self.pairs = nsp_pairs(
-                self.corpus.doc_bounds,
+                self.doc_bounds,
                 self.corpus.para_starts,
                 self.corpus.tokens,
                 max_seq_length - 3,
@@ -747,7 +866,7 @@ class PretrainDataset:
             )  # (N, 5)
             self.blocks = None
         else:
-            self.blocks = single_segment_blocks(self.corpus.doc_bounds, max_seq_length - 2)  # (N, 2)
+            self.blocks = single_segment_blocks(self.doc_bounds, max_seq_length - 2)  # (N, 2)
             self.pairs = None
 
     def set_epoch(self, epoch: int) -> None:
@@ -940,6 +1059,18 @@ def collate_pretrain(
     return batch
 
 
+def pretrain_target_counts(batch: dict[str, Any]) -> dict[str, int]:
+    """Real (non-padding) targets of each pre-training head in a `collate_pretrain` batch, keyed as
+    `SpanBertForPreTraining`'s ``loss_terms``: mlm, sbo (when the batch has SBO targets), nsp (when
+    it has NSP labels). The trainer weights each head's mean loss by these counts (`count_targets`)."""
+    counts = {"mlm": int((batch["mlm_labels"] != IGNORE_INDEX).sum())}
+    if batch.get("sbo_labels") is not None:
+        counts["sbo"] = int((batch["sbo_labels"] != IGNORE_INDEX).sum())
+    if batch.get("next_sentence_label") is not None:
+        counts["nsp"] = int((batch["next_sentence_label"] != IGNORE_INDEX).sum())
+    return counts
+
+
 def _fix(values: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Truncate or pad to exactly k entries; padding entries are position 0 ([CLS]) with label -100."""
     values, labels = values[:k], labels[:k]
@@ -1113,6 +1244,8 @@ def main(argv: list[str], prog: str = "spanbert preprocess") -> int:
         spacy_model=args.spacy_model,
         progress=not args.quiet,
     )
+    from spanbert.distributed import print0
+
     c = TokenCorpus(out)
-    print(f"wrote {c.num_tokens:,} tokens in {c.num_docs:,} documents, {len(c.meta['shards'])} shard(s) to {out}")
+    print0(f"wrote {c.num_tokens:,} tokens in {c.num_docs:,} documents, {len(c.meta['shards'])} shard(s) to {out}")
     return 0

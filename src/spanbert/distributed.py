@@ -131,7 +131,9 @@ def on_main(fn: Callable[[], T]) -> T:
             raise
     result, error = broadcast_object((result, error))
     if error is not None:
-        raise SpanBertError(error)
+        err = SpanBertError(error)
+        err.reported_by_main = not is_main()  # rank 0 prints it; the CLI keeps the others quiet
+        raise err
     return result
 
 

@@ -289,10 +289,10 @@ class Encoder(nn.Module):
         checkpoint without a pooler (the SpanBERT release) gets a freshly initialised one.
         """
         config_json, state = load_checkpoint(path)
-        config = BertConfig.from_hf_dict(config_json)
+        config = BertConfig.from_hf_dict(config_json, source=str(Path(path) / "config.json"))
         encoder = cls(config, add_pooling_layer=add_pooling_layer)
         encoder.load_bert_state(encoder_state_dict(state), source=str(path))
-        return encoder
+        return encoder.eval()  # as transformers: a loaded model predicts; `trainer.train` switches to train()
 
     def load_bert_state(self, state: dict[str, Tensor], source: str = "checkpoint") -> None:
         """Load encoder weights (keys without `bert.`); a missing pooler is left freshly initialised."""
@@ -391,10 +391,15 @@ class PreTrainingHeads(nn.Module):
 
 
 def _ce_and_acc(logits: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
+    """Mean cross-entropy and accuracy over the targets (labels != -100). With no target both are 0,
+    the loss still attached to the graph so the head's parameters get (zero) gradients, as DDP needs."""
+    keep = labels != -100
+    if not bool(keep.any()):
+        zero = logits.float().sum() * 0.0  # not the NaN of a mean over nothing
+        return zero, zero.detach()
     loss = F.cross_entropy(logits.float(), labels, ignore_index=-100)
     with torch.no_grad():
-        keep = labels != -100
-        acc = (logits.argmax(-1)[keep] == labels[keep]).float().mean() if keep.any() else logits.new_zeros(())
+        acc = (logits.argmax(-1)[keep] == labels[keep]).float().mean()
     return loss, acc
 
 
@@ -440,26 +445,35 @@ class SpanBertForPreTraining(nn.Module):
         emb = self.bert.embeddings.word_embeddings.weight  # (V, H), tied decoder (§2)
         out: dict[str, Tensor] = {"hidden_states": hidden}
         loss = hidden.new_zeros((), dtype=torch.float32)
+        # loss_terms (trainer contract 1): each head's weighted mean over its own targets, 0 (attached)
+        # without targets; the trainer weights them by `data.pretrain_target_counts` across micro-batches
+        terms: dict[str, Tensor] = {}
         if mlm_positions is not None:
             logits = self.cls.predictions(flat[mlm_positions], emb)  # (N, V): masked positions only
             out["mlm_logits"] = logits
             if mlm_labels is not None:
                 out["mlm_loss"], out["mlm_acc"] = _ce_and_acc(logits, mlm_labels)
-                loss = loss + self.mlm_weight * out["mlm_loss"]
+                terms["mlm"] = self.mlm_weight * out["mlm_loss"]
+                loss = loss + terms["mlm"]
         if self.cls.span_predictions is not None and sbo_positions is not None and sbo_left is not None:
+            # run on the empty set too: the head's parameters then get zero gradients instead of
+            # none, which DDP requires of every parameter at every step
             logits = self.cls.span_predictions(flat[sbo_left], flat[sbo_right], sbo_rel, emb)  # (M, V)
             out["sbo_logits"] = logits
-            if sbo_labels is not None and sbo_labels.numel():
+            if sbo_labels is not None:
                 out["sbo_loss"], out["sbo_acc"] = _ce_and_acc(logits, sbo_labels)
-                loss = loss + self.sbo_weight * out["sbo_loss"]
+                terms["sbo"] = self.sbo_weight * out["sbo_loss"]
+                loss = loss + terms["sbo"]
         if self.cls.seq_relationship is not None:
             nsp_logits = self.cls.seq_relationship(self.bert.pool(hidden))  # (B, 2)
             out["nsp_logits"] = nsp_logits
             if next_sentence_label is not None:
                 out["nsp_loss"], out["nsp_acc"] = _ce_and_acc(nsp_logits, next_sentence_label)
-                loss = loss + out["nsp_loss"]
+                terms["nsp"] = out["nsp_loss"]
+                loss = loss + terms["nsp"]
         if mlm_labels is not None or next_sentence_label is not None:
             out["loss"] = loss
+            out["loss_terms"] = terms
         return out
 
     # -- checkpoints ---------------------------------------------------------------------------
@@ -500,7 +514,8 @@ class SpanBertForPreTraining(nn.Module):
         # the checkpoint's own SBO width wins: its saved position embeddings have that size
         dim = meta.get("sbo_position_dim") or kwargs.get("sbo_position_dim") or 200
         kwargs.pop("sbo_position_dim", None)
-        model = cls(BertConfig.from_hf_dict(config_json), sbo=sbo, nsp=nsp, sbo_position_dim=dim, **kwargs)
+        config = BertConfig.from_hf_dict(config_json, source=str(Path(path) / "config.json"))
+        model = cls(config, sbo=sbo, nsp=nsp, sbo_position_dim=dim, **kwargs)
         sbo_path = Path(path) / SBO_FILE
         if sbo and sbo_path.exists():
             state.update(_read_safetensors(sbo_path))
@@ -512,7 +527,7 @@ class SpanBertForPreTraining(nn.Module):
             heads["predictions.bias"] = bias
         own = model.cls.state_dict()
         model.cls.load_state_dict({k: v for k, v in heads.items() if k in own}, strict=False)
-        return model
+        return model.eval()  # as transformers: a loaded model predicts; `trainer.train` switches to train()
 
 
 SBO_FILE = "span_boundary_head.safetensors"
@@ -549,26 +564,86 @@ def _read_safetensors(path: Path) -> dict[str, Tensor]:
 
     try:
         return load_file(str(path))
-    except (SafetensorError, OSError) as e:
-        raise SpanBertError(f"{path}: cannot read safetensors weights: {e}") from None
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:  # truncated, corrupt, not safetensors
+        raise SpanBertError(f"{path}: found {_first_line(e)}, expected a safetensors weights file") from None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
+def _read_json(path: Path, expected: str) -> Any:
+    """A JSON file, or a SpanBertError naming it (and the line of a syntax error)."""
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise SpanBertError(f"{path}: cannot read: {e.strerror or e}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise SpanBertError(f"{path}:{line}: found byte 0x{raw[e.start]:02x} that is not UTF-8, expected {expected}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SpanBertError(f"{path}:{e.lineno}: found invalid JSON ({e.msg}), expected {expected}") from None
 
 
 def _read_torch_bin(path: Path) -> dict[str, Tensor]:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
+        if "weights only" not in str(e).lower():  # not a pickle at all (random bytes, a text file)
+            raise SpanBertError(f"{path}: found {_first_line(e)}, expected a PyTorch checkpoint") from None
         raise SpanBertError(
             f"{path}: refused to load: the pickle holds objects other than tensors "
             f"(spanbert never runs an unrestricted unpickle, which can execute code). "
             f"Convert the checkpoint to safetensors in a trusted environment. Detail: {str(e).splitlines()[0]}"
         ) from None
-    except (RuntimeError, EOFError, OSError) as e:
-        raise SpanBertError(f"{path}: not a readable PyTorch checkpoint: {e}") from None
+    except Exception as e:  # noqa: BLE001 -- torch.load raises KeyError, RuntimeError, EOFError... on a bad file
+        raise SpanBertError(f"{path}: found {type(e).__name__}: {_first_line(e)}, expected a PyTorch checkpoint") from None
     if isinstance(state, dict) and "model" in state and isinstance(state["model"], dict):
         state = state["model"]  # fairseq-style {"model": state_dict, ...}
     if not isinstance(state, dict) or not all(isinstance(v, Tensor) for v in state.values()):
-        raise SpanBertError(f"{path}: expected a state dict of tensors, found {type(state).__name__}")
+        found = type(state).__name__
+        if isinstance(state, dict):
+            k, v = next((k, v) for k, v in state.items() if not isinstance(v, Tensor))
+            found = f"{k!r}: {type(v).__name__}"
+        raise SpanBertError(f"{path}: found {found}, expected a state dict of tensors")
     return state
+
+
+def check_checkpoint(path: str | Path) -> BertConfig:
+    """The checkpoint's `BertConfig`; fails now, with the file named, on what `load_checkpoint` would
+    fail on later: no folder, a bad config.json, no weights, an unreadable safetensors header. Reads no
+    tensors (commands call it before they write anything; a `pytorch_model.bin` is only checked to exist)."""
+    path = Path(path)
+    config = BertConfig.from_hf_dict(_checked_config(path))
+    st = path / "model.safetensors"
+    if st.exists():
+        from safetensors import SafetensorError, safe_open
+
+        try:
+            with safe_open(str(st), framework="pt") as f:
+                f.keys()
+        except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+            raise SpanBertError(f"{st}: found {_first_line(e)}, expected a safetensors weights file") from None
+    elif not any((path / name).exists() for name in ("model.safetensors.index.json", "pytorch_model.bin")):
+        raise SpanBertError(f"{path}: no weights (expected model.safetensors or pytorch_model.bin)")
+    return config
+
+
+def _checked_config(path: Path) -> dict[str, Any]:
+    """config.json of a checkpoint folder, read and checked as a BERT config."""
+    if not path.is_dir():
+        raise SpanBertError(f"{path}: checkpoint folder not found (expected a folder with config.json and weights)")
+    cfg_path = path / "config.json"
+    if not cfg_path.exists():
+        raise SpanBertError(f"{path}: no config.json (a HF-format BERT folder has config.json + model weights)")
+    config_json = _read_json(cfg_path, "a JSON object of BERT settings")
+    BertConfig.from_hf_dict(config_json, source=str(cfg_path))
+    return config_json
 
 
 def load_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict[str, Tensor]]:
@@ -578,21 +653,19 @@ def load_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict[str, Tensor]
     (read with `torch.load(weights_only=True)`).
     """
     path = Path(path)
-    if not path.is_dir():
-        raise SpanBertError(f"{path}: checkpoint folder not found (expected a folder with config.json and weights)")
-    cfg_path = path / "config.json"
-    if not cfg_path.exists():
-        raise SpanBertError(f"{path}: no config.json (a HF-format BERT folder has config.json + model weights)")
-    try:
-        config_json = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise SpanBertError(f"{cfg_path}: not valid JSON: {e}") from None
+    config_json = _checked_config(path)  # checked before reading gigabytes of weights
     if (path / "model.safetensors").exists():
         state = _read_safetensors(path / "model.safetensors")
     elif (path / "model.safetensors.index.json").exists():
-        index = json.loads((path / "model.safetensors.index.json").read_text())
+        index_path = path / "model.safetensors.index.json"
+        index = _read_json(index_path, 'a JSON object {"weight_map": {name: shard file}}')
+        weight_map = index.get("weight_map") if isinstance(index, dict) else None
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            raise SpanBertError(f'{index_path}: found no "weight_map" of shard file names, expected {{"weight_map": {{name: file}}}}')
         state = {}
-        for shard in sorted(set(index["weight_map"].values())):
+        for shard in sorted(set(weight_map.values())):
+            if not (path / shard).is_file():
+                raise SpanBertError(f"{index_path}: found shard {shard!r}, expected it in {path} (it is missing)")
             state.update(_read_safetensors(path / shard))
     elif (path / "pytorch_model.bin").exists():
         state = _read_torch_bin(path / "pytorch_model.bin")
@@ -656,6 +729,7 @@ __all__ = [
     "SpanBoundaryHead",
     "MaskedLMHead",
     "load_checkpoint",
+    "check_checkpoint",
     "save_checkpoint",
     "encoder_state_dict",
     "flops_per_token",

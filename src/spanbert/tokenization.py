@@ -5,7 +5,13 @@ BERT normalizer (control characters cleaned, Chinese characters spaced, *no* low
 accent stripping for a cased vocabulary), BERT pre-tokenizer (split on whitespace and on every
 punctuation character), WordPiece with ``##`` continuations and ``[UNK]`` for words it cannot cover.
 
-`encode` adds no special tokens: the data pipeline and the tasks place ``[CLS]``/``[SEP]`` themselves.
+`encode` adds no special tokens: the data pipeline and the tasks place ``[CLS]``/``[SEP]`` themselves
+(padding or truncation saved in a ``tokenizer.json`` is switched off on load).
+
+Training. Upstream's WordPiece trainer breaks ties in hash-map order, so two runs on the same text
+give different vocabularies (huggingface/tokenizers#1794). `train_tokenizer` uses the same algorithm
+with fixed tie-breaking (`learn_wordpiece_vocab`): byte-identical files for the same input, in every
+process and run (docs/tokenizer.md).
 
 Word starts. Masking needs whole words (SpanBERT §3.1 "we always sample a sequence of complete
 words"). As in BERT's whole-word masking, a token starts a word iff it does not begin with ``##``;
@@ -18,14 +24,17 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import heapq
 import json
 import os
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError
 from spanbert.utils import atomic_write
 
@@ -78,6 +87,35 @@ def _add_post_processor(tk) -> None:
     )
 
 
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise DataError(path, f"cannot read: {e.strerror or e}") from None
+
+
+def _read_json_object(path: Path) -> dict:
+    """A JSON file holding one object, or a DataError naming the file (and the line of a syntax error)."""
+    raw = _read_bytes(path)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise DataError(path, f"found byte 0x{raw[e.start]:02x} that is not UTF-8, expected UTF-8 JSON", line=line) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DataError(path, f"found invalid JSON ({e.msg}), expected a JSON object", line=e.lineno) from None
+    if not isinstance(data, dict):
+        raise DataError(path, f"found a JSON {type(data).__name__}, expected a JSON object")
+    return data
+
+
 class Tokenizer:
     """A cased (or, if told, uncased) BERT WordPiece tokenizer.
 
@@ -123,16 +161,18 @@ class Tokenizer:
         config_lower = False
         config_file = directory / "tokenizer_config.json"
         if config_file.is_file():
-            try:
-                config_lower = bool(json.loads(config_file.read_text(encoding="utf-8")).get("do_lower_case", False))
-            except json.JSONDecodeError as e:
-                raise DataError(config_file, f"not valid JSON: {e.msg}", line=e.lineno) from None
+            config = _read_json_object(config_file)
+            config_lower = bool(config.get("do_lower_case", False))
         lower = config_lower if do_lower_case is None else do_lower_case
         if json_file is not None and json_file.is_file():
             try:
                 hf_tok = t.Tokenizer.from_file(str(json_file))
             except Exception as e:  # tokenizers raises plain Exception subclasses
-                raise DataError(json_file, f"not a HF tokenizers file: {e}") from None
+                raise DataError(json_file, f"found {_first_line(e)}, expected a HF tokenizers file") from None
+            # §10.14: published tokenizer.json files often ship padding/truncation switched on (to 512, say);
+            # `encode` would then pad every text to that length and silently cut longer ones there.
+            hf_tok.no_padding()
+            hf_tok.no_truncation()
             if do_lower_case is not None and do_lower_case != config_lower:
                 _build_pipeline(hf_tok, lower)
             return cls(hf_tok, lower)
@@ -142,12 +182,19 @@ class Tokenizer:
                 "(train one with `spanbert tokenizer train --corpus FILES --vocab-size N --output_dir DIR`)"
             )
         vocab: dict[str, int] = {}
-        with open(vocab_file, encoding="utf-8") as f:
-            for i, line in enumerate(f):
-                token = line.rstrip("\n").rstrip("\r")
-                if token in vocab:  # keep the first id, as BERT's own loader does for duplicates
-                    continue
-                vocab[token] = i
+        lines = _read_bytes(vocab_file).split(b"\n")
+        if lines and not lines[-1]:  # the file ends with a newline: no token after it
+            lines.pop()
+        for i, raw in enumerate(lines):
+            try:
+                token = raw.decode("utf-8").rstrip("\r")
+            except UnicodeDecodeError as e:
+                raise DataError(
+                    vocab_file, f"found byte 0x{raw[e.start]:02x} that is not UTF-8, expected UTF-8 text", line=i + 1
+                ) from None
+            if token in vocab:  # keep the first id, as BERT's own loader does for duplicates
+                continue
+            vocab[token] = i
         if not vocab:
             raise DataError(vocab_file, "empty vocabulary; expected one WordPiece token per line")
         hf_tok = t.Tokenizer(t.models.WordPiece(vocab=vocab, unk_token=UNK, continuing_subword_prefix="##"))
@@ -356,6 +403,148 @@ def _iter_training_lines(files: list[Path]) -> Iterator[str]:
             yield parse_jsonl_text(path, lineno, line) if jsonl else line
 
 
+def count_words(texts: Iterable[str], normalizer, pre_tokenizer) -> Counter[str]:
+    """How often each pre-tokenized word occurs in ``texts`` (after BERT normalization and splitting).
+
+    BERT's pre-tokenizer splits on whitespace, then isolates every punctuation character. Splitting
+    on whitespace first in Python (`str.split`, C speed; after normalization, Python's whitespace and
+    the pre-tokenizer's agree because the normalizer has already mapped every other space character
+    to " " and removed control characters) and pre-tokenizing each distinct chunk once gives the same
+    counts ~3x faster than pre-tokenizing every line.
+    """
+    chunks: Counter[str] = Counter()
+    for text in texts:
+        chunks.update(normalizer.normalize_str(text).split())
+    words: Counter[str] = Counter()
+    for chunk, n in chunks.items():
+        for word, _ in pre_tokenizer.pre_tokenize_str(chunk):
+            words[word] += n
+    return words
+
+
+def learn_wordpiece_vocab(
+    word_counts: dict[str, int],
+    vocab_size: int,
+    special_tokens: Sequence[str] = SPECIAL_TOKENS,
+    min_frequency: int = 2,
+    limit_alphabet: int = 1000,
+    prefix: str = "##",
+    show_progress: bool = False,
+) -> list[str]:
+    """A WordPiece vocabulary (tokens in id order) learned from word counts, deterministically.
+
+    The algorithm of HF `tokenizers`' WordPieceTrainer (BPE merges over characters, with ``##`` on
+    every piece that does not start a word), with every tie broken by a fixed rule, because upstream
+    breaks ties in hash-map order, which changes with every process (huggingface/tokenizers#1794):
+    - alphabet: the ``limit_alphabet`` most frequent characters, ties by code point; characters
+      outside it are dropped from the words (as upstream);
+    - ids: special tokens, the alphabet by code point, its ``##`` forms by code point, then the merged
+      pieces in merge order;
+    - merges: the most frequent adjacent pair; ties go to the smaller left id, then the smaller right
+      id (upstream's rule, over ids that are now the same in every run). Merging stops at
+      ``vocab_size`` tokens or when the best pair occurs fewer than ``min_frequency`` times.
+    """
+    words = sorted(word_counts)  # a fixed order for everything that follows
+    char_counts: Counter[str] = Counter()
+    for w in words:
+        n = word_counts[w]
+        for ch in w:
+            char_counts[ch] += n
+    alphabet = sorted(sorted(char_counts, key=lambda ch: (-char_counts[ch], ch))[:limit_alphabet])
+    vocab: list[str] = []
+    ids: dict[str, int] = {}
+
+    def add(token: str) -> int:
+        if token not in ids:
+            ids[token] = len(vocab)
+            vocab.append(token)
+        return ids[token]
+
+    for token in [*special_tokens, *alphabet]:
+        add(token)
+    kept = set(alphabet)
+    for ch in sorted({ch for w in words for ch in w[1:] if ch in kept}):
+        add(prefix + ch)
+    shift = max(len(vocab), vocab_size).bit_length()  # a pair (a, b) is the one int a << shift | b
+    low = (1 << shift) - 1
+    seqs: list[list[int]] = []  # each word as token ids
+    freqs: list[int] = []
+    for w in words:
+        seq = [ids[ch if k == 0 else prefix + ch] for k, ch in enumerate(w) if ch in kept]
+        if len(seq) > 1:
+            seqs.append(seq)
+            freqs.append(word_counts[w])
+    pair_count: dict[int, int] = {}
+    where: dict[int, set[int]] = {}  # pair -> indices of the words that contain it
+    for i, seq in enumerate(seqs):
+        n = freqs[i]
+        for a, b in zip(seq, seq[1:]):
+            pair = a << shift | b
+            pair_count[pair] = pair_count.get(pair, 0) + n
+            where.setdefault(pair, set()).add(i)
+    # max-heap on (count, -pair): the smallest pair wins a tie. Entries go stale when a count drops;
+    # a popped entry whose count is out of date is pushed back with the current one.
+    heap = [(-n, pair) for pair, n in pair_count.items()]
+    heapq.heapify(heap)
+    bar = None
+    if show_progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=max(0, vocab_size - len(vocab)), desc="merges", unit=" tokens", dynamic_ncols=True)
+    while len(vocab) < vocab_size and heap:
+        neg, pair = heapq.heappop(heap)
+        n = pair_count.get(pair, 0)
+        if n != -neg:
+            if n > 0:
+                heapq.heappush(heap, (-n, pair))
+            continue
+        if n < min_frequency:
+            break
+        a, b = pair >> shift, pair & low
+        size = len(vocab)
+        new = add(vocab[a] + vocab[b][len(prefix) :])
+        if bar is not None:
+            bar.update(len(vocab) - size)
+        touched: set[int] = set()  # pairs with `new`: the only ones whose counts grow
+
+        def bump(old: int, now: int, i: int, f: int) -> None:
+            pair_count[old] -= f
+            pair_count[now] = pair_count.get(now, 0) + f
+            where.setdefault(now, set()).add(i)
+            touched.add(now)
+
+        for i in where.pop(pair):  # int sets iterate in a fixed order (no hash seed)
+            seq, f = seqs[i], freqs[i]
+            out: list[int] = []
+            j, length = 0, len(seq)
+            while True:  # left to right, as upstream: "a a a" with pair (a, a) gives "aa a"
+                try:
+                    k = seq.index(a, j)
+                except ValueError:
+                    out += seq[j:]
+                    break
+                if k + 1 < length and seq[k + 1] == b:
+                    out += seq[j:k]
+                    if out:  # (prev, a) becomes (prev, new); prev may be the previous merge's `new`
+                        bump(out[-1] << shift | a, out[-1] << shift | new, i, f)
+                    if k + 2 < length:  # (b, next) becomes (new, next)
+                        bump(b << shift | seq[k + 2], new << shift | seq[k + 2], i, f)
+                    out.append(new)
+                    j = k + 2
+                else:
+                    out += seq[j : k + 1]
+                    j = k + 1
+            if len(out) < length:  # (a word listed for a pair it no longer has is left alone)
+                seqs[i] = out
+        pair_count.pop(pair, None)
+        for q in touched:
+            if pair_count.get(q, 0) > 0:
+                heapq.heappush(heap, (-pair_count[q], q))
+    if bar is not None:
+        bar.close()
+    return vocab
+
+
 def train_tokenizer(
     files: Sequence[str | os.PathLike] | None,
     vocab_size: int,
@@ -372,30 +561,38 @@ def train_tokenizer(
     optionally gzipped, or directories of them. ``texts``: strings to train on in memory instead (tests).
     ``limit_alphabet`` keeps the 1,000 most frequent characters, as Google's BERT vocabulary builder.
     Saves to ``output_dir`` when given.
+
+    Deterministic: the same text, size and options give byte-identical files in every process and
+    run (`learn_wordpiece_vocab`; upstream's trainer does not, see docs/tokenizer.md).
+    ``show_progress``: progress bars (lines read, merges) on stderr.
     """
     t = _hf()
     if vocab_size < len(SPECIAL_TOKENS) + 1:
         raise SpanBertError(f"vocab_size={vocab_size} is too small; expected at least {len(SPECIAL_TOKENS) + 1}")
-    hf_tok = t.Tokenizer(t.models.WordPiece(unk_token=UNK, continuing_subword_prefix="##"))
-    _build_pipeline(hf_tok, lowercase)
-    trainer = t.trainers.WordPieceTrainer(
-        vocab_size=vocab_size,
-        min_frequency=min_frequency,
-        limit_alphabet=limit_alphabet,
-        special_tokens=SPECIAL_TOKENS,
-        continuing_subword_prefix="##",
-        show_progress=show_progress,
-    )
+    pipeline = t.Tokenizer(t.models.WordPiece(unk_token=UNK, continuing_subword_prefix="##"))
+    _build_pipeline(pipeline, lowercase)
     if texts is None:
         if not files:
             raise SpanBertError("train_tokenizer needs corpus files or texts")
         paths = corpus_files(files)
         total = sum(p.stat().st_size for p in paths)
-        hf_tok.train_from_iterator(_iter_training_lines(paths), trainer=trainer, length=None)
-        if hf_tok.get_vocab_size() <= len(SPECIAL_TOKENS):
+        lines: Iterable[str] = _iter_training_lines(paths)
+        if show_progress:
+            from tqdm.auto import tqdm
+
+            lines = tqdm(lines, desc="counting words", unit=" lines", dynamic_ncols=True)
+        counts = count_words(lines, pipeline.normalizer, pipeline.pre_tokenizer)
+        if not counts:
             raise SpanBertError(f"the corpus ({len(paths)} files, {total} bytes) has no text to train on")
     else:
-        hf_tok.train_from_iterator(texts, trainer=trainer)
+        counts = count_words(texts, pipeline.normalizer, pipeline.pre_tokenizer)
+    vocab = learn_wordpiece_vocab(
+        counts, vocab_size, SPECIAL_TOKENS, min_frequency, limit_alphabet, show_progress=show_progress and texts is None
+    )
+    hf_tok = t.Tokenizer(
+        t.models.WordPiece(vocab={tok: i for i, tok in enumerate(vocab)}, unk_token=UNK, continuing_subword_prefix="##")
+    )
+    _build_pipeline(hf_tok, lowercase)
     hf_tok.add_special_tokens(SPECIAL_TOKENS)
     _add_post_processor(hf_tok)
     tok = Tokenizer(hf_tok, lowercase)
@@ -449,6 +646,7 @@ def main(argv: list[str], prog: str = "spanbert tokenizer") -> int:
         help="keep this many most frequent characters (default: 1000, as Google's BERT)",
     )
     p.add_argument("--lowercase", action="store_true", help="train an uncased vocabulary (default: cased)")
+    p.add_argument("--disable_tqdm", "--disable-tqdm", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
     tok = train_tokenizer(
         args.corpus,
@@ -457,6 +655,7 @@ def main(argv: list[str], prog: str = "spanbert tokenizer") -> int:
         min_frequency=args.min_frequency,
         limit_alphabet=args.limit_alphabet,
         lowercase=args.lowercase,
+        show_progress=not args.disable_tqdm,
     )
-    print(f"wrote {tok.vocab_size} tokens to {args.output_dir} (vocab.txt, tokenizer.json, tokenizer_config.json)")
+    print0(f"wrote {tok.vocab_size} tokens to {args.output_dir} (vocab.txt, tokenizer.json, tokenizer_config.json)")
     return 0

@@ -17,8 +17,9 @@ import math
 import os
 import shutil
 import time
+import warnings
 from collections.abc import Callable, Iterator
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -28,9 +29,17 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from spanbert.distributed import distributed_env, init_distributed, resolve_device  # noqa: F401 - re-exported
+from spanbert.distributed import (  # noqa: F401 - distributed_env, init_distributed, resolve_device re-exported
+    all_gather_objects,
+    distributed_env,
+    init_distributed,
+    is_main,
+    on_main,
+    print0,
+    resolve_device,
+)
 from spanbert.errors import SpanBertError
-from spanbert.utils import atomic_write, fsync_dir
+from spanbert.utils import atomic_write, fsync_dir, remove_debris, trim_heap
 
 
 @dataclass
@@ -88,12 +97,72 @@ class TrainingArguments:
     time limits; continue with --resume). -1 = run to the end."""
     resume: bool = False
     """Continue from the latest checkpoint in output_dir (model, optimizer, schedule, RNG, data position)."""
+    overwrite_output_dir: bool = False
+    """Start over in an output_dir that already holds a run (its checkpoints are removed); as the
+    transformers flag. Without it (or --resume) such a folder is refused."""
     nan_policy: Literal["stop", "skip"] = "stop"
     """On a NaN/inf loss or gradient: stop with an error naming the step, or skip that step."""
     report_to: Literal["tensorboard", "none"] = "tensorboard"
     """Also write TensorBoard event files (when the tensorboard package is installed)."""
     disable_tqdm: bool = False
     """Hide the progress bar."""
+
+    def __post_init__(self) -> None:
+        # Checked at construction so a command fails before any work (contract 4).
+        def bad(name: str, value: Any, expected: str) -> SpanBertError:
+            return SpanBertError(f"--{name}: found {value!r}, expected {expected}")
+
+        def finite(name: str, lo: float = 0.0, lo_open: bool = False, hi: float | None = None, hi_open=True):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v) or math.isinf(v):
+                raise bad(name, v, "a finite number")
+            if v < lo or (lo_open and v == lo) or (hi is not None and (v > hi or (hi_open and v == hi))):
+                left = "(" if lo_open else "["
+                right = "" if hi is None else (f"{hi})" if hi_open else f"{hi}]")
+                raise bad(name, v, f"a number in {left}{lo}, {right or 'inf)'}")
+
+        finite("learning_rate")
+        finite("adam_beta1", hi=1.0)
+        finite("adam_beta2", hi=1.0)
+        finite("adam_epsilon", lo_open=True)
+        finite("weight_decay")
+        finite("max_grad_norm")
+        finite("warmup_ratio", hi=1.0, hi_open=False)
+        if not math.isfinite(self.num_train_epochs) or self.num_train_epochs <= 0:
+            raise bad("num_train_epochs", self.num_train_epochs, "a number > 0")
+        at_least = {
+            "per_device_train_batch_size": 1,
+            "per_device_eval_batch_size": 1,
+            "gradient_accumulation_steps": 1,
+            "logging_steps": 1,
+            "save_total_limit": 1,
+            "seed": 0,
+            "warmup_steps": 0,
+            "save_steps": 0,
+            "eval_steps": 0,
+            "dataloader_num_workers": 0,
+        }
+        for name, lo in at_least.items():
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise bad(name, v, f"an integer >= {lo}")
+        for name in ("max_steps", "stop_at_step"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or (v < 1 and v != -1):
+                raise bad(name, v, "a positive integer or -1")
+        choices = {
+            "lr_scheduler_type": ("linear", "constant"),
+            "precision": ("auto", "fp32", "bf16", "fp16"),
+            "nan_policy": ("stop", "skip"),
+            "report_to": ("tensorboard", "none"),
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise bad(name, getattr(self, name), "one of " + ", ".join(allowed))
+        if self.device != "auto":
+            resolve_device(self.device)  # a clean error for an unknown name (cpux, gpu, cuda:x)
+        if self.resume and self.overwrite_output_dir:
+            raise SpanBertError("--resume and --overwrite_output_dir: found both, expected at most one")
 
 
 @dataclass
@@ -120,6 +189,32 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     if device.type != "cuda":
         raise SpanBertError("precision fp16 needs a CUDA device (use bf16 or fp32 on CPU)")
     return torch.float16
+
+
+_flush_depth = 0
+
+
+@contextmanager
+def flush_denormals() -> Iterator[None]:
+    """Treat denormal floats as zero on CPU (x86 FTZ/DAZ; GPUs do this already) while the block runs.
+
+    Arithmetic on denormals is microcode-assisted on x86, ~100x slower: fresh models hold many
+    (tiny gradients, Adam's squared-gradient averages), which made the first hundreds of CPU steps
+    3-25x slower than the later ones (docs/benchmarks.md). Values below 1e-38 do not change the
+    result of training. The flag is per thread and process-wide in effect, so it is switched off
+    again when the outermost block ends: a caller's own float code (numpy, hypothesis) keeps IEEE
+    subnormals.
+    """
+    global _flush_depth
+    if _flush_depth == 0:
+        torch.set_flush_denormal(True)
+    _flush_depth += 1
+    try:
+        yield
+    finally:
+        _flush_depth -= 1
+        if _flush_depth == 0:
+            torch.set_flush_denormal(False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -216,16 +311,74 @@ def _unwrap(model: nn.Module) -> nn.Module:
     return model.module if hasattr(model, "module") else model
 
 
+STATE_KEYS = ("model", "optimizer", "scheduler", "step")
+"""Keys every `state.pt` must hold (`scaler`, `rng` are optional)."""
+
+# Settings a --resume may change: they do not change the numbers the run computes.
+SAFE_TO_CHANGE = {
+    "output_dir": "where the run is (a moved folder)",
+    "logging_steps": "how often losses are logged",
+    "save_steps": "how often checkpoints are written",
+    "save_total_limit": "how many checkpoints are kept",
+    "eval_steps": "how often the evaluation runs",
+    "per_device_eval_batch_size": "the evaluation batch (not the training)",
+    "disable_tqdm": "the progress bar",
+    "report_to": "where logs go",
+    "dataloader_num_workers": "how batches are loaded (the order does not depend on it)",
+    "stop_at_step": "where this job stops",
+    "resume": "",
+    "overwrite_output_dir": "",
+    "nan_policy": "what happens at a non-finite loss from now on",
+    "device": "the device (results may differ in the last bits)",
+    # training longer (or shorter) is allowed: the schedule is recomputed for the new total from the
+    # saved step on, so the run no longer equals a straight run of the new length
+    "max_steps": "the total steps and so the learning-rate schedule from the saved step on",
+    "num_train_epochs": "the total steps and so the learning-rate schedule from the saved step on",
+}
+# The split of the global batch G = per_device x accumulation x world: safe while G (and so the step
+# count of an epoch) is unchanged, because `micro_batches` takes step s from perm[s*G:(s+1)*G] whatever
+# the split and the loss weights (count_targets) make the gradient that of the whole global batch.
+BATCH_SPLIT = ("per_device_train_batch_size", "gradient_accumulation_steps", "world_size")
+
+
+def _ckpt_step(p: Path) -> int | None:
+    tail = p.name.rsplit("-", 1)[-1]
+    return int(tail) if p.name.startswith("checkpoint-") and tail.isdigit() else None
+
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def _point_latest(output_dir: Path, name: str) -> None:
+    with atomic_write(output_dir / "latest") as f:
+        f.write(name + "\n")
+
+
 def save_training_state(
-    output_dir: Path, step: int, model: nn.Module, optimizer, scheduler, scaler, args: TrainingArguments, extra: dict
+    output_dir: Path,
+    step: int,
+    model: nn.Module,
+    optimizer,
+    scheduler,
+    scaler,
+    args: TrainingArguments,
+    extra: dict,
+    rng_states: list[dict] | None = None,
 ) -> Path:
     """Write `checkpoint-{step}` atomically (temporary folder, fsync, rename), then point `latest` at it.
 
-    A kill at any instant leaves `latest` naming a complete checkpoint (the old or the new one).
+    ``rng_states``: every rank's RNG state in rank order (default: this process's only). `latest`
+    names a complete checkpoint at every instant, also when `checkpoint-{step}` already exists (a
+    re-save): `latest` first moves to a hard-linked copy of the new checkpoint, then the old folder is
+    renamed aside, the new one renamed in, `latest` moved back, and the copies removed. Old
+    checkpoints are renamed aside before they are deleted, so a `checkpoint-N` folder is always whole.
     """
     output_dir.mkdir(parents=True, exist_ok=True)
     final = output_dir / f"checkpoint-{step}"
-    tmp = output_dir / f".checkpoint-{step}.tmp-{os.getpid()}"
+    pid = os.getpid()
+    tmp = output_dir / f".checkpoint-{step}.tmp-{pid}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     state = {
@@ -233,59 +386,269 @@ def save_training_state(
         "optimizer": optimizer.state_dict(),
         "scheduler": scheduler.state_dict(),
         "scaler": scaler.state_dict() if scaler is not None else None,
-        "torch_rng": torch.get_rng_state(),
-        "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+        "rng": rng_states if rng_states is not None else [_rng_state()],
         "step": step,
     }
     with open(tmp / "state.pt", "wb") as f:
         torch.save(state, f)
         f.flush()
         os.fsync(f.fileno())
+    info = {"global_step": step, "args": asdict(args), **extra}
+    info.setdefault("world_size", len(state["rng"]))
     with open(tmp / "trainer_state.json", "w") as f:
-        json.dump({"global_step": step, "args": asdict(args), **extra}, f, indent=2)
+        json.dump(info, f, indent=2, default=str)
         f.flush()
         os.fsync(f.fileno())
     fsync_dir(tmp)
     if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    fsync_dir(output_dir)
-    with atomic_write(output_dir / "latest") as f:
-        f.write(final.name + "\n")
+        alt = output_dir / f".checkpoint-{step}.tmp-{pid}-alt"
+        shutil.rmtree(alt, ignore_errors=True)
+        shutil.copytree(tmp, alt, copy_function=os.link)  # same files, second name: no copy of the data
+        fsync_dir(alt)
+        fsync_dir(output_dir)
+        _point_latest(output_dir, alt.name)
+        aside = output_dir / f".checkpoint-{step}.old-{pid}"
+        os.replace(final, aside)
+        os.replace(tmp, final)
+        fsync_dir(output_dir)
+        _point_latest(output_dir, final.name)
+        shutil.rmtree(alt, ignore_errors=True)
+        shutil.rmtree(aside, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
+        fsync_dir(output_dir)
+        _point_latest(output_dir, final.name)
     # Keep the newest `save_total_limit` checkpoints; the one `latest` names is never deleted.
-    ckpts = sorted(
-        (p for p in output_dir.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()),
-        key=lambda p: int(p.name.split("-")[-1]),
-    )
+    ckpts = sorted((p for p in output_dir.glob("checkpoint-*") if _ckpt_step(p) is not None), key=_ckpt_step)
     for old in ckpts[: max(0, len(ckpts) - max(1, args.save_total_limit))]:
         if old != final:
-            shutil.rmtree(old, ignore_errors=True)
+            aside = output_dir / f".{old.name}.old-{pid}"
+            os.replace(old, aside)
+            shutil.rmtree(aside, ignore_errors=True)
     return final
 
 
+def _rng_state() -> dict[str, Any]:
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+    }
+
+
+def _complete(path: Path) -> str | None:
+    """Why ``path`` is not a complete checkpoint, or None when it is."""
+    if not path.is_dir():
+        return "it does not exist"
+    for name in ("state.pt", "trainer_state.json"):
+        if not (path / name).is_file():
+            return f"it has no {name}"
+    try:
+        json.loads((path / "trainer_state.json").read_text())
+    except (OSError, ValueError) as e:
+        return f"trainer_state.json is unreadable ({e})"
+    return None
+
+
 def latest_checkpoint(output_dir: str | Path) -> Path | None:
-    """The checkpoint that `output_dir/latest` names, or None when there is none."""
+    """The checkpoint that `output_dir/latest` names, or None when there is none (or it is incomplete)."""
     pointer = Path(output_dir) / "latest"
-    if not pointer.exists():
+    if not pointer.is_file():
         return None
     path = Path(output_dir) / pointer.read_text().strip()
-    return path if (path / "state.pt").exists() else None
+    return path if _complete(path) is None else None
+
+
+def find_resume_checkpoint(output_dir: str | Path) -> tuple[Path, str | None]:
+    """The checkpoint to resume from and a note when it is not the one `latest` names.
+
+    `latest` wins when it names a complete checkpoint; otherwise the newest complete `checkpoint-N`.
+    Raises SpanBertError naming what is wrong when none is usable.
+    """
+    output_dir = Path(output_dir)
+    pointer = output_dir / "latest"
+    problems = []
+    if pointer.is_file():
+        name = pointer.read_text().strip()
+        why = _complete(output_dir / name) if name and "/" not in name else "it is not a folder name"
+        if why is None:
+            return output_dir / name, None
+        problem = f"{pointer}: names {name!r} but {why}"
+    else:
+        problem = f"{pointer} is missing"
+    problems.append(problem)
+    ckpts = sorted((p for p in output_dir.glob("checkpoint-*") if _ckpt_step(p) is not None), key=_ckpt_step)
+    for p in reversed(ckpts):
+        why = _complete(p)
+        if why is None:
+            return p, f"{problem}; resuming from the newest complete checkpoint, {p.name}"
+        problems.append(f"{p}: {why}")
+    if not ckpts:
+        problems.append(f"no checkpoint-N folder in {output_dir}")
+    raise SpanBertError("--resume: no usable checkpoint: " + "; ".join(problems))
+
+
+def compare_settings(saved: dict, now: dict) -> tuple[list[str], list[str]]:
+    """(refused, accepted) differences between a checkpoint's settings and this run's, each as
+    'name: saved -> now'. ``saved``/``now`` hold "args" (TrainingArguments), "run_config" and
+    "world_size"; a run_config key is compared flattened (e.g. ``masking.mask_ratio``)."""
+    refused, accepted = [], []
+    old_args, new_args = dict(saved.get("args") or {}), dict(now["args"])
+    old_args["world_size"], new_args["world_size"] = saved.get("world_size", now["world_size"]), now["world_size"]
+    split_changed = []
+    for k in sorted(set(old_args) | set(new_args)):
+        if k not in old_args:  # a setting newer than the checkpoint: nothing to compare
+            continue
+        a, b = old_args.get(k), new_args.get(k)
+        if a == b or (isinstance(a, list) and tuple(a) == b):
+            continue
+        line = f"{k}: {a!r} -> {b!r}"
+        if k in SAFE_TO_CHANGE:
+            accepted.append(line + (f" (changes {SAFE_TO_CHANGE[k]})" if SAFE_TO_CHANGE[k] else ""))
+        elif k in BATCH_SPLIT:
+            split_changed.append(line)
+        else:
+            refused.append(line)
+    if split_changed:
+        g_old = math.prod(int(old_args.get(k) or 1) for k in BATCH_SPLIT)
+        g_new = math.prod(int(new_args.get(k) or 1) for k in BATCH_SPLIT)
+        n = now.get("train_examples")
+        same_epoch = n is None or steps_per_epoch(n, g_old, old_args["world_size"]) == steps_per_epoch(
+            n, g_new, new_args["world_size"]
+        )
+        if g_old == g_new and same_epoch:
+            accepted += [f"{x} (same global batch {g_new}: same data order, other dropout streams)" for x in split_changed]
+        else:
+            why = f"global batch {g_old} -> {g_new}" if g_old != g_new else "steps per epoch change"
+            refused += [f"{x} ({why})" for x in split_changed]
+    flat_old, flat_new = _flatten(saved.get("run_config") or {}), _flatten(now.get("run_config") or {})
+    if "run_config" in saved or flat_new:
+        for k in sorted(set(flat_old) | set(flat_new)):
+            a, b = flat_old.get(k, "<absent>"), flat_new.get(k, "<absent>")
+            if a != b:
+                refused.append(f"{k}: {a!r} -> {b!r}")
+    return refused, accepted
+
+
+def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    """JSON view of a nested dict, keys joined by dots (tuples and lists compare as lists)."""
+    d = json.loads(json.dumps(d, default=str))
+    out: dict[str, Any] = {}
+
+    def walk(v: Any, key: str) -> None:
+        if isinstance(v, dict):
+            for k, x in v.items():
+                walk(x, f"{key}.{k}" if key else str(k))
+        else:
+            out[key] = v
+
+    walk(d, prefix)
+    return out
 
 
 def load_training_state(path: Path, model: nn.Module, optimizer, scheduler, scaler) -> int:
+    """Restore model, optimizer, schedule, scaler and this rank's RNG from ``path``; returns its step."""
+    where = f"{path}/state.pt"
     try:
         state = torch.load(path / "state.pt", map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any failure here means the checkpoint is unusable
-        raise SpanBertError(f"{path}/state.pt: cannot read the training checkpoint: {e}") from None
-    _unwrap(model).load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    scheduler.load_state_dict(state["scheduler"])
+        raise SpanBertError(f"{where}: cannot read the training checkpoint: {e}") from None
+    if not isinstance(state, dict):
+        raise SpanBertError(f"{where}: found a {type(state).__name__}, expected a dict of training state")
+    missing = [k for k in STATE_KEYS if k not in state]
+    if missing:
+        raise SpanBertError(
+            f"{where}: found no {', '.join(missing)}, expected the keys {', '.join(STATE_KEYS)} "
+            f"(an incomplete or foreign checkpoint; start over with --overwrite_output_dir)"
+        )
+    try:
+        _unwrap(model).load_state_dict(state["model"])
+    except RuntimeError as e:
+        lines = [x.strip() for x in str(e).splitlines()[1:] if x.strip()][:4]
+        raise SpanBertError(
+            f"{where}: found model weights that do not fit this model, expected the same architecture "
+            f"and size ({'; '.join(lines)})"
+        ) from None
+    try:
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+    except (ValueError, KeyError, RuntimeError) as e:
+        raise SpanBertError(f"{where}: found an optimizer state that does not fit this model: {e}") from None
     if scaler is not None and state.get("scaler"):
         scaler.load_state_dict(state["scaler"])
-    torch.set_rng_state(state["torch_rng"])
-    if state.get("cuda_rng") is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda_rng"])
+    rngs = state.get("rng")
+    if rngs is None and "torch_rng" in state:  # checkpoints written before per-rank RNG states
+        rngs = [{"torch": state["torch_rng"], "cuda": state.get("cuda_rng")}]
+    if rngs:
+        rank, world, _ = distributed_env()
+        # each rank restores its own stream; with another world size the streams cannot continue
+        # exactly (the resume rule accepts that only for an unchanged global batch)
+        mine = rngs[rank] if len(rngs) == world else rngs[rank % len(rngs)]
+        torch.set_rng_state(mine["torch"])
+        if mine.get("cuda") is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(mine["cuda"])
     return int(state["step"])
+
+
+def check_output_dir(args: TrainingArguments) -> None:
+    """Refuse an output_dir that already holds a run (a `latest` pointer, a `checkpoint-*` folder or
+    a saved model's config.json) unless --resume or --overwrite_output_dir is given (contract 3)."""
+    if args.resume or args.overwrite_output_dir:
+        return
+    out = Path(args.output_dir)
+    if not out.is_dir():
+        return
+    found = None
+    if (out / "latest").exists():
+        found = "a latest pointer"
+    elif any(p.is_dir() and _ckpt_step(p) is not None for p in out.glob("checkpoint-*")):
+        found = "checkpoint folders"
+    elif (out / "config.json").is_file() or (out / "final" / "config.json").is_file():
+        found = "a saved model (config.json)"
+    if found:
+        raise SpanBertError(
+            f"{out}: found {found} of an earlier run, expected an empty or new output_dir; "
+            f"pass --resume to continue it or --overwrite_output_dir to start over"
+        )
+
+
+def _start_run_dir(output_dir: Path, args: TrainingArguments) -> list[str]:
+    """Rank 0, before a run: remove what a killed run left (temporary checkpoint folders, `latest`
+    temporaries, atomic_dir leftovers beside and inside `final/`), finishing an interrupted re-save;
+    with --overwrite_output_dir remove the old checkpoints and `latest`. Returns what was removed."""
+    if not output_dir.is_dir():
+        return []
+    keep = set()
+    pointer = output_dir / "latest"
+    if pointer.is_file():
+        name = pointer.read_text().strip()
+        if name.startswith(".checkpoint-") and _complete(output_dir / name) is None:
+            # killed during a re-save while `latest` named the hard-linked copy: finish the move
+            step = name[len(".checkpoint-") :].split(".", 1)[0]
+            final = output_dir / f"checkpoint-{step}"
+            if _complete(final) is None:
+                _point_latest(output_dir, final.name)
+            else:
+                shutil.rmtree(final, ignore_errors=True)
+                tmp = output_dir / f".checkpoint-{step}.tmp-{os.getpid()}-restore"
+                shutil.copytree(output_dir / name, tmp, copy_function=os.link)
+                fsync_dir(tmp)
+                os.replace(tmp, final)
+                fsync_dir(output_dir)
+                _point_latest(output_dir, final.name)
+    removed = []
+    for p in output_dir.glob(".checkpoint-*.old-*"):  # checkpoints being deleted: never restore them
+        shutil.rmtree(p, ignore_errors=True)
+        removed.append(p.name)
+    removed += remove_debris(output_dir, keep=keep)
+    if (output_dir / "final").is_dir():
+        removed += [f"final/{x}" for x in remove_debris(output_dir / "final")]
+    if args.overwrite_output_dir and not args.resume:
+        for p in output_dir.glob("checkpoint-*"):
+            if p.is_dir() and _ckpt_step(p) is not None:
+                shutil.rmtree(p, ignore_errors=True)
+        if pointer.exists():
+            pointer.unlink()
+    return removed
 
 
 # ---------------------------------------------------------------------------------------------
@@ -307,7 +670,7 @@ class _Logger:
 
                 self.writer = SummaryWriter(str(output_dir / "tensorboard"))
             except ImportError:
-                print("note: tensorboard is not installed; logging to log.jsonl only (pip install tensorboard)")
+                print0("note: tensorboard is not installed; logging to log.jsonl only (pip install tensorboard)")
 
     def log(self, step: int, values: dict[str, float]) -> None:
         if not self.enabled:
@@ -348,6 +711,25 @@ def _count_tokens(batch: Any) -> int:
 # The loop
 
 
+def _examples(batch: Any) -> int:
+    if isinstance(batch, dict) and isinstance(batch.get("input_ids"), torch.Tensor):
+        return int(batch["input_ids"].shape[0])
+    if isinstance(batch, dict):
+        for v in batch.values():
+            if isinstance(v, torch.Tensor) and v.ndim > 0:
+                return int(v.shape[0])
+    return 1
+
+
+def make_grad_scaler(amp_dtype: torch.dtype | None, device: torch.device):
+    """The fp16 loss scaler (None for fp32/bf16); a function so tests can force one on CPU."""
+    return torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None
+
+
+MAX_CONSECUTIVE_SCALER_SKIPS = 25
+"""--nan_policy stop: this many fp16 overflow skips in a row stop the run (the scale fell by 2^25)."""
+
+
 def train(
     model: nn.Module,
     train_dataset: Any,
@@ -356,17 +738,50 @@ def train(
     collate_fn: Callable | None = None,
     lr_by_prefix: dict[str, float] | None = None,
     eval_fn: Callable[[nn.Module, int], dict[str, float]] | None = None,
+    count_targets: Callable[[Any], dict[str, int]] | None = None,
+    run_config: dict | None = None,
 ) -> TrainResult:
     """Train ``model`` on ``train_dataset`` (map-style) and return the final step and metrics.
 
     ``model(**batch)`` must return a dict with a scalar ``"loss"``; other scalar entries whose names
-    end in ``loss`` or ``acc`` are averaged and logged. ``eval_fn(model, step)`` runs every
-    ``eval_steps`` and at the end (on rank 0, in eval mode).
+    end in ``loss`` or ``acc`` are averaged and logged. With ``count_targets`` and a model output
+    ``"loss_terms"`` (each a mean over its targets), every term is weighted by its micro-batch's share
+    of the step's targets over all micro-batches and ranks, so accumulation and N processes equal
+    one big batch exactly; otherwise ``loss`` is weighted by the examples of the micro-batch.
+    ``eval_fn(model, step)`` runs every ``eval_steps`` and at the end on every rank (eval mode, no
+    grad); rank 0 logs its result. ``run_config`` (extra settings of the run) is saved in every
+    checkpoint and compared with --resume, as the arguments are.
     """
+    with flush_denormals():
+        return _train(
+            model,
+            train_dataset,
+            args,
+            collate_fn=collate_fn,
+            lr_by_prefix=lr_by_prefix,
+            eval_fn=eval_fn,
+            count_targets=count_targets,
+            run_config=run_config,
+        )
+
+
+def _train(
+    model: nn.Module,
+    train_dataset: Any,
+    args: TrainingArguments,
+    *,
+    collate_fn: Callable | None = None,
+    lr_by_prefix: dict[str, float] | None = None,
+    eval_fn: Callable[[nn.Module, int], dict[str, float]] | None = None,
+    count_targets: Callable[[Any], dict[str, int]] | None = None,
+    run_config: dict | None = None,
+) -> TrainResult:
+    """The loop of `train` (which holds the CPU float mode around it)."""
     rank, world, _ = distributed_env()
     device = resolve_device(args.device)
     init_distributed(device)
     output_dir = Path(args.output_dir)
+    check_output_dir(args)
     n = len(train_dataset)
     b, accum = args.per_device_train_batch_size, args.gradient_accumulation_steps
     if n == 0:
@@ -379,6 +794,12 @@ def train(
         raise SpanBertError(f"{n} training examples are fewer than one global batch of {G} across {world} processes")
     total = args.max_steps if args.max_steps > 0 else math.ceil(args.num_train_epochs * epoch_steps)
     warmup = args.warmup_steps or math.ceil(args.warmup_ratio * total)
+    run_config = json.loads(json.dumps(run_config, default=str)) if run_config is not None else None
+    settings = {"args": asdict(args), "run_config": run_config, "world_size": world, "train_examples": n}
+
+    removed = on_main(lambda: _start_run_dir(output_dir, args))
+    if removed:
+        print0(f"note: removed what an interrupted run left in {output_dir}: {', '.join(removed)}")
 
     model.to(device)
     raw_model = model
@@ -395,17 +816,32 @@ def train(
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(total, warmup, args.lr_scheduler_type))
     amp_dtype = autocast_dtype(args.precision, device)
-    scaler = torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None
+    scaler = make_grad_scaler(amp_dtype, device)
     params = [p for g in groups for p in g["params"]]
 
     step = 0
     if args.resume:
-        ckpt = latest_checkpoint(output_dir)
-        if ckpt is None:
-            raise SpanBertError(f"--resume: no checkpoint in {output_dir} (expected {output_dir}/latest)")
+
+        def choose() -> tuple[str, str | None, list[str]]:
+            ckpt, note = find_resume_checkpoint(output_dir)
+            saved = json.loads((ckpt / "trainer_state.json").read_text())
+            refused, accepted = compare_settings(saved, settings)
+            if refused:
+                raise SpanBertError(
+                    f"{ckpt}/trainer_state.json: found settings that differ from this run's, expected the "
+                    f"same to --resume: " + "; ".join(refused) + " (restore them, or start over with "
+                    "--overwrite_output_dir)"
+                )
+            return str(ckpt), note, accepted
+
+        ckpt_name, note, accepted = on_main(choose)  # chosen once, the same on every rank
+        ckpt = Path(ckpt_name)
+        if note:
+            print0(f"note: {note}")
+        for line in accepted:
+            print0(f"note: --resume with a changed setting: {line}")
         step = load_training_state(ckpt, model, optimizer, scheduler, scaler)
-        if rank == 0:
-            print(f"resumed from {ckpt} at step {step}/{total}")
+        print0(f"resumed from {ckpt} at step {step}/{total}")
 
     logger = _Logger(output_dir, enabled=rank == 0, tensorboard=args.report_to == "tensorboard")
     bar = None
@@ -416,8 +852,21 @@ def train(
     window: dict[str, list[float]] = {}
     tokens, t0 = 0, time.perf_counter()
     skipped = 0
+    scaler_skips_in_a_row = 0
     last: dict[str, float] = {}
     pin = device.type == "cuda"
+    extra_state = {"world_size": world, "run_config": run_config}
+
+    def checkpoint() -> None:
+        rngs = all_gather_objects(_rng_state())  # every rank's stream, so each resumes its own
+        on_main(lambda: save_training_state(output_dir, step, model, optimizer, scheduler, scaler, args, extra_state, rngs))
+
+    def counts_of(mb: Any) -> dict[str, int]:
+        c = {"loss": _examples(mb)}
+        if count_targets is not None:
+            c.update({k: int(v) for k, v in count_targets(mb).items()})
+        return c
+
     model.train()
     try:
         end = min(total, args.stop_at_step) if args.stop_at_step > 0 else total
@@ -440,16 +889,34 @@ def train(
             for step_mbs in plan:
                 if step >= end:
                     break
-                n_micro = len(step_mbs)  # micro-batches in this step, fetched one at a time
+                # The whole step's micro-batches first (collated, on CPU): the loss weights need the
+                # target counts of all of them, summed over the ranks, before the first backward.
+                mbs = [next(stream) for _ in step_mbs]
+                counts = [counts_of(mb) for mb in mbs]
+                keys = sorted(set().union(*counts))
+                totals_t = torch.tensor([sum(c.get(k, 0) for c in counts) for k in keys], dtype=torch.float64)
+                if world > 1:
+                    totals_t = totals_t.to(device)
+                    dist.all_reduce(totals_t)
+                totals = dict(zip(keys, totals_t.tolist()))
                 loss_sum = torch.zeros((), device=device)
-                for i in range(n_micro):
-                    mb = _to_device(next(stream), device)
+                lr_used = _shown_lr(optimizer, args)  # the rate this step uses (before scheduler.step)
+                for i, mb in enumerate(mbs):
+                    mb = _to_device(mb, device)
                     tokens += _count_tokens(mb)
-                    sync = world == 1 or i == n_micro - 1
+                    sync = world == 1 or i == len(mbs) - 1
                     ctx = model.no_sync() if not sync else nullcontext()
                     with ctx, torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
                         out = model(**mb)
-                        loss = out["loss"] / n_micro
+                        terms = out.get("loss_terms") if count_targets is not None else None
+                        if not terms:
+                            terms = {"loss": out["loss"]}
+                        loss = 0.0
+                        for k, term in terms.items():
+                            total_k = totals.get(k, 0.0)
+                            # DDP averages gradients over ranks: times world makes that a sum
+                            w = counts[i].get(k, 0) * world / total_k if total_k else 0.0
+                            loss = loss + term.float() * w
                     if scaler is not None:
                         scaler.scale(loss).backward()
                     else:
@@ -461,10 +928,16 @@ def train(
                 if scaler is not None:
                     scaler.unscale_(optimizer)
                 grad_norm = clip_gradients(params, args.max_grad_norm)
-                bad = torch.stack([~torch.isfinite(loss_sum), ~torch.isfinite(grad_norm.to(device))]).any().float()
+                bad_loss = (~torch.isfinite(loss_sum)).float().reshape(1)
+                bad_grad = (~torch.isfinite(grad_norm.to(device))).float().reshape(1)
+                bad = torch.cat([bad_loss, bad_grad])
                 if world > 1:
                     dist.all_reduce(bad)
-                if bad.item() and scaler is None:
+                # fp16: a non-finite gradient with a finite loss is the scaler's overflow, expected
+                # while it finds its scale: the scaler skips the step, we count it. A non-finite loss
+                # follows --nan_policy as in fp32/bf16.
+                nonfinite = bool(bad[0].item()) or (scaler is None and bool(bad[1].item()))
+                if nonfinite:
                     if args.nan_policy == "stop":
                         raise SpanBertError(
                             f"non-finite loss or gradient at step {step + 1} (loss {loss_sum.item():.4g}, "
@@ -473,27 +946,43 @@ def train(
                         )
                     skipped += 1
                     optimizer.zero_grad(set_to_none=True)
+                    if scaler is not None:
+                        scaler.update(scaler.get_scale() * scaler.get_backoff_factor())
                 else:
                     if scaler is not None:
+                        before = scaler.get_scale()
                         scaler.step(optimizer)
                         scaler.update()
+                        if scaler.get_scale() < before:  # overflow: the scaler skipped this step
+                            skipped += 1
+                            scaler_skips_in_a_row += 1
+                            if args.nan_policy == "stop" and scaler_skips_in_a_row >= MAX_CONSECUTIVE_SCALER_SKIPS:
+                                raise SpanBertError(
+                                    f"{scaler_skips_in_a_row} fp16 overflow steps in a row up to step {step + 1}: "
+                                    f"the gradients are not finite at any scale; lower the learning rate or "
+                                    f"use bf16/fp32"
+                                )
+                        else:
+                            scaler_skips_in_a_row = 0
                     else:
                         optimizer.step()
                     optimizer.zero_grad(set_to_none=True)
-                scheduler.step()
+                with warnings.catch_warnings():
+                    # a skipped step still advances the schedule (the step count decides the rate)
+                    warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step", category=UserWarning)
+                    scheduler.step()
                 step += 1
+                if device.type == "cpu" and os.environ.get("SPANBERT_TRIM", "1") == "1":
+                    trim_heap()  # flat resident memory on CPU (see utils.trim_heap)
                 window.setdefault("grad_norm", []).append(float(grad_norm))
                 if bar is not None:
                     bar.update(1)
                 if step % max(1, args.logging_steps) == 0 or step == end:
                     dt = time.perf_counter() - t0
                     last = {k: float(np.mean(v)) for k, v in window.items()}
-                    # the rate of the group at --learning_rate (not e.g. the encoder's under lr_by_prefix)
-                    last["lr"] = next(
-                        (g["lr"] for g in optimizer.param_groups if g["initial_lr"] == args.learning_rate),
-                        optimizer.param_groups[0]["lr"],
-                    )
+                    last["lr"] = lr_used
                     last["tokens_per_s"] = tokens * world / dt if dt > 0 else 0.0
+                    last["skipped_steps"] = float(skipped)
                     logger.log(step, {f"train/{k}": v for k, v in last.items()})
                     if rank == 0:
                         shown = {k: f"{last[k]:.3f}" for k in _SHOWN if k in last}
@@ -508,12 +997,10 @@ def train(
                     window, tokens, t0 = {}, 0, time.perf_counter()
                 if eval_fn is not None and args.eval_steps and step % args.eval_steps == 0 and step != total:
                     _run_eval(eval_fn, raw_model, step, rank, logger, last)
-                if rank == 0 and args.save_steps and step % args.save_steps == 0 and step != end:
-                    save_training_state(output_dir, step, model, optimizer, scheduler, scaler, args, {})
-                if world > 1 and args.save_steps and step % args.save_steps == 0:
-                    dist.barrier()
-        if rank == 0 and (args.save_steps > 0 or step < total):
-            save_training_state(output_dir, step, model, optimizer, scheduler, scaler, args, {})
+                if args.save_steps and step % args.save_steps == 0 and step != end:
+                    checkpoint()
+        if args.save_steps > 0 or step < total:
+            checkpoint()
         if eval_fn is not None and step == total:
             _run_eval(eval_fn, raw_model, step, rank, logger, last)
     finally:
@@ -525,17 +1012,28 @@ def train(
     return TrainResult(global_step=step, skipped_steps=skipped, metrics=last)
 
 
+def _shown_lr(optimizer, args: TrainingArguments) -> float:
+    # the rate of the group at --learning_rate (not e.g. the encoder's under lr_by_prefix)
+    return float(
+        next(
+            (g["lr"] for g in optimizer.param_groups if g["initial_lr"] == args.learning_rate),
+            optimizer.param_groups[0]["lr"],
+        )
+    )
+
+
 _SHOWN = ("loss", "mlm_loss", "sbo_loss", "nsp_loss", "mlm_acc", "sbo_acc", "nsp_acc")
 
 
 def _run_eval(eval_fn, model: nn.Module, step: int, rank: int, logger: _Logger, last: dict) -> None:
-    if rank != 0:
-        return
+    """Every rank evaluates (contract 7: eval_fn shards and gathers); rank 0's logger writes."""
     was_training = model.training
     model.eval()
-    with torch.no_grad():
-        results = eval_fn(model, step) or {}
-    model.train(was_training)
+    try:
+        with torch.no_grad():
+            results = eval_fn(model, step) or {}
+    finally:
+        model.train(was_training)
     logger.log(step, {f"eval/{k}": float(v) for k, v in results.items() if isinstance(v, (int, float))})
     last.update({f"eval_{k}": float(v) for k, v in results.items() if isinstance(v, (int, float))})
 
@@ -563,8 +1061,9 @@ def predict_batches(
     from tqdm.auto import tqdm
 
     try:
-        with torch.no_grad():
-            for batch in tqdm(loader, desc=desc, disable=disable_tqdm, leave=False, dynamic_ncols=True):
+        with flush_denormals(), torch.no_grad():
+            bar = tqdm(loader, desc=desc, disable=disable_tqdm or not is_main(), leave=False, dynamic_ncols=True)
+            for batch in bar:
                 with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
                     out = model(**_to_device(batch, device))
                 yield batch, out

@@ -8,8 +8,13 @@
 - `accuracy`, `binary_f1`, `matthews_corrcoef`, `pearson`, `spearman`: the GLUE leaderboard metrics
   (CoLA: Matthews; MRPC/QQP: F1 and accuracy; STS-B: Pearson and Spearman; the rest: accuracy).
 - `conll_chunks`, `conlleval`: entity-level precision / recall / F1 as the CoNLL-2000/2003 Perl
-  script ``conlleval`` computes it, including its chunk boundary rules for ill-formed tag sequences
-  (an ``I-`` after ``O`` or after a different type starts a new entity).
+  script ``conlleval`` computes it for IOB1/IOB2 tags, including its chunk boundary rules for
+  ill-formed tag sequences (an ``I-`` after ``O`` or after a different type starts a new entity).
+  IOBES tags are read as the chunks they denote (``S-X`` is a one-word entity, ``E-X`` ends one, ``B-X``
+  after ``E-X`` starts a new one); conlleval (2004) has no ``S-`` rule and does not split
+  ``E-X B-X``, so on IOBES this is *not* conlleval (seqeval's IOBES reading instead).
+
+Every function returns fractions in [0, 1]; the task commands report them x100.
 """
 
 from __future__ import annotations
@@ -227,10 +232,13 @@ def _start_of_chunk(prev_tag: str, tag: str, prev_type: str, kind: str) -> bool:
 
 
 def conll_chunks(tags: Sequence[str]) -> list[tuple[int, int, str]]:
-    """Entities of one sentence as conlleval sees them: ``(start, end_inclusive, type)``.
+    """Entities of one sentence: ``(start, end_inclusive, type)``.
 
-    IOB1, IOB2 and IOBES tags are all read with conlleval's rules: an ``I-X`` after ``O`` or after a
-    different type starts a new entity, and a type change ends the current one.
+    IOB1 and IOB2 tags are read exactly with conlleval's rules: an ``I-X`` after ``O`` or after a
+    different type starts a new entity, and a type change ends the current one. IOBES tags are read
+    as the chunks they denote, which is not what conlleval (2004) does: ``S-X`` is an entity of one
+    word and ``E-X`` ends an entity, so ``E-X B-X`` is two entities and ``S-X S-X`` is two (conlleval
+    has no ``S-`` rule and would merge both pairs).
     """
     chunks = []
     prev_tag, prev_type, start = "O", "", None

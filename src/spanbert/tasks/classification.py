@@ -25,8 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from spanbert.errors import SpanBertError
-from spanbert.utils import atomic_write
+from spanbert.errors import DataError, SpanBertError
 
 IGNORE_INDEX = -100
 """Label of positions without a target (special tokens, non-first sub-tokens), as in HF."""
@@ -230,25 +229,49 @@ def label_config(labels: list[str] | None) -> dict[str, Any]:
     }
 
 
-def labels_from_config(config_json: dict[str, Any]) -> list[str] | None:
-    """Inverse of `label_config`: the label list, or None for a regression head."""
+def labels_from_config(config_json: dict[str, Any], source: str = "config.json") -> list[str] | None:
+    """Inverse of `label_config`: the label list, or None for a regression head. ``source`` names the
+    file in errors (a config.json without usable labels)."""
     if config_json.get("problem_type") == "regression":
         return None
     id2label = config_json.get("id2label")
-    if not id2label:
-        raise SpanBertError("the fine-tuned model's config.json has no id2label; was it saved by spanbert finetune?")
-    return [id2label[str(i)] for i in range(len(id2label))]
+    if not id2label or not isinstance(id2label, dict):
+        raise DataError(
+            source, f"found id2label {id2label!r:.60}; expected a mapping of class ids to labels "
+            "(was the model saved by spanbert finetune?)",
+        )  # fmt: skip
+    keys = {str(k) for k in id2label}
+    if keys != {str(i) for i in range(len(id2label))}:
+        raise DataError(source, f"found id2label keys {sorted(keys)[:5]}; expected 0..{len(id2label) - 1}")
+    labels = [id2label[str(i)] for i in range(len(id2label))]
+    if not all(isinstance(l, str) for l in labels) or len(set(labels)) != len(labels):
+        raise DataError(source, f"found id2label values {labels[:5]}; expected distinct label strings")
+    num = config_json.get("num_labels")
+    if num is not None and num != len(labels):
+        raise DataError(source, f"found num_labels {num}; expected {len(labels)} as id2label has")
+    return labels
 
 
-def build_model(kind: str, model_dir: str | Path, num_labels: int, vocab_size: int | None = None) -> nn.Module:
-    """A fresh head on the pre-trained encoder in ``model_dir`` (grown to ``vocab_size`` if given)."""
-    from spanbert.tasks.common import load_encoder
+def build_model(
+    kind: str, model_dir: str | Path, num_labels: int, vocab_size: int | None = None, seed: int | None = None
+) -> nn.Module:
+    """A fresh head on the pre-trained encoder in ``model_dir`` (grown to ``vocab_size`` if given).
+
+    With ``seed`` (``--seed``) the new weights (head, pooler, grown embeddings) are the same in every
+    run and on every rank, and each rank then gets its own dropout stream.
+    """
+    from spanbert.tasks.common import load_encoder, seed_dropout, seed_init
 
     cls, _, pooled = HEADS[kind]
+    if seed is not None:
+        seed_init(seed)
     encoder = load_encoder(model_dir, add_pooling_layer=pooled)
     if vocab_size is not None:
         resize_token_embeddings(encoder, vocab_size)
-    return cls(encoder, num_labels)
+    model = cls(encoder, num_labels)
+    if seed is not None:
+        seed_dropout(seed)
+    return model
 
 
 def load_model(kind: str, model_dir: str | Path, device: str = "cpu") -> tuple[nn.Module, dict[str, Any], Any]:
@@ -261,7 +284,7 @@ def load_model(kind: str, model_dir: str | Path, device: str = "cpu") -> tuple[n
 
     config_json, state, tokenizer = load_finetuned(model_dir)
     cls, _, pooled = HEADS[kind]
-    labels = labels_from_config(config_json)
+    labels = labels_from_config(config_json, str(Path(model_dir) / "config.json"))
     model = cls(
         Encoder(BertConfig.from_hf_dict(config_json), add_pooling_layer=pooled), 1 if labels is None else len(labels)
     )
@@ -295,23 +318,34 @@ def _device(model: nn.Module) -> torch.device:
 def predict_logits(
     model: nn.Module, features: list[dict[str, Any]], pad_id: int, batch_size: int = 64, progress: bool = False
 ) -> list[np.ndarray]:
-    """Logits of every feature, in order: (num_labels,) per sequence or (T_i, num_labels) per token."""
+    """Logits of every feature, in order: (num_labels,) per sequence or (T_i, num_labels) per token.
+
+    Under torchrun each rank predicts its share and every rank returns all logits (contract 7), so
+    call it on every rank.
+    """
+    from spanbert.distributed import is_main
+    from spanbert.tasks.common import predict_sharded
     from spanbert.trainer import predict_batches
 
-    # sort by length so batches carry little padding; outputs go back in the original order
-    order = sorted(range(len(features)), key=lambda i: len(features[i]["input_ids"]))
-    inputs = [{k: v for k, v in features[i].items() if k != "labels"} for i in order]
-    results: dict[int, np.ndarray] = {}
-    done = 0
-    for _, out in predict_batches(
-        model, inputs, batch_size, Collator(pad_id), device=_device(model), disable_tqdm=not progress
-    ):
-        logits = out["logits"].float().cpu().numpy()  # (b, num_labels) or (b, T, num_labels)
-        for j, i in enumerate(order[done : done + len(logits)]):
-            n = len(features[i]["input_ids"])
-            results[i] = logits[j, :n] if logits.ndim == 3 else logits[j]
-        done += len(logits)
-    return [results[i] for i in range(len(features))]
+    quiet = not progress or not is_main()  # one bar under torchrun, none with --disable_tqdm
+
+    def predict(indices) -> list[np.ndarray]:
+        # sort by length so batches carry little padding; outputs go back in the original order
+        order = sorted(indices, key=lambda i: len(features[i]["input_ids"]))
+        inputs = [{k: v for k, v in features[i].items() if k != "labels"} for i in order]
+        results: dict[int, np.ndarray] = {}
+        done = 0
+        for _, out in predict_batches(
+            model, inputs, batch_size, Collator(pad_id), device=_device(model), disable_tqdm=quiet
+        ):
+            logits = out["logits"].float().cpu().numpy()  # (b, num_labels) or (b, T, num_labels)
+            for j, i in enumerate(order[done : done + len(logits)]):
+                n = len(features[i]["input_ids"])
+                results[i] = logits[j, :n] if logits.ndim == 3 else logits[j]
+            done += len(logits)
+        return [results[i] for i in indices]
+
+    return predict_sharded(len(features), predict)
 
 
 def finetune(
@@ -360,12 +394,15 @@ def run_finetune_cli(
     """
     import dataclasses
 
-    from spanbert.tasks.common import sweep, training_arguments
+    from spanbert.distributed import print0
+    from spanbert.tasks.common import check_output_dir, start_distributed, sweep, training_arguments
 
     targs = training_arguments(args, defaults)
+    check_output_dir(targs)  # before reading any data (a sweep: the top folder)
+    start_distributed(targs.device)
     if not getattr(args, "sweep", False):
         metrics = run_one(targs)
-        print(f"saved the fine-tuned model to {targs.output_dir}")
+        print0(f"saved the fine-tuned model to {targs.output_dir}")
         print_metrics(metrics)
         return 0
 
@@ -379,18 +416,20 @@ def run_finetune_cli(
         return metrics[metric]
 
     summary = sweep(one, targs.output_dir)
-    print(f"best run copied to {targs.output_dir}")
+    print0(f"best run copied to {targs.output_dir}")
     print_metrics(summary["best"])
     return 0
 
 
 def write_json(path: str | Path, data: Any) -> None:
-    """Pretty JSON, atomically."""
-    with atomic_write(path, encoding="utf-8") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
-        f.write("\n")
+    """Pretty JSON, atomically, written once under torchrun (`spanbert.tasks.common.write_json`)."""
+    from spanbert.tasks.common import write_json as _write_json
+
+    _write_json(path, data)
 
 
 def print_metrics(metrics: dict[str, Any]) -> None:
-    """Metrics as JSON on stdout (what `spanbert evaluate` prints)."""
-    print(json.dumps(metrics, indent=2, sort_keys=True))
+    """Metrics as JSON on stdout (what `spanbert evaluate` prints), once under torchrun."""
+    from spanbert.distributed import print0
+
+    print0(json.dumps(metrics, indent=2, sort_keys=True))

@@ -20,7 +20,6 @@ import io
 import json
 import math
 import re
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -113,7 +112,8 @@ def parse_coref_column(value: str, path: Path | str = "<string>", line: int | No
         if not m or not (m.group(1) or m.group(3)):
             raise DataError(
                 path,
-                f"bad coreference entry {entry!r} in {value!r}; expected '(N', 'N)', '(N)' joined with '|', or '-'",
+                f"found coreference entry {entry!r} in {value!r}; expected '(N', 'N)' or '(N)' with an integer "
+                f"entity id N, joined with '|', or '-'",
                 line=line,
             )
         kind = "single" if m.group(1) and m.group(3) else "open" if m.group(1) else "close"
@@ -145,23 +145,28 @@ def read_conll(path: str | Path) -> list[CorefDocument]:
             doc.speakers.append(speakers)
         sentence, speakers = [], []
 
+    n_columns = 0  # of the document's first word line: every word line of a document has as many
+    first_row = 0
     with _open_text(path) as f:
         lineno = 0
         try:
             lines = list(enumerate(f, 1))
         except UnicodeDecodeError as e:
-            raise DataError(path, f"not UTF-8 text ({e.reason}); expected UTF-8") from None
+            raise DataError(path, f"found bytes that are not UTF-8 ({e.reason}); expected UTF-8 text") from None
+        except (OSError, EOFError) as e:  # a .gz that is not gzip, or is cut short
+            raise DataError(path, f"found a file that cannot be decompressed ({e}); expected gzip data") from None
         for lineno, raw in lines:
             line = raw.rstrip("\n").rstrip("\r")
             if line.startswith("#begin document"):
                 if doc is not None:
                     raise DataError(
-                        path, f"'#begin document' inside document {doc.key!r} (no '#end document')", line=lineno
-                    )
+                        path, f"found '#begin document' inside document {doc.key!r} (begun at line "
+                        f"{doc.source.rsplit(':', 1)[-1]}); expected '#end document' first", line=lineno,
+                    )  # fmt: skip
                 m = _BEGIN.match(line)
                 if not m or not m.group("key"):
                     raise DataError(
-                        path, f"cannot parse {line!r}; expected '#begin document (KEY); part N'", line=lineno
+                        path, f"found {line[:80]!r}; expected '#begin document (KEY); part NNN'", line=lineno
                     )
                 doc = CorefDocument(
                     key=m.group("key").strip(),
@@ -170,19 +175,21 @@ def read_conll(path: str | Path) -> list[CorefDocument]:
                     rows=[],
                     source=f"{path}:{lineno}",
                 )
-                open_spans, clusters, n_words = {}, {}, 0
+                open_spans, clusters, n_words, n_columns = {}, {}, 0, 0
                 continue
             if line.startswith("#end document"):
                 if doc is None:
-                    raise DataError(path, "'#end document' without '#begin document'", line=lineno)
+                    raise DataError(
+                        path, "found '#end document' outside a document; expected '#begin document' first", line=lineno
+                    )
                 close_sentence()
                 unclosed = [(cid, ln) for cid, stack in open_spans.items() for _, ln in stack]
                 if unclosed:
                     cid, ln = unclosed[0]
                     raise DataError(
                         path,
-                        f"mention of entity {cid} opened here is never closed (document {doc.key!r} ends at line "
-                        f"{lineno}); expected a matching '{cid})'",
+                        f"found a mention of entity {cid} opened here that is never closed (document {doc.key!r} "
+                        f"ends at line {lineno}); expected a matching '{cid})'",
                         line=ln,
                     )
                 doc.clusters = [clusters[c] for c in clusters]
@@ -197,8 +204,9 @@ def read_conll(path: str | Path) -> list[CorefDocument]:
                 continue
             if doc is None:
                 raise DataError(
-                    path, f"word line outside a document: {line[:60]!r}; expected '#begin document' first", line=lineno
-                )
+                    path, f"found a word line outside a document ({line[:60]!r}); expected '#begin document' first",
+                    line=lineno,
+                )  # fmt: skip
             cols = line.split("\t") if "\t" in line else line.split()
             if len(cols) < 5:
                 raise DataError(
@@ -206,7 +214,17 @@ def read_conll(path: str | Path) -> list[CorefDocument]:
                     f"found {len(cols)} columns; expected at least 5 (document, part, index, word, ..., coreference)",
                     line=lineno,
                 )
+            if n_columns and len(cols) != n_columns:
+                raise DataError(
+                    path,
+                    f"found {len(cols)} columns; expected {n_columns}, as on line {first_row} of document {doc.key!r}",
+                    line=lineno,
+                )
+            if not n_columns:
+                n_columns, first_row = len(cols), lineno
             word = cols[3]
+            if not word.strip():
+                raise DataError(path, "found an empty word (column 4); expected a token", line=lineno)
             speaker = cols[9] if len(cols) >= 12 else NO_SPEAKER
             for kind, cid in parse_coref_column(cols[-1].strip(), path, lineno):
                 if kind == "single":
@@ -217,8 +235,9 @@ def read_conll(path: str | Path) -> list[CorefDocument]:
                     stack = open_spans.get(cid)
                     if not stack:
                         raise DataError(
-                            path, f"'{cid})' closes a mention of entity {cid} that was never opened", line=lineno
-                        )
+                            path, f"found '{cid})' closing a mention of entity {cid} that was never opened; "
+                            f"expected a '({cid}' on this or an earlier line", line=lineno,
+                        )  # fmt: skip
                     start, _ = stack.pop()
                     if not stack:
                         del open_spans[cid]
@@ -229,7 +248,10 @@ def read_conll(path: str | Path) -> list[CorefDocument]:
             doc.rows.append(cols)
             n_words += 1
     if doc is not None:
-        raise DataError(path, f"file ends inside document {doc.key!r}; expected '#end document'", line=lineno)
+        raise DataError(
+            path, f"found the end of the file inside document {doc.key!r} (begun at line "
+            f"{doc.source.rsplit(':', 1)[-1]}); expected '#end document'", line=lineno,
+        )  # fmt: skip
     return docs
 
 
@@ -243,10 +265,25 @@ def read_documents(paths: str | Path | Sequence[str | Path]) -> list[CorefDocume
         elif item.exists():
             files.append(item)
         else:
-            raise SpanBertError(f"{item}: no such file or directory (expected a CoNLL-2012 file or a folder of them)")
-    docs = [d for f in files for d in read_conll(f)]
+            raise SpanBertError(
+                f"{item}: found no such file or directory; expected a CoNLL-2012 file or a folder of them"
+            )
+    docs: list[CorefDocument] = []
+    seen: dict[str, str] = {}
+    for f in files:
+        for d in read_conll(f):
+            if d.doc_id in seen:  # scoring matches documents by (key, part): a repeat would be lost
+                file, line = d.source.rsplit(":", 1)
+                raise DataError(
+                    file, f"found document {d.key!r} part {d.part} a second time (first at {seen[d.doc_id]}); "
+                    f"expected each (key, part) once", line=int(line),
+                )  # fmt: skip
+            seen[d.doc_id] = d.source
+            docs.append(d)
     if not docs:
-        raise SpanBertError(f"no '#begin document' found in {', '.join(map(str, items))}")
+        raise SpanBertError(
+            f"{', '.join(map(str, items))}: found no '#begin document' line; expected CoNLL-2012 documents"
+        )
     return docs
 
 
@@ -660,32 +697,60 @@ class CorefModel(nn.Module):
         self.speaker_embeddings = nn.Embedding(2, fs)  # same speaker or not
         self.genre_embeddings = nn.Embedding(len(GENRES), fs)
         self.pair_scorer = _ffnn(3 * d + 3 * fs, c.ffnn_size, c.ffnn_depth, 1, c.dropout)
-        self.refine_gate = nn.Linear(2 * d, d)  # f = σ(W [g_i, a_i]) (Lee et al. 2018, eq. 5)
+        # f = σ(W [g_i, a_i]) (Lee et al. 2018, eq. 5); only with a second round: a parameter outside
+        # the graph would stop DDP ("parameters that were not used in producing loss")
+        self.refine_gate = nn.Linear(2 * d, d) if c.coref_depth > 1 else None
         if c.gradient_checkpointing and hasattr(self.bert, "set_gradient_checkpointing"):
             self.bert.set_gradient_checkpointing(True)
 
     # -------------------------------------------------------------- span representations
-    def _head_weights(self, x: Tensor) -> Tensor:
-        """exp(α_t - max α) in float64, (N,): the unnormalised head-attention weights of the tokens."""
-        alpha = self.head_attention(x).squeeze(-1).double()  # (N,)
-        return torch.exp(alpha - alpha.max().detach())
+    def _head_logits(self, x: Tensor) -> Tensor:
+        """α_t = w · x_t in float64, (N,): the head-attention logits of the tokens."""
+        return self.head_attention(x).squeeze(-1).double()  # (N,)
 
     @staticmethod
-    def _span_mean(values: Tensor, w: Tensor, starts: Tensor, ends: Tensor) -> Tensor:
-        """Σ_{t in span} w_t v_t / Σ w_t for every span, from prefix sums: (N, E) -> (C, E).
+    def _span_mean(values: Tensor, alpha: Tensor, starts: Tensor, ends: Tensor) -> Tensor:
+        """Σ_{t in span} softmax(α)_t v_t for every span: (N, E) -> (C, E), exact at any logit gap.
 
-        O(N·E) memory instead of the (C, 30, E) gather of the reference; float64 keeps the prefix-sum
-        differences exact enough (weights are normalised by the global maximum).
+        Fast path: prefix sums of exp(α - max α)·v in float64, O(N·E) memory instead of the
+        reference's (C, 30, E) gather. A prefix-sum difference loses the digits of everything before
+        the span: its relative error is about ε64 · κ with κ = Σ_{t<=end} e^α / Σ_{t in span} e^α,
+        and e^(α - max α) underflows for a span far below the maximum. Both are measured per span
+        exactly in log space (a masked logsumexp over the (C, L) window of the span's logits and a
+        logcumsumexp), and the spans where the prefix sums cannot be trusted (κ > e^9, or the span's
+        mass below e^-600 of the maximum) take the direct softmax over their window instead. In
+        trained models such spans are rare, so the memory stays O(N·E + C·L).
         """
+        n, c = alpha.shape[0], starts.shape[0]
+        if c == 0:
+            return values.new_zeros(0, values.shape[-1])
+        width = int((ends - starts).max()) + 1
+        offsets = torch.arange(width, device=starts.device)
+        window = (starts[:, None] + offsets[None, :]).clamp(max=n - 1)  # (C, L)
+        inside = offsets[None, :] <= (ends - starts)[:, None]  # (C, L)
+        top = alpha.max().detach()
+        with torch.no_grad():
+            lse = torch.logsumexp(alpha[window].masked_fill(~inside, float("-inf")), 1)  # (C,) log Σ_span e^α
+            kappa = torch.logcumsumexp(alpha, 0)[ends] - lse  # (C,) log κ >= 0
+            exact = (kappa > 9.0) | (lse - top < -600.0)  # (C,)
+        w = torch.exp(alpha - top)  # (N,) in (0, 1]
         num = F.pad(torch.cumsum(w[:, None] * values.double(), 0), (0, 0, 1, 0))  # (N+1, E)
         den = F.pad(torch.cumsum(w, 0), (1, 0))  # (N+1,)
-        out = (num[ends + 1] - num[starts]) / (den[ends + 1] - den[starts]).clamp(min=1e-300)[:, None]
+        # the spans taken exactly get denominator 1 here, so their unused rows stay finite (no NaN
+        # gradients through the branch that is not selected)
+        den_span = torch.where(exact, torch.ones_like(lse), den[ends + 1] - den[starts])  # (C,)
+        out = (num[ends + 1] - num[starts]) / den_span.clamp(min=1e-300)[:, None]  # (C, E)
+        idx = torch.nonzero(exact).squeeze(1)  # (U,)
+        if idx.numel():
+            p = alpha[window[idx]].masked_fill(~inside[idx], float("-inf")).softmax(1)  # (U, L)
+            direct = torch.einsum("ul,ule->ue", p, values.double()[window[idx]])  # (U, E)
+            out = out.index_put((idx,), direct)
         return out.to(values.dtype)
 
     def span_embeddings(self, x: Tensor, starts: Tensor, ends: Tensor, width_table: Tensor | None = None) -> Tensor:
         """g = [x_start, x_end, Σ softmax(α)·x over the span, width embedding]: (C, D)."""
         width_table = self.span_width_embeddings.weight if width_table is None else width_table
-        head = self._span_mean(x, self._head_weights(x), starts, ends)  # (C, H)
+        head = self._span_mean(x, self._head_logits(x), starts, ends)  # (C, H)
         return torch.cat([x[starts], x[ends], head, width_table[ends - starts]], -1)  # (C, D)
 
     def mention_scores(self, x: Tensor, starts: Tensor, ends: Tensor, width_table: Tensor) -> Tensor:
@@ -703,7 +768,7 @@ class CorefModel(nn.Module):
         proj_s = x @ w[:, :h_dim].T  # (N, hidden)
         proj_e = x @ w[:, h_dim : 2 * h_dim].T
         proj_h = x @ w[:, 2 * h_dim : 3 * h_dim].T
-        head = self._span_mean(proj_h, self._head_weights(x), starts, ends)  # (C, hidden)
+        head = self._span_mean(proj_h, self._head_logits(x), starts, ends)  # (C, hidden)
         width = (width_table @ w[:, 3 * h_dim :].T)[ends - starts]  # (C, hidden)
         h = proj_s[starts] + proj_e[ends] + head + width + first.bias  # (C, hidden)
         return self.mention_scorer[1:](h).squeeze(-1)
@@ -805,6 +870,7 @@ class CorefModel(nn.Module):
                 # a_i = p_ε g_i + Σ_j p_j g_j, as a (k, k) matrix product rather than a (k, K, D) gather
                 attn = torch.zeros(k, k, dtype=p.dtype, device=p.device).scatter_add(1, antecedents, p[:, 1:])
                 a = p[:, :1] * g + attn @ g  # (k, D)
+                assert self.refine_gate is not None
                 f = torch.sigmoid(self.refine_gate(torch.cat([g, a], -1)))
                 g = f * a + (1 - f) * g
 
@@ -906,7 +972,7 @@ class CorefPredictor:
     """
 
     def __init__(self, model: CorefModel, tokenizer: Any, device: str | torch.device = "auto"):
-        from spanbert.trainer import resolve_device
+        from spanbert.distributed import resolve_device
 
         self.model = model
         self.tokenizer = tokenizer
@@ -933,7 +999,9 @@ class CorefPredictor:
         from tqdm.auto import tqdm
 
         out = []
-        for doc in tqdm(docs, desc="predict", unit="doc", disable=not progress, leave=False):
+        from spanbert.distributed import is_main
+
+        for doc in tqdm(docs, desc="predict", unit="doc", disable=not progress or not is_main(), leave=False):
             out.append(self.predict_features(featurize(doc, self.tokenizer, self.model.config.max_seq_length)))
         return out
 
@@ -976,7 +1044,7 @@ def save_coref_model(model: CorefModel, output_dir: str | Path, tokenizer: Any) 
 
 
 def load_coref_model(model_dir: str | Path) -> tuple[CorefModel, Any]:
-    """A model saved by `save_coref_model` (``spanbert finetune coref``) and its tokenizer."""
+    """A model saved by `save_coref_model` (``spanbert finetune coref``), in eval mode, and its tokenizer."""
     from spanbert.config import BertConfig
     from spanbert.tasks.common import load_finetuned
 
@@ -989,12 +1057,14 @@ def load_coref_model(model_dir: str | Path) -> tuple[CorefModel, Any]:
         )
     config = CorefConfig(**{k: v for k, v in settings.items() if k in CorefConfig.__dataclass_fields__})
     model = CorefModel(BertConfig.from_hf_dict(config_json), config)
+    if model.refine_gate is None:  # saved before depth 1 stopped building the unused gate
+        state = {k: v for k, v in state.items() if not k.startswith("refine_gate.")}
     missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:
         raise SpanBertError(
             f"{model_dir}: weights do not match the coreference model: missing {missing[:5]}, unexpected {unexpected[:5]}"
         )
-    return model, tokenizer
+    return model.eval(), tokenizer  # eval mode, as transformers' from_pretrained
 
 
 def evaluate_clusters(
@@ -1019,11 +1089,33 @@ DEFAULTS: dict[str, Any] = dict(
 
 
 def _featurize_all(
-    docs: Sequence[CorefDocument], tokenizer: Any, max_seq_length: int, desc: str
+    docs: Sequence[CorefDocument], tokenizer: Any, max_seq_length: int, desc: str, progress: bool = True
 ) -> list[CorefFeatures]:
     from tqdm.auto import tqdm
 
-    return [featurize(d, tokenizer, max_seq_length) for d in tqdm(docs, desc=desc, unit="doc", leave=False)]
+    bar = tqdm(docs, desc=desc, unit="doc", leave=False, disable=not progress)
+    return [featurize(d, tokenizer, max_seq_length) for d in bar]
+
+
+def check_coref_config(config: CorefConfig) -> None:
+    """Values no model can run with, named as the options that set them."""
+    if config.singletons not in ("auto", "true", "false"):
+        raise SpanBertError(f"--singletons: found {config.singletons!r}; expected auto, true or false")
+    for name in ("max_seq_length", "max_training_segments", "max_span_width", "max_top_antecedents",
+                 "ffnn_size", "feature_size", "coref_depth"):  # fmt: skip
+        value = getattr(config, name)
+        if value < 1:
+            raise SpanBertError(f"--{name}: found {value}; expected an integer >= 1")
+    if config.max_seq_length < 3:
+        raise SpanBertError(f"--max_seq_length: found {config.max_seq_length}; expected >= 3 ([CLS], a token, [SEP])")
+    if config.ffnn_depth < 0:
+        raise SpanBertError(f"--ffnn_depth: found {config.ffnn_depth}; expected an integer >= 0")
+    if not 0 < config.top_span_ratio <= 1 or math.isnan(config.top_span_ratio):
+        raise SpanBertError(f"--top_span_ratio: found {config.top_span_ratio}; expected a number in (0, 1]")
+    if not 0 <= config.dropout < 1 or math.isnan(config.dropout):
+        raise SpanBertError(f"--dropout: found {config.dropout}; expected a number in [0, 1)")
+    if not config.encoder_learning_rate >= 0:
+        raise SpanBertError(f"--encoder_learning_rate: found {config.encoder_learning_rate}; expected a number >= 0")
 
 
 def finetune_coref(
@@ -1034,31 +1126,53 @@ def finetune_coref(
     config: CorefConfig,
     tokenizer_dir: str | Path | None = None,
 ) -> dict[str, float]:
-    """Fine-tune on a CoNLL-2012 file (or folder) and save to ``targs.output_dir``; returns dev scores."""
-    from spanbert.tasks.common import load_encoder, load_tokenizer_for
+    """Fine-tune on a CoNLL-2012 file (or folder) and save to ``targs.output_dir``; returns dev scores.
+
+    Under torchrun every rank trains on its share of the documents; dev documents are split across
+    the ranks and their predictions gathered, so every rank returns the same scores; rank 0 writes.
+    """
+    from spanbert.distributed import broadcast_object, is_main, print0
+    from spanbert.tasks.common import (
+        check_output_dir,
+        load_encoder,
+        load_tokenizer_for,
+        predict_sharded,
+        seed_dropout,
+        seed_init,
+        start_distributed,
+        write_once,
+    )
     from spanbert.trainer import train
 
+    check_output_dir(targs)  # an existing run is refused before any work
     if targs.per_device_train_batch_size != 1:
         raise SpanBertError(
-            f"coreference trains on one document per step (Appendix B); got per_device_train_batch_size="
-            f"{targs.per_device_train_batch_size}; use gradient_accumulation_steps for larger batches"
+            f"--per_device_train_batch_size: found {targs.per_device_train_batch_size}; expected 1 (coreference "
+            f"trains on one document per step, Appendix B); use --gradient_accumulation_steps for larger batches"
         )
-    if config.singletons not in ("auto", "true", "false"):
-        raise SpanBertError(f"singletons must be auto, true or false, got {config.singletons!r}")
+    check_coref_config(config)
+    start_distributed(targs.device)
+    progress = not targs.disable_tqdm and is_main()
     tokenizer = load_tokenizer_for(model_dir, tokenizer_dir)
     train_docs = read_documents(train_path)
     dev_docs = read_documents(dev_path) if dev_path else []
     if config.singletons == "auto":
         has = any(len(c) == 1 for d in train_docs for c in d.clusters)
         config = CorefConfig(**{**asdict(config), "singletons": "true" if has else "false"})
-        print(f"singletons: {config.singletons} (the training key {'has' if has else 'has no'} singleton entities)")
+        print0(f"singletons: {config.singletons} (the training key {'has' if has else 'has no'} singleton entities)")
+    # --seed fixes the task layers' initialisation (the same on every rank) and, per rank, dropout;
+    # the document order and the training segment runs are drawn from (seed, epoch) by the trainer
+    # and `CorefDataset`
+    seed_init(targs.seed)
     encoder = load_encoder(model_dir)
     if config.max_seq_length > encoder.config.max_position_embeddings:
         raise SpanBertError(
-            f"max_seq_length={config.max_seq_length} exceeds the encoder's {encoder.config.max_position_embeddings} positions"
+            f"--max_seq_length: found {config.max_seq_length}; expected at most the encoder's "
+            f"{encoder.config.max_position_embeddings} positions"
         )
     model = CorefModel(encoder.config, config, encoder=encoder)
-    feats = _featurize_all(train_docs, tokenizer, config.max_seq_length, "featurize train")
+    seed_dropout(targs.seed)
+    feats = _featurize_all(train_docs, tokenizer, config.max_seq_length, "featurize train", progress)
     dataset = CorefDataset(
         feats, config.max_span_width, tokenizer.pad_id, tokenizer.cls_id, tokenizer.sep_id,
         max_training_segments=config.max_training_segments, seed=targs.seed,
@@ -1068,24 +1182,29 @@ def finetune_coref(
     last_eval: dict[str, Any] = {}
 
     def predict_dev(m: nn.Module, step: int) -> dict[str, float]:
+        # contract 7: on every rank, each predicting its share of the documents
         t = time.perf_counter()
         predictor = CorefPredictor(m, tokenizer, device=next(m.parameters()).device)  # type: ignore[arg-type]
-        predictions = predictor.predict_documents(dev_docs)
+        predictions = predict_sharded(
+            len(dev_docs), lambda idx: predictor.predict_documents([dev_docs[i] for i in idx], progress=progress)
+        )
         seconds = time.perf_counter() - t
         scores = evaluate_clusters(dev_docs, predictions)
         last_eval.update(step=step, predictions=predictions, scores=scores, seconds=seconds)
         last_eval["eval_seconds"] = last_eval.get("eval_seconds", 0.0) + seconds
-        print(f"step {step}: dev CoNLL F1 {scores['conll_f1']:.2f} (MUC {scores['muc_f1']:.2f}, "
-              f"B3 {scores['bcub_f1']:.2f}, CEAFe {scores['ceafe_f1']:.2f})")  # fmt: skip
+        print0(
+            f"step {step}: dev CoNLL F1 {scores['conll_f1']:.2f} (MUC {scores['muc_f1']:.2f}, B3 "
+            f"{scores['bcub_f1']:.2f}, CEAFe {scores['ceafe_f1']:.2f}, mentions {scores['mention_f1']:.2f})"
+        )
         return {k: scores[k] for k in ("conll_f1", "muc_f1", "bcub_f1", "ceafe_f1", "mention_f1")}
 
     t0 = time.perf_counter()
     result = train(
         model, dataset, targs, collate_fn=collate_document,
         lr_by_prefix={"bert.": config.encoder_learning_rate}, eval_fn=predict_dev if dev_docs else None,
+        run_config={"task": "coref", "coref": asdict(config)},  # compared on --resume
     )  # fmt: skip
     train_s = time.perf_counter() - t0 - last_eval.get("eval_seconds", 0.0)  # dev evaluation timed apart
-    save_coref_model(model, output_dir, tokenizer)
     summary: dict[str, Any] = {
         "train_steps": result.global_step,
         "train_seconds": train_s,
@@ -1095,16 +1214,25 @@ def finetune_coref(
     }
     if dev_docs:
         if last_eval.get("step") != result.global_step:  # the trainer evaluates only at the planned end
+            was_training = model.training
             model.eval()
             with torch.no_grad():
                 predict_dev(model, result.global_step)
-        write_conll(output_dir / "dev_predictions.conll", dev_docs, last_eval["predictions"])
+            model.train(was_training)
         summary.update(last_eval["scores"])
         summary["dev_docs"] = len(dev_docs)
         summary["predict_docs_per_s"] = len(dev_docs) / last_eval["seconds"] if last_eval["seconds"] else 0.0
-    with atomic_write(output_dir / "finetune_results.json") as f:
-        json.dump(summary, f, indent=2, sort_keys=True)
-        f.write("\n")
+    summary = broadcast_object(summary)  # rank 0's timings in every rank's summary, as in the file
+
+    def write() -> None:
+        save_coref_model(model, output_dir, tokenizer)
+        if dev_docs:
+            write_conll(output_dir / "dev_predictions.conll", dev_docs, last_eval["predictions"])
+        with atomic_write(output_dir / "finetune_results.json") as f:
+            json.dump(summary, f, indent=2, sort_keys=True)
+            f.write("\n")
+
+    write_once(write)  # one rank writes (the weights are the same on every rank after DDP), the others wait
     return summary
 
 
@@ -1122,10 +1250,11 @@ def _add_coref_arguments(parser: argparse.ArgumentParser) -> None:
 def cli(action: str, task: str, argv: list[str], prog: str) -> int:
     """``spanbert {finetune,predict,evaluate} coref ...``."""
     from spanbert.config import dataclass_from_args, parse_key_values
+    from spanbert.distributed import eprint0, print0
 
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     if action == "finetune":
-        from spanbert.tasks.common import add_finetune_arguments, training_arguments
+        from spanbert.tasks.common import add_finetune_arguments, parse_task_args, training_arguments
 
         parser.add_argument(
             "--train", required=True, help="CoNLL-2012 file or folder of *.conll[.gz] files to train on"
@@ -1133,7 +1262,7 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         parser.add_argument("--dev", help="CoNLL-2012 file or folder scored after training (and every --eval_steps)")
         _add_coref_arguments(parser)
         add_finetune_arguments(parser, DEFAULTS)
-        args = parser.parse_args(argv)
+        args = parse_task_args(parser, argv, DEFAULTS, configs=(CorefConfig,))  # --config YAML, strict
         if args.sweep:
             raise SpanBertError(
                 "--sweep runs the Appendix B grid of the classification/QA tasks; for coreference set "
@@ -1145,11 +1274,11 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         args.overrides = [o for o, k in zip(overrides, kv) if k not in coref_keys]
         targs = training_arguments(args, DEFAULTS)
         config = dataclass_from_args(
-            CorefConfig, args, yaml_path=args.config,
+            CorefConfig, args,
             overrides=[o for o, k in zip(overrides, kv) if k in coref_keys],
         )  # fmt: skip
         summary = finetune_coref(args.model, args.train, args.dev, targs, config, args.tokenizer)
-        print(json.dumps(summary, indent=2, sort_keys=True))
+        print0(json.dumps(summary, indent=2, sort_keys=True))
         return 0
     if action == "predict":
         parser.add_argument("--model", required=True, help="folder of a model saved by `spanbert finetune coref`")
@@ -1158,21 +1287,28 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         source.add_argument("--text", help="raw text: prints its clusters as JSON with character offsets")
         parser.add_argument("--output", help="CoNLL-2012 file to write (with --data)")
         parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default: auto)")
+        parser.add_argument("--disable_tqdm", action="store_true", help="hide the progress bar")
         args = parser.parse_args(argv)
-        predictor = CorefPredictor.from_pretrained(args.model, device=args.device)
-        if args.text is not None:
-            print(json.dumps({"clusters": predictor.predict_text(args.text)}, indent=2, ensure_ascii=False))
-            return 0
-        if not args.output:
+        if args.data is not None and not args.output:
             parser.error("--output OUT.conll is required with --data")
-        docs = read_documents(args.data)
+        from spanbert.tasks.common import predict_sharded, start_distributed, write_once
+
+        device = start_distributed(args.device)
+        docs = read_documents(args.data) if args.data is not None else []  # bad data fails before loading
+        predictor = CorefPredictor.from_pretrained(args.model, device=str(device))
+        if args.text is not None:
+            print0(json.dumps({"clusters": predictor.predict_text(args.text)}, indent=2, ensure_ascii=False))
+            return 0
         t0 = time.perf_counter()
-        predictions = predictor.predict_documents(docs)
+        # each rank resolves its share of the documents; rank 0 writes them all
+        predictions = predict_sharded(
+            len(docs), lambda idx: predictor.predict_documents([docs[i] for i in idx], not args.disable_tqdm)
+        )
         seconds = time.perf_counter() - t0
-        write_conll(args.output, docs, predictions)
-        print(f"wrote {len(docs)} documents to {args.output} ({len(docs) / seconds:.2f} documents/s)", file=sys.stderr)
+        write_once(lambda: write_conll(args.output, docs, predictions))
+        eprint0(f"wrote {len(docs)} documents to {args.output} ({len(docs) / seconds:.2f} documents/s)")
         if any(d.clusters for d in docs):
-            print(json.dumps(evaluate_clusters(docs, predictions), indent=2, sort_keys=True))
+            print0(json.dumps(evaluate_clusters(docs, predictions), indent=2, sort_keys=True))
         return 0
     if action == "evaluate":
         parser.add_argument("--gold", required=True, help="gold CoNLL-2012 file or folder (the key)")
@@ -1180,7 +1316,7 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
             "--predictions", required=True, help="CoNLL-2012 file written by `spanbert predict coref` (the response)"
         )
         args = parser.parse_args(argv)
-        print(json.dumps(evaluate_files(args.gold, args.predictions), indent=2, sort_keys=True))
+        print0(json.dumps(evaluate_files(args.gold, args.predictions), indent=2, sort_keys=True))
         return 0
     raise SpanBertError(f"unknown action {action!r} for coref; expected finetune, predict or evaluate")
 
@@ -1192,15 +1328,22 @@ def evaluate_files(gold: str | Path, predictions: str | Path) -> dict[str, float
     resp = {d.doc_id: d for d in read_documents(predictions)}
     missing = [d.doc_id for d in key_docs if d.doc_id not in resp]
     if missing:
-        raise SpanBertError(f"{predictions}: no prediction for {len(missing)} gold document(s), e.g. {missing[:3]}")
+        raise SpanBertError(
+            f"{predictions}: found no prediction for {len(missing)} gold document(s), e.g. {missing[:3]}; expected "
+            f"every document of {gold}"
+        )
     extra = set(resp) - {d.doc_id for d in key_docs}
     if extra:
-        raise SpanBertError(f"{predictions}: {len(extra)} document(s) not in {gold}, e.g. {sorted(extra)[:3]}")
+        raise SpanBertError(
+            f"{predictions}: found {len(extra)} document(s) not in {gold}, e.g. {sorted(extra)[:3]}; expected only "
+            f"the gold documents"
+        )
     for d in key_docs:
         r = resp[d.doc_id]
         if r.num_words != d.num_words:
             raise SpanBertError(
-                f"{r.source}: document {d.doc_id!r} has {r.num_words} words; the gold one ({d.source}) has {d.num_words}"
+                f"{r.source}: found {r.num_words} words in document {d.doc_id!r}; expected {d.num_words}, as the "
+                f"gold one ({d.source})"
             )
     scores = evaluate_clusters(key_docs, [resp[d.doc_id].clusters for d in key_docs])
     scores["documents"] = len(key_docs)

@@ -9,11 +9,14 @@ of the [CLS] token"). Metrics are the leaderboard's: Matthews correlation (CoLA)
 WNLI is predicted as the training set's majority class (Table 5 note; GLUE's construction issues make
 models do worse than that). Test predictions are written in the GLUE submission format: one file per
 task (``CoLA.tsv``, ``MNLI-m.tsv``, ...) with an ``index<TAB>prediction`` header.
+
+Scores are reported x100 (0-100), as the GLUE leaderboard and the paper's Table 5 show them.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,9 +24,24 @@ from typing import Any
 
 import numpy as np
 
+from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError
 from spanbert.metrics.classification import accuracy, binary_f1, matthews_corrcoef, pearson, spearman
 from spanbert.utils import atomic_write
+
+STSB_RANGE = (0.0, 5.0)
+"""STS-B similarity scores lie in [0, 5]."""
+
+
+def check_score(path: Path, value: str, line: int, what: str = "score") -> float:
+    """An STS-B score: a finite number in [0, 5], else an error naming the file and line."""
+    try:
+        x = float(value)
+    except ValueError:
+        raise DataError(path, f"found {what} {value!r}; expected a number in [0, 5]", line=line) from None
+    if not (STSB_RANGE[0] <= x <= STSB_RANGE[1]):  # also false for nan
+        raise DataError(path, f"found {what} {value!r}; expected a number in [0, 5]", line=line)
+    return x
 
 
 @dataclass(frozen=True)
@@ -169,10 +187,7 @@ def read_glue(task: GlueTask, path: str | Path, labelled: bool = True, start_ind
         label = fields[col[task.label]].strip() if has_label else None
         if label is not None:
             if task.labels is None:
-                try:
-                    float(label)
-                except ValueError:
-                    raise DataError(path, f"score {label!r} is not a number", line=n + 1) from None
+                check_score(path, label, n + 1)
             elif label not in task.labels:
                 raise DataError(path, f"label {label!r}; expected one of {list(task.labels)}", line=n + 1)
         guid = fields[id_col].strip() if id_col is not None else str(start_index + len(examples))
@@ -218,7 +233,14 @@ def glue_features(
 
 def glue_metrics(task: GlueTask, gold: list[str], pred: list[str]) -> dict[str, float]:
     """The leaderboard metrics of one dev split, plus ``score``: the task's single number in the GLUE
-    average (the mean of the two metrics for MRPC, QQP and STS-B)."""
+    average (the mean of the two metrics for MRPC, QQP and STS-B). All x100 (0-100), as the
+    leaderboard shows them."""
+    from spanbert.tasks.common import percent
+
+    return percent(_glue_metrics(task, gold, pred))
+
+
+def _glue_metrics(task: GlueTask, gold: list[str], pred: list[str]) -> dict[str, float]:
     if task.labels is None:
         g, p = [float(x) for x in gold], [float(x) for x in pred]
         m = {"pearson": pearson(g, p), "spearman": spearman(g, p)}
@@ -257,30 +279,53 @@ def labels_of(task: GlueTask, logits: list[np.ndarray]) -> list[str]:
 
 
 def write_submission(path: str | Path, examples: list[GlueExample], labels: list[str]) -> None:
-    """GLUE submission format: header ``index<TAB>prediction``, one row per example."""
-    with atomic_write(path, encoding="utf-8") as f:
-        f.write("index\tprediction\n")
-        for ex, label in zip(examples, labels):
-            f.write(f"{ex.guid}\t{label}\n")
+    """GLUE submission format: header ``index<TAB>prediction``, one row per example (written once
+    under torchrun)."""
+    from spanbert.tasks.common import write_once
+
+    def write() -> None:
+        with atomic_write(path, encoding="utf-8") as f:
+            f.write("index\tprediction\n")
+            for ex, label in zip(examples, labels):
+                f.write(f"{ex.guid}\t{label}\n")
+
+    write_once(write)
 
 
-def read_submission(path: str | Path, n: int) -> list[str]:
-    """The predictions of a submission-format file, checked against the number of examples."""
+def read_submission(path: str | Path, n: int, task: GlueTask | None = None) -> list[str]:
+    """The predictions of a submission-format file, checked against the number of examples and (with
+    ``task``) the task's labels: a class name of the task, or an STS-B score in [0, 5]."""
     path = Path(path)
     try:
-        lines = [l.rstrip("\r") for l in path.read_text(encoding="utf-8").split("\n") if l.strip()]
+        lines = [(k, l.rstrip("\r")) for k, l in enumerate(path.read_text(encoding="utf-8").split("\n"), 1)]
     except FileNotFoundError:
         raise SpanBertError(f"{path}: predictions file not found") from None
-    if not lines or lines[0].split("\t") != ["index", "prediction"]:
+    except UnicodeDecodeError as e:
+        raise DataError(
+            path, f"found bytes that are not UTF-8 ({e.reason} at byte {e.start}); expected UTF-8 text"
+        ) from None
+    lines = [(k, l) for k, l in lines if l.strip()]
+    if not lines or lines[0][1].split("\t") != ["index", "prediction"]:
         raise DataError(path, "expected the header 'index<TAB>prediction' (GLUE submission format)", line=1)
     out = []
-    for k, line in enumerate(lines[1:], 2):
+    for k, line in lines[1:]:
         parts = line.split("\t")
         if len(parts) != 2:
             raise DataError(path, f"expected 'index<TAB>prediction', found {line[:80]!r}", line=k)
-        out.append(parts[1])
+        label = parts[1].strip()
+        if task is not None and task.labels is None:
+            # a regression output may stray a little outside [0, 5]; it must be a finite number
+            try:
+                finite = math.isfinite(float(label))
+            except ValueError:
+                finite = False
+            if not finite:
+                raise DataError(path, f"found predicted score {label!r}; expected a finite number", line=k)
+        elif task is not None and label not in task.labels:
+            raise DataError(path, f"found predicted label {label!r}; expected one of {list(task.labels)}", line=k)
+        out.append(label)
     if len(out) != n:
-        raise DataError(path, f"{len(out)} predictions; expected one per example ({n})")
+        raise DataError(path, f"found {len(out)} predictions; expected one per example ({n})")
     return out
 
 
@@ -314,6 +359,7 @@ def finetune_glue(
 ) -> dict[str, float]:
     """Fine-tune on ``data_dir``'s train split, score every dev split, save to ``args.output_dir``."""
     from spanbert.tasks import classification as C
+    from spanbert.tasks.common import write_once
 
     out = Path(args.output_dir)
     train = read_split(task, data_dir, task.train)[:max_train_examples]
@@ -330,7 +376,7 @@ def finetune_glue(
         train_features = glue_features(task, train, tokenizer, max_seq_length)
         dev_features = {s: glue_features(task, exs, tokenizer, max_seq_length, False) for s, exs in dev.items()}
         num_labels = 1 if task.labels is None else len(task.labels)
-        model = C.build_model("sequence", model_dir, num_labels)
+        model = C.build_model("sequence", model_dir, num_labels, seed=args.seed)
 
         def predict_all(m: Any) -> dict[str, list[str]]:
             return {
@@ -343,10 +389,14 @@ def finetune_glue(
         )
         meta = {"task": "glue", "glue_task": task.name, "max_seq_length": max_seq_length}
         C.save_model(model, out, tokenizer, "sequence", list(task.labels) if task.labels else None, meta)
-    for split, exs in dev.items():
-        write_submission(out / _dev_name(task, split), exs, pred[split])
     metrics = score_splits(task, gold, pred)
-    C.write_json(out / "dev_results.json", metrics)
+
+    def write() -> None:
+        for split, exs in dev.items():
+            write_submission(out / _dev_name(task, split), exs, pred[split])
+        C.write_json(out / "dev_results.json", metrics)
+
+    write_once(write)
     return metrics
 
 
@@ -355,8 +405,9 @@ def _dev_name(task: GlueTask, split: str) -> str:
 
 
 def predict_glue(
-    task: GlueTask, model_dir: str | Path, examples: list[GlueExample], batch_size: int = 64, device: str = "cpu"
-) -> list[str]:
+    task: GlueTask, model_dir: str | Path, examples: list[GlueExample], batch_size: int = 64, device: str = "cpu",
+    progress: bool = True,
+) -> list[str]:  # fmt: skip
     """Labels for ``examples`` from a folder saved by `finetune_glue` (or WNLI's majority class)."""
     from spanbert.tasks import classification as C
 
@@ -364,14 +415,30 @@ def predict_glue(
     if (model_dir / MAJORITY_FILE).exists():
         import json
 
-        return [json.loads((model_dir / MAJORITY_FILE).read_text())["label"]] * len(examples)
+        path = model_dir / MAJORITY_FILE
+        try:
+            label = json.loads(path.read_text(encoding="utf-8"))["label"]
+        except (ValueError, KeyError, TypeError) as e:
+            raise DataError(
+                path, f"found no readable 'label' ({type(e).__name__}); expected {{\"label\": ...}}"
+            ) from None
+        if task.labels is not None and label not in task.labels:
+            raise DataError(path, f"found label {label!r}; expected one of {list(task.labels)}")
+        return [label] * len(examples)
     model, config_json, tokenizer = C.load_model("sequence", model_dir, device)
+    labels = C.labels_from_config(config_json, str(model_dir / "config.json"))
+    expected = list(task.labels) if task.labels else None
+    if labels != expected and (labels is None or expected is None or sorted(labels) != sorted(expected)):
+        raise DataError(model_dir / "config.json", f"found labels {labels}; expected the {task.name} labels {expected}")
     saved = config_json.get("spanbert", {}).get("glue_task")
     if saved and saved != task.name:
         raise SpanBertError(f"{model_dir} was fine-tuned on {saved}, not {task.name}; pass --task {saved}")
     max_len = config_json.get("spanbert", {}).get("max_seq_length", 128)
     features = glue_features(task, examples, tokenizer, max_len, with_labels=False)
-    return labels_of(task, C.predict_logits(model, features, tokenizer.pad_id, batch_size, progress=True))
+    logits = C.predict_logits(model, features, tokenizer.pad_id, batch_size, progress=progress)
+    if labels is None:
+        return labels_of(task, logits)
+    return [labels[int(np.argmax(l))] for l in logits]  # the model's own label order
 
 
 def _task_from_argv(argv: list[str]) -> GlueTask | None:
@@ -384,6 +451,7 @@ def _task_from_argv(argv: list[str]) -> GlueTask | None:
 def cli(action: str, task_name: str, argv: list[str], prog: str) -> int:
     """``spanbert {finetune,predict,evaluate} glue --task NAME --data_dir DIR ...``."""
     from spanbert.tasks import classification as C
+    from spanbert.tasks.common import parse_task_args, start_distributed
 
     task = _task_from_argv(argv)
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
@@ -401,7 +469,7 @@ def cli(action: str, task_name: str, argv: list[str], prog: str) -> int:
         parser.add_argument("--max_train_examples", type=int, help="use only the first N training examples")
         parser.add_argument("--max_eval_examples", type=int, help="use only the first N examples of each dev split")
         add_finetune_arguments(parser, defaults)
-        args = parser.parse_args(argv)
+        args = parse_task_args(parser, argv, defaults)
 
         def run_one(targs: Any) -> dict[str, float]:
             return finetune_glue(
@@ -420,7 +488,9 @@ def cli(action: str, task_name: str, argv: list[str], prog: str) -> int:
         )
         parser.add_argument("--batch_size", type=int, default=64, help="sequences per batch (default: 64)")
         parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (default: auto)")
+        parser.add_argument("--disable_tqdm", action="store_true", help="hide the progress bar")
         args = parser.parse_args(argv)
+        start_distributed(args.device)
         if args.split == "test":
             outputs = {name: (file,) for name, file in task.test.items()}
         else:
@@ -429,16 +499,19 @@ def cli(action: str, task_name: str, argv: list[str], prog: str) -> int:
             if name == "AX.tsv" and not (Path(args.data_dir) / files[0]).exists():
                 continue  # the diagnostic set is optional
             examples = read_split(task, args.data_dir, files, labelled=False)
-            pred = predict_glue(task, args.model, examples, args.batch_size, args.device)
+            pred = predict_glue(task, args.model, examples, args.batch_size, args.device, not args.disable_tqdm)
             write_submission(Path(args.output_dir) / name, examples, pred)
-            print(f"wrote {len(pred)} predictions to {Path(args.output_dir) / name}")
+            print0(f"wrote {len(pred)} predictions to {Path(args.output_dir) / name}")
         return 0
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--predictions", nargs="+", help="dev predictions (submission format), one file per dev split")
     group.add_argument("--model", help="fine-tuned model folder: predict the dev splits, then score")
     parser.add_argument("--batch_size", type=int, default=64, help="sequences per batch with --model (default: 64)")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (default: auto)")
+    parser.add_argument("--disable_tqdm", action="store_true", help="hide the progress bar")
     args = parser.parse_args(argv)
+    if args.model:
+        start_distributed(args.device)
     dev = {s: read_split(task, args.data_dir, files) for s, files in task.dev.items()}
     if args.predictions and len(args.predictions) != len(dev):
         raise SpanBertError(
@@ -447,9 +520,9 @@ def cli(action: str, task_name: str, argv: list[str], prog: str) -> int:
     pred = {}
     for k, (s, exs) in enumerate(dev.items()):
         pred[s] = (
-            predict_glue(task, args.model, exs, args.batch_size, args.device)
+            predict_glue(task, args.model, exs, args.batch_size, args.device, not args.disable_tqdm)
             if args.model
-            else read_submission(args.predictions[k], len(exs))
+            else read_submission(args.predictions[k], len(exs), task)
         )
     gold = {s: [e.label for e in exs] for s, exs in dev.items()}
     C.print_metrics({**score_splits(task, gold, pred), "examples": sum(map(len, gold.values()))})

@@ -5,7 +5,9 @@ the representation of the first sub-token as the input to the token-level classi
 label set", BERT §5.3), the others carry label -100 and are ignored. A sentence longer than
 ``max_seq_length`` tokens is cut into consecutive pieces at word boundaries, each encoded on its own,
 so every word gets a prediction. The score is entity-level F1 as ``conlleval`` computes it
-(`spanbert.metrics.classification.conlleval`).
+(`spanbert.metrics.classification.conlleval`), reported x100 (0-100) as conlleval prints it. IOB1 and
+IOB2 tags are scored exactly as conlleval; IOBES tags (``S-``/``E-``) are read as the chunks they
+denote, which conlleval (2004) does not do (docs/tasks.md).
 
 Deviation: BERT feeds "the maximal document context" around each sentence; here each sentence is
 encoded alone, as most re-implementations do; expect scores somewhat below BERT's Table 7.
@@ -21,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError
 from spanbert.metrics.classification import conlleval
 from spanbert.utils import atomic_write
@@ -80,7 +83,9 @@ def read_conll(path: str | Path, require_tags: bool = True) -> list[NerSentence]
             words.append(cols[0])
             continue
         if not _TAG.match(cols[-1]):
-            raise DataError(path, f"tag {cols[-1]!r} is not O, B-TYPE or I-TYPE (IOB), in {line[:80]!r}", line=n)
+            raise DataError(
+                path, f"found tag {cols[-1]!r} in {line[:80]!r}; expected O or B-/I-/E-/S-TYPE (IOB or IOBES)", line=n
+            )
         if len(tags) != len(words):
             raise DataError(path, "a tagged word inside an untagged sentence", line=n)
         words.append(cols[0])
@@ -162,8 +167,11 @@ def decode(
 
 
 def score(sentences: list[NerSentence], pred: list[list[str]]) -> dict[str, Any]:
-    """conlleval's entity-level precision / recall / F1 (fractions) and per-type scores."""
-    return conlleval([s.tags for s in sentences], pred)
+    """conlleval's entity-level precision / recall / F1 and per-type scores, x100 (0-100, as the
+    conlleval script prints them)."""
+    from spanbert.tasks.common import percent
+
+    return percent(conlleval([s.tags for s in sentences], pred))
 
 
 def write_predictions(path: str | Path, sentences: list[NerSentence], pred: list[list[str]]) -> None:
@@ -208,16 +216,23 @@ def finetune_ner(
 ) -> dict[str, Any]:
     """Fine-tune a token classifier and save it in ``args.output_dir``; returns dev conlleval scores."""
     from spanbert.tasks import classification as C
-    from spanbert.tasks.common import load_tokenizer_for
+    from spanbert.tasks.common import load_tokenizer_for, write_once
 
     train = read_conll(train_path)[:max_train_examples]
     dev = read_conll(dev_path)[:max_eval_examples] if dev_path else []
     labels = label_list(train)
     label2id = {l: i for i, l in enumerate(labels)}
+    for s in dev:  # a tag the model cannot predict would only be scored as a silent miss
+        for k, tag in enumerate(s.tags or []):
+            if tag not in label2id:
+                raise DataError(
+                    dev_path, f"found tag {tag!r}, which the training file {train_path} never has; "
+                    f"expected one of {labels}", line=s.line + k,
+                )  # fmt: skip
     tokenizer = load_tokenizer_for(model_dir, tokenizer_dir)
     train_features = ner_features(train, tokenizer, label2id, max_seq_length, str(train_path))
     dev_features = ner_features(dev, tokenizer, None, max_seq_length, str(dev_path))
-    model = C.build_model("token", model_dir, len(labels))
+    model = C.build_model("token", model_dir, len(labels), seed=args.seed)
 
     def predict(m: Any) -> list[list[str]]:
         return decode(
@@ -229,32 +244,49 @@ def finetune_ner(
 
     pred = C.finetune(model, train_features, args, tokenizer.pad_id, predict if dev else None, lambda p: score(dev, p))
     out = Path(args.output_dir)
-    C.save_model(model, out, tokenizer, "token", labels, {"task": "ner", "max_seq_length": max_seq_length})
-    metrics: dict[str, Any] = {}
-    if dev:
-        write_predictions(out / "dev_predictions.txt", dev, pred)
-        metrics = score(dev, pred)
-        C.write_json(out / "dev_results.json", metrics)
+    metrics: dict[str, Any] = score(dev, pred) if dev else {}
+
+    def write() -> None:
+        C.save_model(model, out, tokenizer, "token", labels, {"task": "ner", "max_seq_length": max_seq_length})
+        if dev:
+            write_predictions(out / "dev_predictions.txt", dev, pred)
+            C.write_json(out / "dev_results.json", metrics)
+
+    write_once(write)
     return metrics
 
 
 def predict_ner(
-    model_dir: str | Path, sentences: list[NerSentence], batch_size: int = 64, device: str = "cpu"
-) -> list[list[str]]:
-    """Tags for every word of ``sentences`` with a model saved by `finetune_ner`."""
+    model_dir: str | Path, sentences: list[NerSentence], batch_size: int = 64, device: str = "cpu",
+    progress: bool = True, source: str | Path | None = None,
+) -> list[list[str]]:  # fmt: skip
+    """Tags for every word of ``sentences`` with a model saved by `finetune_ner`. With ``source`` (the
+    data file), a gold tag the model never saw in training is an error naming its line."""
     from spanbert.tasks import classification as C
 
     model, config_json, tokenizer = C.load_model("token", model_dir, device)
-    labels = C.labels_from_config(config_json)
+    config_file = Path(model_dir) / "config.json"
+    labels = C.labels_from_config(config_json, str(config_file))
+    bad = [l for l in labels or [] if not _TAG.match(l)]
+    if labels is None or bad:
+        raise DataError(config_file, f"found labels {bad or labels}; expected NER tags (O, B-TYPE, I-TYPE, ...)")
+    for s in sentences if source is not None else []:
+        for k, tag in enumerate(s.tags or []):
+            if tag not in labels:
+                raise DataError(
+                    source, f"found tag {tag!r}, which the model never saw in training; expected one of {labels}",
+                    line=s.line + k,
+                )  # fmt: skip
     features = ner_features(sentences, tokenizer, None, config_json.get("spanbert", {}).get("max_seq_length", 128))
     return decode(
-        sentences, features, C.predict_logits(model, features, tokenizer.pad_id, batch_size, progress=True), labels
+        sentences, features, C.predict_logits(model, features, tokenizer.pad_id, batch_size, progress=progress), labels
     )
 
 
 def cli(action: str, task: str, argv: list[str], prog: str) -> int:
     """``spanbert {finetune,predict,evaluate} ner ...``."""
     from spanbert.tasks import classification as C
+    from spanbert.tasks.common import parse_task_args, start_distributed, write_once
 
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     if action == "finetune":
@@ -273,7 +305,7 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         parser.add_argument("--max_train_examples", type=int, help="use only the first N training sentences")
         parser.add_argument("--max_eval_examples", type=int, help="use only the first N dev sentences")
         add_finetune_arguments(parser, DEFAULTS)
-        args = parser.parse_args(argv)
+        args = parse_task_args(parser, argv, DEFAULTS)
 
         def run_one(targs: Any) -> dict[str, Any]:
             return finetune_ner(
@@ -288,11 +320,13 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         parser.add_argument("--output", required=True, help="CoNLL file to write: word [gold] predicted")
         parser.add_argument("--batch_size", type=int, default=64, help="sequences per batch (default: 64)")
         parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (default: auto)")
+        parser.add_argument("--disable_tqdm", action="store_true", help="hide the progress bar")
         args = parser.parse_args(argv)
+        start_distributed(args.device)
         sentences = read_conll(args.data, require_tags=False)
-        pred = predict_ner(args.model, sentences, args.batch_size, args.device)
-        write_predictions(args.output, sentences, pred)
-        print(f"wrote tags for {len(pred)} sentences to {args.output}")
+        pred = predict_ner(args.model, sentences, args.batch_size, args.device, not args.disable_tqdm)
+        write_once(lambda: write_predictions(args.output, sentences, pred))
+        print0(f"wrote tags for {len(pred)} sentences to {args.output}")
         if all(s.tags for s in sentences):
             C.print_metrics(score(sentences, pred))
         return 0
@@ -303,10 +337,13 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
     group.add_argument("--model", help="fine-tuned model folder: predict, then score")
     parser.add_argument("--batch_size", type=int, default=64, help="sequences per batch with --model (default: 64)")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (default: auto)")
+    parser.add_argument("--disable_tqdm", action="store_true", help="hide the progress bar")
     args = parser.parse_args(argv)
+    if args.model:
+        start_distributed(args.device)
     sentences = read_conll(args.data)
     pred = (
-        predict_ner(args.model, sentences, args.batch_size, args.device)
+        predict_ner(args.model, sentences, args.batch_size, args.device, not args.disable_tqdm, source=args.data)
         if args.model
         else read_predictions(args.predictions, sentences)
     )

@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError
 from spanbert.metrics import squad as squad_metrics
 
@@ -150,6 +151,39 @@ def _expect(obj: Any, key: str, kind: type | tuple[type, ...], path: Path, recor
     return value
 
 
+def _first_json_line(path: Path) -> Any:
+    """The first non-empty line parsed as JSON, or None (not JSON on one line, unreadable, ...)."""
+    try:
+        with _open_text(path) as f:
+            for line in f:
+                if line.strip():
+                    return json.loads(line)
+    except (ValueError, OSError, EOFError, zlib.error, SpanBertError):
+        return None
+    return None
+
+
+def _looks_like_mrqa(path: Path) -> bool:
+    """An MRQA file: its first line is a JSON object with ``header`` or ``context`` + ``qas``, and the
+    file has more lines (a SQuAD JSON on one line has ``data``)."""
+    first = _first_json_line(path)
+    return isinstance(first, dict) and ("header" in first or ("context" in first and "qas" in first))
+
+
+def _looks_like_squad(path: Path) -> bool:
+    """A SQuAD JSON file (one line or pretty-printed): an object with ``data`` (and ``version``)."""
+    first = _first_json_line(path)
+    if isinstance(first, dict):
+        return "data" in first and "context" not in first
+    if first is None:
+        try:
+            whole = _load_json_file(path)
+        except SpanBertError:
+            return False
+        return isinstance(whole, dict) and "data" in whole
+    return False
+
+
 def read_squad(path: str | Path) -> QAData:
     """Read a SQuAD v1.1 or v2.0 JSON file (``.json`` or ``.json.gz``), checking every answer offset.
 
@@ -157,6 +191,11 @@ def read_squad(path: str | Path) -> QAData:
     all gold answers are kept for scoring. v2.0 is recognised by ``version`` or ``is_impossible``.
     """
     path = Path(path)
+    if _looks_like_mrqa(path):
+        raise DataError(
+            path, "found MRQA JSON lines (a header or a context with qas per line); expected SQuAD JSON. "
+            "Use the mrqa task: spanbert <finetune|predict|evaluate> mrqa ...",
+        )  # fmt: skip
     data = _load_json_file(path)
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):
         found = f"keys {sorted(data)}" if isinstance(data, dict) else type(data).__name__
@@ -219,6 +258,11 @@ def read_mrqa(path: str | Path) -> QAData:
     them). Scoring uses ``answers``, as `mrqa_official_eval.py` does.
     """
     path = Path(path)
+    if path.is_file() and _looks_like_squad(path):
+        raise DataError(
+            path, "found SQuAD JSON ({'version': ..., 'data': [...]}); expected MRQA JSON lines. "
+            "Use the squad task: spanbert <finetune|predict|evaluate> squad ...",
+        )  # fmt: skip
     contexts: list[str] = []
     examples: list[QAExample] = []
     try:
@@ -278,8 +322,15 @@ def read_qa(path: str | Path, task: str) -> QAData:
 def read_id_list(path: str | Path) -> set[str]:
     """Question ids to drop: the first tab-separated column of each line (a header line ``id`` is skipped)."""
     path = Path(path)
-    with _open_text(path) as f:
-        ids = {line.split("\t", 1)[0].strip() for line in f if line.strip()}
+    try:
+        with _open_text(path) as f:
+            ids = {line.split("\t", 1)[0].strip() for line in f if line.strip()}
+    except UnicodeDecodeError as e:
+        raise DataError(
+            path, f"found bytes that are not UTF-8 ({e.reason} at byte {e.start}); expected UTF-8 text"
+        ) from None
+    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+        raise DataError(path, f"damaged or truncated gzip file: {e}") from None
     ids.discard("id")
     return ids
 
@@ -331,7 +382,10 @@ def tokenize_data(
     c_offsets: list[np.ndarray] = [empty_offsets] * len(data.contexts)
     q_ids: list[np.ndarray] = []
     used = sorted({e.context_index for e in data.examples})
-    with tqdm(total=len(used) + len(data.examples), desc="tokenize", unit="text", disable=not progress) as bar:
+    from spanbert.distributed import is_main
+
+    quiet = not progress or not is_main()  # one bar under torchrun, none with --disable_tqdm
+    with tqdm(total=len(used) + len(data.examples), desc="tokenize", unit="text", disable=quiet) as bar:
         for i in range(0, len(used), batch_size):
             chunk = used[i : i + batch_size]
             for ci, enc in zip(chunk, tokenizer.encode_batch([data.contexts[c] for c in chunk])):
@@ -702,27 +756,36 @@ def predict_logits(
     precision: str = "auto",
     disable_tqdm: bool = False,
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Start and end logits of every window, in feature order (windows batched by length to limit padding)."""
-    from spanbert.trainer import predict_batches
+    """Start and end logits of every window, in feature order (windows batched by length to limit padding).
 
-    order = sorted(range(len(features)), key=lambda i: len(features.input_ids[i]))
-    ds = torch.utils.data.Subset(QAFeatureDataset(features, with_labels=False), order)
-    starts: list[np.ndarray] = [np.empty(0)] * len(features)
-    ends: list[np.ndarray] = [np.empty(0)] * len(features)
-    k = 0
+    Under torchrun each rank predicts its share of the windows and every rank returns all of them
+    (contract 7): call it on every rank.
+    """
+    from spanbert.distributed import is_main
+    from spanbert.tasks.common import predict_sharded
+    from spanbert.trainer import predict_batches
 
     def collate(items):
         return collate_qa(items, pad_id)
 
-    for _, out in predict_batches(model, ds, batch_size, collate, device, precision, "predict", disable_tqdm):
-        sl = out["start_logits"].float().cpu().numpy()  # (B, T)
-        el = out["end_logits"].float().cpu().numpy()  # (B, T)
-        for b in range(sl.shape[0]):
-            i = order[k]
-            n = len(features.input_ids[i])
-            starts[i], ends[i] = sl[b, :n], el[b, :n]
-            k += 1
-    return starts, ends
+    def predict(indices) -> list[tuple[np.ndarray, np.ndarray]]:
+        order = sorted(indices, key=lambda i: len(features.input_ids[i]))
+        ds = torch.utils.data.Subset(QAFeatureDataset(features, with_labels=False), order)
+        got: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        k = 0
+        quiet = disable_tqdm or not is_main()  # one bar under torchrun
+        for _, out in predict_batches(model, ds, batch_size, collate, device, precision, "predict", quiet):
+            sl = out["start_logits"].float().cpu().numpy()  # (B, T)
+            el = out["end_logits"].float().cpu().numpy()  # (B, T)
+            for b in range(sl.shape[0]):
+                i = order[k]
+                n = len(features.input_ids[i])
+                got[i] = (sl[b, :n], el[b, :n])
+                k += 1
+        return [got[i] for i in indices]
+
+    both = predict_sharded(len(features), predict)
+    return [x[0] for x in both], [x[1] for x in both]
 
 
 def run_prediction(
@@ -744,11 +807,16 @@ def run_prediction(
 
 
 def write_json(path: str | Path, obj: Any) -> None:
+    """Pretty JSON, atomically, written once under torchrun (rank 0)."""
+    from spanbert.tasks.common import write_once
     from spanbert.utils import atomic_write
 
-    with atomic_write(path, encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, ensure_ascii=False)
-        f.write("\n")
+    def write() -> None:
+        with atomic_write(path, encoding="utf-8") as f:
+            json.dump(obj, f, indent=2, ensure_ascii=False)
+            f.write("\n")
+
+    write_once(write)
 
 
 def finetune_qa(
@@ -770,17 +838,28 @@ def finetune_qa(
     the no-answer threshold is chosen on it and saved in config.json. Returns the dev metrics
     (``"f1"`` is the score the sweep compares).
     """
-    from spanbert.tasks.common import load_encoder, load_tokenizer_for, save_finetuned
+    from spanbert.tasks.common import (
+        check_output_dir,
+        load_encoder,
+        load_tokenizer_for,
+        save_finetuned,
+        seed_dropout,
+        seed_init,
+        start_distributed,
+        write_once,
+    )
     from spanbert.trainer import train
 
+    check_output_dir(targs)  # before any reading or featurizing
+    start_distributed(targs.device)
     tokenizer = load_tokenizer_for(model_dir, tokenizer_dir)
     data = read_qa(train_file, task).select_articles(train_articles)
     if data.version_2 and not cfg.version_2_with_negative:
-        print(f"{train_file}: has unanswerable questions; training as SQuAD 2.0 (--version_2_with_negative)")
+        print0(f"{train_file}: has unanswerable questions; training as SQuAD 2.0 (--version_2_with_negative)")
         cfg = QAConfig(**{**_config_dict(cfg), "version_2_with_negative": True})
     if drop_ids_file:
         data, dropped = data.drop_ids(read_id_list(drop_ids_file))
-        print(f"dropped {dropped} questions listed in {drop_ids_file}")
+        print0(f"dropped {dropped} questions listed in {drop_ids_file}")
     if max_train_examples:
         data = QAData(
             data.path,
@@ -795,12 +874,15 @@ def finetune_qa(
         raise SpanBertError(f"{train_file}: no training questions left after the article selection / id filter")
     _, feats = _features_for(data, tokenizer, cfg, training=True, progress=not targs.disable_tqdm)
     if feats.skipped:
-        print(f"skipped {len(feats.skipped)} training questions whose answer covers no token (e.g. {feats.skipped[0]})")
-    print(f"{len(data.examples)} training questions -> {len(feats)} windows")
+        print0(
+            f"skipped {len(feats.skipped)} training questions whose answer covers no token (e.g. {feats.skipped[0]})"
+        )
+    print0(f"{len(data.examples)} training questions -> {len(feats)} windows")
 
-    torch.manual_seed(targs.seed)  # the head's initialisation
+    seed_init(targs.seed)  # the head's initialisation: the same in every run and on every rank
     encoder = load_encoder(model_dir, add_pooling_layer=False)
     model = SpanBertForQuestionAnswering(encoder.config, encoder)
+    seed_dropout(targs.seed)
     if encoder.config.vocab_size < tokenizer.vocab_size:
         raise SpanBertError(
             f"the tokenizer has {tokenizer.vocab_size} tokens but the model's vocab_size is {encoder.config.vocab_size}"
@@ -833,7 +915,9 @@ def finetune_qa(
         )
         metrics: dict[str, Any] = {}
         if cfg.version_2_with_negative:
-            thresh, best = choose_threshold(dev, decoded)
+            # every rank holds the same gathered predictions; the threshold is still chosen once
+            # (rank 0) and broadcast, so the value saved is the value every rank used
+            thresh, best = write_once(lambda: choose_threshold(dev, decoded))
             cfg = QAConfig(**{**_config_dict(cfg), "null_score_diff_threshold": thresh})
             decoded = Decoded(
                 {q: "" if decoded.null_odds[q] > thresh else t for q, t in decoded.best_non_null.items()},
@@ -845,7 +929,7 @@ def finetune_qa(
         metrics = {**score(dev, decoded.predictions), **metrics}
         results.clear()
         results.update(metrics, predictions=decoded.predictions, null_odds=decoded.null_odds)
-        print(f"step {step}: dev " + ", ".join(f"{k} {v:.4g}" for k, v in metrics.items() if isinstance(v, float)))
+        print0(f"step {step}: dev " + ", ".join(f"{k} {v:.4g}" for k, v in metrics.items() if isinstance(v, float)))
         return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
 
     train(
@@ -856,13 +940,19 @@ def finetune_qa(
         eval_fn=eval_fn if dev is not None else None,
     )
     out = Path(targs.output_dir)
-    save_finetuned(model, out, tokenizer, "BertForQuestionAnswering", {"spanbert": {"task": task, **_config_dict(cfg)}})
     metrics = {k: v for k, v in results.items() if k not in ("predictions", "null_odds")}
-    if results:
-        write_json(out / "dev_predictions.json", results["predictions"])
-        write_json(out / "dev_null_odds.json", results["null_odds"])
-        write_json(out / "eval_results.json", metrics)
-    print(f"saved the fine-tuned model to {out}")
+
+    def write() -> None:
+        extra = {"spanbert": {"task": task, **_config_dict(cfg)}}
+        save_finetuned(model, out, tokenizer, "BertForQuestionAnswering", extra)
+        if results:
+            write_json(out / "dev_predictions.json", results["predictions"])
+            if cfg.version_2_with_negative:
+                write_json(out / "dev_null_odds.json", results["null_odds"])
+            write_json(out / "eval_results.json", metrics)
+
+    write_once(write)
+    print0(f"saved the fine-tuned model to {out}")
     return metrics
 
 
@@ -873,6 +963,7 @@ def load_qa_model(model_dir: str | Path) -> tuple[SpanBertForQuestionAnswering, 
     from spanbert.tasks.common import load_finetuned
 
     config_json, state, tokenizer = load_finetuned(model_dir)
+    source = Path(model_dir) / "config.json"
     if "qa_outputs.weight" not in state:
         raise SpanBertError(
             f"{model_dir}: not a question-answering model (no qa_outputs weights); fine-tune one with "
@@ -882,8 +973,13 @@ def load_qa_model(model_dir: str | Path) -> tuple[SpanBertForQuestionAnswering, 
     model.bert.load_bert_state(encoder_state_dict(state), source=str(model_dir))
     model.qa_outputs.load_state_dict({"weight": state["qa_outputs.weight"], "bias": state["qa_outputs.bias"]})
     saved = config_json.get("spanbert", {})
+    if not isinstance(saved, dict):
+        raise DataError(source, f"found spanbert {saved!r:.60}; expected a mapping of QA settings")
+    from spanbert.config import replace_checked
+
     names = {f for f in QAConfig.__dataclass_fields__}
-    cfg = QAConfig(**{k: v for k, v in saved.items() if k in names})
+    cfg = replace_checked(QAConfig(), {k: v for k, v in saved.items() if k in names}, source=str(source))
+    model.eval()  # contract 5: loaders return eval mode, as transformers does
     return model, tokenizer, cfg
 
 
@@ -919,6 +1015,10 @@ def evaluate_files(
         data = read_mrqa(data_file).select_articles(articles)
         return squad_metrics.evaluate_mrqa(data.gold_answers(), preds)
     path = Path(data_file)
+    if _looks_like_mrqa(path):
+        raise DataError(
+            path, "found MRQA JSON lines; expected SQuAD JSON. Use the mrqa task: spanbert evaluate mrqa ..."
+        )
     raw = _load_json_file(path)
     if not isinstance(raw, dict) or not isinstance(raw.get("data"), list):
         raise DataError(path, "expected SQuAD JSON {'version': ..., 'data': [articles]}")
@@ -939,7 +1039,14 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
     parser = argparse.ArgumentParser(prog=prog, description=(__doc__ or "").split("\n\n")[0])
     fmt = "SQuAD v1.1/v2.0 JSON (.json or .json.gz)" if task == "squad" else "MRQA .jsonl or .jsonl.gz"
     if action == "finetune":
-        from spanbert.tasks.common import add_finetune_arguments, sweep, training_arguments
+        from spanbert.tasks.common import (
+            add_finetune_arguments,
+            check_output_dir,
+            parse_task_args,
+            start_distributed,
+            sweep,
+            training_arguments,
+        )
 
         parser.add_argument("--train_file", required=True, help=f"training data, {fmt}")
         parser.add_argument(
@@ -952,9 +1059,11 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         parser.add_argument("--max_train_examples", type=int, help="use only the first N training questions")
         add_dataclass_arguments(parser.add_argument_group("QA"), QAConfig, exclude=("null_score_diff_threshold",))
         add_finetune_arguments(parser, DEFAULTS)
-        args = parser.parse_args(argv)
+        args = parse_task_args(parser, argv, DEFAULTS, configs=(QAConfig,))
         cfg = dataclass_from_args(QAConfig, args)
         targs = training_arguments(args, DEFAULTS)
+        check_output_dir(targs)  # before any reading or featurizing (a sweep: the top folder)
+        start_distributed(targs.device)
 
         def run_one(lr: float, bs: int, run_dir: Path) -> float:
             import dataclasses
@@ -969,14 +1078,14 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
             if not args.validation_file:
                 raise SpanBertError("--sweep keeps the best run on dev: pass --validation_file")
             summary = sweep(run_one, targs.output_dir)
-            print(json.dumps(summary["best"], indent=2))
+            print0(json.dumps(summary["best"], indent=2))
         else:
             metrics = finetune_qa(
                 task, args.model, args.train_file, args.validation_file, targs, cfg, args.tokenizer, args.drop_ids,
                 args.train_articles, args.validation_articles, args.max_train_examples,
             )  # fmt: skip
             if metrics:
-                print(json.dumps(metrics, indent=2))
+                print0(json.dumps(metrics, indent=2))
         return 0
     if action == "predict":
         parser.add_argument(
@@ -995,18 +1104,28 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         )
         parser.add_argument("--batch_size", type=int, default=64, help="windows per batch (default: 64)")
         parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (default: auto)")
+        parser.add_argument("--disable_tqdm", action="store_true", help="hide the progress bars")
         args = parser.parse_args(argv)
+        from spanbert.tasks.common import start_distributed, write_once
+
+        start_distributed(args.device)
         model, tokenizer, cfg = load_qa_model(args.model)
         if args.null_score_diff_threshold is not None:
             cfg = QAConfig(**{**_config_dict(cfg), "null_score_diff_threshold": args.null_score_diff_threshold})
         data = read_qa(args.data, task).select_articles(args.articles)
-        decoded = run_prediction(model, data, tokenizer, cfg, args.batch_size, args.device)
+        decoded = run_prediction(
+            model, data, tokenizer, cfg, args.batch_size, args.device, progress=not args.disable_tqdm
+        )
         out = Path(args.output)
         null_path = Path(args.null_odds) if args.null_odds else out.parent / "null_odds.json"
-        write_json(out, decoded.predictions)
-        if cfg.version_2_with_negative:
-            write_json(null_path, decoded.null_odds)
-        print(
+
+        def write() -> None:
+            write_json(out, decoded.predictions)
+            if cfg.version_2_with_negative:
+                write_json(null_path, decoded.null_odds)
+
+        write_once(write)
+        print0(
             f"wrote {len(decoded.predictions)} predictions to {out}"
             + (f" and {null_path}" if cfg.version_2_with_negative else "")
         )
@@ -1024,7 +1143,17 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
                             help="SQuAD 2.0: score as no-answer where the --na-prob value exceeds this (official default: 1.0)")  # fmt: skip
         parser.add_argument("--articles", help="only these articles, a slice start:stop")
         args = parser.parse_args(argv)
-        metrics = evaluate_files(task, args.data, args.predictions, args.na_prob, args.articles, args.na_prob_thresh)
-        print(json.dumps(metrics, indent=2))
+        import warnings
+
+        from spanbert.distributed import eprint0
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            metrics = evaluate_files(
+                task, args.data, args.predictions, args.na_prob, args.articles, args.na_prob_thresh
+            )
+        for w in caught:  # one summary line (N of M questions have no prediction), not one per question
+            eprint0(f"warning: {w.message}")
+        print0(json.dumps(metrics, indent=2))
         return 0
     raise SpanBertError(f"{prog}: unknown action {action!r}; expected finetune, predict or evaluate")

@@ -35,9 +35,17 @@ from typing import Any
 
 import numpy as np
 
+from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError
 from spanbert.metrics.classification import NO_RELATION, semeval_official, tacred_prf
 from spanbert.utils import atomic_write
+
+TACRED_LABEL = re.compile(r"^(no_relation|(per|org):[a-z_/]+)$")
+"""A TACRED relation name: ``no_relation`` or ``per:...`` / ``org:...`` (the 42 labels' shape)."""
+NO_GUESS_NOTE = (
+    "no positive prediction: precision is reported as 100 because TACRED's official scorer.py sets "
+    "prec_micro = 1.0 when nothing is guessed; recall and F1 are 0"
+)
 
 # The NER types of TACRED's subjects and objects (Zhang et al., 2017, Table 2), so that every marker
 # has an id even when a small training set does not show all of them.
@@ -371,13 +379,36 @@ def relation_features(
 # Scoring and prediction files
 
 
-def score(task: str, gold: list[str], pred: list[str]) -> dict[str, float]:
-    """TACRED: micro P/R/F1 without no_relation. SemEval: the official macro-F1, plus the TACRED-style
-    micro scores with ``Other`` as the negative class, plus accuracy."""
+def score(task: str, gold: list[str], pred: list[str]) -> dict[str, Any]:
+    """TACRED: micro P/R/F1 without no_relation. SemEval: the official macro-F1 (key ``f1``), plus the
+    micro scores with ``Other`` as the negative class, plus accuracy. All x100 (0-100).
+
+    TACRED with no positive prediction keeps the official scorer's precision of 100 and says so in
+    a ``note``."""
+    from spanbert.tasks.common import percent
+
     if task == "semeval":
         official = semeval_official(gold, pred)
-        return {"f1": official["macro_f1"], **official}
-    return tacred_prf(gold, pred)
+        return percent({"f1": official["macro_f1"], **official})
+    out: dict[str, Any] = percent(tacred_prf(gold, pred))
+    if all(p == NO_RELATION for p in pred):
+        out["note"] = NO_GUESS_NOTE
+    return out
+
+
+def check_label(task: str, label: str, path: str | Path, line: int | None = None, record: str | None = None) -> None:
+    """A relation label of the task's label set (SemEval's 19, TACRED's shape), else a DataError."""
+    if task == "semeval":
+        if not _SEMEVAL_LABEL.match(label):
+            raise DataError(
+                path, f"found label {label!r}; expected Other or one of the 9 relations with (e1,e2)/(e2,e1)",
+                line=line, record=record,
+            )  # fmt: skip
+    elif not TACRED_LABEL.match(label):
+        raise DataError(
+            path, f"found label {label!r}; expected a TACRED relation (no_relation, per:..., org:...)",
+            line=line, record=record,
+        )  # fmt: skip
 
 
 def write_predictions(task: str, examples: list[RelationExample], labels: list[str], path: str | Path) -> None:
@@ -392,18 +423,26 @@ def read_predictions(task: str, path: str | Path, examples: list[RelationExample
     """Predictions in the order of ``examples``; a count or id mismatch names the line."""
     path = Path(path)
     try:
-        lines = [l.rstrip("\r\n") for l in path.read_text(encoding="utf-8").splitlines() if l.strip()]
+        numbered = list(enumerate(path.read_text(encoding="utf-8").splitlines(), 1))
     except FileNotFoundError:
         raise SpanBertError(f"{path}: predictions file not found") from None
+    except UnicodeDecodeError as e:
+        raise DataError(
+            path, f"found bytes that are not UTF-8 ({e.reason} at byte {e.start}); expected UTF-8 text"
+        ) from None
+    lines = [(n, l.rstrip("\r\n")) for n, l in numbered if l.strip()]
     if task != "semeval":
         if len(lines) != len(examples):
-            raise DataError(path, f"{len(lines)} predicted labels; expected one per example ({len(examples)})")
-        return [l.strip() for l in lines]
+            raise DataError(path, f"found {len(lines)} predicted labels; expected one per example ({len(examples)})")
+        for n, l in lines:
+            check_label(task, l.strip(), path, line=n)
+        return [l.strip() for _, l in lines]
     by_id = {}
-    for n, line in enumerate(lines, 1):
+    for n, line in lines:
         parts = line.split("\t")
         if len(parts) != 2:
             raise DataError(path, f"expected 'ID<TAB>label', found {line[:80]!r}", line=n)
+        check_label(task, parts[1].strip(), path, line=n)
         by_id[parts[0].strip()] = parts[1].strip()
     missing = [ex.id for ex in examples if ex.id not in by_id]
     if missing:
@@ -439,10 +478,11 @@ def finetune_relation(
     """Fine-tune a relation classifier and save it (HF layout) in ``args.output_dir``.
 
     Returns the dev metrics (empty without a dev file); writes ``dev_predictions.txt`` and
-    ``dev_results.json`` beside the model.
+    ``dev_results.json`` beside the model. A dev relation that the training file never shows is an
+    error (the model cannot predict it; it would only be scored as a silent miss).
     """
     from spanbert.tasks import classification as C
-    from spanbert.tasks.common import load_tokenizer_for
+    from spanbert.tasks.common import load_tokenizer_for, write_once
 
     mode = entity_mode or ("mark" if task == "semeval" else "mask")
     train = read_relation_file(train_path)[:max_train_examples]
@@ -451,6 +491,12 @@ def finetune_relation(
     if task == "tacred" and NO_RELATION in labels:  # class 0 = no_relation, as in TACRED's label map
         labels = [NO_RELATION] + [l for l in labels if l != NO_RELATION]
     label2id = {l: i for i, l in enumerate(labels)}
+    for i, ex in enumerate(dev):
+        if ex.relation not in label2id:
+            raise DataError(
+                dev_path, f"found relation {ex.relation!r}, which the training file {train_path} never has; "
+                f"expected one of its {len(labels)} labels", record=f"{i}, id {ex.id}",
+            )  # fmt: skip
     types = {ex.subj_type for ex in train} | {ex.obj_type for ex in train}
     if task == "tacred":
         types |= set(TACRED_TYPES)
@@ -458,9 +504,9 @@ def finetune_relation(
     tokenizer, markers = assign_marker_ids(tokenizer, marker_vocabulary(types, mode))
     train_features, cut = relation_features(train, tokenizer, markers, mode, label2id, max_seq_length, str(train_path))
     if cut:
-        print(f"note: {cut} of {len(train)} training sentences were cut at max_seq_length={max_seq_length}")
+        print0(f"note: {cut} of {len(train)} training sentences were cut at max_seq_length={max_seq_length}")
     dev_features, _ = relation_features(dev, tokenizer, markers, mode, None, max_seq_length, str(dev_path))
-    model = C.build_model("sequence", model_dir, len(labels), vocab_size=max(markers.values()) + 1)
+    model = C.build_model("sequence", model_dir, len(labels), vocab_size=max(markers.values()) + 1, seed=args.seed)
 
     def predict(m: Any) -> list[str]:
         logits = C.predict_logits(m, dev_features, tokenizer.pad_id, args.per_device_eval_batch_size)
@@ -472,12 +518,15 @@ def finetune_relation(
     )
     out = Path(args.output_dir)
     meta = {"task": task, "entity_mode": mode, "entity_markers": markers, "max_seq_length": max_seq_length}
-    C.save_model(model, out, tokenizer, "sequence", labels, meta)
-    metrics: dict[str, float] = {}
-    if dev:
-        write_predictions(task, dev, pred, out / "dev_predictions.txt")
-        metrics = score(task, gold, pred)
-        C.write_json(out / "dev_results.json", metrics)
+    metrics: dict[str, Any] = score(task, gold, pred) if dev else {}
+
+    def write() -> None:
+        C.save_model(model, out, tokenizer, "sequence", labels, meta)
+        if dev:
+            write_predictions(task, dev, pred, out / "dev_predictions.txt")
+            C.write_json(out / "dev_results.json", metrics)
+
+    write_once(write)
     return metrics
 
 
@@ -496,21 +545,37 @@ def predict_relations(
 
 
 def _predict_from_dir(
-    task: str, model_dir: str, data: str, batch_size: int, device: str = "cpu"
-) -> tuple[list[RelationExample], list[str]]:
+    task: str, model_dir: str, data: str, batch_size: int, device: str = "cpu", progress: bool = True,
+    check_gold: bool = False,
+) -> tuple[list[RelationExample], list[str]]:  # fmt: skip
     from spanbert.tasks import classification as C
 
     model, config_json, tokenizer = C.load_model("sequence", model_dir, device)
     meta = config_json.get("spanbert", {})
-    if "entity_markers" not in meta:
-        raise SpanBertError(f"{model_dir}: config.json has no spanbert.entity_markers; not a relation model")
-    labels = C.labels_from_config(config_json)
+    source = Path(model_dir) / "config.json"
+    if not isinstance(meta, dict) or not isinstance(meta.get("entity_markers"), dict):
+        raise DataError(source, "found no spanbert.entity_markers mapping; expected a relation model's config")
+    for key in ("entity_mode", "max_seq_length"):
+        if key not in meta:
+            raise DataError(source, f"found no spanbert.{key}; expected a relation model's config")
+    labels = C.labels_from_config(config_json, str(source))
+    if labels is None:
+        raise DataError(source, "found a regression head; expected a relation classifier with id2label")
     examples = read_relation_file(data, require_labels=False)
-    return examples, predict_relations(model, tokenizer, meta, labels, examples, data, batch_size, progress=True)
+    known = set(labels)
+    for i, ex in enumerate(examples if check_gold else []):
+        if ex.relation is not None and ex.relation not in known:
+            raise DataError(
+                data, f"found relation {ex.relation!r}, which the model never saw in training; expected one of "
+                f"its {len(labels)} labels ({Path(model_dir) / 'config.json'})", record=f"{i}, id {ex.id}",
+            )  # fmt: skip
+    return examples, predict_relations(model, tokenizer, meta, labels, examples, data, batch_size, progress=progress)
 
 
 def cli(action: str, task: str, argv: list[str], prog: str) -> int:
     """``spanbert {finetune,predict,evaluate} {tacred,semeval} ...``."""
+    from spanbert.tasks.common import parse_task_args, start_distributed
+
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     if action == "finetune":
         from spanbert.tasks.classification import run_finetune_cli
@@ -535,7 +600,7 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         parser.add_argument("--max_eval_examples", type=int, help="use only the first N dev examples")
         defaults = {**DEFAULTS, "output_dir": f"runs/{task}"}
         add_finetune_arguments(parser, defaults)
-        args = parser.parse_args(argv)
+        args = parse_task_args(parser, argv, defaults)
 
         def run_one(targs: Any) -> dict[str, float]:
             return finetune_relation(
@@ -550,10 +615,16 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         parser.add_argument("--output", required=True, help="predictions file to write")
         parser.add_argument("--batch_size", type=int, default=64, help="sequences per batch (default: 64)")
         parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (default: auto)")
+        parser.add_argument("--disable_tqdm", action="store_true", help="hide the progress bar")
         args = parser.parse_args(argv)
-        examples, pred = _predict_from_dir(task, args.model, args.data, args.batch_size, args.device)
-        write_predictions(task, examples, pred, args.output)
-        print(f"wrote {len(pred)} predictions to {args.output}")
+        start_distributed(args.device)
+        examples, pred = _predict_from_dir(
+            task, args.model, args.data, args.batch_size, args.device, not args.disable_tqdm
+        )
+        from spanbert.tasks.common import write_once
+
+        write_once(lambda: write_predictions(task, examples, pred, args.output))
+        print0(f"wrote {len(pred)} predictions to {args.output}")
         if all(ex.relation is not None for ex in examples):
             from spanbert.tasks.classification import print_metrics
 
@@ -564,11 +635,15 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
     group.add_argument("--model", help="fine-tuned model folder: predict, then score")
     parser.add_argument("--batch_size", type=int, default=64, help="sequences per batch with --model (default: 64)")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (default: auto)")
+    parser.add_argument("--disable_tqdm", action="store_true", help="hide the progress bar")
     args = parser.parse_args(argv)
     from spanbert.tasks.classification import print_metrics
 
     if args.model:
-        examples, pred = _predict_from_dir(task, args.model, args.data, args.batch_size, args.device)
+        start_distributed(args.device)
+        examples, pred = _predict_from_dir(
+            task, args.model, args.data, args.batch_size, args.device, not args.disable_tqdm, check_gold=True
+        )
     else:
         examples = read_relation_file(args.data)
         pred = read_predictions(task, args.predictions, examples)
