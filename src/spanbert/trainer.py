@@ -972,8 +972,8 @@ def _train(
                     warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step", category=UserWarning)
                     scheduler.step()
                 step += 1
-                if device.type == "cpu" and os.environ.get("SPANBERT_TRIM", "1") == "1":
-                    trim_heap()  # flat resident memory on CPU (see utils.trim_heap)
+                if device.type == "cpu":
+                    trim_heap()  # bounded resident memory on CPU, at most every 2 s (utils.trim_heap)
                 window.setdefault("grad_norm", []).append(float(grad_norm))
                 if bar is not None:
                     bar.update(1)

@@ -151,19 +151,27 @@ def remove_debris(folder: str | os.PathLike, keep: Iterable[str] = ()) -> list[s
 
 
 _libc: Any = None
+_last_trim = 0.0
 
 
-def trim_heap() -> None:
-    """Give the C heap's free pages back to the system (glibc `malloc_trim`; no-op elsewhere).
+def trim_heap(min_interval: float = 2.0) -> bool:
+    """Give the C heap's free pages back to the system (glibc `malloc_trim`; no-op elsewhere), at
+    most once every ``min_interval`` seconds. Returns whether it trimmed.
 
     Why: CPU tensors live in glibc's heap. After large blocks are freed, glibc raises its mmap
-    threshold (up to 32 MB), so the next tensors of changing sizes (variable block lengths and masked
+    threshold (up to 32 MB), so later tensors of changing sizes (variable block lengths and masked
     target counts) are carved out of the heap, whose freed pages it keeps: resident memory grew
-    1.3 GB -> 1.9 GB in 75 steps of the tiny model on 512-token blocks, with no Python object or
-    tensor leaking (docs/benchmarks.md, bench/memory.py). Trimming once per optimizer step returns
-    those pages and keeps the resident set flat.
+    1.0 GB -> 1.5 GB in 100 steps of the tiny model on 512-token blocks with no Python object or
+    tensor leaking (docs/benchmarks.md, bench/memory.py). A trim costs ~70 ms with the page faults
+    that follow it: at every step it halved the quick start's speed (~0.1 s steps), so it runs at
+    most every 2 s — every step or two of a real run, a few % of the quick start.
     """
-    global _libc
+    global _libc, _last_trim
+    import time
+
+    now = time.monotonic()
+    if now - _last_trim < min_interval:
+        return False
     if _libc is None:
         try:
             import ctypes
@@ -173,5 +181,8 @@ def trim_heap() -> None:
             _libc = lib if hasattr(lib, "malloc_trim") else False
         except OSError:
             _libc = False
-    if _libc:
-        _libc.malloc_trim(0)
+    if not _libc:
+        return False
+    _libc.malloc_trim(0)
+    _last_trim = time.monotonic()
+    return True
