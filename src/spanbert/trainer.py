@@ -1034,6 +1034,8 @@ def _run_eval(eval_fn, model: nn.Module, step: int, rank: int, logger: _Logger, 
             results = eval_fn(model, step) or {}
     finally:
         model.train(was_training)
+        if next(model.parameters()).device.type == "cpu":
+            trim_heap(min_interval=0.0)  # the evaluation's large batches leave the most freed heap
     logger.log(step, {f"eval/{k}": float(v) for k, v in results.items() if isinstance(v, (int, float))})
     last.update({f"eval_{k}": float(v) for k, v in results.items() if isinstance(v, (int, float))})
 
