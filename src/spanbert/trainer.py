@@ -12,6 +12,7 @@ sees exactly the micro-batches that N processes see together.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -22,7 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 import torch
@@ -215,6 +216,20 @@ def flush_denormals() -> Iterator[None]:
         _flush_depth -= 1
         if _flush_depth == 0:
             torch.set_flush_denormal(False)
+
+
+T = TypeVar("T")
+
+
+def _with_flushed_denormals(fn: Callable[..., T]) -> Callable[..., T]:
+    """Run ``fn`` inside `flush_denormals` (one signature, one docstring: the decorated function's)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> T:
+        with flush_denormals():
+            return fn(*args, **kwargs)
+
+    return wrapper
 
 
 # ---------------------------------------------------------------------------------------------
@@ -730,6 +745,7 @@ MAX_CONSECUTIVE_SCALER_SKIPS = 25
 """--nan_policy stop: this many fp16 overflow skips in a row stop the run (the scale fell by 2^25)."""
 
 
+@_with_flushed_denormals
 def train(
     model: nn.Module,
     train_dataset: Any,
@@ -752,31 +768,6 @@ def train(
     grad); rank 0 logs its result. ``run_config`` (extra settings of the run) is saved in every
     checkpoint and compared with --resume, as the arguments are.
     """
-    with flush_denormals():
-        return _train(
-            model,
-            train_dataset,
-            args,
-            collate_fn=collate_fn,
-            lr_by_prefix=lr_by_prefix,
-            eval_fn=eval_fn,
-            count_targets=count_targets,
-            run_config=run_config,
-        )
-
-
-def _train(
-    model: nn.Module,
-    train_dataset: Any,
-    args: TrainingArguments,
-    *,
-    collate_fn: Callable | None = None,
-    lr_by_prefix: dict[str, float] | None = None,
-    eval_fn: Callable[[nn.Module, int], dict[str, float]] | None = None,
-    count_targets: Callable[[Any], dict[str, int]] | None = None,
-    run_config: dict | None = None,
-) -> TrainResult:
-    """The loop of `train` (which holds the CPU float mode around it)."""
     rank, world, _ = distributed_env()
     device = resolve_device(args.device)
     init_distributed(device)
