@@ -107,6 +107,10 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `spanbert evaluate ... | head`: the reader left; not an error of ours
         sys.stderr.close()
         return 0
+    finally:
+        from spanbert.distributed import shutdown
+
+        shutdown()
 
 
 if __name__ == "__main__":

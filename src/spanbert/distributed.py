@@ -76,6 +76,17 @@ def init_distributed(device: torch.device | None = None) -> None:
     dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
 
 
+def shutdown() -> None:
+    """Leave the process group, if this process joined one.
+
+    Without it, gloo's threads are still joinable when the interpreter tears down, and a process that
+    finished its work can die with ``terminate called without an active exception`` (SIGABRT), which
+    torchrun reports as a failed run.
+    """
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def _active() -> bool:
     return world_size() > 1 and dist.is_initialized()
 
@@ -157,6 +168,7 @@ __all__ = [
     "distributed_env",
     "eprint0",
     "init_distributed",
+    "shutdown",
     "is_main",
     "on_main",
     "print0",
