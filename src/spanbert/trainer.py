@@ -21,7 +21,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -84,7 +84,15 @@ class TrainingArguments:
     save_total_limit: int = 2
     """Keep at most this many checkpoints (the oldest are deleted)."""
     eval_steps: int = 0
-    """Run the evaluation every this many steps (0 = only at the end)."""
+    """Run the evaluation every this many steps (0 = only at the end, unless evals_per_epoch is set)."""
+    evals_per_epoch: int = 0
+    """Evaluate this many times per epoch, evenly spaced (sets the evaluation interval when eval_steps is
+    0; the released SpanBERT fine-tuning scripts evaluate about 10 times per epoch)."""
+    metric_for_best_model: str = ""
+    """Key of the evaluation result that selects the model (e.g. f1): the weights of the best evaluation
+    are kept in OUTPUT_DIR/best/ and are the model at the end of training. Empty = the last model."""
+    greater_is_better: bool = True
+    """With metric_for_best_model: a larger value is better (false for a loss)."""
     seed: int = 42
     """Seed of the sample order, dropout and initialisation."""
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
@@ -141,6 +149,7 @@ class TrainingArguments:
             "warmup_steps": 0,
             "save_steps": 0,
             "eval_steps": 0,
+            "evals_per_epoch": 0,
             "dataloader_num_workers": 0,
         }
         for name, lo in at_least.items():
@@ -172,6 +181,10 @@ class TrainResult:
     skipped_steps: int
     metrics: dict[str, float]
     """The last logged training averages and evaluation results."""
+    best_step: int | None = None
+    """With metric_for_best_model: the step whose weights the model holds at the end (None: no evaluation)."""
+    best_metrics: dict[str, float] = field(default_factory=dict)
+    """With metric_for_best_model: the evaluation results of best_step."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -236,30 +249,37 @@ def _with_flushed_denormals(fn: Callable[..., T]) -> Callable[..., T]:
 # Optimizer and schedule
 
 
+def _by_prefix(name: str, table: dict[str, T] | None, default: T) -> T:
+    for prefix, value in (table or {}).items():
+        if name.startswith(prefix):
+            return value
+    return default
+
+
 def param_groups(
-    model: nn.Module, learning_rate: float, weight_decay: float, lr_by_prefix: dict[str, float] | None = None
+    model: nn.Module,
+    learning_rate: float,
+    weight_decay: float,
+    lr_by_prefix: dict[str, float] | None = None,
+    weight_decay_by_prefix: dict[str, float] | None = None,
 ) -> list[dict[str, Any]]:
     """AdamW groups: decay on weight matrices and embeddings only (not biases, not LayerNorm), as BERT.
 
-    ``lr_by_prefix`` gives parameters whose name starts with a prefix their own peak learning rate.
+    ``lr_by_prefix`` gives parameters whose name starts with a prefix their own peak learning rate;
+    ``weight_decay_by_prefix`` their own weight decay (coref's task layers: 0), biases and LayerNorm
+    still without decay.
     """
-    groups: dict[tuple[float, bool], list[nn.Parameter]] = {}
+    groups: dict[tuple[float, float], list[nn.Parameter]] = {}
     seen: set[int] = set()
     for name, p in model.named_parameters():
         if not p.requires_grad or id(p) in seen:
             continue
         seen.add(id(p))
-        lr = learning_rate
-        for prefix, prefix_lr in (lr_by_prefix or {}).items():
-            if name.startswith(prefix):
-                lr = prefix_lr
-                break
+        lr = _by_prefix(name, lr_by_prefix, learning_rate)
         no_decay = p.ndim < 2 or "LayerNorm" in name or "layer_norm" in name
-        groups.setdefault((lr, no_decay), []).append(p)
-    return [
-        {"params": ps, "lr": lr, "initial_lr": lr, "weight_decay": 0.0 if nd else weight_decay}
-        for (lr, nd), ps in groups.items()
-    ]
+        wd = 0.0 if no_decay else _by_prefix(name, weight_decay_by_prefix, weight_decay)
+        groups.setdefault((lr, wd), []).append(p)
+    return [{"params": ps, "lr": lr, "initial_lr": lr, "weight_decay": wd} for (lr, wd), ps in groups.items()]
 
 
 def lr_lambda(total_steps: int, warmup_steps: int, kind: str) -> Callable[[int], float]:
@@ -283,6 +303,25 @@ def clip_gradients(params: list[nn.Parameter], max_norm: float) -> torch.Tensor:
     if max_norm and max_norm > 0:
         return torch.nn.utils.clip_grad_norm_(params, max_norm)
     return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads]))
+
+
+def clip_groups(
+    model: nn.Module, params: list[nn.Parameter], prefixes: tuple[str, ...] | None
+) -> list[list[nn.Parameter]]:
+    """``params`` split for clipping: one group per prefix (parameters whose name starts with it), the
+    rest in a last group; without prefixes, one group (the global norm, BERT's rule)."""
+    if not prefixes:
+        return [params]
+    wanted = {id(p) for p in params}
+    groups: list[list[nn.Parameter]] = [[] for _ in range(len(prefixes) + 1)]
+    seen: set[int] = set()
+    for name, p in model.named_parameters():
+        if id(p) not in wanted or id(p) in seen:
+            continue
+        seen.add(id(p))
+        i = next((j for j, prefix in enumerate(prefixes) if name.startswith(prefix)), len(prefixes))
+        groups[i].append(p)
+    return [g for g in groups if g]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -663,6 +702,7 @@ def _start_run_dir(output_dir: Path, args: TrainingArguments) -> list[str]:
                 shutil.rmtree(p, ignore_errors=True)
         if pointer.exists():
             pointer.unlink()
+        shutil.rmtree(output_dir / BEST_DIR, ignore_errors=True)
     return removed
 
 
@@ -756,6 +796,8 @@ def train(
     eval_fn: Callable[[nn.Module, int], dict[str, float]] | None = None,
     count_targets: Callable[[Any], dict[str, int]] | None = None,
     run_config: dict | None = None,
+    weight_decay_by_prefix: dict[str, float] | None = None,
+    clip_by_prefix: tuple[str, ...] | None = None,
 ) -> TrainResult:
     """Train ``model`` on ``train_dataset`` (map-style) and return the final step and metrics.
 
@@ -767,6 +809,13 @@ def train(
     ``eval_fn(model, step)`` runs every ``eval_steps`` and at the end on every rank (eval mode, no
     grad); rank 0 logs its result. ``run_config`` (extra settings of the run) is saved in every
     checkpoint and compared with --resume, as the arguments are.
+
+    ``weight_decay_by_prefix`` gives parameters whose name starts with a prefix their own weight
+    decay; ``clip_by_prefix`` clips the gradients of each prefix's parameters (and of the rest) as
+    separate groups, each to ``max_grad_norm`` (the released coreference code clips encoder and task
+    layers separately). With ``args.metric_for_best_model`` each evaluation whose result improves on
+    the best so far saves the weights to ``output_dir/best/`` (rank 0), and the model returned holds
+    the best weights; ``TrainResult.best_step`` says which step they are from.
     """
     rank, world, _ = distributed_env()
     device = resolve_device(args.device)
@@ -785,6 +834,7 @@ def train(
         raise SpanBertError(f"{n} training examples are fewer than one global batch of {G} across {world} processes")
     total = args.max_steps if args.max_steps > 0 else math.ceil(args.num_train_epochs * epoch_steps)
     warmup = args.warmup_steps or math.ceil(args.warmup_ratio * total)
+    eval_every = args.eval_steps or (max(1, epoch_steps // args.evals_per_epoch) if args.evals_per_epoch else 0)
     run_config = json.loads(json.dumps(run_config, default=str)) if run_config is not None else None
     settings = {"args": asdict(args), "run_config": run_config, "world_size": world, "train_examples": n}
 
@@ -796,7 +846,7 @@ def train(
     raw_model = model
     if world > 1:
         model = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    groups = param_groups(raw_model, args.learning_rate, args.weight_decay, lr_by_prefix)
+    groups = param_groups(raw_model, args.learning_rate, args.weight_decay, lr_by_prefix, weight_decay_by_prefix)
     optimizer = torch.optim.AdamW(
         groups,
         lr=args.learning_rate,
@@ -809,6 +859,8 @@ def train(
     amp_dtype = autocast_dtype(args.precision, device)
     scaler = make_grad_scaler(amp_dtype, device)
     params = [p for g in groups for p in g["params"]]
+    clipped = clip_groups(raw_model, params, clip_by_prefix)
+    best: dict[str, Any] = {"step": None, "score": None, "metrics": {}}
 
     step = 0
     if args.resume:
@@ -832,6 +884,7 @@ def train(
         for line in accepted:
             print0(f"note: --resume with a changed setting: {line}")
         step = load_training_state(ckpt, model, optimizer, scheduler, scaler)
+        best.update(on_main(lambda: json.loads((ckpt / "trainer_state.json").read_text()).get("best") or {}))
         print0(f"resumed from {ckpt} at step {step}/{total}")
 
     logger = _Logger(output_dir, enabled=rank == 0, tensorboard=args.report_to == "tensorboard")
@@ -846,7 +899,7 @@ def train(
     scaler_skips_in_a_row = 0
     last: dict[str, float] = {}
     pin = device.type == "cuda"
-    extra_state = {"world_size": world, "run_config": run_config}
+    extra_state = {"world_size": world, "run_config": run_config, "best": best}
 
     def checkpoint() -> None:
         rngs = all_gather_objects(_rng_state())  # every rank's stream, so each resumes its own
@@ -918,7 +971,8 @@ def train(
                             window.setdefault(k, []).append(float(v.detach()))
                 if scaler is not None:
                     scaler.unscale_(optimizer)
-                grad_norm = clip_gradients(params, args.max_grad_norm)
+                norms = [clip_gradients(g, args.max_grad_norm) for g in clipped]
+                grad_norm = norms[0] if len(norms) == 1 else torch.linalg.vector_norm(torch.stack(norms))
                 bad_loss = (~torch.isfinite(loss_sum)).float().reshape(1)
                 bad_grad = (~torch.isfinite(grad_norm.to(device))).float().reshape(1)
                 bad = torch.cat([bad_loss, bad_grad])
@@ -986,21 +1040,33 @@ def train(
                         else:
                             print(line, flush=True)
                     window, tokens, t0 = {}, 0, time.perf_counter()
-                if eval_fn is not None and args.eval_steps and step % args.eval_steps == 0 and step != total:
-                    _run_eval(eval_fn, raw_model, step, rank, logger, last)
+                if eval_fn is not None and eval_every and step % eval_every == 0 and step != total:
+                    _select(_run_eval(eval_fn, raw_model, step, rank, logger, last), step, raw_model, args, best)
                 if args.save_steps and step % args.save_steps == 0 and step != end:
                     checkpoint()
         if args.save_steps > 0 or step < total:
             checkpoint()
         if eval_fn is not None and step == total:
-            _run_eval(eval_fn, raw_model, step, rank, logger, last)
+            _select(_run_eval(eval_fn, raw_model, step, rank, logger, last), step, raw_model, args, best)
     finally:
         if bar is not None:
             bar.close()
         logger.close()
     if world > 1:
         dist.barrier()
-    return TrainResult(global_step=step, skipped_steps=skipped, metrics=last)
+    if args.metric_for_best_model and best["step"] is not None and step == total:
+        load_best_weights(output_dir, raw_model)
+        print0(
+            f"selected the model of step {best['step']} ({args.metric_for_best_model} {best['score']:.4f}, "
+            f"best of the evaluations on dev)"
+        )
+    return TrainResult(
+        global_step=step,
+        skipped_steps=skipped,
+        metrics=last,
+        best_step=best["step"],
+        best_metrics=dict(best["metrics"]),
+    )
 
 
 def _shown_lr(optimizer, args: TrainingArguments) -> float:
@@ -1016,7 +1082,51 @@ def _shown_lr(optimizer, args: TrainingArguments) -> float:
 _SHOWN = ("loss", "mlm_loss", "sbo_loss", "nsp_loss", "mlm_acc", "sbo_acc", "nsp_acc")
 
 
-def _run_eval(eval_fn, model: nn.Module, step: int, rank: int, logger: _Logger, last: dict) -> None:
+def _select(results: dict[str, Any], step: int, model: nn.Module, args: TrainingArguments, best: dict) -> None:
+    """Keep ``model``'s weights in ``output_dir/best/`` when ``results`` beat the best so far.
+
+    Every rank holds the same results (eval_fn gathers), so every rank takes the same decision; only
+    rank 0 writes. Equal scores keep the earlier step (as a resumed run re-evaluating a step does)."""
+    metric = args.metric_for_best_model
+    if not metric:
+        return
+    if metric not in results or not isinstance(results[metric], (int, float)):
+        keys = ", ".join(sorted(k for k, v in results.items() if isinstance(v, (int, float))))
+        raise SpanBertError(f"--metric_for_best_model: found {metric!r}, expected one of the evaluation's results: {keys}")
+    score = float(results[metric])
+    old = best["score"]
+    if old is not None and not (score > old if args.greater_is_better else score < old):
+        return
+    best.update(step=step, score=score, metrics={k: float(v) for k, v in results.items() if isinstance(v, (int, float))})
+    on_main(lambda: save_best_weights(Path(args.output_dir), model, dict(best)))
+
+
+BEST_DIR = "best"
+
+
+def save_best_weights(output_dir: Path, model: nn.Module, info: dict[str, Any]) -> None:
+    """``output_dir/best/``: the weights (state.pt) and ``best.json`` (step, score, metrics), atomically."""
+    from spanbert.utils import atomic_dir
+
+    with atomic_dir(output_dir / BEST_DIR) as tmp:
+        torch.save(_unwrap(model).state_dict(), tmp / "state.pt")
+        (tmp / "best.json").write_text(json.dumps(info, indent=2) + "\n")
+
+
+def load_best_weights(output_dir: Path, model: nn.Module) -> dict[str, Any]:
+    """Load ``output_dir/best/state.pt`` into ``model``; returns ``best.json``."""
+    where = output_dir / BEST_DIR
+    try:
+        state = torch.load(where / "state.pt", map_location="cpu", weights_only=True)
+        info = json.loads((where / "best.json").read_text())
+    except (OSError, ValueError, RuntimeError) as e:
+        raise SpanBertError(f"{where}: cannot read the best model's weights ({e}); re-run the training") from None
+    device = next(model.parameters()).device
+    _unwrap(model).load_state_dict({k: v.to(device) for k, v in state.items()})
+    return info
+
+
+def _run_eval(eval_fn, model: nn.Module, step: int, rank: int, logger: _Logger, last: dict) -> dict[str, Any]:
     """Every rank evaluates (contract 7: eval_fn shards and gathers); rank 0's logger writes."""
     was_training = model.training
     model.eval()
@@ -1029,6 +1139,7 @@ def _run_eval(eval_fn, model: nn.Module, step: int, rank: int, logger: _Logger, 
             trim_heap(min_interval=0.0)  # the evaluation's large batches leave the most freed heap
     logger.log(step, {f"eval/{k}": float(v) for k, v in results.items() if isinstance(v, (int, float))})
     last.update({f"eval_{k}": float(v) for k, v in results.items() if isinstance(v, (int, float))})
+    return results
 
 
 def predict_batches(
