@@ -1,0 +1,1083 @@
+"""`spanbert study`: the paper's comparisons (Tables 1, 6, 7) rerun on any corpus, budget and tasks.
+
+A study is a grid of cells, each its own folder with its own log:
+
+    OUT/shared/tokenizer, OUT/shared/corpus        one vocabulary and one preprocessed corpus for all
+    OUT/pretrain/<system>/                         `spanbert pretrain` with an equal budget of tokens
+    OUT/finetune/<system>/<task>/lr<lr>_seed<s>/   `spanbert finetune <task>` (best dev checkpoint)
+    OUT/summary/                                   table.md, table.csv, comparisons.md/.csv, *.png
+
+A cell is finished when its marker exists (`cell.json` for pre-training, `result.json` for
+fine-tuning); a killed study started again skips finished cells and resumes the interrupted one
+(pre-training continues from its last checkpoint with --resume). Cells run in this process through
+the same code as the CLI commands, so under `torchrun` every pre-training cell is one distributed
+run; fine-tuning cells can be spread over processes with `--shard I/N` (one study process per device,
+each running every N-th cell), then `--only summary` collects them.
+
+Model selection follows the paper: for each system and task the learning rate with the best mean dev
+score over seeds is chosen, and the table reports mean ± standard deviation over the seeds at that
+rate. A test split, where a task has one, is scored only with those selected models.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import io
+import json
+import math
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from spanbert import distributed
+from spanbert.errors import SpanBertError
+from spanbert.utils import atomic_write
+
+# ---------------------------------------------------------------------------------------------
+# What a study is
+
+
+@dataclass
+class TaskSpec:
+    """One downstream task of a study."""
+
+    task: str
+    """squad, mrqa, semeval, tacred, glue, ner or coref (the `spanbert finetune` task names)."""
+    name: str = ""
+    """Column name in the table (default: the GLUE task name, else the task)."""
+    train: str = ""
+    """Training file (or, for glue, the task folder)."""
+    dev: str = ""
+    """Dev file: fine-tuning selects the best checkpoint and the learning rate on it."""
+    test: str = ""
+    """Optional test file, scored only with the selected models (ner, semeval, tacred)."""
+    glue_task: str = ""
+    """glue only: SST-2, CoLA, MRPC, STS-B, RTE, ..."""
+    folds: list[int] = field(default_factory=list)
+    """coref on LitBank (train: the litbank_coref folder): the folds of its ten-fold split to run (e.g.
+    [0], or 0..9); a seed's score is the mean over the folds. Empty for a task given as train/dev files."""
+    learning_rates: list[float] = field(default_factory=lambda: [3e-5])
+    """The learning-rate grid (Appendix B: 1e-5 … 5e-5 for most tasks)."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Further `spanbert finetune <task>` options, e.g. {num_train_epochs: 2, max_train_examples: 2000}."""
+
+    def __post_init__(self) -> None:
+        self.name = self.name or (self.glue_task if self.task == "glue" and self.glue_task else self.task)
+
+
+@dataclass
+class SystemSpec:
+    """One row of the table: a pre-training system of `spanbert pretrain`, or an existing checkpoint."""
+
+    name: str
+    """Row name; also the --system of `spanbert pretrain` unless checkpoint is given."""
+    checkpoint: str = ""
+    """An existing model folder (e.g. your own BERT): no pre-training cell, fine-tuned as it is."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Further `spanbert pretrain` options for this system only (e.g. {masking: whole_word})."""
+
+
+@dataclass
+class Study:
+    systems: list[SystemSpec]
+    tasks: list[TaskSpec]
+    corpus: str = ""
+    """Raw text files/folders, or a `spanbert preprocess` folder (with its tokenizer)."""
+    tokenizer: str = ""
+    """An existing tokenizer folder or vocab.txt shared by every system; default: trained on the corpus."""
+    vocab_size: int = 28996
+    """Size of the vocabulary trained on the corpus when no tokenizer is given."""
+    model: str = "tiny"
+    """Model size preset of every pre-training cell: tiny, small, base, large."""
+    budget_tokens: int = 2_000_000
+    """Pre-training budget of every system, in tokens (steps = budget / (global batch × max_seq_length))."""
+    max_seq_length: int = 128
+    """Pre-training block length."""
+    batch_size: int = 32
+    """Pre-training sequences per optimizer step (global; per device = this / processes / accumulation)."""
+    gradient_accumulation_steps: int = 1
+    """Pre-training micro-batches per step."""
+    pretrain_options: dict[str, Any] = field(default_factory=dict)
+    """Further `spanbert pretrain` options for every system (learning_rate, warmup_steps, ...)."""
+    seeds: int = 3
+    """Fine-tuning seeds per task and learning rate (the table's mean ± std is over them)."""
+    output_dir: str = "runs/study"
+    """Where every cell and the summary go."""
+
+    @property
+    def pretrain_steps(self) -> int:
+        return max(1, math.ceil(self.budget_tokens / (self.batch_size * self.max_seq_length)))
+
+
+TASK_NAMES = ("squad", "mrqa", "semeval", "tacred", "glue", "ner", "coref")
+TEST_TASKS = ("ner", "semeval", "tacred")  # whose `evaluate` scores a labelled file with a model
+
+
+def _check_type(value: Any, tp: Any) -> bool:
+    if tp in (int,):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if tp in (float,):
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if tp in (str,):
+        return isinstance(value, str)
+    return True
+
+
+def _build(cls: type, data: Any, where: str) -> Any:
+    """``cls(**data)`` with every key and simple type checked; errors name ``where``."""
+    if not isinstance(data, dict):
+        raise SpanBertError(f"{where}: found {type(data).__name__}, expected a mapping of {cls.__name__} fields")
+    known = {f.name: f for f in fields(cls)}
+    for key, value in data.items():
+        if key not in known:
+            raise SpanBertError(f"{where}: found unknown key {key!r}, expected one of: {', '.join(known)}")
+        tp = {"int": int, "float": float, "str": str}.get(str(known[key].type), None)
+        if tp is not None and not _check_type(value, tp):
+            raise SpanBertError(f"{where}: {key}: found {value!r}, expected {tp.__name__}")
+        if str(known[key].type).startswith("dict") and not isinstance(value, dict):
+            raise SpanBertError(f"{where}: {key}: found {value!r}, expected a mapping of option: value")
+    try:
+        return cls(**data)
+    except TypeError as e:
+        raise SpanBertError(f"{where}: {e}") from None
+
+
+def study_from_dict(data: dict[str, Any], where: str = "study") -> Study:
+    """Check a study description (the YAML's content) and build it; every error names ``where``."""
+    data = dict(data)
+    lines = data.pop("__lines__", {})
+
+    def at(*key: str) -> str:
+        line = lines.get(key)
+        return f"{where}:{line}" if line else where
+
+    for key in ("systems", "tasks"):
+        if not isinstance(data.get(key), list) or not data[key]:
+            raise SpanBertError(f"{at(key)}: found {data.get(key)!r} for {key}, expected a non-empty list")
+    systems = []
+    for item in data.pop("systems"):
+        item = {"name": item} if isinstance(item, str) else item
+        systems.append(_build(SystemSpec, item, at("systems")))
+    tasks = [_build(TaskSpec, item, at("tasks")) for item in data.pop("tasks")]
+    study = _build(Study, {**data, "systems": systems, "tasks": tasks}, where)
+    check_study(study, where)
+    return study
+
+
+def check_study(study: Study, where: str) -> None:
+    """Everything that can be checked before any work: names, sizes, grids, files."""
+    from spanbert.config import MODEL_PRESETS
+    from spanbert.pretrain import SYSTEMS
+
+    names = [s.name for s in study.systems]
+    if len(set(names)) != len(names):
+        raise SpanBertError(f"{where}: systems: found a name twice in {names}, expected distinct names")
+    for s in study.systems:
+        if not s.checkpoint and s.name not in SYSTEMS:
+            raise SpanBertError(
+                f"{where}: systems: found {s.name!r}, expected a `spanbert pretrain --system` "
+                f"({', '.join(SYSTEMS)}) or an entry with checkpoint: FOLDER"
+            )
+        if s.checkpoint and not Path(s.checkpoint).is_dir():
+            raise SpanBertError(f"{where}: systems: {s.name}: checkpoint {s.checkpoint!r} is not a folder")
+    if any(not s.checkpoint for s in study.systems) and not study.corpus:
+        raise SpanBertError(f"{where}: corpus: found none, expected the pre-training corpus (text or preprocessed folder)")
+    if study.model not in MODEL_PRESETS:
+        raise SpanBertError(f"{where}: model: found {study.model!r}, expected one of: {', '.join(MODEL_PRESETS)}")
+    for name in ("budget_tokens", "max_seq_length", "batch_size", "gradient_accumulation_steps", "seeds", "vocab_size"):
+        if getattr(study, name) < 1:
+            raise SpanBertError(f"{where}: {name}: found {getattr(study, name)!r}, expected an integer >= 1")
+    columns = []
+    for t in study.tasks:
+        if t.task not in TASK_NAMES:
+            raise SpanBertError(f"{where}: tasks: found task {t.task!r}, expected one of: {', '.join(TASK_NAMES)}")
+        if t.task == "glue" and not t.glue_task:
+            raise SpanBertError(f"{where}: tasks: glue needs glue_task (e.g. SST-2)")
+        columns.append(t.name)
+        litbank = t.task == "coref" and Path(t.train).is_dir()
+        if litbank != bool(t.folds):
+            raise SpanBertError(
+                f"{where}: tasks: {t.name}: found folds {t.folds} with train {t.train!r}, expected folds (e.g. [0]) "
+                f"exactly when train is the LitBank folder (with tenfold_splits/)"
+            )
+        if litbank and (not (Path(t.train) / "tenfold_splits").is_dir() or any(not 0 <= k <= 9 for k in t.folds)):
+            raise SpanBertError(f"{where}: tasks: {t.name}: expected {t.train}/tenfold_splits/ and folds in 0..9")
+        if not t.train or (t.task != "glue" and not t.dev and not litbank):
+            raise SpanBertError(f"{where}: tasks: {t.name}: found no train/dev data, expected both paths")
+        for path in (t.train, t.dev, t.test):
+            if path and not Path(path).exists():
+                raise SpanBertError(f"{where}: tasks: {t.name}: {path}: no such file or folder")
+        if t.test and t.task not in TEST_TASKS:
+            raise SpanBertError(
+                f"{where}: tasks: {t.name}: found a test file, expected none: a test split is scored for "
+                f"{', '.join(TEST_TASKS)} (SQuAD, GLUE and coref score their dev sets)"
+            )
+        if not t.learning_rates or any(
+            not isinstance(lr, (int, float)) or isinstance(lr, bool) or not lr > 0 for lr in t.learning_rates
+        ):
+            raise SpanBertError(f"{where}: tasks: {t.name}: learning_rates: found {t.learning_rates!r}, expected positive numbers")
+    if len(set(columns)) != len(columns):
+        raise SpanBertError(f"{where}: tasks: found the column {columns} twice, expected distinct names (set name:)")
+
+
+def load_study(path: str | Path) -> Study:
+    from spanbert.config import _read_yaml
+
+    data, lines = _read_yaml(path)
+    return study_from_dict({**data, "__lines__": lines}, str(path))
+
+
+# ---------------------------------------------------------------------------------------------
+# Presets: the paper's three comparisons at three scales
+
+PRESET_SYSTEMS = {
+    "table1": ["google-bert", "bert", "bert-1seq", "spanbert"],
+    "table6": ["mask-subword", "mask-whole-word", "mask-named-entity", "mask-noun-phrase", "mask-span"],
+    "table7": ["span-2seq-nsp", "span-1seq", "span-1seq-sbo"],
+}
+
+
+def preset(table: str, scale: str, data_root: str = "../shared/data") -> dict[str, Any]:
+    """The study description of a preset (a dict as the YAML would hold it)."""
+    if table not in PRESET_SYSTEMS:
+        raise SpanBertError(f"--preset: found {table!r}, expected one of: {', '.join(PRESET_SYSTEMS)}")
+    if scale not in ("tiny", "small", "base"):
+        raise SpanBertError(f"--scale: found {scale!r}, expected tiny, small or base")
+    d = data_root.rstrip("/")
+    squad = {
+        "task": "squad",
+        "train": f"{d}/squad/train-v1.1.rebuilt.json.gz",
+        "dev": f"{d}/squad/dev-v1.1.json",
+    }
+    sst = {"task": "glue", "glue_task": "SST-2", "train": f"{d}/glue/SST-2"}
+    litbank = {"task": "coref", "name": "LitBank", "train": f"{d}/litbank_coref", "folds": [0]}
+    if scale == "tiny":
+        # A smoke test of the harness on 2 CPU cores in well under an hour: a few minutes of
+        # pre-training per system, small slices of two tasks. Not evidence of anything.
+        return {
+            "corpus": f"{d}/pretrain-corpus/enwiki-2015-00.txt.gz",
+            "vocab_size": 8000,
+            "model": "tiny",
+            "budget_tokens": 1_000_000,
+            "max_seq_length": 128,
+            "batch_size": 32,
+            "pretrain_options": {"learning_rate": 1e-3, "warmup_steps": 25, "max_eval_blocks": 64},
+            "seeds": 2,
+            "systems": PRESET_SYSTEMS[table],
+            "tasks": [
+                {**squad, "learning_rates": [3e-4], "options": {
+                    "max_train_examples": 1500, "validation_articles": ":4", "num_train_epochs": 1,
+                    "max_seq_length": 192, "per_device_train_batch_size": 32}},
+                {**sst, "learning_rates": [3e-4], "options": {
+                    "max_train_examples": 1500, "num_train_epochs": 1, "per_device_train_batch_size": 32}},
+            ],
+        }  # fmt: skip
+    if scale == "small":
+        return {
+            "corpus": f"{d}/pretrain-corpus",
+            "vocab_size": 28996,
+            "model": "small",
+            "budget_tokens": 50_000_000,
+            "max_seq_length": 256,
+            "batch_size": 64,
+            "pretrain_options": {"learning_rate": 5e-4, "warmup_steps": 300},
+            "seeds": 3,
+            "systems": PRESET_SYSTEMS[table],
+            "tasks": [
+                {**squad, "learning_rates": [1e-4, 3e-4], "options": {"num_train_epochs": 2, "max_seq_length": 384}},
+                {**litbank, "learning_rates": [1e-4], "options": {"num_train_epochs": 10}},
+            ],
+        }  # fmt: skip
+    return {  # base: the paper's model size with a GPU-sized budget
+        "corpus": f"{d}/pretrain-corpus",
+        "vocab_size": 28996,
+        "model": "base",
+        "budget_tokens": 2_000_000_000,
+        "max_seq_length": 512,
+        "batch_size": 256,
+        "pretrain_options": {"learning_rate": 1e-4, "warmup_steps": 10000},
+        "seeds": 5,
+        "systems": PRESET_SYSTEMS[table],
+        "tasks": [
+            {**squad, "learning_rates": [1e-5, 2e-5, 3e-5, 5e-5], "options": {"num_train_epochs": 4}},
+            {**litbank, "learning_rates": [2e-5], "options": {"num_train_epochs": 20}},
+            {**sst, "learning_rates": [1e-5, 2e-5, 3e-5, 5e-5], "options": {"num_train_epochs": 3}},
+        ],
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Cells
+
+
+@dataclass
+class Cell:
+    kind: str  # "pretrain" or "finetune"
+    system: str
+    dir: Path
+    argv: list[str]
+    task: str = ""
+    lr: float = 0.0
+    seed: int = 0
+    fold: int | None = None
+
+    @property
+    def label(self) -> str:
+        if self.kind == "pretrain":
+            return f"pretrain {self.system}"
+        fold = "" if self.fold is None else f" / fold {self.fold}"
+        return f"finetune {self.system} / {self.task} / lr {self.lr:g} / seed {self.seed}{fold}"
+
+
+def _options(opts: dict[str, Any]) -> list[str]:
+    argv: list[str] = []
+    for key, value in opts.items():
+        if isinstance(value, bool):
+            argv += [f"--{key}", "true" if value else "false"]
+        elif isinstance(value, (list, tuple)):
+            argv += [f"--{key}", *map(str, value)]
+        elif value is not None:
+            argv += [f"--{key}", str(value)]
+    return argv
+
+
+def shared_dir(study: Study) -> Path:
+    return Path(study.output_dir) / "shared"
+
+
+def model_dir(study: Study, system: SystemSpec) -> Path:
+    if system.checkpoint:
+        return Path(system.checkpoint)
+    return Path(study.output_dir) / "pretrain" / system.name / "final"
+
+
+def _lr_name(lr: float) -> str:
+    return f"lr{lr:g}"
+
+
+def plan(study: Study) -> list[Cell]:
+    """Every cell of the study in the order they run: pre-training, then fine-tuning."""
+    out = Path(study.output_dir)
+    cells: list[Cell] = []
+    corpus = str(shared_dir(study) / "corpus")
+    world = distributed.world_size()
+    per_device = study.batch_size // (world * study.gradient_accumulation_steps)
+    for s in study.systems:
+        if s.checkpoint:
+            continue
+        opts = {
+            "system": s.name,
+            "corpus": corpus,
+            "model": study.model,
+            "max_seq_length": study.max_seq_length,
+            "max_steps": study.pretrain_steps,
+            "per_device_train_batch_size": max(1, per_device),
+            "gradient_accumulation_steps": study.gradient_accumulation_steps,
+            "disable_tqdm": True,
+            **study.pretrain_options,
+            **s.options,
+        }
+        cells.append(Cell("pretrain", s.name, out / "pretrain" / s.name, ["pretrain", *_options(opts)]))
+    for s in study.systems:
+        for t in study.tasks:
+            for lr in t.learning_rates:
+                for seed in range(study.seeds):
+                    for fold in t.folds or [None]:
+                        d = _cell_dir(study, s.name, t.name, lr, seed, fold)
+                        argv = _finetune_argv(study, t, model_dir(study, s), lr, seed, fold)
+                        cells.append(Cell("finetune", s.name, d, argv, t.name, lr, seed, fold))
+    return cells
+
+
+def _cell_dir(study: Study, system: str, task: str, lr: float, seed: int, fold: int | None = None) -> Path:
+    suffix = "" if fold is None else f"_fold{fold}"
+    return Path(study.output_dir) / "finetune" / system / task / f"{_lr_name(lr)}_seed{seed}{suffix}"
+
+
+def litbank_fold_dir(study: Study, fold: int) -> Path:
+    return shared_dir(study) / "litbank" / f"fold{fold}"
+
+
+def _prepare_litbank(root: Path, fold: int, out: Path) -> None:
+    """train/dev/test.conll of one fold of LitBank's ten-fold split (the ids files name the documents)."""
+    from spanbert.tasks.coref import read_conll, write_conll
+
+    if (out / "done").is_file():
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    for split in ("train", "dev", "test"):
+        ids = (root / "tenfold_splits" / str(fold) / f"{split}.ids").read_text().split()
+        files = [root / "conll" / i.replace(".tsv", ".conll.gz") for i in ids]
+        write_conll(out / f"{split}.conll", [d for f in files for d in read_conll(f)])
+    (out / "done").write_text("ok\n")
+
+
+def _finetune_argv(study: Study, t: TaskSpec, model: Path, lr: float, seed: int, fold: int | None) -> list[str]:
+    if fold is not None:
+        folder = litbank_fold_dir(study, fold)
+        data = {"train": str(folder / "train.conll"), "dev": str(folder / "dev.conll")}
+    else:
+        data = {
+            "glue": {"task": t.glue_task, "data_dir": t.train},
+            "coref": {"train": t.train, "dev": t.dev},
+        }.get(t.task, {"train_file": t.train, "validation_file": t.dev})
+    opts = {**data, "model": str(model), "learning_rate": lr, "seed": seed, "disable_tqdm": True, **t.options}
+    return ["finetune", t.task, *_options(opts)]
+
+
+# The dev score a fine-tuning command leaves in its output folder: (file, key), on the 0-100 scale.
+DEV_RESULTS = {
+    "squad": ("eval_results.json", "f1"),
+    "mrqa": ("eval_results.json", "f1"),
+    "glue": ("dev_results.json", "score"),
+    "ner": ("dev_results.json", "f1"),
+    "semeval": ("dev_results.json", "f1"),
+    "tacred": ("dev_results.json", "f1"),
+    "coref": ("finetune_results.json", "conll_f1"),
+}
+
+
+def read_dev_score(task: str, cell_dir: Path) -> tuple[float, dict[str, Any]]:
+    """(headline dev score, every number of the results file) of a finished fine-tuning cell."""
+    name, key = DEV_RESULTS[task]
+    path = cell_dir / name
+    try:
+        results = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise SpanBertError(f"{path}: cannot read the cell's dev results ({e}); remove {cell_dir} to redo it") from None
+    flat = _numbers(results)
+    for k in (key, f"dev_{key}", f"eval_{key}"):
+        if k in flat:
+            return flat[k], flat
+    raise SpanBertError(f"{path}: found no {key!r} among {sorted(flat)[:12]}, expected the task's headline score")
+
+
+def _numbers(d: Any, prefix: str = "") -> dict[str, float]:
+    out: dict[str, float] = {}
+    if isinstance(d, dict):
+        for k, v in d.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                out.setdefault(str(k), float(v))
+            elif isinstance(v, dict):
+                for kk, vv in _numbers(v).items():
+                    out.setdefault(kk, vv)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Running
+
+
+def _marker(cell: Cell) -> Path:
+    return cell.dir / ("cell.json" if cell.kind == "pretrain" else "result.json")
+
+
+def is_done(cell: Cell) -> bool:
+    return _marker(cell).is_file()
+
+
+def _run_command(argv: list[str], log: Path) -> tuple[int, str]:
+    """Run one `spanbert` command in this process with its output in ``log``; (exit code, last line)."""
+    from spanbert import cli
+
+    log.parent.mkdir(parents=True, exist_ok=True)
+    name = log.name if distributed.is_main() else f"{log.stem}.rank{distributed.rank()}{log.suffix}"
+    with open(log.parent / name, "a", encoding="utf-8") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
+        print(f"$ spanbert {' '.join(argv)}", flush=True)
+        try:
+            code = cli._run(argv)  # not cli.main: that would also leave the process group
+        except SpanBertError as e:
+            print(f"error: {e}", flush=True)
+            code = 2
+        except KeyboardInterrupt:
+            raise
+        except Exception as e:  # noqa: BLE001 - a failed cell is reported with its log, the study stops
+            import traceback
+
+            traceback.print_exc()
+            print(f"error: {type(e).__name__}: {e}", flush=True)
+            code = 1
+    last = ""
+    with contextlib.suppress(OSError):
+        lines = [x for x in (log.parent / name).read_text(encoding="utf-8", errors="replace").splitlines() if x.strip()]
+        last = lines[-1] if lines else ""
+    return code, last
+
+
+def _prepare_shared(study: Study) -> None:
+    """One tokenizer and one preprocessed corpus for every system (rank 0; the others wait)."""
+    from spanbert.data import is_preprocessed, tokenizer_dir_of
+
+    shared = shared_dir(study)
+    done = shared / "prepared.json"
+    if done.is_file() or all(s.checkpoint for s in study.systems):
+        return
+    needs_candidates = sorted(
+        {k for s in study.systems if not s.checkpoint for k in _candidate_kinds(s)}
+    )
+    steps: list[tuple[str, list[str]]] = []
+    corpus = Path(study.corpus)
+    if is_preprocessed(corpus):
+        tok = study.tokenizer or str(tokenizer_dir_of(corpus))
+        if not needs_candidates and not study.tokenizer:
+            # already what we need: link it instead of re-tokenizing
+            distributed.print0(f"study: using the preprocessed corpus {corpus}")
+            shared.mkdir(parents=True, exist_ok=True)
+            link = shared / "corpus"
+            if not link.exists():
+                link.symlink_to(corpus.resolve(), target_is_directory=True)
+            with atomic_write(done) as f:
+                f.write(json.dumps({"corpus": str(corpus)}) + "\n")
+            return
+        raise SpanBertError(
+            f"{corpus}: found a preprocessed corpus, expected raw text when a tokenizer or candidate spans are "
+            f"needed (pass the text files as corpus)"
+        )
+    tok = study.tokenizer
+    if not tok:
+        tok = str(shared / "tokenizer")
+        if not (Path(tok) / "vocab.txt").is_file():
+            steps.append(("tokenizer", ["tokenizer", "train", "--corpus", study.corpus, "--vocab_size",
+                                        str(study.vocab_size), "--output_dir", tok, "--disable_tqdm"]))  # fmt: skip
+    pre = ["preprocess", "--corpus", study.corpus, "--tokenizer", tok, "--output_dir", str(shared / "corpus"), "--quiet"]
+    if needs_candidates:
+        pre += ["--candidates", ",".join(needs_candidates)]
+    steps.append(("preprocess", pre))
+    for name, argv in steps:
+        distributed.print0(f"study: {name} (log: {shared / (name + '.log')})")
+        code, last = _run_command(argv, shared / f"{name}.log")
+        if code != 0:
+            raise SpanBertError(f"study: the shared {name} step failed ({last}); see {shared / (name + '.log')}")
+    with atomic_write(done) as f:
+        f.write(json.dumps({"corpus": study.corpus, "tokenizer": tok}) + "\n")
+
+
+def _candidate_kinds(s: SystemSpec) -> list[str]:
+    from spanbert.pretrain import SYSTEMS
+
+    scheme = s.options.get("masking") or SYSTEMS[s.name][0]
+    return {"named_entity": ["entity"], "noun_phrase": ["noun_phrase"]}.get(scheme, [])
+
+
+def run_cell(cell: Cell, study: Study) -> None:
+    """Run one unfinished cell; a pre-training cell killed earlier resumes from its checkpoint."""
+    argv = list(cell.argv)
+    argv += ["--output_dir", str(cell.dir)]
+    if cell.kind == "pretrain":
+        from spanbert.trainer import latest_checkpoint
+
+        resumable = distributed.on_main(lambda: latest_checkpoint(cell.dir) is not None)
+        if resumable:
+            argv.append("--resume")
+        elif cell.dir.exists():
+            argv += ["--overwrite_output_dir", "true"]
+    elif cell.dir.exists():
+        argv += ["--overwrite_output_dir", "true"]  # a fine-tuning cell killed midway starts over
+    t0 = time.perf_counter()
+    code, last = _run_command(argv, cell.dir / "log.txt")
+    if code != 0:
+        raise SpanBertError(f"study: cell '{cell.label}' failed (exit {code}): {last}; its log: {cell.dir / 'log.txt'}")
+    seconds = time.perf_counter() - t0
+    if cell.kind == "pretrain":
+        info = {"system": cell.system, "seconds": seconds, "steps": study.pretrain_steps,
+                "budget_tokens": study.budget_tokens, "argv": argv}  # fmt: skip
+    else:
+        task = next(t for t in study.tasks if t.name == cell.task)
+        score, numbers = read_dev_score(task.task, cell.dir)
+        info = {"system": cell.system, "task": cell.task, "learning_rate": cell.lr, "seed": cell.seed, "fold": cell.fold,
+                "dev": score, "dev_results": numbers, "seconds": seconds, "argv": argv}  # fmt: skip
+        _drop_training_state(cell.dir)
+
+    def write() -> None:
+        with atomic_write(_marker(cell)) as f:
+            f.write(json.dumps(info, indent=2) + "\n")
+
+    distributed.on_main(write)
+
+
+def _drop_training_state(cell_dir: Path) -> None:
+    """A finished fine-tuning cell keeps its model and results, not its optimizer state (disk stays bounded)."""
+
+    def drop() -> None:
+        for p in cell_dir.glob("checkpoint-*"):
+            shutil.rmtree(p, ignore_errors=True)
+        (cell_dir / "latest").unlink(missing_ok=True)
+        shutil.rmtree(cell_dir / "best", ignore_errors=True)
+
+    distributed.on_main(drop)
+
+
+def run_study(study: Study, only: str = "all", shard: tuple[int, int] = (0, 1)) -> list[Cell]:
+    """Run every unfinished cell (those of this shard); returns the plan."""
+    cells = plan(study)
+    Path(study.output_dir).mkdir(parents=True, exist_ok=True)
+    distributed.on_main(lambda: _write_plan(study, cells))
+    if only in ("all", "pretrain"):
+        distributed.on_main(lambda: _prepare_shared(study))
+    for t in study.tasks:
+        for fold in t.folds:
+            distributed.on_main(lambda t=t, fold=fold: _prepare_litbank(Path(t.train), fold, litbank_fold_dir(study, fold)))
+    todo = [c for c in cells if only == "all" or c.kind == only]
+    if shard[1] > 1:
+        if only != "finetune":
+            raise SpanBertError("--shard: found it without --only finetune, expected the pre-training cells to run "
+                                "first (--only pretrain, under torchrun if you like) and the shards to split fine-tuning")  # fmt: skip
+        todo = todo[shard[0] :: shard[1]]
+    from tqdm.auto import tqdm
+
+    done_before = distributed.on_main(lambda: [is_done(c) for c in todo])
+    bar = tqdm(total=len(todo), initial=sum(done_before), desc="study", unit="cell", disable=not distributed.is_main())
+    for cell, done in zip(todo, done_before):
+        if done:
+            continue
+        if cell.kind == "finetune":
+            system = next(s for s in study.systems if s.name == cell.system)
+            if not distributed.on_main(lambda s=system: (model_dir(study, s) / "config.json").is_file()):
+                raise SpanBertError(f"study: {cell.label}: the model {model_dir(study, system)} does not exist yet; "
+                                    f"run the pre-training cells first (--only pretrain)")  # fmt: skip
+        bar.set_postfix_str(cell.label)
+        run_cell(cell, study)
+        bar.update(1)
+        if distributed.is_main():
+            bar.write(f"done: {cell.label} ({cell.dir})")
+    bar.close()
+    return cells
+
+
+def _write_plan(study: Study, cells: list[Cell]) -> None:
+    with atomic_write(Path(study.output_dir) / "study.json") as f:
+        f.write(json.dumps({"study": asdict(study), "cells": [str(c.dir) for c in cells]}, indent=2, default=str) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# Statistics
+
+# Two-sided 95% quantiles of Student's t (df 1..30), from the standard tables.
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+         2.045, 2.042)  # fmt: skip
+
+
+def t_quantile_975(df: int) -> float:
+    """t_{0.975, df}: the table for df ≤ 30, then the Cornish-Fisher expansion (error < 1e-3)."""
+    if df < 1:
+        raise ValueError("df must be >= 1")
+    if df <= 30:
+        return _T975[df - 1]
+    z = 1.959964
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+
+
+@dataclass
+class Comparison:
+    a: str
+    b: str
+    n: int
+    diff: float
+    """mean over seeds of score(a) − score(b), seed by seed (paired: the same fine-tuning seed)."""
+    t_low: float
+    t_high: float
+    boot_low: float
+    boot_high: float
+
+    @property
+    def verdict(self) -> str:
+        if self.n < 2 or math.isnan(self.t_low):
+            return "too few seeds"
+        if self.t_low > 0:
+            return f"{self.a} better"
+        if self.t_high < 0:
+            return f"{self.b} better"
+        return "not distinguishable"
+
+
+def paired_comparison(a: str, b: str, xs: list[float], ys: list[float], resamples: int = 10_000, seed: int = 0) -> Comparison:
+    """Difference of means of paired scores with a paired-t 95% interval and a percentile-bootstrap one
+    (seeds resampled with replacement, ``resamples`` times, a fixed generator so the summary is stable)."""
+    if len(xs) != len(ys):
+        raise ValueError("paired scores need the same number of seeds")
+    d = np.asarray(xs, dtype=float) - np.asarray(ys, dtype=float)
+    n = len(d)
+    mean = float(d.mean()) if n else float("nan")
+    if n < 2:
+        return Comparison(a, b, n, mean, float("nan"), float("nan"), float("nan"), float("nan"))
+    half = t_quantile_975(n - 1) * float(d.std(ddof=1)) / math.sqrt(n)
+    rng = np.random.default_rng(seed)
+    boots = d[rng.integers(0, n, size=(resamples, n))].mean(axis=1)
+    lo, hi = np.percentile(boots, [2.5, 97.5])
+    return Comparison(a, b, n, mean, mean - half, mean + half, float(lo), float(hi))
+
+
+def mean_std(xs: list[float]) -> tuple[float, float]:
+    arr = np.asarray(xs, dtype=float)
+    return float(arr.mean()), float(arr.std(ddof=1)) if len(arr) > 1 else 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Summary
+
+
+def collect(study: Study) -> dict[str, dict[str, dict[str, Any]]]:
+    """results[system][task] = {lr, scores (per seed at the selected lr), by_lr, test (if any)}."""
+    results: dict[str, dict[str, dict[str, Any]]] = {}
+    for s in study.systems:
+        for t in study.tasks:
+            by_lr: dict[float, list[float]] = {}
+            for lr in t.learning_rates:
+                scores = []
+                for seed in range(study.seeds):
+                    markers = [_cell_dir(study, s.name, t.name, lr, seed, f) / "result.json" for f in t.folds or [None]]
+                    if all(m.is_file() for m in markers):  # a seed's score: the mean over its folds
+                        scores.append(float(np.mean([json.loads(m.read_text())["dev"] for m in markers])))
+                if len(scores) == study.seeds:
+                    by_lr[lr] = scores
+            if not by_lr:
+                continue
+            best_lr = max(by_lr, key=lambda lr: (np.mean(by_lr[lr]), -lr))  # the paper: best dev mean
+            results.setdefault(s.name, {})[t.name] = {"lr": best_lr, "scores": by_lr[best_lr], "by_lr": by_lr}
+    return results
+
+
+def score_tests(study: Study, results: dict) -> None:
+    """Score each task's test split with the selected models only (one per seed at the chosen rate)."""
+    for s in study.systems:
+        for t in study.tasks:
+            cell = results.get(s.name, {}).get(t.name)
+            if not t.test or cell is None:
+                continue
+            tests = []
+            for seed in range(study.seeds):
+                d = _cell_dir(study, s.name, t.name, cell["lr"], seed)
+                marker = d / "test.json"
+                if not distributed.on_main(marker.is_file):
+                    log = d / "test_log.txt"
+                    argv = ["evaluate", t.task, "--data", t.test, "--model", str(d), "--disable_tqdm"]
+                    buf = io.StringIO()
+                    with contextlib.redirect_stdout(buf):
+                        code, last = _run_command(argv, log)
+                    if code != 0:
+                        raise SpanBertError(f"study: scoring {t.test} with {d} failed: {last}; see {log}")
+                    text = (d / log.name).read_text() if distributed.is_main() else ""
+                    numbers = _last_json(text)
+                    distributed.on_main(lambda m=marker, n=numbers: _write_json(m, n))
+                numbers = distributed.on_main(lambda m=marker: json.loads(m.read_text()))
+                key = DEV_RESULTS[t.task][1]
+                tests.append(float(numbers.get(key, float("nan"))))
+            cell["test"] = tests
+
+
+def _last_json(text: str) -> dict[str, Any]:
+    """The last JSON object a command printed (evaluate commands print their metrics as JSON)."""
+    end = text.rfind("}")
+    while end != -1:
+        start = text.rfind("{", 0, end)
+        while start != -1:
+            try:
+                value = json.loads(text[start : end + 1])
+                if isinstance(value, dict):
+                    return _numbers(value)
+            except ValueError:
+                pass
+            start = text.rfind("{", 0, start)
+        end = text.rfind("}", 0, end)
+    return {}
+
+
+def _write_json(path: Path, data: Any) -> None:
+    with atomic_write(path) as f:
+        f.write(json.dumps(data, indent=2) + "\n")
+
+
+def table(study: Study, results: dict, split: str = "dev") -> tuple[str, list[list[str]]]:
+    """(Markdown, CSV rows) in the paper's layout: a row per system, a column per task, mean ± std over
+    seeds, the best mean of each column in bold."""
+    columns = [t.name for t in study.tasks]
+    key = "scores" if split == "dev" else "test"
+    best = {}
+    for c in columns:
+        means = [np.mean(results[s.name][c][key]) for s in study.systems if c in results.get(s.name, {}) and results[s.name][c].get(key)]
+        best[c] = max(means) if means else None
+    md = ["| system | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
+    rows = [["system", *[f"{c} mean" for c in columns], *[f"{c} std" for c in columns], *[f"{c} lr" for c in columns]]]
+    for s in study.systems:
+        cells, means, stds, lrs = [], [], [], []
+        for c in columns:
+            r = results.get(s.name, {}).get(c)
+            if not r or not r.get(key):
+                cells.append("–")
+                means.append("")
+                stds.append("")
+                lrs.append("")
+                continue
+            m, sd = mean_std(r[key])
+            text = f"{m:.1f} ± {sd:.1f}"
+            cells.append(f"**{text}**" if best[c] is not None and m == best[c] else text)
+            means.append(f"{m:.4f}")
+            stds.append(f"{sd:.4f}")
+            lrs.append(f"{r['lr']:g}")
+        md.append(f"| {s.name} | " + " | ".join(cells) + " |")
+        rows.append([s.name, *means, *stds, *lrs])
+    return "\n".join(md) + "\n", rows
+
+
+def comparisons(study: Study, results: dict) -> list[tuple[str, Comparison]]:
+    out = []
+    names = [s.name for s in study.systems]
+    for t in study.tasks:
+        for i, a in enumerate(names):
+            for b in names[i + 1 :]:
+                ra, rb = results.get(a, {}).get(t.name), results.get(b, {}).get(t.name)
+                if ra and rb:
+                    out.append((t.name, paired_comparison(a, b, ra["scores"], rb["scores"])))
+    return out
+
+
+def summarize(study: Study) -> Path:
+    """Write OUT/summary/ (tables, comparisons, plots) from the finished cells; returns the folder."""
+    results = collect(study)
+    score_tests(study, results)
+    summary = Path(study.output_dir) / "summary"
+
+    def write() -> None:
+        summary.mkdir(parents=True, exist_ok=True)
+        md, rows = table(study, results, "dev")
+        parts = [f"## Dev (mean ± std over {study.seeds} seeds at the learning rate with the best dev mean)\n", md]
+        if any(r.get("test") for rs in results.values() for r in rs.values()):
+            tmd, trows = table(study, results, "test")
+            parts += ["\n## Test (the selected models only)\n", tmd]
+            _write_csv(summary / "table_test.csv", trows)
+        with atomic_write(summary / "table.md") as f:
+            f.write("\n".join(parts))
+        _write_csv(summary / "table.csv", rows)
+        comps = comparisons(study, results)
+        lines = ["| task | A | B | mean A − B | 95% t interval | 95% bootstrap interval | verdict |", "|---|---|---|---|---|---|---|"]
+        crow = [["task", "a", "b", "n", "diff", "t_low", "t_high", "boot_low", "boot_high", "verdict"]]
+        for task, c in comps:
+            lines.append(f"| {task} | {c.a} | {c.b} | {c.diff:+.2f} | [{c.t_low:+.2f}, {c.t_high:+.2f}] | "
+                         f"[{c.boot_low:+.2f}, {c.boot_high:+.2f}] | {c.verdict} |")  # fmt: skip
+            crow.append([task, c.a, c.b, str(c.n), f"{c.diff:.4f}", f"{c.t_low:.4f}", f"{c.t_high:.4f}",
+                         f"{c.boot_low:.4f}", f"{c.boot_high:.4f}", c.verdict])  # fmt: skip
+        with atomic_write(summary / "comparisons.md") as f:
+            f.write("\n".join(lines) + "\n")
+        _write_csv(summary / "comparisons.csv", crow)
+        with atomic_write(summary / "results.json") as f:
+            f.write(json.dumps(results, indent=2, default=str) + "\n")
+        _plots(study, results, summary)
+
+    distributed.on_main(write)
+    return summary
+
+
+def _write_csv(path: Path, rows: list[list[str]]) -> None:
+    with atomic_write(path, newline="") as f:
+        csv.writer(f).writerows(rows)
+
+
+def _plots(study: Study, results: dict, summary: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("note: no plots (pip install 'spanbert[plot]' for matplotlib)", file=sys.stderr)
+        return
+    fig, ax = plt.subplots(figsize=(6, 4))
+    drawn = False
+    for s in study.systems:
+        log = Path(study.output_dir) / "pretrain" / s.name / "log.jsonl"
+        if not log.is_file():
+            continue
+        steps, losses, esteps, elosses = [], [], [], []
+        for line in log.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                rec = json.loads(line)
+                if "train/mlm_loss" in rec:
+                    steps.append(rec["step"])
+                    losses.append(rec["train/mlm_loss"])
+                if "eval/mlm_loss" in rec:
+                    esteps.append(rec["step"])
+                    elosses.append(rec["eval/mlm_loss"])
+        if steps:
+            line = ax.plot(steps, losses, label=f"{s.name} (train)")[0]
+            if esteps:
+                ax.plot(esteps, elosses, "o--", color=line.get_color(), label=f"{s.name} (held out)")
+            drawn = True
+    if drawn:
+        ax.set_xlabel("step")
+        ax.set_ylabel("MLM loss (nats)")
+        ax.set_title(f"pre-training, {study.budget_tokens:,} tokens per system")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(summary / "pretraining.png", dpi=120)
+    plt.close(fig)
+    for t in study.tasks:
+        names = [s.name for s in study.systems if t.name in results.get(s.name, {})]
+        if not names:
+            continue
+        stats = [mean_std(results[n][t.name]["scores"]) for n in names]
+        fig, ax = plt.subplots(figsize=(max(4, 1.2 * len(names)), 3.5))
+        ax.bar(range(len(names)), [m for m, _ in stats], yerr=[sd for _, sd in stats], capsize=4)
+        ax.set_xticks(range(len(names)), names, rotation=20, fontsize=8)
+        ax.set_ylabel(f"dev {DEV_RESULTS[t.task][1]}")
+        ax.set_title(f"{t.name}: mean ± std over {study.seeds} seeds")
+        fig.tight_layout()
+        fig.savefig(summary / f"task_{t.name}.png", dpi=120)
+        plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------
+# Dry run
+
+
+def dry_run(study: Study, probe_steps: int = 0) -> str:
+    """The plan with its cost: tokens and steps per cell, and time from a short measured probe."""
+    cells = plan(study)
+    pre = [c for c in cells if c.kind == "pretrain"]
+    fine = [c for c in cells if c.kind == "finetune"]
+    done = sum(is_done(c) for c in cells)
+    lines = [
+        f"study: {len(study.systems)} systems × {len(study.tasks)} tasks; {len(cells)} cells ({done} finished)",
+        f"pre-training: {len(pre)} cells, {study.budget_tokens:,} tokens each = {study.pretrain_steps:,} steps of "
+        f"{study.batch_size} × {study.max_seq_length} tokens ({study.model} model)",
+        f"fine-tuning: {len(fine)} cells ({', '.join(f'{t.name}: {len(t.learning_rates)} lr × {study.seeds} seeds' for t in study.tasks)})",
+    ]
+    if probe_steps and pre:
+        per_step = _probe(study, pre[0], probe_steps)
+        lines.append(f"probe: {probe_steps} steps of {pre[0].system} at {per_step:.2f} s a step → about "
+                     f"{_human(per_step * study.pretrain_steps)} per system, {_human(per_step * study.pretrain_steps * len(pre))} "
+                     f"for all pre-training on this machine (fine-tuning not probed)")  # fmt: skip
+    for c in cells:
+        lines.append(f"  {'[done] ' if is_done(c) else ''}{c.label}: {c.dir}")
+    return "\n".join(lines)
+
+
+def _probe(study: Study, cell: Cell, steps: int) -> float:
+    """Seconds per pre-training step of ``cell``, measured over ``steps`` steps after the first (the
+    first pays for start-up): a step's nominal tokens over the median logged tokens/s."""
+    import tempfile
+
+    _prepare_shared(study)
+    argv = list(cell.argv)
+    argv[argv.index("--max_steps") + 1] = str(steps + 1)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "probe"
+        argv += ["--output_dir", str(out), "--save_steps", "0", "--max_eval_blocks", "0", "--logging_steps", "1",
+                 "--report_to", "none"]  # fmt: skip
+        code, last = _run_command(argv, Path(tmp) / "probe.log")
+        if code != 0:
+            raise SpanBertError(f"study: the probe failed: {last}")
+        rates = [json.loads(x).get("train/tokens_per_s") for x in (out / "log.jsonl").read_text().splitlines()]
+        rates = [r for r in rates[1:] if r]
+    if not rates:
+        raise SpanBertError("study: the probe logged no throughput; run without --probe_steps")
+    return study.batch_size * study.max_seq_length / float(np.median(rates))
+
+
+def _human(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI
+
+
+def _parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Rerun the paper's comparisons (Table 1: BERT baselines vs SpanBERT; Table 6: masking "
+        "schemes; Table 7: NSP / single sequence / SBO) on a corpus, budget and tasks of your choice. "
+        "Every cell is its own folder; a killed study resumes where it stopped.",
+        epilog="examples:\n  spanbert study --preset table1 --scale tiny --dry-run\n"
+        "  spanbert study --preset table1 --scale tiny --output_dir runs/study-table1\n"
+        "  spanbert study my_study.yaml --only summary",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("study", nargs="?", help="the study's YAML file (see docs/study.md); or use --preset")
+    p.add_argument("--preset", choices=sorted(PRESET_SYSTEMS), help="one of the paper's comparisons instead of a file")
+    p.add_argument("--scale", default="tiny", choices=("tiny", "small", "base"),
+                   help="preset size: tiny (CPU smoke test, < 1 h on 2 cores), small, base (GPU) (default: tiny)")
+    p.add_argument("--data_root", "--data-root", default="../shared/data", help="presets: the data folder (default: ../shared/data)")
+    p.add_argument("--output_dir", "--output-dir", help="where the cells and the summary go (default: the study's, or runs/study-PRESET-SCALE)")
+    p.add_argument("--dry-run", "--dry_run", action="store_true", help="print the plan and its cost; run nothing")
+    p.add_argument("--probe_steps", "--probe-steps", type=int, default=20,
+                   help="with --dry-run: time this many pre-training steps to estimate the cost (0: no probe)")
+    p.add_argument("--only", choices=("all", "pretrain", "finetune", "summary"), default="all",
+                   help="run only these cells (summary: only collect finished cells)")
+    p.add_argument("--shard", default="0/1", help="I/N: this process runs every N-th fine-tuning cell, from the I-th (parallel devices)")
+    p.add_argument("--seeds", type=int, help="override the number of fine-tuning seeds")
+    p.add_argument("--budget_tokens", "--budget-tokens", type=int, help="override the pre-training budget in tokens")
+    p.add_argument("--write_config", "--write-config", help="write the study (e.g. a preset) as YAML to this file and stop")
+    return p  # fmt: skip
+
+
+def _shard(text: str) -> tuple[int, int]:
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise SpanBertError(f"--shard: found {text!r}, expected I/N (e.g. 0/4)") from None
+    if not (n >= 1 and 0 <= i < n):
+        raise SpanBertError(f"--shard: found {text!r}, expected 0 <= I < N")
+    return i, n
+
+
+def main(argv: list[str], prog: str = "spanbert study") -> int:
+    args = _parser(prog).parse_args(argv)
+    if bool(args.study) == bool(args.preset):
+        raise SpanBertError("found " + ("both a study file and --preset" if args.study else "neither a study file nor --preset")
+                            + ", expected exactly one")  # fmt: skip
+    shard = _shard(args.shard)
+    if args.preset:
+        data = preset(args.preset, args.scale, args.data_root)
+        data["output_dir"] = args.output_dir or f"runs/study-{args.preset}-{args.scale}"
+        where = f"--preset {args.preset} --scale {args.scale}"
+    else:
+        from spanbert.config import _read_yaml
+
+        data, lines = _read_yaml(args.study)
+        data = {**data, "__lines__": lines}
+        if args.output_dir:
+            data["output_dir"] = args.output_dir
+        where = args.study
+    if args.seeds is not None:
+        data["seeds"] = args.seeds
+    if args.budget_tokens is not None:
+        data["budget_tokens"] = args.budget_tokens
+    if args.write_config:
+        import yaml
+
+        data.pop("__lines__", None)
+        with atomic_write(args.write_config) as f:
+            yaml.safe_dump(data, f, sort_keys=False)
+        distributed.print0(f"wrote {args.write_config}; run it with: spanbert study {args.write_config}")
+        return 0
+    study = study_from_dict(data, where)
+    distributed.init_distributed(distributed.resolve_device("auto"))
+    if args.dry_run:
+        distributed.print0(dry_run(study, args.probe_steps))
+        return 0
+    if args.only != "summary":
+        run_study(study, args.only, shard)
+    if shard[1] > 1:
+        distributed.print0(f"shard {shard[0]}/{shard[1]} finished; when every shard has: spanbert study ... --only summary")
+        return 0
+    summary = summarize(study)
+    if distributed.is_main():
+        text = (summary / "table.md").read_text()
+        print(text)
+        print(f"summary: {summary}/ (table.md, table.csv, comparisons.md, *.png)")
+        print(f"next: read {summary / 'comparisons.md'} to see which differences the seeds support")
+    return 0

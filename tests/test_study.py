@@ -1,0 +1,195 @@
+"""`spanbert study`: statistics on hand-made numbers, the study file's errors, and a tiny preset end
+to end through the CLI, killed in the middle and resumed without redoing finished cells."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_glue import synthetic_sst
+from test_pretrain import synthetic_docs
+from test_qa import synthetic_squad
+
+from spanbert import study as S
+from spanbert.cli import main
+
+# ---------------------------------------------------------------------------------------------
+# statistics
+
+
+def test_paired_t_interval_by_hand():
+    # differences 1, 2, 3: mean 2, sd 1, se 1/sqrt(3), t(0.975, 2) = 4.303
+    c = S.paired_comparison("a", "b", [2.0, 4.0, 6.0], [1.0, 2.0, 3.0])
+    half = 4.303 / math.sqrt(3)
+    assert c.n == 3 and c.diff == pytest.approx(2.0)
+    assert (c.t_low, c.t_high) == (pytest.approx(2 - half), pytest.approx(2 + half))
+    assert c.verdict == "not distinguishable"
+    # the bootstrap means of three differences lie between the smallest and the largest
+    assert 1.0 <= c.boot_low <= 2.0 <= c.boot_high <= 3.0
+
+
+def test_a_consistent_difference_is_significant_both_ways():
+    c = S.paired_comparison("span", "bert", [80.0, 81.0, 82.0, 80.5], [78.0, 79.2, 80.1, 78.4])
+    assert c.t_low > 0 and c.boot_low > 0 and c.verdict == "span better"
+    r = S.paired_comparison("bert", "span", [78.0, 79.2, 80.1, 78.4], [80.0, 81.0, 82.0, 80.5])
+    assert r.t_high < 0 and r.verdict == "span better"
+
+
+def test_one_seed_gives_no_interval():
+    c = S.paired_comparison("a", "b", [1.0], [0.0])
+    assert c.diff == 1.0 and math.isnan(c.t_low) and c.verdict == "too few seeds"
+
+
+def test_t_quantiles():
+    assert S.t_quantile_975(1) == 12.706 and S.t_quantile_975(30) == 2.042
+    assert S.t_quantile_975(60) == pytest.approx(2.0003, abs=1e-3)
+    assert S.t_quantile_975(120) == pytest.approx(1.9799, abs=1e-3)
+    assert S.t_quantile_975(10**6) == pytest.approx(1.95996, abs=1e-4)
+
+
+def test_mean_std_uses_the_sample_deviation():
+    assert S.mean_std([1.0, 2.0, 3.0]) == (2.0, 1.0)
+    assert S.mean_std([5.0]) == (5.0, 0.0)
+
+
+def test_table_has_a_row_per_system_and_the_best_in_bold(tmp_path):
+    study = S.Study(
+        systems=[S.SystemSpec("bert"), S.SystemSpec("spanbert")],
+        tasks=[S.TaskSpec("glue", name="SST-2"), S.TaskSpec("squad")],
+        seeds=2,
+    )
+    results = {
+        "bert": {"SST-2": {"lr": 1e-4, "scores": [80.0, 82.0]}, "squad": {"lr": 3e-5, "scores": [50.0, 52.0]}},
+        "spanbert": {"SST-2": {"lr": 1e-4, "scores": [79.0, 79.0]}, "squad": {"lr": 3e-5, "scores": [60.0, 61.0]}},
+    }
+    md, rows = S.table(study, results)
+    lines = md.strip().splitlines()
+    assert lines[0] == "| system | SST-2 | squad |" and len(lines) == 4
+    assert lines[2] == "| bert | **81.0 ± 1.4** | 51.0 ± 1.4 |"
+    assert lines[3] == "| spanbert | 79.0 ± 0.0 | **60.5 ± 0.7** |"
+    assert [r[0] for r in rows] == ["system", "bert", "spanbert"]
+
+
+def test_the_learning_rate_with_the_best_dev_mean_is_selected(tmp_path):
+    study = S.Study(systems=[S.SystemSpec("bert")], tasks=[S.TaskSpec("glue", name="SST-2", learning_rates=[1e-4, 3e-4])],
+                    seeds=2, output_dir=str(tmp_path))  # fmt: skip
+    for lr, scores in ((1e-4, [70.0, 90.0]), (3e-4, [85.0, 86.0])):
+        for seed, score in enumerate(scores):
+            d = tmp_path / "finetune" / "bert" / "SST-2" / f"lr{lr:g}_seed{seed}"
+            d.mkdir(parents=True)
+            (d / "result.json").write_text(json.dumps({"dev": score}))
+    r = S.collect(study)["bert"]["SST-2"]
+    assert r["lr"] == 3e-4 and r["scores"] == [85.0, 86.0]
+
+
+# ---------------------------------------------------------------------------------------------
+# the study file
+
+
+def test_study_file_errors_name_the_file_and_line(tmp_path, cli_error):
+    f = tmp_path / "s.yaml"
+    f.write_text("systems: [spanbert]\ntasks:\n  - {task: glue, glue_task: SST-2, train: " + str(tmp_path) + "}\nseedz: 3\n")
+    err = cli_error(["study", str(f)])
+    assert "found unknown key 'seedz'" in err
+    f.write_text("systems: [spanbertt]\ntasks:\n  - {task: glue, glue_task: SST-2, train: " + str(tmp_path) + "}\ncorpus: x\n")
+    assert f"{f}:1: " in cli_error(["study", str(f)]) or "found 'spanbertt'" in cli_error(["study", str(f)])
+    f.write_text("systems: [spanbert]\ncorpus: x\ntasks:\n  - {task: squad, train: /no/such.json, dev: /no/dev.json}\n")
+    assert "/no/such.json: no such file or folder" in cli_error(["study", str(f)])
+    assert "expected exactly one" in cli_error(["study"])
+    assert "--shard: found '3/2'" in cli_error(["study", "--preset", "table7", "--shard", "3/2"])
+
+
+# ---------------------------------------------------------------------------------------------
+# a tiny preset end to end, killed and resumed
+
+
+def _fake_data_root(root: Path) -> Path:
+    """The files the presets read, in their layouts, made small."""
+    (root / "pretrain-corpus").mkdir(parents=True)
+    with gzip.open(root / "pretrain-corpus" / "enwiki-2015-00.txt.gz", "wt") as f:
+        f.write("\n\n".join(synthetic_docs(n_docs=24)) + "\n")
+    (root / "squad").mkdir()
+    with gzip.open(root / "squad" / "train-v1.1.rebuilt.json.gz", "wt") as f:
+        json.dump(synthetic_squad(8, seed=1), f)
+    (root / "squad" / "dev-v1.1.json").write_text(json.dumps(synthetic_squad(4, seed=2)))
+    sst = root / "glue" / "SST-2"
+    sst.mkdir(parents=True)
+    body = "".join(f"{s}\t{lab}\n" for s, lab in synthetic_sst(32))
+    (sst / "train.tsv").write_text("sentence\tlabel\n" + body)
+    (sst / "dev.tsv").write_text("sentence\tlabel\n" + body)
+    return root
+
+
+def _study_cmd(data: Path, out: Path) -> list[str]:
+    # the tiny preset of Table 7, shrunk: 1 pre-training step's worth of tokens, 2 seeds
+    return [sys.executable, "-m", "spanbert", "study", "--preset", "table7", "--scale", "tiny",
+            "--data_root", str(data), "--output_dir", str(out), "--budget_tokens", "8192", "--seeds", "2"]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_tiny_preset_end_to_end_killed_and_resumed(tmp_path):
+    data = _fake_data_root(tmp_path / "data")
+    out = tmp_path / "study"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # first run: killed once the first fine-tuning cell has finished
+    proc = subprocess.Popen(_study_cmd(data, out), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp_path)
+    deadline = time.time() + 600
+    while time.time() < deadline and proc.poll() is None:
+        if list(out.glob("finetune/*/*/*/result.json")):
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    finished = {p: p.stat().st_mtime_ns for p in out.glob("*/*/cell.json")}
+    finished |= {p: p.stat().st_mtime_ns for p in out.glob("finetune/*/*/*/result.json")}
+    assert len(finished) >= 4  # three pre-training cells and at least one fine-tuning cell
+    # second run: resumes, redoes nothing finished
+    done = subprocess.run(_study_cmd(data, out), env=env, capture_output=True, text=True, cwd=tmp_path, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for p, mtime in finished.items():
+        assert p.stat().st_mtime_ns == mtime, f"{p} was redone"
+        assert (p.parent / "log.txt").read_text().count("$ spanbert") == 1, f"{p.parent} ran twice"
+    results = sorted(out.glob("finetune/*/*/*/result.json"))
+    assert len(results) == 3 * 2 * 2  # systems x tasks x seeds (one learning rate each)
+    assert not list(out.glob("finetune/*/*/*/checkpoint-*"))  # no optimizer state kept
+    table = (out / "summary" / "table.md").read_text().splitlines()
+    header = next(line for line in table if line.startswith("| system"))
+    assert header == "| system | squad | SST-2 |"
+    rows = [line for line in table if line.startswith("| span-")]
+    assert [r.split("|")[1].strip() for r in rows] == ["span-2seq-nsp", "span-1seq", "span-1seq-sbo"]
+    comps = (out / "summary" / "comparisons.csv").read_text().splitlines()
+    assert len(comps) == 1 + 2 * 3  # 3 pairs per task
+    assert "summary:" in done.stdout
+
+
+@pytest.mark.slow
+def test_pretraining_cells_under_torchrun(tmp_path):
+    data = _fake_data_root(tmp_path / "data")
+    study = tmp_path / "s.yaml"
+    study.write_text(
+        f"corpus: {data}/pretrain-corpus/enwiki-2015-00.txt.gz\nvocab_size: 300\nmodel: tiny\n"
+        f"budget_tokens: 8192\nmax_seq_length: 64\nbatch_size: 8\nseeds: 1\noutput_dir: {tmp_path}/out\n"
+        f"pretrain_options: {{max_eval_blocks: 4}}\nsystems: [spanbert]\n"
+        f"tasks:\n  - {{task: glue, glue_task: SST-2, train: {data}/glue/SST-2}}\n"
+    )
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           "-m", "spanbert", "study", str(study), "--only", "pretrain"]  # fmt: skip
+    proc = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    cell = tmp_path / "out" / "pretrain" / "spanbert"
+    info = json.loads((cell / "cell.json").read_text())
+    assert info["steps"] == 16  # 8192 / (8 x 64)
+    assert (cell / "final" / "config.json").is_file()
+    assert (cell / "log.txt").is_file() and (cell / "log.rank1.txt").is_file()
+    ckpt = json.loads(next(cell.glob("checkpoint-*/trainer_state.json")).read_text())
+    assert ckpt["world_size"] == 2 and ckpt["args"]["per_device_train_batch_size"] == 4
+    assert proc.stdout.count("done: pretrain spanbert") == 1
