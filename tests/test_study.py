@@ -193,3 +193,28 @@ def test_pretraining_cells_under_torchrun(tmp_path):
     ckpt = json.loads(next(cell.glob("checkpoint-*/trainer_state.json")).read_text())
     assert ckpt["world_size"] == 2 and ckpt["args"]["per_device_train_batch_size"] == 4
     assert proc.stdout.count("done: pretrain spanbert") == 1
+
+
+@pytest.mark.slow
+def test_curve_fine_tunes_every_checkpoint(tmp_path):
+    data = _fake_data_root(tmp_path / "data")
+    run = tmp_path / "run"
+    assert main(["pretrain", "--corpus", str(data / "pretrain-corpus"), "--model", "tiny", "--vocab_size", "300",
+                 "--max_seq_length", "64", "--max_steps", "6", "--save_steps", "2", "--save_total_limit", "10",
+                 "--per_device_train_batch_size", "4", "--max_eval_blocks", "0", "--output_dir", str(run),
+                 "--disable_tqdm", "--report_to", "none"]) == 0  # fmt: skip
+    argv = ["curve", str(run), "--task", "glue", "--glue_task", "SST-2", "--train", str(data / "glue" / "SST-2"),
+            "--learning_rate", "1e-3", "--option", "num_train_epochs=1", "--option", "per_device_train_batch_size=16"]  # fmt: skip
+    assert main(argv) == 0
+    out = run / "curve-SST-2"
+    rows = (out / "curve.csv").read_text().splitlines()
+    assert [r.split(",")[0] for r in rows] == ["step", "2", "4", "6"]
+    # the exported step-6 model is the run's final model
+    from safetensors.torch import load_file
+
+    a, b = load_file(out / "models" / "step-6" / "model.safetensors"), load_file(run / "final" / "model.safetensors")
+    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+    # a second call redoes nothing
+    before = {p: p.stat().st_mtime_ns for p in out.glob("finetune/*/*/*/result.json")}
+    assert main(argv) == 0
+    assert {p: p.stat().st_mtime_ns for p in out.glob("finetune/*/*/*/result.json")} == before

@@ -1081,3 +1081,130 @@ def main(argv: list[str], prog: str = "spanbert study") -> int:
         print(f"summary: {summary}/ (table.md, table.csv, comparisons.md, *.png)")
         print(f"next: read {summary / 'comparisons.md'} to see which differences the seeds support")
     return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# `spanbert curve`: fine-tuning score against pre-training steps (BERT Appendix C.1, Figure 5)
+
+
+def export_checkpoints(run_dir: Path, out: Path) -> list[tuple[int, Path]]:
+    """Every complete `checkpoint-N` of a pre-training run as a model folder ``out/step-N`` (exported
+    once, with the tokenizer and heads of the run's `final/`); returns [(step, folder)] by step."""
+    from spanbert.model import SpanBertForPreTraining
+    from spanbert.tasks.common import load_tokenizer_for
+    from spanbert.trainer import _ckpt_step, _complete
+
+    final = run_dir / "final"
+    if not (final / "config.json").is_file():
+        raise SpanBertError(f"{run_dir}: found no final/config.json, expected a finished `spanbert pretrain` run")
+    tokenizer = load_tokenizer_for(final)
+    models: list[tuple[int, Path]] = []
+    for ckpt in sorted((p for p in run_dir.glob("checkpoint-*") if _ckpt_step(p) is not None), key=_ckpt_step):
+        if _complete(ckpt) is not None:
+            continue
+        step = int(_ckpt_step(ckpt))
+        target = out / f"step-{step}"
+        if not (target / "config.json").is_file():
+            import torch
+
+            model = SpanBertForPreTraining.from_pretrained(final)
+            state = torch.load(ckpt / "state.pt", map_location="cpu", weights_only=True)
+            model.load_state_dict(state["model"])
+            model.save_pretrained(target, tokenizer=tokenizer)
+        models.append((step, target))
+    if not models:
+        raise SpanBertError(
+            f"{run_dir}: found no complete checkpoint-N folder, expected the checkpoints of the run (pre-train "
+            f"with --save_steps N --save_total_limit M to keep M of them; the last is the final model)"
+        )
+    return models
+
+
+def _curve_parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Fine-tune from every saved checkpoint of a pre-training run and draw the score against "
+        "the pre-training step (BERT Appendix C.1, Figure 5): when is a (continued) pre-training run good "
+        "enough? Keep the checkpoints when pre-training (--save_total_limit, e.g. 100). Resumable like a study.",
+        epilog="example:\n  spanbert curve runs/spanbert-small --task glue --glue_task SST-2 "
+        "--train ../shared/data/glue/SST-2 --learning_rate 3e-4 --option max_train_examples=2000",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("run", help="a `spanbert pretrain` output folder (checkpoint-N/ and final/)")
+    p.add_argument("--task", required=True, choices=TASK_NAMES, help="the fine-tuning task")
+    p.add_argument("--train", required=True, help="training file (glue: the task folder; coref: LitBank folder or file)")
+    p.add_argument("--dev", default="", help="dev file (not for glue)")
+    p.add_argument("--glue_task", "--glue-task", default="", help="glue only: SST-2, CoLA, MRPC, STS-B, RTE")
+    p.add_argument("--fold", type=int, action="append", default=[], help="coref on LitBank: a fold of the ten-fold split")
+    p.add_argument("--learning_rate", "--learning-rate", type=float, default=3e-5, help="fine-tuning learning rate")
+    p.add_argument("--seeds", type=int, default=1, help="fine-tuning seeds per checkpoint (default: 1)")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a further `spanbert finetune TASK` option (repeatable), e.g. num_train_epochs=1")
+    p.add_argument("--output_dir", "--output-dir", help="default: RUN/curve-TASK")
+    return p  # fmt: skip
+
+
+def _option_value(text: str) -> Any:
+    import yaml
+
+    return yaml.safe_load(text)
+
+
+def curve_main(argv: list[str], prog: str = "spanbert curve") -> int:
+    args = _curve_parser(prog).parse_args(argv)
+    run = Path(args.run)
+    options = {}
+    for item in args.option:
+        if "=" not in item:
+            raise SpanBertError(f"--option: found {item!r}, expected KEY=VALUE")
+        key, value = item.split("=", 1)
+        options[key.strip().lstrip("-")] = _option_value(value)
+    task = TaskSpec(args.task, train=args.train, dev=args.dev, glue_task=args.glue_task, folds=args.fold,
+                    learning_rates=[args.learning_rate], options=options)  # fmt: skip
+    out = Path(args.output_dir or run / f"curve-{task.name}")
+    distributed.init_distributed(distributed.resolve_device("auto"))
+    models = distributed.on_main(lambda: [(s, str(p)) for s, p in export_checkpoints(run, out / "models")])
+    study = Study(systems=[SystemSpec(f"step-{s}", checkpoint=p) for s, p in models], tasks=[task],
+                  seeds=args.seeds, output_dir=str(out))  # fmt: skip
+    check_study(study, prog)
+    run_study(study)
+    results = collect(study)
+
+    def write() -> str:
+        metric = DEV_RESULTS[task.task][1]
+        rows = [["step", f"dev {metric} mean", "std", "seeds"]]
+        md = [f"| pre-training step | dev {metric} (mean ± std over {args.seeds} seeds) |", "|---|---|"]
+        points = []
+        for step, _ in models:
+            r = results.get(f"step-{step}", {}).get(task.name)
+            if not r:
+                continue
+            m, sd = mean_std(r["scores"])
+            points.append((step, m, sd))
+            rows.append([str(step), f"{m:.4f}", f"{sd:.4f}", str(len(r["scores"]))])
+            md.append(f"| {step:,} | {m:.1f} ± {sd:.1f} |")
+        with atomic_write(out / "curve.md") as f:
+            f.write("\n".join(md) + "\n")
+        _write_csv(out / "curve.csv", rows)
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+
+            fig, ax = plt.subplots(figsize=(6, 4))
+            ax.errorbar([p[0] for p in points], [p[1] for p in points], yerr=[p[2] for p in points], marker="o", capsize=3)
+            ax.set_xlabel("pre-training step")
+            ax.set_ylabel(f"{task.name} dev {metric}")
+            ax.set_title(f"{run.name}: fine-tuning score vs pre-training")
+            fig.tight_layout()
+            fig.savefig(out / "curve.png", dpi=120)
+            plt.close(fig)
+        except ImportError:
+            print("note: no curve.png (pip install 'spanbert[plot]' for matplotlib)", file=sys.stderr)
+        return "\n".join(md)
+
+    text = distributed.on_main(write)
+    distributed.print0(text)
+    distributed.print0(f"curve: {out}/curve.md, curve.csv, curve.png")
+    return 0
