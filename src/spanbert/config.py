@@ -480,8 +480,12 @@ def add_dataclass_arguments(
                 flag, nargs="?", const="true", default=argparse.SUPPRESS, metavar="BOOL", help=help_text
             )
         else:
-            metavar = f.name.split("_")[-1].upper()
+            # the last word names the value (--learning_rate RATE), except where it names the unit
+            metavar = _METAVARS.get(f.name, f.name.split("_")[-1].upper())
             parser.add_argument(flag, default=argparse.SUPPRESS, metavar=metavar, help=help_text)
+
+
+_METAVARS = {"evals_per_epoch": "N", "metric_for_best_model": "METRIC"}
 
 
 def dataclass_from_args(
