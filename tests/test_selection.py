@@ -109,3 +109,47 @@ def test_weight_decay_by_prefix_keeps_bias_and_layernorm_at_zero():
     lookup = {id(p): g["weight_decay"] for g in groups for p in g["params"]}
     assert lookup[id(net.l1.weight)] == 0.5 and lookup[id(net.l1.bias)] == 0.0
     assert lookup[id(net.l2.weight)] == 0.0 and lookup[id(net.norm.weight)] == 0.0
+
+
+def test_cosine_schedule_from_init_to_min():
+    from spanbert.trainer import cosine_lambda
+
+    f = cosine_lambda(total_steps=110, warmup_steps=10, peak=1e-3, init_lr=1e-7, min_lr=1e-4)
+    assert f(0) * 1e-3 == pytest.approx(1e-7) and f(5) * 1e-3 == pytest.approx(1e-7 + (1e-3 - 1e-7) / 2)
+    assert f(10) == pytest.approx(1.0) and f(60) * 1e-3 == pytest.approx((1e-3 + 1e-4) / 2)
+    assert f(110) * 1e-3 == pytest.approx(1e-4) and f(500) * 1e-3 == pytest.approx(1e-4)
+
+
+def test_each_group_reaches_its_own_minimum_under_cosine(tmp_path):
+    model = Net()
+    seen = []
+    a = args(tmp_path, max_steps=12, warmup_steps=2, lr_scheduler_type="cosine", warmup_init_lr=0.0, min_lr=1e-5,
+             save_steps=0)  # fmt: skip
+    original = torch.optim.AdamW.step
+
+    def spy(self, *x, **k):
+        seen.append(sorted(g["lr"] for g in self.param_groups))
+        return original(self, *x, **k)
+
+    torch.optim.AdamW.step = spy
+    try:
+        train(model, Regression(), a, lr_by_prefix={"l2.": 1e-1})
+    finally:
+        torch.optim.AdamW.step = original
+    assert seen[2][0] == pytest.approx(1e-2) and seen[2][-1] == pytest.approx(1e-1)  # the peaks after warmup
+    assert all(lr > 1e-5 for lr in seen[-1])  # the last step runs just above the floor
+
+
+def test_nesterov_trains_and_resumes_exactly(tmp_path):
+    a = dict(optim="nesterov", momentum=0.99, max_grad_norm=0.1, learning_rate=1e-2, save_steps=3)
+    straight = Net()
+    first = train(straight, Regression(), args(tmp_path / "a", **a))
+    assert first.metrics["loss"] < 10
+    b = Net()
+    train(b, Regression(), args(tmp_path / "b", stop_at_step=5, **a))
+    resumed = Net()
+    train(resumed, Regression(), args(tmp_path / "b", resume=True, **a))
+    for k, v in resumed.state_dict().items():
+        assert torch.equal(v, straight.state_dict()[k]), k
+    state = torch.load(tmp_path / "b" / "checkpoint-12" / "state.pt", weights_only=True)
+    assert state["optimizer"]["param_groups"][0]["nesterov"] is True

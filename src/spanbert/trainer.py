@@ -1,13 +1,17 @@
 """One explicit training loop for pre-training and fine-tuning.
 
-AdamW with decoupled weight decay (LayerNorm weights and biases exempt), linear warmup then linear
-decay, gradient clipping, gradient accumulation, bf16/fp16 autocast, atomic checkpoints with exact
-resume, and DDP under `torchrun` (NCCL on GPU, gloo on CPU).
+AdamW with decoupled weight decay (LayerNorm weights and biases exempt unless told), linear warmup
+then linear (or fairseq polynomial) decay, batches of a sequence count or a token budget, gradient
+clipping, gradient accumulation, bf16/fp16 autocast, atomic checkpoints with exact resume, and DDP
+under `torchrun` (NCCL on GPU, gloo on CPU).
 
 Determinism: the sample order is a function of (seed, epoch) only and the micro-batches of global step
 s are the slice [s*G, (s+1)*G) of that epoch's permutation (G = global batch). So the data position
 is derived from the step count, a resume needs nothing but the step, and 1 process with accumulation
-sees exactly the micro-batches that N processes see together.
+sees exactly the micro-batches that N processes see together. With a token budget
+(`max_tokens_per_batch`) the same holds with micro-batches in place of examples: epoch e's
+micro-batches are a pure function of (seed, e, the dataset's lengths, the budget) (`token_batches`)
+and step s takes [s*M, (s+1)*M) of them, M = processes x accumulation.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from spanbert.distributed import (  # noqa: F401 - distributed_env, init_distrib
     resolve_device,
 )
 from spanbert.errors import SpanBertError
-from spanbert.utils import atomic_write, fsync_dir, remove_debris, trim_heap
+from spanbert.utils import atomic_write, configure_malloc, fsync_dir, remove_debris, trim_heap
 
 
 @dataclass
@@ -56,7 +60,11 @@ class TrainingArguments:
     learning_rate: float = 1e-4
     """Peak learning rate, reached after warmup."""
     per_device_train_batch_size: int = 32
-    """Sequences per micro-batch on each process."""
+    """Sequences per micro-batch on each process (not used when max_tokens_per_batch is set)."""
+    max_tokens_per_batch: int = 0
+    """Token budget of one micro-batch on each process: examples of similar length are batched while
+    count x longest <= this (fairseq's --max-tokens; the released SpanBERT run: 4096). Tokens per update
+    <= this x processes x gradient_accumulation_steps. 0 = per_device_train_batch_size sequences."""
     per_device_eval_batch_size: int = 64
     """Sequences per batch at evaluation and prediction time."""
     gradient_accumulation_steps: int = 1
@@ -65,10 +73,24 @@ class TrainingArguments:
     """Linear warmup steps (overrides warmup_ratio when > 0)."""
     warmup_ratio: float = 0.0
     """Fraction of the total steps used for linear warmup when warmup_steps is 0."""
-    lr_scheduler_type: Literal["linear", "constant"] = "linear"
-    """After warmup: linear decay to zero at the last step, or constant."""
+    lr_scheduler_type: Literal["linear", "constant", "polynomial", "cosine"] = "linear"
+    """After warmup: linear decay to zero at the last step, constant, polynomial: fairseq's
+    polynomial_decay (power 1) of the released SpanBERT run, peak x (1 - step/total) after warmup, or
+    cosine: one cosine cycle from the peak down to min_lr (the cloze two-tower model's schedule)."""
+    warmup_init_lr: float = 0.0
+    """Cosine schedule: the warmup rises linearly from this rate to the peak (Baevski et al.: 1e-7)."""
+    min_lr: float = 0.0
+    """Cosine schedule: the rate at the last step (Baevski et al.: 1e-4 pre-training, 1e-6 fine-tuning)."""
+    optim: Literal["adamw", "nesterov"] = "adamw"
+    """Optimizer: adamw (BERT, SpanBERT) or nesterov: SGD with Nesterov momentum (the cloze two-tower
+    model's pre-training, with --momentum 0.99 and --max_grad_norm 0.1)."""
+    momentum: float = 0.99
+    """Momentum of --optim nesterov."""
     weight_decay: float = 0.01
-    """Decoupled AdamW weight decay, not applied to biases and LayerNorm weights."""
+    """Decoupled AdamW weight decay, not applied to biases and LayerNorm weights (unless decay_all_parameters)."""
+    decay_all_parameters: bool = False
+    """Apply weight decay to biases and LayerNorm weights too (the released SpanBERT pre-training: fairseq's
+    Adam decays every parameter)."""
     adam_beta1: float = 0.9
     """AdamW beta1."""
     adam_beta2: float = 0.999
@@ -136,12 +158,16 @@ class TrainingArguments:
         finite("adam_epsilon", lo_open=True)
         finite("weight_decay")
         finite("max_grad_norm")
+        finite("warmup_init_lr")
+        finite("min_lr")
+        finite("momentum", hi=1.0)
         finite("warmup_ratio", hi=1.0, hi_open=False)
         if not math.isfinite(self.num_train_epochs) or self.num_train_epochs <= 0:
             raise bad("num_train_epochs", self.num_train_epochs, "a number > 0")
         at_least = {
             "per_device_train_batch_size": 1,
             "per_device_eval_batch_size": 1,
+            "max_tokens_per_batch": 0,
             "gradient_accumulation_steps": 1,
             "logging_steps": 1,
             "save_total_limit": 1,
@@ -161,7 +187,8 @@ class TrainingArguments:
             if isinstance(v, bool) or not isinstance(v, int) or (v < 1 and v != -1):
                 raise bad(name, v, "a positive integer or -1")
         choices = {
-            "lr_scheduler_type": ("linear", "constant"),
+            "lr_scheduler_type": ("linear", "constant", "polynomial", "cosine"),
+            "optim": ("adamw", "nesterov"),
             "precision": ("auto", "fp32", "bf16", "fp16"),
             "nan_policy": ("stop", "skip"),
             "report_to": ("tensorboard", "none"),
@@ -182,7 +209,9 @@ class TrainResult:
     metrics: dict[str, float]
     """The last logged training averages and evaluation results."""
     best_step: int | None = None
-    """With metric_for_best_model: the step whose weights the model holds at the end (None: no evaluation)."""
+    """With metric_for_best_model: the step of the best evaluation so far (None: no evaluation). The
+    model holds its weights at the end of a run that reached its last step; a run stopped by
+    stop_at_step keeps its last weights (its best is still to be decided)."""
     best_metrics: dict[str, float] = field(default_factory=dict)
     """With metric_for_best_model: the evaluation results of best_step."""
 
@@ -262,12 +291,14 @@ def param_groups(
     weight_decay: float,
     lr_by_prefix: dict[str, float] | None = None,
     weight_decay_by_prefix: dict[str, float] | None = None,
+    decay_all: bool = False,
 ) -> list[dict[str, Any]]:
     """AdamW groups: decay on weight matrices and embeddings only (not biases, not LayerNorm), as BERT.
 
     ``lr_by_prefix`` gives parameters whose name starts with a prefix their own peak learning rate;
     ``weight_decay_by_prefix`` their own weight decay (coref's task layers: 0), biases and LayerNorm
-    still without decay.
+    still without decay. ``decay_all``: biases and LayerNorm weights decay too (the released SpanBERT
+    pre-training, whose fairseq Adam has one group of every parameter).
     """
     groups: dict[tuple[float, float], list[nn.Parameter]] = {}
     seen: set[int] = set()
@@ -276,16 +307,26 @@ def param_groups(
             continue
         seen.add(id(p))
         lr = _by_prefix(name, lr_by_prefix, learning_rate)
-        no_decay = p.ndim < 2 or "LayerNorm" in name or "layer_norm" in name
+        no_decay = not decay_all and (p.ndim < 2 or "LayerNorm" in name or "layer_norm" in name)
         wd = 0.0 if no_decay else _by_prefix(name, weight_decay_by_prefix, weight_decay)
         groups.setdefault((lr, wd), []).append(p)
     return [{"params": ps, "lr": lr, "initial_lr": lr, "weight_decay": wd} for (lr, wd), ps in groups.items()]
 
 
 def lr_lambda(total_steps: int, warmup_steps: int, kind: str) -> Callable[[int], float]:
-    """Multiplier of the peak rate at a step: linear warmup, then linear decay to 0 (or constant)."""
+    """Multiplier of the peak rate at a step: linear warmup, then linear decay to 0 (or constant).
+
+    ``kind="polynomial"``: fairseq's polynomial_decay (power 1, end rate 0) as the released SpanBERT
+    run used it: update k (1-based) runs at max(1, k-1)/warmup of the peak while k-1 <= warmup, then at
+    1 - (k-1)/total, so the decay spans all ``total_steps`` (not total - warmup) and starts just below
+    the peak. ``step`` here is 0-based (= k-1).
+    """
 
     def f(step: int) -> float:
+        if kind == "polynomial":
+            if warmup_steps and step <= warmup_steps:
+                return max(1, step) / warmup_steps
+            return max(0.0, 1.0 - step / max(1, total_steps))
         if warmup_steps and step < warmup_steps:
             return (step + 1) / warmup_steps  # the first step already uses a non-zero rate
         if kind == "constant":
@@ -293,6 +334,38 @@ def lr_lambda(total_steps: int, warmup_steps: int, kind: str) -> Callable[[int],
         return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
 
     return f
+
+
+def cosine_lambda(total_steps: int, warmup_steps: int, peak: float, init_lr: float, min_lr: float) -> Callable[[int], float]:
+    """Multiplier of ``peak`` for fairseq's cosine schedule with one cycle (Baevski et al. 2019): a linear
+    warmup from ``init_lr`` to ``peak`` over ``warmup_steps``, then ``min_lr + (peak - min_lr)(1 +
+    cos(pi t))/2`` with t going from 0 to 1 over the remaining steps."""
+
+    def f(step: int) -> float:
+        if peak <= 0:
+            return 0.0
+        if warmup_steps and step < warmup_steps:
+            rate = init_lr + (peak - init_lr) * step / warmup_steps  # fairseq: the first update at init_lr
+        else:
+            t = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+            rate = min_lr + (peak - min_lr) * (1 + math.cos(math.pi * t)) / 2
+        return rate / peak
+
+    return f
+
+
+def make_optimizer(groups: list[dict[str, Any]], args: TrainingArguments, device: torch.device) -> torch.optim.Optimizer:
+    """AdamW (fused on CPU and GPU: one kernel for all parameters instead of a Python loop over them), or
+    SGD with Nesterov momentum for ``--optim nesterov``."""
+    if args.optim == "nesterov":
+        return torch.optim.SGD(groups, lr=args.learning_rate, momentum=args.momentum, nesterov=True)
+    return torch.optim.AdamW(
+        groups,
+        lr=args.learning_rate,
+        betas=(args.adam_beta1, args.adam_beta2),
+        eps=args.adam_epsilon,
+        fused=device.type in ("cuda", "cpu") or None,
+    )
 
 
 def clip_gradients(params: list[nn.Parameter], max_norm: float) -> torch.Tensor:
@@ -355,6 +428,69 @@ def micro_batches(
         lows = ((m * world + rank) * batch for m in range(accum))
         steps.append([chunk[lo : lo + batch].tolist() for lo in lows if lo < len(chunk)])
     return steps
+
+
+def token_batches(lengths: np.ndarray, max_tokens: int, seed: int, epoch: int) -> list[list[int]]:
+    """The micro-batches of one epoch under a token budget, in the order they are used.
+
+    As fairseq's ``batch_by_size`` (the released SpanBERT run): examples sorted by length are cut
+    greedily into batches whose padded size, count x longest, stays <= ``max_tokens``; the batches are
+    then shuffled. Unlike fairseq, examples of equal length are ordered by a (seed, epoch) permutation
+    first, so a batch's members change every epoch (fairseq sorts equal lengths by index and keeps the
+    same batches in every epoch). A pure function of (lengths, max_tokens, seed, epoch); every epoch has
+    the same number of batches (the sorted lengths, and so the cuts, do not depend on the epoch).
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if len(lengths) and int(lengths.max()) > max_tokens:
+        i = int(lengths.argmax())
+        raise SpanBertError(
+            f"--max_tokens_per_batch: found {max_tokens}, expected at least the longest example ({lengths[i]} "
+            f"tokens, example {i})"
+        )
+    perm = epoch_permutation(len(lengths), seed, epoch)
+    order = perm[np.argsort(lengths[perm], kind="stable")]  # by length; equal lengths in a random order
+    sorted_len = lengths[order].tolist()
+    batches: list[list[int]] = []
+    lo = 0
+    for hi in range(1, len(order) + 1):
+        # ascending lengths: the longest of order[lo:hi+1] is its last; close the batch before it overflows
+        if hi == len(order) or (hi + 1 - lo) * sorted_len[hi] > max_tokens:
+            batches.append(order[lo:hi].tolist())
+            lo = hi
+    shuffle = np.random.default_rng([seed, epoch, 0xBA7C]).permutation(len(batches))
+    return [batches[j] for j in shuffle]
+
+
+def token_micro_batches(
+    lengths: np.ndarray, max_tokens: int, seed: int, epoch: int, accum: int, rank: int, world: int, start_step: int
+) -> list[list[list[int]]]:
+    """`micro_batches` under a token budget: step s takes micro-batches [s*M, (s+1)*M) of
+    `token_batches`, M = world * accum, micro-batch m of rank r being number s*M + m*world + r; so one
+    process with accumulation M sees what M processes see together. One process keeps the last
+    partial step (fewer micro-batches); several drop it (`steps_per_epoch`)."""
+    batches = token_batches(lengths, max_tokens, seed, epoch)
+    M = world * accum
+    steps = []
+    for s in range(start_step, steps_per_epoch(len(batches), M, world)):
+        idx = (s * M + m * world + rank for m in range(accum))
+        steps.append([batches[j] for j in idx if j < len(batches)])
+    return steps
+
+
+def dataset_lengths(dataset: Any) -> np.ndarray:
+    """Per-example token counts of ``dataset`` (its ``lengths()``), for token-budget batching."""
+    get = getattr(dataset, "lengths", None)
+    if get is None:
+        raise SpanBertError(
+            f"--max_tokens_per_batch: found a training set ({type(dataset).__name__}) without lengths(), "
+            "expected one that tells each example's token count (or batch by sequences: --max_tokens_per_batch 0)"
+        )
+    lengths = np.asarray(get() if callable(get) else get, dtype=np.int64)
+    if lengths.shape != (len(dataset),):
+        raise SpanBertError(
+            f"{type(dataset).__name__}.lengths(): found shape {lengths.shape}, expected ({len(dataset)},)"
+        )
+    return lengths
 
 
 # ---------------------------------------------------------------------------------------------
@@ -563,9 +699,17 @@ def compare_settings(saved: dict, now: dict) -> tuple[list[str], list[str]]:
         else:
             refused.append(line)
     if split_changed:
-        g_old = math.prod(int(old_args.get(k) or 1) for k in BATCH_SPLIT)
-        g_new = math.prod(int(new_args.get(k) or 1) for k in BATCH_SPLIT)
-        n = now.get("train_examples")
+        split, n = BATCH_SPLIT, now.get("train_examples")
+        if new_args.get("max_tokens_per_batch"):
+            # token budget: a step is world x accumulation micro-batches of the same budget, whatever
+            # the sequence count per micro-batch (a changed budget is refused above)
+            split, n = BATCH_SPLIT[1:], now.get("train_micro_batches")
+            unused = [x for x in split_changed if x.startswith(BATCH_SPLIT[0] + ":")]
+            accepted += [f"{x} (not used with --max_tokens_per_batch)" for x in unused]
+            split_changed = [x for x in split_changed if x not in unused]
+    if split_changed:
+        g_old = math.prod(int(old_args.get(k) or 1) for k in split)
+        g_new = math.prod(int(new_args.get(k) or 1) for k in split)
         same_epoch = n is None or steps_per_epoch(n, g_old, old_args["world_size"]) == steps_per_epoch(
             n, g_new, new_args["world_size"]
         )
@@ -798,6 +942,7 @@ def train(
     run_config: dict | None = None,
     weight_decay_by_prefix: dict[str, float] | None = None,
     clip_by_prefix: tuple[str, ...] | None = None,
+    term_weights: Callable[[dict[str, int], dict[str, float], int], dict[str, float]] | None = None,
 ) -> TrainResult:
     """Train ``model`` on ``train_dataset`` (map-style) and return the final step and metrics.
 
@@ -816,10 +961,18 @@ def train(
     layers separately). With ``args.metric_for_best_model`` each evaluation whose result improves on
     the best so far saves the weights to ``output_dir/best/`` (rank 0), and the model returned holds
     the best weights; ``TrainResult.best_step`` says which step they are from.
+
+    ``args.max_tokens_per_batch`` batches by a token budget (`token_micro_batches`; the dataset must
+    have ``lengths()``). ``term_weights(counts, totals, world)`` replaces the weighting of the loss
+    terms: it gets one micro-batch's counts, the step's totals (all micro-batches and ranks) and the
+    world size, and returns each term's factor (default: ``counts[k] * world / totals[k]``; the
+    released SpanBERT normalisation is `spanbert.pretrain.released_term_weights`).
     """
     rank, world, _ = distributed_env()
     device = resolve_device(args.device)
     init_distributed(device)
+    if device.type == "cpu":
+        configure_malloc()  # tensors >= 1 MB go back to the system when freed (utils.configure_malloc)
     output_dir = Path(args.output_dir)
     check_output_dir(args)
     n = len(train_dataset)
@@ -828,15 +981,29 @@ def train(
         raise SpanBertError("the training set is empty")
     if b < 1 or accum < 1:
         raise SpanBertError("per_device_train_batch_size and gradient_accumulation_steps must be >= 1")
-    G = b * world * accum
-    epoch_steps = steps_per_epoch(n, G, world)
-    if epoch_steps == 0:
-        raise SpanBertError(f"{n} training examples are fewer than one global batch of {G} across {world} processes")
+    budget = args.max_tokens_per_batch
+    lengths = dataset_lengths(train_dataset) if budget else None
+    if budget:
+        # the batch count is the same in every epoch (token_batches), so epoch 0's tells the epoch length
+        n_batches = len(token_batches(lengths, budget, args.seed, 0))
+        epoch_steps = steps_per_epoch(n_batches, world * accum, world)
+        if epoch_steps == 0:
+            raise SpanBertError(
+                f"{n} training examples make {n_batches} batches of <= {budget} tokens, fewer than the "
+                f"{world * accum} micro-batches of one step ({world} processes x {accum} accumulation)"
+            )
+    else:
+        G = b * world * accum
+        epoch_steps = steps_per_epoch(n, G, world)
+        if epoch_steps == 0:
+            raise SpanBertError(f"{n} training examples are fewer than one global batch of {G} across {world} processes")
     total = args.max_steps if args.max_steps > 0 else math.ceil(args.num_train_epochs * epoch_steps)
     warmup = args.warmup_steps or math.ceil(args.warmup_ratio * total)
     eval_every = args.eval_steps or (max(1, epoch_steps // args.evals_per_epoch) if args.evals_per_epoch else 0)
     run_config = json.loads(json.dumps(run_config, default=str)) if run_config is not None else None
     settings = {"args": asdict(args), "run_config": run_config, "world_size": world, "train_examples": n}
+    if budget:
+        settings["train_micro_batches"] = n_batches
 
     removed = on_main(lambda: _start_run_dir(output_dir, args))
     if removed:
@@ -846,16 +1013,16 @@ def train(
     raw_model = model
     if world > 1:
         model = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    groups = param_groups(raw_model, args.learning_rate, args.weight_decay, lr_by_prefix, weight_decay_by_prefix)
-    optimizer = torch.optim.AdamW(
-        groups,
-        lr=args.learning_rate,
-        betas=(args.adam_beta1, args.adam_beta2),
-        eps=args.adam_epsilon,
-        # fused: one kernel for all parameters instead of a Python loop over them (CPU and GPU)
-        fused=device.type in ("cuda", "cpu") or None,
+    groups = param_groups(
+        raw_model, args.learning_rate, args.weight_decay, lr_by_prefix, weight_decay_by_prefix, args.decay_all_parameters
     )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(total, warmup, args.lr_scheduler_type))
+    optimizer = make_optimizer(groups, args, device)
+    if args.lr_scheduler_type == "cosine":
+        # absolute start and end rates: each group (peak rates differ under lr_by_prefix) its own multiplier
+        lambdas = [cosine_lambda(total, warmup, g["initial_lr"], args.warmup_init_lr, args.min_lr) for g in groups]
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambdas)
+    else:
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(total, warmup, args.lr_scheduler_type))
     amp_dtype = autocast_dtype(args.precision, device)
     scaler = make_grad_scaler(amp_dtype, device)
     params = [p for g in groups for p in g["params"]]
@@ -918,7 +1085,10 @@ def train(
             epoch, start = divmod(step, epoch_steps)
             if hasattr(train_dataset, "set_epoch"):
                 train_dataset.set_epoch(epoch)
-            plan = micro_batches(n, args.seed, epoch, b, accum, rank, world, start)
+            if budget:
+                plan = token_micro_batches(lengths, budget, args.seed, epoch, accum, rank, world, start)
+            else:
+                plan = micro_batches(n, args.seed, epoch, b, accum, rank, world, start)
             loader = torch.utils.data.DataLoader(
                 train_dataset,
                 batch_sampler=[mb for step_mbs in plan for mb in step_mbs],
@@ -956,10 +1126,14 @@ def train(
                         if not terms:
                             terms = {"loss": out["loss"]}
                         loss = 0.0
+                        weights = term_weights(counts[i], totals, world) if term_weights is not None else None
                         for k, term in terms.items():
-                            total_k = totals.get(k, 0.0)
-                            # DDP averages gradients over ranks: times world makes that a sum
-                            w = counts[i].get(k, 0) * world / total_k if total_k else 0.0
+                            if weights is not None:
+                                w = weights.get(k, 0.0)
+                            else:
+                                total_k = totals.get(k, 0.0)
+                                # DDP averages gradients over ranks: times world makes that a sum
+                                w = counts[i].get(k, 0) * world / total_k if total_k else 0.0
                             loss = loss + term.float() * w
                     if scaler is not None:
                         scaler.scale(loss).backward()
@@ -1027,6 +1201,8 @@ def train(
                     last = {k: float(np.mean(v)) for k, v in window.items()}
                     last["lr"] = lr_used
                     last["tokens_per_s"] = tokens * world / dt if dt > 0 else 0.0
+                    # real (unpadded) tokens per update, averaged over the window (this rank's x world)
+                    last["tokens_per_step"] = tokens * world / max(1, len(window.get("grad_norm", ())))
                     last["skipped_steps"] = float(skipped)
                     logger.log(step, {f"train/{k}": v for k, v in last.items()})
                     if rank == 0:
@@ -1158,6 +1334,8 @@ def predict_batches(
     """
     device = device if isinstance(device, torch.device) else resolve_device(device)
     amp_dtype = autocast_dtype(precision, device)
+    if device.type == "cpu":
+        configure_malloc()  # each batch's activations go back to the system (utils.configure_malloc)
     model.to(device)
     was_training = model.training
     model.eval()
