@@ -218,3 +218,18 @@ def test_curve_fine_tunes_every_checkpoint(tmp_path):
     before = {p: p.stat().st_mtime_ns for p in out.glob("finetune/*/*/*/result.json")}
     assert main(argv) == 0
     assert {p: p.stat().st_mtime_ns for p in out.glob("finetune/*/*/*/result.json")} == before
+
+
+def test_a_finished_cell_run_with_other_settings_is_refused(tmp_path):
+    study = S.Study(systems=[S.SystemSpec("bert")], tasks=[S.TaskSpec("glue", glue_task="SST-2", train=str(tmp_path))],
+                    seeds=1, output_dir=str(tmp_path / "out"), corpus="c")  # fmt: skip
+    cell = next(c for c in S.plan(study) if c.kind == "finetune")
+    cell.dir.mkdir(parents=True)
+    (cell.dir / "result.json").write_text(json.dumps({"dev": 1.0, "argv": [*cell.argv, "--output_dir", str(cell.dir)]}))
+    S.check_finished(S.plan(study))  # the same settings: fine
+    study.tasks[0].options = {"num_train_epochs": 5}
+    with pytest.raises(Exception, match="run with other settings .*num_train_epochs"):
+        S.check_finished(S.plan(study))
+    study.tasks[0].options = {}
+    study.seeds = 3  # more seeds only add cells
+    S.check_finished(S.plan(study))

@@ -517,7 +517,16 @@ def _prepare_shared(study: Study) -> None:
 
     shared = shared_dir(study)
     done = shared / "prepared.json"
-    if done.is_file() or all(s.checkpoint for s in study.systems):
+    if all(s.checkpoint for s in study.systems):
+        return
+    wanted = {"corpus": study.corpus, "tokenizer": study.tokenizer, "vocab_size": study.vocab_size}
+    if done.is_file():
+        had = json.loads(done.read_text()).get("settings", wanted)
+        if had != wanted:
+            raise SpanBertError(
+                f"{done}: found the shared corpus made with {had}, expected {wanted}; use a new output_dir "
+                f"for another corpus or vocabulary"
+            )
         return
     needs_candidates = sorted(
         {k for s in study.systems if not s.checkpoint for k in _candidate_kinds(s)}
@@ -534,7 +543,7 @@ def _prepare_shared(study: Study) -> None:
             if not link.exists():
                 link.symlink_to(corpus.resolve(), target_is_directory=True)
             with atomic_write(done) as f:
-                f.write(json.dumps({"corpus": str(corpus)}) + "\n")
+                f.write(json.dumps({"corpus": str(corpus), "settings": wanted}) + "\n")
             return
         raise SpanBertError(
             f"{corpus}: found a preprocessed corpus, expected raw text when a tokenizer or candidate spans are "
@@ -556,7 +565,7 @@ def _prepare_shared(study: Study) -> None:
         if code != 0:
             raise SpanBertError(f"study: the shared {name} step failed ({last}); see {shared / (name + '.log')}")
     with atomic_write(done) as f:
-        f.write(json.dumps({"corpus": study.corpus, "tokenizer": tok}) + "\n")
+        f.write(json.dumps({"corpus": study.corpus, "tokenizer": tok, "settings": wanted}) + "\n")
 
 
 def _candidate_kinds(s: SystemSpec) -> list[str]:
@@ -632,6 +641,7 @@ def run_study(study: Study, only: str = "all", shard: tuple[int, int] = (0, 1)) 
         todo = todo[shard[0] :: shard[1]]
     from tqdm.auto import tqdm
 
+    distributed.on_main(lambda: check_finished(cells))
     done_before = distributed.on_main(lambda: [is_done(c) for c in todo])
     bar = tqdm(total=len(todo), initial=sum(done_before), desc="study", unit="cell", disable=not distributed.is_main())
     for cell, done in zip(todo, done_before):
@@ -649,6 +659,26 @@ def run_study(study: Study, only: str = "all", shard: tuple[int, int] = (0, 1)) 
             bar.write(f"done: {cell.label} ({cell.dir})")
     bar.close()
     return cells
+
+
+def check_finished(cells: list[Cell]) -> None:
+    """A finished cell must have run the command this study plans for it: a study file changed after
+    some cells finished (another budget, other task options) would otherwise mix results silently.
+    Adding systems, tasks, learning rates or seeds only adds cells and is fine."""
+    for cell in cells:
+        marker = _marker(cell)
+        if not marker.is_file():
+            continue
+        try:
+            ran = json.loads(marker.read_text()).get("argv") or []
+        except (OSError, ValueError):
+            raise SpanBertError(f"{marker}: unreadable; remove {cell.dir} to redo the cell") from None
+        if ran[: len(cell.argv)] != cell.argv:
+            diff = sorted(set(ran[: len(cell.argv)]) ^ set(cell.argv))[:6]
+            raise SpanBertError(
+                f"{marker}: found a finished cell '{cell.label}' run with other settings ({' '.join(diff)}), "
+                f"expected the study's; use a new output_dir for a changed study, or remove {cell.dir} to redo it"
+            )
 
 
 def _write_plan(study: Study, cells: list[Cell]) -> None:
