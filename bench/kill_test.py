@@ -126,7 +126,7 @@ def main() -> None:
     same = all(torch.equal(a[k], b[k]) for k in a)
     left = debris(out)
     print(f"kills {kills} (of which {in_write} left a checkpoint write unfinished), runs {started}, resumes {resumes}")
-    print(f"(a) resume always worked: yes")
+    print("(a) resume always worked: yes")
     print(f"(b) final parameters equal the uninterrupted run bit for bit: {'yes' if same else 'NO'}")
     print(f"(c) temporary debris left: {left or 'none'}")
     print(f"uninterrupted run {t_ref:.1f} s, whole test {time.time() - t0:.1f} s")

@@ -271,6 +271,16 @@ def run_predict_hf(a: argparse.Namespace) -> dict:
 # driver
 
 
+def _keep_glibc_defaults() -> None:
+    """Make `configure_malloc` a no-op in this process (where the trainer imported it too)."""
+    from spanbert import trainer, utils
+
+    def off(*args, **kwargs) -> bool:
+        return False
+
+    utils.configure_malloc = trainer.configure_malloc = off
+
+
 def _child(argv: list[str]) -> dict:
     """Run this script in a fresh process (its own heap and RSS) and read back its JSON result line."""
     result = None
@@ -304,17 +314,21 @@ def main() -> None:
     p.add_argument("--data", default="../shared/data/squad/dev-v1.1.json", help="predict: SQuAD file")
     p.add_argument("--fraction", type=float, default=1.0, help=argparse.SUPPRESS)
     p.add_argument("--impl", choices=("ours", "hf"), default="ours", help=argparse.SUPPRESS)
+    p.add_argument("--glibc-defaults", action="store_true",
+                   help="ours without spanbert.utils.configure_malloc (glibc's dynamic mmap threshold: the 'before')")  # fmt: skip
     p.add_argument("--no-reference", action="store_true", help="skip the transformers reference run")
     p.add_argument("--json", action="store_true", help="print the results as one JSON line too")
     p.add_argument("--_child", action="store_true", help=argparse.SUPPRESS)
     a, extra = p.parse_known_args()
     a.extra = extra  # further `spanbert pretrain` options for our run, e.g. --pad_to 512
     if a._child:
+        if a.glibc_defaults:
+            _keep_glibc_defaults()
         fn = {("pretrain", "ours"): run_pretrain_ours, ("pretrain", "hf"): run_pretrain_hf,
               ("predict", "ours"): run_predict_ours, ("predict", "hf"): run_predict_hf}[a.phase, a.impl]  # fmt: skip
         print("RESULT " + json.dumps(fn(a)), flush=True)
         return
-    base_argv = [a for a in sys.argv[1:] if a not in ("--json", "--no-reference")]
+    base_argv = [a for a in sys.argv[1:] if a not in ("--json", "--no-reference")]  # --glibc-defaults passes on
     impls = ["ours"] + ([] if a.no_reference else ["hf"])
     results: dict = {}
     if a.phase == "pretrain":

@@ -443,6 +443,7 @@ def test_tiny_model_overfits_two_litbank_documents_via_cli(tmp_path, capsys):
             "--output_dir", str(out_dir), "--max_seq_length", "128", "--ffnn_size", "64", "--feature_size", "8",
             "--dropout", "0", "--max_top_antecedents", "30", "--learning_rate", "2e-3", "--encoder_learning_rate",
             "2e-3", "--max_steps", "120", "--warmup_steps", "0", "--lr_scheduler_type", "constant",
+            "--eval_steps", "60",
             "--report_to", "none", "--disable_tqdm", "--save_steps", "0", "--logging_steps", "1000",
         ])  # fmt: skip
         assert rc == 0
@@ -554,6 +555,7 @@ root, out = sys.argv[1], sys.argv[2]
 targs = TrainingArguments(
     output_dir=out + "/model", max_steps=4, learning_rate=1e-2, per_device_train_batch_size=1,
     eval_steps=2, save_steps=0, report_to="none", disable_tqdm=True, device="cpu", seed=3,
+    metric_for_best_model="conll_f1",
 )
 config = CorefConfig(max_seq_length=16, ffnn_size=8, feature_size=4, max_top_antecedents=4,
                      encoder_learning_rate=1e-2, coref_depth=int(sys.argv[3]))
@@ -568,7 +570,7 @@ with open(f"{out}/rank{os.environ['RANK']}.json", "w") as f:
 def test_two_processes_write_one_model_and_agree_on_dev(tiny_run, tmp_path, depth):
     """torchrun --nproc_per_node 2 (gloo): coref_depth 1 must not trip DDP's unused-parameter check,
     rank 0 alone writes the model, and the dev documents, split across the ranks and gathered,
-    give the same scores on both ranks (also at the mid-training evaluation)."""
+    give the same scores on both ranks (also at the mid-training evaluation) and select the same step."""
     import os
     import subprocess
     import sys
@@ -583,7 +585,211 @@ def test_two_processes_write_one_model_and_agree_on_dev(tiny_run, tmp_path, dept
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     scores = [{k: v for k, v in s.items() if k.endswith(("_f1", "_p", "_r"))} for s in ranks]
     assert scores[0] and scores[0] == scores[1]
+    assert ranks[0]["selected_step"] == ranks[1]["selected_step"] in (2, 4)  # chosen alike on both ranks
     files = sorted(p.name for p in (tmp_path / "model").iterdir())
     assert "model.safetensors" in files and "dev_predictions.conll" in files and "finetune_results.json" in files
     assert not [f for f in files if "tmp" in f], files  # no temporary left by a second writer
     assert proc.stdout.count("singletons:") == 1, proc.stdout  # messages once
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 11.7: the released settings as presets, the segment-distance feature, best-on-dev selection
+
+# Transcribed from mandarjoshi90/coref @ bd04f2e: experiments.conf (`best`, `spanbert_base`,
+# `spanbert_large`), independent.py (k <= 3900, segment distance), optimization.py (eps, decay, clipping),
+# train.py (eval_frequency, model.max.ckpt).
+RELEASED = {
+    "spanbert_base": dict(max_seq_length=384, encoder_learning_rate=2e-5, learning_rate=1e-4),
+    "spanbert_large": dict(max_seq_length=512, encoder_learning_rate=1e-5, learning_rate=3e-4),
+}
+RELEASED_SHARED = dict(
+    adam_epsilon=1e-6, weight_decay=0.01, task_weight_decay=0.0, separate_clipping=True, max_grad_norm=1.0,
+    warmup_ratio=0.1, lr_scheduler_type="linear", num_train_epochs=20.0, per_device_train_batch_size=1,
+    max_top_spans=3900, max_span_width=30, top_span_ratio=0.4, max_top_antecedents=50, ffnn_size=3000,
+    ffnn_depth=1, feature_size=20, dropout=0.3, token_dropout=0.0, coref_depth=2, max_training_segments=3,
+    use_segment_distance=True, eval_steps=1000, metric_for_best_model="conll_f1",
+)  # fmt: skip
+
+
+def _parsed(monkeypatch, argv):
+    """(TrainingArguments, CorefConfig) that `spanbert finetune coref ARGV` would train with."""
+    from spanbert.cli import main
+    from spanbert.tasks import coref
+
+    seen = {}
+
+    def fake(model_dir, train_path, dev_path, targs, config, tokenizer_dir=None):
+        seen.update(targs=targs, config=config)
+        return {}
+
+    monkeypatch.setattr(coref, "finetune_coref", fake)
+    assert main(["finetune", "coref", "--model", "m", "--train", "t.conll", "--output_dir", "o", *argv]) == 0
+    return seen["targs"], seen["config"]
+
+
+@pytest.mark.parametrize("name", sorted(RELEASED))
+def test_presets_are_the_released_settings(monkeypatch, name, tmp_path):
+    targs, config = _parsed(monkeypatch, ["--preset", name])
+    for key, value in {**RELEASED_SHARED, **RELEASED[name]}.items():
+        got = getattr(targs, key) if hasattr(targs, key) else getattr(config, key)
+        assert got == value, (key, got, value)
+    # options given on the command line or in --config win over the preset
+    yaml = tmp_path / "c.yaml"
+    yaml.write_text("ffnn_size: 150\nadam_epsilon: 1.0e-8\n")
+    targs, config = _parsed(monkeypatch, ["--preset", name, "--config", str(yaml), "--learning_rate", "5e-5"])
+    assert (targs.learning_rate, targs.adam_epsilon, config.ffnn_size) == (5e-5, 1e-8, 150)
+    assert config.max_seq_length == RELEASED[name]["max_seq_length"]
+
+
+def test_default_selects_on_dev_conll_f1_and_an_unknown_preset_is_an_error(monkeypatch, tmp_path, capsys):
+    from spanbert.cli import main
+
+    targs, config = _parsed(monkeypatch, [])
+    assert targs.metric_for_best_model == "conll_f1" and targs.evals_per_epoch == 3
+    assert config.use_segment_distance and config.max_top_spans == 3900 and config.task_weight_decay == 0
+    yaml = tmp_path / "c.yaml"
+    yaml.write_text("preset: spanbert_huge\n")
+    argv = ["finetune", "coref", "--model", "m", "--train", "t.conll", "--output_dir", "o", "--config", str(yaml)]
+    assert main(argv) == 2
+    assert "--preset: found 'spanbert_huge'; expected one of spanbert_base, spanbert_large" in capsys.readouterr().err
+
+
+def test_optimizer_groups_and_clipping_follow_the_released_code(tiny_run, tmp_path, monkeypatch):
+    """Encoder: --weight_decay on weight matrices, none on biases / LayerNorm; task layers: none;
+    encoder and task gradients clipped apart."""
+    from spanbert import trainer
+    from spanbert.cli import main
+
+    seen = {}
+
+    def spy(model, dataset, args, **kw):
+        seen.update(kw, model=model, args=args)
+        raise KeyboardInterrupt  # stop before any step
+
+    monkeypatch.setattr(trainer, "train", spy)
+    assert main(finetune_argv(tiny_run, tmp_path / "run", "--weight_decay", "0.01")) != 0  # "interrupted"
+    assert seen["clip_by_prefix"] == ("bert.",)
+    model = seen["model"]
+    groups = trainer.param_groups(
+        model, seen["args"].learning_rate, seen["args"].weight_decay, seen["lr_by_prefix"],
+        seen["weight_decay_by_prefix"],
+    )
+    decay = {id(p): g["weight_decay"] for g in groups for p in g["params"]}
+    assert len(decay) == len(list(model.parameters()))
+    for name, p in model.named_parameters():
+        want = 0.01 if name.startswith("bert.") and p.ndim >= 2 and "LayerNorm" not in name else 0.0
+        assert decay[id(p)] == want, name
+    assert [len(g) for g in trainer.clip_groups(model, list(model.parameters()), seen["clip_by_prefix"])] == [
+        len(list(model.bert.parameters())),
+        len(list(model.parameters())) - len(list(model.bert.parameters())),
+    ]
+
+
+def test_top_spans_are_capped():
+    model = tiny_model(max_top_spans=3).eval()
+    _, batch = toy_batch(model)
+    assert model(**batch)["top_starts"].shape == (3,)
+
+
+def test_segment_distance_is_the_clipped_difference_of_the_start_segments():
+    from spanbert.tasks.coref import segment_distance
+
+    model = tiny_model()
+    f, batch = toy_batch(model)
+    width = batch["input_ids"].shape[1]
+    segment_of = {}  # brute force: walk the (S, T) rows
+    position = 0
+    for s, seg in enumerate(f.segments):
+        for _ in seg:
+            segment_of[position] = s
+            position += 1
+    assert len(f.segments) >= 4  # pairs farther apart than the last bucket exist
+    starts = torch.arange(f.num_subtokens)
+    antecedents = torch.randint(0, f.num_subtokens, (f.num_subtokens, 7), generator=torch.Generator().manual_seed(0))
+    got = segment_distance(batch["token_index"], width, starts, antecedents, 3)
+    for i in range(f.num_subtokens):
+        for j, a in enumerate(antecedents[i].tolist()):
+            assert got[i, j] == min(2, max(0, segment_of[i] - segment_of[a]))
+
+
+def test_segment_distance_changes_scores_only_through_its_embedding():
+    """A model with the feature whose own weights contribute nothing scores exactly as the model
+    without it; changing one row of its embedding changes the fine scores of exactly the pairs at
+    that segment distance, and nothing before the fine scorer (kept spans, antecedents)."""
+    from spanbert.tasks.coref import segment_distance
+
+    without = tiny_model(use_segment_distance=False, coref_depth=1).eval()
+    with_ = tiny_model(use_segment_distance=True, coref_depth=1).eval()
+    assert without.segment_distance_embeddings is None
+    state = without.state_dict()
+    w = state["pair_scorer.0.weight"]  # (hidden, 3D + 3F)
+    fs = with_.config.feature_size
+    state["pair_scorer.0.weight"] = torch.cat([w, torch.zeros(w.shape[0], fs)], 1)  # the 4th feature: no effect
+    state["segment_distance_embeddings.weight"] = with_.segment_distance_embeddings.weight.detach()
+    with_.load_state_dict(state)
+    f, batch = toy_batch(with_)
+    with torch.no_grad():
+        a, b = without(**batch), with_(**batch)
+        assert torch.equal(a["antecedents"], b["antecedents"]) and torch.equal(a["top_starts"], b["top_starts"])
+        assert torch.allclose(a["antecedent_scores"], b["antecedent_scores"])
+        with_.pair_scorer[0].weight[:, -fs:].normal_(generator=torch.Generator().manual_seed(1))
+        before = with_(**batch)
+        with_.segment_distance_embeddings.weight[1] += 1.0
+        after = with_(**batch)
+    assert torch.equal(before["antecedents"], after["antecedents"])
+    width = batch["input_ids"].shape[1]
+    dist = segment_distance(batch["token_index"], width, before["top_starts"], before["antecedents"], 3)
+    changed = ~torch.isclose(before["antecedent_scores"][:, 1:], after["antecedent_scores"][:, 1:])
+    real = before["antecedent_scores"][:, 1:] > -1e3  # pairs with a real antecedent
+    assert (dist[real] == 1).any() and (dist[real] != 1).any()
+    assert torch.equal(changed[real], dist[real] == 1)
+
+
+def test_models_saved_without_the_newer_settings_still_load(tiny_run, tmp_path):
+    from spanbert.tasks.coref import load_coref_model, save_coref_model
+    from spanbert.tokenization import Tokenizer
+
+    model = tiny_model(use_segment_distance=False)
+    save_coref_model(model, tmp_path / "m", Tokenizer.from_dir(tiny_run / "enc"))
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    for key in ("use_segment_distance", "token_dropout", "max_top_spans", "task_weight_decay", "separate_clipping"):
+        del config["spanbert"]["coref"][key]
+    (tmp_path / "m" / "config.json").write_text(json.dumps(config))
+    loaded, _ = load_coref_model(tmp_path / "m")
+    assert loaded.segment_distance_embeddings is None and loaded.config.token_dropout == loaded.config.dropout
+
+
+def test_the_best_dev_evaluation_is_the_model_saved(tiny_run, tmp_path, monkeypatch, capsys):
+    """Dev scored every step; the scorer is made to peak at step 2 of 3: step 2 is selected, reported,
+    saved (not the last weights), and its dev predictions are what a separate `predict coref` with the
+    saved model writes."""
+    from safetensors.torch import load_file
+
+    from spanbert.cli import main
+    from spanbert.tasks import coref
+
+    real = coref.evaluate_clusters
+    calls = []
+
+    def peaking(docs, predictions):
+        scores = real(docs, predictions)
+        calls.append(len(calls) + 1)
+        return {**scores, "conll_f1": {1: 10.0, 2: 30.0, 3: 20.0}[calls[-1]]}
+
+    monkeypatch.setattr(coref, "evaluate_clusters", peaking)
+    out = tmp_path / "run"
+    assert main(finetune_argv(tiny_run, out, "--eval_steps", "1", "--save_steps", "1", "--dropout", "0")) == 0
+    summary = json.loads((out / "finetune_results.json").read_text())
+    assert summary["selected_step"] == 2 and summary["selected_by"] == "conll_f1"
+    assert summary["conll_f1"] == 30.0 and [h["step"] for h in summary["dev_history"]] == [1, 2, 3]
+    assert "selected the model of step 2" in capsys.readouterr().out
+    saved = load_file(out / "model.safetensors")
+    best = torch.load(out / "best" / "state.pt", weights_only=True)
+    last = torch.load(out / "checkpoint-3" / "state.pt", weights_only=True)["model"]
+    assert all(torch.equal(saved[k], best[k]) for k in saved)
+    assert any(not torch.equal(saved[k], last[k]) for k in saved)
+    monkeypatch.setattr(coref, "evaluate_clusters", real)
+    again = tmp_path / "again.conll"
+    assert main(["predict", "coref", "--model", str(out), "--data", str(tiny_run / "train.conll"),
+                 "--output", str(again), "--device", "cpu", "--disable_tqdm"]) == 0  # fmt: skip
+    assert again.read_text() == (out / "dev_predictions.conll").read_text()

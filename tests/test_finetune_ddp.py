@@ -55,10 +55,27 @@ def _torchrun(nproc: int, argv: list[str], cwd: Path) -> subprocess.CompletedPro
 
 
 def _one_model_and_nothing_else(out: Path) -> None:
-    """One config.json + model.safetensors, no temporary file or folder left by a second writer."""
+    """One config.json + model.safetensors, no temporary file or folder left by a second writer, and
+    the selected weights (best/) are the model saved."""
+    from safetensors.torch import load_file
+
     names = sorted(p.name for p in out.iterdir())
     assert names.count("config.json") == 1 and names.count("model.safetensors") == 1, names
     assert not [n for n in names if n.startswith(".") or ".tmp" in n], names
+    assert sorted(p.name for p in (out / "best").iterdir()) == ["best.json", "state.pt"]
+    saved = load_file(str(out / "model.safetensors"))
+    best = torch.load(out / "best" / "state.pt", weights_only=True)
+    assert all(torch.equal(saved[k], best[k]) for k in saved)
+
+
+def _selected_step(out: Path, results: str, metric: str) -> int:
+    """The step the run reports, checked against its logged dev evaluations (the earliest best)."""
+    rows = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    evals = {r["step"]: r[f"eval/{metric}"] for r in rows if f"eval/{metric}" in r}
+    step = json.loads((out / results).read_text())["selected_step"]
+    assert step == min(s for s, v in evals.items() if v == max(evals.values())), (step, evals)
+    assert json.loads((out / "best" / "best.json").read_text())["step"] == step
+    return step
 
 
 def _weights(out: Path) -> dict[str, torch.Tensor]:
@@ -100,6 +117,9 @@ def test_squad_v2_two_processes_match_one(tmp_path):
         assert saved["null_score_diff_threshold"] == chosen, name  # the value chosen on dev is the one saved
     t1, t2 = (json.loads((outs[n] / "config.json").read_text())["spanbert"]["null_score_diff_threshold"]
               for n in ("one", "two"))  # fmt: skip
+    # the model was selected on dev (an evaluation at every one of the 4 steps): the same step in both
+    steps = [_selected_step(outs[n], "eval_results.json", "f1") for n in ("one", "two")]
+    assert steps[0] == steps[1]
     assert t1 == pytest.approx(t2, abs=1e-4)
     p1, p2 = (json.loads((outs[n] / "dev_predictions.json").read_text()) for n in ("one", "two"))
     assert len(p1) == 12 and p1 == p2
@@ -136,3 +156,5 @@ def test_glue_two_processes_match_one(tmp_path):
     assert (outs["one"] / "SST-2.dev.tsv").read_text() == (outs["two"] / "SST-2.dev.tsv").read_text()
     r1, r2 = (json.loads((outs[n] / "dev_results.json").read_text()) for n in ("one", "two"))
     assert r1 == r2
+    steps = [_selected_step(outs[n], "dev_results.json", "score") for n in ("one", "two")]
+    assert steps[0] == steps[1]

@@ -160,7 +160,13 @@ def test_tiny_model_overfits_32_sst2_examples_and_writes_submission(tiny_model, 
     assert spanbert_main(argv + _train_args(out)) == 0
     config = json.loads((out / "config.json").read_text())
     assert config["architectures"] == ["BertForSequenceClassification"] and config["id2label"] == {"0": "0", "1": "1"}
-    assert json.loads((out / "dev_results.json").read_text())["accuracy"] >= 95.0
+    results = json.loads((out / "dev_results.json").read_text())
+    assert results["accuracy"] >= 95.0
+    # the model kept is that of the best dev score (GLUE's number for the task) of the logged evaluations
+    rows = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    evals = {r["step"]: r["eval/score"] for r in rows if "eval/score" in r}
+    assert len(evals) == 60 and results["selected_by"] == "score"
+    assert results["selected_step"] == min(s for s, v in evals.items() if v == max(evals.values()))
     glue = ["glue", "--data_dir", str(data)]
     assert spanbert_main(["predict", *glue, "--task", "sst2", "--model", str(out), "--output_dir", str(sub)]) == 0
     lines = (sub / "SST-2.tsv").read_text().splitlines()
@@ -248,3 +254,53 @@ def test_yaml_config_keys_are_checked(tiny_model, tmp_path, cli_error):
     cli_error(argv + ["--config", str(bad), "--output_dir", str(out2), "--device", "cpu"], names=bad,
               contains="learning_rat", out=tmp_path)  # fmt: skip
     assert not out2.exists()
+
+
+def _sst_features(tiny_model: Path, tmp_path: Path):
+    from spanbert.tasks.common import load_tokenizer_for
+    from spanbert.tasks.glue import glue_features
+
+    _write_sst(tmp_path / "SST-2")
+    task = glue_task("SST-2")
+    return glue_features(task, read_split(task, tmp_path / "SST-2", task.train), load_tokenizer_for(tiny_model), 32)
+
+
+def test_finetune_keeps_the_best_evaluation_its_weights_and_predictions(tiny_model, tmp_path):
+    """A dev score we control: the evaluations (steps 2, 4, 6, 8) score 1, 3, 3, 0; the model left is
+    that of step 4 (a tie keeps the earlier step), with the predictions of that evaluation. Resumed
+    after its best evaluation, the run evaluates the restored best weights again for their predictions."""
+    import torch
+
+    from spanbert.tasks import classification as C
+    from spanbert.trainer import TrainingArguments
+
+    features = _sst_features(tiny_model, tmp_path)  # 32 examples, batch 8: 4 steps an epoch
+
+    def run(out: Path, scores: list[float], **kw):
+        calls: list[str] = []
+
+        def predict(m):
+            calls.append(f"evaluation {len(calls) + 1}")
+            return calls[-1]
+
+        def score(p):
+            return {"score": scores[len(calls) - 1] if len(calls) <= len(scores) else -1.0}
+
+        model = C.build_model("sequence", tiny_model, 2, seed=0)
+        args = TrainingArguments(output_dir=str(out), max_steps=8, per_device_train_batch_size=8, learning_rate=1e-3,
+                                 evals_per_epoch=2, metric_for_best_model="score", save_total_limit=1, save_steps=1,
+                                 report_to="none", disable_tqdm=True, device="cpu", logging_steps=9, **kw)  # fmt: skip
+        return model, C.finetune_selected(model, features, args, 0, predict, score), calls
+
+    model, done, calls = run(tmp_path / "a", [1.0, 3.0, 3.0, 0.0])
+    assert len(calls) == 4 and done.selected_step == 4 and done.predictions == "evaluation 2"
+    best = torch.load(tmp_path / "a" / "best" / "state.pt", weights_only=True)
+    assert all(torch.equal(v, best[k]) for k, v in model.state_dict().items())
+    assert sorted(p.name for p in (tmp_path / "a").glob("checkpoint-*")) == ["checkpoint-8"]
+
+    # stopped at step 5 (not the planned end): no selection, the predictions of the model of step 5
+    _, done, calls = run(tmp_path / "b", [1.0, 3.0], stop_at_step=5)
+    assert done.selected_step is None and len(calls) == 3 and done.predictions == "evaluation 3"
+    resumed, done, calls = run(tmp_path / "b", [0.0, 0.0], resume=True)  # steps 6 and 8 score below step 4
+    assert done.selected_step == 4 and len(calls) == 3 and done.predictions == "evaluation 3"
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in resumed.state_dict().items())

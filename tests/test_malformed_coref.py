@@ -3,8 +3,6 @@ line `error: FILE:LINE: found ..., expected ...`, exit 2, no traceback, nothing 
 
 from __future__ import annotations
 
-import gzip
-
 import pytest
 import torch
 
@@ -137,6 +135,9 @@ def test_there_are_enough_cases():
         pytest.param("--dropout", "1.5", "expected a number in [0, 1)", id="dropout-1.5"),
         pytest.param("--max_seq_length", "2", "expected >= 3", id="segments-too-short"),
         pytest.param("--per_device_train_batch_size", "2", "expected 1", id="batch-of-two-documents"),
+        pytest.param("--token_dropout", "1", "expected a number in [0, 1)", id="token-dropout-1"),
+        pytest.param("--max_top_spans", "0", "expected an integer >= 1", id="no-kept-spans"),
+        pytest.param("--task_weight_decay", "-0.1", "expected a number >= 0", id="negative-task-decay"),
     ],
 )
 def test_bad_coref_options_name_the_option(tmp_path, cli_error, models, option, value, contains):

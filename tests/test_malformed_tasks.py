@@ -537,9 +537,30 @@ def _case_glue_sweep_output_dir_taken(t, m):
     return _glue_ft(t, m, "SST-2", d) + ["--sweep"], t / "out", "--resume"
 
 
+def _case_sweep_summary_taken(t, m):
+    _w(t / "out" / "sweep.json", '{"runs": [], "complete": false}')  # an earlier, unfinished sweep
+    d = _glue_dir(t, "SST-2", "not a GLUE file")
+    return _glue_ft(t, m, "SST-2", d) + ["--sweep"], t / "out", "sweep.json of an earlier sweep"
+
+
+def _case_sweep_resume_unreadable(t, m):
+    s = _w(t / "out" / "sweep.json", "{not json")
+    d = _glue_dir(t, "SST-2", SST)
+    return _glue_ft(t, m, "SST-2", d) + ["--sweep", "--resume"], s, "cannot read the sweep to resume"
+
+
+def _case_sweep_lower_is_better(t, m):
+    d = _glue_dir(t, "SST-2", SST)
+    argv = _glue_ft(t, m, "SST-2", d) + ["--sweep", "--metric_for_best_model", "accuracy", "--greater_is_better", "false"]
+    return argv, "--greater_is_better", "higher is better"
+
+
 CASES = [
     pytest.param(_case_squad_output_dir_taken, id="squad-output-dir-taken"),
     pytest.param(_case_glue_sweep_output_dir_taken, id="glue-sweep-output-dir-taken"),
+    pytest.param(_case_sweep_summary_taken, id="sweep-summary-taken"),
+    pytest.param(_case_sweep_resume_unreadable, id="sweep-resume-unreadable"),
+    pytest.param(_case_sweep_lower_is_better, id="sweep-lower-is-better"),
     pytest.param(_case_mrqa_to_squad, id="squad-finetune-given-mrqa"),
     pytest.param(_case_mrqa_to_squad_eval, id="squad-evaluate-given-mrqa"),
     pytest.param(_case_squad_to_mrqa, id="mrqa-finetune-given-squad"),

@@ -283,3 +283,113 @@ def test_padding_does_not_change_the_masks():
             )
             assert np.array_equal(a.input_ids, b.input_ids[:100]) and np.array_equal(a.labels, b.labels[:100])
             assert np.array_equal(a.sbo_positions, b.sbo_positions) and np.array_equal(a.sbo_right, b.sbo_right)
+
+
+def test_official_mode_decides_80_10_10_once_per_merged_run():
+    # merge_adjacent (the released code): spans that overlap or touch merge, and the released
+    # `span_masking` draws 80/10/10 after `merge_intervals`: a merged run is all [MASK], all random or
+    # all unchanged. (Deciding per sampled span left ~3% of merged runs mixed.)
+    rng = np.random.default_rng(21)
+    kinds = {"mask": 0, "random": 0, "same": 0}
+    n_merged = n_mixed_random_same = 0
+    for _ in range(300):
+        ids, ws = synthetic_block(rng)
+        r = mask(ids, ws, "span", rng, merge_adjacent=True, anchor="subword", stop_mid_word=True, geometric_p=0.1)
+        units = r.unit_spans
+        for s, e in r.spans.tolist():
+            got, orig = r.input_ids[s : e + 1], ids[s : e + 1]
+            n_units = int(((units[:, 0] <= e) & (units[:, 1] >= s)).sum())
+            n_merged += n_units > 1
+            n_mask = int((got == MASK).sum())
+            assert n_mask in (0, len(got)), "a merged run mixes [MASK] with other treatments"
+            if n_mask:
+                kinds["mask"] += 1
+            elif (got == orig).all():
+                kinds["same"] += 1
+            else:
+                kinds["random"] += 1
+                # a random token equals the original with probability ~1/995: at most a few such tokens
+                n_mixed_random_same += (got == orig).sum() > 0.5 * len(got)
+    n = sum(kinds.values())
+    assert n_merged > 300  # enough merged runs that a per-span decision would have mixed some
+    assert n_mixed_random_same == 0
+    # ~4,000 runs: SE of a share <= 0.008; 5 SE
+    assert kinds["mask"] / n == pytest.approx(0.8, abs=0.04)
+    assert kinds["random"] / n == pytest.approx(0.1, abs=0.03) and kinds["same"] / n == pytest.approx(0.1, abs=0.03)
+
+
+# BERT Appendix C.2, Table 8: (MASK, SAME, RND) in the paper's column order
+TABLE_8 = [(1.0, 0.0, 0.0), (0.8, 0.0, 0.2), (0.8, 0.2, 0.0), (0.8, 0.1, 0.1), (0.0, 0.2, 0.8), (0.0, 0.0, 1.0)]
+
+
+@pytest.mark.parametrize("scheme", ["subword", "span", "whole_word"])
+@pytest.mark.parametrize("row", TABLE_8, ids=lambda r: "/".join(str(round(100 * x)) for x in r))
+def test_table_8_mask_rates(scheme, row):
+    from spanbert.masking import MASK_RATES, parse_mask_rates
+
+    m, same, rnd = row
+    name = "/".join(str(round(100 * x)) for x in row)
+    probs = parse_mask_rates(name)
+    assert probs == pytest.approx((m, rnd, same)) and MASK_RATES[name] == pytest.approx(probs)
+    rng = np.random.default_rng([len(scheme), *(round(100 * x) for x in row)])
+    counts = np.zeros(3)  # units (tokens for subword/whole_word, spans for span) made [MASK], unchanged, random
+    for _ in range(60):
+        ids, ws = synthetic_block(rng)
+        r = mask(ids, ws, scheme, rng, replace_probs=probs)
+        units = r.spans if scheme == "span" else r.masked_positions[:, None].repeat(2, 1)
+        for s, e in units.tolist():
+            got, orig = r.input_ids[s : e + 1], ids[s : e + 1]
+            if (got == MASK).all():
+                counts[0] += 1
+            elif (got == orig).mean() > 0.5:  # a random token equals the original with p ~ 1/995
+                counts[1] += 1
+            else:
+                counts[2] += 1
+            if scheme == "span":  # one decision per span
+                assert (got == MASK).all() or not (got == MASK).any()
+    n = counts.sum()
+    # spans: ~60 x 20 = 1,200 (SE of a share <= 0.015); tokens: ~4,600 (SE <= 0.0074); 5 SE
+    tol = 0.075 if scheme == "span" else 0.037
+    assert counts / n == pytest.approx([m, same, rnd], abs=tol), (counts / n, row)
+    # a zero MASK or RND rate is exactly zero (a zero SAME rate is not: a random token can be the original)
+    assert (m > 0 or counts[0] == 0) and (rnd > 0 or counts[2] == 0)
+
+
+def test_replace_probs_are_checked():
+    from spanbert.masking import check_replace_probs, parse_mask_rates
+
+    ids, ws = synthetic_block(np.random.default_rng(0))
+    for bad in [(0.8, 0.1), (0.8, 0.3, -0.1), (0.5, 0.2, 0.2)]:
+        with pytest.raises(SpanBertError, match="expected three non-negative numbers"):
+            mask(ids, ws, "span", np.random.default_rng(0), replace_probs=bad)
+    assert check_replace_probs(["0.8", "0", "0.2"]) == (0.8, 0.0, 0.2)
+    with pytest.raises(SpanBertError, match="--mask_rates: found '80/10'"):
+        parse_mask_rates("80/10")
+    with pytest.raises(SpanBertError, match="summing to 100"):
+        parse_mask_rates("80/10/20")
+
+
+def test_cli_reads_replace_probs_and_table_8_names(capsys):
+    from spanbert.cli import main as cli_main
+    from spanbert.config import dataclass_from_args
+    from spanbert.masking import MaskingConfig
+    from spanbert.pretrain import PRETRAIN_DEFAULTS, _parser
+
+    p = _parser("spanbert pretrain", PRETRAIN_DEFAULTS, {})
+    for argv, want in [
+        (["--replace_probs", "0.8", "0.1", "0.1"], (0.8, 0.1, 0.1)),
+        (["--replace_probs", "1,0,0"], (1.0, 0.0, 0.0)),
+        (["--mask_rates", "80/0/20"], (0.8, 0.2, 0.0)),  # MASK/SAME/RND -> (mask, random, unchanged)
+        (["--mask_rates", "0/20/80"], (0.0, 0.8, 0.2)),
+        ([], (0.8, 0.1, 0.1)),
+    ]:
+        assert dataclass_from_args(MaskingConfig, p.parse_args(argv)).replace_probs == pytest.approx(want), argv
+    for argv, message in [
+        (["--replace_probs", "0.8", "0.1"], "--replace_probs: found 0.8 0.1, expected three non-negative numbers"),
+        (["--replace_probs", "0.8", "0.1", "x=1"], "put key=value overrides before --replace_probs"),
+        (["--mask_rates", "80/0/30"], "--mask_rates: found '80/0/30', expected three non-negative percentages"),
+        (["--mask_rates", "80/0/20", "--replace_probs", "1", "0", "0"], "give them once"),
+    ]:
+        assert cli_main(["pretrain", *argv]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, err

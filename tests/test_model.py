@@ -319,3 +319,252 @@ def test_check_checkpoint_reads_no_tensors_and_names_files(tmp_path):
     (tmp_path / "config.json").write_text('{"hidden_size": 64}')
     with pytest.raises(SpanBertError, match=r"config.json: found no vocab_size, num_hidden_layers"):
         check_checkpoint(tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------
+# checkpoint layouts users actually have (docs/architecture.md, "Checkpoint layouts")
+
+
+def _google_config(cfg: BertConfig) -> dict:
+    """The keys of Google's bert_config.json (no model_type, pad_token_id, layer_norm_eps)."""
+    keep = ("attention_probs_dropout_prob", "hidden_act", "hidden_dropout_prob", "hidden_size", "initializer_range",
+            "intermediate_size", "max_position_embeddings", "num_attention_heads", "num_hidden_layers",
+            "type_vocab_size", "vocab_size")
+    return {k: v for k, v in cfg.to_hf_dict().items() if k in keep}
+
+
+def _gamma_beta(state: dict) -> dict:
+    return {k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
+            for k, v in state.items()}
+
+
+def test_google_bert_config_json_layout(tmp_path):
+    """Google's release converted to PyTorch: bert_config.json + pytorch_model.bin of BertForPreTraining
+    (gamma/beta names, pooler and NSP head), vocab.txt; no config.json."""
+    from spanbert.model import check_checkpoint, config_path
+    from spanbert.tasks.common import load_encoder
+
+    cfg = tiny()
+    hf = hf_model(cfg, transformers.BertForPreTraining)
+    torch.save(_gamma_beta(hf.state_dict()), tmp_path / "pytorch_model.bin")
+    (tmp_path / "bert_config.json").write_text(json.dumps(_google_config(cfg)))
+    assert config_path(tmp_path) == tmp_path / "bert_config.json"
+    assert check_checkpoint(tmp_path) == cfg
+    config_json, state = load_checkpoint(tmp_path)
+    assert config_json["hidden_size"] == cfg.hidden_size and "bert.embeddings.LayerNorm.weight" in state
+    ids, mask, types = batch(True)
+    with torch.no_grad():
+        ref = hf.bert(input_ids=ids, attention_mask=mask, token_type_ids=types)
+        for enc in (Encoder.from_pretrained(tmp_path), load_encoder(tmp_path, add_pooling_layer=True)):
+            out = enc(ids, mask, types)
+            assert (out - ref.last_hidden_state)[mask.bool()].abs().max() <= 1e-5
+            assert (enc.pool(out) - ref.pooler_output).abs().max() <= 1e-5
+        # the pre-training model takes its NSP head too
+        model = SpanBertForPreTraining.from_pretrained(tmp_path)
+        assert model.cls.span_predictions is None and model.cls.seq_relationship is not None
+        assert (model(ids, mask, types)["nsp_logits"] - hf(ids, mask, types).seq_relationship_logits).abs().max() <= 1e-5
+    # a config.json beside it wins (HF's name first, as the released fine-tuning code)
+    (tmp_path / "config.json").write_text(json.dumps([1]))
+    with pytest.raises(SpanBertError, match=r"config.json: found a JSON array"):
+        Encoder.from_pretrained(tmp_path)
+    # a bad bert_config.json is named in the error
+    (tmp_path / "config.json").unlink()
+    (tmp_path / "bert_config.json").write_text('{"hidden_size": 64}')
+    with pytest.raises(SpanBertError, match=r"bert_config.json: found no vocab_size"):
+        Encoder.from_pretrained(tmp_path)
+
+
+def test_tensorflow_checkpoint_is_refused_with_the_conversion_command(tmp_path):
+    (tmp_path / "bert_config.json").write_text(json.dumps(_google_config(tiny())))
+    for name in ("bert_model.ckpt.index", "bert_model.ckpt.meta", "bert_model.ckpt.data-00000-of-00001"):
+        (tmp_path / name).write_bytes(b"\x00")
+    from spanbert.model import check_checkpoint
+
+    for load in (Encoder.from_pretrained, load_checkpoint, check_checkpoint, SpanBertForPreTraining.from_pretrained):
+        with pytest.raises(SpanBertError, match=r"TensorFlow checkpoint files .*transformers-cli convert --model_type bert") as e:
+            load(tmp_path)
+        assert str(tmp_path / "bert_model.ckpt") in str(e.value) and "bert_config.json" in str(e.value)
+
+
+def test_tensorflow_checkpoint_cli_error(tmp_path, cli_error):
+    m = tmp_path / "google"
+    m.mkdir()
+    (m / "bert_config.json").write_text(json.dumps(_google_config(tiny())))
+    (m / "bert_model.ckpt.index").write_bytes(b"\x00")
+    (m / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nAlice\n")
+    cli_error(["fill", "--model", m, "--text", "Alice [MASK]"], names=m, contains="does not read TensorFlow", out=m)
+
+
+# A fairseq-era SpanBERT checkpoint (facebookresearch/SpanBERT pretraining/fairseq/models/pair_bert.py,
+# trained with --no-nsp --max-pair-targets 15 --pair-positional-embedding-size 200): every key under
+# `decoder.`, LayerNorm gamma/beta, the span head `cls.pair_target_predictions`, tied decoders saved too.
+FAIRSEQ_TARGETS = 15
+
+
+def fairseq_state(cfg: BertConfig, seed: int = 3) -> tuple[dict, dict]:
+    """(fairseq state dict, the span head's source tensors) with random weights, LayerNorms included."""
+    hf = hf_model(cfg, transformers.BertForMaskedLM)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for n, p in hf.named_parameters():
+            if "LayerNorm" in n:  # not the identity: a swapped gamma/beta would show
+                p.copy_(1 + 0.1 * torch.randn(p.shape, generator=g) if n.endswith("weight") else 0.1 * torch.randn(p.shape, generator=g))
+    H, P = cfg.hidden_size, 200
+    head = {
+        "position_embeddings.weight": torch.randn(FAIRSEQ_TARGETS, P, generator=g),
+        "mlp_layer_norm.linear1.weight": 0.05 * torch.randn(H, 2 * H + P, generator=g),
+        "mlp_layer_norm.linear1.bias": 0.1 * torch.randn(H, generator=g),
+        "mlp_layer_norm.layer_norm1.gamma": 1 + 0.1 * torch.randn(H, generator=g),
+        "mlp_layer_norm.layer_norm1.beta": 0.1 * torch.randn(H, generator=g),
+        "mlp_layer_norm.linear2.weight": 0.05 * torch.randn(H, H, generator=g),
+        "mlp_layer_norm.linear2.bias": 0.1 * torch.randn(H, generator=g),
+        "mlp_layer_norm.layer_norm2.gamma": 1 + 0.1 * torch.randn(H, generator=g),
+        "mlp_layer_norm.layer_norm2.beta": 0.1 * torch.randn(H, generator=g),
+        "bias": 0.1 * torch.randn(cfg.vocab_size, generator=g),
+    }
+    state = {f"decoder.{k}": v for k, v in _gamma_beta(hf.state_dict()).items()}
+    state["decoder.cls.predictions.decoder.weight"] = hf.bert.embeddings.word_embeddings.weight.detach()
+    state.update({f"decoder.cls.pair_target_predictions.{k}": v for k, v in head.items()})
+    state["decoder.cls.pair_target_predictions.decoder.weight"] = hf.bert.embeddings.word_embeddings.weight.detach()
+    return state, {"hf": hf, **head}
+
+
+def write_fairseq(path, cfg: BertConfig, seed: int = 3) -> dict:
+    path.mkdir(parents=True, exist_ok=True)
+    state, src = fairseq_state(cfg, seed)
+    torch.save({"model": state}, path / "pytorch_model.bin")  # fairseq's {"model": ...} wrapper
+    (path / "bert_config.json").write_text(json.dumps({**_google_config(cfg), "clamp_attention": True}))
+    return src
+
+
+def sbo_by_hand(src: dict, hidden: torch.Tensor, left: torch.Tensor, right: torch.Tensor, rel: torch.Tensor) -> torch.Tensor:
+    """pair_bert.py's BertPairTargetPredictionHead on the source tensors: (M,) -> (M, V) logits."""
+    import torch.nn.functional as F
+
+    h0 = torch.cat([hidden[left], hidden[right], src["position_embeddings.weight"][rel]], -1)
+    h1 = F.gelu(h0 @ src["mlp_layer_norm.linear1.weight"].T + src["mlp_layer_norm.linear1.bias"])
+    h1 = F.layer_norm(h1, h1.shape[-1:], src["mlp_layer_norm.layer_norm1.gamma"], src["mlp_layer_norm.layer_norm1.beta"], 1e-12)
+    h2 = F.gelu(h1 @ src["mlp_layer_norm.linear2.weight"].T + src["mlp_layer_norm.linear2.bias"])
+    h2 = F.layer_norm(h2, h2.shape[-1:], src["mlp_layer_norm.layer_norm2.gamma"], src["mlp_layer_norm.layer_norm2.beta"], 1e-12)
+    return h2 @ src["hf"].bert.embeddings.word_embeddings.weight.T + src["bias"]
+
+
+def test_fairseq_spanbert_layout(tmp_path, capsys):
+    cfg = tiny()
+    src = write_fairseq(tmp_path, cfg)
+    hf = src["hf"]
+    config_json, state = load_checkpoint(tmp_path)
+    assert not any(k.startswith("decoder.") or "pair_target" in k for k in state)
+    assert state["cls.span_predictions.LayerNorm1.weight"] is not None
+    ids, mask, types = batch(True)
+    with torch.no_grad():
+        ref = hf.bert(input_ids=ids, attention_mask=mask, token_type_ids=types).last_hidden_state
+        enc = Encoder.from_pretrained(tmp_path)
+        assert (enc(ids, mask, types) - ref)[mask.bool()].abs().max() <= 1e-5
+    capsys.readouterr()
+    torch.manual_seed(0)
+    model = SpanBertForPreTraining.from_pretrained(tmp_path)
+    err = capsys.readouterr().err
+    assert model.cls.span_predictions is not None and model.cls.seq_relationship is None  # from the weights
+    assert f"position table has {FAIRSEQ_TARGETS} rows, this model {cfg.max_position_embeddings}" in err
+    assert f"rows 0-{FAIRSEQ_TARGETS - 1} loaded, rows {FAIRSEQ_TARGETS}-{cfg.max_position_embeddings - 1} keep" in err
+    assert "ignored" not in err  # everything else has its place (tied decoders are the embeddings)
+    table = model.cls.span_predictions.position_embeddings.weight
+    assert torch.equal(table[:FAIRSEQ_TARGETS], src["position_embeddings.weight"])
+    assert table[FAIRSEQ_TARGETS:].std() < 0.05  # initialised N(0, 0.02), not copied from anywhere
+    # SBO logits equal pair_bert's head computed by hand, spans up to the 15th position
+    b = pretrain_batch(T=17, B=3)
+    b["input_ids"] = ids
+    M = 6
+    b["sbo_positions"] = torch.tensor([2, 3, 17 + 1, 17 + 16, 34 + 5, 34 + 6])
+    b["sbo_left"] = torch.tensor([1, 1, 17 + 0, 17 + 0, 34 + 4, 34 + 4])
+    b["sbo_right"] = torch.tensor([4, 4, 17 + 16, 17 + 16, 34 + 7, 34 + 7])
+    b["sbo_rel"] = torch.tensor([0, 1, 0, FAIRSEQ_TARGETS - 1, 0, 1])
+    b["sbo_labels"] = torch.zeros(M, dtype=torch.long)
+    with torch.no_grad():
+        out = model(input_ids=ids, token_type_ids=types, mlm_positions=b["mlm_positions"], mlm_labels=b["mlm_labels"],
+                    sbo_positions=b["sbo_positions"], sbo_labels=b["sbo_labels"], sbo_left=b["sbo_left"],
+                    sbo_right=b["sbo_right"], sbo_rel=b["sbo_rel"])
+        hidden = hf.bert(input_ids=ids, token_type_ids=types).last_hidden_state.reshape(-1, cfg.hidden_size)
+        want = sbo_by_hand(src, hidden, b["sbo_left"], b["sbo_right"], b["sbo_rel"])
+        assert (out["sbo_logits"] - want).abs().max() <= 1e-4
+        mlm = hf(input_ids=ids, token_type_ids=types).logits.reshape(-1, V)[b["mlm_positions"]]
+        assert (out["mlm_logits"] - mlm).abs().max() <= 1e-4
+
+
+def test_fairseq_unmapped_weights_are_reported(tmp_path, capsys):
+    src = write_fairseq(tmp_path, tiny())
+    ck = torch.load(tmp_path / "pytorch_model.bin", weights_only=True)
+    ck["model"]["decoder.cls.pair_target_predictions.extra_gate.weight"] = torch.zeros(2)
+    ck["model"]["decoder.version"] = torch.zeros(1)
+    torch.save(ck, tmp_path / "pytorch_model.bin")
+    capsys.readouterr()
+    model = SpanBertForPreTraining.from_pretrained(tmp_path)
+    err = capsys.readouterr().err
+    assert "ignored 2 weight(s)" in err and "cls.span_predictions.extra_gate.weight" in err and "version" in err
+    assert torch.equal(model.cls.span_predictions.dense1.weight, src["mlp_layer_norm.linear1.weight"])
+
+
+def test_fairseq_training_checkpoint_says_how_to_extract(tmp_path):
+    import argparse
+
+    write_fairseq(tmp_path, tiny())
+    ck = torch.load(tmp_path / "pytorch_model.bin", weights_only=True)
+    torch.save({"args": argparse.Namespace(arch="cased_bert_pair"), **ck}, tmp_path / "pytorch_model.bin")
+    with pytest.raises(SpanBertError, match=r"pytorch_model.bin: refused to load.*fairseq training checkpoint.*\[.model.\]"):
+        Encoder.from_pretrained(tmp_path)
+    (tmp_path / "pytorch_model.bin").rename(tmp_path / "checkpoint_best.pt")
+    with pytest.raises(SpanBertError, match=r"no weights .*checkpoint_best.pt"):
+        Encoder.from_pretrained(tmp_path)
+
+
+def _word_vocab(path, size: int) -> list[str]:
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(size - 5)]
+    (path / "vocab.txt").write_text("\n".join(words) + "\n")
+    return words
+
+
+def test_fill_sbo_from_fairseq_checkpoint(tmp_path, capsys):
+    """`spanbert fill --head sbo` on the fairseq layout predicts what pair_bert's head says."""
+    from spanbert.cli import main
+
+    cfg = tiny()
+    src = write_fairseq(tmp_path, cfg)
+    words = _word_vocab(tmp_path, V)
+    capsys.readouterr()
+    assert main(["fill", "--model", str(tmp_path), "--text", "w1 w2 {MASK*3} w3 w4", "--head", "sbo", "--json"]) == 0
+    out = capsys.readouterr()
+    result = json.loads(out.out)
+    assert "rows 0-14 loaded" in out.err
+    ids = torch.tensor([[2, words.index("w1"), words.index("w2"), 4, 4, 4, words.index("w3"), words.index("w4"), 3]])
+    with torch.no_grad():
+        hidden = src["hf"].bert(input_ids=ids).last_hidden_state[0]
+        logits = sbo_by_hand(src, hidden, torch.tensor([2, 2, 2]), torch.tensor([6, 6, 6]), torch.tensor([0, 1, 2]))
+    logits[:, :5] = -float("inf")  # fill never proposes special tokens
+    assert [p["position"] for p in result["predictions"]] == [3, 4, 5]
+    assert [p["candidates"][0][0] for p in result["predictions"]] == [words[i] for i in logits.argmax(-1).tolist()]
+
+
+def test_pretrain_init_from_fairseq_checkpoint(tmp_path):
+    """Continued pre-training starts from the fairseq span head (the 15 trained rows), not a fresh one."""
+    from spanbert import data
+    from spanbert.pretrain import PretrainConfig, pretrain
+    from spanbert.tokenization import train_tokenizer
+    from spanbert.trainer import TrainingArguments
+
+    text = tmp_path / "corpus.txt"
+    text.write_text("\n\n".join(" ".join(f"word{(7 * i + j) % 23}" for j in range(40)) + "." for i in range(12)) + "\n")
+    tok = train_tokenizer([text], vocab_size=100, output_dir=tmp_path / "tok", show_progress=False)
+    pre = data.preprocess([text], tok, tmp_path / "pre", progress=False)
+    cfg = model_config("tiny", vocab_size=tok.vocab_size)
+    src = write_fairseq(tmp_path / "fairseq", cfg)
+    tok.save(tmp_path / "fairseq")
+    args = TrainingArguments(output_dir=str(tmp_path / "run"), max_steps=1, per_device_train_batch_size=2,
+                             learning_rate=1e-6, disable_tqdm=True, report_to="none", save_steps=0)
+    final = pretrain(PretrainConfig(corpus=str(pre), init_from=str(tmp_path / "fairseq"), max_seq_length=48), args)
+    model = SpanBertForPreTraining.from_pretrained(final)
+    table = model.cls.span_predictions.position_embeddings.weight
+    assert torch.allclose(table[:FAIRSEQ_TARGETS], src["position_embeddings.weight"], atol=1e-3)
+    assert torch.allclose(model.cls.span_predictions.dense2.weight, src["mlp_layer_norm.linear2.weight"], atol=1e-3)
+    assert torch.allclose(model.bert.embeddings.word_embeddings.weight,
+                          src["hf"].bert.embeddings.word_embeddings.weight, atol=1e-3)

@@ -138,6 +138,13 @@ def test_tiny_model_overfits_32_sentences_via_cli(tiny_model, tmp_path, capsys):
     assert spanbert_main(argv + train) == 0
     config = json.loads((out / "config.json").read_text())
     assert config["architectures"] == ["BertForTokenClassification"] and config["id2label"]["0"] == "O"
+    # the model kept is that of the best dev F1 of the logged evaluations (10 an epoch: here every step)
+    rows = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    evals = {r["step"]: r["eval/f1"] for r in rows if "eval/f1" in r}
+    results = json.loads((out / "dev_results.json").read_text())
+    assert len(evals) == 80 and results["selected_by"] == "f1"
+    assert results["selected_step"] == min(s for s, v in evals.items() if v == max(evals.values()))
+    assert results["f1"] == pytest.approx(evals[results["selected_step"]])
     assert spanbert_main(["predict", "ner", "--model", str(out), "--data", str(data), "--output", str(pred)]) == 0
     first = pred.read_text().splitlines()[0].split()
     assert len(first) == 3  # word gold predicted: conlleval's input
@@ -182,3 +189,113 @@ def test_seed_fixes_the_head_and_unseen_dev_tags_are_errors(tiny_model, tmp_path
     dev.write_text("EU NNP B-NP B-ORG\nrejects VBZ B-VP B-MISCX\n")
     cli_error(base + common + ["--dev", str(dev), "--output_dir", str(tmp_path / "d")], names=f"{dev}:2",
               contains="'B-MISCX'", out=tmp_path)  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------- document context
+
+
+def test_documents_are_counted_at_docstart_lines(tmp_path):
+    f = tmp_path / "docs.txt"
+    f.write_text("-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\n\nsaid VBD B-VP O\n\n-DOCSTART- -X- -X- O\n\n"
+                 "Paris NNP B-NP B-LOC\n")  # fmt: skip
+    assert [s.document for s in read_conll(f)] == [0, 0, 1]
+    f.write_text("EU NNP B-NP B-ORG\n\nsaid VBD B-VP O\n")  # no -DOCSTART-: one document
+    assert [s.document for s in read_conll(f)] == [0, 0]
+
+
+def _doc(words_per_sentence: list[list[str]], document: int = 0) -> list[NerSentence]:
+    return [NerSentence(w, ["O"] * len(w), 1, document) for w in words_per_sentence]
+
+
+def test_document_context_labels_only_the_sentences_own_words(tiny_model):
+    import numpy as np
+
+    from spanbert.tokenization import Tokenizer
+
+    tok = Tokenizer.from_dir(tiny_model)
+    label2id = {"O": 0, "B-PER": 1}
+    doc = _doc([["said", "in", "the", "Paris"], ["John", "Smith", "visited"], ["Berlin", "today", "."]])
+    doc[1].tags = ["B-PER", "O", "O"]
+    alone = ner_features(doc, tok, label2id, max_seq_length=64)
+    ctx = ner_features(doc, tok, label2id, max_seq_length=64, document_context=True)
+    stream = [t for s in doc for t in tok.encode_words(s.words).ids.tolist()]
+    for a, c in zip(alone, ctx):
+        # the same labels, in the same order, on the sentence's own first sub-tokens only
+        own = c["labels"] != -100
+        assert list(np.flatnonzero(own)) == list(c["first_token"])
+        assert list(c["labels"][own]) == list(a["labels"][a["labels"] != -100])
+        # [CLS] + a window of the document's tokens + [SEP], the sentence's tokens inside it
+        inner = c["input_ids"][1:-1].tolist()
+        assert c["input_ids"][0] == tok.cls_id and c["input_ids"][-1] == tok.sep_id
+        assert any(stream[i : i + len(inner)] == inner for i in range(len(stream) - len(inner) + 1))
+        assert inner[c["first_token"][0] - 1 :][: len(a["input_ids"]) - 2] == a["input_ids"][1:-1].tolist()
+    # the whole document fits: every sentence sees all of it (edges: the first has no left context)
+    assert all(len(c["input_ids"]) == len(stream) + 2 for c in ctx)
+    assert ctx[0]["first_token"][0] == 1 and ctx[-1]["first_token"][-1] < len(stream) + 1
+    # a short window is centred: as many tokens before as after (sentence 1 is mid-document)
+    (mid,) = ner_features(doc[:3], tok, label2id, max_seq_length=12, document_context=True)[1:2]
+    n_own = len(alone[1]["input_ids"]) - 2
+    left = int(mid["first_token"][0]) - 1
+    right = len(mid["input_ids"]) - 2 - n_own - left
+    assert len(mid["input_ids"]) == 12 and abs(left - right) <= 1
+    # at a document edge the room goes to the open side
+    (first,) = ner_features(doc, tok, label2id, max_seq_length=12, document_context=True)[:1]
+    assert first["first_token"][0] == 1 and len(first["input_ids"]) == 12
+
+
+def test_document_context_stays_inside_the_document(tiny_model):
+    from spanbert.tokenization import Tokenizer
+
+    tok = Tokenizer.from_dir(tiny_model)
+    one = _doc([["John", "Smith"]], document=0) + _doc([["Berlin", "today"]], document=1)
+    feats = ner_features(one, tok, {"O": 0}, max_seq_length=64, document_context=True)
+    alone = ner_features(one, tok, {"O": 0}, max_seq_length=64)
+    # a document of one sentence has no context: the same input as without the option
+    for c, a in zip(feats, alone):
+        assert c["input_ids"].tolist() == a["input_ids"].tolist()
+
+
+def test_predictions_change_with_neighbours_only_with_context(tiny_model, tmp_path):
+    import numpy as np
+    import torch
+
+    from spanbert.tasks import classification as C
+    from spanbert.tasks.ner import predict_ner
+    from spanbert.tokenization import Tokenizer
+
+    tok = Tokenizer.from_dir(tiny_model)
+    labels = ["O", "B-LOC", "B-PER", "I-PER"]
+    torch.manual_seed(1)
+    model = C.build_model("token", tiny_model, len(labels))
+    target = ["John", "Smith", "visited", "Paris"]
+    docs = [_doc([["Acme", "Corp", "said"], target, ["Tokyo", "."]]), _doc([["Mary", "met", "EU"], target, ["Berlin"]])]
+    logits = {}
+    for flag in (True, False):
+        out = tmp_path / f"ctx_{flag}"
+        C.save_model(model, out, tok, "token", labels, {"task": "ner", "max_seq_length": 32, "document_context": flag})
+        for d, doc in enumerate(docs):
+            feats = ner_features(doc, tok, None, 32, document_context=flag)
+            logits[flag, d] = C.predict_logits(model, feats, tok.pad_id)[1][feats[1]["first_token"]]
+            assert predict_ner(out, doc, progress=False) == [
+                [labels[i] for i in l[f["first_token"]].argmax(-1)]
+                for f, l in zip(feats, C.predict_logits(model, feats, tok.pad_id))
+            ]
+    assert not np.allclose(logits[True, 0], logits[True, 1], atol=1e-4)
+    np.testing.assert_allclose(logits[False, 0], logits[False, 1], atol=1e-6)
+    # a model saved before the option (no "document_context" key) predicts sentence by sentence
+    old = tmp_path / "old"
+    C.save_model(model, old, tok, "token", labels, {"task": "ner", "max_seq_length": 32})
+    assert predict_ner(old, docs[0], progress=False) == predict_ner(tmp_path / "ctx_False", docs[0], progress=False)
+
+
+def test_finetune_saves_the_document_context_setting(tiny_model, tmp_path):
+    data = tmp_path / "train.txt"
+    write_conll(data, synthetic_conll(8))
+    common = ["finetune", "ner", "--model", str(tiny_model), "--train", str(data), "--max_steps", "1",
+              "--per_device_train_batch_size", "8", "--save_steps", "0", "--report_to", "none", "--disable_tqdm",
+              "--device", "cpu"]  # fmt: skip
+    for flag, expected in ((None, True), ("false", False)):
+        out = tmp_path / f"run_{flag}"
+        extra = [] if flag is None else ["--document_context", flag]
+        assert spanbert_main(common + ["--output_dir", str(out)] + extra) == 0
+        assert json.loads((out / "config.json").read_text())["spanbert"]["document_context"] is expected

@@ -13,7 +13,7 @@ from spanbert.config import model_config
 from spanbert.errors import SpanBertError
 from spanbert.masking import MaskingConfig
 from spanbert.model import SpanBertForPreTraining
-from spanbert.pretrain import SYSTEMS, PretrainConfig, fill, main, pretrain
+from spanbert.pretrain import CAUSAL_SYSTEMS, SYSTEMS, PretrainConfig, fill, main, pretrain
 from spanbert.tokenization import train_tokenizer
 from spanbert.trainer import TrainingArguments
 
@@ -58,7 +58,7 @@ def corpus_with_candidates(out) -> data.TokenCorpus:
     return tc
 
 
-@pytest.mark.parametrize("system", list(SYSTEMS))
+@pytest.mark.parametrize("system", [s for s in SYSTEMS if s not in CAUSAL_SYSTEMS])  # ltr: test_ltr.py
 def test_each_system_overfits_one_batch(corpus, system):
     _, _, tok, out = corpus
     scheme, mode, sbo, short = SYSTEMS[system]
@@ -508,3 +508,125 @@ def test_interrupted_preparation_leaves_nothing(corpus, tmp_path, monkeypatch):
     final = pretrain(cfg, args)
     assert (final / "vocab.txt").read_bytes() == (run / "data" / "tokenizer" / "vocab.txt").read_bytes()
     assert sorted(p.name for p in (run / "data").iterdir()) == ["prepared.json", "preprocessed", "tokenizer"]
+
+
+# --- batching by tokens (§4.2 footnote 8), --recipe, the vocabulary default -------------------------
+
+
+def test_paper_recipe_batches_131k_tokens_per_update(monkeypatch, capsys):
+    from spanbert.pretrain import apply_batching
+
+    cfg, targs, _ = _captured_main(monkeypatch, ["--corpus", "c.txt"])
+    first = capsys.readouterr().out.splitlines()[0]
+    assert "<= 131,072 tokens" in first and "paper optimisation" in first
+    assert (cfg.tokens_per_update, targs.max_tokens_per_batch, cfg.vocab_size) == (131072, 4096, 28996)
+    assert (targs.weight_decay, targs.decay_all_parameters, targs.lr_scheduler_type) == (0.1, False, "linear")
+    # the accumulation follows the world size: 32 GPUs -> 1, 1 process -> 32, 4 processes -> 8
+    for world, accum in ((1, 32), (4, 8), (32, 1)):
+        assert apply_batching(cfg, targs, world).gradient_accumulation_steps == accum
+    # naming a sequence count asks for sequences (the README's small recipe)
+    cfg, targs, _ = _captured_main(monkeypatch, ["--corpus", "c.txt", "--per_device_train_batch_size", "32",
+                                                 "--gradient_accumulation_steps", "1", "--vocab_size", "8000"])
+    assert (cfg.tokens_per_update, targs.max_tokens_per_batch, cfg.vocab_size) == (0, 0, 8000)
+    assert "32 x 512 tokens" in capsys.readouterr().out.splitlines()[0]
+    with pytest.raises(SpanBertError, match="tokens_per_update"):
+        main(["--corpus", "c.txt", "--gradient_accumulation_steps", "2", "--tokens_per_update", "65536"])
+    # --tokens_per_update 0 with an accumulation: what the error above tells one to do
+    cfg, targs, _ = _captured_main(monkeypatch, ["--corpus", "c.txt", "--gradient_accumulation_steps", "2",
+                                                 "--tokens_per_update", "0"])  # fmt: skip
+    assert (cfg.tokens_per_update, targs.gradient_accumulation_steps) == (0, 2)
+    # the quick start keeps its sequences and small vocabulary; one flag gives it the paper's batching
+    cfg, targs, _ = _captured_main(monkeypatch, [])
+    assert (cfg.tokens_per_update, targs.max_tokens_per_batch, cfg.vocab_size) == (0, 0, 4000)
+    cfg, targs, _ = _captured_main(monkeypatch, ["--tokens_per_update", "131072"])
+    assert apply_batching(cfg, targs, 1).max_tokens_per_batch * apply_batching(cfg, targs, 1).gradient_accumulation_steps == 131072
+
+
+def test_released_recipe_sets_the_released_optimiser(monkeypatch):
+    cfg, targs, _ = _captured_main(monkeypatch, ["--corpus", "c.txt", "--recipe", "released"])
+    assert (cfg.recipe, targs.weight_decay, targs.decay_all_parameters, targs.lr_scheduler_type) == (
+        "released", 0.01, True, "polynomial")
+    assert (targs.learning_rate, targs.warmup_steps, targs.adam_epsilon, targs.max_grad_norm) == (1e-4, 10_000, 1e-8, 1.0)
+    cfg, targs, _ = _captured_main(monkeypatch, ["--corpus", "c.txt", "--recipe", "released", "--weight_decay", "0.05"])
+    assert targs.weight_decay == 0.05  # a flag still wins
+    with pytest.raises(SpanBertError, match="--recipe"):
+        PretrainConfig(recipe="fairseq")
+
+
+def test_dataset_lengths_are_the_items_lengths(corpus):
+    for mode in ("single", "nsp"):
+        ds = data.PretrainDataset(corpus[3], max_seq_length=64, mode=mode, seed=0)
+        lengths = ds.lengths()
+        assert lengths.shape == (len(ds),) and lengths.max() <= 64
+        assert [len(ds[i]["input_ids"]) for i in range(len(ds))] == lengths.tolist()
+
+
+def test_pretrain_with_a_token_budget_and_the_released_recipe(corpus, tmp_path):
+    cfg = PretrainConfig(corpus=str(corpus[1]), model="tiny", max_seq_length=64, max_eval_blocks=0,
+                         tokens_per_update=512, recipe="released")
+    targs = TrainingArguments(output_dir=str(tmp_path), max_steps=3, max_tokens_per_batch=256, warmup_steps=1,
+                              decay_all_parameters=True, lr_scheduler_type="polynomial", weight_decay=0.01,
+                              disable_tqdm=True, report_to="none", save_steps=3, logging_steps=1)
+    pretrain(cfg, targs)
+    logged = [json.loads(x) for x in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert all(0 < r["train/tokens_per_step"] <= 512 for r in logged if "train/tokens_per_step" in r)
+    state = json.loads((tmp_path / "checkpoint-3" / "trainer_state.json").read_text())
+    assert state["args"]["gradient_accumulation_steps"] == 2 and state["args"]["max_tokens_per_batch"] == 256
+
+
+# ---------------------------------------------------------------------------------------------
+# Google BERT's sequence-length schedule (BERT Appendix A.2): 128 then 512 within one run
+
+
+def test_seq_length_schedule_parses_and_rejects():
+    from spanbert.pretrain import seq_length_stages
+
+    assert seq_length_stages("128:0.9,512", 512, 1000) == [(128, 900), (512, 1000)]
+    assert seq_length_stages(None, 512, 10) == [(512, 10)]
+    assert seq_length_stages("64:0.5, 128:0.25,512", 512, 8) == [(64, 4), (128, 6), (512, 8)]
+    for bad in ("128,512", "128:0.9", "128:0.9,256", "128:1.5,512", "x:0.9,512", "4:0.9,512", "128:0.6,256:0.5,512"):
+        with pytest.raises(SpanBertError, match="--seq_length_schedule"):
+            seq_length_stages(bad, 512, 1000)
+    with pytest.raises(SpanBertError, match="no steps"):
+        seq_length_stages("128:0.1,512", 512, 3)
+    with pytest.raises(SpanBertError, match="--seq_length_schedule"):
+        PretrainConfig(seq_length_schedule="128:0.9")
+
+
+def _schedule_run(out, path, stop=-1, resume=False):
+    from safetensors.torch import load_file
+
+    cfg = PretrainConfig(corpus=str(out), model="tiny", max_seq_length=48, seq_length_schedule="24:0.5,48",
+                         num_proc=0, eval_fraction=0.1, tokens_per_update=0)  # fmt: skip
+    args = TrainingArguments(output_dir=str(path), max_steps=6, per_device_train_batch_size=4, learning_rate=1e-3,
+                             warmup_steps=2, save_steps=0, logging_steps=1, disable_tqdm=True, report_to="none",
+                             stop_at_step=stop, resume=resume, seed=3)  # fmt: skip
+    final = pretrain(cfg, args)
+    return load_file(str(final / "model.safetensors")) if final.exists() else None
+
+
+def test_seq_length_schedule_switches_in_one_run_and_resumes_exactly(corpus, tmp_path, capsys, monkeypatch):
+    from spanbert import pretrain as pretrain_module
+
+    _, _, _, out = corpus
+    longest: dict[int, int] = {}
+    real_collate = pretrain_module._collate
+
+    def collate(items, **kw):  # records the longest block of each batch, in order
+        longest[len(longest)] = max(len(it["input_ids"]) for it in items)
+        return real_collate(items, **kw)
+
+    monkeypatch.setattr(pretrain_module, "_collate", collate)
+    capsys.readouterr()
+    straight = _schedule_run(out, tmp_path / "straight")
+    printed = capsys.readouterr().out
+    assert "sequence length 24 for steps 1-3" in printed and "sequence length 48 for steps 4-6" in printed
+    train_batches = [longest[i] for i in sorted(longest)]
+    assert max(train_batches[:3]) <= 24 and max(train_batches[3:]) > 24, train_batches
+    monkeypatch.setattr(pretrain_module, "_collate", real_collate)
+    for stop in (2, 3, 4):  # before, at and after the switch (after step 3)
+        run = tmp_path / f"stop{stop}"
+        assert _schedule_run(out, run, stop=stop) is None
+        resumed = _schedule_run(out, run, resume=True)
+        for k, v in straight.items():
+            assert torch.equal(v, resumed[k]), (stop, k)

@@ -133,7 +133,45 @@ def test_read_mrqa_plain_and_gz(tmp_path: Path) -> None:
         (ex,) = data.examples
         # prediction key is the MRQA qid; the char span end is inclusive
         assert ex.qid == "u1" and ctx[ex.answer_start : ex.answer_end] == "Broncos"
-        assert ex.answers == ["The Broncos", "Broncos"]
+
+
+def test_mrqa_trains_on_the_earliest_span_over_all_detected_answers(tmp_path: Path) -> None:
+    """As the released reader (run_mrqa.py: ``sorted(all char_spans)[0]``), not the first span of the
+    first detected answer: the smallest start, then the smallest end."""
+    ctx = "Paris is big. The capital, Paris, is in France; Paris again."
+    qa_line = {
+        "context": ctx,
+        "qas": [
+            {
+                "qid": "q",
+                "question": "Which city?",
+                "answers": ["the capital, Paris", "Paris"],
+                "detected_answers": [
+                    {"text": "The capital, Paris", "char_spans": [[14, 31]]},
+                    {"text": "Paris", "char_spans": [[48, 52], [0, 4], [27, 31]]},
+                ],
+            },
+            {
+                "qid": "r",
+                "question": "Which city again?",
+                "answers": ["The capital", "The capital, Paris"],
+                "detected_answers": [
+                    {"text": "The capital, Paris", "char_spans": [[14, 31]]},
+                    {"text": "The capital", "char_spans": [[14, 24]]},
+                ],
+            },
+        ],
+    }
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps({"header": {}}) + "\n" + json.dumps(qa_line) + "\n")
+    q, r = qa.read_mrqa(path).examples
+    assert (q.answer_start, q.answer_end) == (0, 5) and ctx[q.answer_start : q.answer_end] == "Paris"
+    assert ctx[r.answer_start : r.answer_end] == "The capital"  # same start: the shorter span first
+    detected = [{"char_spans": [[0, 4]]}, {"char_spans": [[3]]}]  # every span is checked, not the first only
+    bad = {**qa_line, "qas": [{**qa_line["qas"][0], "detected_answers": detected}]}
+    path.write_text(json.dumps(bad) + "\n")
+    with pytest.raises(DataError, match=r"jsonl:1 \(record qid q\): detected_answers\[1\]\.char_spans holds \[3\]"):
+        qa.read_mrqa(path)
 
 
 @pytest.mark.parametrize(
@@ -295,6 +333,70 @@ def test_decode_constraints_and_null_threshold(tok, tmp_path: Path) -> None:
     assert out.predictions["q"] == text(3, 4) and not out.null_odds
 
 
+def _reference_decode(data, td, feats, start_logits, end_logits, n_best, max_len, version_2, thresh):
+    """BERT's ``write_predictions`` over every window's full logits, as `qa.decode` was written before
+    prediction kept four numbers per window instead of the logits (the reference for equality)."""
+    import math
+
+    predictions, null_odds, best_non_null = {}, {}, {}
+    for ei, ex in enumerate(data.examples):
+        best_score, best_span, score_null = -math.inf, None, math.inf
+        for fi in [f for f, e in enumerate(feats.example_index) if e == ei]:
+            n = len(feats.input_ids[fi])
+            sl = np.asarray(start_logits[fi][:n], dtype=np.float64)
+            el = np.asarray(end_logits[fi][:n], dtype=np.float64)
+            score_null = min(score_null, sl[0] + el[0])
+            p0, mc = feats.query_len[fi] + 2, feats.max_context[fi]
+            W, k = len(mc), min(n_best, n)
+            S, E = np.meshgrid(np.argsort(-sl, kind="stable")[:k], np.argsort(-el, kind="stable")[:k], indexing="ij")
+            ok = (S >= p0) & (S < p0 + W) & (E >= p0) & (E < p0 + W) & (E >= S) & (E - S + 1 <= max_len)
+            if W == 0 or not np.any(ok):
+                continue
+            ok &= mc[np.clip(S - p0, 0, W - 1)]
+            if not np.any(ok):
+                continue
+            scores = np.where(ok, sl[S] + el[E], -np.inf)
+            j = int(np.argmax(scores))
+            if scores.flat[j] > best_score:
+                best_score = float(scores.flat[j])
+                ds = feats.doc_start[fi] - p0
+                best_span = (int(S.flat[j]) + ds, int(E.flat[j]) + ds)
+        off, ctx = td.context_offsets[ex.context_index], data.contexts[ex.context_index]
+        text = ctx[off[best_span[0], 0] : off[best_span[1], 1]] if best_span is not None else ""
+        best_non_null[ex.qid] = text
+        if version_2:
+            diff = score_null - best_score if best_span is not None else 1e9
+            null_odds[ex.qid] = float(diff)
+            predictions[ex.qid] = "" if diff > thresh else text
+        else:
+            predictions[ex.qid] = text
+    return qa.Decoded(predictions, null_odds, best_non_null)
+
+
+@pytest.mark.parametrize("version_2", [False, True])
+def test_prediction_reduces_each_batch_to_spans_with_the_same_answers(tok, tmp_path: Path, version_2: bool) -> None:
+    """`run_prediction` keeps four numbers per window, not its logits: the answers, null odds and best
+    non-null spans are exactly those of the reference decoding over all windows' full logits."""
+    data = qa.read_squad(_write(tmp_path / "d.json", synthetic_squad(3, seed=1, unanswerable=version_2)))
+    cfg = qa.QAConfig(max_seq_length=24, doc_stride=4, n_best_size=5, max_answer_length=4,
+                      version_2_with_negative=version_2)  # fmt: skip
+    torch.manual_seed(0)
+    model = qa.SpanBertForQuestionAnswering(model_config("tiny", vocab_size=tok.vocab_size, hidden_dropout_prob=0.0))
+    td, feats = qa._features_for(data, tok, cfg, training=False, progress=False)
+    assert len(feats) >= 3 * len(data.examples)  # several windows per question: the max over windows matters
+    starts, ends = qa.predict_logits(model, feats, tok.pad_id, batch_size=7, device="cpu")
+    ref = _reference_decode(data, td, feats, starts, ends, 5, 4, version_2, 0.0)
+    if version_2:  # a threshold that leaves some questions answered and some not
+        cfg.null_score_diff_threshold = float(np.median(list(ref.null_odds.values())))
+        ref = _reference_decode(data, td, feats, starts, ends, 5, 4, True, cfg.null_score_diff_threshold)
+        assert "" in ref.predictions.values() and set(ref.predictions.values()) != {""}
+    assert len(set(ref.best_non_null.values())) > 3  # not one constant answer
+    got = qa.run_prediction(model, data, tok, cfg, batch_size=7, device="cpu", progress=False)
+    assert got == ref
+    # the logits path (`decode`, used by fine-tuning's evaluation) answers the same
+    assert qa.decode(data, td, feats, starts, ends, 5, 4, version_2, cfg.null_score_diff_threshold) == ref
+
+
 # ---------------------------------------------------------------------------------------------
 # model
 
@@ -379,6 +481,15 @@ def test_v2_threshold_is_chosen_on_dev_saved_and_applied(tok, tmp_path: Path, ca
     assert config["spanbert"]["version_2_with_negative"] is True
     results = json.loads((out / "eval_results.json").read_text())
     assert results["null_score_diff_threshold"] == saved
+    # 10 dev evaluations an epoch (here every step); the model, its threshold and its dev scores are
+    # those of the evaluation with the best F1 (the earliest of equal ones)
+    rows = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    evals = {r["step"]: r for r in rows if "eval/f1" in r}
+    assert sorted(evals) == list(range(1, 11))
+    best = min(s for s in evals if evals[s]["eval/f1"] == max(r["eval/f1"] for r in evals.values()))
+    assert results["selected_step"] == best and results["selected_by"] == "f1"
+    assert results["f1"] == pytest.approx(evals[best]["eval/f1"])
+    assert saved == pytest.approx(evals[best]["eval/null_score_diff_threshold"])
     preds_path = tmp_path / "predictions.json"
     assert (
         main(
@@ -494,6 +605,11 @@ def test_sweep_tries_the_appendix_b_grid_and_keeps_the_best(tok, tmp_path: Path)
     assert grid == {(lr, bs) for lr in (5e-6, 1e-5, 2e-5, 3e-5, 5e-5) for bs in (16, 32)}
     assert summary["best"]["dev_score"] == max(r["dev_score"] for r in summary["runs"])
     assert (out / "config.json").is_file() and (out / "model.safetensors").is_file()
+    # each run reports the step of its selected model; one model on disk, no optimizer state
+    assert all(r["selected_step"] == 1 and r["selected_by"] == "f1" for r in summary["runs"])
+    assert [p.relative_to(out) for p in out.rglob("model.safetensors")] == [Path("model.safetensors")]
+    assert not list(out.rglob("checkpoint-*")) and not list(out.rglob("best"))
+    assert json.loads((out / "eval_results.json").read_text())["f1"] == summary["best"]["dev_score"]
 
 
 def test_evaluate_subset_prints_one_summary_line_and_disable_tqdm_is_quiet(tok, tmp_path: Path, capsys) -> None:

@@ -332,3 +332,134 @@ def test_tacred_without_positive_predictions_keeps_the_official_precision_and_sa
     assert "prec_micro = 1.0" in m["note"]
     m = score("tacred", ["per:title", "no_relation"], ["per:title", "no_relation"])
     assert m["f1"] == 100.0 and "note" not in m
+
+
+# ---------------------------------------------------------------------------------------------- model selection
+
+
+def _dev_evaluations(out: Path, metric: str) -> dict[int, float]:
+    """step -> dev ``metric`` of every evaluation the run logged (log.jsonl)."""
+    rows = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    return {r["step"]: r[f"eval/{metric}"] for r in rows if f"eval/{metric}" in r}
+
+
+def first_best_step(evals: dict[int, float]) -> int:
+    """The step of the highest score, the earliest of equal ones (the released scripts keep a new best
+    only when it is strictly better)."""
+    return min(s for s, v in evals.items() if v == max(evals.values()))
+
+
+def test_tacred_keeps_the_model_of_the_best_dev_evaluation(tiny_model, tmp_path, capsys):
+    """10 evaluations an epoch by default; the model saved, its dev predictions and dev_results.json
+    are those of the best logged evaluation, whose step is reported."""
+    import torch
+    from safetensors.torch import load_file
+
+    data = tmp_path / "train.json"
+    data.write_text(json.dumps(synthetic_tacred(32)))
+    out = tmp_path / "ft"
+    argv = ["finetune", "tacred", "--model", str(tiny_model), "--train", str(data), "--dev", str(data)]
+    train = _train_args(out)
+    train[train.index("--max_steps") + 1] = "12"  # 4 steps an epoch: evaluations at every step
+    train[train.index("--save_steps") + 1] = "5"
+    capsys.readouterr()
+    assert spanbert_main(argv + train) == 0
+    printed = capsys.readouterr().out
+    evals = _dev_evaluations(out, "f1")
+    assert sorted(evals) == list(range(1, 13))
+    best = first_best_step(evals)
+    results = json.loads((out / "dev_results.json").read_text())
+    assert results["selected_step"] == best and results["selected_by"] == "f1"
+    assert results["f1"] == pytest.approx(evals[best])
+    assert f"the saved model is that of step {best}" in printed
+    # the saved model is the selected one, and the dev predictions written are that model's
+    saved = load_file(str(out / "model.safetensors"))
+    kept = torch.load(out / "best" / "state.pt", weights_only=True)
+    assert all(torch.equal(saved[k], kept[k]) for k in saved)
+    pred = tmp_path / "pred.txt"
+    assert spanbert_main(["predict", "tacred", "--model", str(out), "--data", str(data), "--output", str(pred)]) == 0
+    assert pred.read_text() == (out / "dev_predictions.txt").read_text()
+    # bounded disk: the best weights and the newest resumable checkpoint only
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-12"]
+
+
+def test_without_a_metric_the_last_model_is_kept(tiny_model, tmp_path):
+    data = tmp_path / "train.json"
+    data.write_text(json.dumps(synthetic_tacred(32)))
+    out = tmp_path / "ft"
+    argv = ["finetune", "tacred", "--model", str(tiny_model), "--train", str(data), "--dev", str(data),
+            "--metric_for_best_model", "", "--evals_per_epoch", "0"]  # fmt: skip
+    train = _train_args(out)
+    train[train.index("--max_steps") + 1] = "4"
+    assert spanbert_main(argv + train) == 0
+    assert sorted(_dev_evaluations(out, "f1")) == [4]
+    assert "selected_step" not in json.loads((out / "dev_results.json").read_text())
+    assert not (out / "best").exists()
+
+
+def _fake_run(scores: dict[tuple[float, int], float], calls: list):
+    """A sweep run that writes what a real one leaves (a model, a resumable checkpoint, best/, results)."""
+
+    def run_one(lr: float, bs: int, run_dir: Path) -> dict:
+        calls.append((lr, bs))
+        (run_dir / "checkpoint-7").mkdir(parents=True)
+        (run_dir / "checkpoint-7" / "state.pt").write_bytes(b"optimizer state")
+        (run_dir / "best").mkdir()
+        (run_dir / "best" / "state.pt").write_bytes(b"best weights")
+        (run_dir / "latest").write_text("checkpoint-7\n")
+        (run_dir / "model.safetensors").write_text(f"weights {lr} {bs}")
+        (run_dir / "config.json").write_text("{}")
+        (run_dir / "dev_results.json").write_text(json.dumps({"f1": scores[lr, bs]}))
+        return {"dev_score": scores[lr, bs], "selected_step": int(lr * 1e6) + bs, "selected_by": "f1"}
+
+    return run_one
+
+
+def _check_pruned_sweep(out: Path, scores: dict) -> dict:
+    summary = json.loads((out / "sweep.json").read_text())
+    best = max(scores, key=scores.get)
+    assert summary["complete"] is True and len(summary["runs"]) == len(scores)
+    assert (summary["best"]["learning_rate"], summary["best"]["batch_size"]) == best
+    assert summary["best"]["selected_step"] == int(best[0] * 1e6) + best[1]
+    # one model, the best run's, in the top folder; the runs keep their small results only
+    assert [p.relative_to(out) for p in out.rglob("model.safetensors")] == [Path("model.safetensors")]
+    assert (out / "model.safetensors").read_text() == f"weights {best[0]} {best[1]}"
+    assert not list(out.rglob("checkpoint-*")) and not list(out.rglob("best")) and not list(out.rglob("latest"))
+    assert len(list(out.glob("sweep/*/dev_results.json"))) == len(scores)
+    return summary
+
+
+def test_sweep_keeps_one_model_and_no_optimizer_state(tmp_path):
+    from spanbert.tasks.common import SWEEP_BATCH_SIZES, SWEEP_LEARNING_RATES, sweep
+
+    rng = random.Random(0)
+    scores = {(lr, bs): float(rng.randint(0, 50)) for lr in SWEEP_LEARNING_RATES for bs in SWEEP_BATCH_SIZES}
+    scores[2e-5, 16] = 99.0
+    calls: list = []
+    sweep(_fake_run(scores, calls), tmp_path)
+    assert len(calls) == 10
+    _check_pruned_sweep(tmp_path, scores)
+
+
+def test_sweep_resume_skips_the_finished_runs(tmp_path):
+    from spanbert.errors import SpanBertError
+    from spanbert.tasks.common import SWEEP_BATCH_SIZES, SWEEP_LEARNING_RATES, sweep
+
+    scores = {(lr, bs): lr * 1e5 + bs / 100 for lr in SWEEP_LEARNING_RATES for bs in SWEEP_BATCH_SIZES}
+    scores[1e-5, 32] = 100.0  # the best run is finished before the interruption
+    calls: list = []
+    fake = _fake_run(scores, calls)
+
+    def interrupted(lr, bs, run_dir):
+        if len(calls) == 5:
+            raise KeyboardInterrupt
+        return fake(lr, bs, run_dir)
+
+    with pytest.raises(KeyboardInterrupt):
+        sweep(interrupted, tmp_path)
+    assert json.loads((tmp_path / "sweep.json").read_text())["complete"] is False
+    sweep(fake, tmp_path, resume=True)
+    assert calls[5:] == [(lr, bs) for lr in SWEEP_LEARNING_RATES for bs in SWEEP_BATCH_SIZES][5:]
+    _check_pruned_sweep(tmp_path, scores)
+    with pytest.raises(SpanBertError, match="the sweep is complete"):
+        sweep(fake, tmp_path, resume=True)

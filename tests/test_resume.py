@@ -117,6 +117,41 @@ def test_empty_sbo_batch_gives_every_parameter_a_zero_grad():
     assert all(float(p.grad.abs().sum()) == 0 for n, p in model.named_parameters() if n.startswith("cls.span_predictions"))
 
 
+def test_released_normalisation_equals_the_fairseq_formula(tmp_path, monkeypatch):
+    """--recipe released: the step's gradient is sum over micro-batches of
+    (sum CE_mlm / n_i + sum CE_sbo / (p_i + 1) + sum CE_nsp / s_i) / (sum of n_i), computed by hand."""
+    from spanbert.data import collate_pretrain, pretrain_target_counts
+    from spanbert.pretrain import released_term_weights
+
+    ds = PretrainItems(6)
+    grads = []
+    real_step = torch.optim.AdamW.step
+
+    def spy(self, *a, **k):
+        grads.append({id(p): p.grad.clone() for g in self.param_groups for p in g["params"]})
+        return real_step(self, *a, **k)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", spy)
+    model = _tiny_pretraining_model()
+    train(model, ds, args(tmp_path, per_device_train_batch_size=2, gradient_accumulation_steps=3, max_steps=1,
+                          warmup_steps=0, max_grad_norm=0.0, learning_rate=1e-3, seed=1),
+          collate_fn=collate_pretrain, count_targets=pretrain_target_counts, term_weights=released_term_weights)
+    plan = trainer_mod.micro_batches(len(ds), 1, 0, 2, 3, 0, 1, 0)[0]
+    ref = _tiny_pretraining_model()
+    batches = [collate_pretrain([ds[i] for i in mb]) for mb in plan]
+    counts = [pretrain_target_counts(b) for b in batches]
+    assert len({c["sbo"] for c in counts}) > 1  # unequal SBO counts: the p / (p + 1) factor matters
+    total_mlm = sum(c["mlm"] for c in counts)
+    loss = 0.0
+    for b, c in zip(batches, counts):
+        out = ref(**b)  # each *_loss is a mean over that head's targets: sum / count
+        loss = loss + out["mlm_loss"] + out["sbo_loss"] * c["sbo"] / (c["sbo"] + 1) + out["nsp_loss"]
+    (loss / total_mlm).backward()
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        if q.grad is not None:
+            assert torch.allclose(grads[0][id(p)], q.grad, atol=1e-7, rtol=1e-4), name
+
+
 # --- fp16 loss-scaler overflow -----------------------------------------------------------------
 
 
@@ -153,8 +188,8 @@ def test_resave_keeps_latest_complete_at_every_instant(tmp_path, monkeypatch):
         calls = {"n": 0}
 
         def flaky(a, b, _k=k):
-            calls["n"] += 1
-            if calls["n"] == _k + 1:
+            calls["n"] += 1  # noqa: B023
+            if calls["n"] == _k + 1:  # noqa: B023
                 raise KeyboardInterrupt("killed")
             return real_replace(a, b)
 

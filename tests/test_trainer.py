@@ -262,3 +262,180 @@ def test_denormals_are_flushed_only_while_training(tmp_path):
     train(Probe(), Regression(), args(tmp_path, max_steps=1))
     assert seen["inside"] == 0.0  # flushed during the step (fast CPU arithmetic)
     assert float(torch.tensor([1e-39]) * 1.0) != 0.0  # the caller's float mode is restored
+
+
+# --- token-budget batching (max_tokens_per_batch), fairseq's schedule and decay of every parameter ---
+
+import numpy as np  # noqa: E402
+
+from spanbert.trainer import token_batches, token_micro_batches  # noqa: E402
+
+
+class Ragged(torch.utils.data.Dataset):
+    """Regression items of varying length (padded by the collator), with lengths() for token batching."""
+
+    def __init__(self, n: int = 40):
+        self.lens = np.random.default_rng(3).integers(2, 9, size=n)
+
+    def __len__(self):
+        return len(self.lens)
+
+    def lengths(self):
+        return self.lens
+
+    def __getitem__(self, i):
+        g = torch.Generator().manual_seed(i)
+        x = torch.randn(int(self.lens[i]), 4, generator=g)
+        return {"x": x, "y": x.sum(1, keepdim=True)}
+
+
+def ragged_collate(items):
+    T = max(len(it["x"]) for it in items)
+    x = torch.zeros(len(items), T, 4)
+    y = torch.zeros(len(items), T, 1)
+    mask = torch.zeros(len(items), T)
+    for b, it in enumerate(items):
+        n = len(it["x"])
+        x[b, :n], y[b, :n], mask[b, :n] = it["x"], it["y"], 1
+    return {"x": x, "y": y, "mask": mask}
+
+
+class TokenNet(Net):
+    """Per-token regression: one loss term, a mean over the real tokens of the micro-batch."""
+
+    def forward(self, x, y, mask):
+        pred = self.l2(self.drop(self.norm(torch.relu(self.l1(x)))))  # (B, T, 1)
+        err = ((pred - y) ** 2).squeeze(-1) * mask  # (B, T)
+        mean = err.sum() / mask.sum()
+        return {"loss": mean, "loss_terms": {"tok": mean}}
+
+
+def token_counts(batch):
+    return {"tok": int(batch["mask"].sum())}
+
+
+def test_token_batches_cover_every_example_once_within_the_budget():
+    lengths = np.random.default_rng(0).integers(3, 60, size=500)
+    sizes = set()
+    for epoch in (0, 1):
+        batches = token_batches(lengths, 128, seed=5, epoch=epoch)
+        assert sorted(i for b in batches for i in b) == list(range(500))  # each example once
+        assert all(len(b) * lengths[b].max() <= 128 for b in batches)  # padded size within budget
+        # greedy: the next example of the length order would not have fitted
+        sizes.add(len(batches))
+    assert len(sizes) == 1  # the same number of batches in every epoch
+    a, b = token_batches(lengths, 128, 5, 0), token_batches(lengths, 128, 5, 1)
+    assert a != b and a == token_batches(lengths, 128, 5, 0)  # a pure function of (seed, epoch)
+    with pytest.raises(SpanBertError, match="max_tokens_per_batch"):
+        token_batches(lengths, 50, 5, 0)  # the longest example does not fit
+
+
+def test_token_batches_are_greedy_like_fairseq():
+    # sorted lengths 2,2,3,3,5: budget 9 -> [2,2,3 -> 3 x 3 = 9], [3,5 -> 2 x 5 = 10 > 9: cut] ...
+    batches = token_batches(np.array([5, 2, 3, 2, 3]), 9, seed=0, epoch=0)
+    lens = sorted(sorted(int(x) for x in np.array([5, 2, 3, 2, 3])[b]) for b in batches)
+    assert lens == [[2, 2, 3], [3], [5]]
+
+
+def test_token_micro_batches_one_vs_two_processes():
+    lengths = np.random.default_rng(1).integers(2, 20, size=200)
+    one = token_micro_batches(lengths, 40, 0, 0, accum=2, rank=0, world=1, start_step=0)
+    r0 = token_micro_batches(lengths, 40, 0, 0, accum=1, rank=0, world=2, start_step=0)
+    r1 = token_micro_batches(lengths, 40, 0, 0, accum=1, rank=1, world=2, start_step=0)
+    n = len(r0)
+    assert [s[0] for s in one[:n]] == [s[0] for s in r0] and [s[1] for s in one[:n]] == [s[0] for s in r1]
+    assert token_micro_batches(lengths, 40, 0, 0, 2, 0, 1, start_step=3) == one[3:]
+
+
+def test_token_batching_resume_is_exact(tmp_path):
+    kw = dict(max_tokens_per_batch=16, gradient_accumulation_steps=2, max_steps=12, save_steps=4)
+    straight = TokenNet()
+    train(straight, Ragged(), args(tmp_path / "a", **kw), collate_fn=ragged_collate, count_targets=token_counts)
+    part = TokenNet()
+    train(part, Ragged(), args(tmp_path / "b", stop_at_step=6, **kw), collate_fn=ragged_collate, count_targets=token_counts)
+    resumed = TokenNet()
+    result = train(resumed, Ragged(), args(tmp_path / "b", resume=True, **kw), collate_fn=ragged_collate, count_targets=token_counts)
+    assert result.global_step == 12  # crosses epochs: 40 examples make fewer than 12 x 2 batches of 16 tokens
+    for (k, a), b in zip(params(straight).items(), params(resumed).values()):
+        assert torch.equal(a, b), k
+
+
+def test_token_batching_accumulation_weighs_by_targets(tmp_path, monkeypatch):
+    """One step of 2 accumulated token micro-batches == the mean over all their tokens (hand-computed)."""
+    ds = Ragged(12)
+    grads = []
+    real_step = torch.optim.AdamW.step
+
+    def spy(self, *a, **k):
+        grads.append({id(p): p.grad.clone() for g in self.param_groups for p in g["params"]})
+        return real_step(self, *a, **k)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", spy)
+    net = TokenNet(dropout=0.0)
+    train(net, ds, args(tmp_path, max_tokens_per_batch=16, gradient_accumulation_steps=2, max_steps=1,
+                        warmup_steps=0, max_grad_norm=0.0), collate_fn=ragged_collate, count_targets=token_counts)
+    step0 = token_micro_batches(ds.lengths(), 16, TrainingArguments().seed, 0, 2, 0, 1, 0)[0]
+    assert len(step0) == 2 and len({int(ds.lengths()[mb].sum()) for mb in step0}) == 2  # unequal token counts
+    ref = TokenNet(dropout=0.0)
+    batches = [ragged_collate([ds[i] for i in mb]) for mb in step0]
+    total_err = sum(((ref.l2(ref.norm(torch.relu(ref.l1(b["x"])))) - b["y"]) ** 2).squeeze(-1).mul(b["mask"]).sum()
+                    for b in batches)
+    (total_err / sum(b["mask"].sum() for b in batches)).backward()
+    for (name, p), q in zip(net.named_parameters(), ref.parameters()):
+        assert torch.allclose(grads[0][id(p)], q.grad, atol=1e-6), name
+
+
+def test_token_batching_needs_lengths(tmp_path):
+    with pytest.raises(SpanBertError, match="lengths"):
+        train(Net(), Regression(), args(tmp_path, max_tokens_per_batch=8))
+
+
+def test_decay_all_parameters_decays_biases_and_layernorm():
+    net = Net()
+    lookup = {id(p): g["weight_decay"] for g in param_groups(net, 1e-4, 0.01, decay_all=True) for p in g["params"]}
+    assert {lookup[id(p)] for p in net.parameters()} == {0.01}
+    lookup = {id(p): g["weight_decay"] for g in param_groups(net, 1e-4, 0.01) for p in g["params"]}
+    assert lookup[id(net.l1.bias)] == 0.0 and lookup[id(net.norm.weight)] == 0.0 and lookup[id(net.l1.weight)] == 0.01
+
+
+def test_polynomial_schedule_is_fairseqs():
+    # fairseq polynomial_decay, warmup 10, total 100: update k (1-based) runs at max(1, k-1)/10, then 1 - (k-1)/100
+    f = lr_lambda(total_steps=100, warmup_steps=10, kind="polynomial")
+    assert [f(s) for s in (0, 1, 2, 9, 10)] == pytest.approx([0.1, 0.1, 0.2, 0.9, 1.0])
+    assert f(11) == pytest.approx(0.89) and f(50) == pytest.approx(0.5) and f(100) == 0.0
+    assert TrainingArguments(lr_scheduler_type="polynomial").lr_scheduler_type == "polynomial"
+
+
+TOKEN_DDP_SCRIPT = """
+import sys, torch
+sys.path.insert(0, {tests!r})
+from test_trainer import TokenNet, Ragged, ragged_collate, token_counts, args
+from spanbert.trainer import train
+model = TokenNet(dropout=0.0)
+train(model, Ragged(), args({out!r}, max_tokens_per_batch=16, gradient_accumulation_steps={accum}, max_steps=6,
+      save_steps=0), collate_fn=ragged_collate, count_targets=token_counts)
+import os
+if int(os.environ.get("RANK", 0)) == 0:
+    torch.save(model.state_dict(), {out!r} + "/final.pt")
+"""
+
+
+@pytest.mark.slow
+def test_two_processes_match_one_with_a_token_budget(tmp_path):
+    """torchrun 2 x gloo with token batches == one process with accumulation 2 (same micro-batches,
+    micro-batches of unequal token counts weighted by their targets)."""
+    tests = str(Path(__file__).parent)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": tests}
+    results = {}
+    for name, nproc, accum in (("one", 1, 2), ("two", 2, 1)):
+        out = tmp_path / name
+        out.mkdir()
+        script = tmp_path / f"{name}.py"
+        script.write_text(TOKEN_DDP_SCRIPT.format(tests=tests, out=str(out), accum=accum))
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", str(script)]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        results[name] = torch.load(out / "final.pt", weights_only=True)
+    for k in results["one"]:
+        assert torch.allclose(results["one"][k], results["two"][k], atol=1e-6), k
+    shutil.rmtree(tmp_path, ignore_errors=True)

@@ -1,9 +1,12 @@
-"""Atomic writes: all or nothing, with ordinary permissions."""
+"""Atomic writes: all or nothing, with ordinary permissions; the C heap settings (glibc)."""
 
 from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -45,3 +48,73 @@ def test_atomic_dir_replaces_only_on_success(tmp_path):
             (d / "b").write_text("2")
             raise KeyboardInterrupt
     assert sorted(os.listdir(target)) == ["a"] and os.listdir(tmp_path) == ["d"]
+
+
+# A child process (malloc settings are per process): raise glibc's dynamic mmap threshold by freeing
+# a 16 MB block, then allocate 48 MB in 2 MB blocks and free all but the last (which pins the heap
+# top). Prints the resident memory in MB the freed blocks still hold.
+_HEAP_PROBE = textwrap.dedent("""
+    import ctypes, os, sys
+    from spanbert import utils
+    if sys.argv[1] == "fixed":
+        assert utils.configure_malloc(1 << 20)
+    libc = ctypes.CDLL("libc.so.6")
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+    page = os.sysconf("SC_PAGE_SIZE")
+    def rss():
+        return int(open("/proc/self/statm").read().split()[1]) * page / 2**20
+    big = libc.malloc(16 << 20); ctypes.memset(big, 1, 16 << 20); libc.free(big)
+    before = rss()
+    blocks = [libc.malloc(2 << 20) for _ in range(25)]
+    for b in blocks:
+        ctypes.memset(b, 1, 2 << 20)
+    for b in blocks[:-1]:
+        libc.free(b)
+    print(rss() - before)
+""")
+
+
+def _glibc() -> bool:
+    import platform
+
+    return sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
+
+
+@pytest.mark.skipif(not _glibc(), reason="glibc's malloc only")
+def test_fixed_mmap_threshold_gives_freed_tensors_back():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"}
+
+    def kept(mode: str) -> float:
+        out = subprocess.run([sys.executable, "-c", _HEAP_PROBE, mode], env=env, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        return float(out.stdout)
+
+    assert kept("dynamic") > 40  # glibc's default: the 24 freed blocks stay in the heap, resident
+    assert kept("fixed") < 8  # each 2 MB block had its own mmap, given back at free
+
+
+def test_malloc_settings_are_a_no_op_off_glibc_or_under_the_users_own(monkeypatch):
+    from spanbert import utils
+
+    monkeypatch.setattr(utils, "_malloc_configured", None)
+    monkeypatch.setattr(utils, "_libc", False)  # what _glibc() caches on musl or macOS
+    assert utils.configure_malloc() is False and utils.trim_heap(min_interval=0.0) is False
+    calls = []
+
+    class FakeLibc:
+        def mallopt(self, param, value):
+            calls.append((param, value))
+            return 1
+
+    monkeypatch.setattr(utils, "_malloc_configured", None)
+    monkeypatch.setattr(utils, "_libc", FakeLibc())
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
+    assert utils.configure_malloc() is False and calls == []  # the user's environment wins
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_")
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
+    monkeypatch.setattr(utils, "_malloc_configured", None)
+    assert utils.configure_malloc(1 << 20) is True
+    assert calls == [(utils._M_MMAP_THRESHOLD, 1 << 20), (utils._M_TRIM_THRESHOLD, 2 << 20)]
+    assert utils.configure_malloc() is True and len(calls) == 2  # once per process

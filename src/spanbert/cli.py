@@ -22,6 +22,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "finetune": ("", "", "fine-tune on a task: squad, mrqa, tacred, semeval, glue, ner, coref"),
     "predict": ("", "", "write predictions of a fine-tuned model in the task's official format"),
     "evaluate": ("", "", "score predictions with the task's official metrics (prints JSON)"),
+    "study": ("spanbert.study", "main", "rerun the paper's comparisons (Tables 1, 6, 7): pre-train, fine-tune, tabulate"),
+    "curve": ("spanbert.study", "curve_main", "fine-tune from every checkpoint of a pre-training run: score vs step"),
 }
 
 # task -> (module, one-line description)
@@ -33,6 +35,7 @@ TASKS: dict[str, tuple[str, str]] = {
     "glue": ("spanbert.tasks.glue", "GLUE sentence(-pair) classification and regression (--task)"),
     "ner": ("spanbert.tasks.ner", "named entity recognition, CoNLL-2003 IOB"),
     "coref": ("spanbert.tasks.coref", "coreference resolution, CoNLL-2012 format"),
+    "swag": ("spanbert.tasks.swag", "multiple choice, SWAG CSV (BERT §4.4)"),
 }
 
 TASK_ACTIONS = ("finetune", "predict", "evaluate")

@@ -63,6 +63,9 @@ class BertConfig:
     """Epsilon of every LayerNorm (BERT uses 1e-12)."""
     pad_token_id: int = 0
     """Id of [PAD]; its word embedding starts at zero."""
+    is_decoder: bool = False
+    """Causal (left-context-only) attention: position i attends to positions <= i only. BERT's left-to-right
+    baseline (§5.1, `--system ltr`); HF `BertModel` reads the same key and masks the same way."""
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.num_attention_heads:
@@ -102,6 +105,8 @@ class BertConfig:
                 ok = isinstance(value, int) and not isinstance(value, bool)
             elif tp is float:
                 ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            elif tp is bool:
+                ok = isinstance(value, bool)
             else:
                 ok = isinstance(value, str)
             if not ok:

@@ -13,13 +13,16 @@ processes and writes, per shard, flat binary arrays that are memory-mapped at tr
       shard-00000.paras          (P,) int64 paragraph (line) start offsets (NSP segment boundaries)
       shard-00000.entity         (C, 2) int32 inclusive token spans (named_entity scheme, optional)
       shard-00000.noun_phrase    (C, 2) int32 inclusive token spans (noun_phrase scheme, optional)
+      static-128/                stored masks (``--dupe_factor N``, Google BERT's static masking, optional)
 
 Documents never cross shards. The whole directory appears atomically (`atomic_dir`).
 
 `TokenCorpus` reads that directory; `PretrainDataset` cuts it into blocks — SpanBERT's single
-contiguous segments of up to 512 tokens that stop at a document boundary (§3.3, §4.2), or BERT's NSP
-sentence pairs (BERT §3.1, Google's `create_pretraining_data.py`) — and masks each block with
-`spanbert.masking.mask_block`, reproducibly from (seed, epoch, index). `collate_pretrain` makes the
+contiguous segments of up to 512 tokens that stop at a document boundary (§3.3, §4.2; whole lines
+packed as the released code does, `sentence_blocks`, or fixed-length cuts, `single_segment_blocks`),
+or BERT's NSP sentence pairs (BERT §3.1, Google's `create_pretraining_data.py`) — and masks each block with
+`spanbert.masking.mask_block`, reproducibly from (seed, epoch, index), or reads the masks stored at
+preprocess time (`write_static_masks`; epoch e reads copy e mod dupe_factor). `collate_pretrain` makes the
 batch described in docs/architecture.md ("Pre-training batches").
 """
 
@@ -28,6 +31,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import collections
+import dataclasses
 import functools
 import hashlib
 import json
@@ -45,7 +49,15 @@ from typing import Any, Literal
 import numpy as np
 
 from spanbert.errors import DataError, SpanBertError
-from spanbert.masking import IGNORE_INDEX, SCHEMES, MaskingConfig, UnigramSampler, mask_block
+from spanbert.masking import (
+    IGNORE_INDEX,
+    SCHEMES,
+    MaskingConfig,
+    MaskResult,
+    UnigramSampler,
+    check_replace_probs,
+    mask_block,
+)
 from spanbert.tokenization import (
     Tokenizer,
     corpus_files,
@@ -296,11 +308,14 @@ def preprocess(
     candidates: Sequence[str] | str | None = (),
     spacy_model: str = "en_core_web_sm",
     progress: bool = True,
+    static: StaticMaskingConfig | None = None,
 ) -> Path:
     """Tokenize ``corpus`` (files or directories) into memory-mapped shards in ``output_dir``.
 
     Returns ``output_dir``. Memory stays flat: text is read in chunks, at most two chunks per worker
     are in flight, and tokens go straight to disk. Output appears only when complete.
+    ``static`` with ``dupe_factor`` > 0 also stores that many masked copies of the examples, per
+    sequence length (`write_static_masks`; Google BERT's static masking), inside the same atomic folder.
     """
     files = corpus_files([corpus] if isinstance(corpus, (str, os.PathLike)) else corpus)
     if candidates is None:
@@ -320,6 +335,8 @@ def preprocess(
         raise SpanBertError(f"chunk_chars: found {chunk_chars}, expected at least 1")
     if not 0 < shard_tokens <= 2**30:  # candidate spans are stored as int32 offsets inside a shard
         raise SpanBertError(f"shard_tokens={shard_tokens}; expected 1 .. {2**30}")
+    if static is not None:
+        static.check(kinds)  # before any work
     if kinds:
         load_spacy(spacy_model)  # fail now, with the install hint, not in a worker
     tok = tokenizer if isinstance(tokenizer, Tokenizer) else load_tokenizer(tokenizer)
@@ -373,7 +390,40 @@ def preprocess(
         }
         with atomic_write(tmp / "meta.json") as f:
             json.dump(meta, f, indent=2)
+        if static is not None and static.dupe_factor > 0:
+            meta["static_masks"] = _write_static_sets(TokenCorpus(tmp), static, progress)
+            with atomic_write(tmp / "meta.json") as f:
+                json.dump(meta, f, indent=2)
     return output_dir
+
+
+def _write_static_sets(corpus: TokenCorpus, static: StaticMaskingConfig, progress: bool) -> list[dict[str, Any]]:
+    """One `write_static_masks` set per length, over the documents a pre-training run with
+    ``--eval_fraction static.eval_fraction`` trains on (the held-out documents are masked on the fly
+    with a fixed mask, as always)."""
+    nsp = static.mode == "nsp"
+    min_docs = 2 if nsp else 1  # as spanbert pretrain's split (NSP's random next needs another document)
+    split = corpus.num_docs
+    if static.eval_fraction > 0:
+        split = held_out_documents(corpus.doc_bounds, static.eval_fraction, min_docs, min_docs)
+    if nsp and split < 2:
+        raise SpanBertError("--dupe_factor with --mode nsp: found fewer than 2 training documents, expected 2 or more")
+    return [
+        write_static_masks(
+            corpus,
+            corpus.path / f"static-{int(length)}",
+            dupe_factor=static.dupe_factor,
+            max_seq_length=int(length),
+            mode=static.mode,
+            short_seq_prob=static.short_seq_prob,
+            block_packing=static.block_packing,
+            seed=static.masking_seed,
+            masking=static.masking,
+            documents=(0, split),
+            progress=progress,
+        )
+        for length in sorted(set(static.max_seq_length))
+    ]
 
 
 def _progress_bar(enabled: bool, total_bytes: int):
@@ -594,6 +644,20 @@ def _read_meta(meta_file: Path) -> dict[str, Any]:
     total = sum(s["num_tokens"] for s in meta["shards"])
     if total != meta["num_tokens"]:
         raise DataError(meta_file, f"found num_tokens={meta['num_tokens']}, expected the shards' sum {total}; {_RERUN}")
+    static = meta.get("static_masks", [])
+    if not isinstance(static, list) or not all(
+        isinstance(e, dict)
+        and e.get("format") == STATIC_FORMAT
+        and isinstance(e.get("dir"), str)
+        and re.fullmatch(r"static-\d+", e["dir"])
+        and isinstance(e.get("settings"), dict)
+        and isinstance(e.get("dupe_factor"), int)
+        and isinstance(e.get("counts"), list)
+        and len(e["counts"]) == e["dupe_factor"]
+        and e.get("dtype") in ("uint16", "int32")
+        for e in static
+    ):
+        raise DataError(meta_file, f"found a static_masks entry that is not {STATIC_FORMAT}'s: {_DAMAGED}")
     cands = meta.get("candidates", [])
     if not isinstance(cands, list) or any(c not in CANDIDATE_KINDS for c in cands):
         raise DataError(
@@ -659,6 +723,86 @@ def single_segment_blocks(doc_bounds: np.ndarray, max_tokens: int) -> np.ndarray
     return np.stack([start, end], axis=1).astype(np.int64)
 
 
+BLOCK_PACKINGS = ("sentences", "fixed")
+
+
+def sentence_blocks(
+    doc_bounds: np.ndarray,
+    line_starts: np.ndarray,
+    tokens: Callable[[int, int], tuple[np.ndarray, np.ndarray]],
+    max_tokens: int,
+) -> np.ndarray:
+    """(N, 2) global [start, end) blocks: whole lines of each document packed greedily up to ``max_tokens``.
+
+    The released SpanBERT code (``BlockDataset``, break_mode "doc") packs whole input lines into blocks
+    of up to 510 tokens and never crosses a document; so does this. Lines are the corpus's paragraphs
+    (``TokenCorpus.para_starts``). Where the released code *drops* a line longer than a block, it is
+    split here into pieces of at most ``max_tokens`` ending at word starts (the longest such prefix
+    each time), so no text is lost; the last piece is packed with the lines after it. A single word
+    longer than a block (only at tiny ``max_tokens``) is the one case cut inside a word.
+    The blocks tile every document exactly, in order. ``tokens(start, end) -> (ids, word_starts)``
+    reads the corpus (`TokenCorpus.tokens`); it is called only for lines longer than a block.
+    """
+    if max_tokens < 1:
+        raise SpanBertError(f"max_tokens={max_tokens}; expected at least 1")
+    line_starts = np.asarray(line_starts, dtype=np.int64)
+    rows: list[tuple[int, int]] = []
+    for ds, de in np.asarray(doc_bounds, dtype=np.int64).tolist():
+        if de <= ds:
+            continue
+        lo, hi = np.searchsorted(line_starts, [ds, de])
+        cuts = line_starts[lo:hi].tolist()
+        if not cuts or cuts[0] != ds:  # a document always starts a line
+            cuts.insert(0, ds)
+        cuts.append(de)
+        cur_start = cur_end = -1  # the open block, [cur_start, cur_end); -1 = none
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            if b - a > max_tokens:
+                pieces = _split_line(a, b, tokens(a, b)[1], max_tokens)
+            else:
+                pieces = ((a, b),)
+            for pa, pb in pieces:
+                if cur_start >= 0 and pb - cur_start <= max_tokens:
+                    cur_end = pb  # the piece still fits the open block
+                    continue
+                if cur_start >= 0:
+                    rows.append((cur_start, cur_end))
+                cur_start, cur_end = pa, pb
+        if cur_start >= 0:
+            rows.append((cur_start, cur_end))
+    return np.asarray(rows, dtype=np.int64).reshape(-1, 2)
+
+
+def _split_line(a: int, b: int, word_starts: np.ndarray, max_tokens: int) -> list[tuple[int, int]]:
+    """[a, b) cut into pieces of at most ``max_tokens``, each ending where a word starts (or at b)."""
+    starts = a + np.flatnonzero(word_starts)  # (W,) global positions of the word starts in the line
+    pieces = []
+    p = a
+    while b - p > max_tokens:
+        # the last word start in (p, p + max_tokens]: the longest prefix of whole words that fits
+        k = int(np.searchsorted(starts, p + max_tokens, side="right")) - 1
+        q = int(starts[k]) if k >= 0 and starts[k] > p else p + max_tokens  # one word > a block: cut it
+        pieces.append((p, q))
+        p = q
+    pieces.append((p, b))
+    return pieces
+
+
+def block_ends_mid_word(
+    blocks: np.ndarray, doc_bounds: np.ndarray, tokens: Callable[[int, int], tuple[np.ndarray, np.ndarray]]
+) -> np.ndarray:
+    """(N,) bool: True where a block ends inside a word (the token after it, in the same document,
+    is a ``##`` continuation). The measure of `sentence_blocks` against `single_segment_blocks`."""
+    blocks = np.asarray(blocks, dtype=np.int64).reshape(-1, 2)
+    ends = blocks[:, 1]
+    doc_ends = np.asarray(doc_bounds, dtype=np.int64)[:, 1]
+    inside = ~np.isin(ends, doc_ends)  # a block ending at its document's end ends a word
+    out = np.zeros(len(blocks), dtype=bool)
+    for i in np.flatnonzero(inside).tolist():
+        out[i] = not bool(tokens(int(ends[i]), int(ends[i]) + 1)[1][0])
+    return out
+
+
 def held_out_documents(doc_bounds: np.ndarray, fraction: float, min_train_docs: int = 1, min_eval_docs: int = 1) -> int:
     """Index of the first held-out document: the last documents holding about ``fraction`` of the tokens.
 
@@ -683,6 +827,7 @@ def nsp_pairs(
     max_tokens: int,
     rng: np.random.Generator,
     short_seq_prob: float = 0.0,
+    whole_words: bool = False,
 ) -> np.ndarray:
     """(N, 5) int64 rows (a_start, a_end, b_start, b_end, label) of BERT's next-sentence pairs.
 
@@ -694,6 +839,12 @@ def nsp_pairs(
     at a random word start (Google's code would force a random B, skewing the 50/50 labels). The
     pair is then truncated to ``max_tokens``, dropping tokens from the front or back of the longer side.
     ``tokens(start, end) -> (ids, word_starts)`` reads the corpus (`TokenCorpus.tokens`).
+
+    Google's code cuts two ends token by token: a random B's end (at the length budget) and the
+    truncation. With ``whole_words`` (``block_packing="sentences"``) a random B runs to the end of
+    the word its length budget stops in, and the truncation drops a whole word at a time from the
+    front or back of the longer side (`_truncate_pair_words`), so every segment starts and ends at a
+    word boundary; only a side that is a single word longer than the room left is cut inside it.
     """
     rows: list[tuple[int, int, int, int, int]] = []
     n_docs = len(doc_bounds)
@@ -735,12 +886,19 @@ def nsp_pairs(
                     ostarts = [s for s in para_starts[olo:ohi].tolist()] or [os_]
                     b_start = int(ostarts[int(rng.integers(0, len(ostarts)))])
                     b_end = min(oe, b_start + max(target - (a_end - a_start), 1))
+                    if whole_words:  # finish the word B stops in; the truncation below makes room
+                        b_end = _word_end(b_end, oe, tokens)
                     # the segments of this chunk that B did not use go back (Google's "put back")
                     if a_end < chunk_end:
                         back = sum(1 for s in chunk if s[0] >= a_end)
                         i -= back
                     chunk_end = a_end
-                a_start, a_end, b_start, b_end = _truncate_pair(a_start, a_end, b_start, b_end, max_tokens, rng)
+                if whole_words:
+                    a_start, a_end, b_start, b_end = _truncate_pair_words(
+                        a_start, a_end, b_start, b_end, max_tokens, rng, tokens
+                    )
+                else:
+                    a_start, a_end, b_start, b_end = _truncate_pair(a_start, a_end, b_start, b_end, max_tokens, rng)
                 if a_end > a_start and b_end > b_start:
                     rows.append((a_start, a_end, b_start, b_end, label))
                 chunk, size = [], 0
@@ -749,6 +907,43 @@ def nsp_pairs(
                     target = int(rng.integers(2, max_tokens + 1))
             i += 1
     return np.asarray(rows, dtype=np.int64).reshape(-1, 5)
+
+
+def _word_end(end: int, doc_end: int, tokens) -> int:
+    """The first word boundary at or after ``end`` (a word start, or ``doc_end``)."""
+    if end >= doc_end:
+        return doc_end
+    for stop in (min(doc_end, end + 64), doc_end):  # a word is rarely 64 pieces: read a short window first
+        nxt = np.flatnonzero(tokens(end, stop)[1])  # word starts from ``end`` on
+        if len(nxt):
+            return end + int(nxt[0])
+    return doc_end
+
+
+def _truncate_pair_words(a0, a1, b0, b1, max_tokens, rng, tokens):
+    """`_truncate_pair` one whole word at a time: the longer side loses its first or last word (at
+    random). Segments start and end at word boundaries, so they still do; a side that is a single
+    word longer than the room left loses tokens instead."""
+    wa = collections.deque((a0 + np.flatnonzero(tokens(a0, a1)[1])).tolist())  # word starts of A
+    wb = collections.deque((b0 + np.flatnonzero(tokens(b0, b1)[1])).tolist())
+    while (a1 - a0) + (b1 - b0) > max_tokens:
+        if (a1 - a0) > (b1 - b0):
+            a0, a1 = _drop_word(wa, a0, a1, rng.random() < 0.5)
+        else:
+            b0, b1 = _drop_word(wb, b0, b1, rng.random() < 0.5)
+    return a0, a1, b0, b1
+
+
+def _drop_word(starts: collections.deque, s: int, e: int, front: bool) -> tuple[int, int]:
+    """[s, e) without its first (``front``) or last word; ``starts`` (its word starts) is updated."""
+    while starts and starts[0] < s:  # word starts the token-level fallback cut past
+        starts.popleft()
+    if len(starts) < 2:  # one word (or part of one) left: drop a token
+        return (s + 1, e) if front else (s, e - 1)
+    if front:
+        starts.popleft()
+        return starts[0], e
+    return s, starts.pop()
 
 
 def _truncate_pair(a0, a1, b0, b1, max_tokens, rng):
@@ -770,12 +965,33 @@ def _truncate_pair(a0, a1, b0, b1, max_tokens, rng):
 _TRUE = np.ones(1, dtype=bool)
 
 
+def _example_state(seed: int, epoch: int, index: int) -> dict[str, Any]:
+    """PCG64 state whose 128-bit state and increment are a BLAKE2b hash of (seed, epoch, index)."""
+    h = hashlib.blake2b(f"{seed},{epoch},{int(index)}".encode(), digest_size=32, person=b"spanbert-mask").digest()
+    return {
+        "bit_generator": "PCG64",
+        "state": {"state": int.from_bytes(h[:16], "little"), "inc": int.from_bytes(h[16:], "little") | 1},
+        "has_uint32": 0,
+        "uinteger": 0,
+    }
+
+
+def example_generator(seed: int, epoch: int, index: int) -> np.random.Generator:
+    """A fresh generator seeded from (seed, epoch, index) alone: the one `PretrainDataset` masks
+    example ``index`` of ``epoch`` with, and the one `write_static_masks` masks example ``index`` of
+    duplicate ``epoch`` with (the static masks' documented seed)."""
+    gen = np.random.Generator(np.random.PCG64(0))
+    gen.bit_generator.state = _example_state(seed, epoch, index)
+    return gen
+
+
 class PretrainDataset:
     """Map-style dataset of masked pre-training examples (numpy dicts; `collate_pretrain` batches them).
 
     Example i of epoch e is masked with a generator seeded from (seed, e, i) alone (`example_rng`), so
     masks are the same whatever the worker count, the batch or a resume, and differ between epochs
-    (dynamic masking, §4.2 (a)).
+    (dynamic masking, §4.2 (a)). With ``static=True`` example i of epoch e is read from the masks
+    stored in the corpus (copy e mod dupe_factor), equally a pure function of (i, e).
     """
 
     def __init__(
@@ -793,6 +1009,8 @@ class PretrainDataset:
         mask_ratio: float | None = None,
         max_span_length: int | None = None,
         documents: tuple[int, int] | None = None,
+        block_packing: Literal["sentences", "fixed"] = "sentences",
+        static: bool = False,
         **masking_overrides: Any,
     ):
         """``corpus``: a `preprocess` output (path or `TokenCorpus`). ``tokenizer``: defaults to the corpus's
@@ -800,7 +1018,16 @@ class PretrainDataset:
         Masking: a `MaskingConfig`, and/or its fields as keywords (``scheme``, ``mask_ratio`` = mask_prob,
         ``max_span_length`` = max_span_len, ``geometric_p``, ``anchor``, ...). ``documents=(lo, hi)``:
         use only documents lo..hi-1 — blocks, NSP pairs and their "random next" segments all come from
-        them, so a held-out split by documents (`held_out_documents`) shares no text with training."""
+        them, so a held-out split by documents (`held_out_documents`) shares no text with training.
+        ``block_packing="sentences"`` (default): single-sequence blocks are whole lines packed up to
+        ``max_seq_length - 2`` (`sentence_blocks`) and NSP segments end at word boundaries; ``"fixed"``:
+        the blocks of versions before 2026-11-23, each document cut every ``max_seq_length - 2`` tokens
+        (`single_segment_blocks`), and NSP segments cut token by token as Google's code.
+        ``static=True``: read the masks `spanbert preprocess --dupe_factor` stored in the corpus for
+        ``max_seq_length`` (Google BERT's static masking; epoch e reads duplicate e mod dupe_factor) and
+        its stored blocks or NSP pairs; ``seed`` then plays no part (the masks were seeded at preprocess
+        time). The stored settings must equal this dataset's (`static_settings`), else a
+        `SpanBertError` names both."""
         self.corpus = corpus if isinstance(corpus, TokenCorpus) else TokenCorpus(corpus)
         n_docs = self.corpus.num_docs
         lo, hi = documents if documents is not None else (0, n_docs)
@@ -820,6 +1047,11 @@ class PretrainDataset:
             nsp = mode == "nsp"
         if max_seq_length < 5:
             raise SpanBertError(f"max_seq_length={max_seq_length} is too short; expected at least 5")
+        if block_packing not in BLOCK_PACKINGS:
+            raise SpanBertError(
+                f"block_packing: found {block_packing!r}, expected one of: {', '.join(BLOCK_PACKINGS)}"
+            )
+        self.block_packing = block_packing
         self.max_seq_length = max_seq_length
         self.nsp = nsp
         self.seed = seed
@@ -854,7 +1086,13 @@ class PretrainDataset:
         import torch
 
         self._epoch = torch.zeros(1, dtype=torch.long).share_memory_()
-        if nsp:
+        self.static: dict[str, Any] | None = None
+        if static:
+            settings = static_settings(nsp, max_seq_length, block_packing, short_seq_prob, cfg, self.documents)
+            self.static = find_static_masks(self.corpus, settings, self.mask_id)
+            examples = _load_examples(self.corpus.path, self.static)
+            self.pairs, self.blocks = (examples, None) if nsp else (None, examples)
+        elif nsp:
             rng = np.random.default_rng([seed, 0x5EED])
             self.pairs = nsp_pairs(
                 self.doc_bounds,
@@ -863,8 +1101,14 @@ class PretrainDataset:
                 max_seq_length - 3,
                 rng,
                 short_seq_prob,
+                whole_words=block_packing == "sentences",
             )  # (N, 5)
             self.blocks = None
+        elif block_packing == "sentences":
+            self.blocks = sentence_blocks(
+                self.doc_bounds, self.corpus.para_starts, self.corpus.tokens, max_seq_length - 2
+            )  # (N, 2)
+            self.pairs = None
         else:
             self.blocks = single_segment_blocks(self.doc_bounds, max_seq_length - 2)  # (N, 2)
             self.pairs = None
@@ -884,6 +1128,7 @@ class PretrainDataset:
         state = dict(self.__dict__)
         state.pop("_epoch_view", None)  # rebuilt from the shared tensor after unpickling
         state.pop("_local", None)  # per-thread generators, rebuilt on demand
+        state.pop("_static_cache", None)  # memory maps of the static masks, reopened on demand
         return state
 
     def example_rng(self, index: int, epoch: int | None = None) -> np.random.Generator:
@@ -902,27 +1147,26 @@ class PretrainDataset:
         gen = getattr(local, "generator", None)
         if gen is None:
             gen = local.generator = np.random.Generator(np.random.PCG64(0))
-        h = hashlib.blake2b(
-            f"{self.seed},{epoch},{int(index)}".encode(), digest_size=32, person=b"spanbert-mask"
-        ).digest()
-        gen.bit_generator.state = {
-            "bit_generator": "PCG64",
-            "state": {"state": int.from_bytes(h[:16], "little"), "inc": int.from_bytes(h[16:], "little") | 1},
-            "has_uint32": 0,
-            "uinteger": 0,
-        }
+        gen.bit_generator.state = _example_state(self.seed, epoch, index)
         return gen
 
     def __len__(self) -> int:
         return len(self.pairs) if self.nsp else len(self.blocks)
 
-    def __getitem__(self, index: int) -> dict[str, np.ndarray]:
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError(f"index {index} out of range for {len(self)} examples")
-        rng = self.example_rng(index)
+    def lengths(self) -> np.ndarray:
+        """(N,) int64 tokens of each example, special tokens included (the same in every epoch: blocks
+        and pairs are fixed, only the masks change); the trainer's token-budget batching reads them."""
+        if self.nsp:
+            p = self.pairs.astype(np.int64)
+            return (p[:, 1] - p[:, 0]) + (p[:, 3] - p[:, 2]) + 3  # [CLS] A [SEP] B [SEP]
+        b = self.blocks.astype(np.int64)
+        return b[:, 1] - b[:, 0] + 2  # [CLS] block [SEP]
+
+    def sequence(self, index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, int | None]:
+        """Example ``index`` before masking: (ids (T,) int64 with [CLS]/[SEP], word starts (T,) bool,
+        token_type_ids (T,) int64, candidate spans (C, 2) or None, NSP label or None)."""
         cand = None
+        label = None
         if self.nsp:
             a0, a1, b0, b1, label = (int(x) for x in self.pairs[index])
             a_ids, a_ws = self.corpus.tokens(a0, a1)
@@ -943,8 +1187,12 @@ class PretrainDataset:
             token_type_ids = np.zeros(len(ids), dtype=np.int64)
             if self._kind is not None:
                 cand = self.corpus.candidates(self._kind, start, end) + 1
+        return ids, ws, token_type_ids, cand, label
+
+    def mask(self, ids: np.ndarray, ws: np.ndarray, cand: np.ndarray | None, rng: np.random.Generator) -> MaskResult:
+        """`mask_block` with this dataset's masking settings."""
         m = self.masking
-        r = mask_block(
+        return mask_block(
             ids,
             ws,
             m.scheme,
@@ -964,18 +1212,322 @@ class PretrainDataset:
             candidates=cand,
             candidate_fraction=m.candidate_fraction,
         )
-        item = {
-            "input_ids": r.input_ids,
-            "labels": r.labels,
-            "token_type_ids": token_type_ids,
-            "sbo_positions": r.sbo_positions,
-            "sbo_left": r.sbo_left,
-            "sbo_right": r.sbo_right,
-            "sbo_rel": r.sbo_rel,
-        }
+
+    def __getitem__(self, index: int) -> dict[str, np.ndarray]:
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(f"index {index} out of range for {len(self)} examples")
+        ids, ws, token_type_ids, cand, label = self.sequence(index)
+        if self.static is not None:
+            item = self._static_item(index, ids)
+        else:
+            r = self.mask(ids, ws, cand, self.example_rng(index))
+            item = {
+                "input_ids": r.input_ids,
+                "labels": r.labels,
+                "sbo_positions": r.sbo_positions,
+                "sbo_left": r.sbo_left,
+                "sbo_right": r.sbo_right,
+                "sbo_rel": r.sbo_rel,
+            }
+        item["token_type_ids"] = token_type_ids
         if self.nsp:
             item["next_sentence_label"] = np.int64(label)
         return item
+
+    @property
+    def duplicate(self) -> int | None:
+        """The static duplicate the current epoch reads (epoch mod dupe_factor); None when masking is dynamic."""
+        return None if self.static is None else self.epoch % int(self.static["dupe_factor"])
+
+    def _static_item(self, index: int, ids: np.ndarray) -> dict[str, np.ndarray]:
+        """Example ``index`` with the stored masks of duplicate epoch mod dupe_factor (Google's data is
+        reused across epochs: epoch e sees the masks of duplicate e mod dupe_factor)."""
+        offsets, mlm, sbo = self._static_arrays(self.epoch % int(self.static["dupe_factor"]))
+        m0, s0 = offsets[index].tolist()
+        m1, s1 = offsets[index + 1].tolist()
+        targets = mlm[m0:m1].astype(np.int64)  # (K, 2) position, input id there
+        pos = targets[:, 0]
+        ids = ids.astype(np.int64)
+        input_ids = ids.copy()  # (T,)
+        input_ids[pos] = targets[:, 1]
+        labels = np.full(len(ids), IGNORE_INDEX, dtype=np.int64)  # (T,)
+        labels[pos] = ids[pos]
+        s = sbo[s0:s1].astype(np.int64)  # (M, 4) position, left, right, rel
+        return {
+            "input_ids": input_ids,
+            "labels": labels,
+            "sbo_positions": s[:, 0].copy(),
+            "sbo_left": s[:, 1].copy(),
+            "sbo_right": s[:, 2].copy(),
+            "sbo_rel": s[:, 3].copy(),
+        }
+
+    def _static_arrays(self, duplicate: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(offsets (N+1, 2), mlm (K, 2), sbo (M, 4)) of one stored duplicate, memory-mapped on first use
+        (per process: the maps are not pickled into DataLoader workers)."""
+        cache = self.__dict__.get("_static_cache")
+        if cache is None:
+            cache = self._static_cache = {}
+        arrays = cache.get(duplicate)
+        if arrays is None:
+            arrays = cache[duplicate] = _open_duplicate(self.corpus.path, self.static, duplicate)
+        return arrays
+
+
+# =============================================================================================
+# Static masking (Google BERT's create_pretraining_data.py --dupe_factor)
+#
+# corpus/static-<max_seq_length>/
+#   examples.npy          (N, 2) int64 blocks [start, end) or (N, 5) NSP pairs (a0, a1, b0, b1, label)
+#   dup-000.offsets       (N+1, 2) int64 start of each example's rows in .mlm and .sbo
+#   dup-000.mlm           (K, 2) position in the sequence, input id there ([MASK], random or unchanged)
+#   dup-000.sbo           (M, 4) SBO target: position, left boundary, right boundary, relative position
+#   dup-001.* ...         one set per duplicate
+# The labels are the corpus tokens at the .mlm positions, so they are not stored. meta.json's
+# "static_masks" lists the sets with the settings they were made with (`static_settings`).
+
+STATIC_FORMAT = "spanbert-static-masks-v1"
+
+
+@dataclass
+class StaticMaskingConfig:
+    """Static masking at preprocess time (Google BERT's ``create_pretraining_data.py``); defaults are Google's."""
+
+    dupe_factor: int = 0
+    """Masked copies of the data made at preprocess time (Google: 10); 0 = none, the pre-training run masks on the fly (dynamic masking)."""
+    max_seq_length: tuple[int, ...] = (128,)
+    """Sequence length(s) to make static masks for, one set each (Google BERT: 128, and 512 for the last 10% of steps)."""
+    mode: str = "nsp"
+    """Examples: nsp = BERT sentence pairs (google-bert, bert, mask-*), single = SpanBERT single sequences."""
+    short_seq_prob: float = 0.1
+    """NSP pairs: probability of a shorter target length (Google BERT: 0.1)."""
+    block_packing: str = "sentences"
+    """As spanbert pretrain --block_packing: sentences or fixed."""
+    masking_seed: int = 12345
+    """Seed of the stored pairs and masks (Google's --random_seed 12345)."""
+    eval_fraction: float = 0.01
+    """As spanbert pretrain --eval_fraction: the last documents holding this share of the tokens are held out and get no static masks (0 = none held out, for pretrain --max_eval_blocks 0)."""
+    masking: MaskingConfig = dataclasses.field(default_factory=lambda: MaskingConfig(scheme="subword"))
+    """The masking (scheme and its options) applied to each duplicate; Google BERT's: subword, 15%, 80/10/10."""
+
+    def check(self, candidate_kinds: Sequence[str] = ()) -> None:
+        """Reject settings no pre-training run could use, before any work."""
+        if isinstance(self.dupe_factor, bool) or not isinstance(self.dupe_factor, int) or self.dupe_factor < 0:
+            raise SpanBertError(f"--dupe_factor: found {self.dupe_factor!r}, expected an integer >= 0")
+        if not self.max_seq_length or any(int(n) < 8 for n in self.max_seq_length):
+            raise SpanBertError(f"--max_seq_length: found {list(self.max_seq_length)}, expected lengths of at least 8")
+        if self.mode not in ("nsp", "single"):
+            raise SpanBertError(f"--mode: found {self.mode!r}, expected nsp or single")
+        if not 0.0 <= self.short_seq_prob <= 1.0:
+            raise SpanBertError(f"--short_seq_prob: found {self.short_seq_prob}, expected a probability in [0, 1]")
+        if self.block_packing not in BLOCK_PACKINGS:
+            raise SpanBertError(f"--block_packing: found {self.block_packing!r}, expected sentences or fixed")
+        if not 0.0 <= self.eval_fraction < 1.0:
+            raise SpanBertError(f"--eval_fraction: found {self.eval_fraction}, expected a number in [0, 1)")
+        m = self.masking
+        if m.scheme not in SCHEMES:
+            raise SpanBertError(f"--masking: found {m.scheme!r}, expected one of: {', '.join(SCHEMES)}")
+        if not 0.0 < m.mask_prob < 1.0:
+            raise SpanBertError(f"--mask_prob: found {m.mask_prob}, expected a number between 0 and 1 (exclusive)")
+        check_replace_probs(m.replace_probs)
+        kind = {"named_entity": "entity", "noun_phrase": "noun_phrase"}.get(m.scheme)
+        if kind is not None and kind not in candidate_kinds:
+            raise SpanBertError(
+                f"--masking {m.scheme}: found no --candidates {kind}, expected it (the scheme needs them)"
+            )
+
+
+def static_settings(
+    nsp: bool,
+    max_seq_length: int,
+    block_packing: str,
+    short_seq_prob: float,
+    masking: MaskingConfig,
+    documents: tuple[int, int],
+) -> dict[str, Any]:
+    """What static masks depend on, as JSON values: a pre-training dataset may read a stored set only
+    when its own settings are these (`find_static_masks` compares them key by key)."""
+    return json.loads(
+        json.dumps(
+            {
+                "mode": "nsp" if nsp else "single",
+                "max_seq_length": int(max_seq_length),
+                "block_packing": block_packing,
+                "short_seq_prob": float(short_seq_prob) if nsp else 0.0,  # single sequences do not use it
+                "documents": [int(documents[0]), int(documents[1])],
+                "masking": dataclasses.asdict(masking),
+            }
+        )
+    )
+
+
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def static_mask_sets(corpus: TokenCorpus) -> list[dict[str, Any]]:
+    """The static mask sets a corpus holds (meta.json ``static_masks``; empty for a dynamic corpus)."""
+    return list(corpus.meta.get("static_masks") or [])
+
+
+def find_static_masks(corpus: TokenCorpus, settings: dict[str, Any], mask_id: int | None = None) -> dict[str, Any]:
+    """The corpus's static mask set for ``settings`` (`static_settings`); a `SpanBertError` naming the
+    stored settings and the wanted ones when there is none, or when the set differs."""
+    sets = static_mask_sets(corpus)
+    if not sets:
+        raise SpanBertError(
+            f"{corpus.path}: found no static masks, expected some (spanbert preprocess --dupe_factor N); "
+            "or mask on the fly (spanbert pretrain --static_masks off)"
+        )
+    length = settings["max_seq_length"]
+    entry = next((e for e in sets if e.get("settings", {}).get("max_seq_length") == length), None)
+    if entry is None:
+        have = ", ".join(str(e.get("settings", {}).get("max_seq_length")) for e in sets)
+        raise SpanBertError(
+            f"{corpus.path}: found static masks for max_seq_length {have}, expected {length}; re-run spanbert "
+            f"preprocess --dupe_factor N --max_seq_length {length}, or pass --static_masks off (dynamic masking)"
+        )
+    stored, wanted = _flat(entry["settings"]), _flat(settings)
+    diff = [k for k in sorted(set(stored) | set(wanted)) if stored.get(k) != wanted.get(k)]
+    if diff:
+        found = ", ".join(f"{k}={stored.get(k)!r}" for k in diff)
+        expected = ", ".join(f"{k}={wanted.get(k)!r}" for k in diff)
+        raise SpanBertError(
+            f"{corpus.path / entry['dir']}: found static masks made with {found}, expected this run's {expected}; "
+            "re-run spanbert preprocess --dupe_factor with the run's settings, or pass --static_masks off "
+            "(dynamic masking)"
+        )
+    if mask_id is not None and entry.get("mask_id") != mask_id:
+        raise SpanBertError(
+            f"{corpus.path / entry['dir']}: found static masks with [MASK] id {entry.get('mask_id')}, expected the "
+            f"tokenizer's {mask_id}; use the corpus's own tokenizer"
+        )
+    return entry
+
+
+def _load_examples(root: Path, entry: dict[str, Any]) -> np.ndarray:
+    path = root / entry["dir"] / "examples.npy"
+    width = 5 if entry["settings"]["mode"] == "nsp" else 2
+    try:
+        examples = np.load(path, mmap_mode="r")
+    except (OSError, ValueError, EOFError) as e:
+        raise DataError(path, f"cannot read the stored examples ({e}): {_DAMAGED}") from None
+    if examples.shape != (int(entry["num_examples"]), width) or examples.dtype != np.int64:
+        raise DataError(
+            path,
+            f"found {examples.dtype} {examples.shape}, expected int64 ({entry['num_examples']}, {width}): {_DAMAGED}",
+        )
+    return np.asarray(examples)
+
+
+def _open_duplicate(root: Path, entry: dict[str, Any], d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    base = root / entry["dir"] / f"dup-{d:03d}"
+    dtype = np.dtype(entry["dtype"])
+    n = int(entry["num_examples"])
+    k, m = (int(x) for x in entry["counts"][d])
+    offsets = _memmap(Path(f"{base}.offsets"), np.int64, 2 * (n + 1)).reshape(n + 1, 2)
+    if n and (offsets[-1, 0] != k or offsets[-1, 1] != m):
+        raise DataError(
+            Path(f"{base}.offsets"), f"found totals {offsets[-1].tolist()}, expected [{k}, {m}]: {_DAMAGED}"
+        )
+    mlm = _memmap(Path(f"{base}.mlm"), dtype, 2 * k).reshape(k, 2)
+    sbo = _memmap(Path(f"{base}.sbo"), dtype, 4 * m).reshape(m, 4)
+    return np.asarray(offsets), np.asarray(mlm), np.asarray(sbo)
+
+
+def write_static_masks(
+    corpus: TokenCorpus,
+    output_dir: str | os.PathLike,
+    *,
+    dupe_factor: int,
+    max_seq_length: int,
+    mode: str = "nsp",
+    short_seq_prob: float = 0.1,
+    block_packing: str = "sentences",
+    seed: int = 12345,
+    masking: MaskingConfig | None = None,
+    documents: tuple[int, int] | None = None,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Mask every example of ``corpus`` ``dupe_factor`` times and store the masks in ``output_dir``
+    (a new folder inside the corpus, named ``static-<max_seq_length>``); returns its meta.json entry.
+
+    The examples (blocks or NSP pairs) are those of ``PretrainDataset(corpus, max_seq_length, mode=mode,
+    seed=seed, ...)``, drawn once; duplicate d of example i is ``mask_block`` with
+    ``example_generator(seed, d, i)`` — exactly the masks a dynamic dataset of that seed gives example i
+    in epoch d. Written straight to disk, one duplicate at a time (memory stays flat); the caller makes
+    the folder appear atomically (`preprocess` writes it inside its temporary corpus folder).
+    """
+    masking = masking or MaskingConfig(scheme="subword")
+    ds = PretrainDataset(
+        corpus,
+        max_seq_length=max_seq_length,
+        mode=mode,
+        seed=seed,
+        short_seq_prob=short_seq_prob,
+        masking=masking,
+        documents=documents,
+        block_packing=block_packing,
+    )
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=False)
+    examples = np.ascontiguousarray(ds.pairs if ds.nsp else ds.blocks, dtype=np.int64)
+    np.save(out / "examples.npy", examples)
+    n = len(examples)
+    small = max_seq_length <= np.iinfo(np.uint16).max and corpus.vocab_size <= np.iinfo(np.uint16).max + 1
+    dtype = np.dtype(np.uint16 if small else np.int32)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=n * dupe_factor, unit="ex", desc=f"static masks ({max_seq_length} tokens)", file=sys.stderr)
+    counts, masked, tokens = [], 0, 0
+    try:
+        for d in range(dupe_factor):
+            offsets = np.zeros((n + 1, 2), dtype=np.int64)
+            k = m = 0
+            with open(out / f"dup-{d:03d}.mlm", "wb") as f_mlm, open(out / f"dup-{d:03d}.sbo", "wb") as f_sbo:
+                for i in range(n):
+                    ids, ws, _, cand, _ = ds.sequence(i)
+                    r = ds.mask(ids, ws, cand, ds.example_rng(i, epoch=d))
+                    pos = np.flatnonzero(r.labels != IGNORE_INDEX)  # (K_i,)
+                    f_mlm.write(np.stack([pos, r.input_ids[pos]], axis=1).astype(dtype).tobytes())
+                    sbo = np.stack([r.sbo_positions, r.sbo_left, r.sbo_right, r.sbo_rel], axis=1)  # (M_i, 4)
+                    f_sbo.write(sbo.astype(dtype).tobytes())
+                    k += len(pos)
+                    m += len(sbo)
+                    offsets[i + 1] = (k, m)
+                    if d == 0:
+                        tokens += len(ids)
+                    if bar is not None:
+                        bar.update(1)
+            offsets.tofile(out / f"dup-{d:03d}.offsets")
+            counts.append([k, m])
+            masked += k
+    finally:
+        if bar is not None:
+            bar.close()
+    return {
+        "format": STATIC_FORMAT,
+        "dir": out.name,
+        "settings": static_settings(ds.nsp, max_seq_length, block_packing, short_seq_prob, masking, ds.documents),
+        "seed": int(seed),
+        "dupe_factor": int(dupe_factor),
+        "num_examples": n,
+        "num_tokens": tokens,
+        "dtype": dtype.name,
+        "mask_id": int(ds.mask_id),
+        "counts": counts,
+        "masked_fraction": round(masked / max(1, tokens * dupe_factor), 6),
+    }
 
 
 # =============================================================================================
@@ -1232,7 +1784,9 @@ def main(argv: list[str], prog: str = "spanbert preprocess") -> int:
         help=f"spaCy pipeline for --candidates (default: {d.spacy_model})",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_static_arguments(p)
     args = p.parse_args(argv)
+    static = _static_from_args(args)
     out = preprocess(
         args.corpus,
         args.tokenizer,
@@ -1243,9 +1797,78 @@ def main(argv: list[str], prog: str = "spanbert preprocess") -> int:
         candidates=args.candidates,
         spacy_model=args.spacy_model,
         progress=not args.quiet,
+        static=static,
     )
     from spanbert.distributed import print0
 
     c = TokenCorpus(out)
     print0(f"wrote {c.num_tokens:,} tokens in {c.num_docs:,} documents, {len(c.meta['shards'])} shard(s) to {out}")
+    for e in static_mask_sets(c):
+        print0(
+            f"static masks: {e['dupe_factor']} duplicate(s) of {e['num_examples']:,} {e['settings']['mode']} examples "
+            f"of <= {e['settings']['max_seq_length']} tokens in {out / e['dir']}"
+        )
     return 0
+
+
+def _add_static_arguments(p: argparse.ArgumentParser) -> None:
+    """Google BERT's static masking options (`StaticMaskingConfig`; the masking ones are `MaskingConfig`'s)."""
+    from spanbert.config import add_dataclass_arguments, field_docs
+    from spanbert.masking import add_replace_probs_arguments
+
+    g = p.add_argument_group(
+        "static masking (Google BERT's create_pretraining_data.py; only with --dupe_factor N > 0)"
+    )
+    d, docs = StaticMaskingConfig(), field_docs(StaticMaskingConfig)
+
+    def helptext(name: str, default: Any) -> str:
+        return f"{docs[name]} (default: {default})".replace("%", "%%")
+
+    g.add_argument("--dupe_factor", "--dupe-factor", type=int, default=d.dupe_factor, help=helptext("dupe_factor", 0))
+    g.add_argument(
+        "--max_seq_length", "--max-seq-length", type=int, nargs="+", default=list(d.max_seq_length), metavar="N",
+        help=helptext("max_seq_length", " ".join(map(str, d.max_seq_length))),
+    )  # fmt: skip
+    g.add_argument("--mode", choices=("nsp", "single"), default=d.mode, help=helptext("mode", d.mode))
+    g.add_argument("--short_seq_prob", type=float, default=d.short_seq_prob, help=helptext("short_seq_prob", 0.1))
+    g.add_argument(
+        "--block_packing", choices=BLOCK_PACKINGS, default=d.block_packing, help=helptext("block_packing", "sentences")
+    )
+    g.add_argument("--masking_seed", type=int, default=d.masking_seed, help=helptext("masking_seed", d.masking_seed))
+    g.add_argument("--eval_fraction", type=float, default=d.eval_fraction, help=helptext("eval_fraction", 0.01))
+    g.add_argument(
+        "--masking",
+        default="subword",
+        metavar="SCHEME",
+        help=f"masking scheme of the stored masks: {', '.join(SCHEMES)} (default: subword)",
+    )
+    add_dataclass_arguments(g, MaskingConfig, exclude=("scheme", "replace_probs"))
+    add_replace_probs_arguments(g)
+
+
+def _static_from_args(args: argparse.Namespace) -> StaticMaskingConfig | None:
+    from spanbert.config import dataclass_from_args
+
+    if args.dupe_factor == 0:
+        d = StaticMaskingConfig()
+        given = [k for k in (f.name for f in dataclasses.fields(MaskingConfig)) if k in vars(args)]
+        given += [k for k in ("mode", "short_seq_prob", "block_packing", "masking_seed", "eval_fraction")
+                  if getattr(args, k) != getattr(d, k)]  # fmt: skip
+        given += ["max_seq_length"] if tuple(args.max_seq_length) != d.max_seq_length else []
+        given += ["masking"] if args.masking != "subword" else []
+        if given:
+            raise SpanBertError(
+                f"--{given[0]}: found it without --dupe_factor, expected --dupe_factor N (static masking)"
+            )
+        return None
+    masking = dataclass_from_args(MaskingConfig, args, defaults={"scheme": args.masking})
+    return StaticMaskingConfig(
+        dupe_factor=args.dupe_factor,
+        max_seq_length=tuple(args.max_seq_length),
+        mode=args.mode,
+        short_seq_prob=args.short_seq_prob,
+        block_packing=args.block_packing,
+        masking_seed=args.masking_seed,
+        eval_fraction=args.eval_fraction,
+        masking=masking,
+    )

@@ -37,19 +37,27 @@ differs; each difference is an option:
 - ``anchor="subword"``: draw the anchor uniformly over word pieces and move it to its word's start
   (words made of more pieces are likelier span starts).
 - ``merge_adjacent=True``: only reject a span whose first token is already masked; overlapping and
-  touching spans are merged (a merged span may exceed 10 words).
+  touching spans are merged (a merged span may exceed 10 words), and the 80/10/10 decision is made
+  once per merged run (the official ``span_masking`` draws after ``merge_intervals``).
 - ``max_sbo_targets=15``: at most 15 SBO targets per span (the first 15 tokens).
 - ``sbo_skip_edge=True``: no SBO target for a span touching the edge of the text (its boundary would
   be [CLS], [SEP] or outside the block).
 
 Special tokens (``special_ids``: [CLS], [SEP], [PAD], ...) are never masked and end words and spans.
 The only Python loop is over sampled spans (about 20 per 512-token block), never over tokens.
+
+``replace_probs`` = (mask, random, unchanged) is an option of every scheme (BERT Appendix C.2, Table 8):
+decided per span for span-level schemes, per token for subword and whole_word. Table 8 lists its rows
+as MASK/SAME/RND, i.e. (mask, unchanged, random): `MASK_RATES` holds them by that name ("80/0/20" ->
+``(0.8, 0.2, 0.0)``) and `parse_mask_rates` reads any such triple.
 """
 
 from __future__ import annotations
 
+import argparse
 import bisect
 import functools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -77,7 +85,7 @@ class MaskingConfig:
     max_span_len: int = 10
     """Span scheme: longest span in words; Geo(p) is truncated and renormalised to 1..max_span_len (§3.1)."""
     replace_probs: tuple[float, ...] = (0.8, 0.1, 0.1)
-    """Probabilities of [MASK] / random token / unchanged for a masked span or token."""
+    """Probabilities of [MASK] / random token / unchanged for a masked span (span schemes) or token (subword, whole_word); BERT Table 8 lists them as MASK/SAME/RND (--mask_rates)."""
     anchor: Literal["word", "subword"] = "word"
     """Span starts uniform over word starts (paper) or over word pieces moved to their word start (official code)."""
     stop_mid_word: bool = False
@@ -90,6 +98,101 @@ class MaskingConfig:
     """Official code: no SBO target for a span whose boundary is [CLS]/[SEP] or outside the block."""
     candidate_fraction: float = 0.5
     """named_entity/noun_phrase: share of the budget drawn from the candidate spans (§6.1: 50%)."""
+
+
+# BERT Appendix C.2, Table 8, in the paper's column order MASK/SAME/RND -> replace_probs (mask, random, unchanged)
+MASK_RATES: dict[str, tuple[float, float, float]] = {
+    "80/10/10": (0.8, 0.1, 0.1),  # BERT's (and SpanBERT's) setting
+    "100/0/0": (1.0, 0.0, 0.0),
+    "80/0/20": (0.8, 0.2, 0.0),
+    "80/20/0": (0.8, 0.0, 0.2),
+    "0/20/80": (0.0, 0.8, 0.2),
+    "0/0/100": (0.0, 1.0, 0.0),
+}
+
+
+def check_replace_probs(probs: Sequence[float], option: str = "--replace_probs") -> tuple[float, float, float]:
+    """``probs`` as a (mask, random, unchanged) tuple of floats; a `SpanBertError` naming ``option``
+    unless they are three finite non-negative numbers summing to 1 (within 1e-6)."""
+    try:
+        values = tuple(float(p) for p in probs)
+    except (TypeError, ValueError):
+        values = None
+    if values is None or len(values) != 3 or not all(math.isfinite(p) and p >= 0 for p in values) or abs(
+        sum(values) - 1.0
+    ) > 1e-6:
+        shown = " ".join(map(str, probs)) if isinstance(probs, (list, tuple)) else repr(probs)
+        raise SpanBertError(
+            f"{option}: found {shown}, expected three non-negative numbers ([MASK], random, unchanged) "
+            "summing to 1, e.g. 0.8 0.1 0.1"
+        )
+    return values  # type: ignore[return-value]
+
+
+def parse_mask_rates(text: str) -> tuple[float, float, float]:
+    """Table 8's notation, percentages in the paper's order MASK/SAME/RND ("80/0/20"), as
+    ``replace_probs`` (mask, random, unchanged) = (0.8, 0.2, 0.0). Any triple summing to 100 is accepted."""
+    parts = str(text).split("/")
+    try:
+        mask, same, rnd = (float(x) for x in parts)
+    except ValueError:
+        raise SpanBertError(
+            f"--mask_rates: found {text!r}, expected MASK/SAME/RND percentages summing to 100 in BERT "
+            f"Table 8's order, e.g. one of {', '.join(MASK_RATES)}"
+        ) from None
+    if not all(math.isfinite(x) and x >= 0 for x in (mask, same, rnd)) or abs(mask + same + rnd - 100) > 1e-4:
+        raise SpanBertError(
+            f"--mask_rates: found {text!r}, expected three non-negative percentages MASK/SAME/RND summing to "
+            f"100, e.g. one of {', '.join(MASK_RATES)}"
+        )
+    return (mask / 100, rnd / 100, same / 100)
+
+
+class _ReplaceProbsAction(argparse.Action):
+    """``--replace_probs P P P`` (or ``P,P,P``) and ``--mask_rates M/S/R``, both into ``replace_probs``."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(namespace, self.dest, None) is not None:
+            raise SpanBertError(
+                f"{option_string}: the masking rates were already given (--replace_probs and --mask_rates "
+                "set the same thing): give them once"
+            )
+        if option_string in ("--mask_rates", "--mask-rates"):
+            probs = parse_mask_rates(values)
+        elif any("=" in str(v) for v in values):  # nargs="+" swallowed the key=value overrides after it
+            raise SpanBertError(
+                f"{option_string}: found {' '.join(values)}, expected three numbers; put key=value overrides "
+                f"before {option_string}"
+            )
+        else:  # "0.8 0.1 0.1" as three words, or "0.8,0.1,0.1" as the key=value form spells it
+            probs = check_replace_probs([x for v in values for x in str(v).replace(",", " ").split()])
+        setattr(namespace, self.dest, probs)
+
+
+def add_replace_probs_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """Add ``--replace_probs MASK RANDOM UNCHANGED`` and ``--mask_rates M/S/R`` (BERT Table 8's order)
+    to a parser; both set ``replace_probs`` (absent from the namespace unless given)."""
+    parser.add_argument(
+        "--replace_probs",
+        "--replace-probs",
+        dest="replace_probs",
+        nargs="+",
+        action=_ReplaceProbsAction,
+        default=argparse.SUPPRESS,
+        metavar="P",
+        help="probabilities that a masked span (span schemes) or token (subword, whole_word) becomes "
+        "[MASK], a random token, or stays unchanged: three numbers summing to 1 (default: 0.8 0.1 0.1)",
+    )
+    parser.add_argument(
+        "--mask_rates",
+        "--mask-rates",
+        dest="replace_probs",
+        action=_ReplaceProbsAction,
+        default=argparse.SUPPRESS,
+        metavar="M/S/R",
+        help="the same in BERT Table 8's notation, percentages in the order MASK/SAME/RND: "
+        f"{', '.join(MASK_RATES)} (80/0/20 = 80%% [MASK], 0%% unchanged, 20%% random)",
+    )
 
 
 @dataclass
@@ -508,7 +611,7 @@ def mask_block(
     if word_starts.shape != (n,):
         raise SpanBertError(f"word_starts has shape {word_starts.shape}; expected ({n},) like token_ids")
     if len(replace_probs) != 3 or abs(sum(replace_probs) - 1) > 1e-6 or min(replace_probs) < 0:
-        raise SpanBertError(f"replace_probs must be three probabilities summing to 1, got {tuple(replace_probs)}")
+        check_replace_probs(replace_probs, "replace_probs")  # raises, with the message of the CLI
     words = _words(token_ids, word_starts, special_ids)
     if scheme == "span" and anchor == "word" and not merge_adjacent and replace_per_span in (None, True):
         return _mask_spans_fast(
@@ -551,8 +654,12 @@ def mask_block(
     pos = np.flatnonzero(masked)  # (K,)
     labels[pos] = token_ids[pos]
     if per_span:
+        # The official code (``span_masking`` after ``merge_intervals``) draws once per merged run, so
+        # with merge_adjacent a run built from several sampled spans is all [MASK], all random or all
+        # unchanged; the paper's rules never merge, so there a unit is a run.
+        decided = _runs(masked).tolist() if merge_adjacent else units
         rand_slices = []
-        for (st, en), u in zip(units, rng.random(len(units)).tolist()):
+        for (st, en), u in zip(decided, rng.random(len(decided)).tolist()):
             if u < c_mask:
                 input_ids[st : en + 1] = mask_id
             elif u < c_rand:

@@ -125,6 +125,9 @@ class SelfAttention(nn.Module):
         self.value = nn.Linear(H, H)
         self.dropout_p = config.attention_probs_dropout_prob
         self.attn_dropout = Dropout(config.attention_probs_dropout_prob)
+        # §5.1 LTR baseline: left context only. Without padding the causal mask is SDPA's `is_causal`
+        # (or a lower triangle on the explicit path); with padding `Encoder.forward` folds it into `mask`.
+        self.causal = config.is_decoder
 
     def forward(self, x: Tensor, mask: Tensor | None, unpad: Unpad | None = None) -> Tensor:
         H = x.shape[-1]
@@ -137,16 +140,19 @@ class SelfAttention(nn.Module):
         B, T = qkv.shape[:2]
         qkv = qkv.view(B, T, 3, self.n_head, H // self.n_head)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, nh, T, hs)
+        causal = self.causal and mask is None  # with padding the causal part is already in `mask`
         if self.training and self.dropout_p > 0 and x.device.type == "cpu" and not torch.compiler.is_compiling():
             # SDPA's fused CPU kernels have no dropout, so SDPA would take this same math path, but
             # with the slow per-element Bernoulli; do it explicitly with the fast CPU dropout.
             scores = q @ k.transpose(-2, -1) * (q.shape[-1] ** -0.5)  # (B, nh, T, T)
+            if causal:
+                mask = torch.ones(T, T, dtype=torch.bool, device=scores.device).tril()  # (T, T) key <= query
             if mask is not None:
                 scores = scores.masked_fill(~mask, float("-inf"))
             y = self.attn_dropout(scores.softmax(-1)) @ v  # (B, nh, T, hs)
         else:
             y = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0
+                q, k, v, attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0, is_causal=causal
             )  # (B, nh, T, hs)
         y = y.transpose(1, 2).reshape(B, T, H)
         return unpad.gather(y) if unpad is not None else y
@@ -201,12 +207,16 @@ class LayerStack(nn.Module):
         self.layer = nn.ModuleList(Layer(config) for _ in range(config.num_hidden_layers))
         self.gradient_checkpointing = False
 
-    def forward(self, x: Tensor, mask: Tensor | None, unpad: Unpad | None = None) -> Tensor:
+    def forward(
+        self, x: Tensor, mask: Tensor | None, unpad: Unpad | None = None, states: list[Tensor] | None = None
+    ) -> Tensor:
         for layer in self.layer:
             if self.gradient_checkpointing and self.training:
                 x = torch.utils.checkpoint.checkpoint(layer, x, mask, unpad, use_reentrant=False)
             else:
                 x = layer(x, mask, unpad)
+            if states is not None:  # every layer's output (feature-based NER, BERT §5.3 Table 7)
+                states.append(x)
         return x
 
 
@@ -254,27 +264,58 @@ class Encoder(nn.Module):
         init_weights(self, config.initializer_range)
 
     def forward(
-        self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None
-    ) -> Tensor:
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        output_hidden_states: bool = False,
+    ) -> Tensor | tuple[Tensor, ...]:
+        """The last hidden states (B, T, H); with ``output_hidden_states`` instead the tuple of the
+        embedding output and every layer's output, L + 1 tensors (B, T, H), as HF ``hidden_states``
+        (its last item is the usual return value; padded positions are zeros in each)."""
         if input_ids.shape[1] > self.config.max_position_embeddings:
             raise SpanBertError(
                 f"sequence of {input_ids.shape[1]} tokens is longer than max_position_embeddings="
                 f"{self.config.max_position_embeddings}"
             )
         x = self.embeddings(input_ids, token_type_ids)  # (B, T, H)
+        states: list[Tensor] | None = [] if output_hidden_states else None
         if attention_mask is None or _all_ones(attention_mask):
-            return self.encoder(x, None)  # no padding: no mask at all
+            out = self.encoder(x, None, states=states)  # no padding: no mask at all (a causal model: SDPA's is_causal)
+            return out if states is None else (x, *states)
         # (B, 1, 1, T) boolean: True = may attend. Only keys are masked, as in BERT.
         mask = attention_mask.bool()[:, None, None, :]
+        if self.config.is_decoder:
+            T = input_ids.shape[1]
+            tril = torch.ones(T, T, dtype=torch.bool, device=mask.device).tril()  # (T, T) key <= query
+            # (B, 1, T, T); the diagonal keeps every row non-empty, so a padded query row before the
+            # first real token (left padding) gets no all -inf softmax whose NaN gradient would reach
+            # real keys; real queries never see a padded key either way
+            mask = (mask & tril) | torch.eye(T, dtype=torch.bool, device=mask.device)
         unpad = Unpad(attention_mask)
-        x = self.encoder(unpad.gather(x), mask, unpad)  # (N, H): real tokens only
+        x0 = unpad.gather(x)  # (N, H): real tokens only
+        x = self.encoder(x0, mask, unpad, states=states)  # (N, H)
         # Padded positions come back as zeros (HF returns values there that no loss should use).
+        if states is not None:
+            return tuple(unpad.pad(h) for h in (x0, *states))  # L + 1 x (B, T, H)
         return unpad.pad(x)  # (B, T, H)
 
-    def pool(self, hidden: Tensor) -> Tensor:
-        """The tanh pooler over [CLS] used by NSP and sentence classification: (B, T, H) -> (B, H)."""
+    def pool(self, hidden: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+        """The tanh pooler over [CLS] used by NSP and sentence classification: (B, T, H) -> (B, H).
+
+        A causal encoder (`is_decoder`, the §5.1 LTR baseline) pools the **last real token** instead
+        ([SEP]: the only position that has seen the whole input, as GPT classifies from its last token;
+        [CLS] at position 0 sees only itself). Pass ``attention_mask`` when the batch is padded.
+        """
         if self.pooler is None:
             raise SpanBertError("this encoder was built without a pooling layer (add_pooling_layer=False)")
+        if self.config.is_decoder:
+            B, T = hidden.shape[:2]
+            last = (
+                attention_mask.long().sum(1) - 1 if attention_mask is not None
+                else torch.full((B,), T - 1, dtype=torch.long, device=hidden.device)
+            )  # (B,) index of each row's last real token (right padding)
+            return self.pooler(hidden[torch.arange(B, device=hidden.device), last][:, None])  # (B, H)
         return self.pooler(hidden)
 
     def set_gradient_checkpointing(self, enabled: bool = True) -> None:
@@ -283,13 +324,15 @@ class Encoder(nn.Module):
 
     @classmethod
     def from_pretrained(cls, path: str | Path, add_pooling_layer: bool = True) -> Encoder:
-        """Load a HF-format BERT folder (ours, HF's, or the official SpanBERT release layout).
+        """Load a BERT folder: ours, HF's, Google's / SpanBERT's original release layout
+        (`bert_config.json`), or a fairseq-era SpanBERT state dict (`decoder.` prefix); see
+        `load_checkpoint` and docs/architecture.md "Checkpoint layouts".
 
         Keys may carry the `bert.` prefix (task and pre-training checkpoints) or not (`BertModel`). A
         checkpoint without a pooler (the SpanBERT release) gets a freshly initialised one.
         """
         config_json, state = load_checkpoint(path)
-        config = BertConfig.from_hf_dict(config_json, source=str(Path(path) / "config.json"))
+        config = BertConfig.from_hf_dict(config_json, source=str(config_path(path)))
         encoder = cls(config, add_pooling_layer=add_pooling_layer)
         encoder.load_bert_state(encoder_state_dict(state), source=str(path))
         return encoder.eval()  # as transformers: a loaded model predicts; `trainer.train` switches to train()
@@ -408,6 +451,10 @@ class SpanBertForPreTraining(nn.Module):
 
     Loss (§3.2): mlm_weight * mean CE(MLM) + sbo_weight * mean CE(SBO) [+ CE(NSP)]; every masked token
     contributes one MLM and one SBO term. The batch layout is `spanbert.data.collate_pretrain`'s.
+
+    BERT's left-to-right baseline (§5.1, `--system ltr`) is this model with a causal config
+    (`is_decoder`), no SBO and no NSP: its batches (`spanbert.pretrain.CausalLMBlocks`) list every
+    position i with the label token i+1, so the same `cls.predictions` head is a next-token head.
     """
 
     def __init__(
@@ -486,6 +533,8 @@ class SpanBertForPreTraining(nn.Module):
         main = {k: v for k, v in state.items() if not k.startswith("cls.span_predictions.")}
         sbo = {k: v for k, v in state.items() if k.startswith("cls.span_predictions.")}
         arch = "BertForPreTraining" if self.cls.seq_relationship is not None else "BertForMaskedLM"
+        if self.config.is_decoder:  # §5.1 LTR: `cls.predictions` is then a next-token head, HF's causal BERT
+            arch = "BertLMHeadModel"
         config_json = {**self.config.to_hf_dict(), "architectures": [arch]}
         spanbert_meta = {
             "sbo": bool(sbo),
@@ -505,28 +554,68 @@ class SpanBertForPreTraining(nn.Module):
         """Load our pre-training checkpoint, or start from any BERT checkpoint (`--init-from`).
 
         Heads absent from the checkpoint (SBO for a HF BERT, MLM head for a bare `BertModel`) are
-        freshly initialised; heads present are loaded.
+        freshly initialised; heads present are loaded. Without spanbert's own settings in the config
+        (any checkpoint not saved by spanbert), ``sbo``/``nsp`` default to the heads the weights hold.
+        A fairseq-era SpanBERT span head arrives renamed by `load_checkpoint`; its position table has
+        fewer rows than ours (`--max-pair-targets 15`): those rows fill ours from the start and the
+        rest keep their initialisation. What is not loaded is reported on stderr.
         """
         config_json, state = load_checkpoint(path)
         meta = config_json.get("spanbert", {})
-        sbo = meta.get("sbo", True) if sbo is None else sbo
-        nsp = meta.get("nsp", False) if nsp is None else nsp
-        # the checkpoint's own SBO width wins: its saved position embeddings have that size
-        dim = meta.get("sbo_position_dim") or kwargs.get("sbo_position_dim") or 200
-        kwargs.pop("sbo_position_dim", None)
-        config = BertConfig.from_hf_dict(config_json, source=str(Path(path) / "config.json"))
-        model = cls(config, sbo=sbo, nsp=nsp, sbo_position_dim=dim, **kwargs)
         sbo_path = Path(path) / SBO_FILE
-        if sbo and sbo_path.exists():
+        if sbo_path.exists():
             state.update(_read_safetensors(sbo_path))
+        has_sbo = any(k.startswith("cls.span_predictions.") for k in state)
+        has_nsp = any(k.startswith("cls.seq_relationship.") for k in state)
+        sbo = meta.get("sbo", has_sbo) if sbo is None else sbo
+        nsp = meta.get("nsp", has_nsp) if nsp is None else nsp
+        # the checkpoint's own SBO width wins: its saved position embeddings have that size
+        table = state.get("cls.span_predictions.position_embeddings.weight")
+        dim = meta.get("sbo_position_dim") or (table.shape[1] if table is not None else None)
+        dim = dim or kwargs.get("sbo_position_dim") or 200
+        kwargs.pop("sbo_position_dim", None)
+        config = BertConfig.from_hf_dict(config_json, source=str(config_path(path)))
+        model = cls(config, sbo=sbo, nsp=nsp, sbo_position_dim=dim, **kwargs)
         model.bert.load_bert_state(encoder_state_dict(state), source=str(path))
         heads = {k[len("cls.") :]: v for k, v in state.items() if k.startswith("cls.")}
-        heads.pop("predictions.decoder.weight", None)  # tied to the word embeddings
+        # decoders are tied to the word embeddings (§2), in ours and in the fairseq span head
+        heads.pop("predictions.decoder.weight", None)
+        heads.pop("span_predictions.decoder.weight", None)
         bias = heads.pop("predictions.decoder.bias", None)
         if bias is not None and "predictions.bias" not in heads:
             heads["predictions.bias"] = bias
+        notes = []
         own = model.cls.state_dict()
+        key = "span_predictions.position_embeddings.weight"
+        if key in heads and key in own and heads[key].shape[0] != own[key].shape[0]:
+            src, rows = heads.pop(key), own[key].shape[0]
+            n = min(src.shape[0], rows)
+            merged = own[key].clone()
+            merged[:n] = src[:n].to(merged.dtype)
+            heads[key] = merged
+            kept = f"rows {n}-{rows - 1} keep their initialisation" if n < rows else f"rows {n}+ dropped"
+            notes.append(
+                f"span boundary head: the checkpoint's position table has {src.shape[0]} rows, this model "
+                f"{rows}; rows 0-{n - 1} loaded, {kept} (spans longer than {n} tokens were never trained)"
+            )
+        ignored = sorted(f"cls.{k}" for k in heads if k not in own)
+        ignored += sorted(
+            k for k in state if not k.startswith(("cls.", "bert.", *_ENCODER_PREFIXES)) and not k.endswith("position_ids")
+        )
+        if model.bert.pooler is None:
+            ignored += sorted(k for k in state if k.startswith(("pooler.", "bert.pooler.")))
+        if ignored:
+            notes.append(f"ignored {len(ignored)} weight(s) of {path} that this model has no place for: {ignored[:8]}"
+                         f"{' ...' if len(ignored) > 8 else ''}")
+        for k, v in heads.items():
+            if k in own and tuple(v.shape) != tuple(own[k].shape):
+                raise SpanBertError(f"{path}: cls.{k} has shape {tuple(v.shape)}, this model needs {tuple(own[k].shape)}")
         model.cls.load_state_dict({k: v for k, v in heads.items() if k in own}, strict=False)
+        if notes:
+            from spanbert.distributed import eprint0
+
+            for note in notes:
+                eprint0(f"note: {note}")
         return model.eval()  # as transformers: a loaded model predicts; `trainer.train` switches to train()
 
 
@@ -552,9 +641,38 @@ def encoder_state_dict(state: dict[str, Tensor]) -> dict[str, Tensor]:
 def _legacy_name(key: str) -> str:
     # TF-converted and early pytorch-pretrained-bert checkpoints name LayerNorm parameters gamma/beta.
     if key.endswith(".gamma"):
-        return key[: -len(".gamma")] + ".weight"
-    if key.endswith(".beta"):
-        return key[: -len(".beta")] + ".bias"
+        key = key[: -len(".gamma")] + ".weight"
+    elif key.endswith(".beta"):
+        key = key[: -len(".beta")] + ".bias"
+    return _fairseq_name(key)
+
+
+# The fairseq-era SpanBERT model (facebookresearch/SpanBERT pretraining/fairseq/models/pair_bert.py):
+# the whole BertForPreTraining sits under `decoder.` (fairseq's FairseqLanguageModel) and the span
+# boundary head is `cls.pair_target_predictions` = position_embeddings (max_pair_targets x 200) ->
+# mlp_layer_norm (linear1, GELU, layer_norm1, linear2, GELU, layer_norm2) -> tied decoder + bias,
+# the same computation as our `SpanBoundaryHead` on cat(left, right, position) in the same order.
+_FAIRSEQ_SPAN_HEAD = "cls.pair_target_predictions."
+_FAIRSEQ_SPAN_NAMES = {
+    "mlp_layer_norm.linear1.": "dense1.",
+    "mlp_layer_norm.layer_norm1.": "LayerNorm1.",
+    "mlp_layer_norm.linear2.": "dense2.",
+    "mlp_layer_norm.layer_norm2.": "LayerNorm2.",
+}
+
+
+def _fairseq_name(key: str) -> str:
+    """A fairseq-era SpanBERT key in our names: `decoder.` dropped (the released fine-tuning code's
+    `from_pretrained` does the same), the span head renamed onto `cls.span_predictions.*`."""
+    if key.startswith("decoder."):
+        key = key[len("decoder.") :]
+    if key.startswith(_FAIRSEQ_SPAN_HEAD):
+        rest = key[len(_FAIRSEQ_SPAN_HEAD) :]
+        for old, new in _FAIRSEQ_SPAN_NAMES.items():
+            if rest.startswith(old):
+                rest = new + rest[len(old) :]
+                break
+        key = "cls.span_predictions." + rest
     return key
 
 
@@ -600,6 +718,7 @@ def _read_torch_bin(path: Path) -> dict[str, Tensor]:
             f"{path}: refused to load: the pickle holds objects other than tensors "
             f"(spanbert never runs an unrestricted unpickle, which can execute code). "
             f"Convert the checkpoint to safetensors in a trusted environment. Detail: {str(e).splitlines()[0]}"
+            + _fairseq_hint(path, str(e))
         ) from None
     except Exception as e:  # noqa: BLE001 -- torch.load raises KeyError, RuntimeError, EOFError... on a bad file
         raise SpanBertError(f"{path}: found {type(e).__name__}: {_first_line(e)}, expected a PyTorch checkpoint") from None
@@ -612,6 +731,17 @@ def _read_torch_bin(path: Path) -> dict[str, Tensor]:
             found = f"{k!r}: {type(v).__name__}"
         raise SpanBertError(f"{path}: found {found}, expected a state dict of tensors")
     return state
+
+
+def _fairseq_hint(path: Path, error: str) -> str:
+    # fairseq training checkpoints pickle the run's argparse.Namespace beside {"model": state_dict}
+    if "argparse" not in error and "fairseq" not in error:
+        return ""
+    return (
+        f". If it is a fairseq training checkpoint (the run's arguments beside the weights), extract the "
+        f"weights once, in a trusted environment: python -c \"import torch; torch.save(torch.load("
+        f"'{path.name}', weights_only=False)['model'], 'pytorch_model.bin')\" and put bert_config.json beside it"
+    )
 
 
 def check_checkpoint(path: str | Path) -> BertConfig:
@@ -630,27 +760,76 @@ def check_checkpoint(path: str | Path) -> BertConfig:
         except (SafetensorError, OSError, ValueError, RuntimeError) as e:
             raise SpanBertError(f"{st}: found {_first_line(e)}, expected a safetensors weights file") from None
     elif not any((path / name).exists() for name in ("model.safetensors.index.json", "pytorch_model.bin")):
-        raise SpanBertError(f"{path}: no weights (expected model.safetensors or pytorch_model.bin)")
+        raise _no_weights(path)
     return config
 
 
+# HF's name first; `bert_config.json` is the original Google BERT and SpanBERT release name (the
+# released fine-tuning code reads either, in this order).
+CONFIG_FILES = ("config.json", "bert_config.json")
+
+
+def config_path(path: str | Path) -> Path:
+    """The config file a checkpoint folder is read with: `config.json`, else `bert_config.json`."""
+    path = Path(path)
+    for name in CONFIG_FILES:
+        if (path / name).is_file():
+            return path / name
+    return path / CONFIG_FILES[0]
+
+
+def _tf_checkpoint_files(path: Path) -> list[str]:
+    return sorted(p.name for p in path.glob("*.ckpt*") if p.is_file())
+
+
+def _no_weights(path: Path) -> SpanBertError:
+    """The error for a folder without weights we read, naming what it holds instead."""
+    tf = _tf_checkpoint_files(path)
+    if tf:
+        stem = tf[0].split(".ckpt")[0] + ".ckpt"
+        return SpanBertError(
+            f"{path}: found TensorFlow checkpoint files ({', '.join(tf[:3])}), expected PyTorch weights "
+            f"(model.safetensors or pytorch_model.bin): spanbert does not read TensorFlow checkpoints. "
+            f"Convert once with transformers 4.x and TensorFlow installed: transformers-cli convert "
+            f"--model_type bert --tf_checkpoint {path / stem} --config {config_path(path)} "
+            f"--pytorch_dump_output {path / 'pytorch_model.bin'} (transformers 5 removed the command), "
+            f"or download the PyTorch weights of the same model (e.g. bert-base-cased on the HF hub)"
+        )
+    fairseq = sorted(p.name for p in path.glob("checkpoint*.pt"))
+    hint = (
+        f"; found fairseq training checkpoint(s) {fairseq[:3]}: extract the weights once, in a trusted "
+        f"environment: python -c \"import torch; torch.save(torch.load('{fairseq[0]}', weights_only=False)"
+        f"['model'], 'pytorch_model.bin')\""
+        if fairseq
+        else ""
+    )
+    return SpanBertError(f"{path}: no weights (expected model.safetensors or pytorch_model.bin){hint}")
+
+
 def _checked_config(path: Path) -> dict[str, Any]:
-    """config.json of a checkpoint folder, read and checked as a BERT config."""
+    """config.json (or bert_config.json) of a checkpoint folder, read and checked as a BERT config."""
     if not path.is_dir():
         raise SpanBertError(f"{path}: checkpoint folder not found (expected a folder with config.json and weights)")
-    cfg_path = path / "config.json"
+    cfg_path = config_path(path)
     if not cfg_path.exists():
-        raise SpanBertError(f"{path}: no config.json (a HF-format BERT folder has config.json + model weights)")
+        raise SpanBertError(
+            f"{path}: no config.json or bert_config.json (a BERT checkpoint folder has one of them + model weights)"
+        )
     config_json = _read_json(cfg_path, "a JSON object of BERT settings")
     BertConfig.from_hf_dict(config_json, source=str(cfg_path))
     return config_json
 
 
 def load_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict[str, Tensor]]:
-    """Read `config.json` and the weights of a HF-format folder -> (config dict, state dict).
+    """Read the config and the weights of a checkpoint folder -> (config dict, state dict).
 
+    Config: `config.json`, else `bert_config.json` (Google's and SpanBERT's original releases).
     Weights: `model.safetensors`, sharded `model.safetensors.index.json`, or `pytorch_model.bin`
-    (read with `torch.load(weights_only=True)`).
+    (read with `torch.load(weights_only=True)`; a fairseq `{"model": state_dict}` is unwrapped).
+    Keys come back in our (HF) names: LayerNorm `gamma`/`beta` -> `weight`/`bias`, a fairseq
+    `decoder.` prefix dropped and its span head `cls.pair_target_predictions.*` renamed to
+    `cls.span_predictions.*` (docs/architecture.md, "Checkpoint layouts"). TensorFlow checkpoints
+    (`bert_model.ckpt.*`) are not read: the error says how to convert them.
     """
     path = Path(path)
     config_json = _checked_config(path)  # checked before reading gigabytes of weights
@@ -670,7 +849,7 @@ def load_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict[str, Tensor]
     elif (path / "pytorch_model.bin").exists():
         state = _read_torch_bin(path / "pytorch_model.bin")
     else:
-        raise SpanBertError(f"{path}: no weights (expected model.safetensors or pytorch_model.bin)")
+        raise _no_weights(path)
     return config_json, {_legacy_name(k): v for k, v in state.items()}
 
 
@@ -730,6 +909,7 @@ __all__ = [
     "MaskedLMHead",
     "load_checkpoint",
     "check_checkpoint",
+    "config_path",
     "save_checkpoint",
     "encoder_state_dict",
     "flops_per_token",

@@ -10,6 +10,7 @@ Systems (§4.2, §5, §6 of the paper), each at any model size (tiny/small/base/
 | google-bert | subword tokens | two segments, 10% short | MLM + NSP | Google BERT's data recipe |
 | mask-subword, mask-whole-word, mask-named-entity, mask-noun-phrase, mask-span | as named | two segments | MLM + NSP | Table 6 |
 | span-2seq-nsp, span-1seq, span-1seq-sbo | geometric spans | as named | as named | Table 7 |
+| ltr | none (every token is a target) | single | left-to-right LM, causal attention | BERT §5.1 "LTR & No NSP" |
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from typing import Any
 import torch
 
 from spanbert import distributed
+from spanbert.cloze import SYSTEMS as CLOZE_SYSTEMS
+from spanbert.cloze import parse_model_spec, pretrain_cloze
 from spanbert.config import (
     MODEL_PRESETS,
     BertConfig,
@@ -38,7 +41,7 @@ from spanbert.config import (
 )
 from spanbert.distributed import eprint0, print0
 from spanbert.errors import SpanBertError
-from spanbert.masking import SCHEMES, MaskingConfig
+from spanbert.masking import SCHEMES, MaskingConfig, add_replace_probs_arguments
 from spanbert.trainer import TrainingArguments, check_output_dir, predict_batches, train
 
 # system -> (masking scheme, "single" | "nsp", sbo, short_seq_prob)
@@ -57,7 +60,15 @@ SYSTEMS: dict[str, tuple[str, str, bool, float]] = {
     "span-2seq-nsp": ("span", "nsp", False, 0.0),
     "span-1seq": ("span", "single", False, 0.0),
     "span-1seq-sbo": ("span", "single", True, 0.0),
+    # BERT §5.1 / Table 5 "LTR & No NSP": a left-to-right LM on the single-sequence blocks; the
+    # scheme is unused (nothing is masked, every next token is a target: `CausalLMBlocks`)
+    "ltr": ("subword", "single", False, 0.0),
 }
+# Systems whose encoder is causal (config.json `is_decoder: true`), kept so at fine-tuning (§5.1)
+CAUSAL_SYSTEMS = frozenset({"ltr"})
+
+# --static_masks values (see PretrainConfig.static_masks)
+STATIC_MASKS = ("auto", "on", "off")
 
 # The fewest tokens a block may have: [CLS] + [SEP] (+ [SEP]) leave room for a few words.
 MIN_SEQ_LENGTH = 8
@@ -68,19 +79,29 @@ class PretrainConfig:
     """What to pre-train and on which data. Training-loop options are in TrainingArguments."""
 
     system: str = "spanbert"
-    """Paper system: spanbert, bert, bert-1seq, google-bert, mask-{subword,whole-word,named-entity,noun-phrase,span}, span-2seq-nsp, span-1seq, span-1seq-sbo."""
+    """Paper system: spanbert, bert, bert-1seq (BERT's "No NSP"), google-bert, mask-{subword,whole-word,named-entity,noun-phrase,span}, span-2seq-nsp, span-1seq, span-1seq-sbo; ltr (BERT §5.1's left-to-right LM, causal attention); the two-tower model (docs/cloze.md): cloze, bilm, cloze-bilm."""
     model: str = "base"
-    """Model size preset: tiny, small, base, large (the quick start uses tiny)."""
+    """Model size preset: tiny, small, base, large (the quick start uses tiny); for --system cloze/bilm/cloze-bilm one of tiny, small, cnn_base, cnn_large, bpe_large, optionally followed by :field=value,... (docs/cloze.md)."""
     corpus: str | None = None
     """Text files or folders (plain text, blank line between documents, or JSONL with a text field), or a `spanbert preprocess` output folder. Default: the English reference text every Python installation carries (pydoc topics)."""
     tokenizer: str | None = None
     """Tokenizer folder (tokenizer.json or vocab.txt). Default: the --init-from checkpoint's, else one trained on the corpus."""
-    vocab_size: int = 8000
-    """Vocabulary size when a tokenizer is trained on the corpus."""
+    vocab_size: int = 28996
+    """Vocabulary size when a tokenizer is trained on the corpus (BERT cased's 28,996, as the paper; the quick start: 4,000). For BERT's own cased vocabulary pass --tokenizer with a folder holding its vocab.txt."""
+    recipe: str = "paper"
+    """Optimisation: paper = §4.2 (AdamW, decoupled weight decay 0.1 not on biases/LayerNorm, linear warmup and decay, each loss a mean over its targets); released = the released fairseq command (weight decay 0.01 on every parameter, polynomial decay, fairseq's loss normalisation). Sets the defaults of those training-loop options."""
+    tokens_per_update: int = 131072
+    """Tokens per optimizer update, all processes together (§4.2 footnote 8; the released run: --max-tokens 4096 x 32 GPUs = 131,072): micro-batches of --max_tokens_per_batch tokens (4096 when 0), accumulation = this / (max_tokens_per_batch x processes). 0 = take --max_tokens_per_batch, --per_device_train_batch_size and --gradient_accumulation_steps as given. Default 0 in the quick start, and when --per_device_train_batch_size or --gradient_accumulation_steps is named."""
     init_from: str | None = None
     """Continue pre-training from this HF BERT / SpanBERT checkpoint folder (architecture comes from it)."""
     max_seq_length: int = 512
     """Block length in tokens, [CLS] and [SEP] included (§4.2: up to 512)."""
+    seq_length_schedule: str | None = None
+    """Block lengths in stages within one run, LENGTH:SHARE,...,LENGTH (shares of --max_steps; the last stage takes the rest at --max_seq_length). Google BERT (Appendix A.2): 128:0.9,512 = 90% of the steps at 128 tokens, then 512. Needs --max_steps; resume works across a switch."""
+    block_packing: str = "sentences"
+    """Blocks: sentences = whole lines of a document packed up to max_seq_length - 2 (as the released code; a longer line is split at word starts) and NSP segments cut at word boundaries; fixed = each document cut every max_seq_length - 2 tokens (runs before 2026-11-23)."""
+    static_masks: str = "auto"
+    """Google BERT's static masking: auto = read the masks a `spanbert preprocess --dupe_factor N` corpus stores (epoch e reads copy e mod N) when it has them, else mask on the fly; on = require them; off = mask on the fly (dynamic, §4.2 (a)) even when the corpus has them."""
     masking: str | None = None
     """Override the system's masking scheme: subword, whole_word, span, named_entity, noun_phrase (the masking options below tune it)."""
     short_seq_prob: float | None = None
@@ -105,13 +126,20 @@ class PretrainConfig:
     def __post_init__(self) -> None:
         # Each field alone; checks that involve the model or the data are in `pretrain` (a config is
         # built field by field from presets, YAML and flags, so a pair may be briefly inconsistent).
-        if self.system not in SYSTEMS:
+        if self.system not in SYSTEMS and self.system not in CLOZE_SYSTEMS:
             raise SpanBertError(
-                f"--system: found unknown system {self.system!r}, expected one of: {', '.join(SYSTEMS)}"
+                f"--system: found unknown system {self.system!r}, expected one of: {', '.join([*SYSTEMS, *CLOZE_SYSTEMS])}"
             )
-        if self.model not in MODEL_PRESETS:
+        if self.system in CLOZE_SYSTEMS:  # two-tower presets (spanbert.cloze.CLOZE_PRESETS[:field=value,...])
+            parse_model_spec(self.model)
+        elif self.model not in MODEL_PRESETS:
             raise SpanBertError(
                 f"--model: found unknown model preset {self.model!r}, expected one of: {', '.join(MODEL_PRESETS)}"
+            )
+        if self.masking is not None and self.system in CAUSAL_SYSTEMS:
+            raise SpanBertError(
+                f"--masking: found {self.masking!r} with --system {self.system}, expected none "
+                "(the left-to-right LM masks nothing: every next token is a target)"
             )
         if self.masking is not None and self.masking not in SCHEMES:
             raise SpanBertError(
@@ -119,12 +147,24 @@ class PretrainConfig:
             )
         if not MIN_SEQ_LENGTH <= self.max_seq_length:
             raise SpanBertError(f"--max_seq_length: found {self.max_seq_length}, expected at least {MIN_SEQ_LENGTH}")
+        if self.recipe not in RECIPES:
+            raise SpanBertError(f"--recipe: found {self.recipe!r}, expected one of: {', '.join(RECIPES)}")
+        if isinstance(self.tokens_per_update, bool) or not isinstance(self.tokens_per_update, int) or self.tokens_per_update < 0:
+            raise SpanBertError(f"--tokens_per_update: found {self.tokens_per_update!r}, expected an integer >= 0")
         if self.vocab_size < 6:
             raise SpanBertError(f"--vocab_size: found {self.vocab_size}, expected at least 6 (5 special tokens + 1)")
         if not 0.0 < self.eval_fraction < 1.0:  # also rejects NaN
             raise SpanBertError(
                 f"--eval_fraction: found {self.eval_fraction}, expected a number between 0 and 1 (exclusive)"
             )
+        if self.static_masks not in STATIC_MASKS:
+            raise SpanBertError(
+                f"--static_masks: found {self.static_masks!r}, expected one of: {', '.join(STATIC_MASKS)}"
+            )
+        if self.static_masks == "on" and self.system in CLOZE_SYSTEMS:
+            raise SpanBertError(f"--static_masks on: found --system {self.system}, expected a masked-LM system")
+        if self.block_packing not in ("sentences", "fixed"):
+            raise SpanBertError(f"--block_packing: found {self.block_packing!r}, expected sentences or fixed")
         if self.max_eval_blocks < 0:
             raise SpanBertError(f"--max_eval_blocks: found {self.max_eval_blocks}, expected 0 or more")
         if self.num_proc < 0:
@@ -137,6 +177,8 @@ class PretrainConfig:
             raise SpanBertError(f"--short_seq_prob: found {self.short_seq_prob}, expected a probability in [0, 1]")
         if self.max_predictions is not None and self.max_predictions < 1:
             raise SpanBertError(f"--max_predictions: found {self.max_predictions}, expected at least 1 (or none)")
+        if self.seq_length_schedule is not None:
+            seq_length_stages(self.seq_length_schedule, self.max_seq_length, 1000)  # the syntax, now
         if self.pad_to is not None and self.pad_to < MIN_SEQ_LENGTH:
             raise SpanBertError(f"--pad_to: found {self.pad_to}, expected at least {MIN_SEQ_LENGTH} (or none)")
         if not self.output_name or Path(self.output_name).name != self.output_name or self.output_name in (".", ".."):
@@ -144,7 +186,9 @@ class PretrainConfig:
 
 
 # Defaults of the training loop for pre-training (§4.2 / Appendix A): peak 1e-4 after 10k warmup steps,
-# linear decay, decoupled weight decay 0.1 (not on biases and LayerNorm), clipping at 1.0, batch 256.
+# linear decay, decoupled weight decay 0.1 (not on biases and LayerNorm), clipping at 1.0, AdamW eps
+# 1e-8; batches of 4096 tokens per micro-batch, 131,072 per update (PretrainConfig.tokens_per_update;
+# footnote 8). With tokens_per_update 0: 256 sequences (32 x 8).
 PRETRAIN_DEFAULTS: dict[str, Any] = dict(
     output_dir="runs/spanbert",
     learning_rate=1e-4,
@@ -153,6 +197,8 @@ PRETRAIN_DEFAULTS: dict[str, Any] = dict(
     max_grad_norm=1.0,
     per_device_train_batch_size=32,
     gradient_accumulation_steps=8,
+    max_tokens_per_batch=4096,
+    adam_epsilon=1e-8,
     max_steps=2_400_000,
     logging_steps=100,
     save_steps=2000,
@@ -168,13 +214,115 @@ QUICKSTART: dict[str, Any] = dict(
     learning_rate=2e-3,
     per_device_train_batch_size=16,
     gradient_accumulation_steps=1,
+    max_tokens_per_batch=0,
     logging_steps=100,
     save_steps=400,
     eval_steps=400,
 )
-QUICKSTART_CONFIG: dict[str, Any] = dict(model="tiny", max_seq_length=128, vocab_size=4000)
+QUICKSTART_CONFIG: dict[str, Any] = dict(model="tiny", max_seq_length=128, vocab_size=4000, tokens_per_update=0)
 # Options that leave the quick start: what to train on and what to train.
 LEAVES_QUICKSTART = ("corpus", "model", "init_from")
+
+# --recipe: the training-loop defaults each one sets (on top of PRETRAIN_DEFAULTS / QUICKSTART; a flag
+# the user gives still wins). "released" is facebookresearch/SpanBERT pretraining/README.md's command:
+# --weight-decay 0.01 in fairseq's Adam (optim/adam.py: one group, every parameter decays),
+# --lr-scheduler polynomial_decay (power 1, end 0), plus its loss normalisation (released_term_weights).
+RECIPES: dict[str, dict[str, Any]] = {
+    "paper": {},
+    "released": dict(weight_decay=0.01, decay_all_parameters=True, lr_scheduler_type="polynomial"),
+}
+# Per-GPU budget of the released run (--max-tokens 4096), used when tokens_per_update is set and
+# max_tokens_per_batch is 0.
+RELEASED_MAX_TOKENS = 4096
+# Sequence-count options: naming one asks for sequence batching (tokens_per_update then defaults to 0).
+SEQUENCE_BATCHING = ("per_device_train_batch_size", "gradient_accumulation_steps")
+
+
+def seq_length_stages(schedule: str | None, max_seq_length: int, max_steps: int) -> list[tuple[int, int]]:
+    """``[(block length, last step of the stage)]`` of a ``--seq_length_schedule`` such as ``128:0.9,512``
+    (BERT Appendix A.2: 90% of the steps at 128 tokens, the rest at 512). Stage k ends after step
+    round(cumulative share x max_steps); the last stage is at ``max_seq_length`` and ends at max_steps.
+    No schedule: one stage."""
+    if not schedule:
+        return [(max_seq_length, max_steps)]
+    where = f"--seq_length_schedule: found {schedule!r}, expected LENGTH:SHARE,...,LENGTH"
+    parts = [x.strip() for x in schedule.split(",")]
+    stages, cum = [], 0.0
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        length_text, _, share_text = part.partition(":")
+        try:
+            length = int(length_text)
+            share = float(share_text) if share_text else None
+        except ValueError:
+            raise SpanBertError(f"{where} (e.g. 128:0.9,512)") from None
+        if (share is None) != last:
+            raise SpanBertError(f"{where}: every stage but the last needs a share of the steps (e.g. 128:0.9,512)")
+        if length < MIN_SEQ_LENGTH or length > max_seq_length:
+            raise SpanBertError(f"{where}: length {length} is outside [{MIN_SEQ_LENGTH}, --max_seq_length {max_seq_length}]")
+        if last:
+            if length != max_seq_length:
+                raise SpanBertError(f"{where}: the last length {length} must be --max_seq_length ({max_seq_length})")
+            stages.append((length, max_steps))
+            continue
+        if not 0.0 < share < 1.0 or cum + share >= 1.0:  # also NaN
+            raise SpanBertError(f"{where}: shares must be in (0, 1) and sum to less than 1")
+        cum += share
+        end = round(cum * max_steps)
+        if end <= (stages[-1][1] if stages else 0):
+            raise SpanBertError(f"{where}: stage {i + 1} gets no steps of --max_steps {max_steps}")
+        stages.append((length, end))
+    if len(stages) > 1 and stages[-2][1] >= max_steps:
+        raise SpanBertError(f"{where}: the last stage gets no steps of --max_steps {max_steps}")
+    return stages
+
+
+def apply_batching(cfg: PretrainConfig, args: TrainingArguments, world: int) -> TrainingArguments:
+    """``args`` with the batching of ``cfg.tokens_per_update`` for ``world`` processes.
+
+    tokens_per_update > 0: micro-batches of ``max_tokens_per_batch`` tokens (4096 when 0) and the
+    accumulation that brings processes x accumulation x budget to tokens_per_update (rounded to the
+    nearest integer, at least 1; `batching_line` says when it is not exact). 0: ``args`` unchanged.
+    """
+    if not cfg.tokens_per_update:
+        return args
+    budget = args.max_tokens_per_batch or RELEASED_MAX_TOKENS
+    accum = max(1, round(cfg.tokens_per_update / (budget * world)))
+    return dataclasses.replace(args, max_tokens_per_batch=budget, gradient_accumulation_steps=accum)
+
+
+def batching_line(cfg: PretrainConfig, args: TrainingArguments, world: int) -> str:
+    """How an update is batched, in words (after `apply_batching`)."""
+    accum = args.gradient_accumulation_steps
+    if args.max_tokens_per_batch:
+        total = args.max_tokens_per_batch * accum * world
+        line = (
+            f"batches of <= {args.max_tokens_per_batch:,} tokens x {accum} accumulation x {world} process(es) "
+            f"= <= {total:,} tokens per update"
+        )
+        if cfg.tokens_per_update and total != cfg.tokens_per_update:
+            line += f" (tokens_per_update {cfg.tokens_per_update:,} is not a multiple of the budget x processes)"
+        return line
+    b = args.per_device_train_batch_size
+    return f"batches of {b} sequences x {accum} accumulation x {world} process(es) = {b * accum * world} sequences per update"
+
+
+def released_term_weights(counts: dict[str, int], totals: dict[str, float], world: int) -> dict[str, float]:
+    """The released SpanBERT loss normalisation, as `train`'s ``term_weights``.
+
+    fairseq's ``span_bert_loss`` (criterions/spanbert_loss.py) gives each micro-batch the loss
+    sum CE(MLM) / n + sum CE(SBO) / (p + 1) (n MLM targets, p SBO targets; mlm_nsp_sbo_loss.py adds
+    sum CE(NSP) / sentences) with sample size n, and its trainer (fairseq/trainer.py) multiplies the
+    summed gradients by world / (n summed over the micro-batches and processes). Each micro-batch's
+    mean losses are so weighted by 1 / (the step's MLM targets), the SBO one also by p / (p + 1):
+    a gradient about (micro-batches per update / targets per update) of the paper's mean, which is
+    why clipping at 1.0 hardly ever binds in the released run. Times ``world``: DDP averages.
+    """
+    n = totals.get("mlm", 0.0)
+    if not n:
+        return {}
+    p = counts.get("sbo", 0)
+    return {"mlm": world / n, "sbo": world * p / (p + 1) / n, "nsp": world / n}
 
 # Sustained training FLOP/s assumed for the time estimate (a planning figure, not a benchmark): fp32
 # matmuls on one CPU core, and bf16 on a recent datacenter GPU at a typical share of its peak.
@@ -268,12 +416,19 @@ def check_sources(cfg: PretrainConfig) -> _Sources:
 
 
 def plan_flops(config: BertConfig, cfg: PretrainConfig, args: TrainingArguments, steps: int, sbo: bool) -> float:
-    """Training FLOPs of the whole plan: `flops_per_token` x tokens per step x steps (full blocks)."""
+    """Training FLOPs of the whole plan: `flops_per_token` x tokens per step x steps (full blocks, or
+    a full token budget)."""
     from spanbert.model import flops_per_token
 
+    rate = 1.0 if cfg.system in CAUSAL_SYSTEMS else 0.15  # the LM head runs on every token
+    return flops_per_token(config, cfg.max_seq_length, mask_rate=rate, sbo=sbo) * _tokens_per_step(cfg, args) * steps
+
+
+def _tokens_per_step(cfg: PretrainConfig, args: TrainingArguments) -> int:
+    """Tokens of a full update: the token budget, or sequences x max_seq_length."""
     world = distributed.world_size()
-    tokens_per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * world * cfg.max_seq_length
-    return flops_per_token(config, cfg.max_seq_length, sbo=sbo) * tokens_per_step * steps
+    per_micro_batch = args.max_tokens_per_batch or args.per_device_train_batch_size * cfg.max_seq_length
+    return per_micro_batch * args.gradient_accumulation_steps * world
 
 
 def _human(seconds: float) -> str:
@@ -300,10 +455,9 @@ def plan_warning(
     size = f"{config.num_hidden_layers} layers x {config.hidden_size}"
     return (
         f"warning: this plan is very large for this machine: {size}, {steps:,} steps of "
-        f"{args.per_device_train_batch_size * args.gradient_accumulation_steps * distributed.world_size()} x "
-        f"{cfg.max_seq_length} tokens = {flops:.2g} FLOPs, about {_human(seconds)} on {device.type} "
+        f"{_tokens_per_step(cfg, args):,} tokens = {flops:.2g} FLOPs, about {_human(seconds)} on {device.type} "
         f"(assuming {rate:.1g} FLOP/s); make it smaller with --max_steps, --model tiny or small, "
-        "--max_seq_length or --per_device_train_batch_size, or run the quick start (no --corpus/--model)"
+        "--max_seq_length or --tokens_per_update, or run the quick start (no --corpus/--model)"
     )
 
 
@@ -412,6 +566,66 @@ class _Blocks(torch.utils.data.Dataset):
         self.dataset.set_epoch(epoch)
 
 
+class CausalLMBlocks(torch.utils.data.Dataset):
+    """BERT §5.1 "LTR & No NSP": the single-sequence blocks of a `data.PretrainDataset`, unmasked, with
+    every position i labelled with token i+1 (a standard left-to-right LM predicts every token; the
+    last position, [SEP], has no target). Items have `collate_pretrain`'s layout, so the MLM head
+    (`cls.predictions`) of a causal model becomes the next-token head and the trainer, the target
+    counts and the held-out evaluation work unchanged (`mlm_loss` is then the next-token loss)."""
+
+    def __init__(self, dataset):
+        if dataset.nsp:
+            raise SpanBertError("the left-to-right LM reads single-sequence blocks, not NSP pairs")
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def lengths(self):
+        return self.dataset.lengths()  # the same blocks: [CLS] block [SEP]
+
+    def set_epoch(self, epoch: int) -> None:
+        self.dataset.set_epoch(epoch)  # nothing is random here; kept for the trainer's contract
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        import numpy as np
+
+        ds = self.dataset
+        start, end = ds.blocks[index].tolist()
+        body, _ = ds.corpus.tokens(start, end)
+        ids = np.concatenate(([ds.cls_id], body, [ds.sep_id])).astype(np.int64)  # (T,) [CLS] block [SEP]
+        labels = np.full(len(ids), -100, dtype=np.int64)
+        labels[:-1] = ids[1:]  # (T,) position i predicts token i+1 from positions <= i
+        empty = np.zeros(0, dtype=np.int64)
+        return {
+            "input_ids": ids,
+            "labels": labels,
+            "token_type_ids": np.zeros(len(ids), dtype=np.int64),
+            "sbo_positions": empty,
+            "sbo_left": empty,
+            "sbo_right": empty,
+            "sbo_rel": empty,
+        }
+
+
+def uses_static_masks(cfg: PretrainConfig, corpus: Any) -> bool:
+    """Whether the run reads the corpus's stored masks (`PretrainConfig.static_masks`; ``corpus`` a
+    `data.TokenCorpus`). auto: when the corpus has some and the system masks (not ltr); on: always
+    (an error for ltr, which masks nothing, and later for a corpus without them)."""
+    from spanbert import data
+
+    if cfg.static_masks == "off":
+        return False
+    if cfg.system in CAUSAL_SYSTEMS:
+        if cfg.static_masks == "on":
+            raise SpanBertError(
+                f"--static_masks on: found --system {cfg.system}, expected a masked-LM system (the left-to-right "
+                "LM masks nothing)"
+            )
+        return False
+    return cfg.static_masks == "on" or bool(data.static_mask_sets(corpus))
+
+
 def build_datasets(
     cfg: PretrainConfig, corpus_dir: Path | str, tok: Any, seed: int, masking: MaskingConfig | None = None
 ):
@@ -419,23 +633,29 @@ def build_datasets(
 
     Each set draws blocks, NSP pairs and NSP "random next" segments from its own documents only, so
     no held-out text is trained on. The held-out set keeps epoch 0's masks: the same examples at
-    every evaluation.
+    every evaluation. A causal system (ltr) gets the same blocks as `CausalLMBlocks`. With static
+    masks (`uses_static_masks`) the training set reads the examples and masks stored in the corpus
+    (`data.PretrainDataset(static=True)`, which refuses a set made with other settings); the held-out
+    set is masked as always.
     """
     from spanbert import data
 
     scheme, mode, _, short = _resolve_system(cfg)
     masking = dataclasses.replace(masking or MaskingConfig(), scheme=scheme)
     kwargs = dict(max_seq_length=cfg.max_seq_length, mode=mode, seed=seed, short_seq_prob=short, masking=masking)
+    kwargs["block_packing"] = cfg.block_packing
     corpus = data.TokenCorpus(corpus_dir)
+    static = uses_static_masks(cfg, corpus)
     n_docs = corpus.num_docs
     min_docs = 2 if mode == "nsp" else 1  # NSP's random next segment comes from another document
     split = n_docs
     if cfg.max_eval_blocks:
         split = data.held_out_documents(corpus.doc_bounds, cfg.eval_fraction, min_docs, min_docs)
-    train_set = data.PretrainDataset(corpus, tok, documents=(0, split), **kwargs)
+    wrap = CausalLMBlocks if cfg.system in CAUSAL_SYSTEMS else (lambda d: d)
+    train_set = wrap(data.PretrainDataset(corpus, tok, documents=(0, split), static=static, **kwargs))
     eval_set = None
     if split < n_docs:
-        held_out = data.PretrainDataset(corpus, tok, documents=(split, n_docs), **kwargs)
+        held_out = wrap(data.PretrainDataset(corpus, tok, documents=(split, n_docs), **kwargs))
         if len(held_out):
             eval_set = _Blocks(held_out, 0, min(len(held_out), cfg.max_eval_blocks), fixed_epoch=0)
     return train_set, eval_set
@@ -499,7 +719,16 @@ def run_config_of(cfg: PretrainConfig, masking: MaskingConfig) -> dict[str, Any]
     """The settings a resume must keep (contract 2): everything but the worker count. As JSON values
     (tuples become lists), so that it compares equal to its copy read back from a checkpoint."""
     config = {
-        "PretrainConfig": {k: v for k, v in dataclasses.asdict(cfg).items() if k != "num_proc"},
+        # block_packing="fixed" is left out: checkpoints from before the option had those blocks and no key
+        "PretrainConfig": {
+            k: v
+            for k, v in dataclasses.asdict(cfg).items()
+            if k != "num_proc" and not (k == "block_packing" and v == "fixed")
+            # nor the settings of runs before these options (recipe paper, sequence batching)
+            and not (k == "recipe" and v == "paper") and not (k == "tokens_per_update" and v == 0)
+            and not (k == "seq_length_schedule" and v is None)
+            and not (k == "static_masks" and v == "auto")
+        },
         "MaskingConfig": dataclasses.asdict(masking),
     }
     return json.loads(json.dumps(config))
@@ -515,18 +744,41 @@ def pretrain(cfg: PretrainConfig, args: TrainingArguments, masking: MaskingConfi
     from spanbert.tokenization import load_tokenizer
 
     cfg.__post_init__()  # a config edited after construction is checked again
+    if cfg.system in CLOZE_SYSTEMS:  # the two-tower model (Baevski et al. 2019): spanbert/cloze.py
+        return pretrain_cloze(cfg, args, masking)
+    if cfg.recipe == "released" and not (args.decay_all_parameters and args.lr_scheduler_type == "polynomial"):
+        eprint0(
+            "note: --recipe released sets only the loss normalisation here; the command line also sets "
+            f"{RECIPES['released']} (spanbert.pretrain.RECIPES)"
+        )
     scheme, mode, sbo, _ = _resolve_system(cfg)
     masking = dataclasses.replace(masking or MaskingConfig(), scheme=scheme)
     check_masking(masking)
     if cfg.pad_to is not None and cfg.pad_to < cfg.max_seq_length:
         raise SpanBertError(f"--pad_to: found {cfg.pad_to}, expected at least --max_seq_length ({cfg.max_seq_length})")
+    if cfg.seq_length_schedule and args.max_steps <= 0:
+        raise SpanBertError("--seq_length_schedule: found no --max_steps, expected one (the shares are of the steps)")
+    stages = seq_length_stages(cfg.seq_length_schedule, cfg.max_seq_length, args.max_steps)
     device = distributed.resolve_device(args.device)
     distributed.init_distributed(device)
+    args = apply_batching(cfg, args, distributed.world_size())  # tokens_per_update -> accumulation
     check_output_dir(args)  # contract 3: a previous run is refused before any work
     sources = check_sources(cfg)
+    causal = cfg.system in CAUSAL_SYSTEMS
     planned = sources.init_config or model_config(
-        cfg.model, vocab_size=cfg.vocab_size, max_position_embeddings=max(512, cfg.max_seq_length)
+        cfg.model, vocab_size=cfg.vocab_size, max_position_embeddings=max(512, cfg.max_seq_length), is_decoder=causal
     )
+    if planned.is_decoder != causal:  # a causal encoder under a bidirectional objective, or the reverse
+        raise SpanBertError(
+            f"--init_from: found a {'causal' if planned.is_decoder else 'bidirectional'} checkpoint "
+            f"({cfg.init_from}, is_decoder {planned.is_decoder}), expected a "
+            f"{'causal' if causal else 'bidirectional'} one for --system {cfg.system}"
+        )
+    if causal and cfg.max_predictions is not None and cfg.max_predictions < cfg.max_seq_length - 1:
+        raise SpanBertError(
+            f"--max_predictions: found {cfg.max_predictions}, expected at least --max_seq_length - 1 "
+            f"({cfg.max_seq_length - 1}) for --system {cfg.system}: every token is a target"
+        )
     if cfg.max_seq_length > planned.max_position_embeddings:
         raise SpanBertError(
             f"--max_seq_length: found {cfg.max_seq_length}, expected at most the model's "
@@ -552,14 +804,27 @@ def pretrain(cfg: PretrainConfig, args: TrainingArguments, masking: MaskingConfi
                 f"{tok.vocab_size}; use the checkpoint's own tokenizer"
             )
     else:
-        mcfg = model_config(cfg.model, vocab_size=tok.vocab_size, max_position_embeddings=max(512, cfg.max_seq_length))
+        mcfg = model_config(
+            cfg.model, vocab_size=tok.vocab_size, max_position_embeddings=max(512, cfg.max_seq_length), is_decoder=causal
+        )
         model = SpanBertForPreTraining(
             mcfg, sbo=sbo, nsp=mode == "nsp", mlm_weight=cfg.mlm_weight, sbo_weight=cfg.sbo_weight
         )
     train_set, eval_set = build_datasets(cfg, corpus_dir, tok, args.seed, masking)
+    run_config = run_config_of(cfg, masking)
+    static = getattr(train_set, "static", None)
+    if static is not None:
+        # which stored masks the run reads: a resume on a corpus re-made with other copies is refused
+        run_config["StaticMasks"] = {"dupe_factor": static["dupe_factor"], "seed": static["seed"]}
     if args.max_steps <= 0:  # the length of an epoch is known only now
-        G = args.per_device_train_batch_size * args.gradient_accumulation_steps * distributed.world_size()
-        steps = math.ceil(args.num_train_epochs * len(train_set) / G)
+        from spanbert.trainer import token_batches
+
+        if args.max_tokens_per_batch:  # an epoch is the same number of token batches every epoch
+            units = len(token_batches(train_set.lengths(), args.max_tokens_per_batch, args.seed, 0))
+            G = args.gradient_accumulation_steps * distributed.world_size()
+        else:
+            units, G = len(train_set), args.per_device_train_batch_size * args.gradient_accumulation_steps * distributed.world_size()
+        steps = math.ceil(args.num_train_epochs * units / G)
         warning = plan_warning(model.config, cfg, args, steps, sbo, device)
         if warning:
             eprint0(warning)
@@ -570,21 +835,65 @@ def pretrain(cfg: PretrainConfig, args: TrainingArguments, masking: MaskingConfi
     eval_fn = None
     if eval_set is not None:
         eval_fn = make_eval_fn(eval_set, args.per_device_eval_batch_size, collate, count, args.precision)
+    objective = "left-to-right LM, every token" if causal else f"{scheme} masking"
     print0(
-        f"pre-training {cfg.system} ({scheme} masking, {'two segments + NSP' if mode == 'nsp' else 'single sequence'}"
+        f"pre-training {cfg.system} ({objective}, {'two segments + NSP' if mode == 'nsp' else 'single sequence'}"
         f"{' + SBO' if sbo else ''}), model {cfg.model if not cfg.init_from else cfg.init_from}: "
         f"{model.config.num_hidden_layers} layers x {model.config.hidden_size}, {len(train_set)} blocks of "
         f"<= {cfg.max_seq_length} tokens, {len(eval_set) if eval_set else 0} held out"
     )
+    print0(f"{batching_line(cfg, args, distributed.world_size())}; {cfg.recipe} optimisation")
+    if static is not None:
+        print0(
+            f"static masks: {static['dupe_factor']} masked copies made by spanbert preprocess (seed {static['seed']}, "
+            f"{cfg.static_masks}); epoch e reads copy e mod {static['dupe_factor']}"
+        )
     model.train()
-    result = train(
-        model, train_set, args, collate_fn=collate, eval_fn=eval_fn,
-        count_targets=count, run_config=run_config_of(cfg, masking),
-    )  # fmt: skip
+    # Appendix A.2's length schedule: one train() call per stage, all under this run's schedule of
+    # max_steps; an earlier stage stops at its switch step with a checkpoint (--stop_at_step) and the
+    # next resumes from it, so a straight run and a run killed and resumed anywhere take the same path
+    # (model, optimizer, schedule and RNG states all pass through the switch checkpoint).
+    resumed = distributed.on_main(lambda: _resume_step(args.output_dir)) if args.resume and len(stages) > 1 else 0
+    user_stop = args.stop_at_step if args.stop_at_step > 0 else args.max_steps
+    began, begin = False, 0
+    for i, (length, end) in enumerate(stages):
+        last = i == len(stages) - 1
+        if not last and resumed >= end:
+            begin = end
+            continue  # resumed after this stage's switch
+        stage_set, stage_eval = train_set, eval_fn  # the final length's, built above
+        if length != cfg.max_seq_length:
+            stage_cfg = dataclasses.replace(cfg, max_seq_length=length, seq_length_schedule=None)
+            stage_set, held_out = build_datasets(stage_cfg, corpus_dir, tok, args.seed, masking)
+            stage_eval = held_out and make_eval_fn(held_out, args.per_device_eval_batch_size, collate, count, args.precision)
+        if len(stages) > 1:
+            print0(f"sequence length {length} for steps {begin + 1}-{end} ({len(stage_set)} blocks)")
+        stage_args = args if len(stages) == 1 else dataclasses.replace(
+            args,
+            stop_at_step=args.stop_at_step if last else min(end, user_stop),
+            resume=args.resume or began,
+            overwrite_output_dir=args.overwrite_output_dir and not began,  # never the switch checkpoint
+        )
+        result = train(
+            model, stage_set, stage_args, collate_fn=collate, eval_fn=stage_eval,
+            count_targets=count, run_config=run_config,
+            term_weights=released_term_weights if cfg.recipe == "released" else None,
+        )  # fmt: skip
+        began, begin = True, end
+        if result.global_step < end:
+            break  # the user's --stop_at_step
     final = Path(args.output_dir) / cfg.output_name
     if result.global_step >= (args.max_steps if args.max_steps > 0 else 0):
-        distributed.on_main(lambda: _export(model, tok, final, cfg, scheme, result.metrics))
+        distributed.on_main(lambda: _export(model, tok, final, cfg, "none" if causal else scheme, result.metrics))
     return final
+
+
+def _resume_step(output_dir: str) -> int:
+    """The step of the checkpoint `--resume` will continue from."""
+    from spanbert.trainer import find_resume_checkpoint
+
+    ckpt, _ = find_resume_checkpoint(output_dir)
+    return int(ckpt.name.rsplit("-", 1)[-1])
 
 
 def _collate(items, pad_id: int, max_predictions: int | None, pad_to: int | None):
@@ -621,11 +930,9 @@ def _parser(prog: str, defaults: dict[str, Any], cfg_defaults: dict[str, Any]) -
     add_dataclass_arguments(p.add_argument_group("pre-training"), PretrainConfig, defaults=cfg_defaults)
     # `--init-from` is the spelling users know from the issue tracker; `--init_from` works too.
     p.add_argument("--init-from", dest="init_from", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-    add_dataclass_arguments(
-        p.add_argument_group("masking (§3.1; the official implementation's variants are options)"),
-        MaskingConfig,
-        exclude=("scheme",),
-    )
+    masking_group = p.add_argument_group("masking (§3.1; the official implementation's variants are options)")
+    add_dataclass_arguments(masking_group, MaskingConfig, exclude=("scheme", "replace_probs"))
+    add_replace_probs_arguments(masking_group)  # --replace_probs P P P, --mask_rates M/S/R (BERT Table 8)
     add_dataclass_arguments(p.add_argument_group("training loop"), TrainingArguments, defaults=defaults)
     p.add_argument("overrides", nargs="*", metavar="key=value", help="further overrides of any option above")
     return p
@@ -638,22 +945,34 @@ def quick_start_in_force(args: argparse.Namespace) -> bool:
     """True until the command line, a key=value override or the YAML file names a corpus, a model
     or --init-from (`LEAVES_QUICKSTART`); `spanbert pretrain --max_steps 100` is the quick start with
     100 steps."""
+
+    return not named_options(args, "PretrainConfig", LEAVES_QUICKSTART)
+
+
+def named_options(args: argparse.Namespace, section: str, keys: tuple[str, ...]) -> set[str]:
+    """Which of ``keys`` the user named: as a flag, a key=value override or in the YAML file's
+    ``section`` (flat YAML keys are sorted into their sections by `check_yaml`)."""
     from spanbert.config import parse_key_values
 
-    named = {k for k in LEAVES_QUICKSTART if k in vars(args)}
-    named |= set(parse_key_values(args.overrides)) & set(LEAVES_QUICKSTART)
+    named = {k for k in keys if k in vars(args)}
+    named |= set(parse_key_values(args.overrides)) & set(keys)
     if args.config:
-        named |= set(check_yaml(args.config, list(SECTIONS))["PretrainConfig"]) & set(LEAVES_QUICKSTART)
-    return not named
+        named |= set(check_yaml(args.config, list(SECTIONS))[section]) & set(keys)
+    return named
 
 
 def preset_line(quick: bool, cfg: PretrainConfig, args: TrainingArguments) -> str:
     """The first line `spanbert pretrain` prints: which preset is in force, with its size."""
     world = distributed.world_size()
+    args = apply_batching(cfg, args, world)
     batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * world
     length = f"{args.max_steps:,} steps" if args.max_steps > 0 else f"{args.num_train_epochs:g} epoch(s)"
     model = f"model from {cfg.init_from}" if cfg.init_from else f"{cfg.model} model"
-    plan = f"{model}, {length} of {batch} x {cfg.max_seq_length} tokens, output {args.output_dir}"
+    if args.max_tokens_per_batch:
+        size = f"<= {args.max_tokens_per_batch * args.gradient_accumulation_steps * world:,} tokens"
+    else:
+        size = f"{batch} x {cfg.max_seq_length} tokens"
+    plan = f"{model}, {length} of {size}, {cfg.recipe} optimisation, output {args.output_dir}"
     if quick:
         return (
             f"preset: quick start (tiny SpanBERT on the Python reference manual; {plan}); "
@@ -667,23 +986,36 @@ def main(argv: list[str], prog: str = "spanbert pretrain") -> int:
     args = p.parse_args(argv)
     check_unknown_overrides(args.overrides, list(SECTIONS))
     quick = quick_start_in_force(args)  # reads (and checks) the YAML file
-    train_defaults = {**PRETRAIN_DEFAULTS, **(QUICKSTART if quick else {})}
-    cfg_defaults = QUICKSTART_CONFIG if quick else {}
+    cfg_defaults = dict(QUICKSTART_CONFIG if quick else {})
+    # Naming a sequence count asks for sequence batching: the token budget then defaults to off.
+    sequences = named_options(args, "TrainingArguments", SEQUENCE_BATCHING)
+    budget_named = named_options(args, "PretrainConfig", ("tokens_per_update",))
+    if sequences and not budget_named:
+        cfg_defaults["tokens_per_update"] = 0
     build = functools.partial(
         dataclass_from_args, args=args, yaml_path=args.config, overrides=args.overrides, sections=list(SECTIONS)
     )
     cfg = build(PretrainConfig, defaults=cfg_defaults)
+    if "gradient_accumulation_steps" in sequences and cfg.tokens_per_update:
+        raise SpanBertError(
+            f"--gradient_accumulation_steps and --tokens_per_update {cfg.tokens_per_update}: found both, expected "
+            "one (tokens_per_update sets the accumulation; pass --tokens_per_update 0 to set it yourself)"
+        )
+    train_defaults = {**PRETRAIN_DEFAULTS, **(QUICKSTART if quick else {}), **RECIPES[cfg.recipe]}
+    if sequences and not named_options(args, "TrainingArguments", ("max_tokens_per_batch",)):
+        train_defaults["max_tokens_per_batch"] = 0
     targs = build(TrainingArguments, defaults=train_defaults)
     masking = build(MaskingConfig)
     print0(preset_line(quick, cfg, targs))
     final = pretrain(cfg, targs, masking)
-    if final.exists():
+    if final.exists() and cfg.system not in CLOZE_SYSTEMS:  # pretrain_cloze prints its own next steps
         _, _, sbo, _ = _resolve_system(cfg)
         print0(f"\nsaved the model to {final} (HF layout: config.json, model.safetensors, tokenizer files)")
         if sbo:
             print0("next: fill a masked span with the MLM or the span boundary head:")
             print0(f'  spanbert fill --model {final} --text "The {{MASK*3}} is used to define a function." --head sbo')
-        else:  # no span boundary head: --head sbo would be refused
+        elif cfg.system not in CAUSAL_SYSTEMS:  # no span boundary head: --head sbo would be refused
+            # (a causal model's head predicts the next token, not a [MASK]: no fill hint)
             print0("next: fill masked tokens with the MLM head:")
             print0(f'  spanbert fill --model {final} --text "The {{MASK*3}} is used to define a function." --head mlm')
         print0(f"  or fine-tune it: spanbert finetune squad --model {final} --train_file ... --validation_file ...")
@@ -781,4 +1113,15 @@ def fill_main(argv: list[str], prog: str = "spanbert fill") -> int:
     return 0
 
 
-__all__ = ["SYSTEMS", "PretrainConfig", "pretrain", "fill", "main", "fill_main"]
+__all__ = [
+    "SYSTEMS",
+    "CAUSAL_SYSTEMS",
+    "STATIC_MASKS",
+    "CausalLMBlocks",
+    "uses_static_masks",
+    "PretrainConfig",
+    "pretrain",
+    "fill",
+    "main",
+    "fill_main",
+]

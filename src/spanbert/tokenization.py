@@ -511,7 +511,7 @@ def learn_wordpiece_vocab(
             pair_count[old] -= f
             pair_count[now] = pair_count.get(now, 0) + f
             where.setdefault(now, set()).add(i)
-            touched.add(now)
+            touched.add(now)  # noqa: B023 - called only inside this iteration
 
         for i in where.pop(pair):  # int sets iterate in a fixed order (no hash seed)
             seq, f = seqs[i], freqs[i]

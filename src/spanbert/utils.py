@@ -1,4 +1,4 @@
-"""Small helpers shared by every module: atomic file and directory writes."""
+"""Small helpers shared by every module: atomic file and directory writes; the C heap (glibc)."""
 
 from __future__ import annotations
 
@@ -152,6 +152,57 @@ def remove_debris(folder: str | os.PathLike, keep: Iterable[str] = ()) -> list[s
 
 _libc: Any = None
 _last_trim = 0.0
+_malloc_configured: bool | None = None
+
+# glibc mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8
+
+
+def _glibc() -> Any:
+    """glibc's C library via ctypes, or False where the C library is not glibc (musl, macOS)."""
+    global _libc
+    if _libc is None:
+        try:
+            import ctypes
+            import ctypes.util
+
+            lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            _libc = lib if hasattr(lib, "malloc_trim") and hasattr(lib, "mallopt") else False
+        except OSError:
+            _libc = False
+    return _libc
+
+
+def configure_malloc(mmap_threshold: int = 1 << 20, arena_max: int | None = None) -> bool:
+    """Fix glibc's mmap threshold (and optionally the number of malloc arenas), once per process.
+    Returns whether the settings are in force (False off glibc, or when the user set the
+    ``MALLOC_*`` / ``GLIBC_TUNABLES`` environment variables, which then win).
+
+    Why: glibc serves allocations of at least the mmap threshold with their own mmap, unmapped at
+    free; smaller ones come from the heap, whose freed pages stay resident. The threshold starts at
+    128 kB but rises (up to 32 MB) each time a large block is freed, so after the first steps the
+    step's tensors of changing sizes (block lengths and masked-target counts vary per batch) are
+    carved from the heap and resident memory wanders with what was freed last. A fixed threshold
+    sends every tensor of 1 MB or more to mmap: resident memory is what is alive
+    (docs/benchmarks.md, "Memory").
+    """
+    global _malloc_configured
+    if _malloc_configured is not None:
+        return _malloc_configured
+    tunables = os.environ.get("GLIBC_TUNABLES", "")
+    if "MALLOC_MMAP_THRESHOLD_" in os.environ or "glibc.malloc.mmap_threshold" in tunables:
+        _malloc_configured = False  # the user's own setting wins
+        return False
+    lib = _glibc()
+    ok = bool(lib) and lib.mallopt(_M_MMAP_THRESHOLD, int(mmap_threshold)) == 1
+    if ok and "MALLOC_TRIM_THRESHOLD_" not in os.environ and "glibc.malloc.trim_threshold" not in tunables:
+        # free space at the top of the heap given back at once: 2 x the mmap threshold, the ratio
+        # glibc itself keeps while it adjusts both (fixing one stops the adjustment of the other)
+        ok = lib.mallopt(_M_TRIM_THRESHOLD, 2 * int(mmap_threshold)) == 1
+    if ok and arena_max is not None and "MALLOC_ARENA_MAX" not in os.environ:
+        ok = lib.mallopt(_M_ARENA_MAX, int(arena_max)) == 1
+    _malloc_configured = ok
+    return ok
 
 
 def trim_heap(min_interval: float = 2.0) -> bool:
@@ -166,23 +217,15 @@ def trim_heap(min_interval: float = 2.0) -> bool:
     that follow it: at every step it halved the quick start's speed (~0.1 s steps), so it runs at
     most every 2 s — every step or two of a real run, a few % of the quick start.
     """
-    global _libc, _last_trim
+    global _last_trim
     import time
 
     now = time.monotonic()
     if now - _last_trim < min_interval:
         return False
-    if _libc is None:
-        try:
-            import ctypes
-            import ctypes.util
-
-            lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-            _libc = lib if hasattr(lib, "malloc_trim") else False
-        except OSError:
-            _libc = False
-    if not _libc:
+    lib = _glibc()
+    if not lib:
         return False
-    _libc.malloc_trim(0)
+    lib.malloc_trim(0)
     _last_trim = time.monotonic()
     return True

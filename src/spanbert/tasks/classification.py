@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -143,7 +144,7 @@ class SequenceClassifier(nn.Module):
         labels: Tensor | None = None,
     ) -> dict[str, Tensor]:
         hidden = self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)  # (B, T, H)
-        pooled = self.dropout(self.bert.pool(hidden))  # (B, H)
+        pooled = self.dropout(self.bert.pool(hidden, attention_mask))  # (B, H); a causal encoder: last token
         logits = self.classifier(pooled)  # (B, num_labels)
         out = {"logits": logits}
         if labels is not None:
@@ -348,6 +349,54 @@ def predict_logits(
     return predict_sharded(len(features), predict)
 
 
+@dataclass
+class Finetuned:
+    """What `finetune_selected` returns."""
+
+    predictions: Any
+    """Dev predictions of the model ``finetune_selected`` leaves (None without ``predict``)."""
+    selected_step: int | None
+    """The step whose weights the model holds when they were chosen on dev (`TrainingArguments`
+    ``metric_for_best_model``), else None (the model of the last step)."""
+    global_step: int
+
+
+def finetune_selected(
+    model: nn.Module,
+    train_features: list[dict[str, Any]],
+    args: Any,
+    pad_id: int,
+    predict: Callable[[nn.Module], Any] | None = None,
+    score: Callable[[Any], dict[str, Any]] | None = None,
+) -> Finetuned:
+    """Train ``model`` with the one loop of `spanbert.trainer`, evaluating on dev as ``args`` says.
+
+    ``predict(model)`` predicts the dev set (in the task's own form) and ``score(predictions)`` turns
+    them into metrics; the trainer logs the scalar ones at every evaluation and, with
+    ``args.metric_for_best_model``, leaves ``model`` holding the weights of the best evaluation. The
+    predictions returned are those of the model left (kept from its evaluation, not predicted twice).
+    """
+    from spanbert.tasks.common import KeepBest
+    from spanbert.trainer import train
+
+    if not train_features:
+        raise SpanBertError("no training examples")
+
+    def evaluate(m: nn.Module, step: int) -> tuple[dict[str, float], Any]:
+        predictions = predict(m)
+        metrics = score(predictions) if score else {}
+        return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}, predictions
+
+    keeper = KeepBest(evaluate, args)
+    result = train(
+        model, FeatureDataset(train_features), args, collate_fn=Collator(pad_id), eval_fn=keeper if predict else None
+    )
+    if predict is None:
+        return Finetuned(None, None, result.global_step)
+    predictions, selected = keeper.chosen(model, args, result, len(train_features))
+    return Finetuned(predictions, selected, result.global_step)
+
+
 def finetune(
     model: nn.Module,
     train_features: list[dict[str, Any]],
@@ -356,32 +405,8 @@ def finetune(
     predict: Callable[[nn.Module], Any] | None = None,
     score: Callable[[Any], dict[str, Any]] | None = None,
 ) -> Any:
-    """Train ``model`` with the one loop of `spanbert.trainer` and return its final dev predictions.
-
-    ``predict(model)`` predicts the dev set (in the task's own form) and ``score(predictions)`` turns
-    them into metrics; the trainer logs the scalar ones at every evaluation. The predictions of the
-    evaluation at the last step are returned, so the dev set is not predicted twice (None without
-    ``predict``).
-    """
-    from spanbert.trainer import train
-
-    if not train_features:
-        raise SpanBertError("no training examples")
-    by_step: dict[int, Any] = {}
-
-    def eval_fn(m: nn.Module, step: int) -> dict[str, float]:
-        by_step.clear()
-        by_step[step] = predict(m)
-        metrics = score(by_step[step]) if score else {}
-        return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
-
-    result = train(
-        model, FeatureDataset(train_features), args, collate_fn=Collator(pad_id), eval_fn=eval_fn if predict else None
-    )
-    if predict is None:
-        return None
-    # the trainer evaluates at its last step; a run stopped early (stop_at_step) predicts here
-    return by_step[result.global_step] if result.global_step in by_step else predict(model)
+    """`finetune_selected`'s dev predictions only (None without ``predict``)."""
+    return finetune_selected(model, train_features, args, pad_id, predict, score).predictions
 
 
 def run_finetune_cli(
@@ -392,10 +417,15 @@ def run_finetune_cli(
     ``run_one(training_arguments)`` fine-tunes, saves into ``training_arguments.output_dir`` and
     returns the dev metrics; ``metric`` names the one the sweep maximises.
     """
-    import dataclasses
-
     from spanbert.distributed import print0
-    from spanbert.tasks.common import check_output_dir, start_distributed, sweep, training_arguments
+    from spanbert.tasks.common import (
+        SELECTION_KEYS,
+        cell_arguments,
+        check_output_dir,
+        start_distributed,
+        sweep,
+        training_arguments,
+    )
 
     targs = training_arguments(args, defaults)
     check_output_dir(targs)  # before reading any data (a sweep: the top folder)
@@ -403,19 +433,23 @@ def run_finetune_cli(
     if not getattr(args, "sweep", False):
         metrics = run_one(targs)
         print0(f"saved the fine-tuned model to {targs.output_dir}")
+        if "selected_step" in metrics:
+            print0(f"the saved model is that of step {metrics['selected_step']} (best dev {metrics['selected_by']})")
         print_metrics(metrics)
         return 0
 
-    def one(lr: float, batch_size: int, run_dir: Path) -> float:
-        run_args = dataclasses.replace(
-            targs, learning_rate=lr, per_device_train_batch_size=batch_size, output_dir=str(run_dir)
-        )
-        metrics = run_one(run_args)
+    metric = targs.metric_for_best_model or metric  # the runs are compared on the score that selects within each
+    if targs.metric_for_best_model and not targs.greater_is_better:
+        raise SpanBertError("--sweep keeps the run with the highest dev score: found --greater_is_better false, "
+                            "expected a metric where higher is better")  # fmt: skip
+
+    def one(lr: float, batch_size: int, run_dir: Path) -> dict[str, Any]:
+        metrics = run_one(cell_arguments(targs, lr, batch_size, run_dir))
         if metric not in metrics:
             raise SpanBertError(f"--sweep keeps the best run on the dev set: pass --dev (no {metric!r} was computed)")
-        return metrics[metric]
+        return {"dev_score": metrics[metric], **{k: metrics[k] for k in SELECTION_KEYS if k in metrics}}
 
-    summary = sweep(one, targs.output_dir)
+    summary = sweep(one, targs.output_dir, resume=targs.resume)
     print0(f"best run copied to {targs.output_dir}")
     print_metrics(summary["best"])
     return 0

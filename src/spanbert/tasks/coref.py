@@ -22,7 +22,7 @@ import math
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -613,6 +613,22 @@ def prune_non_crossing(scores: Tensor, starts: Tensor, ends: Tensor, k: int, chu
     return idx[torch.argsort(key)]
 
 
+def segment_distance(
+    token_index: Tensor, segment_width: int, starts: Tensor, antecedents: Tensor, buckets: int
+) -> Tensor:
+    """Segment of each kept span's start minus that of each of its antecedents' starts, clipped to
+    [0, buckets - 1]: (k, K). As the released `independent.py` (``segment_distance``), where the
+    bucket count is ``max_training_sentences`` (3); in training a document has at most that many
+    segments, at prediction time farther pairs share the last bucket.
+
+    ``token_index`` (N,) is the flat position of each sub-token in the (S, T) segment batch, so its
+    segment is ``token_index // T``.
+    """
+    segment = torch.div(token_index, segment_width, rounding_mode="floor")  # (N,)
+    span_segment = segment[starts]  # (k,)
+    return (span_segment[:, None] - span_segment[antecedents]).clamp(0, buckets - 1)  # (k, K)
+
+
 def bucket_distance(distance: Tensor) -> Tensor:
     """Lee et al. (2017): buckets [0, 1, 2, 3, 4, 5-7, 8-15, 16-31, 32-63, 64+] -> 0..9."""
     log = torch.floor(torch.log2(distance.clamp(min=1).float())).long() + 3
@@ -625,16 +641,25 @@ def bucket_distance(distance: Tensor) -> Tensor:
 
 @dataclass
 class CorefConfig:
-    """Task layers and inputs of the coreference model (defaults: the SpanBERT reference configuration)."""
+    """Task layers and inputs of the coreference model.
+
+    The model settings are those of the released SpanBERT coreference code (mandarjoshi90/coref
+    `experiments.conf`, `independent.py`), which §4.1 uses; the learning rates and segment length are
+    one point of the Appendix B grid (the released values: presets `spanbert_base`, `spanbert_large`).
+    """
 
     max_seq_length: int = 384
-    """Segment length in sub-tokens with [CLS] and [SEP] (SpanBERT: 384 base, 512 large)."""
+    """Segment length in sub-tokens with [CLS] and [SEP] (Appendix B grid 128-512; released SpanBERT:
+    384 base, 512 large)."""
     max_training_segments: int = 3
-    """In training, a longer document is cut to a random run of this many segments (memory)."""
+    """In training, a longer document is cut to a random run of this many segments (memory); also the
+    number of segment-distance buckets (released: 3)."""
     max_span_width: int = 30
     """Longest candidate mention, in sub-tokens (§4.1 / Lee et al.: 30)."""
     top_span_ratio: float = 0.4
     """Keep the top λ·T spans by mention score (λ = 0.4, T = sub-tokens)."""
+    max_top_spans: int = 3900
+    """At most this many kept spans per document, whatever λ·T is (released code: 3900)."""
     max_top_antecedents: int = 50
     """Antecedents per span kept by the coarse scorer (K = 50)."""
     ffnn_size: int = 3000
@@ -644,7 +669,14 @@ class CorefConfig:
     feature_size: int = 20
     """Width of the span-width, distance, speaker and genre embeddings."""
     dropout: float = 0.3
-    """Dropout on the sub-token states and on scorer hidden layers (reference: 0.3)."""
+    """Dropout on the scorers' hidden layers, the width / distance / pair-feature embeddings and the
+    coarse scorer's two sides (released: 0.3)."""
+    token_dropout: float = 0.0
+    """Dropout on the encoder's sub-token states before the span representations (released code:
+    none, only the encoder's own hidden dropout; earlier spanbert versions used --dropout here)."""
+    use_segment_distance: bool = True
+    """Add the segment distance of a mention and its antecedent (clipped to max_training_segments - 1)
+    as a pair feature of the fine scorer, as the released model does."""
     coref_depth: int = 2
     """Rounds of antecedent scoring; rounds after the first use spans refined by attention over their
     antecedents (higher-order inference, Lee et al. 2018). 1 = no refinement."""
@@ -654,6 +686,11 @@ class CorefConfig:
     encoder_learning_rate: float = 1e-5
     """Peak learning rate of the encoder (`bert.*`); --learning_rate is the task layers' (Appendix B:
     1e-5 / 2e-5 encoder, 1e-4 ... 3e-4 task)."""
+    task_weight_decay: float = 0.0
+    """AdamW weight decay of the task layers (released: none); --weight_decay is the encoder's."""
+    separate_clipping: bool = True
+    """Clip the encoder's and the task layers' gradients separately, each to --max_grad_norm (released
+    code); false = one global norm over all parameters."""
     gradient_checkpointing: bool = False
     """Recompute encoder activations in the backward pass (less memory, more compute)."""
 
@@ -685,6 +722,7 @@ class CorefModel(nn.Module):
         h, fs, c = self.bert.config.hidden_size, config.feature_size, config
         self.span_dim = d = 3 * h + fs  # [x_start, x_end, head attention, width embedding]
         self.dropout = nn.Dropout(c.dropout)
+        self.token_dropout = nn.Dropout(c.token_dropout)
         self.head_attention = nn.Linear(h, 1)  # α_t = w · x_t, softmax over the span's tokens
         self.span_width_embeddings = nn.Embedding(c.max_span_width, fs)
         self.mention_scorer = _ffnn(d, c.ffnn_size, c.ffnn_depth, 1, c.dropout)
@@ -696,7 +734,13 @@ class CorefModel(nn.Module):
         self.distance_embeddings = nn.Embedding(10, fs)  # φ(i, j): bucketed distance
         self.speaker_embeddings = nn.Embedding(2, fs)  # same speaker or not
         self.genre_embeddings = nn.Embedding(len(GENRES), fs)
-        self.pair_scorer = _ffnn(3 * d + 3 * fs, c.ffnn_size, c.ffnn_depth, 1, c.dropout)
+        # released `independent.py`: the segment distance of a pair, clipped to [0, max_training_segments
+        # - 1], one embedding row per value, a fourth part of φ(i, j)
+        self.segment_distance_embeddings = (
+            nn.Embedding(c.max_training_segments, fs) if c.use_segment_distance else None
+        )
+        n_features = 4 if c.use_segment_distance else 3
+        self.pair_scorer = _ffnn(3 * d + n_features * fs, c.ffnn_size, c.ffnn_depth, 1, c.dropout)
         # f = σ(W [g_i, a_i]) (Lee et al. 2018, eq. 5); only with a second round: a parameter outside
         # the graph would stop DDP ("parameters that were not used in producing loss")
         self.refine_gate = nn.Linear(2 * d, d) if c.coref_depth > 1 else None
@@ -785,7 +829,7 @@ class CorefModel(nn.Module):
         g_j = g[antecedents]  # (k, K, D)
         if first is None:
             return self.pair_scorer(torch.cat([g[:, None].expand_as(g_j), g_j, g[:, None] * g_j, phi], -1)).squeeze(-1)
-        w = first.weight  # (hidden, 3D + 3F)
+        w = first.weight  # (hidden, 3D + 3F or 4F)
         h = (
             (g @ w[:, :d].T)[:, None]  # (k, 1, hidden)
             + (g @ w[:, d : 2 * d].T)[antecedents]  # (k, K, hidden)
@@ -811,7 +855,7 @@ class CorefModel(nn.Module):
     ) -> dict[str, Tensor]:
         c = self.config
         hidden = self.bert(input_ids, attention_mask=attention_mask)  # (S, T, H)
-        x = self.dropout(hidden.reshape(-1, hidden.shape[-1])[token_index])  # (N, H)
+        x = self.token_dropout(hidden.reshape(-1, hidden.shape[-1])[token_index])  # (N, H)
         n = x.shape[0]
         starts, ends = span_starts, span_ends  # (C,)
         width_table = self.dropout(self.span_width_embeddings.weight)  # (W, F)
@@ -828,7 +872,7 @@ class CorefModel(nn.Module):
             cand_cluster = (match.long() * gold_cluster_ids[None, :]).max(1).values
 
         # Prune to λT spans, no two crossing (§4.1; Lee et al. 2017)
-        k = max(1, min(int(math.floor(n * c.top_span_ratio)), starts.numel()))
+        k = max(1, min(int(math.floor(n * c.top_span_ratio)), c.max_top_spans, starts.numel()))
         top = prune_non_crossing(mention.detach(), starts, ends, k)  # (k,)
         k = top.numel()
         top_starts, top_ends, m = starts[top], ends[top], mention[top]  # (k,)
@@ -839,7 +883,8 @@ class CorefModel(nn.Module):
         K = min(c.max_top_antecedents, k)
         offsets = torch.arange(k, device=g.device)[:, None] - torch.arange(k, device=g.device)[None, :]  # (k, k)
         valid = offsets >= 1
-        coarse = (self.dropout(self.coarse_bilinear(g)) @ g.T) + m[:, None] + m[None, :]  # (k, k)
+        # dropout on both sides, as the released `get_fast_antecedent_scores`
+        coarse = (self.dropout(self.coarse_bilinear(g)) @ self.dropout(g).T) + m[:, None] + m[None, :]  # (k, k)
         prior = self.distance_prior(self.dropout(self.distance_prior_embeddings.weight)).squeeze(-1)  # (10,)
         coarse = coarse + prior[bucket_distance(offsets.clamp(min=0))]
         coarse = coarse.masked_fill(~valid, float("-inf"))
@@ -847,19 +892,19 @@ class CorefModel(nn.Module):
         ante_mask = torch.isfinite(coarse_top)  # (k, K): early spans have fewer than K antecedents
         coarse_top = coarse_top.masked_fill(~ante_mask, -1e4)
 
-        # φ(i, j): same speaker, genre, bucketed distance
+        # φ(i, j): same speaker, genre, bucketed distance (, segment distance)
         speaker = speaker_ids[top_starts]  # (k,)
         same_speaker = (speaker[:, None] == speaker[antecedents]).long()  # (k, K)
         distance = bucket_distance(torch.arange(k, device=g.device)[:, None] - antecedents)  # (k, K)
-        phi = torch.cat(
-            [
-                self.speaker_embeddings(same_speaker),
-                self.genre_embeddings(genre.view(1, 1)).expand(k, K, -1),
-                self.distance_embeddings(distance),
-            ],
-            -1,
-        )  # (k, K, 3F)
-        phi = self.dropout(phi)
+        features = [
+            self.speaker_embeddings(same_speaker),
+            self.genre_embeddings(genre.view(1, 1)).expand(k, K, -1),
+            self.distance_embeddings(distance),
+        ]
+        if self.segment_distance_embeddings is not None:
+            seg = segment_distance(token_index, input_ids.shape[1], top_starts, antecedents, c.max_training_segments)
+            features.append(self.segment_distance_embeddings(seg))
+        phi = self.dropout(torch.cat(features, -1))  # (k, K, 3F or 4F)
 
         dummy = torch.zeros(k, 1, dtype=g.dtype, device=g.device)
         for depth in range(c.coref_depth):
@@ -1055,6 +1100,13 @@ def load_coref_model(model_dir: str | Path) -> tuple[CorefModel, Any]:
             f"{model_dir}: not a coreference model (config.json has no spanbert.coref settings); "
             f"fine-tune one with `spanbert finetune coref`"
         )
+    # models saved before these settings existed were built without them: keep what they were
+    settings = {
+        "use_segment_distance": False,
+        "token_dropout": settings.get("dropout", 0.0),
+        "max_top_spans": 2**31 - 1,
+        **settings,
+    }
     config = CorefConfig(**{k: v for k, v in settings.items() if k in CorefConfig.__dataclass_fields__})
     model = CorefModel(BertConfig.from_hf_dict(config_json), config)
     if model.refine_gate is None:  # saved before depth 1 stopped building the unused gate
@@ -1075,8 +1127,9 @@ def evaluate_clusters(
     return evaluate_documents([d.clusters for d in docs], predictions)
 
 
-# Appendix B / Joshi et al. (2019): one document per step, task layers 2e-4 (encoder 1e-5, CorefConfig),
-# 20 epochs, 10% warm-up.
+# Appendix B: one document per step, task layers 2e-4 (a point of the grid {1e-4, 2e-4, 3e-4}; the encoder's
+# 1e-5 is in CorefConfig), 20 epochs; 10% warm-up as the released code. The model of the best dev CoNLL F1
+# is kept, evaluated about as often as the released run (every 1,000 of OntoNotes' 2,802 documents).
 DEFAULTS: dict[str, Any] = dict(
     output_dir="runs/coref",
     learning_rate=2e-4,
@@ -1085,7 +1138,52 @@ DEFAULTS: dict[str, Any] = dict(
     warmup_ratio=0.1,
     logging_steps=10,
     save_steps=500,
+    evals_per_epoch=3,
+    metric_for_best_model="conll_f1",
 )
+
+# The released SpanBERT coreference runs (mandarjoshi90/coref `experiments.conf` sections spanbert_base and
+# spanbert_large, over its `best` section; `optimization.py`; `train.py`): settings of `TrainingArguments`
+# ("training") and `CorefConfig` ("coref"). `spanbert finetune coref --preset NAME`; flags and --config win.
+_RELEASED_TRAINING: dict[str, Any] = dict(
+    num_train_epochs=20.0,  # num_epochs = 20
+    per_device_train_batch_size=1,  # single_example = true: one document per step
+    warmup_ratio=0.1,  # num_warmup_steps = 0.1 * num_train_steps (optimization.py)
+    lr_scheduler_type="linear",  # polynomial_decay(power=1.0) to 0
+    adam_epsilon=1e-6,  # adam_eps = 1e-6
+    weight_decay=0.01,  # AdamWeightDecayOptimizer(weight_decay_rate=0.01), not LayerNorm / bias
+    max_grad_norm=1.0,  # clip_by_global_norm(clip_norm=1.0), encoder and task layers apart
+    eval_steps=1000,  # eval_frequency = 1000
+    evals_per_epoch=0,
+    metric_for_best_model="conll_f1",  # model.max.ckpt = the best dev F1 (train.py)
+    greater_is_better=True,
+)
+_RELEASED_MODEL: dict[str, Any] = dict(
+    max_training_segments=3,  # max_training_sentences = 3
+    max_span_width=30,
+    top_span_ratio=0.4,
+    max_top_spans=3900,  # k = min(3900, floor(num_words * top_span_ratio))
+    max_top_antecedents=50,
+    ffnn_size=3000,
+    ffnn_depth=1,
+    feature_size=20,
+    dropout=0.3,  # dropout_rate
+    token_dropout=0.0,  # no dropout on the encoder output in independent.py
+    coref_depth=2,
+    use_segment_distance=True,
+    task_weight_decay=0.0,  # task_optimizer = adam (tf.train.AdamOptimizer, no decay)
+    separate_clipping=True,
+)
+COREF_PRESETS: dict[str, dict[str, dict[str, Any]]] = {
+    "spanbert_base": {
+        "training": {**_RELEASED_TRAINING, "learning_rate": 1e-4},  # task_learning_rate = 0.0001
+        "coref": {**_RELEASED_MODEL, "max_seq_length": 384, "encoder_learning_rate": 2e-5},
+    },
+    "spanbert_large": {
+        "training": {**_RELEASED_TRAINING, "learning_rate": 3e-4},  # task_learning_rate = 0.0003
+        "coref": {**_RELEASED_MODEL, "max_seq_length": 512, "encoder_learning_rate": 1e-5},
+    },
+}
 
 
 def _featurize_all(
@@ -1102,7 +1200,7 @@ def check_coref_config(config: CorefConfig) -> None:
     if config.singletons not in ("auto", "true", "false"):
         raise SpanBertError(f"--singletons: found {config.singletons!r}; expected auto, true or false")
     for name in ("max_seq_length", "max_training_segments", "max_span_width", "max_top_antecedents",
-                 "ffnn_size", "feature_size", "coref_depth"):  # fmt: skip
+                 "max_top_spans", "ffnn_size", "feature_size", "coref_depth"):  # fmt: skip
         value = getattr(config, name)
         if value < 1:
             raise SpanBertError(f"--{name}: found {value}; expected an integer >= 1")
@@ -1112,8 +1210,12 @@ def check_coref_config(config: CorefConfig) -> None:
         raise SpanBertError(f"--ffnn_depth: found {config.ffnn_depth}; expected an integer >= 0")
     if not 0 < config.top_span_ratio <= 1 or math.isnan(config.top_span_ratio):
         raise SpanBertError(f"--top_span_ratio: found {config.top_span_ratio}; expected a number in (0, 1]")
-    if not 0 <= config.dropout < 1 or math.isnan(config.dropout):
-        raise SpanBertError(f"--dropout: found {config.dropout}; expected a number in [0, 1)")
+    for name in ("dropout", "token_dropout"):
+        value = getattr(config, name)
+        if not 0 <= value < 1 or math.isnan(value):
+            raise SpanBertError(f"--{name}: found {value}; expected a number in [0, 1)")
+    if not config.task_weight_decay >= 0:
+        raise SpanBertError(f"--task_weight_decay: found {config.task_weight_decay}; expected a number >= 0")
     if not config.encoder_learning_rate >= 0:
         raise SpanBertError(f"--encoder_learning_rate: found {config.encoder_learning_rate}; expected a number >= 0")
 
@@ -1125,12 +1227,19 @@ def finetune_coref(
     targs: Any,
     config: CorefConfig,
     tokenizer_dir: str | Path | None = None,
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """Fine-tune on a CoNLL-2012 file (or folder) and save to ``targs.output_dir``; returns dev scores.
+
+    With a dev set and ``targs.metric_for_best_model`` (``conll_f1`` on the command line), the dev set
+    is scored every ``eval_steps`` (or ``evals_per_epoch`` times an epoch) and at the end; the model
+    saved is the one of the best evaluation, its step is ``selected_step`` in the summary, and the
+    scores and ``dev_predictions.conll`` are that model's. Score a test set with that saved model in a
+    separate command (``spanbert predict coref``), never while choosing.
 
     Under torchrun every rank trains on its share of the documents; dev documents are split across
     the ranks and their predictions gathered, so every rank returns the same scores; rank 0 writes.
     """
+    from spanbert import distributed
     from spanbert.distributed import broadcast_object, is_main, print0
     from spanbert.tasks.common import (
         check_output_dir,
@@ -1142,7 +1251,7 @@ def finetune_coref(
         start_distributed,
         write_once,
     )
-    from spanbert.trainer import train
+    from spanbert.trainer import steps_per_epoch, train
 
     check_output_dir(targs)  # an existing run is refused before any work
     if targs.per_device_train_batch_size != 1:
@@ -1178,8 +1287,13 @@ def finetune_coref(
         max_training_segments=config.max_training_segments, seed=targs.seed,
     )  # fmt: skip
     output_dir = Path(targs.output_dir)
+    metric = targs.metric_for_best_model if dev_docs else ""
+    if targs.metric_for_best_model and not dev_docs:
+        print0(f"note: no --dev, so no model selection on {targs.metric_for_best_model}: the last model is kept")
 
     last_eval: dict[str, Any] = {}
+    best_eval: dict[str, Any] = {}  # the predictions of the best evaluation so far (the same rule as the trainer)
+    history: list[dict[str, float]] = []
 
     def predict_dev(m: nn.Module, step: int) -> dict[str, float]:
         # contract 7: on every rank, each predicting its share of the documents
@@ -1192,17 +1306,30 @@ def finetune_coref(
         scores = evaluate_clusters(dev_docs, predictions)
         last_eval.update(step=step, predictions=predictions, scores=scores, seconds=seconds)
         last_eval["eval_seconds"] = last_eval.get("eval_seconds", 0.0) + seconds
+        history.append({"step": step, **{k: scores[k] for k in ("conll_f1", "mention_f1")}})
+        if metric and metric in scores:
+            old = best_eval.get("scores", {}).get(metric)
+            better = old is None or (scores[metric] > old if targs.greater_is_better else scores[metric] < old)
+            if better:
+                best_eval.update(step=step, predictions=predictions, scores=scores, seconds=seconds)
         print0(
             f"step {step}: dev CoNLL F1 {scores['conll_f1']:.2f} (MUC {scores['muc_f1']:.2f}, B3 "
             f"{scores['bcub_f1']:.2f}, CEAFe {scores['ceafe_f1']:.2f}, mentions {scores['mention_f1']:.2f})"
         )
         return {k: scores[k] for k in ("conll_f1", "muc_f1", "bcub_f1", "ceafe_f1", "mention_f1")}
 
+    if targs.metric_for_best_model != metric:
+        targs = replace(targs, metric_for_best_model=metric)
+    # The released optimizer: the encoder at its own rate with --weight_decay (not biases / LayerNorm),
+    # the task layers at --learning_rate with task_weight_decay, each set clipped to max_grad_norm apart.
+    task_prefixes = [f"{name}." for name, _ in model.named_children() if name != "bert"]
     t0 = time.perf_counter()
     result = train(
         model, dataset, targs, collate_fn=collate_document,
         lr_by_prefix={"bert.": config.encoder_learning_rate}, eval_fn=predict_dev if dev_docs else None,
         run_config={"task": "coref", "coref": asdict(config)},  # compared on --resume
+        weight_decay_by_prefix={"bert.": targs.weight_decay, **{p: config.task_weight_decay for p in task_prefixes}},
+        clip_by_prefix=("bert.",) if config.separate_clipping else None,
     )  # fmt: skip
     train_s = time.perf_counter() - t0 - last_eval.get("eval_seconds", 0.0)  # dev evaluation timed apart
     summary: dict[str, Any] = {
@@ -1212,28 +1339,47 @@ def finetune_coref(
         # one document (a run of at most max_training_segments segments) per step
         "train_docs_per_s": result.global_step * targs.gradient_accumulation_steps / train_s if train_s > 0 else 0.0,
     }
+    # the trainer loads the best weights only at the planned end (not after an earlier --stop_at_step)
+    world = distributed.world_size()
+    planned = targs.max_steps if targs.max_steps > 0 else math.ceil(
+        targs.num_train_epochs * steps_per_epoch(len(dataset), targs.gradient_accumulation_steps * world, world)
+    )
+    selected = result.best_step if metric and result.global_step == planned else None
     if dev_docs:
-        if last_eval.get("step") != result.global_step:  # the trainer evaluates only at the planned end
-            was_training = model.training
-            model.eval()
-            with torch.no_grad():
-                predict_dev(model, result.global_step)
-            model.train(was_training)
-        summary.update(last_eval["scores"])
+        if selected is not None and best_eval.get("step") != selected:
+            # chosen before a --resume: this process has not seen its predictions; the model holds its weights
+            _predict_again(model, predict_dev, selected)
+            best_eval.update(last_eval)
+        elif selected is None and last_eval.get("step") != result.global_step:
+            _predict_again(model, predict_dev, result.global_step)  # the trainer evaluates only at the planned end
+        chosen = best_eval if selected is not None else last_eval
+        summary.update(chosen["scores"])
         summary["dev_docs"] = len(dev_docs)
-        summary["predict_docs_per_s"] = len(dev_docs) / last_eval["seconds"] if last_eval["seconds"] else 0.0
+        summary["predict_docs_per_s"] = len(dev_docs) / chosen["seconds"] if chosen["seconds"] else 0.0
+        summary["dev_history"] = history
+        if selected is not None:
+            summary["selected_step"] = selected
+            summary["selected_by"] = metric
     summary = broadcast_object(summary)  # rank 0's timings in every rank's summary, as in the file
 
     def write() -> None:
         save_coref_model(model, output_dir, tokenizer)
         if dev_docs:
-            write_conll(output_dir / "dev_predictions.conll", dev_docs, last_eval["predictions"])
+            write_conll(output_dir / "dev_predictions.conll", dev_docs, chosen["predictions"])
         with atomic_write(output_dir / "finetune_results.json") as f:
             json.dump(summary, f, indent=2, sort_keys=True)
             f.write("\n")
 
     write_once(write)  # one rank writes (the weights are the same on every rank after DDP), the others wait
     return summary
+
+
+def _predict_again(model: nn.Module, predict_dev: Any, step: int) -> None:
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        predict_dev(model, step)
+    model.train(was_training)
 
 
 # =============================================================================================
@@ -1259,10 +1405,24 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         parser.add_argument(
             "--train", required=True, help="CoNLL-2012 file or folder of *.conll[.gz] files to train on"
         )
-        parser.add_argument("--dev", help="CoNLL-2012 file or folder scored after training (and every --eval_steps)")
+        parser.add_argument(
+            "--dev",
+            help="CoNLL-2012 file or folder scored during training (every --eval_steps, or --evals_per_epoch times "
+            "an epoch) and at the end; the model of the best --metric_for_best_model (conll_f1) is kept",
+        )
+        parser.add_argument(
+            "--preset",
+            choices=sorted(COREF_PRESETS),
+            help="the released SpanBERT coreference settings (mandarjoshi90/coref experiments.conf): spanbert_base "
+            "(segments 384, encoder 2e-5, task 1e-4) or spanbert_large (512, 1e-5, 3e-4), with Adam eps 1e-6, "
+            "dev evaluation every 1000 steps, ...; options given on the command line or in --config win",
+        )
         _add_coref_arguments(parser)
         add_finetune_arguments(parser, DEFAULTS)
         args = parse_task_args(parser, argv, DEFAULTS, configs=(CorefConfig,))  # --config YAML, strict
+        if args.preset and args.preset not in COREF_PRESETS:  # a --config YAML value skips argparse's check
+            raise SpanBertError(f"--preset: found {args.preset!r}; expected one of {', '.join(sorted(COREF_PRESETS))}")
+        preset = COREF_PRESETS[args.preset] if args.preset else {"training": {}, "coref": {}}
         if args.sweep:
             raise SpanBertError(
                 "--sweep runs the Appendix B grid of the classification/QA tasks; for coreference set "
@@ -1272,9 +1432,10 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         coref_keys = set(CorefConfig.__dataclass_fields__)
         kv = parse_key_values(overrides)
         args.overrides = [o for o, k in zip(overrides, kv) if k not in coref_keys]
-        targs = training_arguments(args, DEFAULTS)
+        # defaults < preset < --config YAML < --flags < key=value
+        targs = training_arguments(args, {**DEFAULTS, **preset["training"]})
         config = dataclass_from_args(
-            CorefConfig, args,
+            CorefConfig, args, defaults=preset["coref"],
             overrides=[o for o, k in zip(overrides, kv) if k in coref_keys],
         )  # fmt: skip
         summary = finetune_coref(args.model, args.train, args.dev, targs, config, args.tokenizer)

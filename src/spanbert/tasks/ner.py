@@ -3,19 +3,24 @@
 Each word is split into WordPieces; only the first sub-token of a word feeds the classifier ("we use
 the representation of the first sub-token as the input to the token-level classifier over the NER
 label set", BERT §5.3), the others carry label -100 and are ignored. A sentence longer than
-``max_seq_length`` tokens is cut into consecutive pieces at word boundaries, each encoded on its own,
-so every word gets a prediction. The score is entity-level F1 as ``conlleval`` computes it
+``max_seq_length`` tokens is cut into consecutive pieces at word boundaries, so every word gets a
+prediction. The score is entity-level F1 as ``conlleval`` computes it
 (`spanbert.metrics.classification.conlleval`), reported x100 (0-100) as conlleval prints it. IOB1 and
 IOB2 tags are scored exactly as conlleval; IOBES tags (``S-``/``E-``) are read as the chunks they
 denote, which conlleval (2004) does not do (docs/tasks.md).
 
-Deviation: BERT feeds "the maximal document context" around each sentence; here each sentence is
-encoded alone, as most re-implementations do; expect scores somewhat below BERT's Table 7.
+Document context (BERT §5.3: "we include the maximal document context provided by the data"): with
+``document_context`` each sentence (or piece) is encoded inside the WordPieces of its document
+(``-DOCSTART-`` to ``-DOCSTART-``), as many neighbouring tokens as fit in ``max_seq_length``, centred
+on it; labels and predictions stay on its own words. `spanbert finetune ner` does this by default
+(``--document_context false``: each sentence alone) and saves the setting with the model, so a model
+predicts as it was trained (models saved before the option: sentences alone).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +31,7 @@ import numpy as np
 from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError
 from spanbert.metrics.classification import conlleval
+from spanbert.tasks.common import selection_defaults, selection_summary
 from spanbert.utils import atomic_write
 
 _TAG = re.compile(r"^(O|[BIES]-\S+)$")
@@ -38,12 +44,16 @@ class NerSentence:
     """One IOB tag per word; None for unlabelled input."""
     line: int
     """Line of the first word in its file (for error messages)."""
+    document: int = 0
+    """Index of its document in the file (counted at ``-DOCSTART-`` lines; 0 in a file without them):
+    the neighbours that may give it context."""
 
 
 def read_conll(path: str | Path, require_tags: bool = True) -> list[NerSentence]:
     """Read CoNLL-2003 column format: ``word POS chunk NER`` (the tag is the last column), blank lines
-    between sentences, ``-DOCSTART-`` lines between documents (skipped). A file of single-column
-    lines is read as unlabelled words when ``require_tags`` is False."""
+    between sentences, ``-DOCSTART-`` lines between documents (each sentence records its document
+    index; a file without them is one document). A file of single-column lines is read as unlabelled
+    words when ``require_tags`` is False."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -55,10 +65,11 @@ def read_conll(path: str | Path, require_tags: bool = True) -> list[NerSentence]
     words: list[str] = []
     tags: list[str] = []
     start = 0
+    document = 0
 
     def flush() -> None:
         if words:
-            sentences.append(NerSentence(list(words), list(tags) if tags else None, start))
+            sentences.append(NerSentence(list(words), list(tags) if tags else None, start, document))
         words.clear()
         tags.clear()
 
@@ -70,6 +81,8 @@ def read_conll(path: str | Path, require_tags: bool = True) -> list[NerSentence]
         cols = line.split()
         if cols[0] == "-DOCSTART-":
             flush()
+            if sentences and sentences[-1].document == document:  # a new document after a non-empty one
+                document += 1
             continue
         if not words:
             start = n
@@ -108,23 +121,48 @@ def label_list(sentences: list[NerSentence]) -> list[str]:
 
 def ner_features(
     sentences: list[NerSentence], tokenizer: Any, label2id: dict[str, int] | None, max_seq_length: int = 128,
-    source: str = "data",
+    source: str = "data", document_context: bool = False,
 ) -> list[dict[str, Any]]:  # fmt: skip
     """One feature per sentence, or per piece of a long sentence (cut at word boundaries).
 
     Keys: ``input_ids`` (T,), ``labels`` (T,) with the word's tag id on its first sub-token and -100
     elsewhere, ``first_token`` (W,) position of each word's first sub-token, ``sentence`` and
     ``first_word`` (which words of which sentence the feature covers).
+
+    With ``document_context`` (§5.3) the piece sits inside the WordPieces of its document: the tokens
+    left over in ``max_seq_length`` are filled with its neighbours, half before and half after it
+    (the rest to the other side at a document edge), ``[CLS] left piece right [SEP]``; the context
+    carries label -100, so the loss and the predictions are on the piece's own words only. The
+    document is a run of consecutive sentences with the same ``document`` index.
     """
     from spanbert.tasks.classification import IGNORE_INDEX
 
     budget = max_seq_length - 2
     features = []
-    for si, s in enumerate(sentences):
+    all_pieces: list[list[list[int]]] = []  # sentence -> word -> its WordPiece ids
+    for s in sentences:
         enc = tokenizer.encode_words(s.words)
         pieces: list[list[int]] = [[] for _ in s.words]
         for tid, wid in zip(enc.ids.tolist(), enc.word_ids.tolist()):
             pieces[wid].append(tid)
+        all_pieces.append(pieces)
+    # the token stream of each document and where each sentence starts in it
+    streams: list[list[int]] = []
+    doc_of: list[int] = []
+    offset: list[int] = []
+    for si, s in enumerate(sentences):
+        if document_context and si > 0 and s.document == sentences[si - 1].document:
+            doc_of.append(doc_of[-1])
+        else:
+            streams.append([])
+            doc_of.append(len(streams) - 1)
+        offset.append(len(streams[-1]))
+        for p in all_pieces[si]:
+            streams[-1].extend(p)
+    for si, s in enumerate(sentences):
+        pieces = all_pieces[si]
+        stream = streams[doc_of[si]]
+        word_start = np.cumsum([0] + [len(p) for p in pieces]) + offset[si]  # (W + 1,) in the stream
         w = 0
         while w < len(s.words):
             ids, firsts, labels = [tokenizer.cls_id], [], [IGNORE_INDEX]
@@ -141,6 +179,14 @@ def ner_features(
                     labels += [label2id[tag]] + [IGNORE_INDEX] * (len(p) - 1)
                 ids += p
                 w += 1
+            if document_context:
+                room = budget - (len(ids) - 1)
+                a, b = int(word_start[start]), int(word_start[w])  # the piece's tokens in the stream
+                right = min(len(stream) - b, room - min(a, room // 2))  # centred; the rest to the open side
+                left = min(a, room - right)
+                ids = [tokenizer.cls_id, *stream[a - left : a], *ids[1:], *stream[b : b + right]]
+                firsts = [k + left for k in firsts]
+                labels = [IGNORE_INDEX] * (left + 1) + labels[1:] + [IGNORE_INDEX] * right
             ids.append(tokenizer.sep_id)
             f: dict[str, Any] = {
                 "input_ids": np.asarray(ids, dtype=np.int64),
@@ -199,9 +245,15 @@ def read_predictions(path: str | Path, sentences: list[NerSentence]) -> list[lis
 # Fine-tuning, prediction, CLI
 
 DEFAULTS = dict(
-    output_dir="runs/ner", learning_rate=5e-5, per_device_train_batch_size=32, num_train_epochs=4.0, warmup_ratio=0.1
+    output_dir="runs/ner",
+    learning_rate=5e-5,
+    per_device_train_batch_size=32,
+    num_train_epochs=4.0,
+    warmup_ratio=0.1,
+    **selection_defaults("f1"),
 )
-"""BERT's fine-tuning recipe (§A.3: lr in {5e-5, 3e-5, 2e-5}, batch 16/32, 2-4 epochs)."""
+"""BERT's fine-tuning recipe (§A.3: lr in {5e-5, 3e-5, 2e-5}, batch 16/32, 2-4 epochs); the model of the
+best dev conlleval F1 of 10 evaluations an epoch is kept, as the SpanBERT scripts select theirs."""
 
 
 def finetune_ner(
@@ -213,8 +265,10 @@ def finetune_ner(
     max_seq_length: int = 128,
     max_train_examples: int | None = None,
     max_eval_examples: int | None = None,
+    document_context: bool = True,
 ) -> dict[str, Any]:
-    """Fine-tune a token classifier and save it in ``args.output_dir``; returns dev conlleval scores."""
+    """Fine-tune a token classifier and save it in ``args.output_dir``; returns dev conlleval scores.
+    ``document_context`` (§5.3, on by default as in the paper) is saved in config.json for prediction."""
     from spanbert.tasks import classification as C
     from spanbert.tasks.common import load_tokenizer_for, write_once
 
@@ -230,8 +284,8 @@ def finetune_ner(
                     f"expected one of {labels}", line=s.line + k,
                 )  # fmt: skip
     tokenizer = load_tokenizer_for(model_dir, tokenizer_dir)
-    train_features = ner_features(train, tokenizer, label2id, max_seq_length, str(train_path))
-    dev_features = ner_features(dev, tokenizer, None, max_seq_length, str(dev_path))
+    train_features = ner_features(train, tokenizer, label2id, max_seq_length, str(train_path), document_context)
+    dev_features = ner_features(dev, tokenizer, None, max_seq_length, str(dev_path), document_context)
     model = C.build_model("token", model_dir, len(labels), seed=args.seed)
 
     def predict(m: Any) -> list[list[str]]:
@@ -242,12 +296,16 @@ def finetune_ner(
             labels,
         )
 
-    pred = C.finetune(model, train_features, args, tokenizer.pad_id, predict if dev else None, lambda p: score(dev, p))
+    done = C.finetune_selected(
+        model, train_features, args, tokenizer.pad_id, predict if dev else None, lambda p: score(dev, p)
+    )
+    pred = done.predictions
     out = Path(args.output_dir)
-    metrics: dict[str, Any] = score(dev, pred) if dev else {}
+    metrics: dict[str, Any] = {**score(dev, pred), **selection_summary(done.selected_step, args)} if dev else {}
 
     def write() -> None:
-        C.save_model(model, out, tokenizer, "token", labels, {"task": "ner", "max_seq_length": max_seq_length})
+        settings = {"task": "ner", "max_seq_length": max_seq_length, "document_context": document_context}
+        C.save_model(model, out, tokenizer, "token", labels, settings)
         if dev:
             write_predictions(out / "dev_predictions.txt", dev, pred)
             C.write_json(out / "dev_results.json", metrics)
@@ -263,7 +321,14 @@ def predict_ner(
     """Tags for every word of ``sentences`` with a model saved by `finetune_ner`. With ``source`` (the
     data file), a gold tag the model never saw in training is an error naming its line."""
     from spanbert.tasks import classification as C
+    from spanbert.tasks import cloze_heads
 
+    if cloze_heads.is_two_tower(model_dir):  # fine-tuned from a two-tower cloze model
+        return cloze_heads.predict_ner(model_dir, sentences, batch_size, device, progress, source)
+    from spanbert.tasks import ner_features as NF
+
+    if NF.is_feature_model(model_dir):  # a biLSTM on frozen features (`finetune ner --features`)
+        return NF.predict(model_dir, sentences, batch_size, device, progress, source)
     model, config_json, tokenizer = C.load_model("token", model_dir, device)
     config_file = Path(model_dir) / "config.json"
     labels = C.labels_from_config(config_json, str(config_file))
@@ -277,17 +342,62 @@ def predict_ner(
                     source, f"found tag {tag!r}, which the model never saw in training; expected one of {labels}",
                     line=s.line + k,
                 )  # fmt: skip
-    features = ner_features(sentences, tokenizer, None, config_json.get("spanbert", {}).get("max_seq_length", 128))
+    settings = config_json.get("spanbert", {})
+    # a model saved before the option was trained on sentences alone: it predicts that way
+    features = ner_features(
+        sentences, tokenizer, None, settings.get("max_seq_length", 128),
+        document_context=bool(settings.get("document_context", False)),
+    )  # fmt: skip
     return decode(
         sentences, features, C.predict_logits(model, features, tokenizer.pad_id, batch_size, progress=progress), labels
     )
 
 
+def parse_bool(value: str) -> bool:
+    """``true``/``false`` (also 1/0, yes/no, on/off) for a boolean option's value."""
+    s = str(value).lower()
+    if s in ("1", "true", "yes", "on"):
+        return True
+    if s in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"found {value!r}, expected true or false")
+
+
+def add_document_context_argument(parser: argparse.ArgumentParser) -> None:
+    """``--document_context true|false`` (default true: BERT §5.3's setting for its Table 7)."""
+    parser.add_argument(
+        "--document_context", type=parse_bool, nargs="?", const=True, default=True, metavar="BOOL",
+        help="encode each sentence inside its document's neighbouring tokens, as many as fit in max_seq_length, "
+        "centred on it (BERT §5.3, 'the maximal document context'; documents start at -DOCSTART- lines); false: "
+        "each sentence alone. Saved with the model (default: true)",
+    )  # fmt: skip
+
+
+def _wants_features(argv: list[str]) -> bool:
+    """Whether ``finetune ner`` is asked for the feature-based approach (``--features``, or
+    ``features:`` in its ``--config`` YAML)."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--features")
+    pre.add_argument("--config")
+    known, _ = pre.parse_known_args(argv)
+    if known.features:
+        return True
+    if known.config:
+        from spanbert.config import load_yaml
+
+        data = load_yaml(known.config)
+        return any(k == "features" or (isinstance(v, dict) and "features" in v) for k, v in data.items())
+    return False
+
+
 def cli(action: str, task: str, argv: list[str], prog: str) -> int:
     """``spanbert {finetune,predict,evaluate} ner ...``."""
     from spanbert.tasks import classification as C
+    from spanbert.tasks import cloze_heads
     from spanbert.tasks.common import parse_task_args, start_distributed, write_once
 
+    if action == "finetune" and cloze_heads.is_two_tower(cloze_heads.model_in_argv(argv)):
+        return cloze_heads.ner_finetune_cli(argv, prog)  # a two-tower cloze model: biLSTM-CRF (§6.2.1)
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     if action == "finetune":
         from spanbert.tasks.common import add_finetune_arguments
@@ -304,13 +414,27 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         parser.add_argument("--max_seq_length", type=int, default=128, help="tokens per input piece (default: 128)")
         parser.add_argument("--max_train_examples", type=int, help="use only the first N training sentences")
         parser.add_argument("--max_eval_examples", type=int, help="use only the first N dev sentences")
+        add_document_context_argument(parser)
+        from spanbert.config import add_dataclass_arguments
+        from spanbert.tasks import ner_features as NF
+
+        if _wants_features(argv):
+            return NF.finetune_cli(argv, prog)
+        # listed for --help; they take effect only with --features (a frozen encoder + biLSTM, Table 7)
+        add_dataclass_arguments(
+            parser.add_argument_group("feature-based NER (BERT §5.3 Table 7; with --features, whose training "
+                                      "defaults differ: see docs/tasks.md)"), NF.HeadConfig,
+        )  # fmt: skip
         add_finetune_arguments(parser, DEFAULTS)
-        args = parse_task_args(parser, argv, DEFAULTS)
+        args = parse_task_args(parser, argv, DEFAULTS, configs=[NF.HeadConfig])
+        stray = sorted(f"--{f.name}" for f in dataclasses.fields(NF.HeadConfig) if f.name in vars(args))
+        if stray:
+            raise SpanBertError(f"found {', '.join(stray)} without --features; expected them with --features only")
 
         def run_one(targs: Any) -> dict[str, Any]:
             return finetune_ner(
                 args.model, args.train, args.dev, targs, args.tokenizer, args.max_seq_length,
-                args.max_train_examples, args.max_eval_examples,
+                args.max_train_examples, args.max_eval_examples, args.document_context,
             )  # fmt: skip
 
         return C.run_finetune_cli(args, DEFAULTS, run_one, metric="f1")

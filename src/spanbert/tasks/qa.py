@@ -13,6 +13,8 @@ The pipeline, each step a plain function:
   `read_squad` / `read_mrqa` -> `QAData` (contexts tokenized once, examples with character spans)
   -> `make_features` (windows, max-context flags, start/end labels) -> `SpanBertForQuestionAnswering`
   -> `decode` (n-best, max answer length, null score, threshold) -> `spanbert.metrics.squad`.
+Prediction (`run_prediction`) reduces each batch to one best span per window at once
+(`best_span_in_window`) and decodes those (`decode_spans`): it never holds the whole set's logits.
 """
 
 from __future__ import annotations
@@ -53,7 +55,8 @@ class QAExample:
     answers: list[str]
     """Gold answer texts, used for scoring (empty for an unanswerable question)."""
     answer_start: int = -1
-    """Character start of the answer used for training (the first gold one); -1 = none."""
+    """Character start of the answer used for training (SQuAD: the first gold one; MRQA: the earliest
+    detected span); -1 = none."""
     answer_end: int = -1
     """Character end (exclusive) of that answer."""
     is_impossible: bool = False
@@ -254,8 +257,10 @@ def read_squad(path: str | Path) -> QAData:
 def read_mrqa(path: str | Path) -> QAData:
     """Read an MRQA 2019 file (``.jsonl`` or ``.jsonl.gz``): an optional header line, then one context per line.
 
-    Training target: the first ``detected_answers[].char_spans`` (inclusive ends, as MRQA stores
-    them). Scoring uses ``answers``, as `mrqa_official_eval.py` does.
+    Training target: the earliest character span (smallest start, then smallest end) over the
+    ``char_spans`` of all ``detected_answers`` (inclusive ends, as MRQA stores them), as the released
+    reader (facebookresearch/SpanBERT code/run_mrqa.py: ``sorted(...)[0]``). Scoring uses ``answers``,
+    as `mrqa_official_eval.py` does.
     """
     path = Path(path)
     if path.is_file() and _looks_like_squad(path):
@@ -291,19 +296,28 @@ def read_mrqa(path: str | Path) -> QAData:
                         raise DataError(
                             path, "empty detected_answers; MRQA questions are all answerable", line=lineno, record=rec
                         )
-                    spans = _expect(detected[0], "char_spans", list, path, rec, lineno)
-                    if not spans or not isinstance(spans[0], list) or len(spans[0]) != 2:
-                        raise DataError(
-                            path, f"char_spans is {spans!r:.60}, expected [[start, end], ...]", line=lineno, record=rec
-                        )
-                    s, e = spans[0]
-                    if not (isinstance(s, int) and isinstance(e, int) and 0 <= s <= e < len(context)):
-                        raise DataError(
-                            path,
-                            f"char span [{s}, {e}] (inclusive) is outside the context of {len(context)} characters",
-                            line=lineno,
-                            record=rec,
-                        )
+                    found: list[tuple[int, int]] = []
+                    for k, answer in enumerate(detected):
+                        spans = _expect(answer, "char_spans", list, path, f"{rec}, detected_answers[{k}]", lineno)
+                        if not spans:
+                            raise DataError(path, f"detected_answers[{k}].char_spans is empty, expected [[start, end], "
+                                            "...]", line=lineno, record=rec)  # fmt: skip
+                        for span in spans:
+                            if not isinstance(span, list) or len(span) != 2:
+                                raise DataError(path, f"detected_answers[{k}].char_spans holds {span!r:.60}, expected "
+                                                "[start, end]", line=lineno, record=rec)  # fmt: skip
+                            s, e = span
+                            if not (isinstance(s, int) and isinstance(e, int) and 0 <= s <= e < len(context)):
+                                raise DataError(
+                                    path,
+                                    f"char span [{s}, {e}] (inclusive) is outside the context of {len(context)} "
+                                    f"characters",
+                                    line=lineno,
+                                    record=rec,
+                                )
+                            found.append((s, e))
+                    # the released reader (run_mrqa.py) trains on the earliest span over all detected answers
+                    s, e = min(found)
                     examples.append(QAExample(qid, question, ci, [str(x) for x in answers], s, e + 1, False, ci))
     except (EOFError, gzip.BadGzipFile, zlib.error) as e:
         raise DataError(path, f"damaged or truncated gzip file: {e}") from None
@@ -555,15 +569,23 @@ class SpanBertForQuestionAnswering(nn.Module):
 
     Its `state_dict()` is HF's, so a fine-tuned model loads in `transformers`. The loss is the mean
     of the start and end cross-entropies (BERT §4.2); padding positions are excluded from the softmax.
+
+    ``bilstm=True`` is BERT Table 5's "+ BiLSTM" (§5.1): a randomly initialised one-layer biLSTM
+    between the encoder and ``qa_outputs`` (H/2 units each way, so its output is H wide), giving a
+    left-to-right encoder's token states some right context. Its weights (`bilstm.*`) are not HF's:
+    transformers loads such a model without them.
     """
 
-    def __init__(self, config, encoder: nn.Module | None = None):
+    def __init__(self, config, encoder: nn.Module | None = None, bilstm: bool = False):
         super().__init__()
         from spanbert.model import Encoder, init_weights
 
         self.bert = encoder if encoder is not None else Encoder(config, add_pooling_layer=False)
         self.config = self.bert.config
-        self.qa_outputs = nn.Linear(self.config.hidden_size, 2)
+        H = self.config.hidden_size
+        # PyTorch's LSTM initialisation (uniform in ±1/sqrt(H/2)); the paper says only "randomly initialized"
+        self.bilstm = nn.LSTM(H, H // 2, batch_first=True, bidirectional=True) if bilstm else None
+        self.qa_outputs = nn.Linear(H, 2)
         init_weights(self.qa_outputs, self.config.initializer_range)
 
     def forward(
@@ -575,6 +597,8 @@ class SpanBertForQuestionAnswering(nn.Module):
         end_positions: Tensor | None = None,
     ) -> dict[str, Tensor]:
         hidden = self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)  # (B, T, H)
+        if self.bilstm is not None:
+            hidden = _run_bilstm(self.bilstm, hidden, attention_mask)  # (B, T, H)
         logits = self.qa_outputs(hidden).float()  # (B, T, 2)
         start_logits, end_logits = logits.unbind(-1)  # (B, T) each
         if attention_mask is not None:
@@ -589,6 +613,19 @@ class SpanBertForQuestionAnswering(nn.Module):
         return out
 
 
+def _run_bilstm(lstm: nn.LSTM, hidden: Tensor, attention_mask: Tensor | None) -> Tensor:
+    """The biLSTM over each sequence's real tokens only (packed: the backward direction starts at the
+    last real token, not at padding); padded positions come back as zeros. (B, T, H) -> (B, T, H)."""
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+    if attention_mask is None:
+        return lstm(hidden)[0]
+    lengths = attention_mask.sum(1).cpu()  # (B,) right padding
+    packed = pack_padded_sequence(hidden, lengths, batch_first=True, enforce_sorted=False)
+    out, _ = pad_packed_sequence(lstm(packed)[0], batch_first=True, total_length=hidden.shape[1])
+    return out  # (B, T, H)
+
+
 # ---------------------------------------------------------------------------------------------
 # Decoding
 
@@ -601,6 +638,48 @@ class Decoded:
     """qid -> null score minus best span score (SQuAD 2.0 only; BERT's null_odds.json)."""
     best_non_null: dict[str, str]
     """qid -> best non-empty span text, whatever the null score."""
+
+
+NO_SPAN = (-math.inf, -1, -1)
+"""`best_span_in_window`'s answer for a window with no valid span (score, start, end)."""
+
+
+def best_span_in_window(
+    start_logits: np.ndarray,
+    end_logits: np.ndarray,
+    query_len: int,
+    max_context: np.ndarray,
+    n_best_size: int = 20,
+    max_answer_length: int = 30,
+) -> tuple[float, int, int, float]:
+    """One window's share of `decode`: ``(best span score, start, end, null score)``.
+
+    ``start_logits`` / ``end_logits`` are the window's (T,) logits (padding may follow: only the
+    window's own ``query_len + 3 + len(max_context)`` positions are read). ``start``/``end`` count
+    from the window's first passage token; ``(-inf, -1, -1)`` (`NO_SPAN`) when no pair is valid.
+    The null score is the ``[CLS]`` start + end logit. Four numbers per window are all decoding
+    needs, so a prediction keeps these instead of the logits (a full-dev run keeps O(windows)
+    numbers, not O(windows x T)).
+    """
+    p0 = query_len + 2  # first passage position
+    W = len(max_context)
+    n = p0 + W + 1  # [CLS] question [SEP] passage [SEP]
+    sl = np.asarray(start_logits[:n], dtype=np.float64)  # (T,)
+    el = np.asarray(end_logits[:n], dtype=np.float64)  # (T,)
+    null = float(sl[0] + el[0])
+    k = min(n_best_size, n)
+    starts = np.argsort(-sl, kind="stable")[:k]
+    ends = np.argsort(-el, kind="stable")[:k]
+    S, E = np.meshgrid(starts, ends, indexing="ij")  # (k, k)
+    ok = (S >= p0) & (S < p0 + W) & (E >= p0) & (E < p0 + W) & (E >= S) & (E - S + 1 <= max_answer_length)
+    if W == 0 or not np.any(ok):
+        return (*NO_SPAN, null)
+    ok &= max_context[np.clip(S - p0, 0, W - 1)]  # the start must have maximal context here
+    if not np.any(ok):
+        return (*NO_SPAN, null)
+    scores = np.where(ok, sl[S] + el[E], -np.inf)
+    j = int(np.argmax(scores))
+    return float(scores.flat[j]), int(S.flat[j]) - p0, int(E.flat[j]) - p0, null
 
 
 def decode(
@@ -622,7 +701,28 @@ def decode(
     the null score is the smallest ``[CLS]`` start+end score over the windows; the answer is "" when
     ``null - best span > threshold``. The text is the context between the span's character offsets
     (no need for BERT's ``get_final_text`` heuristic, which undid lower-casing).
+
+    The same as `best_span_in_window` on each window then `decode_spans` (what `run_prediction`
+    does batch by batch, without keeping the logits).
     """
+    spans = [
+        best_span_in_window(start_logits[fi], end_logits[fi], features.query_len[fi], features.max_context[fi],
+                            n_best_size, max_answer_length)  # fmt: skip
+        for fi in range(len(features))
+    ]
+    return decode_spans(data, tok, features, spans, version_2, null_score_diff_threshold)
+
+
+def decode_spans(
+    data: QAData,
+    tok: TokenizedData,
+    features: QAFeatures,
+    spans: Sequence[tuple[float, int, int, float]],
+    version_2: bool = False,
+    null_score_diff_threshold: float = 0.0,
+) -> Decoded:
+    """The answers from each window's `best_span_in_window`: per question the best span over its
+    windows (the earliest window on ties), the smallest null score, and the SQuAD 2.0 threshold."""
     by_example: dict[int, list[int]] = {}
     for fi, ei in enumerate(features.example_index):
         by_example.setdefault(ei, []).append(fi)
@@ -635,29 +735,12 @@ def decode(
         best_score, best_span = -math.inf, None
         score_null = math.inf
         for fi in by_example.get(ei, []):
-            n = len(features.input_ids[fi])
-            sl = np.asarray(start_logits[fi][:n], dtype=np.float64)  # (T,)
-            el = np.asarray(end_logits[fi][:n], dtype=np.float64)  # (T,)
-            score_null = min(score_null, sl[0] + el[0])
-            p0 = features.query_len[fi] + 2  # first passage position
-            mc = features.max_context[fi]
-            W = len(mc)
-            k = min(n_best_size, n)
-            starts = np.argsort(-sl, kind="stable")[:k]
-            ends = np.argsort(-el, kind="stable")[:k]
-            S, E = np.meshgrid(starts, ends, indexing="ij")  # (k, k)
-            ok = (S >= p0) & (S < p0 + W) & (E >= p0) & (E < p0 + W) & (E >= S) & (E - S + 1 <= max_answer_length)
-            if W == 0 or not np.any(ok):
-                continue
-            ok &= mc[np.clip(S - p0, 0, W - 1)]  # the start must have maximal context here
-            if not np.any(ok):
-                continue
-            scores = np.where(ok, sl[S] + el[E], -np.inf)
-            j = int(np.argmax(scores))
-            if scores.flat[j] > best_score:
-                best_score = float(scores.flat[j])
-                ds = features.doc_start[fi] - p0
-                best_span = (int(S.flat[j]) + ds, int(E.flat[j]) + ds)  # context token indices
+            s_score, s, e, null = spans[fi]
+            score_null = min(score_null, null)
+            if s >= 0 and s_score > best_score:
+                best_score = s_score
+                ds = features.doc_start[fi]
+                best_span = (s + ds, e + ds)  # context token indices
         text = ""
         if best_span is not None:
             text = context[offsets[best_span[0], 0] : offsets[best_span[1], 1]]
@@ -721,17 +804,26 @@ class QAConfig:
     null_score_diff_threshold: float = 0.0
     """SQuAD 2.0: answer "" when null score - best span score > this. Fine-tuning with a dev file
     chooses it on dev (official best-F1 search) and saves it with the model."""
+    bilstm: bool = False
+    """BERT Table 5 "+ BiLSTM": a randomly initialised biLSTM between the encoder and the span head (meant for the left-to-right baseline, `spanbert pretrain --system ltr`)."""
 
 
-# Appendix B: 4 epochs; lr and batch size from the grid (3e-5 x 32 is BERT's SQuAD setting, inside it).
+# Appendix B: 4 epochs; lr and batch size from the grid. 2e-5 x 32 (in the grid) is what the released
+# SpanBERT commands use for SQuAD 1.1/2.0 and MRQA (README, code/run_squad.py, run_mrqa.py). With a dev
+# file the model of the best dev F1 of 10 evaluations an epoch is kept, as those scripts do (SQuAD 2.0:
+# F1 at the threshold chosen on dev, their --eval_metric best_f1).
 DEFAULTS: dict[str, Any] = dict(
     num_train_epochs=4.0,
-    learning_rate=3e-5,
+    learning_rate=2e-5,
     per_device_train_batch_size=32,
     warmup_ratio=0.1,
     weight_decay=0.01,
     save_steps=0,
     output_dir="runs/qa",
+    evals_per_epoch=10,
+    metric_for_best_model="f1",
+    greater_is_better=True,
+    save_total_limit=1,
 )
 
 
@@ -788,6 +880,52 @@ def predict_logits(
     return [x[0] for x in both], [x[1] for x in both]
 
 
+def predict_window_spans(
+    model: nn.Module,
+    features: QAFeatures,
+    pad_id: int,
+    batch_size: int = 64,
+    device: str = "auto",
+    precision: str = "auto",
+    disable_tqdm: bool = False,
+    n_best_size: int = 20,
+    max_answer_length: int = 30,
+) -> list[tuple[float, int, int, float]]:
+    """`best_span_in_window` of every window, in feature order, computed batch by batch.
+
+    The same windows and batches as `predict_logits`, but each batch's logits are reduced to four
+    numbers per window at once and dropped: memory holds the answers, not the (windows x T) logits
+    of the whole set. Under torchrun each rank reduces its share and every rank returns all of them
+    (contract 7): call it on every rank.
+    """
+    from spanbert.distributed import is_main
+    from spanbert.tasks.common import predict_sharded
+    from spanbert.trainer import predict_batches
+
+    def collate(items):
+        return collate_qa(items, pad_id)
+
+    def predict(indices) -> list[tuple[float, int, int, float]]:
+        order = sorted(indices, key=lambda i: len(features.input_ids[i]))
+        ds = torch.utils.data.Subset(QAFeatureDataset(features, with_labels=False), order)
+        got: dict[int, tuple[float, int, int, float]] = {}
+        k = 0
+        quiet = disable_tqdm or not is_main()  # one bar under torchrun
+        for _, out in predict_batches(model, ds, batch_size, collate, device, precision, "predict", quiet):
+            sl = out["start_logits"].float().cpu().numpy()  # (B, T)
+            el = out["end_logits"].float().cpu().numpy()  # (B, T)
+            for b in range(sl.shape[0]):
+                i = order[k]
+                got[i] = best_span_in_window(
+                    sl[b], el[b], features.query_len[i], features.max_context[i], n_best_size, max_answer_length
+                )
+                k += 1
+            del out, sl, el  # this batch's logits are not needed any more
+        return [got[i] for i in indices]
+
+    return predict_sharded(len(features), predict)
+
+
 def run_prediction(
     model: nn.Module,
     data: QAData,
@@ -798,12 +936,14 @@ def run_prediction(
     precision: str = "auto",
     progress: bool = True,
 ) -> Decoded:
+    """Answers to every question of ``data``: windows, `predict_window_spans`, `decode_spans`
+    (the same predictions as `predict_logits` + `decode`, without holding every window's logits)."""
     tok, feats = _features_for(data, tokenizer, cfg, training=False, progress=progress)
-    starts, ends = predict_logits(model, feats, tokenizer.pad_id, batch_size, device, precision, not progress)
-    return decode(
-        data, tok, feats, starts, ends, cfg.n_best_size, cfg.max_answer_length, cfg.version_2_with_negative,
-        cfg.null_score_diff_threshold,
+    spans = predict_window_spans(
+        model, feats, tokenizer.pad_id, batch_size, device, precision, not progress, cfg.n_best_size,
+        cfg.max_answer_length,
     )  # fmt: skip
+    return decode_spans(data, tok, feats, spans, cfg.version_2_with_negative, cfg.null_score_diff_threshold)
 
 
 def write_json(path: str | Path, obj: Any) -> None:
@@ -834,17 +974,21 @@ def finetune_qa(
 ) -> dict[str, float]:
     """Fine-tune a QA model from any BERT checkpoint; save it (HF layout) in ``targs.output_dir``.
 
-    With a validation file the model is scored there at the end (official metrics); for SQuAD 2.0
-    the no-answer threshold is chosen on it and saved in config.json. Returns the dev metrics
-    (``"f1"`` is the score the sweep compares).
+    With a validation file the model is scored there ``targs.evals_per_epoch`` times an epoch and at
+    the end (official metrics); with ``targs.metric_for_best_model`` (default ``f1``) the model saved
+    is that of the best evaluation, and ``selected_step`` in the results names its step. For SQuAD 2.0
+    the no-answer threshold is chosen on dev at each evaluation; the selected one is saved in
+    config.json. Returns the dev metrics (``"f1"`` is the score the sweep compares).
     """
     from spanbert.tasks.common import (
+        KeepBest,
         check_output_dir,
         load_encoder,
         load_tokenizer_for,
         save_finetuned,
         seed_dropout,
         seed_init,
+        selection_summary,
         start_distributed,
         write_once,
     )
@@ -881,7 +1025,7 @@ def finetune_qa(
 
     seed_init(targs.seed)  # the head's initialisation: the same in every run and on every rank
     encoder = load_encoder(model_dir, add_pooling_layer=False)
-    model = SpanBertForQuestionAnswering(encoder.config, encoder)
+    model = SpanBertForQuestionAnswering(encoder.config, encoder, bilstm=cfg.bilstm)
     seed_dropout(targs.seed)
     if encoder.config.vocab_size < tokenizer.vocab_size:
         raise SpanBertError(
@@ -932,15 +1076,27 @@ def finetune_qa(
         print0(f"step {step}: dev " + ", ".join(f"{k} {v:.4g}" for k, v in metrics.items() if isinstance(v, float)))
         return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
 
-    train(
+    def evaluate(m: nn.Module, step: int) -> tuple[dict[str, float], Any]:
+        scores = eval_fn(m, step)
+        return scores, (dict(results), cfg)  # the predictions and the threshold of this evaluation
+
+    keeper = KeepBest(evaluate, targs)
+    result = train(
         model,
         QAFeatureDataset(feats),
         targs,
         collate_fn=functools.partial(collate_qa, pad_id=tokenizer.pad_id),
-        eval_fn=eval_fn if dev is not None else None,
+        eval_fn=keeper if dev is not None else None,
     )
+    selected = None
+    if dev is not None:
+        # the model holds the weights of the best dev evaluation: save its predictions and threshold
+        (kept, cfg), selected = keeper.chosen(model, targs, result, len(feats))
+        results.clear()
+        results.update(kept)
     out = Path(targs.output_dir)
     metrics = {k: v for k, v in results.items() if k not in ("predictions", "null_odds")}
+    metrics.update(selection_summary(selected, targs))
 
     def write() -> None:
         extra = {"spanbert": {"task": task, **_config_dict(cfg)}}
@@ -969,9 +1125,6 @@ def load_qa_model(model_dir: str | Path) -> tuple[SpanBertForQuestionAnswering, 
             f"{model_dir}: not a question-answering model (no qa_outputs weights); fine-tune one with "
             "`spanbert finetune squad --model PRETRAINED --train_file ...`"
         )
-    model = SpanBertForQuestionAnswering(BertConfig.from_hf_dict(config_json))
-    model.bert.load_bert_state(encoder_state_dict(state), source=str(model_dir))
-    model.qa_outputs.load_state_dict({"weight": state["qa_outputs.weight"], "bias": state["qa_outputs.bias"]})
     saved = config_json.get("spanbert", {})
     if not isinstance(saved, dict):
         raise DataError(source, f"found spanbert {saved!r:.60}; expected a mapping of QA settings")
@@ -979,6 +1132,15 @@ def load_qa_model(model_dir: str | Path) -> tuple[SpanBertForQuestionAnswering, 
 
     names = {f for f in QAConfig.__dataclass_fields__}
     cfg = replace_checked(QAConfig(), {k: v for k, v in saved.items() if k in names}, source=str(source))
+    model = SpanBertForQuestionAnswering(BertConfig.from_hf_dict(config_json), bilstm=cfg.bilstm)
+    model.bert.load_bert_state(encoder_state_dict(state), source=str(model_dir))
+    model.qa_outputs.load_state_dict({"weight": state["qa_outputs.weight"], "bias": state["qa_outputs.bias"]})
+    if model.bilstm is not None:
+        lstm = {k[len("bilstm.") :]: v for k, v in state.items() if k.startswith("bilstm.")}
+        missing = sorted(set(model.bilstm.state_dict()) - set(lstm))
+        if missing:
+            raise DataError(source, f"found \"bilstm\": true and no bilstm.{missing[0]} weights, expected a model fine-tuned with --bilstm")
+        model.bilstm.load_state_dict(lstm)
     model.eval()  # contract 5: loaders return eval mode, as transformers does
     return model, tokenizer, cfg
 
@@ -1040,7 +1202,9 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
     fmt = "SQuAD v1.1/v2.0 JSON (.json or .json.gz)" if task == "squad" else "MRQA .jsonl or .jsonl.gz"
     if action == "finetune":
         from spanbert.tasks.common import (
+            SELECTION_KEYS,
             add_finetune_arguments,
+            cell_arguments,
             check_output_dir,
             parse_task_args,
             start_distributed,
@@ -1050,7 +1214,9 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
 
         parser.add_argument("--train_file", required=True, help=f"training data, {fmt}")
         parser.add_argument(
-            "--validation_file", help="dev data scored after training (and where the SQuAD 2.0 threshold is chosen)"
+            "--validation_file", help="dev data scored --evals_per_epoch times an epoch and at the end: the model of the "
+            "best --metric_for_best_model is saved (and the SQuAD 2.0 threshold is chosen there). Never pass the test "
+            "split here: score it afterwards with `spanbert predict` + `spanbert evaluate`"
         )
         parser.add_argument("--drop_ids", help="file of question ids to leave out of training (first tab-separated "
                             "column), e.g. ../shared/data/squad/train-v1.1.rebuilt.ambiguous.tsv")  # fmt: skip
@@ -1065,25 +1231,33 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         check_output_dir(targs)  # before any reading or featurizing (a sweep: the top folder)
         start_distributed(targs.device)
 
-        def run_one(lr: float, bs: int, run_dir: Path) -> float:
-            import dataclasses
+        metric = targs.metric_for_best_model or "f1"  # runs are compared on the score that selects within each
 
-            t = dataclasses.replace(targs, learning_rate=lr, per_device_train_batch_size=bs, output_dir=str(run_dir))
-            return finetune_qa(
-                task, args.model, args.train_file, args.validation_file, t, cfg, args.tokenizer, args.drop_ids,
-                args.train_articles, args.validation_articles, args.max_train_examples,
-            ).get("f1", 0.0)  # fmt: skip
+        def run_one(lr: float, bs: int, run_dir: Path) -> dict[str, Any]:
+            metrics = finetune_qa(
+                task, args.model, args.train_file, args.validation_file, cell_arguments(targs, lr, bs, run_dir), cfg,
+                args.tokenizer, args.drop_ids, args.train_articles, args.validation_articles, args.max_train_examples,
+            )  # fmt: skip
+            if metric not in metrics:
+                raise SpanBertError(f"--sweep compares the runs on dev {metric!r}; the evaluation has no such score")
+            return {"dev_score": metrics[metric], **{k: metrics[k] for k in SELECTION_KEYS if k in metrics}}
 
         if args.sweep:
             if not args.validation_file:
                 raise SpanBertError("--sweep keeps the best run on dev: pass --validation_file")
-            summary = sweep(run_one, targs.output_dir)
+            if targs.metric_for_best_model and not targs.greater_is_better:
+                raise SpanBertError("--sweep keeps the run with the highest dev score: found --greater_is_better "
+                                    "false, expected a metric where higher is better")  # fmt: skip
+            summary = sweep(run_one, targs.output_dir, resume=targs.resume)
             print0(json.dumps(summary["best"], indent=2))
         else:
             metrics = finetune_qa(
                 task, args.model, args.train_file, args.validation_file, targs, cfg, args.tokenizer, args.drop_ids,
                 args.train_articles, args.validation_articles, args.max_train_examples,
             )  # fmt: skip
+            if "selected_step" in metrics:
+                step, by = metrics["selected_step"], metrics["selected_by"]
+                print0(f"the saved model is that of step {step} (best dev {by})")
             if metrics:
                 print0(json.dumps(metrics, indent=2))
         return 0

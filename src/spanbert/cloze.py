@@ -1,0 +1,1058 @@
+"""The cloze-driven two-tower model (Baevski, Edunov, Liu, Zettlemoyer, Auli; EMNLP 2019), in one file.
+
+Read it top to bottom: config and presets, the building blocks (sinusoidal positions, attention with
+an extra zero state, pre-LayerNorm blocks), the character-CNN word input, the two towers and the
+combination module (`TwoTowerModel`), the three pre-training objectives (cloze, bilm, cloze-bilm),
+the paper's optimiser and schedule, saving and loading, and `pretrain_cloze`, which
+`spanbert pretrain --system cloze|bilm|cloze-bilm` dispatches to.
+
+Notation follows the paper (§3): a sample t_1..t_n wrapped in boundary markers; the forward tower's
+state at token i is F_i (it has seen t_1..t_i), the backward tower's B_i (it has seen t_i..t_n). The
+combination module predicts t_i from F_1..F_{i-1} and B_{i+1}..B_n, with the query F_{i-1} + B_{i+1}
+(summed, base) or [F_{i-1}; B_{i+1}] (concatenated, large). docs/cloze.md lists where this differs
+from the paper and from the released fairseq code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from spanbert import distributed
+from spanbert.distributed import eprint0, print0
+from spanbert.errors import SpanBertError
+from spanbert.model import Dropout
+
+MODEL_TYPE = "cloze-two-tower"
+SYSTEMS = ("cloze", "bilm", "cloze-bilm")
+"""`spanbert pretrain --system` values handled here (§6.3, Table 5)."""
+BOUNDARY_TOKENS = ("<s>", "</s>", "<sep>")
+"""Sample boundary markers (§3) and the pair separator added for fine-tuning (§4)."""
+# The paper's character-CNN filters (§5.2): (width, number of filters).
+PAPER_CHAR_FILTERS = ((1, 128), (2, 256), (3, 384), (4, 512), (5, 512), (6, 512))
+CHAR_PAD, CHAR_BOW, CHAR_EOW = 0, 1, 2  # character ids 3..258 are the UTF-8 bytes 0..255
+CHAR_VOCAB = 259
+
+
+# ---------------------------------------------------------------------------------------------
+# config and presets
+
+
+@dataclass
+class ClozeConfig:
+    """Architecture and pre-training objective of a two-tower model (§3, Table 1)."""
+
+    vocab_size: int = 0
+    """Output (and, for BPE, input) vocabulary size; set from the tokenizer."""
+    d_model: int = 64
+    """Model dimension d of the towers and the combination module."""
+    num_layers: int = 2
+    """Blocks N per tower."""
+    num_heads: int = 4
+    """Attention heads in the tower blocks."""
+    ffn_dim: int = 256
+    """Inner width f of every FFN (ReLU(W1 x + b1) W2 + b2)."""
+    final_heads: int = 4
+    """Attention heads in the combination module (Table 1: 12 base, 32 large)."""
+    query: Literal["sum", "concat"] = "sum"
+    """Query of the combination module: F_{i-1} + B_{i+1} (sum, base) or [F_{i-1}; B_{i+1}] projected to d (concat, large)."""
+    objective: Literal["cloze", "bilm", "cloze-bilm"] = "cloze"
+    """Pre-training loss (§6.3): cloze (centre token), bilm (each tower predicts its next token, no combination module), or both."""
+    bilm_weight: float = 0.15
+    """Weight of the bilm term in cloze-bilm (§6.3: 0.15)."""
+    dropout: float = 0.1
+    """Dropout on embeddings and sub-block outputs (§5.2: 0.1)."""
+    attention_dropout: float = 0.1
+    """Dropout on attention weights (§5.2: 0.1)."""
+    relu_dropout: float = 0.05
+    """Dropout after the FFN's ReLU (§5.2: 0.05)."""
+    input: Literal["bpe", "char_cnn"] = "bpe"
+    """Input embedding: a token table shared with the output (bpe, flat softmax) or the character CNN over each word's spelling (char_cnn, with an adaptive softmax)."""
+    char_dim: int = 128
+    """char_cnn: character embedding size (§5.2: 128)."""
+    char_filters: list[list[int]] = field(default_factory=lambda: [list(f) for f in PAPER_CHAR_FILTERS])
+    """char_cnn: [width, filters] of each convolution (§5.2: 1x128, 2x256, 3x384, 4x512, 5x512, 6x512)."""
+    highway_layers: int = 1
+    """char_cnn: highway layers after the convolutions (§5.2: one)."""
+    max_word_chars: int = 50
+    """char_cnn: characters kept per word (longer words are cut; the released code's max_char_len)."""
+    adaptive_cutoffs: list[int] | None = None
+    """char_cnn: adaptive-softmax band ends (§5.2: 60K, 160K+60K); None = scaled to the vocabulary (`adaptive_cutoffs`)."""
+    optimizer: Literal["adamw", "nesterov"] = "adamw"
+    """adamw (small CPU runs) or the paper's Nesterov momentum 0.99 with a cosine schedule (§5.2)."""
+    pad_id: int = 0
+    """Padding id (never attended to, never predicted)."""
+    bos_id: int = 2
+    """Id of the leading boundary marker <s>."""
+    eos_id: int = 3
+    """Id of the trailing boundary marker </s>."""
+    sep_id: int = 4
+    """Id of the <sep> token between the two texts of a pair (fine-tuning, §4)."""
+
+    def __post_init__(self) -> None:
+        def bad(name: str, found: Any, expected: str) -> SpanBertError:
+            return SpanBertError(f"cloze model option {name}: found {found!r}, expected {expected}")
+
+        for name in ("d_model", "num_layers", "num_heads", "ffn_dim", "final_heads", "char_dim", "max_word_chars"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise bad(name, getattr(self, name), "a positive integer")
+        if self.d_model % self.num_heads:
+            raise bad("num_heads", self.num_heads, f"a divisor of d_model {self.d_model}")
+        if self.final_heads > self.d_model:
+            raise bad("final_heads", self.final_heads, f"at most d_model {self.d_model}")
+        if self.query not in ("sum", "concat"):
+            raise bad("query", self.query, "sum or concat")
+        if self.objective not in SYSTEMS:
+            raise bad("objective", self.objective, "cloze, bilm or cloze-bilm")
+        if self.input not in ("bpe", "char_cnn"):
+            raise bad("input", self.input, "bpe or char_cnn")
+        if self.optimizer not in ("adamw", "nesterov"):
+            raise bad("optimizer", self.optimizer, "adamw or nesterov")
+        for name in ("dropout", "attention_dropout", "relu_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise bad(name, getattr(self, name), "a probability in [0, 1)")
+        if not (math.isfinite(self.bilm_weight) and self.bilm_weight >= 0):
+            raise bad("bilm_weight", self.bilm_weight, "a finite number >= 0")
+        if self.highway_layers < 0:
+            raise bad("highway_layers", self.highway_layers, "0 or more")
+        if not self.char_filters or any(len(f) != 2 or min(f) < 1 for f in self.char_filters):
+            raise bad("char_filters", self.char_filters, "a list of [width, filters] pairs of positive integers")
+        if self.input == "char_cnn" and max(w for w, _ in self.char_filters) > self.max_word_chars + 2:
+            raise bad("max_word_chars", self.max_word_chars, "room for the widest character filter")
+        if self.adaptive_cutoffs is not None and (
+            list(self.adaptive_cutoffs) != sorted(set(self.adaptive_cutoffs))
+            or min(self.adaptive_cutoffs, default=1) < 1
+        ):
+            raise bad("adaptive_cutoffs", self.adaptive_cutoffs, "increasing positive band ends")
+
+
+# Table 1 and the CPU sizes. Every preset uses d = 1024 and 16 tower heads at paper scale (§5.2).
+CLOZE_PRESETS: dict[str, dict[str, Any]] = {
+    "tiny": dict(d_model=64, num_layers=2, num_heads=4, ffn_dim=256, final_heads=4, query="sum"),
+    "small": dict(d_model=256, num_layers=4, num_heads=4, ffn_dim=1024, final_heads=4, query="sum"),
+    "cnn_base": dict(
+        d_model=1024, num_layers=6, num_heads=16, ffn_dim=4096, final_heads=12, query="sum",
+        input="char_cnn", optimizer="nesterov",
+    ),
+    "cnn_large": dict(
+        d_model=1024, num_layers=12, num_heads=16, ffn_dim=4096, final_heads=32, query="concat",
+        input="char_cnn", optimizer="nesterov",
+    ),
+    "bpe_large": dict(
+        d_model=1024, num_layers=12, num_heads=16, ffn_dim=4096, final_heads=32, query="concat",
+        input="bpe", optimizer="nesterov",
+    ),
+}  # fmt: skip
+
+
+def parse_model_spec(spec: str) -> tuple[str, dict[str, str]]:
+    """``"tiny"`` or ``"tiny:input=char_cnn,optimizer=nesterov"`` -> (preset, {field: text value}).
+
+    `spanbert pretrain --model` takes this form for the cloze systems, so any `ClozeConfig` field can be
+    set from the command line without a second option namespace."""
+    name, _, rest = spec.partition(":")
+    if name not in CLOZE_PRESETS:
+        raise SpanBertError(
+            f"--model: found unknown two-tower preset {name!r}, expected one of: {', '.join(CLOZE_PRESETS)} "
+            "(optionally followed by :field=value,...)"
+        )
+    overrides: dict[str, str] = {}
+    for item in filter(None, rest.split(",")):
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise SpanBertError(f"--model: found {item!r} in {spec!r}, expected field=value")
+        overrides[key.strip()] = value.strip()
+    valid = {f.name for f in dataclasses.fields(ClozeConfig)} - {"vocab_size", "pad_id", "bos_id", "eos_id", "sep_id"}
+    unknown = sorted(set(overrides) - valid)
+    if unknown:
+        raise SpanBertError(
+            f"--model: found unknown field {unknown[0]!r} in {spec!r}, expected one of: {', '.join(sorted(valid))}"
+        )
+    return name, overrides
+
+
+def cloze_config(spec: str, **fields_: Any) -> ClozeConfig:
+    """The `ClozeConfig` of a preset spec (`parse_model_spec`), then ``fields_`` (vocab and special ids)."""
+    from spanbert.config import replace_checked
+
+    name, overrides = parse_model_spec(spec)
+    cfg = ClozeConfig(**{**CLOZE_PRESETS[name], **fields_})
+    for key, value in overrides.items():
+        if key in ("char_filters", "adaptive_cutoffs"):  # lists: JSON on the command line
+            try:
+                value = json.loads(value.replace(";", ","))
+            except ValueError:
+                raise SpanBertError(
+                    f"--model: found {key}={value!r}, expected a JSON list (use ; between items)"
+                ) from None
+            cfg = dataclasses.replace(cfg, **{key: value})
+        else:
+            cfg = replace_checked(cfg, {key: value}, source="--model")
+    return cfg
+
+
+def adaptive_cutoffs(vocab_size: int) -> list[int]:
+    """Adaptive-softmax band ends for ``vocab_size`` types (§5.2, scaled down).
+
+    The paper's bands: the 60K most frequent types at d, the next 160K at d/4 (256), the rest at d/16
+    (64), for output vocabularies of 700K (base) and 1M (large). For a small vocabulary the same
+    shares are kept (60/700 and 220/700 of the types), each band at least one type, and a band is
+    dropped when nothing is left for it.
+    """
+    if vocab_size < 4:
+        return []
+    cuts = sorted({max(2, round(vocab_size * 60 / 700)), max(3, round(vocab_size * 220 / 700))})
+    return [c for c in cuts if c < vocab_size - 1]
+
+
+# ---------------------------------------------------------------------------------------------
+# building blocks
+
+
+def sinusoidal_positions(length: int, dim: int, device: torch.device | None = None) -> Tensor:
+    """(length, dim) fixed sinusoidal position embeddings (§3.1), sines then cosines (fairseq's layout)."""
+    half = dim // 2
+    freq = torch.exp(torch.arange(half, dtype=torch.float32, device=device) * -(math.log(10000.0) / max(1, half - 1)))
+    angles = torch.arange(length, dtype=torch.float32, device=device)[:, None] * freq[None, :]  # (T, d/2)
+    pe = torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)
+    if dim % 2:
+        pe = F.pad(pe, (0, 1))
+    return pe  # (T, d)
+
+
+class Attention(nn.Module):
+    """Multi-head attention over keys/values plus one extra zero state (§3: "an extra zero state over
+    which the self-attention mechanism can attend"): a key and value of zeros after projection, which
+    every query may attend to, so a query with nothing else allowed still has a distribution.
+
+    The query may be wider than the keys (`q_dim`, the concatenated query of the large models), and
+    the inner width is heads x (d // heads), so 12 heads over d = 1024 (Table 1, base) work.
+    """
+
+    def __init__(self, d: int, heads: int, dropout: float, q_dim: int | None = None):
+        super().__init__()
+        self.heads, self.head_dim = heads, d // heads
+        inner = heads * self.head_dim
+        self.q_proj = nn.Linear(q_dim or d, inner)
+        self.k_proj = nn.Linear(d, inner)
+        self.v_proj = nn.Linear(d, inner)
+        self.out_proj = nn.Linear(inner, d)
+        self.dropout = dropout
+
+    def forward(self, q: Tensor, kv: Tensor, allowed: Tensor) -> Tensor:
+        """q (B, Tq, Dq), kv (B, Tk, d), allowed (B, Tq, Tk) bool (True = may attend) -> (B, Tq, d)."""
+        B, Tq, _ = q.shape
+        Tk = kv.shape[1]
+        h, hd = self.heads, self.head_dim
+        qh = self.q_proj(q).view(B, Tq, h, hd).transpose(1, 2)  # (B, h, Tq, hd)
+        k = self.k_proj(kv).view(B, Tk, h, hd).transpose(1, 2)  # (B, h, Tk, hd)
+        v = self.v_proj(kv).view(B, Tk, h, hd).transpose(1, 2)
+        zero = k.new_zeros(B, h, 1, hd)
+        k, v = torch.cat([zero, k], dim=2), torch.cat([zero, v], dim=2)  # (B, h, 1 + Tk, hd)
+        mask = torch.cat([allowed.new_ones(B, Tq, 1), allowed], dim=2)[:, None]  # (B, 1, Tq, 1 + Tk)
+        p = self.dropout if self.training else 0.0
+        out = F.scaled_dot_product_attention(qh, k, v, attn_mask=mask, dropout_p=p)  # (B, h, Tq, hd)
+        return self.out_proj(out.transpose(1, 2).reshape(B, Tq, h * hd))
+
+
+class FeedForward(nn.Module):
+    """ReLU(W1 x + b1) W2 + b2 (§3.1), with ReLU dropout (§5.2)."""
+
+    def __init__(self, d: int, ffn_dim: int, relu_dropout: float):
+        super().__init__()
+        self.fc1 = nn.Linear(d, ffn_dim)
+        self.fc2 = nn.Linear(ffn_dim, d)
+        self.relu_dropout = Dropout(relu_dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc2(self.relu_dropout(F.relu(self.fc1(x))))
+
+
+class Block(nn.Module):
+    """One tower block (§3.1): LayerNorm before self-attention and before the FFN, residual around each."""
+
+    def __init__(self, cfg: ClozeConfig):
+        super().__init__()
+        d = cfg.d_model
+        self.attn_norm = nn.LayerNorm(d)
+        self.attn = Attention(d, cfg.num_heads, cfg.attention_dropout)
+        self.ffn_norm = nn.LayerNorm(d)
+        self.ffn = FeedForward(d, cfg.ffn_dim, cfg.relu_dropout)
+        self.dropout = Dropout(cfg.dropout)
+
+    def forward(self, x: Tensor, allowed: Tensor) -> Tensor:
+        h = self.attn_norm(x)
+        x = x + self.dropout(self.attn(h, h, allowed))
+        return x + self.dropout(self.ffn(self.ffn_norm(x)))  # (B, T, d)
+
+
+class Highway(nn.Module):
+    """y = g * relu(W_h x) + (1 - g) * x, g = sigmoid(W_g x) (Srivastava et al., as Kim et al. 2016)."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.proj = nn.Linear(dim, 2 * dim)
+        nn.init.constant_(self.proj.bias[dim:], 1.0)  # gates start open towards the carry path
+
+    def forward(self, x: Tensor) -> Tensor:
+        h, g = self.proj(x).chunk(2, dim=-1)
+        g = torch.sigmoid(g)
+        return g * F.relu(h) + (1 - g) * x
+
+
+class CharCNN(nn.Module):
+    """Word embeddings from characters (§3.1, §5.2; Kim et al. 2016): character embeddings, one
+    convolution per filter width, max over positions, ReLU, highway layer(s), projection to d."""
+
+    def __init__(self, cfg: ClozeConfig):
+        super().__init__()
+        self.char_embed = nn.Embedding(CHAR_VOCAB, cfg.char_dim, padding_idx=CHAR_PAD)
+        self.convs = nn.ModuleList(nn.Conv1d(cfg.char_dim, n, w) for w, n in cfg.char_filters)
+        width = sum(n for _, n in cfg.char_filters)
+        self.highways = nn.ModuleList(Highway(width) for _ in range(cfg.highway_layers))
+        self.proj = nn.Linear(width, cfg.d_model)
+
+    def forward(self, chars: Tensor) -> Tensor:
+        """chars (W, C) character ids of W words -> (W, d)."""
+        x = self.char_embed(chars).transpose(1, 2)  # (W, char_dim, C)
+        x = torch.cat([F.relu(conv(x).max(dim=2).values) for conv in self.convs], dim=1)  # (W, width)
+        for hw in self.highways:
+            x = hw(x)
+        return self.proj(x)
+
+
+def word_characters(tokens: list[str], max_chars: int) -> Tensor:
+    """(V, max_chars + 2) character ids of each vocabulary word: begin-of-word, its UTF-8 bytes (cut
+    at ``max_chars``), end-of-word, padding."""
+    out = torch.full((len(tokens), max_chars + 2), CHAR_PAD, dtype=torch.long)
+    for i, tok in enumerate(tokens):
+        b = list(tok.encode("utf-8"))[:max_chars]
+        out[i, 0] = CHAR_BOW
+        out[i, 1 : len(b) + 1] = torch.tensor([c + 3 for c in b], dtype=torch.long)
+        out[i, len(b) + 1] = CHAR_EOW
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the model
+
+
+class TwoTowerModel(nn.Module):
+    """Forward and backward towers over shared input embeddings, the combination module and the
+    output classifier (§3, Figure 1). ``model(**batch)`` returns the pre-training loss of
+    ``config.objective``; ``model.encode(...)`` returns the representations used for fine-tuning."""
+
+    def __init__(self, config: ClozeConfig, word_chars: Tensor | None = None):
+        super().__init__()
+        config.__post_init__()
+        if config.vocab_size < 2:
+            raise SpanBertError(f"cloze model option vocab_size: found {config.vocab_size}, expected at least 2")
+        self.config = cfg = config
+        d = cfg.d_model
+        self.embed_scale = math.sqrt(d)  # fairseq scales token embeddings by sqrt(d) before adding positions
+        if cfg.input == "bpe":
+            self.embed_tokens = nn.Embedding(cfg.vocab_size, d, padding_idx=cfg.pad_id)
+            nn.init.normal_(self.embed_tokens.weight, std=d**-0.5)
+            with torch.no_grad():
+                self.embed_tokens.weight[cfg.pad_id].zero_()
+        else:
+            self.char_cnn = CharCNN(cfg)
+            # (V, C) spelling of every output type: the CNN embeds a word from its characters (§3.1)
+            if word_chars is None:
+                word_chars = torch.zeros(cfg.vocab_size, cfg.max_word_chars + 2, dtype=torch.long)
+            self.register_buffer("word_chars", word_chars.long(), persistent=True)
+        self.embed_dropout = Dropout(cfg.dropout)
+        self.forward_layers = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
+        self.backward_layers = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
+        self.forward_norm = nn.LayerNorm(d)  # pre-LN stacks end with a norm: F^L, B^L are normalised
+        self.backward_norm = nn.LayerNorm(d)
+        self.has_combination = cfg.objective != "bilm"  # §6.3: bilm removes the combination module
+        if self.has_combination:
+            q_dim = 2 * d if cfg.query == "concat" else d
+            self.combine_attn = Attention(d, cfg.final_heads, cfg.attention_dropout, q_dim=q_dim)
+            self.combine_ffn_norm = nn.LayerNorm(d)
+            self.combine_ffn = FeedForward(d, cfg.ffn_dim, cfg.relu_dropout)
+            self.combine_norm = nn.LayerNorm(d)
+            self.combine_dropout = Dropout(cfg.dropout)
+        for module in self.modules():  # fairseq's initialisation of attention and FFN projections
+            if isinstance(module, (Attention, FeedForward)):
+                for lin in module.modules():
+                    if isinstance(lin, nn.Linear):
+                        nn.init.xavier_uniform_(lin.weight)
+                        nn.init.zeros_(lin.bias)
+        if cfg.input == "char_cnn":
+            cutoffs = (
+                list(cfg.adaptive_cutoffs) if cfg.adaptive_cutoffs is not None else adaptive_cutoffs(cfg.vocab_size)
+            )
+            # §5.2: head band at d, then d/4, then d/16 (div_value 4): 1024, 256, 64 at d = 1024
+            self.adaptive_softmax = nn.AdaptiveLogSoftmaxWithLoss(d, cfg.vocab_size, cutoffs, div_value=4.0)
+
+    @property
+    def d_model(self) -> int:
+        return self.config.d_model
+
+    # -------------------------------------------------------------- input
+    def embed(self, input_ids: Tensor) -> Tensor:
+        """(B, T) ids -> (B, T, d): scaled token embedding + sinusoidal position (dropout is the caller's)."""
+        if self.config.input == "bpe":
+            x = self.embed_tokens(input_ids)
+        else:
+            # embed each distinct word once: the CNN is the costly part
+            uniq, inverse = torch.unique(input_ids, return_inverse=True)
+            x = self.char_cnn(self.word_chars[uniq])[inverse]  # (B, T, d)
+        x = self.embed_scale * x + sinusoidal_positions(input_ids.shape[1], self.config.d_model, input_ids.device)
+        return x
+
+    # -------------------------------------------------------------- towers
+    def towers(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> dict[str, Any]:
+        """Run both towers. Returns ``embedded`` (B, T, d), ``forward`` F^L and ``backward`` B^L
+        (B, T, d, normalised), ``layers`` [(F^l, B^l) per block], ``mask`` (B, T) bool."""
+        B, T = input_ids.shape
+        real = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+        pos = torch.arange(T, device=input_ids.device)
+        # forward tower: token i attends to j <= i; backward: j >= i; never to padding
+        fwd_allowed = (pos[None, :] <= pos[:, None])[None] & real[:, None, :]  # (B, T, T)
+        bwd_allowed = (pos[None, :] >= pos[:, None])[None] & real[:, None, :]
+        x0 = self.embed(input_ids)
+        f = b = self.embed_dropout(x0)
+        layers = []
+        for fl, bl in zip(self.forward_layers, self.backward_layers):
+            f, b = fl(f, fwd_allowed), bl(b, bwd_allowed)
+            layers.append((f, b))
+        return dict(embedded=x0, forward=self.forward_norm(f), backward=self.backward_norm(b), layers=layers, mask=real)
+
+    # -------------------------------------------------------------- combination module
+    def combine(self, fwd: Tensor, bwd: Tensor, real: Tensor, full_context: bool = False) -> Tensor:
+        """The combination module (§3.2): token i's output from F_1..F_{i-1} and B_{i+1}..B_n, query
+        F_{i-1} (+ or ;) B_{i+1}; ``full_context`` (fine-tuning, §4 "No Masking") lets every token
+        attend to all forward and backward states. fwd, bwd (B, T, d); real (B, T) bool -> (B, T, d)."""
+        B, T, d = fwd.shape
+        fwd = fwd * real[..., None]  # padding states are zero: a query built from them carries nothing
+        bwd = bwd * real[..., None]
+        f_prev, b_next = bilm_inputs(fwd, bwd)  # (B, T, d) each: F_{i-1} (zero at i = 0), B_{i+1} (zero past the end)
+        q = torch.cat([f_prev, b_next], dim=-1) if self.config.query == "concat" else f_prev + b_next
+        kv = torch.cat([fwd, bwd], dim=1)  # (B, 2T, d): F_1..F_T then B_1..B_T
+        keys_real = torch.cat([real, real], dim=1)[:, None, :]  # (B, 1, 2T)
+        if full_context:
+            allowed = keys_real.expand(B, T, 2 * T)
+        else:
+            pos = torch.arange(T, device=fwd.device)
+            f_ok = pos[None, :] < pos[:, None]  # (T, T): F_j with j < i
+            b_ok = pos[None, :] > pos[:, None]  # B_j with j > i
+            allowed = torch.cat([f_ok, b_ok], dim=1)[None] & keys_real  # (B, T, 2T)
+        # No residual around this attention (the released code's layer): the query holds neither
+        # side's state at i, and the output should be what the attention found.
+        x = self.combine_dropout(self.combine_attn(q, kv, allowed))
+        x = x + self.combine_dropout(self.combine_ffn(self.combine_ffn_norm(x)))
+        return self.combine_norm(x)  # (B, T, d): the representation f before the classifier
+
+    # -------------------------------------------------------------- fine-tuning interface
+    def encode(
+        self, input_ids: Tensor, attention_mask: Tensor | None = None, full_context: bool = True
+    ) -> dict[str, Any]:
+        """Representations for fine-tuning. ``input_ids`` (B, T) are already wrapped in <s> ... </s>.
+
+        Returns ``hidden`` (B, T, d): the combination module's output f (§4: "the representations f
+        just before the final softmax layer"), with all states visible when ``full_context`` (the
+        towers below stay causal); ``layers``: the embedding layer, F^l + B^l of each block, then
+        ``hidden`` (the layers an ELMo-style scalar mix combines). A bilm model (no combination
+        module) gives F^L + B^L as ``hidden``. Padded positions are zero.
+        """
+        t = self.towers(input_ids, attention_mask)
+        real = t["mask"][..., None]
+        if self.has_combination:
+            hidden = self.combine(t["forward"], t["backward"], t["mask"], full_context=full_context)
+        else:
+            hidden = t["forward"] + t["backward"]
+        hidden = hidden * real
+        layers = [t["embedded"] * real] + [(f + b) * real for f, b in t["layers"]] + [hidden]
+        return {"hidden": hidden, "layers": layers, "forward": t["forward"], "backward": t["backward"]}
+
+    # -------------------------------------------------------------- output classifier
+    def _predict(self, h: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
+        """h (N, d) states predicting targets (N,) -> (mean cross-entropy, accuracy); flat softmax with
+        the input embeddings (bpe) or the adaptive softmax (char_cnn). Empty -> 0 (still in the graph)."""
+        if targets.numel() == 0:
+            zero = h.sum() * 0.0 + sum(p.sum() * 0.0 for p in self.parameters())
+            return zero, zero.detach()
+        if self.config.input == "bpe":
+            logits = F.linear(h, self.embed_tokens.weight)  # (N, V): input and output embeddings shared
+            loss = F.cross_entropy(logits.float(), targets)
+            acc = (logits.argmax(-1) == targets).float().mean()
+        else:
+            out = self.adaptive_softmax(h.float(), targets)
+            # A tail band no target of this batch falls in gets no gradient; DDP requires every
+            # parameter in the graph, so they join with weight 0.
+            loss = out.loss + sum(p.sum() for p in self.adaptive_softmax.tail.parameters()) * 0.0
+            with torch.no_grad():
+                acc = (self.adaptive_softmax.predict(h.float()) == targets).float().mean()
+        return loss, acc.detach()
+
+    def log_probs(self, hidden: Tensor) -> Tensor:
+        """(..., d) -> (..., V) log-probabilities of the output classifier (for inspection and `fill`)."""
+        if self.config.input == "bpe":
+            return F.log_softmax(F.linear(hidden, self.embed_tokens.weight).float(), dim=-1)
+        flat = hidden.reshape(-1, hidden.shape[-1]).float()
+        return self.adaptive_softmax.log_prob(flat).view(*hidden.shape[:-1], -1)
+
+    # -------------------------------------------------------------- pre-training
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, **_: Any) -> dict[str, Any]:
+        """Pre-training loss of ``config.objective`` on a batch of <s> ... </s> samples.
+
+        Targets (`target_masks`): cloze predicts every token between the markers (§3.2: "we predict
+        every token in this way"); the forward tower's state i predicts token i+1 and the backward
+        tower's state i token i-1 (bilm), the markers included as targets, never as predictors' own
+        input. ``loss_terms`` hold each term's mean over its targets (the bilm terms times
+        ``bilm_weight`` in cloze-bilm), for the trainer's exact weighting by `count_targets`.
+        """
+        cfg = self.config
+        t = self.towers(input_ids, attention_mask)
+        masks = target_masks(t["mask"])
+        out: dict[str, Any] = {}
+        terms: dict[str, Tensor] = {}
+        if cfg.objective in ("cloze", "cloze-bilm"):
+            hidden = self.combine(t["forward"], t["backward"], t["mask"], full_context=False)
+            m = masks["cloze"]
+            loss, acc = self._predict(hidden[m], input_ids[m])
+            terms["cloze"], out["cloze_loss"], out["cloze_acc"] = loss, loss.detach(), acc
+        if cfg.objective in ("bilm", "cloze-bilm"):
+            weight = cfg.bilm_weight if cfg.objective == "cloze-bilm" else 1.0
+            f_prev, b_next = bilm_inputs(t["forward"], t["backward"])
+            m = masks["bilm_fwd"]  # (B, T) at the target positions
+            lf, af = self._predict(f_prev[m], input_ids[m])
+            m = masks["bilm_bwd"]
+            lb, ab = self._predict(b_next[m], input_ids[m])
+            terms["bilm_fwd"], terms["bilm_bwd"] = weight * lf, weight * lb
+            out.update(bilm_fwd_loss=lf.detach(), bilm_fwd_acc=af, bilm_bwd_loss=lb.detach(), bilm_bwd_acc=ab)
+        out["loss"] = sum(terms.values())
+        out["loss_terms"] = terms
+        return out
+
+    # -------------------------------------------------------------- saving
+    def save_pretrained(self, path: str | Path, tokenizer: Any = None, extra: dict[str, Any] | None = None) -> None:
+        """Write an HF-like folder: config.json ("model_type": "cloze-two-tower"), model.safetensors and
+        the tokenizer files (config.json last, each file atomically)."""
+        from spanbert.model import save_checkpoint
+
+        path = Path(path)
+        if tokenizer is not None:
+            save_tokenizer(tokenizer, path)
+        config_json = {
+            "model_type": MODEL_TYPE,
+            "architectures": ["TwoTowerModel"],
+            **dataclasses.asdict(self.config),
+            "spanbert": dict(extra or {}),
+        }
+        save_checkpoint(path, self.state_dict(), config_json)
+
+
+def bilm_inputs(fwd: Tensor, bwd: Tensor) -> tuple[Tensor, Tensor]:
+    """The states that predict token i in the bilm loss (§6.3), aligned with i: F_{i-1} (the forward
+    tower's next-token prediction) and B_{i+1} (the backward tower's); zeros where none exists.
+    fwd, bwd (B, T, d) -> two (B, T, d)."""
+    zeros = fwd.new_zeros(fwd.shape[0], 1, fwd.shape[2])
+    return torch.cat([zeros, fwd[:, :-1]], dim=1), torch.cat([bwd[:, 1:], zeros], dim=1)
+
+
+def target_masks(real: Tensor) -> dict[str, Tensor]:
+    """(B, T) bool of real tokens (each row <s> t_1..t_n </s> then padding) -> the target positions
+    of each loss term: ``cloze`` the tokens between the markers; ``bilm_fwd`` positions 1..last
+    (predicted from the forward state before them); ``bilm_bwd`` positions 0..last-1 (from the
+    backward state after them)."""
+    lengths = real.long().sum(1, keepdim=True)  # (B, 1)
+    pos = torch.arange(real.shape[1], device=real.device)[None, :]
+    inner = (pos >= 1) & (pos <= lengths - 2)
+    return {"cloze": inner, "bilm_fwd": (pos >= 1) & (pos <= lengths - 1), "bilm_bwd": pos <= lengths - 2}
+
+
+def count_targets(batch: dict[str, Any], objective: str = "cloze") -> dict[str, int]:
+    """Targets of each loss term in a collated batch (the trainer's ``count_targets``; keys match
+    the model's ``loss_terms``)."""
+    ids = batch["input_ids"]
+    real = batch.get("attention_mask")
+    lengths = (ids.new_full((ids.shape[0],), ids.shape[1]) if real is None else real.long().sum(1)).long()
+    out = {}
+    if objective in ("cloze", "cloze-bilm"):
+        out["cloze"] = int((lengths - 2).clamp(min=0).sum())
+    if objective in ("bilm", "cloze-bilm"):
+        n = int((lengths - 1).clamp(min=0).sum())
+        out["bilm_fwd"] = out["bilm_bwd"] = n
+    return out
+
+
+def flops_per_token(cfg: ClozeConfig, seq_len: int) -> float:
+    """Training FLOPs per token of the two-tower model (forward + backward = 3x the forward matmul
+    FLOPs), counted as `spanbert.model.flops_per_token` counts SpanBERT's: 2 per multiply-add of the
+    projections, QK^T and AV over the full length (a causal mask saves nothing in a dense kernel),
+    the output classifier at every predicted token (cloze: all; bilm: both towers, each all)."""
+    d, f, N, V, T = cfg.d_model, cfg.ffn_dim, cfg.num_layers, cfg.vocab_size, seq_len
+    block = 2 * (4 * d * d + 2 * d * f) + 2 * 2 * (T + 1) * d  # +1: the zero state
+    total = 2 * N * block  # two towers
+    heads = 0.0
+    if cfg.objective != "bilm":
+        dq = 2 * d if cfg.query == "concat" else d
+        total += 2 * (dq * d + 3 * d * d + 2 * d * f) + 2 * 2 * (2 * T + 1) * d  # attends over 2T states
+        heads += 2 * d * V
+    if cfg.objective != "cloze":
+        heads += 2 * (2 * d * V)
+    if cfg.input == "char_cnn":  # the adaptive softmax computes the head band always, tails only when needed
+        heads = heads * (adaptive_cutoffs(V)[0] if adaptive_cutoffs(V) else V) / V
+    return 3 * (total + heads)
+
+
+# ---------------------------------------------------------------------------------------------
+# tokenizers: BPE (default) or words (char_cnn input), both with the boundary markers
+
+
+def with_boundary_tokens(tok: Any) -> Any:
+    """``tok`` with <s>, </s> and <sep> as special tokens (added at the end when missing; ids of the
+    existing tokens unchanged)."""
+    missing = [t for t in BOUNDARY_TOKENS if tok.token_to_id(t) is None]
+    return tok.with_added_tokens(missing) if missing else tok
+
+
+def special_ids(tok: Any) -> dict[str, int]:
+    """The `ClozeConfig` special-token fields of a tokenizer that has the boundary markers."""
+    return dict(
+        pad_id=tok.pad_id,
+        bos_id=tok.token_to_id("<s>"),
+        eos_id=tok.token_to_id("</s>"),
+        sep_id=tok.token_to_id("<sep>"),
+    )
+
+
+def train_cloze_tokenizer(
+    files: list[Any] | None,
+    vocab_size: int,
+    kind: str = "bpe",
+    output_dir: str | Path | None = None,
+    texts: list[str] | None = None,
+) -> Any:
+    """Train the input vocabulary on a corpus: byte-level BPE (``kind="bpe"``, HF `tokenizers`'
+    BpeTrainer, §5.2's BPE model) or whole words (``kind="words"``, the output vocabulary of the
+    character-CNN models: the most frequent words after BERT's normalizer and pre-tokenizer, ties by
+    the word itself). Special tokens: BERT's five ([PAD] = 0, the ids the data pipeline expects),
+    then <s>, </s>, <sep>.
+
+    Reproducibility: the word vocabulary is deterministic (counts, then a fixed tie rule). HF's BPE
+    trainer is not bit-reproducible across processes (ties in hash-map order, see docs/tokenizer.md):
+    the run's tokenizer is therefore trained once, on rank 0, saved with the run and reused on resume.
+    """
+    from spanbert.tokenization import (
+        SPECIAL_TOKENS,
+        UNK,
+        Tokenizer,
+        _build_pipeline,
+        _hf,
+        _iter_training_lines,
+        corpus_files,
+        count_words,
+    )
+
+    t = _hf()
+    specials = list(SPECIAL_TOKENS) + list(BOUNDARY_TOKENS)
+    if vocab_size < len(specials) + 1:
+        raise SpanBertError(
+            f"--vocab_size: found {vocab_size}, expected at least {len(specials) + 1} ({len(specials)} special tokens + 1)"
+        )
+    if texts is None:
+        paths = corpus_files(files or [])
+        lines = list(_iter_training_lines(paths))
+        if not lines:
+            raise SpanBertError(
+                f"{', '.join(map(str, files or []))}: found no text, expected a corpus to train the vocabulary on"
+            )
+    else:
+        lines = list(texts)
+    if kind == "bpe":
+        hf = t.Tokenizer(t.models.BPE(unk_token=UNK))
+        hf.normalizer = t.normalizers.NFC()
+        hf.pre_tokenizer = t.pre_tokenizers.ByteLevel(add_prefix_space=False)
+        hf.decoder = t.decoders.ByteLevel()
+        trainer = t.trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=specials,
+            show_progress=False,
+            initial_alphabet=t.pre_tokenizers.ByteLevel.alphabet(),
+        )
+        hf.train_from_iterator(lines, trainer=trainer)
+        hf.add_special_tokens(specials)
+    elif kind == "words":
+        pipe = t.Tokenizer(t.models.WordLevel(vocab={UNK: 0}, unk_token=UNK))
+        _build_pipeline(pipe, False)
+        counts = count_words(lines, pipe.normalizer, pipe.pre_tokenizer)
+        words = sorted(counts, key=lambda w: (-counts[w], w))[: vocab_size - len(specials)]
+        vocab = {w: i for i, w in enumerate(specials + [w for w in words if w not in specials])}
+        hf = t.Tokenizer(t.models.WordLevel(vocab=vocab, unk_token=UNK))
+        _build_pipeline(hf, False)
+        hf.decoder = None
+        hf.add_special_tokens(specials)
+    else:
+        raise SpanBertError(f"tokenizer kind: found {kind!r}, expected bpe or words")
+    tok = Tokenizer(hf)
+    if output_dir is not None:
+        save_tokenizer(tok, output_dir)
+    return tok
+
+
+def save_tokenizer(tok: Any, path: str | Path) -> None:
+    """`Tokenizer.save`, with a tokenizer_config.json that says what the tokenizer is: a BPE or word
+    tokenizer is not a `BertTokenizer` (its vocab.txt is not a WordPiece vocabulary), so
+    `transformers.AutoTokenizer` must read tokenizer.json instead."""
+    from spanbert.utils import atomic_write
+
+    path = Path(path)
+    tok.save(path)
+    if type(tok.hf.model).__name__ == "WordPiece":
+        return
+    names = {"unk_token": "[UNK]", "pad_token": "[PAD]", "bos_token": "<s>", "eos_token": "</s>", "sep_token": "<sep>"}
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 512, **names}
+    with atomic_write(path / "tokenizer_config.json", encoding="utf-8") as f:
+        json.dump(config, f, indent=2)
+    with atomic_write(path / "special_tokens_map.json", encoding="utf-8") as f:
+        json.dump(names, f, indent=2)
+
+
+def vocabulary_strings(tok: Any) -> list[str]:
+    """Token string of every id (for the character CNN's spelling table); ids without a token are ''."""
+    out = [""] * tok.vocab_size
+    for token, i in tok.get_vocab().items():
+        out[i] = token
+    return out
+
+
+def build_model(cfg: ClozeConfig, tok: Any) -> TwoTowerModel:
+    """A fresh model for tokenizer ``tok`` (its size and special ids; the character table for char_cnn)."""
+    cfg = dataclasses.replace(cfg, vocab_size=tok.vocab_size, **special_ids(tok))
+    chars = word_characters(vocabulary_strings(tok), cfg.max_word_chars) if cfg.input == "char_cnn" else None
+    return TwoTowerModel(cfg, word_chars=chars)
+
+
+def load_two_tower(path: str | Path) -> tuple[TwoTowerModel, Any]:
+    """(model in eval mode, tokenizer) from a folder written by `TwoTowerModel.save_pretrained`."""
+    from safetensors.torch import load_file
+
+    from spanbert.tokenization import load_tokenizer
+
+    path = Path(path)
+    cfg_path = path / "config.json"
+    if not cfg_path.is_file():
+        raise SpanBertError(f"{path}: no config.json (expected a folder written by spanbert pretrain --system cloze)")
+    try:
+        raw = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        raise SpanBertError(
+            f"{cfg_path}: found unreadable JSON ({str(e).splitlines()[0]}), expected a model config"
+        ) from None
+    if not isinstance(raw, dict) or raw.get("model_type") != MODEL_TYPE:
+        found = raw.get("model_type") if isinstance(raw, dict) else type(raw).__name__
+        raise SpanBertError(f"{cfg_path}: found model_type {found!r}, expected {MODEL_TYPE!r}")
+    names = {f.name for f in dataclasses.fields(ClozeConfig)}
+    try:
+        cfg = ClozeConfig(**{k: v for k, v in raw.items() if k in names})
+    except TypeError as e:
+        raise SpanBertError(f"{cfg_path}: found {e}, expected ClozeConfig fields") from None
+    weights = path / "model.safetensors"
+    if not weights.is_file():
+        raise SpanBertError(f"{path}: no weights (expected model.safetensors)")
+    try:
+        state = load_file(str(weights))
+    except Exception as e:  # noqa: BLE001 -- safetensors raises its own error types on a bad file
+        raise SpanBertError(f"{weights}: found {str(e).splitlines()[0]}, expected a safetensors weights file") from None
+    model = TwoTowerModel(cfg, word_chars=state.get("word_chars"))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise SpanBertError(
+            f"{weights}: found weights that do not fit the config (missing {missing[:3]}, unexpected {unexpected[:3]})"
+        )
+    return model.eval(), load_tokenizer(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# pre-training data: blocks of the corpus wrapped in <s> ... </s>
+
+
+class ClozeBlocks(torch.utils.data.Dataset):
+    """Blocks of documents [d0, d1) of a `TokenCorpus`, each wrapped in boundary markers (§3: "samples
+    are prepended and appended with sample boundary markers"). No masking, no randomness: every
+    token of a block is a target, so an item is the same in every epoch."""
+
+    def __init__(self, corpus: Any, documents: tuple[int, int], max_seq_length: int, bos_id: int, eos_id: int,
+                 packing: str = "sentences", limit: int | None = None):  # fmt: skip
+        from spanbert import data
+
+        bounds = corpus.doc_bounds[documents[0] : documents[1]]
+        if packing == "sentences":
+            blocks = data.sentence_blocks(bounds, corpus.para_starts, corpus.tokens, max_seq_length - 2)
+        else:
+            blocks = data.single_segment_blocks(bounds, max_seq_length - 2)
+        self.corpus, self.blocks = corpus, blocks[:limit] if limit is not None else blocks  # (N, 2)
+        self.bos_id, self.eos_id = bos_id, eos_id
+
+    def __len__(self) -> int:
+        return len(self.blocks)
+
+    def lengths(self) -> np.ndarray:
+        """(N,) tokens of each item, markers included (the trainer's token-budget batching)."""
+        return (self.blocks[:, 1] - self.blocks[:, 0] + 2).astype(np.int64)
+
+    def __getitem__(self, i: int) -> dict[str, np.ndarray]:
+        s, e = self.blocks[i].tolist()
+        ids, _ = self.corpus.tokens(s, e)
+        return {"input_ids": np.concatenate([[self.bos_id], ids.astype(np.int64), [self.eos_id]])}
+
+
+def collate(items: list[dict[str, np.ndarray]], pad_id: int, pad_to: int | None = None) -> dict[str, Tensor]:
+    """Pad to the longest item (or ``pad_to``): ``input_ids`` (B, T) and ``attention_mask`` (B, T)."""
+    T = max(len(x["input_ids"]) for x in items)
+    T = max(T, pad_to or 0)
+    ids = torch.full((len(items), T), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(items), T), dtype=torch.long)
+    for r, x in enumerate(items):
+        n = len(x["input_ids"])
+        ids[r, :n] = torch.from_numpy(np.asarray(x["input_ids"], dtype=np.int64))
+        mask[r, :n] = 1
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+TERM_METRICS = {"cloze": ("cloze_loss", "cloze_acc"), "bilm_fwd": ("bilm_fwd_loss", "bilm_fwd_acc"),
+                "bilm_bwd": ("bilm_bwd_loss", "bilm_bwd_acc")}  # fmt: skip
+
+
+def make_eval_fn(eval_set: Any, batch_size: int, collate_fn: Callable, objective: str, precision: str = "auto"):
+    """``evaluate(model, step)``: held-out loss and accuracy of each term, averaged over its targets
+    (not over batches); each rank scores its share, sums are gathered, every rank returns the same."""
+    from spanbert.trainer import predict_batches
+
+    def evaluate(model: nn.Module, step: int) -> dict[str, float]:
+        sums: dict[str, float] = {}
+        weights: dict[str, int] = {}
+        share = list(distributed.shard_range(len(eval_set)))
+        if share:
+            subset = torch.utils.data.Subset(eval_set, share)
+            device = next(model.parameters()).device
+            for batch, out in predict_batches(model, subset, batch_size, collate_fn, device=device,
+                                              precision=precision, disable_tqdm=True):  # fmt: skip
+                for term, n in count_targets(batch, objective).items():
+                    for key in TERM_METRICS[term] if n > 0 else ():
+                        sums[key] = sums.get(key, 0.0) + float(out[key]) * n
+                        weights[key] = weights.get(key, 0) + n
+        total: dict[str, float] = {}
+        count: dict[str, int] = {}
+        for part_sums, part_weights in distributed.all_gather_objects((sums, weights)):
+            for k, v in part_sums.items():
+                total[k] = total.get(k, 0.0) + v
+                count[k] = count.get(k, 0) + part_weights[k]
+        results = {k: total[k] / count[k] for k in sorted(total) if count.get(k)}
+        if results:
+            eprint0(f"held-out at step {step}: " + " ".join(f"{k} {v:.4f}" for k, v in results.items()))
+        return results
+
+    return evaluate
+
+
+# ---------------------------------------------------------------------------------------------
+# the paper's optimiser (§5.2)
+
+PAPER_MOMENTUM = 0.99
+PAPER_MAX_GRAD_NORM = 0.1
+PAPER_WARMUP_STEPS = 16_000
+PAPER_PEAK_LR = 1.0
+PAPER_INIT_LR = 1e-7
+PAPER_FINAL_LR = 1e-4
+
+
+def paper_training_arguments(args: Any) -> Any:
+    """``args`` (TrainingArguments) with §5.2's optimisation: Nesterov's accelerated gradient with momentum
+    0.99 (`spanbert.trainer`'s ``--optim nesterov``), no weight decay, gradients renormalised above norm
+    0.1, and the rate warmed up linearly from 1e-7 to the peak 1 over ``warmup_steps`` (the paper: 16K),
+    then one cosine cycle down to 1e-4 (``--lr_scheduler_type cosine``)."""
+    return dataclasses.replace(
+        args,
+        optim="nesterov",
+        momentum=PAPER_MOMENTUM,
+        weight_decay=0.0,
+        max_grad_norm=PAPER_MAX_GRAD_NORM,
+        learning_rate=PAPER_PEAK_LR,
+        lr_scheduler_type="cosine",
+        warmup_init_lr=PAPER_INIT_LR,
+        min_lr=PAPER_FINAL_LR,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# spanbert pretrain --system cloze | bilm | cloze-bilm
+
+
+def prepare_cloze_data(cfg: Any, args: Any, sources: Any, kind: str) -> tuple[str, str]:
+    """(preprocessed corpus folder, tokenizer folder), prepared once into ``output_dir/data`` (rank 0,
+    atomically) with a tokenizer trained for the input ``kind`` (bpe / words), or the given ones.
+    A resumed run reuses them (and refuses different data settings)."""
+    from spanbert import data
+    from spanbert.utils import atomic_dir, atomic_write
+
+    if sources.preprocessed:
+        return str(sources.corpus), str(sources.tokenizer)
+    work_dir = Path(args.output_dir) / "data"
+    marker = work_dir / "prepared.json"
+    spec = dict(corpus=cfg.corpus, tokenizer=sources.tokenizer, vocab_size=cfg.vocab_size, kind=kind)
+    if args.resume and marker.is_file():
+        try:
+            before = json.loads(marker.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            before = None
+        if before != spec:
+            raise SpanBertError(
+                f"{marker}: found the run's data prepared from {before}, expected {spec}; resume with the run's "
+                "own --corpus/--tokenizer/--vocab_size/--model, or start over with --overwrite_output_dir"
+            )
+        print0(f"corpus and tokenizer: reusing {work_dir} (prepared by the run being resumed)")
+        return str(work_dir / "preprocessed"), str(work_dir / "tokenizer")
+    from spanbert.tokenization import load_tokenizer
+
+    with atomic_dir(work_dir) as tmp:
+        if sources.corpus is None:
+            files = [data.builtin_corpus(tmp / "corpus.txt")]
+            print0(f"corpus: the Python reference manual (pydoc topics), written to {work_dir / 'corpus.txt'}")
+        else:
+            files = [sources.corpus]
+        if sources.tokenizer:
+            save_tokenizer(with_boundary_tokens(load_tokenizer(sources.tokenizer)), tmp / "tokenizer")
+        else:
+            what = "byte-level BPE" if kind == "bpe" else "word"
+            print0(f"training a {cfg.vocab_size}-type {what} vocabulary on the corpus")
+            train_cloze_tokenizer(files, cfg.vocab_size, kind, output_dir=tmp / "tokenizer")
+        data.preprocess(files, load_tokenizer(tmp / "tokenizer"), tmp / "preprocessed", num_workers=cfg.num_proc,
+                        progress=not args.disable_tqdm)  # fmt: skip
+        with atomic_write(tmp / "prepared.json") as f:
+            json.dump(spec, f, indent=2)
+    return str(work_dir / "preprocessed"), str(work_dir / "tokenizer")
+
+
+def build_cloze_datasets(
+    cfg: Any, corpus_dir: str | Path, model_cfg: ClozeConfig
+) -> tuple[ClozeBlocks, ClozeBlocks | None]:
+    """(training blocks, held-out blocks or None), split by whole documents (`data.held_out_documents`)."""
+    from spanbert import data
+
+    corpus = data.TokenCorpus(corpus_dir)
+    split = corpus.num_docs
+    if cfg.max_eval_blocks:
+        split = data.held_out_documents(corpus.doc_bounds, cfg.eval_fraction)
+    make = functools.partial(ClozeBlocks, corpus, max_seq_length=cfg.max_seq_length, bos_id=model_cfg.bos_id,
+                             eos_id=model_cfg.eos_id, packing=cfg.block_packing)  # fmt: skip
+    train_set = make((0, split))
+    eval_set = make((split, corpus.num_docs), limit=cfg.max_eval_blocks) if split < corpus.num_docs else None
+    return train_set, eval_set if eval_set is not None and len(eval_set) else None
+
+
+def pretrain_cloze(cfg: Any, args: Any, masking: Any = None, model_overrides: dict[str, Any] | None = None) -> Path:
+    """`spanbert pretrain --system cloze|bilm|cloze-bilm`: prepare the data, build the two-tower model of
+    ``cfg.model`` (a `CLOZE_PRESETS` name, optionally ``:field=value,...``), train it with the one
+    training loop, export it to ``output_dir/<output_name>``. Returns that folder.
+
+    ``cfg`` is a `spanbert.pretrain.PretrainConfig` and ``args`` a `TrainingArguments`;
+    ``model_overrides`` sets `ClozeConfig` fields directly (tests: dropout 0). ``masking`` must be
+    unset: the two-tower model masks nothing.
+    """
+    # pretrain.py calls this module; its helpers are imported here, not at the top, so the import
+    # graph has no cycle (cloze sits beside model.py, left of pretrain).
+    from spanbert import pretrain as P
+    from spanbert.tokenization import load_tokenizer
+    from spanbert.trainer import check_output_dir, train
+
+    cfg.__post_init__()
+    if cfg.system not in SYSTEMS:
+        raise SpanBertError(f"--system: found {cfg.system!r}, expected one of: {', '.join(SYSTEMS)}")
+    if cfg.masking is not None:
+        raise SpanBertError(f"--masking: found {cfg.masking!r}, expected none: the two-tower systems mask nothing (§3)")
+    if cfg.init_from:
+        raise SpanBertError(
+            f"--init_from: found {cfg.init_from!r}, expected none: continuing a two-tower run is --resume"
+        )
+    if cfg.pad_to is not None and cfg.pad_to < cfg.max_seq_length:
+        raise SpanBertError(f"--pad_to: found {cfg.pad_to}, expected at least --max_seq_length ({cfg.max_seq_length})")
+    model_cfg = cloze_config(cfg.model, objective=cfg.system)
+    if model_overrides:
+        model_cfg = dataclasses.replace(model_cfg, **model_overrides)
+        model_cfg.__post_init__()
+    device = distributed.resolve_device(args.device)
+    distributed.init_distributed(device)
+    args = P.apply_batching(cfg, args, distributed.world_size())
+    if model_cfg.optimizer == "nesterov":
+        if args.learning_rate != PAPER_PEAK_LR:
+            print0(f"note: optimizer=nesterov runs §5.2's schedule, peak rate {PAPER_PEAK_LR:g} (not --learning_rate {args.learning_rate:g})")
+        args = paper_training_arguments(args)
+    check_output_dir(args)
+    sources = P.check_sources(cfg)
+    kind = "bpe" if model_cfg.input == "bpe" else "words"
+    corpus_dir, tok_dir = distributed.on_main(lambda: prepare_cloze_data(cfg, args, sources, kind))
+    tok = with_boundary_tokens(load_tokenizer(tok_dir))
+
+    torch.manual_seed(args.seed)
+    model = build_model(model_cfg, tok)
+    model_cfg = model.config
+    train_set, eval_set = build_cloze_datasets(cfg, corpus_dir, model_cfg)
+    coll = functools.partial(collate, pad_id=model_cfg.pad_id, pad_to=cfg.pad_to)
+    count = functools.partial(count_targets, objective=model_cfg.objective)
+    eval_fn = None
+    if eval_set is not None:
+        eval_fn = make_eval_fn(eval_set, args.per_device_eval_batch_size, coll, model_cfg.objective, args.precision)
+    n_params = sum(p.numel() for p in model.parameters())
+    print0(
+        f"pre-training {cfg.system} (two-tower, {model_cfg.input} input, {model_cfg.optimizer}), model {cfg.model}: "
+        f"{model_cfg.num_layers} blocks per tower x {model_cfg.d_model}, {n_params / 1e6:.1f}M parameters, "
+        f"{len(train_set)} blocks of <= {cfg.max_seq_length} tokens, {len(eval_set) if eval_set else 0} held out; "
+        + P.batching_line(cfg, args, distributed.world_size())
+    )
+    run_config = json.loads(json.dumps({
+        "PretrainConfig": {k: v for k, v in dataclasses.asdict(cfg).items() if k != "num_proc"},
+        "ClozeConfig": dataclasses.asdict(model_cfg),
+    }))  # fmt: skip
+    model.train()
+    result = train(model, train_set, args, collate_fn=coll, eval_fn=eval_fn, count_targets=count,
+                   run_config=run_config)  # fmt: skip
+    final = Path(args.output_dir) / cfg.output_name
+    if result.global_step >= (args.max_steps if args.max_steps > 0 else 0):
+        distributed.on_main(lambda: _export(model, tok, final, cfg.system, result.metrics))
+        print0(
+            f"\nsaved the model to {final} (config.json with model_type {MODEL_TYPE!r}, model.safetensors, tokenizer files)"
+        )
+        print0(
+            f"  load it with: from spanbert.cloze import load_two_tower; model, tok = load_two_tower({str(final)!r})"
+        )
+    return final
+
+
+def _export(model: TwoTowerModel, tok: Any, final: Path, system: str, metrics: dict[str, float]) -> None:
+    from spanbert.utils import atomic_write
+
+    model.save_pretrained(final, tokenizer=tok, extra={"system": system})
+    with atomic_write(final / "train_metrics.json") as f:
+        f.write(json.dumps(metrics, indent=2) + "\n")
+
+
+__all__ = [
+    "CLOZE_PRESETS",
+    "ClozeConfig",
+    "SYSTEMS",
+    "TwoTowerModel",
+    "build_model",
+    "cloze_config",
+    "count_targets",
+    "load_two_tower",
+    "paper_training_arguments",
+    "pretrain_cloze",
+    "train_cloze_tokenizer",
+]

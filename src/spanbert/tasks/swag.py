@@ -1,0 +1,456 @@
+"""SWAG (BERT §4.4): multiple choice over four endings of a video-caption sentence; accuracy.
+
+Each example becomes four sequences ``[CLS] context [SEP] ending_k [SEP]`` (token types 0 / 1), where
+the context is ``sent1`` and ending k is ``sent2 + " " + ending_k`` (the released BERT and transformers
+SWAG scripts split the start phrase this way). The model scores each sequence's pooled ``[CLS]`` with
+one learned vector (a linear layer H -> 1) and takes a softmax over the four scores (§4.4: "the only
+task-specific parameters introduced is a vector whose dot product with the [CLS] token representation
+C denotes a score for each choice which is normalized with a softmax layer"). Parameter names are
+those of HF ``BertForMultipleChoice`` (``bert``, ``dropout``, ``classifier``), so a fine-tuned model
+loads there. Accuracy is reported x100 (0-100).
+
+Files are the released CSV layout (rowanz/swagaf ``data/{train,val,test}.csv``): a header naming
+``video-id, fold-ind, startphrase, sent1, sent2, gold-source, ending0..ending3`` and ``label`` (the test
+file has no label), usually after an unnamed index column; columns are found by header name. Predictions
+are a CSV ``video-id,fold-ind,label`` in the input's order (label = the predicted ending, 0-3).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from spanbert.distributed import print0
+from spanbert.errors import DataError, SpanBertError
+from spanbert.tasks.common import selection_defaults
+from spanbert.utils import atomic_write
+
+NUM_CHOICES = 4
+ENDINGS = tuple(f"ending{k}" for k in range(NUM_CHOICES))
+COLUMNS = ("video-id", "fold-ind", "startphrase", "sent1", "sent2", "gold-source", *ENDINGS)
+"""Columns every SWAG file has (the train and val files add ``label``)."""
+
+DEFAULTS = dict(
+    output_dir="runs/swag",
+    learning_rate=2e-5,
+    per_device_train_batch_size=16,
+    num_train_epochs=3.0,
+    warmup_ratio=0.1,
+    **selection_defaults("accuracy"),
+)
+"""BERT §4.4: 3 epochs, learning rate 2e-5, batch size 16 (10% warmup, BERT's fine-tuning default). As
+every spanbert task, the model of the best dev accuracy of 10 evaluations an epoch is kept when a
+validation file is given (the released SpanBERT scripts' selection; BERT reports the final model)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Reader
+
+
+@dataclass(frozen=True)
+class SwagExample:
+    video_id: str
+    fold_ind: str
+    context: str
+    """``sent1``: the first sentence, the context of every choice."""
+    start: str
+    """``sent2``: the start of the second sentence, which each ending completes."""
+    endings: tuple[str, ...]
+    label: int | None
+    line: int
+    """The example's line in its file (for error messages)."""
+
+
+def read_swag(path: str | Path, labelled: bool | None = None) -> list[SwagExample]:
+    """The examples of a SWAG CSV file. ``labelled=True`` requires a ``label`` column (train, val),
+    False ignores it, None reads it when the header has it (the test file has none)."""
+    path = Path(path)
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except FileNotFoundError:
+        raise SpanBertError(f"{path}: file not found (expected a SWAG CSV file)") from None
+    except UnicodeDecodeError as e:
+        raise DataError(path, f"found bytes that are not UTF-8 ({e.reason} at byte {e.start}); expected UTF-8 CSV") from None
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    rows: list[tuple[int, list[str]]] = []
+    line = 1
+    try:
+        for row in reader:
+            rows.append((line, row))
+            line = reader.line_num + 1  # a quoted field may span lines: the next record starts here
+    except csv.Error as e:
+        raise DataError(path, f"found malformed CSV ({e}); expected comma-separated fields, quoted with \"", line=line) from None
+    rows = [(k, r) for k, r in rows if any(x.strip() for x in r)]
+    if not rows:
+        raise DataError(path, "found no rows; expected a header and one row per example")
+    head_line, header = rows[0]
+    header = [h.strip() for h in header]
+    missing = [c for c in COLUMNS if c not in header]
+    if missing:
+        raise DataError(
+            path, f"found header {header[:12]}, expected the SWAG columns {list(COLUMNS)} (+ label); missing {missing}",
+            line=head_line,
+        )  # fmt: skip
+    has_label = "label" in header
+    if labelled and not has_label:
+        raise DataError(path, "found no label column in the header, expected one (a labelled file: train or val)", line=head_line)
+    use_label = has_label if labelled is None else labelled
+    col = {name: header.index(name) for name in header}
+    out = []
+    for k, row in rows[1:]:
+        if len(row) != len(header):
+            raise DataError(path, f"found {len(row)} fields, expected {len(header)} as the header has", line=k)
+        get = {name: row[i] for name, i in col.items()}
+        for name in ("sent1", *ENDINGS):
+            if not get[name].strip():
+                raise DataError(path, f"found an empty {name}, expected text", line=k)
+        label = None
+        if use_label:
+            value = get["label"].strip()
+            if value not in {str(i) for i in range(NUM_CHOICES)}:
+                raise DataError(path, f"found label {value!r}, expected 0, 1, 2 or 3 (the right ending)", line=k)
+            label = int(value)
+        out.append(
+            SwagExample(get["video-id"], get["fold-ind"], get["sent1"], get["sent2"],
+                        tuple(get[e] for e in ENDINGS), label, k)  # fmt: skip
+        )
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Features
+
+
+def swag_features(
+    examples: list[SwagExample], tokenizer: Any, max_seq_length: int = 128, with_labels: bool = True
+) -> list[dict[str, Any]]:
+    """Four ``[CLS] sent1 [SEP] sent2 ending_k [SEP]`` sequences per example, pairs cut longest-first
+    to ``max_seq_length`` (BERT's ``_truncate_seq_pair``). Each feature holds lists of four arrays."""
+    from spanbert.tasks.classification import pair_input
+
+    texts = sorted({e.context for e in examples} | {f"{e.start} {x}".strip() for e in examples for x in e.endings})
+    ids = dict(zip(texts, (enc.ids for enc in tokenizer.encode_batch(texts))))
+    out = []
+    for e in examples:
+        choices = [pair_input(tokenizer.cls_id, tokenizer.sep_id, ids[e.context], ids[f"{e.start} {x}".strip()], max_seq_length)
+                   for x in e.endings]  # fmt: skip
+        f: dict[str, Any] = {"input_ids": [c[0] for c in choices], "token_type_ids": [c[1] for c in choices]}
+        if with_labels:
+            f["labels"] = e.label
+        out.append(f)
+    return out
+
+
+class ChoiceCollator:
+    """Pads a list of four-choice features into (B, 4, T) tensors; ``attention_mask`` only with padding."""
+
+    def __init__(self, pad_id: int):
+        self.pad_id = pad_id
+
+    def __call__(self, features: list[dict[str, Any]]) -> dict[str, Tensor]:
+        B, C = len(features), NUM_CHOICES
+        T = max(len(x) for f in features for x in f["input_ids"])
+        input_ids = torch.full((B, C, T), self.pad_id, dtype=torch.long)  # (B, 4, T)
+        token_type_ids = torch.zeros((B, C, T), dtype=torch.long)
+        mask = torch.zeros((B, C, T), dtype=torch.long)
+        for i, f in enumerate(features):
+            for c in range(C):
+                n = len(f["input_ids"][c])
+                input_ids[i, c, :n] = torch.as_tensor(f["input_ids"][c])
+                token_type_ids[i, c, :n] = torch.as_tensor(f["token_type_ids"][c])
+                mask[i, c, :n] = 1
+        batch = {"input_ids": input_ids, "token_type_ids": token_type_ids}
+        if not bool(mask.all()):
+            batch["attention_mask"] = mask
+        if features[0].get("labels") is not None:
+            batch["labels"] = torch.tensor([int(f["labels"]) for f in features], dtype=torch.long)  # (B,)
+        return batch
+
+
+# ---------------------------------------------------------------------------------------------
+# Model
+
+
+class MultipleChoice(nn.Module):
+    """Encoder + dropout + one vector scoring each choice's pooled ``[CLS]`` (HF ``BertForMultipleChoice``).
+
+    Inputs are (B, C, T); logits (B, C); the loss is cross-entropy over the C choices.
+    """
+
+    def __init__(self, encoder: nn.Module, dropout: float | None = None):
+        super().__init__()
+        from spanbert.tasks.classification import _linear_head
+
+        if encoder.pooler is None:
+            raise SpanBertError("MultipleChoice needs an encoder with a pooling layer")
+        self.bert = encoder
+        self.dropout, self.classifier = _linear_head(encoder, 1, dropout)  # classifier: Linear(H, 1)
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        labels: Tensor | None = None,
+    ) -> dict[str, Tensor]:
+        B, C, T = input_ids.shape
+        flat = lambda x: None if x is None else x.reshape(B * C, T)  # noqa: E731
+        hidden = self.bert(flat(input_ids), attention_mask=flat(attention_mask), token_type_ids=flat(token_type_ids))
+        pooled = self.dropout(self.bert.pool(hidden, flat(attention_mask)))  # (B*C, H)
+        logits = self.classifier(pooled).view(B, C)  # (B, C): one score per choice
+        out = {"logits": logits}
+        if labels is not None:
+            out["loss"] = F.cross_entropy(logits.float(), labels)  # softmax over the choices
+            out["acc"] = (logits.argmax(-1) == labels).float().mean().detach()
+        return out
+
+
+def build_model(model_dir: str | Path, seed: int | None = None) -> MultipleChoice:
+    """A fresh choice-scoring vector (and pooler, when the checkpoint has none) on a pre-trained encoder."""
+    from spanbert.tasks.common import load_encoder, seed_dropout, seed_init
+
+    if seed is not None:
+        seed_init(seed)
+    model = MultipleChoice(load_encoder(model_dir, add_pooling_layer=True))
+    if seed is not None:
+        seed_dropout(seed)
+    return model
+
+
+def load_model(model_dir: str | Path, device: str = "cpu") -> tuple[MultipleChoice, dict[str, Any], Any]:
+    """A model saved by `finetune_swag` -> (model in eval mode on ``device``, config.json dict, tokenizer)."""
+    from spanbert.config import BertConfig
+    from spanbert.model import Encoder, config_path
+    from spanbert.tasks.common import load_finetuned
+    from spanbert.trainer import resolve_device
+
+    config_json, state, tokenizer = load_finetuned(model_dir)
+    if config_json.get("spanbert", {}).get("task") != "swag":
+        raise SpanBertError(
+            f"{config_path(model_dir)}: found no spanbert.task \"swag\", expected a model saved by `spanbert finetune swag`"
+        )
+    model = MultipleChoice(Encoder(BertConfig.from_hf_dict(config_json), add_pooling_layer=True))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise SpanBertError(f"{model_dir}: weights do not match a MultipleChoice model; missing {missing[:5]}, unexpected {unexpected[:5]}")
+    return model.to(resolve_device(device)).eval(), config_json, tokenizer
+
+
+def predict_logits(
+    model: nn.Module, features: list[dict[str, Any]], pad_id: int, batch_size: int = 64, progress: bool = False
+) -> list[np.ndarray]:
+    """(4,) logits per feature, in order; each rank predicts its share (call it on every rank)."""
+    from spanbert.distributed import is_main
+    from spanbert.tasks.common import predict_sharded
+    from spanbert.trainer import predict_batches
+
+    quiet = not progress or not is_main()
+    device = next(model.parameters()).device
+
+    def predict(indices) -> list[np.ndarray]:
+        # longest choice first-to-last so batches carry little padding; outputs back in input order
+        order = sorted(indices, key=lambda i: max(len(x) for x in features[i]["input_ids"]))
+        inputs = [{k: v for k, v in features[i].items() if k != "labels"} for i in order]
+        results: dict[int, np.ndarray] = {}
+        done = 0
+        for _, out in predict_batches(model, inputs, batch_size, ChoiceCollator(pad_id), device=device, disable_tqdm=quiet):
+            logits = out["logits"].float().cpu().numpy()  # (b, 4)
+            for j, i in enumerate(order[done : done + len(logits)]):
+                results[i] = logits[j]
+            done += len(logits)
+        return [results[i] for i in indices]
+
+    return predict_sharded(len(features), predict)
+
+
+def score(gold: list[int], pred: list[int]) -> dict[str, Any]:
+    """Accuracy x100 and the number of examples."""
+    from spanbert.metrics.classification import accuracy
+    from spanbert.tasks.common import percent
+
+    return {**percent({"accuracy": accuracy(gold, pred)}), "examples": len(gold)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Fine-tuning, prediction files
+
+
+def finetune_swag(
+    model_dir: str | Path,
+    train_path: str | Path,
+    dev_path: str | Path | None,
+    args: Any,
+    tokenizer_dir: str | Path | None = None,
+    max_seq_length: int = 128,
+    max_train_examples: int | None = None,
+    max_eval_examples: int | None = None,
+) -> dict[str, Any]:
+    """Fine-tune on ``train_path``, select on ``dev_path`` (when given), save to ``args.output_dir``;
+    returns the dev metrics of the saved model (and writes them and its dev predictions there)."""
+    from spanbert.tasks.classification import FeatureDataset
+    from spanbert.tasks.common import (
+        KeepBest,
+        load_tokenizer_for,
+        save_finetuned,
+        selection_summary,
+        write_json,
+        write_once,
+    )
+    from spanbert.trainer import train
+
+    out = Path(args.output_dir)
+    train_examples = read_swag(train_path, labelled=True)[:max_train_examples]
+    dev = read_swag(dev_path, labelled=True)[:max_eval_examples] if dev_path else []
+    if not train_examples:
+        raise DataError(train_path, "found no examples; expected one row per example after the header")
+    tokenizer = load_tokenizer_for(model_dir, tokenizer_dir)
+    train_features = swag_features(train_examples, tokenizer, max_seq_length)
+    dev_features = swag_features(dev, tokenizer, max_seq_length, with_labels=False)
+    gold = [e.label for e in dev]
+    model = build_model(model_dir, seed=args.seed)
+
+    def evaluate(m: nn.Module, step: int) -> tuple[dict[str, float], list[int]]:
+        logits = predict_logits(m, dev_features, tokenizer.pad_id, args.per_device_eval_batch_size)
+        pred = [int(np.argmax(l)) for l in logits]
+        metrics = score(gold, pred)
+        return {k: float(v) for k, v in metrics.items()}, pred
+
+    keeper = KeepBest(evaluate, args)
+    result = train(
+        model, FeatureDataset(train_features), args, collate_fn=ChoiceCollator(tokenizer.pad_id),
+        eval_fn=keeper if dev else None,
+    )  # fmt: skip
+    metrics: dict[str, Any] = {}
+    if dev:
+        pred, selected = keeper.chosen(model, args, result, len(train_features))
+        metrics = {**score(gold, pred), **selection_summary(selected, args)}
+    meta = {"task": "swag", "max_seq_length": max_seq_length}
+    save_finetuned(model, out, tokenizer, "BertForMultipleChoice", {"spanbert": meta})
+    if dev:
+        write_once(lambda: write_predictions(out / "dev_predictions.csv", dev, pred))
+        write_json(out / "dev_results.json", metrics)
+    return metrics
+
+
+def predict_swag(
+    model_dir: str | Path, examples: list[SwagExample], batch_size: int = 64, device: str = "cpu", progress: bool = True
+) -> list[int]:
+    """The predicted ending (0-3) of every example, from a folder saved by `finetune_swag`."""
+    model, config_json, tokenizer = load_model(model_dir, device)
+    max_len = config_json.get("spanbert", {}).get("max_seq_length", 128)
+    features = swag_features(examples, tokenizer, max_len, with_labels=False)
+    return [int(np.argmax(l)) for l in predict_logits(model, features, tokenizer.pad_id, batch_size, progress)]
+
+
+PREDICTION_COLUMNS = ("video-id", "fold-ind", "label")
+
+
+def write_predictions(path: str | Path, examples: list[SwagExample], pred: list[int]) -> None:
+    """CSV ``video-id,fold-ind,label``, one row per example in the input's order (atomically)."""
+    with atomic_write(path, encoding="utf-8", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(PREDICTION_COLUMNS)
+        for e, p in zip(examples, pred):
+            w.writerow([e.video_id, e.fold_ind, p])
+
+
+def read_predictions(path: str | Path, examples: list[SwagExample]) -> list[int]:
+    """The labels of a predictions file, checked row by row against the examples' ids."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpanBertError(f"{path}: predictions file not found") from None
+    except UnicodeDecodeError as e:
+        raise DataError(path, f"found bytes that are not UTF-8 ({e.reason} at byte {e.start}); expected UTF-8 CSV") from None
+    try:
+        rows = [r for r in csv.reader(io.StringIO(text, newline=""), strict=True) if r]
+    except csv.Error as e:
+        raise DataError(path, f"found malformed CSV ({e}); expected {','.join(PREDICTION_COLUMNS)} rows") from None
+    if not rows or tuple(h.strip() for h in rows[0]) != PREDICTION_COLUMNS:
+        raise DataError(path, f"found header {rows[0] if rows else []}, expected {','.join(PREDICTION_COLUMNS)}", line=1)
+    if len(rows) - 1 != len(examples):
+        raise DataError(path, f"found {len(rows) - 1} predictions, expected one per example ({len(examples)})")
+    out = []
+    for k, (row, e) in enumerate(zip(rows[1:], examples), 2):
+        if len(row) != 3 or row[2].strip() not in {str(i) for i in range(NUM_CHOICES)}:
+            raise DataError(path, f"found {row[:4]}, expected video-id,fold-ind,label with a label in 0-3", line=k)
+        if (row[0], row[1]) != (e.video_id, e.fold_ind):
+            raise DataError(path, f"found example {row[0]!r}/{row[1]!r}, expected {e.video_id!r}/{e.fold_ind!r} "
+                                  f"(line {e.line} of the data file)", line=k)  # fmt: skip
+        out.append(int(row[2]))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI
+
+
+def cli(action: str, task_name: str, argv: list[str], prog: str) -> int:
+    """``spanbert {finetune,predict,evaluate} swag ...``."""
+    from spanbert.tasks import classification as C
+    from spanbert.tasks.common import parse_task_args, start_distributed, write_once
+
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    if action == "finetune":
+        from spanbert.tasks.common import add_finetune_arguments
+
+        parser.add_argument("--train_file", "--train", dest="train", required=True, help="SWAG train.csv")
+        parser.add_argument(
+            "--validation_file", "--dev", dest="dev", help="SWAG val.csv: accuracy during and after training"
+        )
+        parser.add_argument(
+            "--max_seq_length", type=int, default=128, help="tokens per choice sequence (default: 128)"
+        )
+        parser.add_argument("--max_train_examples", type=int, help="use only the first N training examples")
+        parser.add_argument("--max_eval_examples", type=int, help="use only the first N dev examples")
+        add_finetune_arguments(parser, DEFAULTS)
+        args = parse_task_args(parser, argv, DEFAULTS)
+
+        def run_one(targs: Any) -> dict[str, Any]:
+            return finetune_swag(
+                args.model, args.train, args.dev, targs, args.tokenizer, args.max_seq_length,
+                args.max_train_examples, args.max_eval_examples,
+            )  # fmt: skip
+
+        return C.run_finetune_cli(args, DEFAULTS, run_one, metric="accuracy")
+    parser.add_argument("--data", required=True, help="SWAG CSV file (val.csv, or test.csv for predict)")
+    if action == "predict":
+        parser.add_argument("--model", required=True, help="folder saved by `spanbert finetune swag`")
+        parser.add_argument("--output", required=True, help="CSV to write: video-id,fold-ind,label")
+        parser.add_argument("--batch_size", type=int, default=64, help="examples per batch (default: 64)")
+        parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (default: auto)")
+        parser.add_argument("--disable_tqdm", action="store_true", help="hide the progress bar")
+        args = parser.parse_args(argv)
+        examples = read_swag(args.data)
+        start_distributed(args.device)
+        pred = predict_swag(args.model, examples, args.batch_size, args.device, not args.disable_tqdm)
+        write_once(lambda: write_predictions(args.output, examples, pred))
+        print0(f"wrote predictions for {len(pred)} examples to {args.output}")
+        if examples and all(e.label is not None for e in examples):
+            C.print_metrics(score([e.label for e in examples], pred))
+        return 0
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--predictions", help="CSV written by `spanbert predict swag`")
+    group.add_argument("--model", help="fine-tuned model folder: predict, then score")
+    parser.add_argument("--batch_size", type=int, default=64, help="examples per batch with --model (default: 64)")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (default: auto)")
+    parser.add_argument("--disable_tqdm", action="store_true", help="hide the progress bar")
+    args = parser.parse_args(argv)
+    examples = read_swag(args.data, labelled=True)
+    if args.model:
+        start_distributed(args.device)
+        pred = predict_swag(args.model, examples, args.batch_size, args.device, not args.disable_tqdm)
+    else:
+        pred = read_predictions(args.predictions, examples)
+    C.print_metrics(score([e.label for e in examples], pred))
+    return 0
