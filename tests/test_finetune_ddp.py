@@ -158,3 +158,23 @@ def test_glue_two_processes_match_one(tmp_path):
     assert r1 == r2
     steps = [_selected_step(outs[n], "dev_results.json", "score") for n in ("one", "two")]
     assert steps[0] == steps[1]
+
+
+@pytest.mark.slow
+def test_a_script_that_joins_the_group_exits_cleanly(tmp_path):
+    """A user's own script (not the CLI) that joins the group through spanbert ends with exit code 0:
+    the group is left at exit (gloo's threads otherwise abort a finished process now and then)."""
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import torch, torch.distributed as dist\n"
+        "from spanbert import distributed\n"
+        "distributed.init_distributed(torch.device('cpu'))\n"
+        "t = torch.ones(1)\n"
+        "dist.all_reduce(t)\n"
+        "assert t.item() == 2\n"
+    )
+    for _ in range(5):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)]
+        proc = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "terminate called" not in proc.stderr

@@ -15,6 +15,7 @@ All of them are plain no-ops in a single process (no process group needed).
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 from collections.abc import Callable
@@ -74,6 +75,9 @@ def init_distributed(device: torch.device | None = None) -> None:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    # Leave the group before the interpreter tears down, however the process ends (the CLI, a user's
+    # script, a test): see `shutdown`.
+    atexit.register(shutdown)
 
 
 def shutdown() -> None:
