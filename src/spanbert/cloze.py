@@ -905,20 +905,12 @@ def prepare_cloze_data(cfg: Any, args: Any, sources: Any, kind: str) -> tuple[st
     if sources.preprocessed:
         return str(sources.corpus), str(sources.tokenizer)
     work_dir = Path(args.output_dir) / "data"
-    marker = work_dir / "prepared.json"
     spec = dict(corpus=cfg.corpus, tokenizer=sources.tokenizer, vocab_size=cfg.vocab_size, kind=kind)
-    if args.resume and marker.is_file():
-        try:
-            before = json.loads(marker.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            before = None
-        if before != spec:
-            raise SpanBertError(
-                f"{marker}: found the run's data prepared from {before}, expected {spec}; resume with the run's "
-                "own --corpus/--tokenizer/--vocab_size/--model, or start over with --overwrite_output_dir"
-            )
-        print0(f"corpus and tokenizer: reusing {work_dir} (prepared by the run being resumed)")
-        return str(work_dir / "preprocessed"), str(work_dir / "tokenizer")
+    from spanbert.pretrain import reuse_prepared
+
+    reused = reuse_prepared(work_dir, spec, args)
+    if reused is not None:
+        return reused
     from spanbert.tokenization import load_tokenizer
 
     with atomic_dir(work_dir) as tmp:

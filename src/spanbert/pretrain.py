@@ -461,6 +461,25 @@ def plan_warning(
     )
 
 
+def reuse_prepared(work_dir: Path, spec: dict[str, Any], args: TrainingArguments) -> tuple[str, str] | None:
+    """(corpus, tokenizer) folders of ``work_dir`` when a resumed run prepared them from ``spec`` (its
+    `prepared.json`); None when there is nothing to reuse; an error when they were made otherwise."""
+    marker = work_dir / "prepared.json"
+    if not (args.resume and marker.is_file()):
+        return None
+    try:
+        before = json.loads(marker.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        before = None
+    if before != spec:
+        raise SpanBertError(
+            f"{marker}: found the run's data prepared from {before}, expected {spec}; resume with the run's "
+            "own --corpus/--tokenizer/--vocab_size/--model, or start over with --overwrite_output_dir"
+        )
+    print0(f"corpus and tokenizer: reusing {work_dir} (prepared by the run being resumed)")
+    return str(work_dir / "preprocessed"), str(work_dir / "tokenizer")
+
+
 def prepare_data(cfg: PretrainConfig, args: TrainingArguments, sources: _Sources) -> tuple[str, str]:
     """(preprocessed corpus folder, tokenizer folder) of the run, preparing them if needed.
 
@@ -475,20 +494,10 @@ def prepare_data(cfg: PretrainConfig, args: TrainingArguments, sources: _Sources
     scheme, _, _, _ = _resolve_system(cfg)
     candidates = {"named_entity": "entities", "noun_phrase": "noun_phrases"}.get(scheme)
     work_dir = Path(args.output_dir) / "data"
-    marker = work_dir / "prepared.json"
     spec = dict(corpus=cfg.corpus, tokenizer=sources.tokenizer, vocab_size=cfg.vocab_size, candidates=candidates)
-    if args.resume and marker.is_file():
-        try:
-            before = json.loads(marker.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            before = None
-        if before != spec:
-            raise SpanBertError(
-                f"{marker}: found the run's data prepared from {before}, expected {spec}; resume with the run's "
-                "own --corpus/--tokenizer/--vocab_size, or start over with --overwrite_output_dir"
-            )
-        print0(f"corpus and tokenizer: reusing {work_dir} (prepared by the run being resumed)")
-        return str(work_dir / "preprocessed"), str(work_dir / "tokenizer")
+    reused = reuse_prepared(work_dir, spec, args)
+    if reused is not None:
+        return reused
     created = [d for d in (work_dir.parent, *work_dir.parent.parents) if not d.exists()]
     try:
         _prepare_into(work_dir, cfg, args, sources, spec, candidates)

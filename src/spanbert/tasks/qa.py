@@ -25,10 +25,10 @@ import gzip
 import json
 import math
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -839,6 +839,48 @@ def _features_for(data: QAData, tokenizer, cfg: QAConfig, training: bool, progre
     return tok, feats
 
 
+T = TypeVar("T")
+
+
+def _map_windows(
+    model: nn.Module,
+    features: QAFeatures,
+    pad_id: int,
+    reduce: Callable[[int, np.ndarray, np.ndarray], T],
+    batch_size: int,
+    device: str,
+    precision: str,
+    disable_tqdm: bool,
+) -> list[T]:
+    """``reduce(i, start_logits, end_logits)`` of every window ``i``, in feature order, computed batch by
+    batch (windows sorted by length to limit padding; each batch's logits are dropped once reduced).
+    Under torchrun each rank reduces its share and every rank returns all of them (contract 7)."""
+    from spanbert.distributed import is_main
+    from spanbert.tasks.common import predict_sharded
+    from spanbert.trainer import predict_batches
+
+    def collate(items):
+        return collate_qa(items, pad_id)
+
+    def predict(indices) -> list[T]:
+        order = sorted(indices, key=lambda i: len(features.input_ids[i]))
+        ds = torch.utils.data.Subset(QAFeatureDataset(features, with_labels=False), order)
+        got: dict[int, T] = {}
+        k = 0
+        quiet = disable_tqdm or not is_main()  # one bar under torchrun
+        for _, out in predict_batches(model, ds, batch_size, collate, device, precision, "predict", quiet):
+            sl = out["start_logits"].float().cpu().numpy()  # (B, T)
+            el = out["end_logits"].float().cpu().numpy()  # (B, T)
+            for b in range(sl.shape[0]):
+                i = order[k]
+                got[i] = reduce(i, sl[b], el[b])
+                k += 1
+            del out, sl, el
+        return [got[i] for i in indices]
+
+    return predict_sharded(len(features), predict)
+
+
 def predict_logits(
     model: nn.Module,
     features: QAFeatures,
@@ -848,35 +890,13 @@ def predict_logits(
     precision: str = "auto",
     disable_tqdm: bool = False,
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Start and end logits of every window, in feature order (windows batched by length to limit padding).
+    """Start and end logits of every window, in feature order. Call it on every rank under torchrun."""
 
-    Under torchrun each rank predicts its share of the windows and every rank returns all of them
-    (contract 7): call it on every rank.
-    """
-    from spanbert.distributed import is_main
-    from spanbert.tasks.common import predict_sharded
-    from spanbert.trainer import predict_batches
+    def keep(i: int, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        n = len(features.input_ids[i])
+        return start[:n].copy(), end[:n].copy()
 
-    def collate(items):
-        return collate_qa(items, pad_id)
-
-    def predict(indices) -> list[tuple[np.ndarray, np.ndarray]]:
-        order = sorted(indices, key=lambda i: len(features.input_ids[i]))
-        ds = torch.utils.data.Subset(QAFeatureDataset(features, with_labels=False), order)
-        got: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        k = 0
-        quiet = disable_tqdm or not is_main()  # one bar under torchrun
-        for _, out in predict_batches(model, ds, batch_size, collate, device, precision, "predict", quiet):
-            sl = out["start_logits"].float().cpu().numpy()  # (B, T)
-            el = out["end_logits"].float().cpu().numpy()  # (B, T)
-            for b in range(sl.shape[0]):
-                i = order[k]
-                n = len(features.input_ids[i])
-                got[i] = (sl[b, :n], el[b, :n])
-                k += 1
-        return [got[i] for i in indices]
-
-    both = predict_sharded(len(features), predict)
+    both = _map_windows(model, features, pad_id, keep, batch_size, device, precision, disable_tqdm)
     return [x[0] for x in both], [x[1] for x in both]
 
 
@@ -891,39 +911,14 @@ def predict_window_spans(
     n_best_size: int = 20,
     max_answer_length: int = 30,
 ) -> list[tuple[float, int, int, float]]:
-    """`best_span_in_window` of every window, in feature order, computed batch by batch.
+    """`best_span_in_window` of every window, in feature order: the same windows and batches as
+    `predict_logits`, but each batch's logits are reduced to four numbers per window at once, so
+    memory holds the answers, not the (windows x T) logits of the whole set. Call it on every rank."""
 
-    The same windows and batches as `predict_logits`, but each batch's logits are reduced to four
-    numbers per window at once and dropped: memory holds the answers, not the (windows x T) logits
-    of the whole set. Under torchrun each rank reduces its share and every rank returns all of them
-    (contract 7): call it on every rank.
-    """
-    from spanbert.distributed import is_main
-    from spanbert.tasks.common import predict_sharded
-    from spanbert.trainer import predict_batches
+    def best(i: int, start: np.ndarray, end: np.ndarray) -> tuple[float, int, int, float]:
+        return best_span_in_window(start, end, features.query_len[i], features.max_context[i], n_best_size, max_answer_length)
 
-    def collate(items):
-        return collate_qa(items, pad_id)
-
-    def predict(indices) -> list[tuple[float, int, int, float]]:
-        order = sorted(indices, key=lambda i: len(features.input_ids[i]))
-        ds = torch.utils.data.Subset(QAFeatureDataset(features, with_labels=False), order)
-        got: dict[int, tuple[float, int, int, float]] = {}
-        k = 0
-        quiet = disable_tqdm or not is_main()  # one bar under torchrun
-        for _, out in predict_batches(model, ds, batch_size, collate, device, precision, "predict", quiet):
-            sl = out["start_logits"].float().cpu().numpy()  # (B, T)
-            el = out["end_logits"].float().cpu().numpy()  # (B, T)
-            for b in range(sl.shape[0]):
-                i = order[k]
-                got[i] = best_span_in_window(
-                    sl[b], el[b], features.query_len[i], features.max_context[i], n_best_size, max_answer_length
-                )
-                k += 1
-            del out, sl, el  # this batch's logits are not needed any more
-        return [got[i] for i in indices]
-
-    return predict_sharded(len(features), predict)
+    return _map_windows(model, features, pad_id, best, batch_size, device, precision, disable_tqdm)
 
 
 def run_prediction(
