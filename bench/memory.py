@@ -10,6 +10,7 @@ count in the other's RSS).
 
 `--no-reference` skips the transformers line (it doubles the run time). Growth after warm-up is
 (max RSS after the warm-up step - RSS at the warm-up step) / RSS at the warm-up step; the goal is <= 5%.
+The trend is the mean of the last fifth of the samples after warm-up against the mean of the first fifth.
 Prints one line per sample and a summary; `--json` adds a machine-readable line.
 """
 
@@ -82,8 +83,13 @@ def growth(samples: list[tuple[int, float]], warmup: int) -> dict[str, float]:
         return {}
     base = after[0][1]
     top = max(r for _, r in after)
+    # the trend, robust to the between-trim swings of single samples: mean of the last fifth of the
+    # samples after warm-up against the mean of the first fifth
+    k = max(1, len(after) // 5)
+    first, last = sum(r for _, r in after[:k]) / k, sum(r for _, r in after[-k:]) / k
     return {"warmup_step": after[0][0], "rss_warmup_mb": base, "rss_max_after_mb": top,
-            "rss_end_mb": after[-1][1], "growth_pct": 100.0 * (top - base) / base}  # fmt: skip
+            "rss_end_mb": after[-1][1], "growth_pct": 100.0 * (top - base) / base,
+            "trend_pct": 100.0 * (last - first) / first}  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
@@ -94,6 +100,7 @@ def run_pretrain_ours(a: argparse.Namespace) -> dict:
     """`spanbert pretrain` itself, in this process; an optimizer-step hook samples RSS every N steps."""
     import gc
 
+    import spanbert  # noqa: F401  (first, as the CLI does: it turns on huge pages before torch allocates)
     import torch
 
     from spanbert import pretrain
@@ -340,7 +347,8 @@ def main() -> None:
         for impl, r in results.items():
             print(f"  {impl:13s} at step {r.get('warmup_step')}: {r.get('rss_warmup_mb', 0):.0f}, max after: "
                   f"{r.get('rss_max_after_mb', 0):.0f}, end: {r.get('rss_end_mb', 0):.0f}, growth "
-                  f"{r.get('growth_pct', 0):+.1f}%, peak {r['peak_mb']:.0f}, {r['wall_s']:.0f} s")  # fmt: skip
+                  f"{r.get('growth_pct', 0):+.1f}%, trend {r.get('trend_pct', 0):+.1f}%, peak {r['peak_mb']:.0f}, "
+                  f"{r['wall_s']:.0f} s")  # fmt: skip
         if "hf" in results:
             print(f"  peak ratio ours/transformers: {results['ours']['peak_mb'] / results['hf']['peak_mb']:.2f}")
     else:

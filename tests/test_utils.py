@@ -118,3 +118,16 @@ def test_malloc_settings_are_a_no_op_off_glibc_or_under_the_users_own(monkeypatc
     assert utils.configure_malloc(1 << 20) is True
     assert calls == [(utils._M_MMAP_THRESHOLD, 1 << 20), (utils._M_TRIM_THRESHOLD, 2 << 20)]
     assert utils.configure_malloc() is True and len(calls) == 2  # once per process
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="transparent huge pages are Linux's")
+def test_import_turns_on_huge_pages_for_torch_unless_the_user_set_it():
+    # c10 reads THP_MEM_ALLOC_ENABLE once, at the first tensor allocation: `import spanbert` must set it
+    # before torch is imported, and leave the user's own value alone
+    code = "import os, spanbert, sys; assert 'torch' not in sys.modules; print(os.environ['THP_MEM_ALLOC_ENABLE'])"
+    env = {k: v for k, v in os.environ.items() if k != "THP_MEM_ALLOC_ENABLE"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "1"
+    out = subprocess.run([sys.executable, "-c", code], env={**env, "THP_MEM_ALLOC_ENABLE": "0"},
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    assert out.stdout.strip() == "0"

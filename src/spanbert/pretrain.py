@@ -203,6 +203,9 @@ PRETRAIN_DEFAULTS: dict[str, Any] = dict(
     logging_steps=100,
     save_steps=2000,
     eval_steps=2000,
+    # held-out evaluation batches of 16 x 512 tokens: at 64 x 512 the MLM logits alone took the CPU
+    # peak to 2.6-2.9 GB (docs/benchmarks.md, "Memory"); the losses do not depend on the batch size
+    per_device_eval_batch_size=16,
 )
 
 # The quick start: tiny model, bundled corpus, CPU, a few minutes. In force until the user names a

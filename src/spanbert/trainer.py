@@ -972,7 +972,7 @@ def train(
     device = resolve_device(args.device)
     init_distributed(device)
     if device.type == "cpu":
-        configure_malloc()  # tensors >= 1 MB go back to the system when freed (utils.configure_malloc)
+        configure_malloc()  # tensors >= 8 MB go back to the system when freed (utils.configure_malloc)
     output_dir = Path(args.output_dir)
     check_output_dir(args)
     n = len(train_dataset)

@@ -173,7 +173,7 @@ def _glibc() -> Any:
     return _libc
 
 
-def configure_malloc(mmap_threshold: int = 1 << 20, arena_max: int | None = None) -> bool:
+def configure_malloc(mmap_threshold: int = 8 << 20, arena_max: int | None = None) -> bool:
     """Fix glibc's mmap threshold (and optionally the number of malloc arenas), once per process.
     Returns whether the settings are in force (False off glibc, or when the user set the
     ``MALLOC_*`` / ``GLIBC_TUNABLES`` environment variables, which then win).
@@ -183,8 +183,11 @@ def configure_malloc(mmap_threshold: int = 1 << 20, arena_max: int | None = None
     128 kB but rises (up to 32 MB) each time a large block is freed, so after the first steps the
     step's tensors of changing sizes (block lengths and masked-target counts vary per batch) are
     carved from the heap and resident memory wanders with what was freed last. A fixed threshold
-    sends every tensor of 1 MB or more to mmap: resident memory is what is alive
-    (docs/benchmarks.md, "Memory").
+    sends every tensor of 8 MB or more (attention scores, MLM logits, evaluation batches) to mmap,
+    returned at free; the smaller ones stay in the heap, reused without page faults, and `trim_heap`
+    bounds what they leave. 8 MB, not 1 MB: at 1 MB every hidden state is mapped and faulted in afresh
+    at each step, which cost +45% CPU time in the quick start and +15% in `small` pre-training
+    (docs/benchmarks.md, "Memory", third pass).
     """
     global _malloc_configured
     if _malloc_configured is not None:
