@@ -100,9 +100,6 @@ def run_pretrain_ours(a: argparse.Namespace) -> dict:
     """`spanbert pretrain` itself, in this process; an optimizer-step hook samples RSS every N steps."""
     import gc
 
-    import spanbert  # noqa: F401  (first, as the CLI does: it turns on huge pages before torch allocates)
-    import torch
-
     from spanbert import pretrain
 
     samples: list[tuple[int, float]] = []

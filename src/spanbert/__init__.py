@@ -9,7 +9,7 @@ __version__ = "0.1.0"
 
 # Transparent huge pages for PyTorch's CPU tensors of 2 MB or more (c10's alloc_cpu reads this once, at
 # the first tensor allocation, so it is set here, before spanbert imports torch): one page fault per
-# 2 MB instead of 512 when a freshly mapped tensor is first written, -40% system time in pre-training
+# 2 MB instead of 512 when a freshly mapped tensor is first written: 23-44% less system time in pre-training
 # on CPU (docs/benchmarks.md, "Memory", third pass). The user's own setting wins; no effect where torch
 # has already allocated a tensor, or on a kernel with THP off.
 if sys.platform.startswith("linux"):

@@ -186,8 +186,8 @@ def configure_malloc(mmap_threshold: int = 8 << 20, arena_max: int | None = None
     sends every tensor of 8 MB or more (attention scores, MLM logits, evaluation batches) to mmap,
     returned at free; the smaller ones stay in the heap, reused without page faults, and `trim_heap`
     bounds what they leave. 8 MB, not 1 MB: at 1 MB every hidden state is mapped and faulted in afresh
-    at each step, which cost +45% CPU time in the quick start and +15% in `small` pre-training
-    (docs/benchmarks.md, "Memory", third pass).
+    at each step, 1.7x the CPU time of the quick start and 1.45x in `small` pre-training against 8 MB
+    with huge pages (docs/benchmarks.md, "Memory", third pass).
     """
     global _malloc_configured
     if _malloc_configured is not None:
