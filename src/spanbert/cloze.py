@@ -906,7 +906,7 @@ def prepare_cloze_data(cfg: Any, args: Any, sources: Any, kind: str) -> tuple[st
         return str(sources.corpus), str(sources.tokenizer)
     work_dir = Path(args.output_dir) / "data"
     spec = dict(corpus=cfg.corpus, tokenizer=sources.tokenizer, vocab_size=cfg.vocab_size, kind=kind)
-    from spanbert.pretrain import reuse_prepared
+    from spanbert.pretrain import corpus_files, reuse_prepared
 
     reused = reuse_prepared(work_dir, spec, args)
     if reused is not None:
@@ -914,11 +914,7 @@ def prepare_cloze_data(cfg: Any, args: Any, sources: Any, kind: str) -> tuple[st
     from spanbert.tokenization import load_tokenizer
 
     with atomic_dir(work_dir) as tmp:
-        if sources.corpus is None:
-            files = [data.builtin_corpus(tmp / "corpus.txt")]
-            print0(f"corpus: the Python reference manual (pydoc topics), written to {work_dir / 'corpus.txt'}")
-        else:
-            files = [sources.corpus]
+        files = corpus_files(sources, tmp, work_dir)
         if sources.tokenizer:
             save_tokenizer(with_boundary_tokens(load_tokenizer(sources.tokenizer)), tmp / "tokenizer")
         else:

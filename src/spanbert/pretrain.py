@@ -464,6 +464,18 @@ def plan_warning(
     )
 
 
+def corpus_files(sources: _Sources, tmp: Path, work_dir: Path) -> list:
+    """The text files to prepare: the user's corpus, or the bundled Python reference manual written
+    into the folder being prepared (``tmp``, renamed to ``work_dir`` when it is complete)."""
+    from spanbert import data
+
+    if sources.corpus is not None:
+        return [sources.corpus]
+    files = [data.builtin_corpus(tmp / "corpus.txt")]
+    print0(f"corpus: the Python reference manual (pydoc topics), written to {work_dir / 'corpus.txt'}")
+    return files
+
+
 def reuse_prepared(work_dir: Path, spec: dict[str, Any], args: TrainingArguments) -> tuple[str, str] | None:
     """(corpus, tokenizer) folders of ``work_dir`` when a resumed run prepared them from ``spec`` (its
     `prepared.json`); None when there is nothing to reuse; an error when they were made otherwise."""
@@ -524,11 +536,7 @@ def _prepare_into(
     from spanbert.utils import atomic_dir, atomic_write
 
     with atomic_dir(work_dir) as tmp:
-        if sources.corpus is None:
-            files = [data.builtin_corpus(tmp / "corpus.txt")]
-            print0(f"corpus: the Python reference manual (pydoc topics), written to {work_dir / 'corpus.txt'}")
-        else:
-            files = [sources.corpus]
+        files = corpus_files(sources, tmp, work_dir)
         if sources.tokenizer:
             tok = load_tokenizer(sources.tokenizer)
             tok.save(tmp / "tokenizer")

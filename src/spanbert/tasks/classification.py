@@ -64,6 +64,17 @@ def pair_input(
     return np.asarray(ids, dtype=np.int64), np.asarray(types, dtype=np.int64), removed
 
 
+
+def token_outputs(logits: Tensor, labels: Tensor | None) -> dict[str, Tensor]:
+    """A token tagger's outputs: logits (B, T, L), and with labels the cross-entropy and accuracy over
+    the labelled positions (IGNORE_INDEX elsewhere)."""
+    out = {"logits": logits}
+    if labels is not None:
+        out["loss"] = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX)
+        keep = labels != IGNORE_INDEX
+        out["acc"] = (logits.argmax(-1)[keep] == labels[keep]).float().mean().detach()
+    return out
+
 class FeatureDataset(torch.utils.data.Dataset):
     """A map-style dataset over a list of feature dicts (what `spanbert.trainer.train` takes)."""
 
@@ -188,12 +199,7 @@ class TokenClassifier(nn.Module):
     ) -> dict[str, Tensor]:
         hidden = self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)  # (B, T, H)
         logits = self.classifier(self.dropout(hidden))  # (B, T, num_labels)
-        out = {"logits": logits}
-        if labels is not None:
-            out["loss"] = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX)
-            keep = labels != IGNORE_INDEX
-            out["acc"] = (logits.argmax(-1)[keep] == labels[keep]).float().mean().detach()
-        return out
+        return token_outputs(logits, labels)
 
 
 HEADS: dict[str, tuple[type[nn.Module], str, bool]] = {

@@ -85,6 +85,15 @@ def add_finetune_arguments(parser: argparse.ArgumentParser, defaults: dict[str, 
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="further option overrides")
 
 
+def add_inference_arguments(parser: argparse.ArgumentParser, unit: str, with_model: bool = False) -> None:
+    """--batch_size, --device and --disable_tqdm: the options every task's `predict` (and `evaluate`
+    with --model) shares; ``unit`` names what a batch holds (sequences, windows, examples)."""
+    when = " with --model" if with_model else ""
+    parser.add_argument("--batch_size", type=int, default=64, help=f"{unit} per batch{when} (default: 64)")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (default: auto)")
+    parser.add_argument("--disable_tqdm", action="store_true", help="hide the progress bars")
+
+
 def parse_task_args(
     parser: argparse.ArgumentParser,
     argv: list[str],

@@ -27,6 +27,7 @@ import numpy as np
 from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError
 from spanbert.metrics.classification import accuracy, binary_f1, matthews_corrcoef, pearson, spearman
+from spanbert.tasks.common import add_inference_arguments
 from spanbert.utils import atomic_write
 
 STSB_RANGE = (0.0, 5.0)
@@ -500,9 +501,7 @@ def cli(action: str, task_name: str, argv: list[str], prog: str) -> int:
         parser.add_argument(
             "--output_dir", required=True, help="folder for the submission files (CoLA.tsv, MNLI-m.tsv, ...)"
         )
-        parser.add_argument("--batch_size", type=int, default=64, help="sequences per batch (default: 64)")
-        parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (default: auto)")
-        parser.add_argument("--disable_tqdm", action="store_true", help="hide the progress bar")
+        add_inference_arguments(parser, "sequences")
         args = parser.parse_args(argv)
         start_distributed(args.device)
         if args.split == "test":
@@ -520,9 +519,7 @@ def cli(action: str, task_name: str, argv: list[str], prog: str) -> int:
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--predictions", nargs="+", help="dev predictions (submission format), one file per dev split")
     group.add_argument("--model", help="fine-tuned model folder: predict the dev splits, then score")
-    parser.add_argument("--batch_size", type=int, default=64, help="sequences per batch with --model (default: 64)")
-    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (default: auto)")
-    parser.add_argument("--disable_tqdm", action="store_true", help="hide the progress bar")
+    add_inference_arguments(parser, "sequences", with_model=True)
     args = parser.parse_args(argv)
     if args.model:
         start_distributed(args.device)

@@ -31,7 +31,7 @@ import numpy as np
 from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError
 from spanbert.metrics.classification import conlleval
-from spanbert.tasks.common import selection_defaults, selection_summary
+from spanbert.tasks.common import add_inference_arguments, selection_defaults, selection_summary
 from spanbert.utils import atomic_write
 
 _TAG = re.compile(r"^(O|[BIES]-\S+)$")
@@ -442,9 +442,7 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
     if action == "predict":
         parser.add_argument("--model", required=True, help="folder saved by `spanbert finetune ner`")
         parser.add_argument("--output", required=True, help="CoNLL file to write: word [gold] predicted")
-        parser.add_argument("--batch_size", type=int, default=64, help="sequences per batch (default: 64)")
-        parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (default: auto)")
-        parser.add_argument("--disable_tqdm", action="store_true", help="hide the progress bar")
+        add_inference_arguments(parser, "sequences")
         args = parser.parse_args(argv)
         start_distributed(args.device)
         sentences = read_conll(args.data, require_tags=False)
@@ -459,9 +457,7 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         "--predictions", help="file written by `spanbert predict ner` (predicted tag in the last column)"
     )
     group.add_argument("--model", help="fine-tuned model folder: predict, then score")
-    parser.add_argument("--batch_size", type=int, default=64, help="sequences per batch with --model (default: 64)")
-    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (default: auto)")
-    parser.add_argument("--disable_tqdm", action="store_true", help="hide the progress bar")
+    add_inference_arguments(parser, "sequences", with_model=True)
     args = parser.parse_args(argv)
     if args.model:
         start_distributed(args.device)

@@ -35,7 +35,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from spanbert.distributed import print0
@@ -293,20 +292,14 @@ class FeatureTagger(nn.Module):
         return features[:, :, 0]  # (B, W, H)
 
     def forward(self, features: Tensor, lengths: Tensor, labels: Tensor | None = None) -> dict[str, Tensor]:
-        from spanbert.tasks.classification import IGNORE_INDEX
+        from spanbert.tasks.classification import token_outputs
 
         x = self.dropout(self.mix(features))  # (B, W, D)
         W = x.shape[1]
         packed = nn.utils.rnn.pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
         h, _ = self.lstm(packed)
         h, _ = nn.utils.rnn.pad_packed_sequence(h, batch_first=True, total_length=W)  # (B, W, 2 Hl)
-        logits = self.classifier(self.dropout(h))  # (B, W, num_labels)
-        out = {"logits": logits}
-        if labels is not None:
-            out["loss"] = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX)
-            keep = labels != IGNORE_INDEX
-            out["acc"] = (logits.argmax(-1)[keep] == labels[keep]).float().mean().detach()
-        return out
+        return token_outputs(self.classifier(self.dropout(h)), labels)  # logits (B, W, num_labels)
 
 
 class SentenceFeatures(torch.utils.data.Dataset):

@@ -38,6 +38,7 @@ from torch import Tensor, nn
 from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError
 from spanbert.metrics import squad as squad_metrics
+from spanbert.tasks.common import add_inference_arguments
 
 # ---------------------------------------------------------------------------------------------
 # Readers
@@ -1271,9 +1272,7 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         parser.add_argument(
             "--null_score_diff_threshold", type=float, help="override the threshold saved with the model"
         )
-        parser.add_argument("--batch_size", type=int, default=64, help="windows per batch (default: 64)")
-        parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (default: auto)")
-        parser.add_argument("--disable_tqdm", action="store_true", help="hide the progress bars")
+        add_inference_arguments(parser, "windows")
         args = parser.parse_args(argv)
         from spanbert.tasks.common import start_distributed, write_once
 

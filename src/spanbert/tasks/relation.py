@@ -38,7 +38,7 @@ import numpy as np
 from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError
 from spanbert.metrics.classification import NO_RELATION, semeval_official, tacred_prf
-from spanbert.tasks.common import selection_defaults, selection_summary
+from spanbert.tasks.common import add_inference_arguments, selection_defaults, selection_summary
 from spanbert.utils import atomic_write
 
 TACRED_LABEL = re.compile(r"^(no_relation|(per|org):[a-z_/]+)$")
@@ -617,9 +617,7 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
     if action == "predict":
         parser.add_argument("--model", required=True, help="folder of a model saved by `spanbert finetune`")
         parser.add_argument("--output", required=True, help="predictions file to write")
-        parser.add_argument("--batch_size", type=int, default=64, help="sequences per batch (default: 64)")
-        parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (default: auto)")
-        parser.add_argument("--disable_tqdm", action="store_true", help="hide the progress bar")
+        add_inference_arguments(parser, "sequences")
         args = parser.parse_args(argv)
         start_distributed(args.device)
         examples, pred = _predict_from_dir(
@@ -637,9 +635,7 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--predictions", help="predictions file written by `spanbert predict`")
     group.add_argument("--model", help="fine-tuned model folder: predict, then score")
-    parser.add_argument("--batch_size", type=int, default=64, help="sequences per batch with --model (default: 64)")
-    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (default: auto)")
-    parser.add_argument("--disable_tqdm", action="store_true", help="hide the progress bar")
+    add_inference_arguments(parser, "sequences", with_model=True)
     args = parser.parse_args(argv)
     from spanbert.tasks.classification import print_metrics
 

@@ -31,7 +31,7 @@ from torch import Tensor, nn
 
 from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError
-from spanbert.tasks.common import selection_defaults
+from spanbert.tasks.common import add_inference_arguments, selection_defaults
 from spanbert.utils import atomic_write
 
 NUM_CHOICES = 4
@@ -427,9 +427,7 @@ def cli(action: str, task_name: str, argv: list[str], prog: str) -> int:
     if action == "predict":
         parser.add_argument("--model", required=True, help="folder saved by `spanbert finetune swag`")
         parser.add_argument("--output", required=True, help="CSV to write: video-id,fold-ind,label")
-        parser.add_argument("--batch_size", type=int, default=64, help="examples per batch (default: 64)")
-        parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (default: auto)")
-        parser.add_argument("--disable_tqdm", action="store_true", help="hide the progress bar")
+        add_inference_arguments(parser, "examples")
         args = parser.parse_args(argv)
         examples = read_swag(args.data)
         start_distributed(args.device)
@@ -442,9 +440,7 @@ def cli(action: str, task_name: str, argv: list[str], prog: str) -> int:
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--predictions", help="CSV written by `spanbert predict swag`")
     group.add_argument("--model", help="fine-tuned model folder: predict, then score")
-    parser.add_argument("--batch_size", type=int, default=64, help="examples per batch with --model (default: 64)")
-    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (default: auto)")
-    parser.add_argument("--disable_tqdm", action="store_true", help="hide the progress bar")
+    add_inference_arguments(parser, "examples", with_model=True)
     args = parser.parse_args(argv)
     examples = read_swag(args.data, labelled=True)
     if args.model:
