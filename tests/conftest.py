@@ -54,3 +54,17 @@ def cli_error(capsys):
         return err
 
     return run
+
+
+@pytest.fixture
+def adamw_grads(monkeypatch) -> list[dict[int, torch.Tensor]]:
+    """The gradients AdamW sees at each `step`, one {id(param): grad} dict per optimizer step."""
+    grads: list[dict[int, torch.Tensor]] = []
+    real_step = torch.optim.AdamW.step
+
+    def spy(self, *a, **k):
+        grads.append({id(p): p.grad.clone() for g in self.param_groups for p in g["params"]})
+        return real_step(self, *a, **k)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", spy)
+    return grads

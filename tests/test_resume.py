@@ -117,21 +117,14 @@ def test_empty_sbo_batch_gives_every_parameter_a_zero_grad():
     assert all(float(p.grad.abs().sum()) == 0 for n, p in model.named_parameters() if n.startswith("cls.span_predictions"))
 
 
-def test_released_normalisation_equals_the_fairseq_formula(tmp_path, monkeypatch):
+def test_released_normalisation_equals_the_fairseq_formula(tmp_path, adamw_grads):
     """--recipe released: the step's gradient is sum over micro-batches of
     (sum CE_mlm / n_i + sum CE_sbo / (p_i + 1) + sum CE_nsp / s_i) / (sum of n_i), computed by hand."""
     from spanbert.data import collate_pretrain, pretrain_target_counts
     from spanbert.pretrain import released_term_weights
 
     ds = PretrainItems(6)
-    grads = []
-    real_step = torch.optim.AdamW.step
-
-    def spy(self, *a, **k):
-        grads.append({id(p): p.grad.clone() for g in self.param_groups for p in g["params"]})
-        return real_step(self, *a, **k)
-
-    monkeypatch.setattr(torch.optim.AdamW, "step", spy)
+    grads = adamw_grads
     model = _tiny_pretraining_model()
     train(model, ds, args(tmp_path, per_device_train_batch_size=2, gradient_accumulation_steps=3, max_steps=1,
                           warmup_steps=0, max_grad_norm=0.0, learning_rate=1e-3, seed=1),

@@ -231,9 +231,9 @@ if int(os.environ.get("RANK", 0)) == 0:
 """
 
 
-@pytest.mark.slow
-def test_two_processes_match_one(tmp_path):
-    """torchrun --nproc_per_node 2 (gloo) == one process with accumulation 2 (same global batch)."""
+def _assert_two_processes_match_one(tmp_path: Path, script_template: str) -> None:
+    """Run ``script_template`` under torchrun with 2 gloo processes and accumulation 1, and with 1
+    process and accumulation 2; the final weights must agree."""
     tests = str(Path(__file__).parent)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": tests}
     results = {}
@@ -241,7 +241,7 @@ def test_two_processes_match_one(tmp_path):
         out = tmp_path / name
         out.mkdir()
         script = tmp_path / f"{name}.py"
-        script.write_text(DDP_SCRIPT.format(tests=tests, out=str(out), accum=accum))
+        script.write_text(script_template.format(tests=tests, out=str(out), accum=accum))
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", str(script)]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
         assert proc.returncode == 0, proc.stderr[-3000:]
@@ -249,6 +249,12 @@ def test_two_processes_match_one(tmp_path):
     for k in results["one"]:
         assert torch.allclose(results["one"][k], results["two"][k], atol=1e-6), k
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_two_processes_match_one(tmp_path):
+    """torchrun --nproc_per_node 2 (gloo) == one process with accumulation 2 (same global batch)."""
+    _assert_two_processes_match_one(tmp_path, DDP_SCRIPT)
 
 
 def test_denormals_are_flushed_only_while_training(tmp_path):
@@ -360,17 +366,10 @@ def test_token_batching_resume_is_exact(tmp_path):
         assert torch.equal(a, b), k
 
 
-def test_token_batching_accumulation_weighs_by_targets(tmp_path, monkeypatch):
+def test_token_batching_accumulation_weighs_by_targets(tmp_path, adamw_grads):
     """One step of 2 accumulated token micro-batches == the mean over all their tokens (hand-computed)."""
     ds = Ragged(12)
-    grads = []
-    real_step = torch.optim.AdamW.step
-
-    def spy(self, *a, **k):
-        grads.append({id(p): p.grad.clone() for g in self.param_groups for p in g["params"]})
-        return real_step(self, *a, **k)
-
-    monkeypatch.setattr(torch.optim.AdamW, "step", spy)
+    grads = adamw_grads
     net = TokenNet(dropout=0.0)
     train(net, ds, args(tmp_path, max_tokens_per_batch=16, gradient_accumulation_steps=2, max_steps=1,
                         warmup_steps=0, max_grad_norm=0.0), collate_fn=ragged_collate, count_targets=token_counts)
@@ -424,18 +423,4 @@ if int(os.environ.get("RANK", 0)) == 0:
 def test_two_processes_match_one_with_a_token_budget(tmp_path):
     """torchrun 2 x gloo with token batches == one process with accumulation 2 (same micro-batches,
     micro-batches of unequal token counts weighted by their targets)."""
-    tests = str(Path(__file__).parent)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": tests}
-    results = {}
-    for name, nproc, accum in (("one", 1, 2), ("two", 2, 1)):
-        out = tmp_path / name
-        out.mkdir()
-        script = tmp_path / f"{name}.py"
-        script.write_text(TOKEN_DDP_SCRIPT.format(tests=tests, out=str(out), accum=accum))
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", str(script)]
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        results[name] = torch.load(out / "final.pt", weights_only=True)
-    for k in results["one"]:
-        assert torch.allclose(results["one"][k], results["two"][k], atol=1e-6), k
-    shutil.rmtree(tmp_path, ignore_errors=True)
+    _assert_two_processes_match_one(tmp_path, TOKEN_DDP_SCRIPT)
