@@ -296,7 +296,9 @@ class Tokenizer:
         t = _hf()
         hf_tok = t.Tokenizer.from_str(self.hf.to_str())
         hf_tok.add_special_tokens(list(tokens))
-        return Tokenizer(hf_tok, self.do_lower_case)
+        out = Tokenizer(hf_tok, self.do_lower_case)
+        out.cls_id, out.mid_id, out.sep_id = self.cls_id, self.mid_id, self.sep_id  # the family's framing stays
+        return out
 
     def word_starts_of(self, ids: np.ndarray) -> np.ndarray:
         """(N,) bool word-start flags of token ids (True unless the token begins with ``##``)."""

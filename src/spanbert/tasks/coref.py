@@ -718,8 +718,9 @@ class CorefModel(nn.Module):
         from spanbert.model import Encoder
 
         self.config = config
+        # any family (`spanbert.families`); ``bert_config`` builds a BERT encoder when none is given
         self.bert = encoder if encoder is not None else Encoder(bert_config, add_pooling_layer=False)
-        h, fs, c = self.bert.config.hidden_size, config.feature_size, config
+        h, fs, c = self.bert.hidden_size, config.feature_size, config
         self.span_dim = d = 3 * h + fs  # [x_start, x_end, head attention, width embedding]
         self.dropout = nn.Dropout(c.dropout)
         self.token_dropout = nn.Dropout(c.token_dropout)
@@ -1078,21 +1079,40 @@ def resolve_text(text: str, model_dir: str | Path) -> list[list[dict[str, Any]]]
 # Saving, loading, fine-tuning
 
 ARCHITECTURE = "SpanBertForCoreference"
+"""The BERT family's coreference model; another family's is its prefix + ``ForCoreference``."""
+NEEDS = "a coreference model (spanbert finetune coref)"
+
+
+def _architectures() -> tuple[str, ...]:
+    from spanbert import families
+
+    return (ARCHITECTURE, *(a for a in families.architectures("ForCoreference") if a != "BertForCoreference"))
 
 
 def save_coref_model(model: CorefModel, output_dir: str | Path, tokenizer: Any) -> None:
+    from spanbert import families
     from spanbert.tasks.common import save_finetuned
 
+    name = ARCHITECTURE if model.bert.model_type == "bert" else families.architecture(model.bert, "ForCoreference")
     save_finetuned(
-        model, output_dir, tokenizer, ARCHITECTURE, {"spanbert": {"task": "coref", "coref": asdict(model.config)}}
+        model, output_dir, tokenizer, name, {"spanbert": {"task": "coref", "coref": asdict(model.config)}}
     )
 
 
+def check_model(model_dir: str | Path) -> None:
+    """Refuse, before any data is read, a folder that holds no coreference model."""
+    from spanbert import families
+
+    families.check_task_folder(model_dir, _architectures(), NEEDS)
+
+
 def load_coref_model(model_dir: str | Path) -> tuple[CorefModel, Any]:
-    """A model saved by `save_coref_model` (``spanbert finetune coref``), in eval mode, and its tokenizer."""
-    from spanbert.config import BertConfig
+    """A model saved by `save_coref_model` (``spanbert finetune coref``, any family), in eval mode, and its
+    tokenizer framed for its family."""
+    from spanbert import families
     from spanbert.tasks.common import load_finetuned
 
+    check_model(model_dir)
     config_json, state, tokenizer = load_finetuned(model_dir)
     settings = config_json.get("spanbert", {}).get("coref")
     if settings is None:
@@ -1108,7 +1128,8 @@ def load_coref_model(model_dir: str | Path) -> tuple[CorefModel, Any]:
         **settings,
     }
     config = CorefConfig(**{k: v for k, v in settings.items() if k in CorefConfig.__dataclass_fields__})
-    model = CorefModel(BertConfig.from_hf_dict(config_json), config)
+    encoder = families.encoder_from_config(config_json, add_pooling_layer=False, source=str(Path(model_dir) / "config.json"))
+    model = CorefModel(None, config, encoder=encoder)
     if model.refine_gate is None:  # saved before depth 1 stopped building the unused gate
         state = {k: v for k, v in state.items() if not k.startswith("refine_gate.")}
     missing, unexpected = model.load_state_dict(state, strict=False)
@@ -1274,12 +1295,12 @@ def finetune_coref(
     # and `CorefDataset`
     seed_init(targs.seed)
     encoder = load_encoder(model_dir)
-    if config.max_seq_length > encoder.config.max_position_embeddings:
+    if config.max_seq_length > encoder.max_positions:
         raise SpanBertError(
             f"--max_seq_length: found {config.max_seq_length}; expected at most the encoder's "
-            f"{encoder.config.max_position_embeddings} positions"
+            f"{encoder.max_positions} positions"
         )
-    model = CorefModel(encoder.config, config, encoder=encoder)
+    model = CorefModel(None, config, encoder=encoder)
     seed_dropout(targs.seed)
     feats = _featurize_all(train_docs, tokenizer, config.max_seq_length, "featurize train", progress)
     dataset = CorefDataset(

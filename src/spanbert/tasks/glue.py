@@ -214,7 +214,8 @@ def read_split(
 def glue_features(
     task: GlueTask, examples: list[GlueExample], tokenizer: Any, max_seq_length: int = 128, with_labels: bool = True
 ) -> list[dict[str, Any]]:
-    """``[CLS] a [SEP] (b [SEP])`` ids and token types, pairs cut longest-first to ``max_seq_length``."""
+    """``[CLS] a [SEP] (b [SEP])`` ids and token types, pairs cut longest-first to ``max_seq_length``, in
+    the tokenizer's family framing (the two-tower model: ``<s> a <sep> b </s>``)."""
     from spanbert.tasks.classification import pair_input
 
     enc_a = tokenizer.encode_batch([e.text_a for e in examples])
@@ -223,7 +224,7 @@ def glue_features(
     features = []
     for ex, a, b in zip(examples, enc_a, enc_b):
         ids, types, _ = pair_input(
-            tokenizer.cls_id, tokenizer.sep_id, a.ids, None if b is None else b.ids, max_seq_length
+            tokenizer.cls_id, tokenizer.sep_id, a.ids, None if b is None else b.ids, max_seq_length, tokenizer.mid_id
         )
         f: dict[str, Any] = {"input_ids": ids, "token_type_ids": types}
         if with_labels and ex.label is not None:
@@ -433,11 +434,7 @@ def predict_glue(
         if task.labels is not None and label not in task.labels:
             raise DataError(path, f"found label {label!r}; expected one of {list(task.labels)}")
         return [label] * len(examples)
-    from spanbert.tasks import cloze_heads
-
-    if cloze_heads.is_two_tower(model_dir):  # fine-tuned from a two-tower cloze model
-        return cloze_heads.predict_glue(task, model_dir, examples, batch_size, device, progress)
-    model, config_json, tokenizer = C.load_model("sequence", model_dir, device)
+    model, config_json, tokenizer = C.load_model("sequence", model_dir, device, needs=NEEDS)
     labels = C.labels_from_config(config_json, str(model_dir / "config.json"))
     expected = list(task.labels) if task.labels else None
     if labels != expected and (labels is None or expected is None or sorted(labels) != sorted(expected)):
@@ -453,6 +450,25 @@ def predict_glue(
     return [labels[int(np.argmax(l))] for l in logits]  # the model's own label order
 
 
+NEEDS = "a GLUE model (spanbert finetune glue)"
+
+
+def check_model(task: GlueTask, model_dir: str | Path) -> None:
+    """Refuse, before any data is read, a folder that holds no model for ``task``: a pre-trained-only
+    folder, another task's model, or a GLUE model of another GLUE task."""
+    from spanbert import families
+
+    if (Path(model_dir) / MAJORITY_FILE).exists():
+        return
+    raw = families.check_task_folder(model_dir, families.architectures("ForSequenceClassification"), NEEDS)
+    settings = raw.get("spanbert") if isinstance(raw.get("spanbert"), dict) else {}
+    if settings.get("task") not in (None, "glue"):
+        raise SpanBertError(f"{model_dir}: found a {settings['task']} model, expected {NEEDS}")
+    saved = settings.get("glue_task")
+    if saved and saved != task.name:
+        raise SpanBertError(f"{model_dir} was fine-tuned on {saved}, not {task.name}; pass --task {saved}")
+
+
 def _task_from_argv(argv: list[str]) -> GlueTask | None:
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--task")
@@ -463,11 +479,8 @@ def _task_from_argv(argv: list[str]) -> GlueTask | None:
 def cli(action: str, task_name: str, argv: list[str], prog: str) -> int:
     """``spanbert {finetune,predict,evaluate} glue --task NAME --data_dir DIR ...``."""
     from spanbert.tasks import classification as C
-    from spanbert.tasks import cloze_heads
     from spanbert.tasks.common import parse_task_args, start_distributed
 
-    if action == "finetune" and cloze_heads.is_two_tower(cloze_heads.model_in_argv(argv)):
-        return cloze_heads.glue_finetune_cli(argv, prog)  # a two-tower cloze model: its own head (§4)
     task = _task_from_argv(argv)
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", required=True, help=f"GLUE task: {', '.join(GLUE_TASKS)}")
@@ -475,9 +488,9 @@ def cli(action: str, task_name: str, argv: list[str], prog: str) -> int:
         "--data_dir", required=True, help="the task's folder of GLUE tsv files (train.tsv, dev.tsv, test.tsv)"
     )
     if action == "finetune":
-        from spanbert.tasks.common import add_finetune_arguments
+        from spanbert.tasks.common import add_finetune_arguments, family_defaults
 
-        defaults = default_arguments(task or GLUE_TASKS["RTE"])
+        defaults = family_defaults(argv, default_arguments(task or GLUE_TASKS["RTE"]))
         parser.add_argument(
             "--max_seq_length", type=int, default=128, help="tokens per input (default: 128, Appendix B)"
         )
@@ -503,6 +516,7 @@ def cli(action: str, task_name: str, argv: list[str], prog: str) -> int:
         )
         add_inference_arguments(parser, "sequences")
         args = parser.parse_args(argv)
+        check_model(task, args.model)
         start_distributed(args.device)
         if args.split == "test":
             outputs = {name: (file,) for name, file in task.test.items()}
@@ -522,6 +536,7 @@ def cli(action: str, task_name: str, argv: list[str], prog: str) -> int:
     add_inference_arguments(parser, "sequences", with_model=True)
     args = parser.parse_args(argv)
     if args.model:
+        check_model(task, args.model)
         start_distributed(args.device)
     dev = {s: read_split(task, args.data_dir, files) for s, files in task.dev.items()}
     if args.predictions and len(args.predictions) != len(dev):

@@ -35,10 +35,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from spanbert import families
 from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError
 from spanbert.metrics import squad as squad_metrics
 from spanbert.tasks.common import add_inference_arguments
+from spanbert.tasks.layers import scaled
 
 # ---------------------------------------------------------------------------------------------
 # Readers
@@ -444,8 +446,11 @@ def make_features(
     max_seq_length: int = 512,
     doc_stride: int = 128,
     training: bool = False,
+    mid_id: int | None = None,
 ) -> QAFeatures:
-    """Cut each example into windows (BERT §4.2 / Appendix B: max_seq_length 512, stride 128).
+    """Cut each example into windows (BERT §4.2 / Appendix B: max_seq_length 512, stride 128), framed
+    ``[CLS] question [SEP] passage [SEP]`` (``mid_id``: the family's token between the two, e.g. the
+    two-tower model's ``<s> question <sep> passage </s>``).
 
     A window holds ``max_seq_length - len(question) - 3`` passage tokens; consecutive windows start
     ``doc_stride`` tokens apart. A token seen by several windows is scored only in the window where
@@ -480,7 +485,7 @@ def make_features(
             cache[key] = _windows(n, max_doc, doc_stride)
         spans, max_ctx = cache[key]
         c_ids = tok.context_ids[ex.context_index]
-        head = np.concatenate([[cls_id], q, [sep_id]]).astype(np.int32)
+        head = np.concatenate([[cls_id], q, [sep_id if mid_id is None else mid_id]]).astype(np.int32)
         for (s, length), mc in zip(spans, max_ctx):
             ids = np.concatenate([head, c_ids[s : s + length], [sep_id]]).astype(np.int32)
             sp = ep = 0
@@ -577,17 +582,20 @@ class SpanBertForQuestionAnswering(nn.Module):
     transformers loads such a model without them.
     """
 
-    def __init__(self, config, encoder: nn.Module | None = None, bilstm: bool = False):
+    def __init__(self, config: Any = None, encoder: nn.Module | None = None, bilstm: bool = False):
         super().__init__()
-        from spanbert.model import Encoder, init_weights
+        from spanbert.model import Encoder
+        from spanbert.tasks.layers import apply_encoder_dropout, output_layer
 
-        self.bert = encoder if encoder is not None else Encoder(config, add_pooling_layer=False)
+        self.bert = encoder if encoder is not None else Encoder(config, add_pooling_layer=False)  # any family
         self.config = self.bert.config
-        H = self.config.hidden_size
+        H = self.bert.hidden_size
         # PyTorch's LSTM initialisation (uniform in ±1/sqrt(H/2)); the paper says only "randomly initialized"
         self.bilstm = nn.LSTM(H, H // 2, batch_first=True, bidirectional=True) if bilstm else None
-        self.qa_outputs = nn.Linear(H, 2)
-        init_weights(self.qa_outputs, self.config.initializer_range)
+        apply_encoder_dropout(self.bert)
+        # the family's output layer (BERT: N(0, 0.02); two-tower: x16 and zero-initialised); no dropout
+        # before it, as BertForQuestionAnswering
+        self.output_scale, _, self.qa_outputs = output_layer(self.bert, H, 2)
 
     def forward(
         self,
@@ -600,7 +608,7 @@ class SpanBertForQuestionAnswering(nn.Module):
         hidden = self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)  # (B, T, H)
         if self.bilstm is not None:
             hidden = _run_bilstm(self.bilstm, hidden, attention_mask)  # (B, T, H)
-        logits = self.qa_outputs(hidden).float()  # (B, T, 2)
+        logits = self.qa_outputs(scaled(hidden, self.output_scale)).float()  # (B, T, 2)
         start_logits, end_logits = logits.unbind(-1)  # (B, T) each
         if attention_mask is not None:
             pad = attention_mask == 0
@@ -836,7 +844,9 @@ def _config_dict(cfg: QAConfig) -> dict[str, Any]:
 
 def _features_for(data: QAData, tokenizer, cfg: QAConfig, training: bool, progress: bool = True):
     tok = tokenize_data(data, tokenizer, cfg.max_query_length, progress=progress)
-    feats = make_features(data, tok, tokenizer.cls_id, tokenizer.sep_id, cfg.max_seq_length, cfg.doc_stride, training)
+    feats = make_features(
+        data, tok, tokenizer.cls_id, tokenizer.sep_id, cfg.max_seq_length, cfg.doc_stride, training, tokenizer.mid_id
+    )
     return tok, feats
 
 
@@ -1021,11 +1031,11 @@ def finetune_qa(
 
     seed_init(targs.seed)  # the head's initialisation: the same in every run and on every rank
     encoder = load_encoder(model_dir, add_pooling_layer=False)
-    model = SpanBertForQuestionAnswering(encoder.config, encoder, bilstm=cfg.bilstm)
+    model = SpanBertForQuestionAnswering(encoder=encoder, bilstm=cfg.bilstm)
     seed_dropout(targs.seed)
-    if encoder.config.vocab_size < tokenizer.vocab_size:
+    if encoder.vocab_size < tokenizer.vocab_size:
         raise SpanBertError(
-            f"the tokenizer has {tokenizer.vocab_size} tokens but the model's vocab_size is {encoder.config.vocab_size}"
+            f"the tokenizer has {tokenizer.vocab_size} tokens but the model's vocab_size is {encoder.vocab_size}"
         )
 
     dev = None
@@ -1096,7 +1106,7 @@ def finetune_qa(
 
     def write() -> None:
         extra = {"spanbert": {"task": task, **_config_dict(cfg)}}
-        save_finetuned(model, out, tokenizer, "BertForQuestionAnswering", extra)
+        save_finetuned(model, out, tokenizer, families.architecture(model.bert, "ForQuestionAnswering"), extra)
         if results:
             write_json(out / "dev_predictions.json", results["predictions"])
             if cfg.version_2_with_negative:
@@ -1108,12 +1118,24 @@ def finetune_qa(
     return metrics
 
 
+NEEDS = "a question-answering model (spanbert finetune squad|mrqa)"
+
+
+def check_model(model_dir: str | Path) -> None:
+    """Refuse, before any data is read, a folder that holds no QA model (a pre-trained-only folder,
+    another task's model). A HF ``BertForQuestionAnswering`` folder is a QA model."""
+    raw = families.check_task_folder(model_dir, families.architectures("ForQuestionAnswering"), NEEDS)
+    settings = raw.get("spanbert") if isinstance(raw.get("spanbert"), dict) else {}
+    if settings.get("task") not in (None, "squad", "mrqa"):
+        raise SpanBertError(f"{model_dir}: found a {settings['task']} model, expected {NEEDS}")
+
+
 def load_qa_model(model_dir: str | Path) -> tuple[SpanBertForQuestionAnswering, Any, QAConfig]:
-    """A fine-tuned QA model (ours or a HF `BertForQuestionAnswering` folder), its tokenizer and settings."""
-    from spanbert.config import BertConfig
-    from spanbert.model import encoder_state_dict
+    """A fine-tuned QA model (ours, any family, or a HF `BertForQuestionAnswering` folder), its tokenizer
+    (framed for its family) and settings."""
     from spanbert.tasks.common import load_finetuned
 
+    check_model(model_dir)
     config_json, state, tokenizer = load_finetuned(model_dir)
     source = Path(model_dir) / "config.json"
     if "qa_outputs.weight" not in state:
@@ -1128,8 +1150,9 @@ def load_qa_model(model_dir: str | Path) -> tuple[SpanBertForQuestionAnswering, 
 
     names = {f for f in QAConfig.__dataclass_fields__}
     cfg = replace_checked(QAConfig(), {k: v for k, v in saved.items() if k in names}, source=str(source))
-    model = SpanBertForQuestionAnswering(BertConfig.from_hf_dict(config_json), bilstm=cfg.bilstm)
-    model.bert.load_bert_state(encoder_state_dict(state), source=str(model_dir))
+    encoder = families.encoder_from_config(config_json, add_pooling_layer=False, source=str(source))
+    model = SpanBertForQuestionAnswering(encoder=encoder, bilstm=cfg.bilstm)
+    families.load_encoder_state(model.bert, state, str(model_dir))
     model.qa_outputs.load_state_dict({"weight": state["qa_outputs.weight"], "bias": state["qa_outputs.bias"]})
     if model.bilstm is not None:
         lstm = {k[len("bilstm.") :]: v for k, v in state.items() if k.startswith("bilstm.")}
@@ -1202,12 +1225,15 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
             add_finetune_arguments,
             cell_arguments,
             check_output_dir,
+            family_defaults,
             parse_task_args,
             start_distributed,
             sweep,
+            sweep_grid,
             training_arguments,
         )
 
+        defaults = family_defaults(argv, DEFAULTS)
         parser.add_argument("--train_file", required=True, help=f"training data, {fmt}")
         parser.add_argument(
             "--validation_file", help="dev data scored --evals_per_epoch times an epoch and at the end: the model of the "
@@ -1220,10 +1246,10 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         parser.add_argument("--validation_articles", help="evaluate on these articles only (e.g. '17:')")
         parser.add_argument("--max_train_examples", type=int, help="use only the first N training questions")
         add_dataclass_arguments(parser.add_argument_group("QA"), QAConfig, exclude=("null_score_diff_threshold",))
-        add_finetune_arguments(parser, DEFAULTS)
-        args = parse_task_args(parser, argv, DEFAULTS, configs=(QAConfig,))
+        add_finetune_arguments(parser, defaults)
+        args = parse_task_args(parser, argv, defaults, configs=(QAConfig,))
         cfg = dataclass_from_args(QAConfig, args)
-        targs = training_arguments(args, DEFAULTS)
+        targs = training_arguments(args, defaults)
         check_output_dir(targs)  # before any reading or featurizing (a sweep: the top folder)
         start_distributed(targs.device)
 
@@ -1244,7 +1270,7 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
             if targs.metric_for_best_model and not targs.greater_is_better:
                 raise SpanBertError("--sweep keeps the run with the highest dev score: found --greater_is_better "
                                     "false, expected a metric where higher is better")  # fmt: skip
-            summary = sweep(run_one, targs.output_dir, resume=targs.resume)
+            summary = sweep(run_one, targs.output_dir, resume=targs.resume, **sweep_grid(args.model))
             print0(json.dumps(summary["best"], indent=2))
         else:
             metrics = finetune_qa(

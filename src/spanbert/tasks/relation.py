@@ -554,7 +554,9 @@ def _predict_from_dir(
 ) -> tuple[list[RelationExample], list[str]]:  # fmt: skip
     from spanbert.tasks import classification as C
 
-    model, config_json, tokenizer = C.load_model("sequence", model_dir, device)
+    model, config_json, tokenizer = C.load_model(
+        "sequence", model_dir, device, needs=f"a {task} model (spanbert finetune {task})"
+    )
     meta = config_json.get("spanbert", {})
     source = Path(model_dir) / "config.json"
     if not isinstance(meta, dict) or not isinstance(meta.get("entity_markers"), dict):
@@ -602,7 +604,9 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         )
         parser.add_argument("--max_train_examples", type=int, help="use only the first N training examples")
         parser.add_argument("--max_eval_examples", type=int, help="use only the first N dev examples")
-        defaults = {**DEFAULTS, "output_dir": f"runs/{task}"}
+        from spanbert.tasks.common import family_defaults
+
+        defaults = family_defaults(argv, {**DEFAULTS, "output_dir": f"runs/{task}"})
         add_finetune_arguments(parser, defaults)
         args = parse_task_args(parser, argv, defaults)
 
