@@ -49,7 +49,7 @@ class TaskSpec:
     """One downstream task of a study."""
 
     task: str
-    """squad, mrqa, semeval, tacred, glue, ner or coref (the `spanbert finetune` task names)."""
+    """squad, mrqa, semeval, tacred, glue, ner, coref or swag (the `spanbert finetune` task names)."""
     name: str = ""
     """Column name in the table (default: the GLUE task name, else the task)."""
     train: str = ""
@@ -116,7 +116,7 @@ class Study:
         return max(1, math.ceil(self.budget_tokens / (self.batch_size * self.max_seq_length)))
 
 
-TASK_NAMES = ("squad", "mrqa", "semeval", "tacred", "glue", "ner", "coref")
+TASK_NAMES = ("squad", "mrqa", "semeval", "tacred", "glue", "ner", "coref", "swag")
 TEST_TASKS = ("ner", "semeval", "tacred")  # whose `evaluate` scores a labelled file with a model
 
 
@@ -174,7 +174,7 @@ def study_from_dict(data: dict[str, Any], where: str = "study") -> Study:
 def check_study(study: Study, where: str) -> None:
     """Everything that can be checked before any work: names, sizes, grids, files."""
     from spanbert.config import MODEL_PRESETS
-    from spanbert.pretrain import SYSTEMS
+    from spanbert.pretrain import SYSTEM_PRESETS as SYSTEMS
 
     names = [s.name for s in study.systems]
     if len(set(names)) != len(names):
@@ -441,6 +441,7 @@ DEV_RESULTS = {
     "semeval": ("dev_results.json", "f1"),
     "tacred": ("dev_results.json", "f1"),
     "coref": ("finetune_results.json", "conll_f1"),
+    "swag": ("dev_results.json", "accuracy"),
 }
 
 
@@ -569,9 +570,9 @@ def _prepare_shared(study: Study) -> None:
 
 
 def _candidate_kinds(s: SystemSpec) -> list[str]:
-    from spanbert.pretrain import SYSTEMS
+    from spanbert.pretrain import SYSTEM_PRESETS
 
-    scheme = s.options.get("masking") or SYSTEMS[s.name][0]
+    scheme = s.options.get("masking") or SYSTEM_PRESETS[s.name].masking
     return {"named_entity": ["entity"], "noun_phrase": ["noun_phrase"]}.get(scheme, [])
 
 
