@@ -122,6 +122,16 @@ def test_malformed_coref_input_is_one_clean_error(
     cli_error(argv, names=names, contains=contains, out=out)
 
 
+def test_predict_text_not_utf8_names_the_option(tmp_path, cli_error, models):
+    """Issue 22.10: bytes of `--text` that are not UTF-8 (kept by Python as lone surrogates) are one
+    clean error naming the option and the byte, not a TypeError from the tokenizer."""
+    import os
+
+    text = os.fsdecode(b"Alice met her sister. She sm\xe9led.")
+    argv = ["predict", "coref", "--model", models / "coref", "--text", text, "--device", "cpu"]
+    cli_error(argv, names="--text", contains="not UTF-8 (invalid continuation byte at byte 28")
+
+
 def test_there_are_enough_cases():
     assert len(CASES) >= 15
 

@@ -1452,6 +1452,10 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         args = parser.parse_args(argv)
         if args.data is not None and not args.output:
             parser.error("--output OUT.conll is required with --data")
+        if args.text is not None:
+            from spanbert.errors import utf8_argument
+
+            args.text = utf8_argument(args.text, "--text")
         from spanbert.tasks.common import predict_sharded, start_distributed, write_once
 
         device = start_distributed(args.device)
