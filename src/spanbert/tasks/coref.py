@@ -88,7 +88,10 @@ class CorefDocument:
         return sum(len(s) for s in self.sentences)
 
 
-_BEGIN = re.compile(r"^#begin document\s*\(?(?P<key>[^()]*?)\)?;?\s*(?:part\s+(?P<part>\d+))?\s*$")
+# CoNLL-2012's `#begin document (KEY); part NNN` (the reference scorer and e2e-coref's reader read
+# exactly this; whitespace between the fields is free). A line missing the parentheses, the ';' or the
+# part number is an error: read loosely, a typo silently became another document name.
+_BEGIN = re.compile(r"^#begin document\s+\((?P<key>[^()]*)\);\s*part\s+(?P<part>\d+)\s*$")
 _ENTRY = re.compile(r"^(\()?(\d+)(\))?$")
 _EMPTY_COREF = ("", "-", "_")
 
@@ -164,7 +167,7 @@ def read_conll(path: str | Path) -> list[CorefDocument]:
                         f"{doc.source.rsplit(':', 1)[-1]}); expected '#end document' first", line=lineno,
                     )  # fmt: skip
                 m = _BEGIN.match(line)
-                if not m or not m.group("key"):
+                if not m or not m.group("key").strip():
                     raise DataError(
                         path, f"found {line[:80]!r}; expected '#begin document (KEY); part NNN'", line=lineno
                     )
