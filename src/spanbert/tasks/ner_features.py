@@ -501,7 +501,14 @@ def finetune_features(
     from spanbert.tasks.common import write_once
     from spanbert.tasks.ner import label_list, read_conll, write_predictions
 
+    from spanbert.model import check_checkpoint
+
     choices = parse_choices(head.features)
+    # every choice must fit the encoder's depth: checked from its config.json before any feature is
+    # extracted, not after an hour of filling the cache (issue 22.13)
+    num_layers = check_checkpoint(model_dir).num_hidden_layers
+    for c in choices:
+        choice_layers(c, num_layers)
     train = read_conll(train_path)[:max_train_examples]
     dev = read_conll(dev_path)[:max_eval_examples] if dev_path else []
     labels = label_list(train)
