@@ -278,7 +278,7 @@ def _case_tacred_span_outside(t, m):
 
 def _case_tacred_not_utf8(t, m):
     f = _w(t / "train.json", b'[{"id": "\xff"}]')
-    return _rel_ft(t, m, "tacred", f), f, "UTF-8"
+    return _rel_ft(t, m, "tacred", f), f"{f}:1", "not UTF-8 (invalid start byte at byte 9)"
 
 
 def _case_tacred_dev_label_unseen(t, m):
@@ -442,7 +442,7 @@ def _case_ner_one_column(t, m):
 
 def _case_ner_not_utf8(t, m):
     f = _w(t / "train.txt", CONLL.encode() + b"Z\xfcrich NNP B-NP B-LOC\n")
-    return _ner_ft(t, m, f), f, "UTF-8"
+    return _ner_ft(t, m, f), f"{f}:7", "not UTF-8 (invalid start byte at byte 82)"
 
 
 def _case_ner_dev_tag_unseen(t, m):

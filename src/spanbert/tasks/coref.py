@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from spanbert.errors import DataError, SpanBertError
+from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.utils import atomic_write
 
 Span = tuple[int, int]  # inclusive (start, end) word or sub-token indices
@@ -153,11 +153,15 @@ def read_conll(path: str | Path) -> list[CorefDocument]:
     with _open_text(path) as f:
         lineno = 0
         try:
-            lines = list(enumerate(f, 1))
-        except UnicodeDecodeError as e:
-            raise DataError(path, f"found bytes that are not UTF-8 ({e.reason}); expected UTF-8 text") from None
+            data = f.buffer.read()
         except (OSError, EOFError) as e:  # a .gz that is not gzip, or is cut short
             raise DataError(path, f"found a file that cannot be decompressed ({e}); expected gzip data") from None
+        # decoded whole, so a byte that is not UTF-8 is named with its line and offset; split on "\n"
+        # only, as reading the file line by line did (str.splitlines also splits at \x0b, \x1c, ...)
+        pieces = decode_utf8(data, path).split("\n")
+        if pieces and pieces[-1] == "":
+            pieces.pop()
+        lines = list(enumerate(pieces, 1))
         for lineno, raw in lines:
             line = raw.rstrip("\n").rstrip("\r")
             if line.startswith("#begin document"):

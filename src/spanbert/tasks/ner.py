@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from spanbert.distributed import print0
-from spanbert.errors import DataError, SpanBertError
+from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics.classification import conlleval
 from spanbert.tasks.common import add_inference_arguments, selection_defaults, selection_summary
 from spanbert.utils import atomic_write
@@ -56,11 +56,9 @@ def read_conll(path: str | Path, require_tags: bool = True) -> list[NerSentence]
     words when ``require_tags`` is False."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = decode_utf8(path.read_bytes(), path, "UTF-8 CoNLL-2003 text")
     except FileNotFoundError:
         raise SpanBertError(f"{path}: file not found (expected a CoNLL-2003 file)") from None
-    except UnicodeDecodeError as e:
-        raise DataError(path, f"not UTF-8 text: {e}") from None
     sentences: list[NerSentence] = []
     words: list[str] = []
     tags: list[str] = []

@@ -129,13 +129,11 @@ def read_tacred(path: str | Path, require_labels: bool = True, task: str | None 
     that task's labels."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(decode_utf8(path.read_bytes(), path, "UTF-8 JSON"))
     except FileNotFoundError:
         raise SpanBertError(f"{path}: file not found (expected a TACRED JSON file)") from None
     except json.JSONDecodeError as e:
         raise DataError(path, f"not valid JSON: {e.msg} (column {e.colno})", line=e.lineno) from None
-    except UnicodeDecodeError as e:
-        raise DataError(path, f"not UTF-8 text: {e}") from None
     if not isinstance(data, list):
         raise DataError(path, f"expected a JSON list of TACRED records, found a {type(data).__name__}")
     examples = []
@@ -232,11 +230,9 @@ def read_semeval(path: str | Path, require_labels: bool = True) -> list[Relation
     """
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = decode_utf8(path.read_bytes(), path).splitlines()
     except FileNotFoundError:
         raise SpanBertError(f"{path}: file not found (expected a SemEval-2010 Task 8 file)") from None
-    except UnicodeDecodeError as e:
-        raise DataError(path, f"not UTF-8 text: {e}") from None
     examples = []
     i = 0
     while i < len(lines):

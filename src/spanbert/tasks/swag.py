@@ -75,11 +75,9 @@ def read_swag(path: str | Path, labelled: bool | None = None) -> list[SwagExampl
     False ignores it, None reads it when the header has it (the test file has none)."""
     path = Path(path)
     try:
-        text = path.read_bytes().decode("utf-8-sig")
+        text = decode_utf8(path.read_bytes(), path, "UTF-8 CSV")
     except FileNotFoundError:
         raise SpanBertError(f"{path}: file not found (expected a SWAG CSV file)") from None
-    except UnicodeDecodeError as e:
-        raise DataError(path, f"found bytes that are not UTF-8 ({e.reason} at byte {e.start}); expected UTF-8 CSV") from None
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     rows: list[tuple[int, list[str]]] = []
     line = 1
