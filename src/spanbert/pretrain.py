@@ -1128,12 +1128,12 @@ def fill_main(argv: list[str], prog: str = "spanbert fill") -> int:
     if args.top_k < 1:
         raise SpanBertError(f"--top_k: found {args.top_k}; expected an integer >= 1")
 
+    tok = load_tokenizer_for(args.model, args.tokenizer)  # a folder without one fails before weights are read
     # the head that predicts must come from the folder: a fine-tuned or bare encoder has none, and a
     # freshly initialised one would print a different random guess each run
     model = SpanBertForPreTraining.from_pretrained(
         args.model, require=(args.head,), needed_by=f"spanbert fill --head {args.head}"
     )
-    tok = load_tokenizer_for(args.model, args.tokenizer)
     result = fill(model, tok, text, head=args.head, top_k=args.top_k)
     if args.json:
         print0(json.dumps(result, indent=2, ensure_ascii=False))
