@@ -331,3 +331,15 @@ def test_curve_refuses_a_run_without_checkpoints_before_any_work(tmp_path, cli_e
     shutil.rmtree(run / "checkpoint-2")
     cli_error(["curve", run, "--task", "glue", "--glue_task", "SST-2", "--train", tmp_path], names=run,
               contains="found no complete checkpoint-N folder", out=run)  # fmt: skip
+
+
+def test_study_checks_name_the_line_of_the_item_and_key(tmp_path, cli_error):
+    sst = tmp_path / "SST-2"
+    sst.mkdir()
+    f = tmp_path / "s.yaml"
+    f.write_text(f"corpus: {tmp_path}\nsystems:\n  - spanbert\n  - spanbertt\ntasks:\n"
+                 f"  - {{task: glue, glue_task: SST-2, train: {sst}}}\n  - task: ner\n    train: {sst}\n"
+                 f"    dev: {tmp_path}/nowhere.txt\n")  # fmt: skip
+    cli_error(["study", f], names=f"{f}:4:", contains="found 'spanbertt'")
+    f.write_text(f.read_text().replace("spanbertt", "bert"))
+    cli_error(["study", f], names=f"{f}:9:", contains="nowhere.txt: no such file or folder")

@@ -185,7 +185,7 @@ def study_from_dict(data: dict[str, Any], where: str = "study") -> Study:
         systems.append(_build(SystemSpec, item, lambda *k, i=i: at("systems", i, *k)))
     tasks = [_build(TaskSpec, item, lambda *k, i=i: at("tasks", i, *k)) for i, item in enumerate(data.pop("tasks"))]
     study = _build(Study, {**data, "systems": systems, "tasks": tasks}, at)
-    check_study(study, where)
+    check_study(study, where, at)
     return study
 
 
@@ -210,60 +210,62 @@ def _item_lines(path: Path) -> dict[tuple[str, ...], int]:
     return lines
 
 
-def check_study(study: Study, where: str) -> None:
-    """Everything that can be checked before any work: names, sizes, grids, files."""
+def check_study(study: Study, where: str, at: Callable[..., str] | None = None) -> None:
+    """Everything that can be checked before any work: names, sizes, grids, files. ``at(*key)`` names
+    ``where`` with the line of a key (``at("tasks", 0, "train")``), as `study_from_dict` passes it."""
+    at = at or (lambda *key: where)
     from spanbert.config import MODEL_PRESETS
     from spanbert.pretrain import SYSTEMS
 
     names = [s.name for s in study.systems]
     if len(set(names)) != len(names):
-        raise SpanBertError(f"{where}: systems: found a name twice in {names}, expected distinct names")
-    for s in study.systems:
+        raise SpanBertError(f"{at('systems')}: systems: found a name twice in {names}, expected distinct names")
+    for i, s in enumerate(study.systems):
         if not s.checkpoint and s.name not in SYSTEMS:
             raise SpanBertError(
-                f"{where}: systems: found {s.name!r}, expected a `spanbert pretrain --system` "
+                f"{at('systems', i)}: systems: found {s.name!r}, expected a `spanbert pretrain --system` "
                 f"({', '.join(SYSTEMS)}) or an entry with checkpoint: FOLDER"
             )
         if s.checkpoint and not Path(s.checkpoint).is_dir():
-            raise SpanBertError(f"{where}: systems: {s.name}: checkpoint {s.checkpoint!r} is not a folder")
+            raise SpanBertError(f"{at('systems', i, 'checkpoint')}: systems: {s.name}: checkpoint {s.checkpoint!r} is not a folder")
     if any(not s.checkpoint for s in study.systems) and not study.corpus:
-        raise SpanBertError(f"{where}: corpus: found none, expected the pre-training corpus (text or preprocessed folder)")
+        raise SpanBertError(f"{at('corpus')}: corpus: found none, expected the pre-training corpus (text or preprocessed folder)")
     if study.model not in MODEL_PRESETS:
-        raise SpanBertError(f"{where}: model: found {study.model!r}, expected one of: {', '.join(MODEL_PRESETS)}")
+        raise SpanBertError(f"{at('model')}: model: found {study.model!r}, expected one of: {', '.join(MODEL_PRESETS)}")
     for name in ("budget_tokens", "max_seq_length", "batch_size", "gradient_accumulation_steps", "seeds", "vocab_size"):
         if getattr(study, name) < 1:
-            raise SpanBertError(f"{where}: {name}: found {getattr(study, name)!r}, expected an integer >= 1")
+            raise SpanBertError(f"{at(name)}: {name}: found {getattr(study, name)!r}, expected an integer >= 1")
     columns = []
-    for t in study.tasks:
+    for i, t in enumerate(study.tasks):
         if t.task not in TASK_NAMES:
-            raise SpanBertError(f"{where}: tasks: found task {t.task!r}, expected one of: {', '.join(TASK_NAMES)}")
+            raise SpanBertError(f"{at('tasks', i, 'task')}: tasks: found task {t.task!r}, expected one of: {', '.join(TASK_NAMES)}")
         if t.task == "glue" and not t.glue_task:
-            raise SpanBertError(f"{where}: tasks: glue needs glue_task (e.g. SST-2)")
+            raise SpanBertError(f"{at('tasks', i)}: tasks: glue needs glue_task (e.g. SST-2)")
         columns.append(t.name)
         litbank = t.task == "coref" and Path(t.train).is_dir()
         if litbank != bool(t.folds):
             raise SpanBertError(
-                f"{where}: tasks: {t.name}: found folds {t.folds} with train {t.train!r}, expected folds (e.g. [0]) "
+                f"{at('tasks', i, 'folds')}: tasks: {t.name}: found folds {t.folds} with train {t.train!r}, expected folds (e.g. [0]) "
                 f"exactly when train is the LitBank folder (with tenfold_splits/)"
             )
         if litbank and (not (Path(t.train) / "tenfold_splits").is_dir() or any(not 0 <= k <= 9 for k in t.folds)):
-            raise SpanBertError(f"{where}: tasks: {t.name}: expected {t.train}/tenfold_splits/ and folds in 0..9")
+            raise SpanBertError(f"{at('tasks', i, 'folds')}: tasks: {t.name}: expected {t.train}/tenfold_splits/ and folds in 0..9")
         if not t.train or (t.task != "glue" and not t.dev and not litbank):
-            raise SpanBertError(f"{where}: tasks: {t.name}: found no train/dev data, expected both paths")
-        for path in (t.train, t.dev, t.test):
+            raise SpanBertError(f"{at('tasks', i)}: tasks: {t.name}: found no train/dev data, expected both paths")
+        for key, path in (("train", t.train), ("dev", t.dev), ("test", t.test)):
             if path and not Path(path).exists():
-                raise SpanBertError(f"{where}: tasks: {t.name}: {path}: no such file or folder")
+                raise SpanBertError(f"{at('tasks', i, key)}: tasks: {t.name}: {path}: no such file or folder")
         if t.test and t.task not in TEST_TASKS:
             raise SpanBertError(
-                f"{where}: tasks: {t.name}: found a test file, expected none: a test split is scored for "
+                f"{at('tasks', i, 'test')}: tasks: {t.name}: found a test file, expected none: a test split is scored for "
                 f"{', '.join(TEST_TASKS)} (SQuAD, GLUE and coref score their dev sets)"
             )
         if not t.learning_rates or any(
             not isinstance(lr, (int, float)) or isinstance(lr, bool) or not lr > 0 for lr in t.learning_rates
         ):
-            raise SpanBertError(f"{where}: tasks: {t.name}: learning_rates: found {t.learning_rates!r}, expected positive numbers")
+            raise SpanBertError(f"{at('tasks', i, 'learning_rates')}: tasks: {t.name}: learning_rates: found {t.learning_rates!r}, expected positive numbers")
     if len(set(columns)) != len(columns):
-        raise SpanBertError(f"{where}: tasks: found the column {columns} twice, expected distinct names (set name:)")
+        raise SpanBertError(f"{at('tasks')}: tasks: found the column {columns} twice, expected distinct names (set name:)")
 
 
 def load_study(path: str | Path) -> Study:
