@@ -279,59 +279,54 @@ def read_mrqa(path: str | Path) -> QAData:
         )  # fmt: skip
     contexts: list[str] = []
     examples: list[QAExample] = []
-    try:
-        with _open_text(path) as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise DataError(path, f"not valid JSON: {e.msg} at column {e.colno}", line=lineno) from None
-                if lineno == 1 and isinstance(obj, dict) and "header" in obj:
-                    continue
-                context = _expect(obj, "context", str, path, None, lineno)
-                qas = _expect(obj, "qas", list, path, None, lineno)
-                ci = len(contexts)
-                contexts.append(context)
-                for q, qa in enumerate(qas):
-                    rec = f"qas[{q}]"
-                    qid = str(_expect(qa, "qid", (str, int), path, rec, lineno))
-                    rec = f"qid {qid}"
-                    question = _expect(qa, "question", str, path, rec, lineno)
-                    answers = _expect(qa, "answers", list, path, rec, lineno)
-                    detected = _expect(qa, "detected_answers", list, path, rec, lineno)
-                    if not detected:
+    text = _read_text(path, "UTF-8 JSON lines")  # whole, so a byte that is not UTF-8 is named with its line
+    for lineno, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(path, f"not valid JSON: {e.msg} at column {e.colno}", line=lineno) from None
+        if lineno == 1 and isinstance(obj, dict) and "header" in obj:
+            continue
+        context = _expect(obj, "context", str, path, None, lineno)
+        qas = _expect(obj, "qas", list, path, None, lineno)
+        ci = len(contexts)
+        contexts.append(context)
+        for q, qa in enumerate(qas):
+            rec = f"qas[{q}]"
+            qid = str(_expect(qa, "qid", (str, int), path, rec, lineno))
+            rec = f"qid {qid}"
+            question = _expect(qa, "question", str, path, rec, lineno)
+            answers = _expect(qa, "answers", list, path, rec, lineno)
+            detected = _expect(qa, "detected_answers", list, path, rec, lineno)
+            if not detected:
+                raise DataError(
+                    path, "empty detected_answers; MRQA questions are all answerable", line=lineno, record=rec
+                )
+            found: list[tuple[int, int]] = []
+            for k, answer in enumerate(detected):
+                spans = _expect(answer, "char_spans", list, path, f"{rec}, detected_answers[{k}]", lineno)
+                if not spans:
+                    raise DataError(path, f"detected_answers[{k}].char_spans is empty, expected [[start, end], "
+                                    "...]", line=lineno, record=rec)  # fmt: skip
+                for span in spans:
+                    if not isinstance(span, list) or len(span) != 2:
+                        raise DataError(path, f"detected_answers[{k}].char_spans holds {span!r:.60}, expected "
+                                        "[start, end]", line=lineno, record=rec)  # fmt: skip
+                    s, e = span
+                    if not (isinstance(s, int) and isinstance(e, int) and 0 <= s <= e < len(context)):
                         raise DataError(
-                            path, "empty detected_answers; MRQA questions are all answerable", line=lineno, record=rec
+                            path,
+                            f"char span [{s}, {e}] (inclusive) is outside the context of {len(context)} "
+                            f"characters",
+                            line=lineno,
+                            record=rec,
                         )
-                    found: list[tuple[int, int]] = []
-                    for k, answer in enumerate(detected):
-                        spans = _expect(answer, "char_spans", list, path, f"{rec}, detected_answers[{k}]", lineno)
-                        if not spans:
-                            raise DataError(path, f"detected_answers[{k}].char_spans is empty, expected [[start, end], "
-                                            "...]", line=lineno, record=rec)  # fmt: skip
-                        for span in spans:
-                            if not isinstance(span, list) or len(span) != 2:
-                                raise DataError(path, f"detected_answers[{k}].char_spans holds {span!r:.60}, expected "
-                                                "[start, end]", line=lineno, record=rec)  # fmt: skip
-                            s, e = span
-                            if not (isinstance(s, int) and isinstance(e, int) and 0 <= s <= e < len(context)):
-                                raise DataError(
-                                    path,
-                                    f"char span [{s}, {e}] (inclusive) is outside the context of {len(context)} "
-                                    f"characters",
-                                    line=lineno,
-                                    record=rec,
-                                )
-                            found.append((s, e))
-                    # the released reader (run_mrqa.py) trains on the earliest span over all detected answers
-                    s, e = min(found)
-                    examples.append(QAExample(qid, question, ci, [str(x) for x in answers], s, e + 1, False, ci))
-    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
-        raise DataError(path, f"damaged or truncated gzip file: {e}") from None
-    except UnicodeDecodeError as e:
-        raise DataError(path, f"not UTF-8 text: {e.reason}") from None
+                    found.append((s, e))
+            # the released reader (run_mrqa.py) trains on the earliest span over all detected answers
+            s, e = min(found)
+            examples.append(QAExample(qid, question, ci, [str(x) for x in answers], s, e + 1, False, ci))
     if not examples:
         raise DataError(path, "no questions found; expected MRQA JSON lines with context and qas")
     return QAData(str(path), "mrqa", False, contexts, examples, len(contexts))
