@@ -657,6 +657,26 @@ def _case_squad_data_not_utf8(t, m):
     p = _w(t / "p.json", '{"q1": "Paris"}')
     return _squad_eval(d, p), f"{d}:", "not UTF-8"
 
+
+def _case_squad_v2_prediction_missing(t, m):
+    v2 = {"version": "v2.0", "data": [{"title": "t", "paragraphs": [{"context": "Alice was born in Paris.", "qas": [
+        {"id": "q1", "question": "Where?", "answers": [{"text": "Paris", "answer_start": 18}], "is_impossible": False},
+        {"id": "q2", "question": "When?", "answers": [], "is_impossible": True}]}]}]}  # fmt: skip
+    d = _w(t / "dev.json", json.dumps(v2))
+    p = _w(t / "p.json", '{"q1": "Paris"}')
+    return _squad_eval(d, p), p, "found no entry for 1 of 2 questions (q2)"
+
+
+def _case_squad_v2_na_prob_missing(t, m):
+    v2 = {"version": "v2.0", "data": [{"title": "t", "paragraphs": [{"context": "Alice was born in Paris.", "qas": [
+        {"id": "q1", "question": "Where?", "answers": [{"text": "Paris", "answer_start": 18}], "is_impossible": False},
+        {"id": "q2", "question": "When?", "answers": [], "is_impossible": True}]}]}]}  # fmt: skip
+    d = _w(t / "dev.json", json.dumps(v2))
+    p = _w(t / "p.json", '{"q1": "Paris", "q2": ""}')
+    na = _w(t / "na.json", '{"q1": 0.1}')
+    return _squad_eval(d, p, "--na-prob", na), na, "expected a no-answer probability for every question"
+
+
 CASES = [
     pytest.param(_case_squad_output_dir_taken, id="squad-output-dir-taken"),
     pytest.param(_case_glue_sweep_output_dir_taken, id="glue-sweep-output-dir-taken"),
@@ -739,6 +759,8 @@ CASES = [
     pytest.param(_case_squad_eval_article_without_paragraphs, id="squad-evaluate-article-without-paragraphs"),
     pytest.param(_case_squad_eval_answer_without_text, id="squad-evaluate-answer-without-text"),
     pytest.param(_case_squad_data_not_utf8, id="squad-evaluate-data-not-utf8"),
+    pytest.param(_case_squad_v2_prediction_missing, id="squad-v2-prediction-missing"),
+    pytest.param(_case_squad_v2_na_prob_missing, id="squad-v2-na-prob-missing"),
 ]
 
 

@@ -558,7 +558,8 @@ def cli(action: str, task_name: str, argv: list[str], prog: str) -> int:
     dev = {s: read_split(task, args.data_dir, files) for s, files in task.dev.items()}
     if args.predictions and len(args.predictions) != len(dev):
         raise SpanBertError(
-            f"{task.name} has {len(dev)} dev split(s) ({', '.join(dev)}); got {len(args.predictions)} prediction files"
+            f"--predictions: found {len(args.predictions)} file(s); expected one per {task.name} dev split, in "
+            f"this order: {', '.join(dev)}"
         )
     pred = {}
     for k, (s, exs) in enumerate(dev.items()):

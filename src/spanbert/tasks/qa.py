@@ -1183,6 +1183,17 @@ def evaluate_files(
         raw = {**raw, "data": raw["data"][_parse_slice(articles)]}
     try:
         if squad_metrics.is_v2_dataset(raw):
+            # the files are named here; the metric (no file names) says only what is missing
+            asked = [str(qa["id"]) for a in raw["data"] for p in a["paragraphs"] for qa in p["qas"]]
+            for file, values, what in ((predictions_file, preds, "an answer (\"\" = no answer)"),
+                                       (na_prob_file, na, "a no-answer probability")):  # fmt: skip
+                missing = [q for q in asked if values is not None and q not in values]
+                if missing:
+                    shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
+                    raise DataError(
+                        file, f"found no entry for {len(missing)} of {len(asked)} questions ({shown}); expected "
+                        f"{what} for every question of {data_file}, as SQuAD 2.0 scoring needs",
+                    )  # fmt: skip
             return squad_metrics.evaluate_v2(raw["data"], preds, na, na_prob_thresh)
         return squad_metrics.evaluate_v1(raw["data"], preds)
     except (KeyError, TypeError) as e:  # the structure was checked above; kept as the last guard

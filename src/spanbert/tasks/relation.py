@@ -687,7 +687,7 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         examples = read_relation_file(args.data, task=task)
         pred = read_predictions(task, args.predictions, examples)
     if any(ex.relation is None for ex in examples):
-        raise SpanBertError(f"{args.data}: has no gold labels to evaluate against")
+        raise SpanBertError(f"{args.data}: found records without a relation label; expected gold labels to score against")
     gold = [ex.relation for ex in examples]
     print_metrics({**score(task, gold, pred), "examples": len(gold), "label_counts": dict(Counter(gold))})
     return 0
