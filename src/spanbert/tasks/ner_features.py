@@ -497,11 +497,10 @@ def finetune_features(
     ``head.features``. One choice saves into ``args.output_dir``; several into
     ``args.output_dir/<choice>/``, with ``features_results.json`` (dev scores of every choice) on top.
     Returns {choice: dev metrics}."""
+    from spanbert.model import check_checkpoint
     from spanbert.tasks.classification import write_json
     from spanbert.tasks.common import write_once
     from spanbert.tasks.ner import label_list, read_conll, write_predictions
-
-    from spanbert.model import check_checkpoint
 
     choices = parse_choices(head.features)
     # every choice must fit the encoder's depth: checked from its config.json before any feature is
