@@ -52,7 +52,7 @@ def utf8_argument(value: str, option: str) -> str:
             data.decode("utf-8")
         except UnicodeDecodeError as e:
             raise SpanBertError(
-                f"{option}: found bytes that are not UTF-8 ({e.reason} at byte {e.start}: {data[e.start:e.start + 1]!r}); "
-                "expected UTF-8 text"
+                f"{option}: found bytes that are not UTF-8 ({e.reason} at byte {e.start}: "
+                f"{data[e.start : e.start + 1]!r}); expected UTF-8 text"
             ) from None
         raise SpanBertError(f"{option}: found text that cannot be written as UTF-8; expected UTF-8 text") from None

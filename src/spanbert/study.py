@@ -227,9 +227,13 @@ def check_study(study: Study, where: str, at: Callable[..., str] | None = None) 
                 f"({', '.join(SYSTEMS)}) or an entry with checkpoint: FOLDER"
             )
         if s.checkpoint and not Path(s.checkpoint).is_dir():
-            raise SpanBertError(f"{at('systems', i, 'checkpoint')}: systems: {s.name}: checkpoint {s.checkpoint!r} is not a folder")
+            raise SpanBertError(
+                f"{at('systems', i, 'checkpoint')}: systems: {s.name}: checkpoint {s.checkpoint!r} is not a folder"
+            )
     if any(not s.checkpoint for s in study.systems) and not study.corpus:
-        raise SpanBertError(f"{at('corpus')}: corpus: found none, expected the pre-training corpus (text or preprocessed folder)")
+        raise SpanBertError(
+            f"{at('corpus')}: corpus: found none, expected the pre-training corpus (text or preprocessed folder)"
+        )
     if study.model not in MODEL_PRESETS:
         raise SpanBertError(f"{at('model')}: model: found {study.model!r}, expected one of: {', '.join(MODEL_PRESETS)}")
     for name in ("budget_tokens", "max_seq_length", "batch_size", "gradient_accumulation_steps", "seeds", "vocab_size"):
@@ -238,18 +242,23 @@ def check_study(study: Study, where: str, at: Callable[..., str] | None = None) 
     columns = []
     for i, t in enumerate(study.tasks):
         if t.task not in TASK_NAMES:
-            raise SpanBertError(f"{at('tasks', i, 'task')}: tasks: found task {t.task!r}, expected one of: {', '.join(TASK_NAMES)}")
+            raise SpanBertError(
+                f"{at('tasks', i, 'task')}: tasks: found task {t.task!r}, expected one of: {', '.join(TASK_NAMES)}"
+            )
         if t.task == "glue" and not t.glue_task:
             raise SpanBertError(f"{at('tasks', i)}: tasks: glue needs glue_task (e.g. SST-2)")
         columns.append(t.name)
         litbank = t.task == "coref" and Path(t.train).is_dir()
         if litbank != bool(t.folds):
             raise SpanBertError(
-                f"{at('tasks', i, 'folds')}: tasks: {t.name}: found folds {t.folds} with train {t.train!r}, expected folds (e.g. [0]) "
+                f"{at('tasks', i, 'folds')}: tasks: {t.name}: found folds {t.folds} with train {t.train!r}, "
+                f"expected folds (e.g. [0]) "
                 f"exactly when train is the LitBank folder (with tenfold_splits/)"
             )
         if litbank and (not (Path(t.train) / "tenfold_splits").is_dir() or any(not 0 <= k <= 9 for k in t.folds)):
-            raise SpanBertError(f"{at('tasks', i, 'folds')}: tasks: {t.name}: expected {t.train}/tenfold_splits/ and folds in 0..9")
+            raise SpanBertError(
+                f"{at('tasks', i, 'folds')}: tasks: {t.name}: expected {t.train}/tenfold_splits/ and folds in 0..9"
+            )
         if not t.train or (t.task != "glue" and not t.dev and not litbank):
             raise SpanBertError(f"{at('tasks', i)}: tasks: {t.name}: found no train/dev data, expected both paths")
         for key, path in (("train", t.train), ("dev", t.dev), ("test", t.test)):
@@ -257,15 +266,21 @@ def check_study(study: Study, where: str, at: Callable[..., str] | None = None) 
                 raise SpanBertError(f"{at('tasks', i, key)}: tasks: {t.name}: {path}: no such file or folder")
         if t.test and t.task not in TEST_TASKS:
             raise SpanBertError(
-                f"{at('tasks', i, 'test')}: tasks: {t.name}: found a test file, expected none: a test split is scored for "
+                f"{at('tasks', i, 'test')}: tasks: {t.name}: found a test file, expected none: a test split is "
+                f"scored for "
                 f"{', '.join(TEST_TASKS)} (SQuAD, GLUE and coref score their dev sets)"
             )
         if not t.learning_rates or any(
             not isinstance(lr, (int, float)) or isinstance(lr, bool) or not lr > 0 for lr in t.learning_rates
         ):
-            raise SpanBertError(f"{at('tasks', i, 'learning_rates')}: tasks: {t.name}: learning_rates: found {t.learning_rates!r}, expected positive numbers")
+            raise SpanBertError(
+                f"{at('tasks', i, 'learning_rates')}: tasks: {t.name}: learning_rates: found {t.learning_rates!r}, "
+                "expected positive numbers"
+            )
     if len(set(columns)) != len(columns):
-        raise SpanBertError(f"{at('tasks')}: tasks: found the column {columns} twice, expected distinct names (set name:)")
+        raise SpanBertError(
+            f"{at('tasks')}: tasks: found the column {columns} twice, expected distinct names (set name:)"
+        )
 
 
 def load_study(path: str | Path) -> Study:
