@@ -677,6 +677,16 @@ def _case_squad_v2_na_prob_missing(t, m):
     return _squad_eval(d, p, "--na-prob", na), na, "expected a no-answer probability for every question"
 
 
+
+def _case_glue_mnli_one_predictions_file(t, m):
+    head = "index\tsentence1\tsentence2\tgold_label\n0\tA.\tB.\tneutral\n"
+    d = t / "MNLI"
+    _w(d / "dev_matched.tsv", head)
+    _w(d / "dev_mismatched.tsv", head)
+    p = _w(t / "p.tsv", "index\tprediction\n0\tneutral\n")
+    return _glue_eval(d, p, "MNLI"), "--predictions", "found 1 file(s); expected one per MNLI dev split, in this order: matched, mismatched"
+
+
 CASES = [
     pytest.param(_case_squad_output_dir_taken, id="squad-output-dir-taken"),
     pytest.param(_case_glue_sweep_output_dir_taken, id="glue-sweep-output-dir-taken"),
@@ -761,6 +771,7 @@ CASES = [
     pytest.param(_case_squad_data_not_utf8, id="squad-evaluate-data-not-utf8"),
     pytest.param(_case_squad_v2_prediction_missing, id="squad-v2-prediction-missing"),
     pytest.param(_case_squad_v2_na_prob_missing, id="squad-v2-na-prob-missing"),
+    pytest.param(_case_glue_mnli_one_predictions_file, id="glue-mnli-one-predictions-file"),
 ]
 
 
