@@ -16,7 +16,6 @@ releases, a fairseq state dict) is BERT, as it always was. ``FAMILIES`` maps mod
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,10 +125,7 @@ def read_config(path: str | Path) -> dict[str, Any]:
     cfg_path = model.config_path(path)
     if not cfg_path.is_file():
         raise SpanBertError(f"{path}: no config.json or bert_config.json, expected a model folder")
-    try:
-        raw = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError) as e:
-        raise SpanBertError(f"{cfg_path}: found unreadable JSON ({str(e).splitlines()[0]}), expected a model config") from None
+    raw = model.read_json(cfg_path, "a JSON object of model settings")
     if not isinstance(raw, dict):
         raise SpanBertError(f"{cfg_path}: found a JSON {type(raw).__name__}, expected a JSON object of model settings")
     return raw

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from spanbert.errors import DataError, SpanBertError
+from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics.classification import conlleval
 from spanbert.utils import atomic_write
 
@@ -44,11 +44,9 @@ def read_conll(path: str | Path, require_tags: bool = True) -> list[NerSentence]
     words when ``require_tags`` is False."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = decode_utf8(path.read_bytes(), path, "UTF-8 CoNLL-2003 text")
     except FileNotFoundError:
         raise SpanBertError(f"{path}: file not found (expected a CoNLL-2003 file)") from None
-    except UnicodeDecodeError as e:
-        raise DataError(path, f"not UTF-8 text: {e}") from None
     sentences: list[NerSentence] = []
     words: list[str] = []
     tags: list[str] = []
@@ -219,14 +217,40 @@ def write_predictions(path: str | Path, sentences: list[NerSentence], pred: list
 
 
 def read_predictions(path: str | Path, sentences: list[NerSentence]) -> list[list[str]]:
-    """Predicted tags (last column) of a file written by `write_predictions`, checked word by word."""
+    """Predicted tags (last column) of a CoNLL file (as `write_predictions` writes it), in the order of
+    ``sentences``.
+
+    conlleval's format has no sentence ids, so a sentence's words are its id: predicted sentences are
+    matched to the data's by their words (sentences with the same words in file order), and a file in
+    another order scores the same. A sentence of the data without a prediction, or a predicted one
+    that is not in the data, is an error naming its line."""
     pred = read_conll(path, require_tags=True)
-    if len(pred) != len(sentences):
-        raise DataError(path, f"{len(pred)} sentences; expected {len(sentences)} as in the data file")
-    for p, s in zip(pred, sentences):
-        if p.words != s.words:
-            raise DataError(path, "the words differ from the data file's sentence", line=p.line)
-    return [p.tags for p in pred]
+    by_words: dict[tuple[str, ...], list[NerSentence]] = {}
+    for p in pred:
+        by_words.setdefault(tuple(p.words), []).append(p)
+    out = []
+    for s in sentences:
+        queue = by_words.get(tuple(s.words))
+        if not queue:
+            # name the predicted sentence in the same place: usually the one whose words differ
+            here = pred[len(out)] if len(out) < len(pred) else None
+            found = repr(" ".join(here.words)[:60]) if here else "the end of the file"
+            raise DataError(
+                path, f"found {found}, and no predicted "
+                f"sentence with the words of the data file's sentence at line {s.line} ({' '.join(s.words)[:60]!r}); "
+                "expected every sentence of the data file, with its words",
+                line=here.line if here else None,
+            )  # fmt: skip
+        out.append(queue.pop(0).tags)
+    left = [p for queue in by_words.values() for p in queue]
+    if left:
+        first = min(left, key=lambda p: p.line)
+        raise DataError(
+            path, f"found {len(left)} predicted sentence(s) that are not in the data file (the first: "
+            f"{' '.join(first.words)[:60]!r}); expected the data file's {len(sentences)} sentences",
+            line=first.line,
+        )  # fmt: skip
+    return out
 
 
 def parse_bool(value: str) -> bool:

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from spanbert.errors import DataError, SpanBertError
+from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.utils import atomic_write
 
 Span = tuple[int, int]  # inclusive (start, end) word or sub-token indices
@@ -88,7 +88,10 @@ class CorefDocument:
         return sum(len(s) for s in self.sentences)
 
 
-_BEGIN = re.compile(r"^#begin document\s*\(?(?P<key>[^()]*?)\)?;?\s*(?:part\s+(?P<part>\d+))?\s*$")
+# CoNLL-2012's `#begin document (KEY); part NNN` (the reference scorer and e2e-coref's reader read
+# exactly this; whitespace between the fields is free). A line missing the parentheses, the ';' or the
+# part number is an error: read loosely, a typo silently became another document name.
+_BEGIN = re.compile(r"^#begin document\s+\((?P<key>[^()]*)\);\s*part\s+(?P<part>\d+)\s*$")
 _ENTRY = re.compile(r"^(\()?(\d+)(\))?$")
 _EMPTY_COREF = ("", "-", "_")
 
@@ -150,11 +153,15 @@ def read_conll(path: str | Path) -> list[CorefDocument]:
     with _open_text(path) as f:
         lineno = 0
         try:
-            lines = list(enumerate(f, 1))
-        except UnicodeDecodeError as e:
-            raise DataError(path, f"found bytes that are not UTF-8 ({e.reason}); expected UTF-8 text") from None
+            data = f.buffer.read()
         except (OSError, EOFError) as e:  # a .gz that is not gzip, or is cut short
             raise DataError(path, f"found a file that cannot be decompressed ({e}); expected gzip data") from None
+        # decoded whole, so a byte that is not UTF-8 is named with its line and offset; split on "\n"
+        # only, as reading the file line by line did (str.splitlines also splits at \x0b, \x1c, ...)
+        pieces = decode_utf8(data, path).split("\n")
+        if pieces and pieces[-1] == "":
+            pieces.pop()
+        lines = list(enumerate(pieces, 1))
         for lineno, raw in lines:
             line = raw.rstrip("\n").rstrip("\r")
             if line.startswith("#begin document"):
@@ -164,7 +171,7 @@ def read_conll(path: str | Path) -> list[CorefDocument]:
                         f"{doc.source.rsplit(':', 1)[-1]}); expected '#end document' first", line=lineno,
                     )  # fmt: skip
                 m = _BEGIN.match(line)
-                if not m or not m.group("key"):
+                if not m or not m.group("key").strip():
                     raise DataError(
                         path, f"found {line[:80]!r}; expected '#begin document (KEY); part NNN'", line=lineno
                     )
@@ -1473,6 +1480,10 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         args = parser.parse_args(argv)
         if args.data is not None and not args.output:
             parser.error("--output OUT.conll is required with --data")
+        if args.text is not None:
+            from spanbert.errors import utf8_argument
+
+            args.text = utf8_argument(args.text, "--text")
         from spanbert.tasks.common import predict_sharded, start_distributed, write_once
 
         device = start_distributed(args.device)

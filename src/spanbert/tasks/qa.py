@@ -37,7 +37,7 @@ from torch import Tensor, nn
 
 from spanbert import families
 from spanbert.distributed import print0
-from spanbert.errors import DataError, SpanBertError
+from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics import squad as squad_metrics
 from spanbert.tasks.common import add_inference_arguments
 from spanbert.tasks.layers import scaled
@@ -129,18 +129,26 @@ def _open_text(path: Path):
     return open(path, encoding="utf-8")
 
 
-def _load_json_file(path: Path) -> Any:
+def _read_text(path: Path, expected: str = "UTF-8 text") -> str:
+    """A whole (possibly gzipped) file as text; bytes that are not UTF-8 are an error naming the line
+    and the byte offset (in the decompressed text of a ``.gz``)."""
+    if not path.is_file():
+        raise SpanBertError(f"{path}: file not found")
     try:
-        with _open_text(path) as f:
-            return json.load(f)
+        data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+        raise DataError(path, f"damaged or truncated gzip file: {e}") from None
+    return decode_utf8(data, path, expected)
+
+
+def _load_json_file(path: Path) -> Any:
+    text = _read_text(path)
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as e:
         cut = e.msg.startswith("Unterminated string") or e.pos >= len(e.doc.rstrip()) - 1
         hint = " (the file looks truncated)" if cut else ""
         raise DataError(path, f"not valid JSON: {e.msg} at column {e.colno}{hint}", line=e.lineno) from None
-    except UnicodeDecodeError as e:
-        raise DataError(path, f"not UTF-8 text: {e.reason} at byte {e.start}") from None
-    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
-        raise DataError(path, f"damaged or truncated gzip file: {e}") from None
 
 
 def _expect(obj: Any, key: str, kind: type | tuple[type, ...], path: Path, record: str, line: int | None = None) -> Any:
@@ -273,59 +281,54 @@ def read_mrqa(path: str | Path) -> QAData:
         )  # fmt: skip
     contexts: list[str] = []
     examples: list[QAExample] = []
-    try:
-        with _open_text(path) as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise DataError(path, f"not valid JSON: {e.msg} at column {e.colno}", line=lineno) from None
-                if lineno == 1 and isinstance(obj, dict) and "header" in obj:
-                    continue
-                context = _expect(obj, "context", str, path, None, lineno)
-                qas = _expect(obj, "qas", list, path, None, lineno)
-                ci = len(contexts)
-                contexts.append(context)
-                for q, qa in enumerate(qas):
-                    rec = f"qas[{q}]"
-                    qid = str(_expect(qa, "qid", (str, int), path, rec, lineno))
-                    rec = f"qid {qid}"
-                    question = _expect(qa, "question", str, path, rec, lineno)
-                    answers = _expect(qa, "answers", list, path, rec, lineno)
-                    detected = _expect(qa, "detected_answers", list, path, rec, lineno)
-                    if not detected:
+    text = _read_text(path, "UTF-8 JSON lines")  # whole, so a byte that is not UTF-8 is named with its line
+    for lineno, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(path, f"not valid JSON: {e.msg} at column {e.colno}", line=lineno) from None
+        if lineno == 1 and isinstance(obj, dict) and "header" in obj:
+            continue
+        context = _expect(obj, "context", str, path, None, lineno)
+        qas = _expect(obj, "qas", list, path, None, lineno)
+        ci = len(contexts)
+        contexts.append(context)
+        for q, qa in enumerate(qas):
+            rec = f"qas[{q}]"
+            qid = str(_expect(qa, "qid", (str, int), path, rec, lineno))
+            rec = f"qid {qid}"
+            question = _expect(qa, "question", str, path, rec, lineno)
+            answers = _expect(qa, "answers", list, path, rec, lineno)
+            detected = _expect(qa, "detected_answers", list, path, rec, lineno)
+            if not detected:
+                raise DataError(
+                    path, "empty detected_answers; MRQA questions are all answerable", line=lineno, record=rec
+                )
+            found: list[tuple[int, int]] = []
+            for k, answer in enumerate(detected):
+                spans = _expect(answer, "char_spans", list, path, f"{rec}, detected_answers[{k}]", lineno)
+                if not spans:
+                    raise DataError(path, f"detected_answers[{k}].char_spans is empty, expected [[start, end], "
+                                    "...]", line=lineno, record=rec)  # fmt: skip
+                for span in spans:
+                    if not isinstance(span, list) or len(span) != 2:
+                        raise DataError(path, f"detected_answers[{k}].char_spans holds {span!r:.60}, expected "
+                                        "[start, end]", line=lineno, record=rec)  # fmt: skip
+                    s, e = span
+                    if not (isinstance(s, int) and isinstance(e, int) and 0 <= s <= e < len(context)):
                         raise DataError(
-                            path, "empty detected_answers; MRQA questions are all answerable", line=lineno, record=rec
+                            path,
+                            f"char span [{s}, {e}] (inclusive) is outside the context of {len(context)} "
+                            f"characters",
+                            line=lineno,
+                            record=rec,
                         )
-                    found: list[tuple[int, int]] = []
-                    for k, answer in enumerate(detected):
-                        spans = _expect(answer, "char_spans", list, path, f"{rec}, detected_answers[{k}]", lineno)
-                        if not spans:
-                            raise DataError(path, f"detected_answers[{k}].char_spans is empty, expected [[start, end], "
-                                            "...]", line=lineno, record=rec)  # fmt: skip
-                        for span in spans:
-                            if not isinstance(span, list) or len(span) != 2:
-                                raise DataError(path, f"detected_answers[{k}].char_spans holds {span!r:.60}, expected "
-                                                "[start, end]", line=lineno, record=rec)  # fmt: skip
-                            s, e = span
-                            if not (isinstance(s, int) and isinstance(e, int) and 0 <= s <= e < len(context)):
-                                raise DataError(
-                                    path,
-                                    f"char span [{s}, {e}] (inclusive) is outside the context of {len(context)} "
-                                    f"characters",
-                                    line=lineno,
-                                    record=rec,
-                                )
-                            found.append((s, e))
-                    # the released reader (run_mrqa.py) trains on the earliest span over all detected answers
-                    s, e = min(found)
-                    examples.append(QAExample(qid, question, ci, [str(x) for x in answers], s, e + 1, False, ci))
-    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
-        raise DataError(path, f"damaged or truncated gzip file: {e}") from None
-    except UnicodeDecodeError as e:
-        raise DataError(path, f"not UTF-8 text: {e.reason}") from None
+                    found.append((s, e))
+            # the released reader (run_mrqa.py) trains on the earliest span over all detected answers
+            s, e = min(found)
+            examples.append(QAExample(qid, question, ci, [str(x) for x in answers], s, e + 1, False, ci))
     if not examples:
         raise DataError(path, "no questions found; expected MRQA JSON lines with context and qas")
     return QAData(str(path), "mrqa", False, contexts, examples, len(contexts))
@@ -339,15 +342,8 @@ def read_qa(path: str | Path, task: str) -> QAData:
 def read_id_list(path: str | Path) -> set[str]:
     """Question ids to drop: the first tab-separated column of each line (a header line ``id`` is skipped)."""
     path = Path(path)
-    try:
-        with _open_text(path) as f:
-            ids = {line.split("\t", 1)[0].strip() for line in f if line.strip()}
-    except UnicodeDecodeError as e:
-        raise DataError(
-            path, f"found bytes that are not UTF-8 ({e.reason} at byte {e.start}); expected UTF-8 text"
-        ) from None
-    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
-        raise DataError(path, f"damaged or truncated gzip file: {e}") from None
+    text = _read_text(path, "UTF-8 text (one question id per line)")
+    ids = {line.split("\t", 1)[0].strip() for line in text.splitlines() if line.strip()}
     ids.discard("id")
     return ids
 
@@ -1193,7 +1189,9 @@ def evaluate_files(
     preds = _read_predictions(predictions_file, "answer string", str)
     na = _read_predictions(na_prob_file, "number", (int, float)) if na_prob_file else None
     if task == "mrqa":
-        data = read_mrqa(data_file).select_articles(articles)
+        whole = read_mrqa(data_file)
+        _check_prediction_ids(predictions_file, preds, [e.qid for e in whole.examples], data_file)
+        data = whole.select_articles(articles)
         return squad_metrics.evaluate_mrqa(data.gold_answers(), preds)
     path = Path(data_file)
     if _looks_like_mrqa(path):
@@ -1203,14 +1201,67 @@ def evaluate_files(
     raw = _load_json_file(path)
     if not isinstance(raw, dict) or not isinstance(raw.get("data"), list):
         raise DataError(path, "expected SQuAD JSON {'version': ..., 'data': [articles]}")
+    _check_prediction_ids(predictions_file, preds, _squad_gold_ids(raw, path), data_file)
     if articles:
         raw = {**raw, "data": raw["data"][_parse_slice(articles)]}
     try:
         if squad_metrics.is_v2_dataset(raw):
+            # the files are named here; the metric (no file names) says only what is missing
+            asked = [str(qa["id"]) for a in raw["data"] for p in a["paragraphs"] for qa in p["qas"]]
+            for file, values, what in ((predictions_file, preds, "an answer (\"\" = no answer)"),
+                                       (na_prob_file, na, "a no-answer probability")):  # fmt: skip
+                missing = [q for q in asked if values is not None and q not in values]
+                if missing:
+                    shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
+                    raise DataError(
+                        file, f"found no entry for {len(missing)} of {len(asked)} questions ({shown}); expected "
+                        f"{what} for every question of {data_file}, as SQuAD 2.0 scoring needs",
+                    )  # fmt: skip
             return squad_metrics.evaluate_v2(raw["data"], preds, na, na_prob_thresh)
         return squad_metrics.evaluate_v1(raw["data"], preds)
-    except (KeyError, TypeError) as e:
+    except (KeyError, TypeError) as e:  # the structure was checked above; kept as the last guard
         raise DataError(path, f"not in SQuAD format: missing or wrong field {e}") from None
+
+
+def _squad_gold_ids(raw: dict[str, Any], path: Path) -> list[str]:
+    """Every question id of a SQuAD JSON, checking the structure the official scripts walk (each
+    article's ``paragraphs``, each paragraph's ``qas``, each question's ``id`` and ``answers`` with a
+    ``text``): a missing or mistyped field names its place instead of the scripts' KeyError."""
+    ids = []
+    for a, article in enumerate(raw["data"]):
+        for p, paragraph in enumerate(_expect(article, "paragraphs", list, path, f"data[{a}]")):
+            where = f"data[{a}].paragraphs[{p}]"
+            for q, qa in enumerate(_expect(paragraph, "qas", list, path, where)):
+                qid = _expect(qa, "id", (str, int), path, f"{where}.qas[{q}]")
+                for k, answer in enumerate(_expect(qa, "answers", list, path, f"id {qid}")):
+                    _expect(answer, "text", str, path, f"id {qid}, answers[{k}]")
+                ids.append(qid)
+    return ids
+
+
+def _check_prediction_ids(
+    predictions_file: str | Path, preds: dict[str, Any], gold_ids: list[Any], data_file: str | Path
+) -> None:
+    """The official scripts match predictions to questions by id, score a missing one 0 (v1.1, MRQA;
+    `evaluate` warns) and ignore ids they do not know. Ignoring is kept, but said (a warning naming the
+    first few); a file none of whose ids is a question of the data is an error: it is the predictions
+    of another data set, and a score of 0 would only hide that."""
+    known = {str(x) for x in gold_ids}
+    extra = [k for k in preds if k not in known]
+    if not extra:
+        return
+    shown = ", ".join(map(str, extra[:3])) + (", ..." if len(extra) > 3 else "")
+    if len(extra) == len(preds):
+        raise DataError(
+            predictions_file, f"found {len(preds)} predictions and no id among them that is a question of "
+            f"{data_file} ({shown}); expected the predictions of that data file",
+        )  # fmt: skip
+    import warnings
+
+    warnings.warn(
+        f"{len(extra)} of {len(preds)} predictions are for question ids not in {data_file}; ignored, as the "
+        f"official script does ({shown})", stacklevel=2,
+    )  # fmt: skip
 
 
 def cli(action: str, task: str, argv: list[str], prog: str) -> int:

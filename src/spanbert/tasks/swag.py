@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from spanbert.distributed import print0
-from spanbert.errors import DataError, SpanBertError
+from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.tasks.common import add_inference_arguments, selection_defaults
 from spanbert.utils import atomic_write
 
@@ -75,11 +75,9 @@ def read_swag(path: str | Path, labelled: bool | None = None) -> list[SwagExampl
     False ignores it, None reads it when the header has it (the test file has none)."""
     path = Path(path)
     try:
-        text = path.read_bytes().decode("utf-8-sig")
+        text = decode_utf8(path.read_bytes(), path, "UTF-8 CSV")
     except FileNotFoundError:
         raise SpanBertError(f"{path}: file not found (expected a SWAG CSV file)") from None
-    except UnicodeDecodeError as e:
-        raise DataError(path, f"found bytes that are not UTF-8 ({e.reason} at byte {e.start}); expected UTF-8 CSV") from None
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     rows: list[tuple[int, list[str]]] = []
     line = 1
@@ -379,30 +377,49 @@ def write_predictions(path: str | Path, examples: list[SwagExample], pred: list[
 
 
 def read_predictions(path: str | Path, examples: list[SwagExample]) -> list[int]:
-    """The labels of a predictions file, checked row by row against the examples' ids."""
+    """The labels of a predictions file in the order of ``examples``, matched by (video-id, fold-ind):
+    rows in another order score the same (rows with the same pair are taken in file order). An example
+    without a row, or a row of no example, is an error naming its line."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = decode_utf8(path.read_bytes(), path, "UTF-8 CSV")
     except FileNotFoundError:
         raise SpanBertError(f"{path}: predictions file not found") from None
-    except UnicodeDecodeError as e:
-        raise DataError(path, f"found bytes that are not UTF-8 ({e.reason} at byte {e.start}); expected UTF-8 CSV") from None
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    rows: list[tuple[int, list[str]]] = []
+    line = 1
     try:
-        rows = [r for r in csv.reader(io.StringIO(text, newline=""), strict=True) if r]
+        for row in reader:
+            if row:
+                rows.append((line, row))
+            line = reader.line_num + 1
     except csv.Error as e:
-        raise DataError(path, f"found malformed CSV ({e}); expected {','.join(PREDICTION_COLUMNS)} rows") from None
-    if not rows or tuple(h.strip() for h in rows[0]) != PREDICTION_COLUMNS:
-        raise DataError(path, f"found header {rows[0] if rows else []}, expected {','.join(PREDICTION_COLUMNS)}", line=1)
-    if len(rows) - 1 != len(examples):
-        raise DataError(path, f"found {len(rows) - 1} predictions, expected one per example ({len(examples)})")
-    out = []
-    for k, (row, e) in enumerate(zip(rows[1:], examples), 2):
+        raise DataError(path, f"found malformed CSV ({e}); expected {','.join(PREDICTION_COLUMNS)} rows", line=line) from None
+    if not rows or tuple(h.strip() for h in rows[0][1]) != PREDICTION_COLUMNS:
+        found = rows[0][1] if rows else []
+        raise DataError(path, f"found header {found}, expected {','.join(PREDICTION_COLUMNS)}", line=1)
+    by_key: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    for k, row in rows[1:]:
         if len(row) != 3 or row[2].strip() not in {str(i) for i in range(NUM_CHOICES)}:
             raise DataError(path, f"found {row[:4]}, expected video-id,fold-ind,label with a label in 0-3", line=k)
-        if (row[0], row[1]) != (e.video_id, e.fold_ind):
-            raise DataError(path, f"found example {row[0]!r}/{row[1]!r}, expected {e.video_id!r}/{e.fold_ind!r} "
-                                  f"(line {e.line} of the data file)", line=k)  # fmt: skip
-        out.append(int(row[2]))
+        by_key.setdefault((row[0], row[1]), []).append((k, int(row[2])))
+    out = []
+    for e in examples:
+        queue = by_key.get((e.video_id, e.fold_ind))
+        if not queue:
+            raise DataError(
+                path, f"found no row for example {e.video_id!r}/{e.fold_ind!r} (line {e.line} of the data file); "
+                f"expected one row per example ({len(examples)})",
+            )  # fmt: skip
+        out.append(queue.pop(0)[1])
+    left = sorted(r for queue in by_key.values() for r in queue)
+    if left:
+        k = left[0][0]
+        row = next(r for n, r in rows if n == k)
+        raise DataError(
+            path, f"found {len(left)} row(s) of no example of the data file, the first {row[0]!r}/{row[1]!r}; "
+            f"expected one row per example ({len(examples)})", line=k,
+        )  # fmt: skip
     return out
 
 
