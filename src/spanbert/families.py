@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import torch
 from torch import Tensor, nn
 
 from spanbert import cloze, model
@@ -147,6 +148,16 @@ def habits_of(path: str | Path) -> FinetuneHabits:
     needs before it parses its options, to show and use the family's defaults."""
     raw = read_config(path)
     return FAMILIES[family_name(raw)].habits(raw, str(model.config_path(path)))
+
+
+def num_layers_of(path: str | Path) -> int:
+    """`Family.num_layers` of the checkpoint in ``path``, from its config.json (BERT: the weights are
+    checked to be there too, `spanbert.model.check_checkpoint`); nothing is loaded."""
+    raw = read_config(path)
+    if family_name(raw) == "bert":
+        return model.check_checkpoint(path).num_hidden_layers
+    with torch.device("meta"):  # the sizes only: no memory, no initialisation
+        return encoder_from_config(raw, False, str(model.config_path(path))).num_layers
 
 
 def load_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict[str, Tensor]]:

@@ -502,7 +502,7 @@ def finetune_features(
     ``head.features``. One choice saves into ``args.output_dir``; several into
     ``args.output_dir/<choice>/``, with ``features_results.json`` (dev scores of every choice) on top.
     Returns {choice: dev metrics}."""
-    from spanbert.model import check_checkpoint
+    from spanbert import families
     from spanbert.tasks.classification import write_json
     from spanbert.tasks.common import write_once
     from spanbert.tasks.conll import label_list, read_conll, write_predictions
@@ -510,7 +510,7 @@ def finetune_features(
     choices = parse_choices(head.features)
     # every choice must fit the encoder's depth: checked from its config.json before any feature is
     # extracted, not after an hour of filling the cache (issue 22.13)
-    num_layers = check_checkpoint(model_dir).num_hidden_layers
+    num_layers = families.num_layers_of(model_dir)
     for c in choices:
         choice_layers(c, num_layers)
     train = read_conll(train_path)[:max_train_examples]
