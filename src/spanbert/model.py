@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from spanbert.config import BertConfig
+from spanbert.config import BertConfig, FinetuneHabits
 from spanbert.errors import SpanBertError
 from spanbert.utils import atomic_write, fsync_dir
 
@@ -321,6 +321,68 @@ class Encoder(nn.Module):
     def set_gradient_checkpointing(self, enabled: bool = True) -> None:
         """Recompute each layer's activations in the backward pass: less memory, ~30% more compute."""
         self.encoder.gradient_checkpointing = enabled
+
+    # ----------------------------------------------------------------- the family protocol
+    # What a task may use of an encoder (`spanbert.families.Family`); the two-tower model's
+    # `spanbert.cloze.TwoTowerEncoder` has the same members.
+    model_type = "bert"
+
+    @property
+    def hidden_size(self) -> int:
+        """H of the token states."""
+        return self.config.hidden_size
+
+    @property
+    def sentence_size(self) -> int:
+        """Width of `sentence`'s vector: the pooler's H."""
+        return self.config.hidden_size
+
+    @property
+    def num_layers(self) -> int:
+        """Transformer layers; ``output_hidden_states`` gives num_layers + 1 states."""
+        return self.config.num_hidden_layers
+
+    @property
+    def max_positions(self) -> int:
+        """The longest input, [CLS] and [SEP] included."""
+        return self.config.max_position_embeddings
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    @property
+    def habits(self) -> FinetuneHabits:
+        """BERT's fine-tuning (§4; SpanBERT Appendix B): heads drawn from N(0, initializer_range) after
+        dropout hidden_dropout_prob, AdamW with linear decay and clipping at 1 (the trainer's defaults)."""
+        return FinetuneHabits(init_std=self.config.initializer_range, head_dropout=self.config.hidden_dropout_prob)
+
+    def sentence(self, hidden: Tensor, attention_mask: Tensor | None = None, input_ids: Tensor | None = None) -> Tensor:
+        """The sentence vector of classification heads, (B, T, H) -> (B, H): the tanh pooler over [CLS]
+        (over the last real token for the causal variant, see `pool`). ``input_ids`` is unused."""
+        return self.pool(hidden, attention_mask)
+
+    def frame(self, tokenizer: Any) -> Any:
+        """The tokenizer as tasks use it: ``[CLS] a [SEP] (b [SEP])``, BERT's own ids."""
+        return tokenizer
+
+    def config_json(self) -> dict[str, Any]:
+        """The encoder's keys of a saved model's config.json (HF `BertConfig`, ``model_type`` "bert")."""
+        return self.config.to_hf_dict()
+
+    def resize_token_embeddings(self, vocab_size: int) -> None:
+        """Grow the word embeddings to ``vocab_size`` rows (relation extraction's entity markers); new rows
+        drawn as BERT initialises them, existing ids unchanged."""
+        old = self.embeddings.word_embeddings
+        if vocab_size <= old.num_embeddings:
+            return
+        new = nn.Embedding(vocab_size, old.embedding_dim, padding_idx=old.padding_idx)
+        new.to(device=old.weight.device, dtype=old.weight.dtype)
+        with torch.no_grad():
+            new.weight.normal_(0.0, self.config.initializer_range)
+            new.weight[: old.num_embeddings] = old.weight
+        self.embeddings.word_embeddings = new
+        self.config.vocab_size = vocab_size
 
     @classmethod
     def from_pretrained(cls, path: str | Path, add_pooling_layer: bool = True) -> Encoder:
@@ -684,6 +746,11 @@ def _read_safetensors(path: Path) -> dict[str, Tensor]:
         return load_file(str(path))
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:  # truncated, corrupt, not safetensors
         raise SpanBertError(f"{path}: found {_first_line(e)}, expected a safetensors weights file") from None
+
+
+def read_safetensors(path: Path) -> dict[str, Tensor]:
+    """The tensors of a safetensors file; a broken file is an error naming it."""
+    return _read_safetensors(Path(path))
 
 
 def _first_line(e: BaseException) -> str:

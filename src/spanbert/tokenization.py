@@ -23,6 +23,7 @@ punctuation, every punctuation mark is a word of its own: ``"Broncos'"`` is the 
 from __future__ import annotations
 
 import argparse
+import copy
 import gzip
 import heapq
 import json
@@ -136,6 +137,10 @@ class Tokenizer:
         self.cls_id: int = hf_tokenizer.token_to_id(CLS)
         self.sep_id: int = hf_tokenizer.token_to_id(SEP)
         self.mask_id: int = hf_tokenizer.token_to_id(MASK)
+        self.mid_id: int = self.sep_id
+        """The token between the two segments of a pair. A task frames its inputs as ``cls_id a mid_id b
+        sep_id`` (one segment: ``cls_id a sep_id``); BERT's framing has ``[SEP]`` twice, a model family with
+        other markers gives its own through `framed` (the two-tower model: ``<s> a <sep> b </s>``)."""
         vocab = hf_tokenizer.get_vocab(with_added_tokens=True)
         self.vocab_size: int = max(vocab.values()) + 1
         # (V,) bool: ids that begin with "##" (continuation pieces); lets `word_starts_of(ids)` be one lookup.
@@ -204,14 +209,31 @@ class Tokenizer:
             _add_post_processor(hf_tok)
         return cls(hf_tok, lower)
 
+    def framed(self, start: int, mid: int, end: int) -> Tokenizer:
+        """A copy whose ``cls_id``, ``mid_id`` and ``sep_id`` are a model family's start, between-segment
+        and end markers (`spanbert.families`); the vocabulary and the encoding are shared, not copied."""
+        out = copy.copy(self)
+        out.cls_id, out.mid_id, out.sep_id = int(start), int(mid), int(end)
+        return out
+
+    @property
+    def byte_level(self) -> bool:
+        """True for a byte-level BPE tokenizer (the two-tower model's): a word's leading space is part
+        of its first token (``Ġman``), so words must be encoded as they appear in running text."""
+        return type(self.hf.pre_tokenizer).__name__ == "ByteLevel"
+
     def save(self, directory: str | os.PathLike) -> None:
         """Write vocab.txt, tokenizer.json, tokenizer_config.json and special_tokens_map.json.
 
         `transformers.AutoTokenizer.from_pretrained(directory)` then gives a BERT tokenizer with the same
-        ids and the same casing (``do_lower_case`` is written explicitly so cased stays cased).
+        ids and the same casing (``do_lower_case`` is written explicitly so cased stays cased). A BPE or
+        word-level vocabulary (the two-tower model's) is no WordPiece vocabulary: its tokenizer_config.json
+        says ``PreTrainedTokenizerFast``, so transformers reads tokenizer.json instead of vocab.txt.
         """
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
+        if type(self.hf.model).__name__ != "WordPiece":
+            return self._save_fast(directory)
         vocab = self.hf.get_vocab(with_added_tokens=True)
         by_id = [""] * self.vocab_size
         for token, i in vocab.items():
@@ -237,6 +259,19 @@ class Tokenizer:
         specials = {"unk_token": UNK, "sep_token": SEP, "pad_token": PAD, "cls_token": CLS, "mask_token": MASK}
         with atomic_write(directory / "special_tokens_map.json", encoding="utf-8") as f:
             json.dump(specials, f, indent=2)
+
+    def _save_fast(self, directory: Path) -> None:
+        with atomic_write(directory / "tokenizer.json", encoding="utf-8") as f:
+            f.write(self.hf.to_str())
+        names = {"unk_token": UNK, "pad_token": PAD}
+        for key, token in (("bos_token", "<s>"), ("eos_token", "</s>"), ("sep_token", "<sep>")):
+            if self.hf.token_to_id(token) is not None:
+                names[key] = token
+        config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 512, **names}
+        with atomic_write(directory / "tokenizer_config.json", encoding="utf-8") as f:
+            json.dump(config, f, indent=2)
+        with atomic_write(directory / "special_tokens_map.json", encoding="utf-8") as f:
+            json.dump(names, f, indent=2)
 
     # ------------------------------------------------------------------ vocabulary
     def token_to_id(self, token: str) -> int | None:
@@ -296,14 +331,26 @@ class Tokenizer:
         Offsets are character positions inside each word.
         """
         safe = [w if w.strip() else UNK for w in words]
-        enc = self.hf.encode(safe, is_pretokenized=True, add_special_tokens=False)
-        out = self._wrap(enc, with_word_ids=True)
+        out = self._encode_words(safe)
         if len(words):
             present = np.zeros(len(words), dtype=bool)
             present[out.word_ids[out.word_ids >= 0]] = True
             if not present.all():  # e.g. a word made only of characters the normalizer removes
-                fixed = [w if ok else UNK for w, ok in zip(safe, present)]
-                out = self._wrap(self.hf.encode(fixed, is_pretokenized=True, add_special_tokens=False), True)
+                out = self._encode_words([w if ok else UNK for w, ok in zip(safe, present)])
+        return out
+
+    def _encode_words(self, words: list[str]) -> Encoded:
+        if not self.byte_level:
+            return self._wrap(self.hf.encode(words, is_pretokenized=True, add_special_tokens=False), True)
+        # Byte-level BPE: every word after the first is encoded with the space that precedes it in running
+        # text (``the man`` -> ``the Ġman``, as RoBERTa/fairseq encode); alone, ``man`` would become ids the
+        # model never saw in pre-training. Offsets stay positions inside each word (the space is not in it).
+        spaced = [w if i == 0 or w in SPECIAL_TOKENS else " " + w for i, w in enumerate(words)]
+        out = self._wrap(self.hf.encode(spaced, is_pretokenized=True, add_special_tokens=False), True)
+        shift = np.asarray([0 if i == 0 or w in SPECIAL_TOKENS else 1 for i, w in enumerate(words)], dtype=np.int64)
+        if len(out.ids):
+            s = shift[np.maximum(out.word_ids, 0)][:, None] * (out.word_ids >= 0)[:, None]
+            out.offsets[:] = np.maximum(out.offsets - s, 0)
         return out
 
     def __len__(self) -> int:
@@ -311,6 +358,24 @@ class Tokenizer:
 
     def __repr__(self) -> str:
         return f"Tokenizer(vocab_size={self.vocab_size}, do_lower_case={self.do_lower_case})"
+
+
+def load_tokenizer_for(model_dir: str | Path, tokenizer_dir: str | Path | None = None):
+    """The tokenizer saved with a checkpoint, or the one given; a clear error when there is none."""
+    if not Path(model_dir).is_dir():
+        raise SpanBertError(f"{model_dir}: model folder not found")
+    source = Path(tokenizer_dir) if tokenizer_dir else Path(model_dir)
+    if source.is_file() and source.name.endswith(".txt"):
+        source = source.parent
+    if not ((source / "tokenizer.json").exists() or (source / "vocab.txt").exists()):
+        if tokenizer_dir:
+            raise SpanBertError(f"{source}: no tokenizer.json or vocab.txt")
+        raise SpanBertError(
+            f"{model_dir}: the checkpoint has no vocabulary (tokenizer.json or vocab.txt). The official "
+            f"SpanBERT release ships none: it uses the cased BERT vocabulary (bert-base-cased / bert-large-cased, "
+            f"28,996 tokens). Pass --tokenizer DIR pointing at a folder with that vocab.txt."
+        )
+    return Tokenizer.from_dir(source)
 
 
 def load_tokenizer(path: str | os.PathLike, do_lower_case: bool | None = None) -> Tokenizer:
