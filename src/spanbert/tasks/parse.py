@@ -44,6 +44,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from spanbert.errors import DataError, SpanBertError
+from spanbert.tasks.common import selection_defaults
 from spanbert.tasks.trees import Tree, read_trees
 
 CHAIN = "+"
@@ -223,7 +224,8 @@ class ChartParser(nn.Module):
         words = hidden.gather(1, word_index[..., None].expand(-1, -1, hidden.size(-1)))  # (B, W+2, H)
         W2 = words.size(1)
         pos = torch.arange(W2, device=words.device)
-        x = self.project(words) + self.position_embeddings(pos)[None]  # (B, W+2, D)
+        # the family's habit: the two-tower model's output is scaled (x16) before a new layer reads it
+        x = self.project(words * self.output_scale) + self.position_embeddings(pos)[None]  # (B, W+2, D)
         x = self.dropout(self.layer_norm(x))
         pad = pos[None, :] >= (lengths[:, None] + 2)  # (B, W+2) True = padding
         for layer in self.layers:
@@ -236,7 +238,7 @@ class ChartParser(nn.Module):
         half = x.size(-1) // 2
         fence = torch.cat([x[:, :-1, :half], x[:, 1:, half:]], -1)  # (B, N+1, D): [f_k ; b_{k+1}]
         span = fence[:, None, :, :] - fence[:, :, None, :]  # (B, N+1, N+1, D): span[b, i, j] = fence_j - fence_i
-        scores = self.label_mlp(self.dropout(span)) * self.output_scale  # (B, N+1, N+1, L-1)
+        scores = self.label_mlp(self.dropout(span))  # (B, N+1, N+1, L-1)
         return torch.cat([scores.new_zeros(scores.shape[:-1] + (1,)), scores], -1)
 
     def forward(
@@ -422,3 +424,290 @@ def predict_trees(
 
     trees = predict_sharded(len(sentences), run) if sentences else []
     return Parsed(trees, decode[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# Fine-tuning, prediction, scoring
+
+ARCHITECTURE = "ChartParser"
+
+DEFAULTS = dict(
+    output_dir="runs/parse",
+    learning_rate=8e-4,
+    per_device_train_batch_size=32,
+    num_train_epochs=10.0,
+    warmup_ratio=0.1,
+    **{**selection_defaults("f1"), "evals_per_epoch": 1},
+)
+"""Training defaults: batches of 32 sentences, 10 epochs with 10% warmup, the parser at the BERT
+family's rate (the two-tower family's are set by `family_rates`); the model of the best dev EVALB F1
+of one evaluation an epoch is kept (each evaluation parses the whole dev set)."""
+
+FAMILY_RATES: dict[str, tuple[float, float]] = {
+    "cloze-two-tower": (8e-4, 8e-3),  # §6.2.2: language model 8E-04, parsing model 8E-03
+    "bert": (5e-5, 8e-4),  # BERT's fine-tuning rate; K&K 2018's Adam rate for the parser
+}
+"""Family -> (encoder learning rate, parser learning rate)."""
+
+
+def family_rates(model_dir: str | Path | None) -> tuple[float, float]:
+    """(encoder, parser) learning rates of the family in ``model_dir`` (BERT's when unreadable: the load
+    reports the folder's problem later)."""
+    from spanbert import families
+
+    try:
+        name = families.family_of(model_dir) if model_dir is not None else "bert"
+    except SpanBertError:
+        name = "bert"
+    return FAMILY_RATES.get(name, FAMILY_RATES["bert"])
+
+
+def evalb_scores(gold: Sequence[Tree], predicted_lines: Sequence[str]) -> dict[str, Any]:
+    """EVALB (COLLINS.prm) figures of predicted lines against gold trees: the All summary, and the
+    len<=40 one with that prefix. F1 etc. on EVALB's 0-100 scale."""
+    from spanbert.metrics.evalb import evalb
+
+    return evalb([str(t) for t in gold], predicted_lines).metrics()
+
+
+def _headline(metrics: dict[str, Any]) -> dict[str, float]:
+    keys = ("f1", "recall", "precision", "complete_match", "len<=40_f1")
+    return {k: float(metrics[k]) for k in keys if k in metrics}
+
+
+def finetune_parse(
+    model_dir: str | Path, train_path: str | Path, dev_path: str | Path | None, targs: Any, config: ParseConfig,
+    tokenizer_dir: str | Path | None = None, max_train_examples: int | None = None,
+    max_eval_examples: int | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Train a chart parser on the trees of ``train_path`` and save it in ``targs.output_dir`` with its
+    dev predictions and EVALB scores (the model of the best dev F1 when ``metric_for_best_model``)."""
+    from spanbert import families
+    from spanbert.tasks.classification import FeatureDataset
+    from spanbert.tasks.common import (
+        KeepBest,
+        load_encoder,
+        save_finetuned,
+        seed_dropout,
+        seed_init,
+        selection_summary,
+        write_json,
+        write_once,
+    )
+    from spanbert.tasks.trees import write_trees
+    from spanbert.trainer import train as run_training
+
+    train = read_trees(train_path)
+    dev = read_trees(dev_path) if dev_path else None
+    train_trees, train_sources = train.trees[:max_train_examples], train.sources[:max_train_examples]
+    dev_trees = dev.trees[:max_eval_examples] if dev else []
+    dev_sources = dev.sources[:max_eval_examples] if dev else []
+    seed_init(targs.seed)  # the parser's initialisation is the same on every rank and run
+    encoder = load_encoder(model_dir)
+    tokenizer = families.load_tokenizer(model_dir, encoder, tokenizer_dir)
+    habits = encoder.habits
+    labels, tags = chart_labels(train_trees), tag_list(train_trees)
+    model = ChartParser(encoder, labels, tags, config, habits.init_std, habits.output_scale, habits.zero_init_head)
+    seed_dropout(targs.seed)
+    max_len = min(config.max_seq_length, int(getattr(encoder, "max_positions", config.max_seq_length)))
+    train_features = parse_features([t.words() for t in train_trees], tokenizer, max_len, train_sources, config.max_words)
+    add_targets(train_features, train_trees, {l: i for i, l in enumerate(labels)}, {t: i for i, t in enumerate(tags)})
+    dev_words = [t.words() for t in dev_trees]
+    dev_features = parse_features(dev_words, tokenizer, max_len, dev_sources, config.max_words)
+    encoder_lr = config.encoder_learning_rate if config.encoder_learning_rate >= 0 else family_rates(model_dir)[0]
+
+    def evaluate(m: nn.Module, step: int) -> tuple[dict[str, float], list[Tree]]:
+        parsed = predict_trees(m, dev_words, [t.tags() for t in dev_trees], dev_features, tokenizer.pad_id,
+                               targs.per_device_eval_batch_size)  # fmt: skip
+        return _headline(evalb_scores(dev_trees, [str(t) for t in parsed.trees])), parsed.trees
+
+    keeper = KeepBest(evaluate, targs)
+    result = run_training(
+        model, FeatureDataset(train_features), targs, collate_fn=ParseCollator(tokenizer.pad_id),
+        lr_by_prefix={"bert.": encoder_lr}, eval_fn=keeper if dev_trees else None,
+        run_config={"task": "parse", "parse": asdict(config), "encoder_learning_rate": encoder_lr},
+    )  # fmt: skip
+    metrics: dict[str, Any] = {"encoder_learning_rate": encoder_lr, "parser_learning_rate": targs.learning_rate}
+    predicted: list[Tree] = []
+    if dev_trees:
+        predicted, selected = keeper.chosen(model, targs, result, len(train_features))
+        metrics.update(evalb_scores(dev_trees, [str(t) for t in predicted]))
+        metrics.update(selection_summary(selected, targs))
+    out = Path(targs.output_dir)
+    settings = {"task": "parse", "labels": labels, "tags": tags, "parse": asdict(config)}
+
+    def write() -> None:
+        save_finetuned(model, out, tokenizer, ARCHITECTURE, {"spanbert": settings})
+        if dev_trees:
+            write_trees(out / "dev_predictions.txt", predicted)
+            write_json(out / "dev_results.json", metrics)
+
+    write_once(write)
+    return metrics
+
+
+def load_parser(model_dir: str | Path, device: str = "cpu") -> tuple[ChartParser, Any]:
+    """(parser in eval mode on ``device``, its tokenizer) of a folder saved by `finetune_parse`."""
+    from spanbert.tasks.common import load_task_model
+
+    def build(encoder: nn.Module, config_json: dict[str, Any]) -> nn.Module:
+        s = config_json.get("spanbert", {})
+        try:
+            config = ParseConfig(**s["parse"])
+            labels, tags = list(s["labels"]), list(s["tags"])
+        except (KeyError, TypeError) as e:
+            raise DataError(Path(model_dir) / "config.json", f"found no parser settings ({e}); expected a folder "
+                            "saved by spanbert finetune parse") from None  # fmt: skip
+        return ChartParser(encoder, labels, tags, config, output_scale=encoder.habits.output_scale)
+
+    model, _, tokenizer = load_task_model(
+        model_dir, build, (ARCHITECTURE,), "a parser saved by spanbert finetune parse", device
+    )
+    return model, tokenizer  # type: ignore[return-value]
+
+
+def parse_sentences(
+    model: ChartParser, tokenizer: Any, sentences: Sequence[Sequence[str]], tags: Sequence[Sequence[str] | None],
+    sources: Sequence[tuple[str, int]] | None = None, batch_size: int = 64, progress: bool = False,
+) -> Parsed:  # fmt: skip
+    """Trees for ``sentences`` (lists of words) with a loaded parser; ``tags`` as `predict_trees`."""
+    c = model.config
+    max_len = min(c.max_seq_length, int(getattr(model.bert, "max_positions", c.max_seq_length)))
+    features = parse_features(sentences, tokenizer, max_len, sources, c.max_words)
+    return predict_trees(model, sentences, tags, features, tokenizer.pad_id, batch_size, progress)
+
+
+def read_predicted_lines(path: str | Path, expected: int, gold: str | Path) -> list[str]:
+    """The lines of a predictions file, one tree a line, checked: as many as the gold trees, each one
+    well-formed tree (an empty line is kept: EVALB counts it as a skip sentence)."""
+    from spanbert.tasks.trees import _parse
+
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise SpanBertError(f"{path}: file not found (expected predicted trees, one a line)") from None
+    except UnicodeDecodeError as e:
+        raise DataError(path, f"not UTF-8 text: {e}") from None
+    if len(lines) < expected:
+        raise DataError(path, f"found {len(lines)} trees; expected {expected}, one a line, as {gold} has (the "
+                        f"tree of gold sentence {len(lines) + 1} is missing)", line=len(lines) + 1)  # fmt: skip
+    if len(lines) > expected:
+        raise DataError(path, f"found {len(lines)} lines; expected {expected} trees, one a line, as {gold} has",
+                        line=expected + 1)  # fmt: skip
+    for n, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                got = list(_parse(line, path))
+            except DataError as e:  # read alone, the line is line 1: name its line in the file
+                raise DataError(path, str(e)[len(f"{path}:1: "):], line=n) from None
+            if len(got) != 1:
+                raise DataError(path, f"found {len(got)} trees on one line; expected one tree a line", line=n)
+    return lines
+
+
+def cli(action: str, task: str, argv: list[str], prog: str) -> int:
+    """``spanbert {finetune,predict,evaluate} parse ...``."""
+    from spanbert.config import add_dataclass_arguments, dataclass_from_args
+    from spanbert.distributed import eprint0, print0
+    from spanbert.tasks import classification as C
+    from spanbert.tasks.common import add_inference_arguments, start_distributed, write_once
+    from spanbert.tasks.trees import tokenize, write_trees
+
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    if action == "finetune":
+        from spanbert.tasks.common import add_finetune_arguments, family_defaults, model_in_argv, parse_task_args
+
+        encoder_lr, parser_lr = family_rates(model_in_argv(argv))
+        defaults = {**family_defaults(argv, DEFAULTS), "learning_rate": parser_lr}
+        parser.add_argument("--train_file", "--train", dest="train", required=True,
+                            help="training trees: a PTB .mrg file, a folder of them, or one tree a line")  # fmt: skip
+        parser.add_argument("--validation_file", "--dev", dest="dev",
+                            help="dev trees, parsed and scored with EVALB (COLLINS.prm) to select the model")  # fmt: skip
+        parser.add_argument("--max_train_examples", type=int, help="use only the first N training trees")
+        parser.add_argument("--max_eval_examples", type=int, help="use only the first N dev trees")
+        add_dataclass_arguments(parser.add_argument_group("parser"), ParseConfig)
+        add_finetune_arguments(parser, defaults)
+        args = parse_task_args(parser, argv, defaults, configs=[ParseConfig])
+        if args.sweep:
+            raise SpanBertError("--sweep: found it for parse, expected none: the Appendix B grid is an encoder grid; "
+                                "parse has two rates (--learning_rate for the parser, --encoder_learning_rate)")  # fmt: skip
+        config = dataclass_from_args(ParseConfig, args)
+        if config.encoder_learning_rate < 0:
+            config = ParseConfig(**{**asdict(config), "encoder_learning_rate": encoder_lr})
+
+        def run_one(targs: Any) -> dict[str, Any]:
+            return finetune_parse(args.model, args.train, args.dev, targs, config, args.tokenizer,
+                                  args.max_train_examples, args.max_eval_examples)  # fmt: skip
+
+        return C.run_finetune_cli(args, defaults, run_one, metric="f1")
+    if action == "predict":
+        parser.add_argument("--model", required=True, help="folder saved by `spanbert finetune parse`")
+        source = parser.add_mutually_exclusive_group(required=True)
+        source.add_argument("--data", help="trees to parse again (their words; a .mrg file, a folder or one tree a "
+                            "line): scored with EVALB too")  # fmt: skip
+        source.add_argument("--text", action="append", help="a raw sentence to parse (repeatable)")
+        parser.add_argument("--output", help="file to write, one tree a line in input order (default with --text: stdout)")
+        parser.add_argument("--tags", choices=("input", "predicted"), default="input",
+                            help="POS tags of the output trees: the input's (default; --text has none, so predicted) "
+                            "or the parser's tagger")  # fmt: skip
+        add_inference_arguments(parser, "sentences")
+        args = parser.parse_args(argv)
+        if args.data and not args.output:
+            raise SpanBertError("--output: found none with --data, expected the file to write the trees to")
+        device = start_distributed(args.device)
+        if args.data:
+            gold = read_trees(args.data)
+            sentences, sources = [t.words() for t in gold.trees], gold.sources
+            tags = [t.tags() if args.tags == "input" else None for t in gold.trees]
+        else:
+            sentences = [tokenize(t) for t in args.text]
+            for k, words in enumerate(sentences):
+                if not words:
+                    raise SpanBertError(f"--text: found an empty sentence (number {k + 1}); expected words")
+            sources, tags = [("--text", k + 1) for k in range(len(sentences))], [None] * len(sentences)
+        model, tokenizer = load_parser(args.model, str(device))
+        t0 = time.perf_counter()
+        parsed = parse_sentences(model, tokenizer, sentences, tags, sources, args.batch_size, not args.disable_tqdm)
+        seconds = time.perf_counter() - t0
+        if args.output:
+            write_once(lambda: write_trees(args.output, parsed.trees))
+            print0(f"wrote {len(parsed.trees)} trees to {args.output}")
+        else:
+            for t in parsed.trees:
+                print0(str(t))
+        eprint0(f"parsed {len(sentences)} sentences in {seconds:.2f}s ({len(sentences) / max(seconds, 1e-9):.1f} "
+                f"sentences/s; decoding {parsed.decode_seconds:.2f}s)")  # fmt: skip
+        if args.data:
+            C.print_metrics(evalb_scores(gold.trees, [str(t) for t in parsed.trees]))
+        return 0
+    parser.add_argument("--data", required=True, help="gold trees: a .mrg file, a folder of them or one tree a line")
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--predictions", help="predicted trees, one a line in the gold order (`spanbert predict parse`)")
+    group.add_argument("--model", help="fine-tuned parser folder: parse the gold sentences, then score")
+    parser.add_argument("--summary", action="store_true", help="also print EVALB's '=== Summary ===' block (stderr)")
+    add_inference_arguments(parser, "sentences", with_model=True)
+    args = parser.parse_args(argv)
+    gold = read_trees(args.data)
+    if args.model:
+        device = start_distributed(args.device)
+        model, tokenizer = load_parser(args.model, str(device))
+        parsed = parse_sentences(model, tokenizer, [t.words() for t in gold.trees], [t.tags() for t in gold.trees],
+                                 gold.sources, args.batch_size, not args.disable_tqdm)  # fmt: skip
+        lines = [str(t) for t in parsed.trees]
+    else:
+        lines = read_predicted_lines(args.predictions, len(gold.trees), args.data)
+    from spanbert.metrics.evalb import EvalbAbort, evalb, summary_text
+
+    try:
+        result = evalb([str(t) for t in gold.trees], lines)
+    except EvalbAbort as e:
+        raise SpanBertError(f"{args.predictions or args.model}: {e}") from None
+    errors = [r for r in result.sentences if r.status == 1]
+    if errors:  # EVALB reports these on stderr and leaves them out of the scores
+        shown = "; ".join(f"line {r.id}: {', '.join(r.reasons)}" for r in errors[:5])
+        eprint0(f"note: {len(errors)} error sentence(s) not scored, as EVALB: {shown}")
+    if args.summary:
+        eprint0(summary_text(result).rstrip("\n"))
+    C.print_metrics(result.metrics())
+    return 0
