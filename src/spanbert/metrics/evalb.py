@@ -22,8 +22,8 @@ The rules, as evalb.c applies them to one pair of lines:
 * **Status.** A test line with no words left is a *skip* sentence (status 2). Otherwise gold and test
   must have the same number of words (``Length unmatch``) and the same words in order (``Words
   unmatch``; EQ_WORD pairs would be equal, COLLINS.prm has none), else the sentence is an *error*
-  (status 1); a line evalb cannot read (unbalanced brackets, ``(A b c)``) is an error too. Skip and
-  error sentences add nothing to the bracket counts; they are counted in "Number of sentence".
+  (status 1); a line with unbalanced brackets is an error too. Skip and error sentences add nothing
+  to the bracket counts; they are counted in "Number of sentence".
 * **Brackets.** A label is cut at its first ``-`` or ``=`` (``NP-SBJ-1`` -> ``NP``, ``PP=2`` -> ``PP``);
   a bracket is deleted when it spans no word (it held only deleted terminals) or its cut label is a
   DELETE_LABEL (``TOP``; ``ROOT`` is *not*, so a ``(ROOT ...)`` wrapper counts as a bracket). The
@@ -37,9 +37,10 @@ The rules, as evalb.c applies them to one pair of lines:
   average); complete match, no crossing, "2 or less crossing" are percentages of valid sentences,
   average crossing is per valid sentence; tagging accuracy over their words.
 
-Two deliberate differences, both where evalb.c has no defined answer: F is 0 when P + R = 0 (evalb
-prints ``nan``), and a stray word outside any bracket, on which evalb.c loops printing "Reading
-sentence" until MAX_ERROR stops it, raises `EvalbAbort` at once. ``QUOTE_LABEL`` (the 2006 misquote
+Where evalb.c gives no figures we say so: a word where its scanner expects a bracket (a word outside
+the brackets, ``(A b c)``, or ``(NN word )`` with a space before the ``)``, which evalb.c reads as
+"More than two elements") makes it repeat "Reading sentence" until MAX_ERROR stops it with no
+summary; here that raises `EvalbAbort` at once. F is 0 when P + R = 0 (evalb prints ``nan``). ``QUOTE_LABEL`` (the 2006 misquote
 fix) is not in COLLINS.prm and is not implemented. More than MAX_ERROR errors stop evalb without a
 summary; here that is `EvalbAbort` too.
 """
@@ -104,7 +105,7 @@ def _is_terminator(c: str) -> bool:
 
 def read_bracketing(line: str, params: EvalbParams = COLLINS) -> Bracketing:
     """Read one line as evalb.c's ``read_line`` does (a character scanner, not a tree parser: its
-    quirks are EVALB's, e.g. ``(NN word )`` with a space before ``)`` is "More than two elements")."""
+    quirks are EVALB's, e.g. ``(NN word )`` with a space before ``)`` stops it, `EvalbAbort`)."""
     out = Bracketing()
     stack: list[int] = []
     p, n = 0, len(line)

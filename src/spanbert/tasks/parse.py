@@ -579,7 +579,8 @@ def parse_sentences(
 
 def read_predicted_lines(path: str | Path, expected: int, gold: str | Path) -> list[str]:
     """The lines of a predictions file, one tree a line, checked: as many as the gold trees, each one
-    well-formed tree (an empty line is kept: EVALB counts it as a skip sentence)."""
+    well-formed tree (an empty line is kept: EVALB counts it as a skip sentence). No cleaning: EVALB
+    sees the labels, tags and wrappers as the file has them."""
     from spanbert.tasks.trees import _parse
 
     path = Path(path)
@@ -603,6 +604,9 @@ def read_predicted_lines(path: str | Path, expected: int, gold: str | Path) -> l
                 raise DataError(path, str(e)[len(f"{path}:1: "):], line=n) from None
             if len(got) != 1:
                 raise DataError(path, f"found {len(got)} trees on one line; expected one tree a line", line=n)
+            # written again in evalb's spacing, labels and words as they are: "(NN a )" scores as "(NN a)"
+            # instead of stopping evalb.c's scanner (metrics.evalb's notes)
+            lines[n - 1] = str(got[0])
     return lines
 
 

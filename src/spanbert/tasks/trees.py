@@ -103,8 +103,9 @@ def _parse(text: str, path: str | Path) -> Iterator[Tree]:
             raise DataError(path, f"unbalanced brackets: the bracket opened here{_at(label)} is never closed", line=start)
         tok, pos = tokens[k], lines[k]
         if tok == ")":
-            raise DataError(path, f"found '({label})', a bracket with no word inside; expected (TAG word) or "
-                            "(LABEL (...) ...)", line=start)  # fmt: skip
+            what = "empty brackets" if not label else "a tag without its word, or a word without its tag"
+            raise DataError(path, f"found '({label})', {what}; expected (TAG word) or (LABEL (...) ...)",
+                            line=start)  # fmt: skip
         if tok != "(":  # (TAG word)
             word = tok
             k += 1
