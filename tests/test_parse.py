@@ -294,3 +294,47 @@ def test_evaluate_scores_error_sentences_as_evalb(tiny, tmp_path, capsys):
     res = json.loads(captured.out)
     assert (res["error_sentences"], res["skip_sentences"], res["valid_sentences"]) == (1, 1, 3)
     assert res["f1"] == 100.0 and "Length unmatch" in captured.err
+
+
+def test_a_two_tower_model_parses_with_its_family_defaults(tiny, tmp_path, capsys):
+    """Every family through the one protocol: the two-tower model gets §6.2.2's rates (8e-4 language
+    model, 8e-3 parser) and its own habits (x16 output scale, zero-initialised output layers)."""
+    import torch
+
+    from spanbert.cli import main
+    from spanbert.cloze import build_model, cloze_config, train_cloze_tokenizer
+
+    trees = read_trees(tiny["dev"]).trees
+    tok = train_cloze_tokenizer(None, 200, texts=[" ".join(t.words()) for t in trees] * 20)
+    torch.manual_seed(0)
+    model = build_model(cloze_config("tiny", d_model=32, num_heads=2, ffn_dim=64, final_heads=2), tok)
+    model.save_pretrained(tmp_path / "tt", tokenizer=tok)
+    out = tmp_path / "out"
+    assert main(["finetune", "parse", "--model", str(tmp_path / "tt"), "--train", str(tiny["train"]), "--dev",
+                 str(tiny["dev"]), "--output_dir", str(out), "--num_train_epochs", "1", *SMALL]) == 0  # fmt: skip
+    results = json.loads((out / "dev_results.json").read_text())
+    assert (results["encoder_learning_rate"], results["parser_learning_rate"]) == (8e-4, 8e-3)
+    assert json.loads((out / "config.json").read_text())["model_type"] == "cloze-two-tower"
+    capsys.readouterr()
+    assert main(["predict", "parse", "--model", str(out), "--text", "Mary likes cats.", "--disable_tqdm"]) == 0
+    assert read_trees_text(capsys.readouterr().out.strip()).words() == ["Mary", "likes", "cats", "."]
+
+
+def test_family_habits_reach_the_new_layers():
+    import torch
+
+    from spanbert.config import model_config
+    from spanbert.model import Encoder
+    from spanbert.tasks.parse import ChartParser, ParseConfig
+
+    enc = Encoder(model_config("tiny", vocab_size=50, max_position_embeddings=32))
+    small = ParseConfig(d_model=16, num_heads=2, d_ff=32, label_hidden=8)
+    zero = ChartParser(enc, ["", "S"], ["NN"], small, zero_init_head=True, output_scale=16.0)
+    assert not zero.label_mlp[-1].weight.any() and not zero.tag_classifier.weight.any()
+    drawn = ChartParser(enc, ["", "S"], ["NN"], small, init_std=0.5)
+    assert drawn.label_mlp[-1].weight.std().item() == pytest.approx(0.5, rel=0.5)
+    ids = torch.tensor([[1, 5, 6, 2]])
+    x16 = zero.word_vectors(ids, torch.ones_like(ids), torch.tensor([[0, 1, 2, 3]]), torch.tensor([2]))
+    zero.output_scale = 1.0
+    x1 = zero.word_vectors(ids, torch.ones_like(ids), torch.tensor([[0, 1, 2, 3]]), torch.tensor([2]))
+    assert not torch.allclose(x16, x1)  # the encoder output is scaled before the projection
