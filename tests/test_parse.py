@@ -338,3 +338,23 @@ def test_family_habits_reach_the_new_layers():
     zero.output_scale = 1.0
     x1 = zero.word_vectors(ids, torch.ones_like(ids), torch.tensor([[0, 1, 2, 3]]), torch.tensor([2]))
     assert not torch.allclose(x16, x1)  # the encoder output is scaled before the projection
+
+
+def test_span_scores_are_the_mlp_of_fencepost_differences():
+    """K&K §2.2: span (i, j) = [f_j - f_i ; b_{i+1} - b_{j+1}], scored by the label MLP (computed without
+    building the span vectors: compared here with building them)."""
+    import torch
+
+    from spanbert.config import model_config
+    from spanbert.model import Encoder
+    from spanbert.tasks.parse import ChartParser, ParseConfig
+
+    torch.manual_seed(0)
+    enc = Encoder(model_config("tiny", vocab_size=50, max_position_embeddings=32))
+    m = ChartParser(enc, ["", "S", "NP"], ["NN"], ParseConfig(d_model=8, num_heads=2, d_ff=16, label_hidden=6))
+    x = torch.randn(2, 6, 8)  # (B, N+2, D): N = 4 words
+    got = m.label_scores(x)
+    assert got.shape == (2, 5, 5, 3) and not got[..., 0].any()
+    for b, i, j in [(0, 0, 4), (1, 1, 3), (0, 2, 3)]:
+        span = torch.cat([x[b, j, :4] - x[b, i, :4], x[b, i + 1, 4:] - x[b, j + 1, 4:]])
+        assert torch.allclose(got[b, i, j, 1:], m.label_mlp(span), atol=1e-5)

@@ -170,7 +170,7 @@ class ParseConfig:
     label_hidden: int = 250
     """Hidden width of the span label MLP (K&K 2018: 250)."""
     parser_dropout: float = 0.2
-    """Dropout in the parser layers and on the span vectors (K&K 2018: 0.2)."""
+    """Dropout in the parser layers and on their input (K&K 2018: 0.2)."""
     max_words: int = 300
     """Longest sentence in words (the parser's learned position table)."""
     max_seq_length: int = 512
@@ -236,9 +236,14 @@ class ChartParser(nn.Module):
         """(B, N+1, N+1, L) score of every label of every span (i, j) from the word vectors x (B, N+2, D);
         the empty label is 0."""
         half = x.size(-1) // 2
-        fence = torch.cat([x[:, :-1, :half], x[:, 1:, half:]], -1)  # (B, N+1, D): [f_k ; b_{k+1}]
-        span = fence[:, None, :, :] - fence[:, :, None, :]  # (B, N+1, N+1, D): span[b, i, j] = fence_j - fence_i
-        scores = self.label_mlp(self.dropout(span))  # (B, N+1, N+1, L-1)
+        # fencepost k = [f_k ; -b_{k+1}], so fence_j - fence_i = [f_j - f_i ; b_{i+1} - b_{j+1}] (K&K §2.2)
+        fence = torch.cat([x[:, :-1, :half], -x[:, 1:, half:]], -1)  # (B, N+1, D)
+        # the MLP's first layer is linear, so W (fence_j - fence_i) + b = W fence_j - W fence_i + b: the
+        # (B, N+1, N+1, D) span vectors are never built, only their hidden layer
+        first = self.label_mlp[0]
+        proj = F.linear(fence, first.weight)  # (B, N+1, hidden)
+        hidden = proj[:, None, :, :] - proj[:, :, None, :] + first.bias  # (B, N+1, N+1, hidden): [b, i, j] is span (i, j)
+        scores = self.label_mlp[1:](hidden)  # (B, N+1, N+1, L-1)
         return torch.cat([scores.new_zeros(scores.shape[:-1] + (1,)), scores], -1)
 
     def forward(
@@ -342,6 +347,22 @@ def add_targets(
         f["tag_labels"] = np.asarray([tag2id.get(tag, -100) for tag in t.tags()], dtype=np.int64)
 
 
+class ParseDataset(torch.utils.data.Dataset):
+    """Training features; ``lengths()`` (sub-word tokens) lets the trainer batch by a token budget."""
+
+    def __init__(self, features: list[dict[str, Any]]):
+        self.features = features
+
+    def __len__(self) -> int:
+        return len(self.features)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return self.features[i]
+
+    def lengths(self) -> np.ndarray:
+        return np.asarray([len(f["input_ids"]) for f in self.features], dtype=np.int64)
+
+
 class ParseCollator:
     """Pads features into a batch: input_ids/attention_mask (B, T), word_index (B, W+2), lengths (B,),
     and when present gold_spans (B, K, 3) padded with -1 and tag_labels (B, W) padded with -100."""
@@ -434,12 +455,14 @@ ARCHITECTURE = "ChartParser"
 DEFAULTS = dict(
     output_dir="runs/parse",
     learning_rate=8e-4,
-    per_device_train_batch_size=32,
+    max_tokens_per_batch=1000,
     num_train_epochs=10.0,
     warmup_ratio=0.1,
     **{**selection_defaults("f1"), "evals_per_epoch": 1},
 )
-"""Training defaults: batches of 32 sentences, 10 epochs with 10% warmup, the parser at the BERT
+"""Training defaults: batches of sentences of similar length, at most 1,000 sub-word tokens with padding
+(about 30 sentences; a long sentence's chart is quadratic in its words, so a 249-word sentence of the
+sample must not pad 31 others to its length), 10 epochs with 10% warmup, the parser at the BERT
 family's rate (the two-tower family's are set by `family_rates`); the model of the best dev EVALB F1
 of one evaluation an epoch is kept (each evaluation parses the whole dev set)."""
 
@@ -483,7 +506,6 @@ def finetune_parse(
     """Train a chart parser on the trees of ``train_path`` and save it in ``targs.output_dir`` with its
     dev predictions and EVALB scores (the model of the best dev F1 when ``metric_for_best_model``)."""
     from spanbert import families
-    from spanbert.tasks.classification import FeatureDataset
     from spanbert.tasks.common import (
         KeepBest,
         load_encoder,
@@ -523,7 +545,7 @@ def finetune_parse(
 
     keeper = KeepBest(evaluate, targs)
     result = run_training(
-        model, FeatureDataset(train_features), targs, collate_fn=ParseCollator(tokenizer.pad_id),
+        model, ParseDataset(train_features), targs, collate_fn=ParseCollator(tokenizer.pad_id),
         lr_by_prefix={"bert.": encoder_lr}, eval_fn=keeper if dev_trees else None,
         run_config={"task": "parse", "parse": asdict(config), "encoder_learning_rate": encoder_lr},
     )  # fmt: skip
