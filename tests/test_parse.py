@@ -358,3 +358,26 @@ def test_span_scores_are_the_mlp_of_fencepost_differences():
     for b, i, j in [(0, 0, 4), (1, 1, 3), (0, 2, 3)]:
         span = torch.cat([x[b, j, :4] - x[b, i, :4], x[b, i + 1, 4:] - x[b, j + 1, 4:]])
         assert torch.allclose(got[b, i, j, 1:], m.label_mlp(span), atol=1e-5)
+
+
+def test_study_runs_parse_with_a_test_split(tiny, tmp_path, capsys):
+    """`spanbert study` accepts parse: a cell fine-tunes with the study's (parser) rate, its dev F1 is read
+    from dev_results.json and the selected model scores the test split."""
+    import yaml
+
+    from spanbert.cli import main
+
+    study = {
+        "systems": [{"name": "tiny", "checkpoint": str(tiny["model"])}],
+        "tasks": [{"task": "parse", "train": str(tiny["train"]), "dev": str(tiny["dev"]), "test": str(tiny["dev"]),
+                   "learning_rates": [3e-3], "options": {"num_train_epochs": 1, "d_model": 32, "num_heads": 2,
+                                                         "d_ff": 64, "label_hidden": 16}}],
+        "seeds": 1, "output_dir": str(tmp_path / "study"),
+    }  # fmt: skip
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(study))
+    assert main(["study", str(path)]) == 0
+    cell = json.loads(next((tmp_path / "study").rglob("result.json")).read_text())
+    assert cell["task"] == "parse" and 0 <= cell["dev"] <= 100
+    test = json.loads(next((tmp_path / "study").rglob("test.json")).read_text())
+    assert test["f1"] == pytest.approx(cell["dev"])  # the test file is the dev file here
