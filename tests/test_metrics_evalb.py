@@ -49,7 +49,9 @@ def test_label_equivalence_and_cut_labels():
     assert (r.gold, r.test, r.matched) == (4, 4, 4)
     assert cut_label("NP-SBJ-1") == "NP" and cut_label("PP=2") == "PP" and cut_label("S") == "S"
     # unlabelled scoring ignores labels altogether
-    r = score_sentence("(TOP (S (NP (NN a)) (VP (VB b))))", "(TOP (X (Y (NN a)) (Z (VB b))))", EvalbParams(labeled=False))
+    r = score_sentence(
+        "(TOP (S (NP (NN a)) (VP (VB b))))", "(TOP (X (Y (NN a)) (Z (VB b))))", EvalbParams(labeled=False)
+    )
     assert r.matched == 3
 
 
@@ -79,9 +81,7 @@ def test_repeated_brackets_count_each_time():
 
 def test_crossing_counts_test_brackets():
     # X(1,3) crosses the gold NP(0,2) and VP(2,4): one crossing test bracket
-    r = score_sentence(
-        "(TOP (S (NP (NN a) (NN b)) (VP (VB c) (NN d))))", "(TOP (S (NN a) (X (NN b) (VB c)) (NN d)))"
-    )
+    r = score_sentence("(TOP (S (NP (NN a) (NN b)) (VP (VB c) (NN d))))", "(TOP (S (NN a) (X (NN b) (VB c)) (NN d)))")
     assert (r.gold, r.test, r.matched, r.crossing) == (3, 2, 1, 1)
 
 

@@ -3,7 +3,6 @@ chart parser (a training step, prediction), the commands and their clean errors.
 
 from __future__ import annotations
 
-import itertools
 import json
 from pathlib import Path
 
@@ -16,22 +15,25 @@ from spanbert.tasks.trees import Tree, clean, read_trees, strip_label, tokenize
 
 PTB = Path(__file__).parents[1] / "../shared/data/ptb_sample"
 
-MRG = """
-( (S 
-    (NP-SBJ-1 (NNP Pierre) (NNP Vinken) )
-    (VP (MD will) 
-      (VP (VB join) 
-        (NP (DT the) (NN board) )
-        (PRT (RP up) )
-        (NP (-NONE- *-1) )
-        (PP-CLR=2 (IN as) 
-          (NP (DT a) (-LRB- -LRB-) (NN director) (-RRB- -RRB-) ))))
-    (. .) ))
-( (S 
-    (NP-SBJ (-NONE- *) )
-    (VP (VB Go) )
-    (. .) ))
-"""
+# LDC's layout: trailing spaces, a blank first line, each tree in an outer bracket without a label
+MRG = "\n".join([
+    "",
+    "( (S ",
+    "    (NP-SBJ-1 (NNP Pierre) (NNP Vinken) )",
+    "    (VP (MD will) ",
+    "      (VP (VB join) ",
+    "        (NP (DT the) (NN board) )",
+    "        (PRT (RP up) )",
+    "        (NP (-NONE- *-1) )",
+    "        (PP-CLR=2 (IN as) ",
+    "          (NP (DT a) (-LRB- -LRB-) (NN director) (-RRB- -RRB-) ))))",
+    "    (. .) ))",
+    "( (S ",
+    "    (NP-SBJ (-NONE- *) )",
+    "    (VP (VB Go) )",
+    "    (. .) ))",
+    "",
+])  # fmt: skip
 
 CLEAN_1 = ("(TOP (S (NP (NNP Pierre) (NNP Vinken)) (VP (MD will) (VP (VB join) (NP (DT the) (NN board)) "
            "(PRT (RP up)) (PP (IN as) (NP (DT a) (-LRB- -LRB-) (NN director) (-RRB- -RRB-))))) (. .)))")  # fmt: skip

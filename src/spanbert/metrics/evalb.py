@@ -150,7 +150,7 @@ def read_bracketing(line: str, params: EvalbParams = COLLINS) -> Bracketing:
         else:
             # evalb.c reports "Reading sentence" without moving on, so it repeats the error until
             # MAX_ERROR ends the program: there is no EVALB result to reproduce
-            raise EvalbAbort(f"found {line[p:p + 20]!r} outside any bracket: evalb stops on it (Reading sentence)")
+            raise EvalbAbort(f"found {line[p : p + 20]!r} outside any bracket: evalb stops on it (Reading sentence)")
     if stack:
         out.errors.append("Bracketing is unbalanced (too many open bracket)")
         for b in stack:  # never closed: evalb leaves their end at -1, so they match nothing
@@ -208,9 +208,7 @@ class SentenceResult:
         return 100.0 * self.matched / self.test if self.test else 0.0
 
 
-def score_sentence(
-    gold_line: str, test_line: str, params: EvalbParams = COLLINS, id: int = 1
-) -> SentenceResult:
+def score_sentence(gold_line: str, test_line: str, params: EvalbParams = COLLINS, id: int = 1) -> SentenceResult:
     """evalb's ``calc_result`` for one pair of lines."""
     gold, test = read_bracketing(gold_line, params), read_bracketing(test_line, params)
     result = SentenceResult(id, gold.length, OK, reasons=gold.errors + test.errors)
@@ -238,9 +236,7 @@ def score_sentence(
                 matched += 1
                 break
     # crossing is counted over the test brackets (Collins): each crossing at least one gold bracket
-    crossing = sum(
-        any((gs < ts < ge < te) or (ts < gs < te < ge) for gs, ge, _ in gb) for ts, te, _ in tb
-    )
+    crossing = sum(any((gs < ts < ge < te) or (ts < gs < te < ge) for gs, ge, _ in gb) for ts, te, _ in tb)
     correct = sum(params.label_equal(g, t) for g, t in zip(gold.tags, test.tags))
     result.matched, result.gold, result.test = matched, len(gb), len(tb)
     result.crossing, result.words, result.correct_tags = crossing, len(gold.words), correct

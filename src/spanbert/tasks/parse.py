@@ -29,8 +29,6 @@ fine-tuning rate) and 8e-4 (K&K 2018's Adam rate for a parser trained from scrat
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -242,7 +240,9 @@ class ChartParser(nn.Module):
         # (B, N+1, N+1, D) span vectors are never built, only their hidden layer
         first = self.label_mlp[0]
         proj = F.linear(fence, first.weight)  # (B, N+1, hidden)
-        hidden = proj[:, None, :, :] - proj[:, :, None, :] + first.bias  # (B, N+1, N+1, hidden): [b, i, j] is span (i, j)
+        hidden = (
+            proj[:, None, :, :] - proj[:, :, None, :] + first.bias
+        )  # (B, N+1, N+1, hidden): [b, i, j] is span (i, j)
         scores = self.label_mlp[1:](hidden)  # (B, N+1, N+1, L-1)
         return torch.cat([scores.new_zeros(scores.shape[:-1] + (1,)), scores], -1)
 
@@ -343,7 +343,9 @@ def add_targets(
 ) -> None:
     """The gold spans (K, 3) ``(i, j, label id)`` and tag ids (W,) of each feature (training)."""
     for f, t in zip(features, trees):
-        f["gold_spans"] = np.asarray([(i, j, label2id[lab]) for i, j, lab in tree_spans(t)], dtype=np.int64).reshape(-1, 3)
+        f["gold_spans"] = np.asarray([(i, j, label2id[lab]) for i, j, lab in tree_spans(t)], dtype=np.int64).reshape(
+            -1, 3
+        )
         f["tag_labels"] = np.asarray([tag2id.get(tag, -100) for tag in t.tags()], dtype=np.int64)
 
 
@@ -532,7 +534,9 @@ def finetune_parse(
     model = ChartParser(encoder, labels, tags, config, habits.init_std, habits.output_scale, habits.zero_init_head)
     seed_dropout(targs.seed)
     max_len = min(config.max_seq_length, int(getattr(encoder, "max_positions", config.max_seq_length)))
-    train_features = parse_features([t.words() for t in train_trees], tokenizer, max_len, train_sources, config.max_words)
+    train_features = parse_features(
+        [t.words() for t in train_trees], tokenizer, max_len, train_sources, config.max_words
+    )
     add_targets(train_features, train_trees, {l: i for i, l in enumerate(labels)}, {t: i for i, t in enumerate(tags)})
     dev_words = [t.words() for t in dev_trees]
     dev_features = parse_features(dev_words, tokenizer, max_len, dev_sources, config.max_words)
@@ -623,7 +627,7 @@ def read_predicted_lines(path: str | Path, expected: int, gold: str | Path) -> l
             try:
                 got = list(_parse(line, path))
             except DataError as e:  # read alone, the line is line 1: name its line in the file
-                raise DataError(path, str(e)[len(f"{path}:1: "):], line=n) from None
+                raise DataError(path, str(e)[len(f"{path}:1: ") :], line=n) from None
             if len(got) != 1:
                 raise DataError(path, f"found {len(got)} trees on one line; expected one tree a line", line=n)
             # written again in evalb's spacing, labels and words as they are: "(NN a )" scores as "(NN a)"
@@ -673,7 +677,9 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         source.add_argument("--data", help="trees to parse again (their words; a .mrg file, a folder or one tree a "
                             "line): scored with EVALB too")  # fmt: skip
         source.add_argument("--text", action="append", help="a raw sentence to parse (repeatable)")
-        parser.add_argument("--output", help="file to write, one tree a line in input order (default with --text: stdout)")
+        parser.add_argument(
+            "--output", help="file to write, one tree a line in input order (default with --text: stdout)"
+        )
         parser.add_argument("--tags", choices=("input", "predicted"), default="input",
                             help="POS tags of the output trees: the input's (default; --text has none, so predicted) "
                             "or the parser's tagger")  # fmt: skip

@@ -39,7 +39,6 @@ WRAPPERS = ("", "TOP", "ROOT")
 ROOT = "TOP"
 
 
-
 @dataclass
 class Tree:
     """A constituent (``children``) or a preterminal (``word`` set, no children)."""
@@ -100,7 +99,9 @@ def _parse(text: str, path: str | Path) -> Iterator[Tree]:
             label = tokens[k]
             k += 1
         if k >= len(tokens):
-            raise DataError(path, f"unbalanced brackets: the bracket opened here{_at(label)} is never closed", line=start)
+            raise DataError(
+                path, f"unbalanced brackets: the bracket opened here{_at(label)} is never closed", line=start
+            )
         tok, pos = tokens[k], lines[k]
         if tok == ")":
             what = "empty brackets" if not label else "a tag without its word, or a word without its tag"
