@@ -240,9 +240,7 @@ class ChartParser(nn.Module):
         # (B, N+1, N+1, D) span vectors are never built, only their hidden layer
         first = self.label_mlp[0]
         proj = F.linear(fence, first.weight)  # (B, N+1, hidden)
-        hidden = (
-            proj[:, None, :, :] - proj[:, :, None, :] + first.bias
-        )  # (B, N+1, N+1, hidden): [b, i, j] is span (i, j)
+        hidden = proj[:, None, :, :] - proj[:, :, None, :] + first.bias  # (B, N+1, N+1, hidden); [b, i, j]: span (i, j)
         scores = self.label_mlp[1:](hidden)  # (B, N+1, N+1, L-1)
         return torch.cat([scores.new_zeros(scores.shape[:-1] + (1,)), scores], -1)
 
@@ -275,7 +273,7 @@ class ChartParser(nn.Module):
         gold_score = scores.new_zeros(B).index_add(0, b_idx, scores[b_idx, gi, gj, gl])
         parse_loss = F.relu(predicted - gold_score).mean()  # K&K (2018) §3, per sentence
         out = {"parse_loss": parse_loss.detach(), "loss": parse_loss}
-        if tag_labels is not None and self.config.tag_loss_weight > 0:
+        if tag_labels is not None:  # (weight 0 still keeps the tagger in the graph: DDP wants every parameter used)
             tag_loss = F.cross_entropy(tag_logits.flatten(0, 1), tag_labels.flatten(), ignore_index=-100)
             out["tag_loss"] = tag_loss.detach()
             out["loss"] = parse_loss + self.config.tag_loss_weight * tag_loss
