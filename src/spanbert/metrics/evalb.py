@@ -41,7 +41,8 @@ Where evalb.c gives no figures we say so: a word where its scanner expects a bra
 the brackets, ``(A b c)``, or ``(NN word )`` with a space before the ``)``, which evalb.c reads as
 "More than two elements") makes it repeat "Reading sentence" until MAX_ERROR stops it with no
 summary; here that raises `EvalbAbort` at once. F is 0 when P + R = 0 (evalb prints ``nan``). ``QUOTE_LABEL`` (the 2006 misquote
-fix) is not in COLLINS.prm and is not implemented. More than MAX_ERROR errors stop evalb without a
+fix) is not in COLLINS.prm and is not implemented; nor are evalb.c's fixed buffers (a line longer than
+5,000 characters, 200 words or 200 brackets overflows them; here it is scored whole). More than MAX_ERROR errors stop evalb without a
 summary; here that is `EvalbAbort` too.
 """
 
