@@ -565,11 +565,11 @@ FINETUNE_HABITS = FinetuneHabits(
     encoder_dropout=0.0,  # ... "we disable dropout in the language model" (sentence tasks)
     tagger="bilstm-crf",  # §6.2.1: projection, one biLSTM layer, a CRF
     # §4: a cosine schedule warming up from 1e-7 over 10% of the updates and annealing to 1e-6; Adam
-    # without weight decay. The paper states no gradient clipping for fine-tuning: none here (with the
+    # without weight decay; batches of 16. The paper states no gradient clipping for fine-tuning: none here (with the
     # x16 output scale, clipping the global norm at 1 would rescale the encoder's gradients by ~0.03).
     training=(
         ("lr_scheduler_type", "cosine"), ("warmup_ratio", 0.1), ("warmup_init_lr", 1e-7), ("min_lr", 1e-6),
-        ("weight_decay", 0.0), ("max_grad_norm", 0.0),
+        ("weight_decay", 0.0), ("max_grad_norm", 0.0), ("per_device_train_batch_size", 16),
     ),
     sweep_learning_rates=(1e-4, 5e-5, 3e-5),  # §4: "the best value over three settings"
     sweep_batch_sizes=(16,),  # §4: batch 16
@@ -662,8 +662,7 @@ class TwoTowerEncoder(nn.Module):
 
     def frame(self, tokenizer: Any) -> Any:
         """The tokenizer with ``cls_id`` = <s>, ``mid_id`` = <sep>, ``sep_id`` = </s> (§3, §4)."""
-        cfg = self.lm.config
-        return tokenizer.framed(cfg.bos_id, cfg.sep_id, cfg.eos_id)
+        return frame_tokenizer(self.lm.config, tokenizer)
 
     def config_json(self) -> dict[str, Any]:
         return {"model_type": MODEL_TYPE, **dataclasses.asdict(self.lm.config)}
@@ -686,6 +685,11 @@ class TwoTowerEncoder(nn.Module):
             new.weight[: old.num_embeddings] = old.weight
         self.lm.embed_tokens = new
         cfg.vocab_size = vocab_size
+
+
+def frame_tokenizer(cfg: ClozeConfig, tokenizer: Any) -> Any:
+    """``tokenizer`` framing task inputs as ``<s> a </s>`` and ``<s> a <sep> b </s>`` (§4)."""
+    return tokenizer.framed(cfg.bos_id, cfg.sep_id, cfg.eos_id)
 
 
 def config_from_json(raw: dict[str, Any], source: str = "config.json") -> ClozeConfig:

@@ -16,7 +16,6 @@ releases, a fairseq state dict) is BERT, as it always was. ``FAMILIES`` maps mod
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,8 +78,10 @@ class FamilySpec:
     """A checkpoint's state dict (pre-trained or fine-tuned) -> the encoder's own keys."""
     habits: Callable[[dict[str, Any], str], FinetuneHabits]
     """(config.json dict, source) -> fine-tuning habits, without building the model."""
-    pretrained_by: str
-    """The command that makes such a checkpoint (for messages)."""
+    frame: Callable[[dict[str, Any], Any], Any]
+    """(config.json dict, tokenizer) -> the tokenizer framed for the family (`Family.frame`, without weights)."""
+    prefix: str
+    """The family's part of a task model's architecture name (``Bert`` -> ``BertForQuestionAnswering``)."""
 
 
 def _bert_from_config(raw: dict[str, Any], add_pooling_layer: bool, source: str) -> nn.Module:
@@ -97,13 +98,15 @@ FAMILIES: dict[str, FamilySpec] = {
         from_config=_bert_from_config,
         encoder_state=model.encoder_state_dict,
         habits=_bert_habits,
-        pretrained_by="spanbert pretrain --system spanbert|bert|ltr|... (or any HF BERT checkpoint)",
+        frame=lambda raw, tok: tok,
+        prefix="Bert",
     ),
     cloze.MODEL_TYPE: FamilySpec(
         from_config=lambda raw, pooled, source: cloze.encoder_from_config(raw, source),
         encoder_state=cloze.encoder_state,
         habits=lambda raw, source: cloze.FINETUNE_HABITS,
-        pretrained_by="spanbert pretrain --system cloze|bilm|cloze-bilm",
+        frame=lambda raw, tok: cloze.frame_tokenizer(cloze.config_from_json(raw), tok),
+        prefix="TwoTower",
     ),
 }
 """config.json ``model_type`` -> family. Any other model_type (or none) reads as BERT."""
@@ -122,10 +125,7 @@ def read_config(path: str | Path) -> dict[str, Any]:
     cfg_path = model.config_path(path)
     if not cfg_path.is_file():
         raise SpanBertError(f"{path}: no config.json or bert_config.json, expected a model folder")
-    try:
-        raw = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError) as e:
-        raise SpanBertError(f"{cfg_path}: found unreadable JSON ({str(e).splitlines()[0]}), expected a model config") from None
+    raw = model.read_json(cfg_path, "a JSON object of model settings")
     if not isinstance(raw, dict):
         raise SpanBertError(f"{cfg_path}: found a JSON {type(raw).__name__}, expected a JSON object of model settings")
     return raw
@@ -179,20 +179,42 @@ def load_encoder(path: str | Path, add_pooling_layer: bool = False) -> nn.Module
         return model.Encoder.from_pretrained(path, add_pooling_layer=add_pooling_layer)
     _, state = load_checkpoint(path)
     encoder = encoder_from_config(raw, add_pooling_layer, str(model.config_path(path)))
-    own = FAMILIES[name].encoder_state(state)
-    missing, unexpected = encoder.load_state_dict(own, strict=False)
-    if missing or unexpected:
-        raise SpanBertError(
-            f"{path}: weights do not match a {name} encoder; missing {missing[:5]}, unexpected {unexpected[:5]}"
-        )
+    load_encoder_state(encoder, state, str(path))
     return encoder.eval()
 
 
-def load_tokenizer(path: str | Path, encoder: Any, tokenizer_dir: str | Path | None = None) -> Any:
-    """The tokenizer saved with a checkpoint (or the one given), framed for ``encoder``'s family."""
+def load_encoder_state(encoder: nn.Module, state: dict[str, Tensor], source: str) -> None:
+    """Load a checkpoint's encoder weights (pre-trained or fine-tuned names) into ``encoder``; every
+    weight must fit (BERT: a missing pooler stays freshly initialised, as `Encoder.load_bert_state`)."""
+    own = FAMILIES[encoder.model_type].encoder_state(state)
+    if encoder.model_type == "bert":
+        encoder.load_bert_state(own, source=source)
+        return
+    missing, unexpected = encoder.load_state_dict(own, strict=False)
+    if missing or unexpected:
+        raise SpanBertError(
+            f"{source}: weights do not match a {encoder.model_type} encoder; missing {missing[:5]}, unexpected {unexpected[:5]}"
+        )
+
+
+def load_tokenizer(path: str | Path, tokenizer_dir: str | Path | None = None) -> Any:
+    """The tokenizer saved with a checkpoint (or the one given), framed for the checkpoint's family
+    (reads config.json, no weights): ``cls_id``/``mid_id``/``sep_id`` are the family's markers."""
     from spanbert.tokenization import load_tokenizer_for
 
-    return encoder.frame(load_tokenizer_for(path, tokenizer_dir))
+    raw = read_config(path)
+    return FAMILIES[family_name(raw)].frame(raw, load_tokenizer_for(path, tokenizer_dir))
+
+
+def architecture(encoder: Any, task: str) -> str:
+    """A task model's architecture name for config.json: the family's prefix + ``task``
+    (``BertForSequenceClassification``, the HF name; ``TwoTowerForSequenceClassification``)."""
+    return FAMILIES[encoder.model_type].prefix + task
+
+
+def architectures(task: str) -> tuple[str, ...]:
+    """Every family's architecture name for ``task`` (what a predict command accepts)."""
+    return tuple(spec.prefix + task for spec in FAMILIES.values())
 
 
 # ---------------------------------------------------------------------------------------------

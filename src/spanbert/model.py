@@ -14,6 +14,7 @@ import json
 import math
 import os
 import pickle
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -611,16 +612,27 @@ class SpanBertForPreTraining(nn.Module):
 
     @classmethod
     def from_pretrained(
-        cls, path: str | Path, sbo: bool | None = None, nsp: bool | None = None, **kwargs: Any
+        cls,
+        path: str | Path,
+        sbo: bool | None = None,
+        nsp: bool | None = None,
+        *,
+        require: Sequence[str] = (),
+        needed_by: str = "this command",
+        **kwargs: Any,
     ) -> SpanBertForPreTraining:
         """Load our pre-training checkpoint, or start from any BERT checkpoint (`--init-from`).
 
         Heads absent from the checkpoint (SBO for a HF BERT, MLM head for a bare `BertModel`) are
-        freshly initialised; heads present are loaded. Without spanbert's own settings in the config
-        (any checkpoint not saved by spanbert), ``sbo``/``nsp`` default to the heads the weights hold.
-        A fairseq-era SpanBERT span head arrives renamed by `load_checkpoint`; its position table has
-        fewer rows than ours (`--max-pair-targets 15`): those rows fill ours from the start and the
-        rest keep their initialisation. What is not loaded is reported on stderr.
+        freshly initialised, and said on stderr (as transformers says "newly initialized"); heads
+        present are loaded. ``require`` names heads (``mlm``, ``sbo``, ``nsp``) that ``needed_by`` (a
+        command, for the message) uses to predict: one the checkpoint does not hold is an error naming
+        the folder, what it holds and what is needed, never a head initialised at random. Without
+        spanbert's own settings in the config (any checkpoint not saved by spanbert), ``sbo``/``nsp``
+        default to the heads the weights hold. A fairseq-era SpanBERT span head arrives renamed by
+        `load_checkpoint`; its position table has fewer rows than ours (`--max-pair-targets 15`):
+        those rows fill ours from the start and the rest keep their initialisation. What is not
+        loaded is reported on stderr.
         """
         config_json, state = load_checkpoint(path)
         meta = config_json.get("spanbert", {})
@@ -672,7 +684,24 @@ class SpanBertForPreTraining(nn.Module):
         for k, v in heads.items():
             if k in own and tuple(v.shape) != tuple(own[k].shape):
                 raise SpanBertError(f"{path}: cls.{k} has shape {tuple(v.shape)}, this model needs {tuple(own[k].shape)}")
-        model.cls.load_state_dict({k: v for k, v in heads.items() if k in own}, strict=False)
+        loaded = {k: v for k, v in heads.items() if k in own}
+        fresh = sorted(k for k in own if k not in loaded)
+        for head in require:
+            prefix = _HEAD_PREFIX[head]
+            if getattr(model.cls, prefix.rstrip(".")) is None or any(k.startswith(prefix) for k in fresh):
+                raise SpanBertError(
+                    f"{path}: holds {describe_checkpoint(config_json, state)}; {needed_by} needs "
+                    f"{_HEAD_NAME[head]} (cls.{prefix}*), which it does not hold. Pass a pre-training "
+                    "checkpoint that has it (spanbert pretrain's output, or HF BertForMaskedLM/BertForPreTraining)"
+                )
+        model.cls.load_state_dict(loaded, strict=False)
+        if fresh:
+            heads_fresh = [
+                f"{_HEAD_NAME[h]} (cls.{prefix}*: {n} of {sum(k.startswith(prefix) for k in own)} tensors)"
+                for h, prefix in _HEAD_PREFIX.items()
+                if (n := sum(k.startswith(prefix) for k in fresh))
+            ]
+            notes.append(f"{path} has no weights for {', '.join(heads_fresh)}: freshly initialised")
         if notes:
             from spanbert.distributed import eprint0
 
@@ -682,6 +711,30 @@ class SpanBertForPreTraining(nn.Module):
 
 
 SBO_FILE = "span_boundary_head.safetensors"
+_HEAD_PREFIX = {"mlm": "predictions.", "sbo": "span_predictions.", "nsp": "seq_relationship."}
+_HEAD_NAME = {"mlm": "the masked-LM head", "sbo": "the span boundary head", "nsp": "the next-sentence head"}
+
+
+def describe_checkpoint(config_json: dict[str, Any], state: dict[str, Tensor]) -> str:
+    """What a checkpoint holds, for messages: ``BertForSequenceClassification (glue SST-2): the encoder
+    + classifier.*``. The weights decide (a config's ``architectures`` may be missing or wrong)."""
+    arch = config_json.get("architectures")
+    name = arch[0] if isinstance(arch, list) and arch and isinstance(arch[0], str) else "weights"
+    meta = config_json.get("spanbert")
+    task = [meta.get(k) for k in ("task", "glue_task") if isinstance(meta, dict) and isinstance(meta.get(k), str)]
+    if task:
+        name += f" (fine-tuned: {' '.join(task)})"
+    parts = []
+    for key in state:
+        k = key[len("bert.") :] if key.startswith("bert.") else key
+        if k.startswith(_ENCODER_PREFIXES):
+            part = "the encoder"
+        else:
+            pieces = k.split(".")
+            part = ".".join(pieces[:2] if pieces[0] == "cls" and len(pieces) > 2 else pieces[:1]) + ".*"
+        if part not in parts:
+            parts.append(part)
+    return f"{name}: {' + '.join(parts) if parts else 'no weights'}"
 
 # ---------------------------------------------------------------------------------------------
 # Checkpoint I/O in the HF layout
@@ -758,7 +811,7 @@ def _first_line(e: BaseException) -> str:
     return text[0] if text else type(e).__name__
 
 
-def _read_json(path: Path, expected: str) -> Any:
+def read_json(path: Path, expected: str) -> Any:
     """A JSON file, or a SpanBertError naming it (and the line of a syntax error)."""
     try:
         raw = path.read_bytes()
@@ -882,7 +935,7 @@ def _checked_config(path: Path) -> dict[str, Any]:
         raise SpanBertError(
             f"{path}: no config.json or bert_config.json (a BERT checkpoint folder has one of them + model weights)"
         )
-    config_json = _read_json(cfg_path, "a JSON object of BERT settings")
+    config_json = read_json(cfg_path, "a JSON object of BERT settings")
     BertConfig.from_hf_dict(config_json, source=str(cfg_path))
     return config_json
 
@@ -904,7 +957,7 @@ def load_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict[str, Tensor]
         state = _read_safetensors(path / "model.safetensors")
     elif (path / "model.safetensors.index.json").exists():
         index_path = path / "model.safetensors.index.json"
-        index = _read_json(index_path, 'a JSON object {"weight_map": {name: shard file}}')
+        index = read_json(index_path, 'a JSON object {"weight_map": {name: shard file}}')
         weight_map = index.get("weight_map") if isinstance(index, dict) else None
         if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
             raise SpanBertError(f'{index_path}: found no "weight_map" of shard file names, expected {{"weight_map": {{name: file}}}}')

@@ -1329,7 +1329,7 @@ def fill(model, tok, text: str, head: str = "mlm", top_k: int = 5) -> dict[str, 
     # never propose special tokens
     logits[:, torch.as_tensor(tok.special_ids(), dtype=torch.long)] = -float("inf")
     probs = logits.softmax(-1)
-    top = probs.topk(top_k, dim=-1)
+    top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
     filled = list(ids)
     predictions = []
     for j, p in enumerate(masked):
@@ -1352,12 +1352,24 @@ def fill_main(argv: list[str], prog: str = "spanbert fill") -> int:
     p.add_argument("--tokenizer", default=None, help="tokenizer folder when the model has none")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     args = p.parse_args(argv)
+    from spanbert.errors import utf8_argument
     from spanbert.model import SpanBertForPreTraining
     from spanbert.tokenization import load_tokenizer_for
 
-    model = SpanBertForPreTraining.from_pretrained(args.model)
-    tok = load_tokenizer_for(args.model, args.tokenizer)
-    result = fill(model, tok, args.text, head=args.head, top_k=args.top_k)
+    # what the arguments alone decide is checked before a model is read
+    text = utf8_argument(args.text, "--text")
+    if "[MASK]" not in text and not _MASK_RUN.search(text):
+        raise SpanBertError("--text: found no [MASK]; expected [MASK] per token, or {MASK*n} for a run of n")
+    if args.top_k < 1:
+        raise SpanBertError(f"--top_k: found {args.top_k}; expected an integer >= 1")
+
+    tok = load_tokenizer_for(args.model, args.tokenizer)  # a folder without one fails before weights are read
+    # the head that predicts must come from the folder: a fine-tuned or bare encoder has none, and a
+    # freshly initialised one would print a different random guess each run
+    model = SpanBertForPreTraining.from_pretrained(
+        args.model, require=(args.head,), needed_by=f"spanbert fill --head {args.head}"
+    )
+    result = fill(model, tok, text, head=args.head, top_k=args.top_k)
     if args.json:
         print0(json.dumps(result, indent=2, ensure_ascii=False))
         return 0

@@ -123,15 +123,17 @@ class Tokenizer:
     Build it with `Tokenizer.from_dir`, `load_tokenizer` or `train_tokenizer`.
     """
 
-    def __init__(self, hf_tokenizer, do_lower_case: bool = False):
+    def __init__(self, hf_tokenizer, do_lower_case: bool = False, source: str | os.PathLike | None = None):
         self.hf = hf_tokenizer
         """The wrapped `tokenizers.Tokenizer`."""
         self.do_lower_case = do_lower_case
         missing = [s for s in SPECIAL_TOKENS if hf_tokenizer.token_to_id(s) is None]
         if missing:
-            raise SpanBertError(
-                f"the vocabulary lacks the BERT special tokens {missing}; expected all of {SPECIAL_TOKENS}"
-            )
+            found = f"a vocabulary without the BERT special token(s) {missing}"
+            expected = f"expected all of {SPECIAL_TOKENS}"
+            if source is not None:  # the file it came from (`from_dir`)
+                raise DataError(source, f"found {found}; {expected}")
+            raise SpanBertError(f"found {found}; {expected}")
         self.pad_id: int = hf_tokenizer.token_to_id(PAD)
         self.unk_id: int = hf_tokenizer.token_to_id(UNK)
         self.cls_id: int = hf_tokenizer.token_to_id(CLS)
@@ -180,7 +182,7 @@ class Tokenizer:
             hf_tok.no_truncation()
             if do_lower_case is not None and do_lower_case != config_lower:
                 _build_pipeline(hf_tok, lower)
-            return cls(hf_tok, lower)
+            return cls(hf_tok, lower, source=json_file)
         if not vocab_file.is_file():
             raise SpanBertError(
                 f"no tokenizer in {path}: expected tokenizer.json or vocab.txt "
@@ -207,7 +209,7 @@ class Tokenizer:
         _build_pipeline(hf_tok, lower)
         if CLS in vocab and SEP in vocab:
             _add_post_processor(hf_tok)
-        return cls(hf_tok, lower)
+        return cls(hf_tok, lower, source=vocab_file)
 
     def framed(self, start: int, mid: int, end: int) -> Tokenizer:
         """A copy whose ``cls_id``, ``mid_id`` and ``sep_id`` are a model family's start, between-segment
@@ -296,7 +298,9 @@ class Tokenizer:
         t = _hf()
         hf_tok = t.Tokenizer.from_str(self.hf.to_str())
         hf_tok.add_special_tokens(list(tokens))
-        return Tokenizer(hf_tok, self.do_lower_case)
+        out = Tokenizer(hf_tok, self.do_lower_case)
+        out.cls_id, out.mid_id, out.sep_id = self.cls_id, self.mid_id, self.sep_id  # the family's framing stays
+        return out
 
     def word_starts_of(self, ids: np.ndarray) -> np.ndarray:
         """(N,) bool word-start flags of token ids (True unless the token begins with ``##``)."""

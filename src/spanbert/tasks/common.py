@@ -39,7 +39,6 @@ from spanbert.config import (
     replace_checked,
 )
 from spanbert.errors import SpanBertError
-from spanbert.tokenization import load_tokenizer_for  # noqa: F401 -- a public name of this module
 from spanbert.trainer import TrainingArguments
 
 T = TypeVar("T")
@@ -272,6 +271,12 @@ def load_encoder(model_dir: str | Path, add_pooling_layer: bool = False) -> nn.M
     return families.load_encoder(model_dir, add_pooling_layer=add_pooling_layer)
 
 
+def load_tokenizer_for(model_dir: str | Path, tokenizer_dir: str | Path | None = None) -> Any:
+    """The tokenizer saved with a checkpoint (or the one given), framed for the checkpoint's family
+    (`spanbert.families.load_tokenizer`): tasks frame ``cls_id a sep_id`` and ``cls_id a mid_id b sep_id``."""
+    return families.load_tokenizer(model_dir, tokenizer_dir)
+
+
 def family_defaults(argv: Sequence[str], defaults: dict[str, Any]) -> dict[str, Any]:
     """A task's `TrainingArguments` defaults with the family's own (`FinetuneHabits.training`) on top,
     read from the ``--model`` folder's config.json before the options are parsed, so ``--help`` and the
@@ -317,7 +322,7 @@ def save_finetuned(
 
 
 def load_finetuned(model_dir: str | Path) -> tuple[dict[str, Any], dict[str, torch.Tensor], Any]:
-    """(config.json dict, state dict, tokenizer - not yet framed) of a folder saved by `save_finetuned`."""
+    """(config.json dict, state dict, framed tokenizer) of a folder saved by `save_finetuned`."""
     config_json, state = families.load_checkpoint(model_dir)
     return config_json, state, load_tokenizer_for(model_dir)
 
@@ -347,7 +352,7 @@ def load_task_model(
             f"{model_dir}: weights do not match a {type(model).__name__}; missing {missing[:5]}, unexpected {unexpected[:5]}"
         )
     model.to(resolve_device(device)).eval()
-    return model, config_json, model.bert.frame(tokenizer)
+    return model, config_json, tokenizer
 
 
 # ---------------------------------------------------------------------------------------------
