@@ -450,7 +450,9 @@ def predict_trees(
 # ---------------------------------------------------------------------------------------------
 # Fine-tuning, prediction, scoring
 
-ARCHITECTURE = "ChartParser"
+TASK = "ForConstituencyParsing"
+"""The architecture name in config.json: the family's prefix + this (``BertForConstituencyParsing``,
+``TwoTowerForConstituencyParsing``)."""
 
 DEFAULTS = dict(
     output_dir="runs/parse",
@@ -526,7 +528,7 @@ def finetune_parse(
     dev_sources = dev.sources[:max_eval_examples] if dev else []
     seed_init(targs.seed)  # the parser's initialisation is the same on every rank and run
     encoder = load_encoder(model_dir)
-    tokenizer = families.load_tokenizer(model_dir, encoder, tokenizer_dir)
+    tokenizer = families.load_tokenizer(model_dir, tokenizer_dir)
     habits = encoder.habits
     labels, tags = chart_labels(train_trees), tag_list(train_trees)
     model = ChartParser(encoder, labels, tags, config, habits.init_std, habits.output_scale, habits.zero_init_head)
@@ -561,7 +563,7 @@ def finetune_parse(
     settings = {"task": "parse", "labels": labels, "tags": tags, "parse": asdict(config)}
 
     def write() -> None:
-        save_finetuned(model, out, tokenizer, ARCHITECTURE, {"spanbert": settings})
+        save_finetuned(model, out, tokenizer, families.architecture(encoder, TASK), {"spanbert": settings})
         if dev_trees:
             write_trees(out / "dev_predictions.txt", predicted)
             write_json(out / "dev_results.json", metrics)
@@ -572,6 +574,7 @@ def finetune_parse(
 
 def load_parser(model_dir: str | Path, device: str = "cpu") -> tuple[ChartParser, Any]:
     """(parser in eval mode on ``device``, its tokenizer) of a folder saved by `finetune_parse`."""
+    from spanbert import families
     from spanbert.tasks.common import load_task_model
 
     def build(encoder: nn.Module, config_json: dict[str, Any]) -> nn.Module:
@@ -585,7 +588,7 @@ def load_parser(model_dir: str | Path, device: str = "cpu") -> tuple[ChartParser
         return ChartParser(encoder, labels, tags, config, output_scale=encoder.habits.output_scale)
 
     model, _, tokenizer = load_task_model(
-        model_dir, build, (ARCHITECTURE,), "a parser saved by spanbert finetune parse", device
+        model_dir, build, families.architectures(TASK), "a parser saved by spanbert finetune parse", device
     )
     return model, tokenizer  # type: ignore[return-value]
 
