@@ -384,3 +384,38 @@ def test_study_runs_parse_with_a_test_split(tiny, tmp_path, capsys):
     assert cell["task"] == "parse" and 0 <= cell["dev"] <= 100
     test = json.loads(next((tmp_path / "study").rglob("test.json")).read_text())
     assert test["f1"] == pytest.approx(cell["dev"])  # the test file is the dev file here
+
+
+@pytest.mark.slow
+def test_two_processes_train_and_parse_as_one_with_accumulation(tiny, tmp_path):
+    """torchrun --nproc_per_node 2 (gloo) equals one process with accumulation 2: one saved model, the
+    same weights, the same dev trees (no dropout in the encoder or the parser; 16 trees, so that no
+    step is partial: one process would keep it, two drop it)."""
+    import os
+    import subprocess
+    import sys
+
+    import torch
+    from safetensors.torch import load_file
+
+    def run(nproc: int, out: Path, accumulation: int) -> None:
+        argv = ["finetune", "parse", "--model", str(tiny["model"]), "--train", str(tiny["train"]), "--dev",
+                str(tiny["dev"]), "--output_dir", str(out), "--num_train_epochs", "2", "--max_tokens_per_batch", "0",
+                "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", str(accumulation),
+                "--parser_dropout", "0", "--device", "cpu", "--max_train_examples", "16", *SMALL]  # fmt: skip
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+               "-m", "spanbert", *argv]  # fmt: skip
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+
+    run(1, tmp_path / "one", 2)
+    run(2, tmp_path / "two", 1)
+    one, two = load_file(tmp_path / "one" / "model.safetensors"), load_file(tmp_path / "two" / "model.safetensors")
+    assert one.keys() == two.keys()
+    for k in one:
+        assert torch.allclose(one[k], two[k], atol=1e-5), k
+    assert (tmp_path / "one" / "dev_predictions.txt").read_text() == (
+        tmp_path / "two" / "dev_predictions.txt"
+    ).read_text()
+    assert sorted(p.name for p in (tmp_path / "two").iterdir() if p.name.startswith(".")) == []
