@@ -244,6 +244,12 @@ def test_finetune_predict_evaluate_commands(tiny, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["f1"] == pytest.approx(predicted_f1)
     assert main(["evaluate", "parse", "--data", str(tiny["dev"]), "--model", str(out), "--disable_tqdm"]) == 0
     assert json.loads(capsys.readouterr().out)["f1"] == pytest.approx(predicted_f1)
+    tagged = tmp_path / "tagged.txt"
+    assert main(["predict", "parse", "--model", str(out), "--data", str(tiny["dev"]), "--output", str(tagged),
+                 "--tags", "predicted", "--disable_tqdm"]) == 0  # fmt: skip
+    vocabulary = set(json.loads((out / "config.json").read_text())["spanbert"]["tags"])
+    assert {t for line in tagged.read_text().splitlines() for t in read_trees_text(line).tags()} <= vocabulary
+    capsys.readouterr()
     assert main(["predict", "parse", "--model", str(out), "--text", "The cat sat.", "--disable_tqdm"]) == 0
     tree = capsys.readouterr().out.strip()
     assert tree.startswith("(TOP ") and read_trees_text(tree).words() == ["The", "cat", "sat", "."]
@@ -291,9 +297,10 @@ def test_evaluate_scores_error_sentences_as_evalb(tiny, tmp_path, capsys):
     lines[3] = lines[3].replace("(NN dog)", "(NN dog )")  # evalb.c would stop; written again it scores
     pred = tmp_path / "pred.txt"
     pred.write_text("\n".join(lines) + "\n")
-    assert main(["evaluate", "parse", "--data", str(tiny["dev"]), "--predictions", str(pred)]) == 0
+    assert main(["evaluate", "parse", "--data", str(tiny["dev"]), "--predictions", str(pred), "--summary"]) == 0
     captured = capsys.readouterr()
     res = json.loads(captured.out)
+    assert "Number of Error sentence  =      1" in captured.err and "Number of Skip  sentence  =      1" in captured.err
     assert (res["error_sentences"], res["skip_sentences"], res["valid_sentences"]) == (1, 1, 3)
     assert res["f1"] == 100.0 and "Length unmatch" in captured.err
 
