@@ -50,7 +50,7 @@ class TaskSpec:
     """One downstream task of a study."""
 
     task: str
-    """squad, mrqa, semeval, tacred, glue, ner, coref or swag (the `spanbert finetune` task names)."""
+    """squad, mrqa, semeval, tacred, glue, ner, coref, swag or parse (the `spanbert finetune` task names)."""
     name: str = ""
     """Column name in the table (default: the GLUE task name, else the task)."""
     train: str = ""
@@ -58,7 +58,7 @@ class TaskSpec:
     dev: str = ""
     """Dev file: fine-tuning selects the best checkpoint and the learning rate on it."""
     test: str = ""
-    """Optional test file, scored only with the selected models (ner, semeval, tacred)."""
+    """Optional test file, scored only with the selected models (ner, semeval, tacred, parse)."""
     glue_task: str = ""
     """glue only: SST-2, CoLA, MRPC, STS-B, RTE, ..."""
     folds: list[int] = field(default_factory=list)
@@ -117,8 +117,8 @@ class Study:
         return max(1, math.ceil(self.budget_tokens / (self.batch_size * self.max_seq_length)))
 
 
-TASK_NAMES = ("squad", "mrqa", "semeval", "tacred", "glue", "ner", "coref", "swag")
-TEST_TASKS = ("ner", "semeval", "tacred")  # whose `evaluate` scores a labelled file with a model
+TASK_NAMES = ("squad", "mrqa", "semeval", "tacred", "glue", "ner", "coref", "swag", "parse")
+TEST_TASKS = ("ner", "semeval", "tacred", "parse")  # whose `evaluate` scores a labelled file with a model
 
 
 def _check_type(value: Any, tp: Any) -> bool:
@@ -498,6 +498,7 @@ DEV_RESULTS = {
     "tacred": ("dev_results.json", "f1"),
     "coref": ("finetune_results.json", "conll_f1"),
     "swag": ("dev_results.json", "accuracy"),
+    "parse": ("dev_results.json", "f1"),
 }
 
 
