@@ -1,5 +1,6 @@
 """Every model family through every task (issue 21): the one protocol, the one loader, and each task's
-fine-tune -> predict -> evaluate at tiny size for the BERT encoder, its left-to-right variant and the
+fine-tune -> predict -> evaluate at tiny size (QA, GLUE, NER in three heads, SWAG, relation extraction,
+coreference, constituency parsing) for the BERT encoder, its left-to-right variant and the
 two-tower cloze model. Scores are not asserted here (one training step of a random tiny model); what is
 asserted is that each family runs every path, saves a folder naming its family, loads it back through
 the one loader and scores it with the task's metric. The tasks' own tests pin the numbers."""
@@ -234,6 +235,15 @@ def _write_coref(path: Path) -> None:
     write_conll(path, docs)
 
 
+def _write_trees(path: Path) -> None:
+    rng = random.Random(6)
+    trees = []
+    for _ in range(12):
+        subj, verb, obj = rng.choice(PEOPLE), rng.choice(["saw", "met"]), rng.choice(PLACES + PEOPLE)
+        trees.append(f"(TOP (S (NP (NNP {subj})) (VP (VBD {verb}) (NP (NNP {obj}))) (. .)))")
+    path.write_text("\n".join(trees) + "\n")
+
+
 def task_commands(task: str, model: Path, tmp: Path) -> list[list[str]]:
     """finetune, predict and evaluate command lines of ``task`` on tiny synthetic data."""
     out = tmp / "ft"
@@ -276,6 +286,14 @@ def task_commands(task: str, model: Path, tmp: Path) -> list[list[str]]:
                 ["predict", task, "--data", str(data), "--model", str(out), "--output", str(tmp / "p.txt"),
                  "--disable_tqdm"],
                 ["evaluate", task, "--data", str(data), "--model", str(out), "--disable_tqdm"]]  # fmt: skip
+    if task == "parse":
+        data = tmp / "trees.txt"
+        _write_trees(data)
+        return [["finetune", "parse", "--train", str(data), "--dev", str(data), "--model", str(model),
+                 "--output_dir", str(out), *TRAIN],
+                ["predict", "parse", "--model", str(out), "--data", str(data), "--output", str(tmp / "p.txt"),
+                 "--disable_tqdm"],
+                ["evaluate", "parse", "--data", str(data), "--predictions", str(tmp / "p.txt")]]  # fmt: skip
     assert task == "coref"
     data = tmp / "coref.conll"
     _write_coref(data)
@@ -287,7 +305,7 @@ def task_commands(task: str, model: Path, tmp: Path) -> list[list[str]]:
             ["evaluate", "coref", "--gold", str(data), "--predictions", str(tmp / "p.conll")]]  # fmt: skip
 
 
-TASKS = ("sst2", "rte", "ner", "ner-crf", "ner-features", "squad", "swag", "semeval", "tacred", "coref")
+TASKS = ("sst2", "rte", "ner", "ner-crf", "ner-features", "squad", "swag", "semeval", "tacred", "coref", "parse")
 
 
 @pytest.mark.parametrize("task", TASKS)
