@@ -304,3 +304,47 @@ def test_count_words_equals_pretokenizing_every_line():
         assert count_words(texts, hf.normalizer, hf.pre_tokenizer) == reference(texts)
 
     check()
+
+
+def test_a_long_line_comes_in_pieces_that_tokenize_as_the_whole_line(tok, tmp_path):
+    """`iter_lines(path, max_bytes)`: pieces of at most max_bytes bytes, cut before a space or tab, so
+    the tokens are those of the whole line (issue 22 item 11: memory must not grow with the line)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from spanbert.tokenization import iter_lines
+
+    word = st.text(st.characters(blacklist_categories=("Cs", "Cc", "Zs", "Zl", "Zp")), min_size=1, max_size=8)
+    seps = st.sampled_from([" ", "  ", "\t", " \t "])
+
+    @settings(max_examples=80, deadline=None)
+    @given(st.lists(st.tuples(word, seps), min_size=1, max_size=50), st.integers(1, 60))
+    def check(items, max_bytes):
+        line = "".join(w + s for w, s in items).rstrip()
+        path = tmp_path / "line.txt"
+        path.write_text(f"{line}\n\nnext\n", encoding="utf-8")
+        got = list(iter_lines(path, max_bytes))
+        if len(line.encode()) <= max_bytes and max_bytes >= 4:  # no line is long: read as without a bound
+            assert got == list(iter_lines(path, None))
+        pieces = [text for n, text in got if n == 1]
+        assert [x for x in got if x[0] == 2] == [(2, "")] and "".join(t for n, t in got if n == 3) == "next"
+        assert all(len(t.encode()) <= max(max_bytes, 4) for _, t in got)
+        assert "".join("".join(pieces).split()) == "".join(line.split())  # only whitespace-only pieces left out
+        if all(len(w.encode()) + 3 < max_bytes for w, _ in items):  # no word is longer than a piece: none is cut
+            whole = tok.hf.encode(line, add_special_tokens=False).ids
+            assert [i for e in tok.hf.encode_batch(pieces, add_special_tokens=False) for i in e.ids] == whole
+
+    check()
+
+
+def test_long_line_pieces_keep_errors_and_blank_lines(tmp_path):
+    from spanbert.tokenization import iter_lines
+
+    path = tmp_path / "a.txt"
+    path.write_bytes(b"ok\n" + b"word " * 30 + b"caf\xe9 end\n")
+    with pytest.raises(DataError, match=r"a.txt:2: not UTF-8 text: byte 0xe9 at column 154"):
+        list(iter_lines(path, max_bytes=16))  # the bad byte is in the 10th piece; its column is the line's
+    path.write_text("a\n" + " \t" * 50 + "\nb\n", encoding="utf-8")
+    assert list(iter_lines(path, max_bytes=8)) == [(1, "a"), (2, ""), (3, "b")]  # still a blank line
+    path.write_text("ééé\n", encoding="utf-8")
+    assert list(iter_lines(path, max_bytes=1)) == [(1, "éé"), (1, "é")]  # 4 bytes: a piece holds a character

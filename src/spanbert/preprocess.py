@@ -32,7 +32,16 @@ from spanbert.dataset import PretrainDataset
 from spanbert.errors import DataError, SpanBertError
 from spanbert.masking import IGNORE_INDEX, SCHEMES, MaskingConfig
 from spanbert.static_masks import StaticMaskingConfig, static_mask_sets, static_settings
-from spanbert.tokenization import Tokenizer, corpus_files, is_jsonl, iter_lines, load_tokenizer, parse_jsonl_text
+from spanbert.tokenization import (
+    MAX_LINE_BYTES,
+    Tokenizer,
+    corpus_files,
+    cut_before_space,
+    is_jsonl,
+    iter_lines,
+    load_tokenizer,
+    parse_jsonl_text,
+)
 from spanbert.utils import atomic_dir, atomic_write
 
 # spaCy entity labels that are numbers, not names (§6.1 "non-numerical named entity mentions").
@@ -48,15 +57,43 @@ class _Doc:
     paragraphs: list[str]
     path: str
     line: int
+    continues: bool = False
+    """This part goes on with the document of the part before it (a document longer than
+    ``part_chars`` comes in parts; `_ShardWriter` joins them again)."""
 
 
-def iter_documents(files: Sequence[Path], one_doc_per_line: bool = False) -> Iterator[_Doc]:
+def iter_documents(
+    files: Sequence[Path],
+    one_doc_per_line: bool = False,
+    max_line_bytes: int | None = None,
+    part_chars: int | None = None,
+) -> Iterator[_Doc]:
     """Documents of the corpus in file order.
 
     Plain text: a blank line separates documents, each non-blank line is a paragraph (or every
     non-blank line is a document with ``one_doc_per_line``). ``.jsonl``: one JSON object per line with a
     string field ``text`` (its lines are the paragraphs). Files may be gzipped.
+
+    Memory stays bounded however long a line or a document is: with ``max_line_bytes`` a longer line
+    becomes several lines (paragraphs of its document) of at most that many bytes, each cut before a
+    space or tab (`iter_lines`, `cut_before_space`), so they tokenize as the whole line does; a
+    one-time ``warning:`` on stderr names the first such line. A JSONL record is read whole, then its
+    longer paragraphs are cut the same way. With ``part_chars`` a document longer than that comes in
+    parts of about that many characters (`_Doc.continues`).
     """
+    warned = False
+
+    def warn(path: Path, lineno: int) -> None:
+        nonlocal warned
+        if not warned:
+            warned = True
+            print(
+                f"warning: {path}:{lineno}: found a line of more than {max_line_bytes:,} bytes, expected at most "
+                f"that; it is split before a space into lines of at most {max_line_bytes:,} bytes (paragraphs of "
+                "its document), as is any longer line after it, without another warning",
+                file=sys.stderr,
+            )
+
     for path in files:
         if is_jsonl(path):
             for lineno, line in iter_lines(path):
@@ -64,25 +101,75 @@ def iter_documents(files: Sequence[Path], one_doc_per_line: bool = False) -> Ite
                     continue
                 text = parse_jsonl_text(path, lineno, line)
                 paras = [p for p in text.split("\n") if p.strip()]
-                if paras:
-                    yield _Doc(paras, str(path), lineno)
+                if max_line_bytes is not None:
+                    pieces = [q for p in paras for q in _pieces(p, max_line_bytes)]
+                    if pieces != paras:
+                        warn(path, lineno)
+                    paras = pieces
+                for k, part in enumerate(_parts(paras, part_chars)):
+                    yield _Doc(part, str(path), lineno, continues=k > 0)
             continue
         paras: list[str] = []
-        first = 0
-        for lineno, line in iter_lines(path):
+        first = size = prev = 0
+        continues = False
+        for lineno, line in iter_lines(path, max_line_bytes):
+            piece = lineno == prev  # the next piece of a line longer than max_line_bytes
+            prev = lineno
+            if piece:
+                warn(path, lineno)
             if not line.strip():
                 if paras:
-                    yield _Doc(paras, str(path), first)
-                    paras = []
+                    yield _Doc(paras, str(path), first, continues)
+                paras, size, continues = [], 0, False
                 continue
             if one_doc_per_line:
-                yield _Doc([line], str(path), lineno)
+                yield _Doc([line], str(path), lineno, continues=piece)
                 continue
             if not paras:
                 first = lineno
             paras.append(line)
+            size += len(line)
+            if part_chars is not None and size >= part_chars:
+                yield _Doc(paras, str(path), first, continues)
+                paras, size, continues = [], 0, True
         if paras:
-            yield _Doc(paras, str(path), first)
+            yield _Doc(paras, str(path), first, continues)
+
+
+def _pieces(text: str, max_bytes: int) -> list[str]:
+    """``text`` cut as `iter_lines` cuts a line of more than ``max_bytes`` bytes (pieces of at most that
+    many, before a space or tab, the blank ones left out); ``[text]`` when it is not longer."""
+    if len(text) * 4 <= max_bytes:  # a character is at most 4 bytes: short enough, no need to encode
+        return [text]
+    raw = text.encode("utf-8", "surrogatepass")  # JSON may hold a lone surrogate; the tokenizer decides
+    limit = max(max_bytes, 4)  # as `iter_lines`: a piece holds at least one whole character
+    if len(raw) <= limit:
+        return [text]
+    out, start = [], 0
+    while len(raw) - start > limit:
+        cut = cut_before_space(raw, limit, start)
+        out.append(raw[start:cut].decode("utf-8", "surrogatepass"))
+        start = cut
+    out.append(raw[start:].decode("utf-8", "surrogatepass"))
+    return [q for q in out if q.strip()]
+
+
+def _parts(paras: list[str], part_chars: int | None) -> Iterator[list[str]]:
+    """``paras`` in consecutive groups of about ``part_chars`` characters (all of them when None)."""
+    if part_chars is None:
+        if paras:
+            yield paras
+        return
+    part: list[str] = []
+    size = 0
+    for p in paras:
+        part.append(p)
+        size += len(p)
+        if size >= part_chars:
+            yield part
+            part, size = [], 0
+    if part:
+        yield part
 
 
 def _chunks(docs: Iterable[_Doc], chunk_chars: int) -> Iterator[list[_Doc]]:
@@ -122,13 +209,14 @@ def _init_worker(tokenizer_dir: str, candidate_kinds: tuple[str, ...], spacy_mod
 class _ChunkResult:
     ids: np.ndarray  # (n,) int32
     starts: np.ndarray  # (n,) bool
-    doc_lens: np.ndarray  # (D,) tokens per (non-empty) document
+    doc_lens: np.ndarray  # (D,) tokens per document, 0 for one with none (the writer drops those)
     para_lens: np.ndarray  # (P,) tokens per (non-empty) paragraph
     candidates: dict[str, np.ndarray]  # kind -> (C, 2) inclusive spans, chunk coordinates
     chars: int
+    continues: bool = False  # the first document goes on with the last one of the chunk before
 
 
-def _tokenize_chunk(docs: list[tuple[list[str], str, int]]) -> _ChunkResult:
+def _tokenize_chunk(docs: list[tuple[list[str], str, int, bool]]) -> _ChunkResult:
     tok: Tokenizer = _WORKER["tok"]
     paras = [p for d in docs for p in d[0]]
     encs = tok.hf.encode_batch(paras, add_special_tokens=False)
@@ -136,14 +224,19 @@ def _tokenize_chunk(docs: list[tuple[list[str], str, int]]) -> _ChunkResult:
     ids = np.fromiter((i for e in encs for i in e.ids), dtype=np.int32, count=int(para_lens.sum()))
     starts = tok.word_starts_of(ids)
     per_doc = np.array([len(d[0]) for d in docs], dtype=np.int64)
-    doc_of_para = np.repeat(np.arange(len(docs)), per_doc)
-    doc_lens = np.bincount(doc_of_para, weights=para_lens, minlength=len(docs)).astype(np.int64)
+    # the parts of one document (`_Doc.continues`) count as one; the first may go on with the last
+    # document of the chunk before, which `_ShardWriter.add` joins
+    new_doc = np.array([not d[3] for d in docs], dtype=bool)
+    new_doc[0] = True
+    doc_of_part = np.cumsum(new_doc) - 1  # (parts,)
+    doc_of_para = np.repeat(doc_of_part, per_doc)
+    doc_lens = np.bincount(doc_of_para, weights=para_lens, minlength=int(doc_of_part[-1]) + 1).astype(np.int64)
     candidates: dict[str, np.ndarray] = {}
     if _WORKER["kinds"]:
         candidates = _find_candidates(_WORKER["nlp"], _WORKER["kinds"], paras, encs, para_lens, starts)
-    # empty paragraphs and documents (nothing left after normalisation) are dropped
+    # empty paragraphs (nothing left after normalisation) are dropped; empty documents by the writer
     return _ChunkResult(
-        ids, starts, doc_lens[doc_lens > 0], para_lens[para_lens > 0], candidates, sum(len(p) for p in paras)
+        ids, starts, doc_lens, para_lens[para_lens > 0], candidates, sum(len(p) for p in paras), bool(docs[0][3])
     )
 
 
@@ -215,18 +308,27 @@ class _ShardWriter:
         self.n_tokens = 0
         self.n_docs = 0
         self.n_cand = dict.fromkeys(kinds, 0)
+        self.open_tokens = 0  # tokens so far of the document the last chunk ended in
 
     def add(self, r: _ChunkResult) -> None:
         self.f_ids.write(r.ids.astype(self.id_dtype).tobytes())
         self.f_starts.write(r.starts.astype(np.uint8).tobytes())
-        self.doc_offsets.append(self.n_tokens + np.cumsum(r.doc_lens))
+        ends = self.n_tokens + np.cumsum(r.doc_lens)  # (D,) where each document of the chunk ends
+        new = r.doc_lens > 0  # a document with no tokens (nothing left after normalisation) is dropped
+        if r.continues and self.open_tokens > 0:  # the first document goes on with the last one written
+            self.doc_offsets[-1][-1] = ends[0]
+            new[0] = False
+        if new.any():
+            self.doc_offsets.append(ends[new])
+        same = r.continues and len(r.doc_lens) == 1  # the chunk holds only a part of the open document
+        self.open_tokens = int(r.doc_lens[-1]) + (self.open_tokens if same else 0)
         self.para_offsets.append(self.n_tokens + np.concatenate([[0], np.cumsum(r.para_lens)[:-1]]))
         for k in self.kinds:
             c = r.candidates.get(k, np.zeros((0, 2), np.int32)).astype(np.int64) + self.n_tokens
             self.f_cand[k].write(c.astype(np.int32).tobytes())
             self.n_cand[k] += len(c)
         self.n_tokens += len(r.ids)
-        self.n_docs += len(r.doc_lens)
+        self.n_docs += int(new.sum())
 
     def close(self) -> dict[str, Any]:
         for f in [self.f_ids, self.f_starts, *self.f_cand.values()]:
@@ -255,6 +357,8 @@ class PreprocessConfig:
     """Start a new shard after this many tokens (at a document boundary)."""
     chunk_chars: int = 1_000_000
     """Characters of text per unit of work sent to a worker."""
+    max_line_bytes: int = MAX_LINE_BYTES
+    """A longer line is split, before a space, into lines of at most this many bytes (with a warning): memory stays flat whatever the line length."""
     candidates: str = ""
     """Candidate spans for the §6.1 schemes, comma-separated: entity, noun_phrase (needs spaCy); empty = none."""
     spacy_model: str = "en_core_web_sm"
@@ -270,6 +374,7 @@ def preprocess(
     num_workers: int = 0,
     shard_tokens: int = 100_000_000,
     chunk_chars: int = 1_000_000,
+    max_line_bytes: int = MAX_LINE_BYTES,
     candidates: Sequence[str] | str | None = (),
     spacy_model: str = "en_core_web_sm",
     progress: bool = True,
@@ -278,7 +383,10 @@ def preprocess(
     """Tokenize ``corpus`` (files or directories) into memory-mapped shards in ``output_dir``.
 
     Returns ``output_dir``. Memory stays flat: text is read in chunks, at most two chunks per worker
-    are in flight, and tokens go straight to disk. Output appears only when complete.
+    are in flight, and tokens go straight to disk. Output appears only when complete. A line longer
+    than ``max_line_bytes`` becomes several lines of at most that many bytes, cut before a space (a
+    one-time ``warning:`` on stderr names the first), and a document longer than ``chunk_chars`` is
+    tokenized in parts (`iter_documents`), so no line or document, however long, is held whole.
     ``static`` with ``dupe_factor`` > 0 also stores that many masked copies of the examples, per
     sequence length (`write_static_masks`; Google BERT's static masking), inside the same atomic folder.
     """
@@ -298,6 +406,8 @@ def preprocess(
         raise SpanBertError(f"--num_workers: found {num_workers}, expected 0 (one per CPU core) or more")
     if chunk_chars < 1:
         raise SpanBertError(f"chunk_chars: found {chunk_chars}, expected at least 1")
+    if max_line_bytes < 1:
+        raise SpanBertError(f"--max_line_bytes: found {max_line_bytes}, expected at least 1")
     if not 0 < shard_tokens <= 2**30:  # candidate spans are stored as int32 offsets inside a shard
         raise SpanBertError(f"shard_tokens={shard_tokens}; expected 1 .. {2**30}")
     if static is not None:
@@ -316,13 +426,14 @@ def preprocess(
         counts = np.zeros(tok.vocab_size, dtype=np.int64)
         shards: list[dict[str, Any]] = []
         writer = _ShardWriter(tmp, 0, id_dtype, kinds)
-        chunk_iter = _chunks(iter_documents(files, one_doc_per_line), chunk_chars)
+        docs = iter_documents(files, one_doc_per_line, max_line_bytes=max_line_bytes, part_chars=chunk_chars)
+        chunk_iter = _chunks(docs, chunk_chars)
         bar = _progress_bar(progress, total_bytes)
         chars = 0
         t0 = time.perf_counter()
         try:
             for result in _map_chunks(chunk_iter, str(tmp / "tokenizer"), kinds, spacy_model, num_workers):
-                if writer.n_tokens >= shard_tokens:
+                if writer.n_tokens >= shard_tokens and not result.continues:  # documents never cross shards
                     shards.append(writer.close())
                     writer = _ShardWriter(tmp, len(shards), id_dtype, kinds)
                 writer.add(result)
@@ -403,7 +514,7 @@ def _progress_bar(enabled: bool, total_bytes: int):
 
 def _map_chunks(chunks, tokenizer_dir: str, kinds, spacy_model: str, num_workers: int) -> Iterator[_ChunkResult]:
     """Tokenize chunks in order, with at most 2 chunks per worker in flight (memory stays flat)."""
-    payload = ([(d.paragraphs, d.path, d.line) for d in chunk] for chunk in chunks)
+    payload = ([(d.paragraphs, d.path, d.line, d.continues) for d in chunk] for chunk in chunks)
     if num_workers <= 1:
         _init_worker(tokenizer_dir, kinds, spacy_model, threads=True)
         try:
@@ -624,6 +735,15 @@ def main(argv: list[str], prog: str = "spanbert preprocess") -> int:
         default=d.spacy_model,
         help=f"spaCy pipeline for --candidates (default: {d.spacy_model})",
     )
+    p.add_argument(
+        "--max_line_bytes",
+        "--max-line-bytes",
+        dest="max_line_bytes",
+        type=int,
+        default=d.max_line_bytes,
+        help=f"split a longer line before a space into lines of at most this many bytes, with a warning "
+        f"(default: {d.max_line_bytes:,})",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_static_arguments(p)
     args = p.parse_args(argv)
@@ -635,6 +755,7 @@ def main(argv: list[str], prog: str = "spanbert preprocess") -> int:
         one_doc_per_line=args.one_doc_per_line,
         num_workers=args.num_workers,
         shard_tokens=args.shard_tokens,
+        max_line_bytes=args.max_line_bytes,
         candidates=args.candidates,
         spacy_model=args.spacy_model,
         progress=not args.quiet,
