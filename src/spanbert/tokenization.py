@@ -461,7 +461,8 @@ def is_jsonl(path: Path) -> bool:
 def _iter_training_lines(files: list[Path]) -> Iterator[str]:
     for path in files:
         jsonl = is_jsonl(path)
-        for lineno, line in iter_lines(path):
+        # a long plain-text line comes in pieces cut before a space: the same words, bounded memory
+        for lineno, line in iter_lines(path, None if jsonl else MAX_LINE_BYTES):
             if not line.strip():
                 continue
             yield parse_jsonl_text(path, lineno, line) if jsonl else line
