@@ -1,12 +1,13 @@
 """Peak memory of `spanbert preprocess` on one long line with no newline (issue 22 item 11).
 
-    python bench/long_line_memory.py [--mb 30] [--layout line|lines] [--workers 1]
+    python bench/long_line_memory.py [--mb 30] [--layout line|lines] [--workers 1] [--stage preprocess|vocab]
 
 Writes ``--mb`` MB of English text (the quick-start corpus, repeated) as a single line (``line``) or as
 lines of ~100 characters (``lines``, the same text as a normal file, for comparison) to a temporary
 folder, then preprocesses it in a fresh child process and prints that process's peak resident memory
 and its largest worker's (getrusage), the tokens and the seconds. No data needed: the tokenizer is
-trained on the quick-start corpus (vocabulary 8,000).
+trained on the quick-start corpus (vocabulary 8,000). ``--stage vocab`` measures training a vocabulary
+on the text instead (what `spanbert pretrain --corpus` does before preprocessing).
 """
 
 from __future__ import annotations
@@ -28,6 +29,14 @@ c = TokenCorpus(out)
 print(json.dumps({"seconds": round(sec, 1), "tokens": c.num_tokens,
                   "self_MB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
                   "worker_MB": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024}))
+"""
+VOCAB_CHILD = """
+import json, resource, sys, time
+from spanbert.tokenization import train_tokenizer
+t = time.perf_counter()
+tok = train_tokenizer([sys.argv[1]], 8000, sys.argv[3], show_progress=False)
+print(json.dumps({"seconds": round(time.perf_counter() - t, 1), "vocab": tok.vocab_size,
+                  "self_MB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}))
 """
 
 
@@ -55,6 +64,7 @@ def main() -> None:
     ap.add_argument("--mb", type=int, default=30)
     ap.add_argument("--layout", choices=("line", "lines"), default="line")
     ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--stage", choices=("preprocess", "vocab"), default="preprocess")
     args = ap.parse_args()
     from spanbert.data import builtin_corpus
     from spanbert.tokenization import train_tokenizer
@@ -66,12 +76,14 @@ def main() -> None:
         text = tmp / "corpus.txt"
         write_text(text, args.mb, args.layout, source)
         size = text.stat().st_size
-        cmd = [sys.executable, "-c", CHILD, str(text), str(tmp / "tok"), str(tmp / "out"), str(args.workers)]
+        child = CHILD if args.stage == "preprocess" else VOCAB_CHILD
+        cmd = [sys.executable, "-c", child, str(text), str(tmp / "tok"), str(tmp / "out"), str(args.workers)]
         res = subprocess.run(cmd, capture_output=True, text=True)
         if res.returncode:
             raise SystemExit(res.stderr)
         warnings = [ln for ln in res.stderr.splitlines() if ln.startswith("warning:")]
-        row = {"MB": round(size / 1e6, 1), "layout": args.layout, "workers": args.workers, **json.loads(res.stdout)}
+        row = {"MB": round(size / 1e6, 1), "layout": args.layout, "stage": args.stage, "workers": args.workers}
+        row.update(json.loads(res.stdout))
         print(json.dumps(row))
         for w in warnings:
             print(w)

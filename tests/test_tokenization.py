@@ -351,7 +351,7 @@ def test_long_line_pieces_keep_errors_and_blank_lines(tmp_path):
 
 
 def test_a_long_line_trains_the_vocabulary_of_its_words(tmp_path):
-    """Vocabulary training reads a long line in pieces (memory: 1.9 GB for a 30 MB line before): the
+    """Vocabulary training reads a long line in pieces (a 30 MB line took 1.9 GB before: bench/long_line_memory.py --stage vocab): the
     words, hence the vocabulary, are those of the same text on short lines."""
     from spanbert.tokenization import MAX_LINE_BYTES
 
