@@ -464,6 +464,7 @@ def test_a_long_line_is_split_before_a_space_with_one_warning(tmp_path, tok_dir,
     c = TokenCorpus(preprocess(src, tok_dir, tmp_path / "c", max_line_bytes=4000, chunk_chars=20_000, **kw))
     warnings = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("warning:")]
     assert len(warnings) == 1 and f"{src}:1: found a line of more than 4,000 bytes" in warnings[0]
+    assert c.meta["max_line_bytes"] == 4000
 
     # the documented behaviour: the same text with each long line cut into those pieces by hand
     pieces = [[q for line in d for q in documented_pieces(line, 4000)] for d in docs]
@@ -477,6 +478,8 @@ def test_a_long_line_is_split_before_a_space_with_one_warning(tmp_path, tok_dir,
     other = TokenCorpus(preprocess(write_txt(tmp_path / "coarse.txt", coarse), tok_dir, tmp_path / "o", **kw))
     assert_same_corpus(c, other, paragraphs=False)
     assert capsys.readouterr().err.count("warning:") == 0  # no line of those two files is long
+    with pytest.raises(SpanBertError, match="--max_line_bytes: found 0, expected at least 1"):
+        preprocess(src, tok_dir, tmp_path / "x", max_line_bytes=0, **kw)
 
 
 def test_a_long_line_in_jsonl_and_one_doc_per_line(tmp_path, tok_dir, capsys):

@@ -88,9 +88,10 @@ def iter_documents(
         if not warned:
             warned = True
             print(
-                f"warning: {path}:{lineno}: found a line of more than {max_line_bytes:,} bytes, expected at most "
-                f"that; it is split before a space into lines of at most {max_line_bytes:,} bytes (paragraphs of "
-                "its document), as is any longer line after it, without another warning",
+                f"warning: {path}:{lineno}: found a line of more than {max_line_bytes:,} bytes, expected shorter "
+                f"lines; it is split before a space into lines of at most {max_line_bytes:,} bytes (paragraphs of "
+                "its document; --max_line_bytes sets the bound), and so is every later long line, without another "
+                "warning",
                 file=sys.stderr,
             )
 
@@ -356,7 +357,7 @@ class PreprocessConfig:
     shard_tokens: int = 100_000_000
     """Start a new shard after this many tokens (at a document boundary)."""
     chunk_chars: int = 1_000_000
-    """Characters of text per unit of work sent to a worker."""
+    """Characters of text per unit of work sent to a worker (a longer document is sent in parts)."""
     max_line_bytes: int = MAX_LINE_BYTES
     """A longer line is split, before a space, into lines of at most this many bytes (with a warning): memory stays flat whatever the line length."""
     candidates: str = ""
@@ -460,6 +461,7 @@ def preprocess(
             "id_dtype": id_dtype.name,
             "candidates": list(kinds),
             "one_doc_per_line": one_doc_per_line,
+            "max_line_bytes": max_line_bytes,
             "sources": [str(p) for p in files],
             "seconds": round(time.perf_counter() - t0, 3),
             "shards": shards,
