@@ -418,10 +418,19 @@ def corpus_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
     return out
 
 
-def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
+# A line longer than this is read in pieces (`iter_lines`' max_bytes): preprocessing and vocabulary
+# training hold at most this much of a line, so their memory does not grow with the line length.
+MAX_LINE_BYTES = 100_000
+
+
+def iter_lines(path: Path, max_bytes: int | None = None) -> Iterator[tuple[int, str]]:
     """(line number, text without the newline) of a UTF-8 text file, gzipped if it ends in ``.gz``.
 
     Decodes line by line so that a byte that is not UTF-8 is reported with its file and line.
+    With ``max_bytes``, memory stays bounded whatever the line length: a longer line comes in pieces
+    of at most ``max_bytes`` bytes (at least 4, one character), several pairs with the same line
+    number, each cut before a space or tab (`cut_before_space`); pieces that are only whitespace are
+    left out, and a long line that is only whitespace comes as one blank line.
     """
     opener = gzip.open if path.suffix == ".gz" else open
     try:
@@ -431,18 +440,73 @@ def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
     with f:
         lineno = 0
         try:
-            for lineno, raw in enumerate(f, 1):
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError as e:
-                    raise DataError(
-                        path,
-                        f"not UTF-8 text: byte 0x{raw[e.start]:02x} at column {e.start + 1}; expected UTF-8",
-                        line=lineno,
-                    ) from None
-                yield lineno, line.rstrip("\n").rstrip("\r")
+            if max_bytes is None:
+                for lineno, raw in enumerate(f, 1):
+                    yield lineno, _decode_line(path, lineno, raw).rstrip("\n").rstrip("\r")
+                return
+            if max_bytes < 1:
+                raise ValueError(f"max_bytes={max_bytes}; expected at least 1")
+            limit = max(max_bytes, 4)  # a piece holds at least one whole character (up to 4 bytes)
+            pending = b""  # the rest of a long line after the piece last yielded
+            open_line = False  # the line of the piece last yielded goes on
+            column = 0  # byte offset of ``pending`` in its line
+            shown = False  # a piece of the current line was yielded
+            while True:
+                raw = pending + f.readline(limit + 1 - len(pending))  # never more than limit + 1 bytes
+                if not raw:
+                    break
+                if not open_line:
+                    lineno, column, shown = lineno + 1, 0, False
+                whole = not open_line
+                if raw.endswith(b"\n") or len(raw) <= limit:  # the rest of the line (or of the file)
+                    piece, pending, open_line = raw, b"", False
+                else:
+                    cut = cut_before_space(raw, limit)
+                    piece, pending, open_line = raw[:cut], raw[cut:], True
+                whole = whole and not open_line
+                text = _decode_line(path, lineno, piece, column)
+                column += len(piece)
+                if not open_line:
+                    text = text.rstrip("\n").rstrip("\r")
+                if whole or text.strip():
+                    yield lineno, text
+                    shown = True
+                elif not open_line and not shown:
+                    yield lineno, ""
         except (OSError, EOFError) as e:  # truncated or corrupt gzip
             raise DataError(path, f"cannot read after line {lineno}: {e}") from None
+
+
+def _decode_line(path: Path, lineno: int, raw: bytes, column: int = 0) -> str:
+    """``raw`` (bytes ``column``.. of line ``lineno``) as text, or a DataError naming the byte and its column."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(
+            path,
+            f"not UTF-8 text: byte 0x{raw[e.start]:02x} at column {column + e.start + 1}; expected UTF-8",
+            line=lineno,
+        ) from None
+
+
+def cut_before_space(raw: bytes, limit: int, start: int = 0) -> int:
+    """Where to end the piece of ``raw`` (UTF-8) that starts at ``start``, when more than ``limit`` bytes
+    follow: ``raw[start:cut]`` has at most ``limit`` bytes and ``raw[cut:]`` starts with the last space
+    or tab that allows, so both the WordPiece and a byte-level BPE pre-tokenizer (whose ``Ġ`` marks the
+    space before a word) see the same words as in the whole line. Without a space or tab in reach, a
+    word is cut at the last character boundary (only a word of ``limit`` bytes or more is)."""
+    end = start + limit
+    cut = max(raw.rfind(b" ", start + 1, end + 1), raw.rfind(b"\t", start + 1, end + 1))
+    if cut > start:
+        return cut
+    cut = end
+    while cut > start and raw[cut] & 0xC0 == 0x80:  # a UTF-8 continuation byte is no character boundary
+        cut -= 1
+    if cut == start:  # a limit shorter than the first character: take the whole character
+        cut = start + 1
+        while cut < len(raw) and raw[cut] & 0xC0 == 0x80:
+            cut += 1
+    return cut
 
 
 def parse_jsonl_text(path: Path, lineno: int, line: str) -> str:
@@ -466,7 +530,8 @@ def is_jsonl(path: Path) -> bool:
 def _iter_training_lines(files: list[Path]) -> Iterator[str]:
     for path in files:
         jsonl = is_jsonl(path)
-        for lineno, line in iter_lines(path):
+        # a long plain-text line comes in pieces cut before a space: the same words, bounded memory
+        for lineno, line in iter_lines(path, None if jsonl else MAX_LINE_BYTES):
             if not line.strip():
                 continue
             yield parse_jsonl_text(path, lineno, line) if jsonl else line
