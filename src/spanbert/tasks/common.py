@@ -300,10 +300,19 @@ def sweep_grid(model_dir: str | Path) -> dict[str, tuple]:
 
 
 def model_in_argv(argv: Sequence[str]) -> str | None:
-    """The ``--model`` value of a command line (None when not given)."""
+    """The ``--model`` value of a command line, or the ``model`` key of its ``--config`` YAML (None when
+    neither gives one)."""
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--model")
+    pre.add_argument("--config")
     known, _ = pre.parse_known_args(list(argv))
+    if known.model is None and known.config:
+        try:
+            data = load_yaml(known.config)
+        except SpanBertError:
+            return None  # reported with its line when the command reads the file
+        value = data.get("model")
+        return value if isinstance(value, str) else None
     return known.model
 
 
