@@ -491,7 +491,10 @@ class TwoTowerModel(nn.Module):
             loss = F.cross_entropy(logits.float(), targets)
             acc = (logits.argmax(-1) == targets).float().mean()
         else:
-            out = self.adaptive_softmax(h.float(), targets)
+            # in fp32 outside autocast: torch's adaptive softmax writes the bands' log-probabilities
+            # (autocast's dtype) into an fp32 buffer with index_copy_, which refuses mixed dtypes
+            with torch.autocast(h.device.type, enabled=False):
+                out = self.adaptive_softmax(h.float(), targets)
             # A tail band no target of this batch falls in gets no gradient; DDP requires every
             # parameter in the graph, so they join with weight 0.
             loss = out.loss + sum(p.sum() for p in self.adaptive_softmax.tail.parameters()) * 0.0
@@ -504,7 +507,8 @@ class TwoTowerModel(nn.Module):
         if self.config.input == "bpe":
             return F.log_softmax(F.linear(hidden, self.embed_tokens.weight).float(), dim=-1)
         flat = hidden.reshape(-1, hidden.shape[-1]).float()
-        return self.adaptive_softmax.log_prob(flat).view(*hidden.shape[:-1], -1)
+        with torch.autocast(flat.device.type, enabled=False):  # as in `_predict`
+            return self.adaptive_softmax.log_prob(flat).view(*hidden.shape[:-1], -1)
 
     # -------------------------------------------------------------- pre-training
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, **_: Any) -> dict[str, Any]:
