@@ -152,16 +152,17 @@ class Items(torch.utils.data.Dataset):
         return self.items[i]
 
 
-def pretraining_case(system: str):
+def pretraining_case(system: str, dropout: float = 0.1):
     from spanbert.data import collate_pretrain, pretrain_target_counts
 
     torch.manual_seed(0)
+    cfg = bert(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout, is_decoder=system == "ltr")
     if system == "spanbert":
-        model = SpanBertForPreTraining(bert(), sbo=True, sbo_position_dim=8)
+        model = SpanBertForPreTraining(cfg, sbo=True, sbo_position_dim=8)
     elif system == "bert-nsp":
-        model = SpanBertForPreTraining(bert(), sbo=False, nsp=True)
+        model = SpanBertForPreTraining(cfg, sbo=False, nsp=True)
     else:  # ltr: a causal encoder, the MLM head as a next-token head
-        model = SpanBertForPreTraining(bert(is_decoder=True), sbo=False)
+        model = SpanBertForPreTraining(cfg, sbo=False)
     items = pretrain_items([16] * 16, nsp=system == "bert-nsp")
     return model, Items(items), collate_pretrain, pretrain_target_counts
 
