@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from test_device import V, bert, cloze_batch, pretrain_items, qa_batch, qa_model, two_tower
+from test_device import V, bert, pretrain_items, qa_batch, qa_model, two_tower
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from spanbert.model import SpanBertForPreTraining
