@@ -363,7 +363,7 @@ def test_cloze_options_are_refused_clearly(text, tmp_path):
 
 DDP = r"""
 import sys, torch
-from spanbert.cloze import pretrain_cloze
+from spanbert.pretrain import pretrain_cloze
 from spanbert.pretrain import PretrainConfig
 from spanbert.trainer import TrainingArguments
 text, out, batch = sys.argv[1], sys.argv[2], int(sys.argv[3])

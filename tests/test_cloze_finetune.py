@@ -1,5 +1,7 @@
-"""Fine-tuning the two-tower cloze model (§4): GLUE head, CRF, biLSTM-CRF NER in both stacking modes,
-the cosine schedule, early stopping on dev loss, and GLUE / NER end to end through the CLI."""
+"""Fine-tuning the two-tower cloze model (§4) through the shared task heads: its encoder protocol
+(`TwoTowerEncoder`), its habits in the sentence classifier (x16, zero init, no LM dropout), the CRF,
+the biLSTM-CRF tagger in both stacking modes, the cosine schedule, early stopping on dev loss, and
+GLUE / NER end to end through the CLI."""
 
 from __future__ import annotations
 
@@ -14,7 +16,10 @@ import torch
 from torch import nn
 
 from spanbert.cli import main as spanbert_main
-from spanbert.tasks import cloze_heads as H
+from spanbert.cloze import FINETUNE_HABITS, TwoTowerEncoder
+from spanbert.tasks import crf_tagger as CT
+from spanbert.tasks.classification import SequenceClassifier
+from spanbert.tasks.layers import CRF, ScalarMix
 
 POS = ["good", "great", "fine", "happy"]
 NEG = ["bad", "awful", "sad", "poor"]
@@ -65,7 +70,7 @@ def tiny_two_tower(tmp_path_factory) -> Path:
     from spanbert.cloze import build_model, cloze_config, train_cloze_tokenizer
 
     texts = [s for s, _ in synthetic_sst(64)] + [" ".join(w) for w, _ in synthetic_conll(64)]
-    tok = train_cloze_tokenizer(None, 200, texts=texts * 3)
+    tok = train_cloze_tokenizer(None, 400, texts=texts * 3)  # above the 256 bytes: whole words get merges
     torch.manual_seed(0)
     model = build_model(cloze_config("tiny", d_model=32, num_heads=2, ffn_dim=64, final_heads=2), tok)
     path = tmp_path_factory.mktemp("cloze") / "pretrained"
@@ -80,9 +85,10 @@ def tiny_two_tower(tmp_path_factory) -> Path:
 def test_glue_head_shapes_zero_init_and_scaled_boundary_outputs(pair):
     lm = tiny_lm()
     cfg = lm.config
-    model = H.ClozeForSequenceClassification(lm, 3, pair=pair).eval()
+    model = SequenceClassifier(TwoTowerEncoder(lm), 3).eval()
     d = cfg.d_model
-    assert model.classifier.weight.shape == (3, (3 if pair else 2) * d)
+    # [<s>; </s>; <sep>]: one projection for single texts and pairs (the <sep> part is zero without one)
+    assert model.classifier.weight.shape == (3, 3 * d)
     assert not model.classifier.weight.any() and not model.classifier.bias.any()
     # dropout off inside the LM (§4), 0.1 before the projection
     assert all(m.p == 0.0 for m in lm.modules() if hasattr(m, "p")) and model.dropout.p == 0.1
@@ -99,20 +105,21 @@ def test_glue_head_shapes_zero_init_and_scaled_boundary_outputs(pair):
     assert torch.equal(out["logits"], torch.zeros(2, 3))  # zero weights: uniform start
     assert math.isclose(float(out["loss"].detach()), math.log(3), rel_tol=1e-6)
     h = lm.encode(ids, mask, full_context=True)["hidden"]
+    features = model.bert.sentence(model.bert(ids, mask), mask, ids)
     for i, r in enumerate(rows):
-        want = [h[i, 0], h[i, len(r) - 1]] + ([h[i, r.index(cfg.sep_id)]] if pair else [])
-        assert torch.allclose(model.features(ids, mask)[i], torch.cat(want))
+        want = [h[i, 0], h[i, len(r) - 1]] + [h[i, r.index(cfg.sep_id)] if pair else torch.zeros(d)]
+        assert torch.allclose(features[i], torch.cat(want))
     with torch.no_grad():
         model.classifier.weight.normal_()
         model.classifier.bias.normal_()
     logits = model(ids, attention_mask=mask)["logits"]
-    manual = 16.0 * model.features(ids, mask) @ model.classifier.weight.T + model.classifier.bias
+    manual = 16.0 * features @ model.classifier.weight.T + model.classifier.bias
     assert torch.allclose(logits, manual, atol=1e-5)
 
 
 def test_glue_head_zero_init_gives_the_head_gradient_only_at_first():
     lm = tiny_lm()
-    model = H.ClozeForSequenceClassification(lm, 2, pair=False)
+    model = SequenceClassifier(TwoTowerEncoder(lm), 2)
     cfg = lm.config
     ids = torch.tensor([[cfg.bos_id, 7, 8, cfg.eos_id]])
     model(ids, labels=torch.tensor([1]))["loss"].backward()
@@ -121,23 +128,25 @@ def test_glue_head_zero_init_gives_the_head_gradient_only_at_first():
 
 
 def test_glue_features_wrap_in_boundary_markers_and_sep():
-    from spanbert.tasks.glue import GLUE_TASKS, GlueExample
-    from spanbert.tokenization import train_tokenizer
+    from spanbert.cloze import train_cloze_tokenizer
+    from spanbert.tasks.glue import GLUE_TASKS, GlueExample, glue_features
 
-    tok = train_tokenizer(None, 60, texts=["the movie was good", "a plot"] * 20, show_progress=False)
-    cfg = tiny_lm(tok.vocab_size).config
+    raw = train_cloze_tokenizer(None, 300, texts=["the movie was good", "a plot"] * 20)
+    encoder = TwoTowerEncoder(tiny_lm(raw.vocab_size, pad_id=raw.pad_id, bos_id=raw.token_to_id("<s>"),
+                                      eos_id=raw.token_to_id("</s>"), sep_id=raw.token_to_id("<sep>")))  # fmt: skip
+    cfg, tok = encoder.config, encoder.frame(raw)
     a = tok.encode("the movie was good").ids.tolist()
     b = tok.encode("a plot").ids.tolist()
-    f = H.glue_features(GLUE_TASKS["RTE"], [GlueExample("0", "the movie was good", "a plot", "entailment")], tok, cfg)
+    f = glue_features(GLUE_TASKS["RTE"], [GlueExample("0", "the movie was good", "a plot", "entailment")], tok)
     assert f[0]["input_ids"].tolist() == [cfg.bos_id, *a, cfg.sep_id, *b, cfg.eos_id] and f[0]["labels"] == 0
-    f = H.glue_features(GLUE_TASKS["SST-2"], [GlueExample("0", "the movie was good", None, "1")], tok, cfg, 4)
+    f = glue_features(GLUE_TASKS["SST-2"], [GlueExample("0", "the movie was good", None, "1")], tok, 4)
     assert f[0]["input_ids"].tolist() == [cfg.bos_id, *a[:2], cfg.eos_id]
 
 
 # ---------------------------------------------------------------------------------------------- CRF
 
 
-def brute_force(crf: H.CRF, emissions: torch.Tensor, n: int) -> tuple[float, list[int], dict[tuple, float]]:
+def brute_force(crf: CRF, emissions: torch.Tensor, n: int) -> tuple[float, list[int], dict[tuple, float]]:
     """log Z, best path and every path's score of one sequence of length n, by enumeration."""
     K = crf.num_tags
     scores = {}
@@ -152,7 +161,7 @@ def brute_force(crf: H.CRF, emissions: torch.Tensor, n: int) -> tuple[float, lis
 def test_crf_matches_brute_force_enumeration():
     g = torch.Generator().manual_seed(0)
     K, lengths = 3, [4, 1, 3, 2]
-    crf = H.CRF(K).double()
+    crf = CRF(K).double()
     with torch.no_grad():
         for p in crf.parameters():
             p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64))
@@ -179,7 +188,7 @@ def test_crf_rejects_an_empty_sequence():
     from spanbert.errors import SpanBertError
 
     with pytest.raises(SpanBertError, match="at least one"):
-        H.CRF(2).log_partition(torch.zeros(1, 2, 2), torch.tensor([[False, False]]))
+        CRF(2).log_partition(torch.zeros(1, 2, 2), torch.tensor([[False, False]]))
 
 
 # ---------------------------------------------------------------------------------------------- NER head
@@ -193,7 +202,7 @@ def _ner_batch(cfg):
     import numpy as np
 
     feats = [{k: np.asarray(v) for k, v in f.items()} for f in feats]
-    return H.NerCollator(cfg.pad_id)(feats)
+    return CT.WordCollator(cfg.pad_id)(feats)
 
 
 def test_ner_collator_takes_word_labels_from_first_sub_tokens():
@@ -206,7 +215,7 @@ def test_ner_collator_takes_word_labels_from_first_sub_tokens():
 
 def test_ner_frozen_mode_trains_only_the_mix_and_head():
     lm = tiny_lm()
-    model = H.ClozeForTokenTagging(lm, 3, stacking="frozen", projection_dim=8, lstm_hidden_size=6).train()
+    model = CT.CrfTagger(TwoTowerEncoder(lm), 3, stacking="frozen", projection_dim=8, lstm_hidden_size=6).train()
     assert not lm.training and all(not p.requires_grad for p in lm.parameters())
     assert model.scalar_mix.weights.numel() == lm.config.num_layers + 2  # embeddings, blocks, output
     out = model(**_ner_batch(lm.config))
@@ -215,19 +224,19 @@ def test_ner_frozen_mode_trains_only_the_mix_and_head():
     assert model.scalar_mix.weights.grad.abs().sum() > 0 and model.scalar_mix.gamma.grad is not None
     # the mix is softmax(w)-weighted times gamma: equal weights at the start
     layers = [torch.full((1, 2, 3), float(i)) for i in range(4)]
-    assert torch.allclose(H.ScalarMix(4)(layers), torch.full((1, 2, 3), 1.5))
+    assert torch.allclose(ScalarMix(4)(layers), torch.full((1, 2, 3), 1.5))
 
 
 def test_ner_finetune_mode_trains_the_lm_at_its_own_rate():
     from spanbert.trainer import param_groups
 
     lm = tiny_lm()
-    model = H.ClozeForTokenTagging(lm, 3, stacking="finetune", projection_dim=8, lstm_hidden_size=6).train()
+    model = CT.CrfTagger(TwoTowerEncoder(lm), 3, stacking="finetune", projection_dim=8, lstm_hidden_size=6).train()
     assert not hasattr(model, "scalar_mix") and lm.training
     assert {m.p for m in lm.modules() if hasattr(m, "p")} == {0.3}  # §4: 0.3 within the LM too
     model(**_ner_batch(lm.config))["loss"].backward()
     assert sum(float(p.grad.abs().sum()) for p in lm.parameters() if p.grad is not None) > 0
-    groups = param_groups(model, 1e-3, 0.0, {"lm.": 1e-5})
+    groups = param_groups(model, 1e-3, 0.0, {"bert.": 1e-5})
     lm_ids = {id(p) for p in lm.parameters()}
     for g in groups:
         assert all((id(p) in lm_ids) == (g["lr"] == 1e-5) for p in g["params"])
@@ -235,7 +244,7 @@ def test_ner_finetune_mode_trains_the_lm_at_its_own_rate():
 
 def test_ner_eval_outputs_viterbi_tags_and_per_sequence_loss():
     lm = tiny_lm()
-    model = H.ClozeForTokenTagging(lm, 3, projection_dim=8, lstm_hidden_size=6).eval()
+    model = CT.CrfTagger(TwoTowerEncoder(lm), 3, projection_dim=8, lstm_hidden_size=6).eval()
     batch = _ner_batch(lm.config)
     out = model(**batch)
     assert out["tags"][1, 1] == -1 and (out["tags"][0] >= 0).all()  # -1 at the padded word
@@ -250,7 +259,7 @@ def test_cosine_schedule_warms_up_from_1e7_and_anneals_to_1e6():
     from spanbert.trainer import cosine_lambda
 
     total, warmup, peak = 100, 10, 5e-5
-    d = H.schedule_defaults()
+    d = FINETUNE_HABITS.training_defaults()
     f = cosine_lambda(total, warmup, peak, d["warmup_init_lr"], d["min_lr"])
     lrs = [f(s) * peak for s in range(total + 1)]
     assert math.isclose(lrs[0], 1e-7) and math.isclose(lrs[warmup], peak) and math.isclose(lrs[total], 1e-6)
@@ -258,6 +267,7 @@ def test_cosine_schedule_warms_up_from_1e7_and_anneals_to_1e6():
     assert all(a >= b for a, b in zip(lrs[warmup:], lrs[warmup + 1 :]))
     assert math.isclose(lrs[55], 1e-6 + 0.5 * (peak - 1e-6))  # halfway down the cosine
     assert d["lr_scheduler_type"] == "cosine" and d["warmup_ratio"] == 0.1
+    assert d["max_grad_norm"] == 0.0  # the paper states no clipping for fine-tuning (docs/fidelity.md)
 
 
 # ---------------------------------------------------------------------------------------------- early stopping
@@ -288,7 +298,7 @@ def test_early_stopping_keeps_the_epoch_before_the_dev_loss_rose(tmp_path):
         device="cpu", report_to="none", disable_tqdm=True, save_steps=0,
     )  # fmt: skip
     model = _Toy()
-    result = H.train_with_early_stopping(model, data, args, lambda b: {k: torch.stack([x[k] for x in b]) for k in b[0]},
+    result = CT.train_with_early_stopping(model, data, args, lambda b: {k: torch.stack([x[k] for x in b]) for k in b[0]},
                                          eval_fn)  # fmt: skip
     assert sorted(weights) == [2, 4, 6] and result.global_step == 6 and result.best_step == 4
     assert float(model.w) == weights[4] != weights[6]
@@ -312,7 +322,7 @@ def test_glue_end_to_end_from_a_two_tower_model(tiny_two_tower, tmp_path, capsys
     glue = ["glue", "--task", "SST-2", "--data_dir", str(data)]
     assert spanbert_main(["finetune", *glue, "--model", str(tiny_two_tower), *_train_args(out, 15, "3e-3")]) == 0
     config = json.loads((out / "config.json").read_text())
-    assert config["model_type"] == "cloze-two-tower" and config["architectures"] == ["ClozeForSequenceClassification"]
+    assert config["model_type"] == "cloze-two-tower" and config["architectures"] == ["TwoTowerForSequenceClassification"]
     dev = json.loads((out / "dev_results.json").read_text())
     assert dev["accuracy"] >= 90.0  # the head learns the polarity words of its training set
     assert spanbert_main(["predict", *glue, "--model", str(out), "--output_dir", str(sub)]) == 0
@@ -334,7 +344,7 @@ def test_glue_pair_regression_end_to_end(tiny_two_tower, tmp_path, capsys):
     glue = ["glue", "--task", "STS-B", "--data_dir", str(data)]
     assert spanbert_main(["finetune", *glue, "--model", str(tiny_two_tower), *_train_args(out, 1)]) == 0
     config = json.loads((out / "config.json").read_text())
-    assert config["problem_type"] == "regression" and config["spanbert"]["pair"] is True
+    assert config["problem_type"] == "regression"
     capsys.readouterr()
     assert spanbert_main(["evaluate", *glue, "--model", str(out), "--disable_tqdm"]) == 0
     assert set(json.loads(capsys.readouterr().out)) >= {"pearson", "spearman", "score"}
@@ -359,12 +369,12 @@ def test_ner_end_to_end_from_a_two_tower_model(tiny_two_tower, tmp_path, capsys,
             "--stacking", stacking, "--per_device_train_batch_size", "8", *_train_args(out, 8, "3e-3")]  # fmt: skip
     assert spanbert_main(argv) == 0
     config = json.loads((out / "config.json").read_text())
-    assert config["architectures"] == ["ClozeForTokenTagging"] and config["spanbert"]["stacking"] == stacking
+    assert config["architectures"] == ["TwoTowerForCrfTagging"] and config["spanbert"]["stacking"] == stacking
     dev = json.loads((out / "dev_results.json").read_text())
     assert {"f1", "precision", "recall", "loss"} <= set(dev)
     tuned = load_file(str(out / "model.safetensors"))
     pretrained = load_file(str(tiny_two_tower / "model.safetensors"))
-    changed = [k for k, v in pretrained.items() if not torch.equal(v, tuned["lm." + k])]
+    changed = [k for k, v in pretrained.items() if not torch.equal(v, tuned["bert.lm." + k])]
     if stacking == "frozen":
         assert not changed
         # the layer mix includes the token embeddings: names from a short fixed list are easy

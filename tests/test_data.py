@@ -422,6 +422,105 @@ def test_cli(tmp_path, tok_dir, capsys):
     assert "3 documents" in capsys.readouterr().out
 
 
+# ------------------------------------------------------------------------------------ long lines
+
+
+def long_line(n_bytes: int, seed: int) -> str:
+    """About ``n_bytes`` of words on one line, with double spaces, tabs and multi-byte characters."""
+    rng = np.random.default_rng(seed)
+    words = rng.choice(WORDS + ["naïve\tcafé", "x" * 40], n_bytes // 6)
+    seps = rng.choice([" ", " ", " ", "  "], len(words))
+    return "".join(w + s for w, s in zip(words, seps)).strip()
+
+
+def documented_pieces(line: str, max_bytes: int) -> list[str]:
+    """docs/data.md's rule: pieces of at most max_bytes bytes, each cut before the last space or tab."""
+    raw, out, start = line.encode(), [], 0
+    while len(raw) - start > max_bytes:
+        window = raw[start + 1 : start + max_bytes + 1]
+        cut = start + 1 + max(window.rfind(b" "), window.rfind(b"\t"))
+        out.append(raw[start:cut].decode())
+        start = cut
+    return out + [raw[start:].decode()]
+
+
+def assert_same_corpus(a: TokenCorpus, b: TokenCorpus, paragraphs: bool = True) -> None:
+    assert np.array_equal(a.doc_bounds, b.doc_bounds)
+    if paragraphs:
+        assert np.array_equal(a.para_starts, b.para_starts)
+    for s, e in a.doc_bounds.tolist():
+        for x, y in zip(a.tokens(s, e), b.tokens(s, e)):
+            assert np.array_equal(x, y)
+    assert np.array_equal(a.unigram_counts(), b.unigram_counts())
+
+
+def test_a_long_line_is_split_before_a_space_with_one_warning(tmp_path, tok_dir, capsys):
+    """Issue 22 item 11: a line of megabytes is read and tokenized in pieces of at most max_line_bytes
+    (memory does not grow with it: bench/long_line_memory.py), giving the tokens of the whole line."""
+    lines = [long_line(1_500_000, 0), "a short line after it", long_line(300_000, 1)]
+    docs = [lines[:2], ["Doc1 " + " ".join(WORDS)], lines[2:]]
+    src = write_txt(tmp_path / "long.txt", docs)
+    kw = dict(num_workers=1, progress=False)
+    c = TokenCorpus(preprocess(src, tok_dir, tmp_path / "c", max_line_bytes=4000, chunk_chars=20_000, **kw))
+    warnings = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("warning:")]
+    assert len(warnings) == 1 and f"{src}:1: found a line of more than 4,000 bytes" in warnings[0]
+    assert c.meta["max_line_bytes"] == 4000
+
+    # the documented behaviour: the same text with each long line cut into those pieces by hand
+    pieces = [[q for line in d for q in documented_pieces(line, 4000)] for d in docs]
+    assert max(len(q.encode()) for d in pieces for q in d) <= 4000 and len(pieces[0]) > 300
+    ref = TokenCorpus(preprocess(write_txt(tmp_path / "pieces.txt", pieces), tok_dir, tmp_path / "r", **kw))
+    assert_same_corpus(c, ref)
+    assert len(c.para_starts) == sum(map(len, pieces))
+    # ... whose tokens are those of the whole lines (cut here at other spaces, every 500 words)
+    words = [[line.split(" ") for line in d] for d in docs]
+    coarse = [[" ".join(w[i : i + 500]) for w in d for i in range(0, len(w), 500)] for d in words]
+    other = TokenCorpus(preprocess(write_txt(tmp_path / "coarse.txt", coarse), tok_dir, tmp_path / "o", **kw))
+    assert_same_corpus(c, other, paragraphs=False)
+    assert capsys.readouterr().err.count("warning:") == 0  # no line of those two files is long
+    with pytest.raises(SpanBertError, match="--max_line_bytes: found 0, expected at least 1"):
+        preprocess(src, tok_dir, tmp_path / "x", max_line_bytes=0, **kw)
+
+
+def test_a_long_line_in_jsonl_and_one_doc_per_line(tmp_path, tok_dir, capsys):
+    line = long_line(200_000, 2)
+    pieces = documented_pieces(line, 3000)
+    kw = dict(num_workers=1, progress=False, max_line_bytes=3000, chunk_chars=10_000)
+    (tmp_path / "a.jsonl").write_text(json.dumps({"text": "first paragraph\n" + line}) + "\n", encoding="utf-8")
+    c = TokenCorpus(preprocess(tmp_path / "a.jsonl", tok_dir, tmp_path / "j", **kw))
+    assert "a.jsonl:1: found a line of more than 3,000 bytes" in capsys.readouterr().err
+    ref = write_txt(tmp_path / "ref.txt", [["first paragraph", *pieces]])
+    assert_same_corpus(c, TokenCorpus(preprocess(ref, tok_dir, tmp_path / "jr", num_workers=1, progress=False)))
+    # one document per line: the pieces of a long line stay one document
+    (tmp_path / "b.txt").write_text(f"one\n{line}\ntwo\n", encoding="utf-8")
+    d = TokenCorpus(preprocess(tmp_path / "b.txt", tok_dir, tmp_path / "d", one_doc_per_line=True, **kw))
+    assert d.num_docs == 3 and len(d.para_starts) == 2 + len(pieces)
+    assert_same_corpus(d, TokenCorpus(preprocess(write_txt(tmp_path / "r2.txt", [["one"], pieces, ["two"]]),
+                                                 tok_dir, tmp_path / "dr", num_workers=1, progress=False)))  # fmt: skip
+
+
+def test_documents_longer_than_a_chunk_give_the_same_arrays(tmp_path, tok_dir):
+    """A document longer than chunk_chars is tokenized in parts and joined again: the arrays are those
+    of whole-document chunks, with any worker count; a part with no tokens joins nothing."""
+    docs = synthetic_docs(30, seed=3)
+    docs[3] = ["\x07\x07", *docs[3], "\x07"]  # control characters: paragraphs with no tokens
+    docs[7] = ["\x07"] * 5  # a document with no tokens at all
+    src = write_txt(tmp_path / "a.txt", docs)
+    (tmp_path / "b.jsonl").write_text("".join(json.dumps({"text": "\n".join(p)}) + "\n" for p in docs[:10]))
+    files = [src, tmp_path / "b.jsonl"]
+    whole = TokenCorpus(preprocess(files, tok_dir, tmp_path / "w", num_workers=1, progress=False))
+    assert whole.num_docs == 29 + 9  # the document with no tokens is dropped, in both files
+    for workers in (1, 2):
+        parts = TokenCorpus(preprocess(files, tok_dir, tmp_path / f"p{workers}", num_workers=workers,
+                                       chunk_chars=40, shard_tokens=500, progress=False))  # fmt: skip
+        assert len(parts.meta["shards"]) > 1
+        assert_same_corpus(parts, whole)
+    one = TokenCorpus(preprocess(src, tok_dir, tmp_path / "o1", one_doc_per_line=True, progress=False))
+    small = TokenCorpus(preprocess(src, tok_dir, tmp_path / "o2", one_doc_per_line=True, chunk_chars=10,
+                                   num_workers=1, progress=False))  # fmt: skip
+    assert_same_corpus(small, one)
+
+
 # ------------------------------------------------------------------------------------ real text
 
 

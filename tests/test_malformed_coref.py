@@ -54,6 +54,19 @@ CASES = [
                  "found '#begin document (x); chapter 3'", id="part-field-unknown"),
     pytest.param("finetune", "#begin document (); part 0\n" + ROW.format("-") + END, ".conll", 1,
                  "expected '#begin document (KEY)", id="begin-without-key"),
+    # issue 22.12: what the loose reader took for another document name or part 0
+    pytest.param("finetune", "#begin document (x; part 000\n" + ROW.format("-") + END, ".conll", 1,
+                 "found '#begin document (x; part 000'", id="begin-unclosed-parenthesis"),
+    pytest.param("finetune", "#begin document x; part 000\n" + ROW.format("-") + END, ".conll", 1,
+                 "expected '#begin document (KEY); part NNN'", id="begin-key-without-parentheses"),
+    pytest.param("finetune", "#begin document (x)\n" + ROW.format("-") + END, ".conll", 1,
+                 "expected '#begin document (KEY); part NNN'", id="begin-without-part"),
+    pytest.param("finetune", "#begin document (x) part 000\n" + ROW.format("-") + END, ".conll", 1,
+                 "expected '#begin document (KEY); part NNN'", id="begin-without-semicolon"),
+    pytest.param("finetune", "#begin documentx; part 0\n" + ROW.format("-") + END, ".conll", 1,
+                 "expected '#begin document (KEY); part NNN'", id="begin-glued-key"),
+    pytest.param("finetune", "#begin document ( ); part 0\n" + ROW.format("-") + END, ".conll", 1,
+                 "expected '#begin document (KEY); part NNN'", id="begin-blank-key"),
     pytest.param("finetune", BEGIN + ROW.format("-"), ".conll", 2, "expected '#end document'",
                  id="missing-end-document-at-eof"),
     pytest.param("finetune", BEGIN + ROW.format("-") + BEGIN + ROW.format("-") + END, ".conll", 3,
@@ -79,8 +92,8 @@ CASES = [
                  id="word-line-before-begin"),
     pytest.param("finetune", GOOD + GOOD, ".conll", 10, "found document 'x' part 0 a second time",
                  id="duplicate-document"),
-    pytest.param("finetune", BEGIN.encode() + b"x 0 0 Al\xffce NNP * - - - - * -\n" + END.encode(), ".conll", None,
-                 "expected UTF-8 text", id="not-utf8"),
+    pytest.param("finetune", BEGIN.encode() + b"x 0 0 Al\xffce NNP * - - - - * -\n" + END.encode(), ".conll", 2,
+                 "not UTF-8 (invalid start byte at byte 38); expected UTF-8 text", id="not-utf8"),
     pytest.param("finetune", GOOD, ".conll.gz", None, "expected gzip data", id="gz-not-gzip"),
     pytest.param("finetune", "\n\n", ".conll", None, "found no '#begin document' line", id="no-documents"),
     pytest.param("finetune-dev", doc("(0"), ".conll", 2, "never closed", id="dev-bracket-never-closed"),
@@ -120,6 +133,16 @@ def test_malformed_coref_input_is_one_clean_error(
         argv = ["evaluate", "coref", "--gold", good, "--predictions", bad]
     names = f"{bad}:{line}:" if line is not None else f"{bad}:"
     cli_error(argv, names=names, contains=contains, out=out)
+
+
+def test_predict_text_not_utf8_names_the_option(tmp_path, cli_error, models):
+    """Issue 22.10: bytes of `--text` that are not UTF-8 (kept by Python as lone surrogates) are one
+    clean error naming the option and the byte, not a TypeError from the tokenizer."""
+    import os
+
+    text = os.fsdecode(b"Alice met her sister. She sm\xe9led.")
+    argv = ["predict", "coref", "--model", models / "coref", "--text", text, "--device", "cpu"]
+    cli_error(argv, names="--text", contains="not UTF-8 (invalid continuation byte at byte 28")
 
 
 def test_there_are_enough_cases():

@@ -349,6 +349,76 @@ def _case_glue_vocab_not_utf8(tmp, model):
     return _glue(tmp, m), f"{m / 'vocab.txt'}:2", "not UTF-8"
 
 
+
+# ---- issue 22: weights a folder does not hold (item 2), text that is not UTF-8 (item 10)
+def _encoder_only(tmp: Path, model: Path) -> Path:
+    from spanbert.model import Encoder
+
+    Encoder.from_pretrained(model).save_pretrained(tmp / "encoder")
+    for name in ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
+        if (model / name).exists():
+            shutil.copy(model / name, tmp / "encoder" / name)
+    return tmp / "encoder"
+
+
+def _finetuned_sst2(tmp: Path, model: Path) -> Path:
+    from spanbert.tasks import classification as C
+    from spanbert.tasks.common import load_tokenizer_for
+
+    C.save_model(C.build_model("sequence", model, 2, seed=0), tmp / "sst2", load_tokenizer_for(model), "sequence",
+                 ["0", "1"], {"task": "glue", "glue_task": "SST-2", "max_seq_length": 32})  # fmt: skip
+    return tmp / "sst2"
+
+
+def _case_fill_mlm_on_finetuned_glue(tmp, model):
+    m = _finetuned_sst2(tmp, model)
+    return _fill(m) + ["--head", "mlm"], m, (
+        "holds BertForSequenceClassification (fine-tuned: glue SST-2): the encoder + classifier.*; "
+        "spanbert fill --head mlm needs the masked-LM head (cls.predictions.*), which it does not hold"
+    )
+
+
+def _case_fill_sbo_on_finetuned_glue(tmp, model):
+    m = _finetuned_sst2(tmp, model)
+    return _fill(m) + ["--head", "sbo"], m, "needs the span boundary head (cls.span_predictions.*)"
+
+
+def _case_fill_mlm_on_bare_encoder(tmp, model):
+    m = _encoder_only(tmp, model)
+    return _fill(m), m, "holds BertModel: the encoder; spanbert fill --head mlm needs the masked-LM head"
+
+
+def _case_fill_sbo_on_mlm_only(tmp, model):
+    from spanbert.model import SpanBertForPreTraining
+
+    m = tmp / "mlm_only"
+    SpanBertForPreTraining.from_pretrained(model, sbo=False).save_pretrained(m)
+    for name in ("tokenizer.json", "vocab.txt"):
+        shutil.copy(model / name, m / name)
+    return _fill(m) + ["--head", "sbo"], m, "holds BertForMaskedLM: the encoder + cls.predictions.*"
+
+
+def _case_fill_text_not_utf8(tmp, model):
+    import os
+
+    text = os.fsdecode(b"Alice was \xff [MASK] in Paris .")  # what Python makes of such bytes in argv
+    return ["fill", "--model", model, "--text", text], "--text", "not UTF-8 (invalid start byte at byte 10: b'\\xff')"
+
+
+def _case_fill_text_without_mask(tmp, model):
+    return ["fill", "--model", tmp / "nowhere", "--text", "Alice was born ."], "--text", "found no [MASK]"
+
+
+def _case_fill_top_k_zero(tmp, model):
+    return _fill(model) + ["--top_k", "0"], "--top_k", "expected an integer >= 1"
+
+
+def _case_vocab_without_mask(tmp, model):
+    m = _copy(model, tmp)
+    (m / "tokenizer.json").unlink()
+    _w(m / "vocab.txt", (m / "vocab.txt").read_text().replace("[MASK]\n", ""))
+    return _fill(m), m / "vocab.txt", "[MASK]"
+
 CASES = [
     pytest.param(_case_yaml_unknown_key, id="pretrain-yaml-unknown-key"),
     pytest.param(_case_yaml_unknown_key_in_section, id="pretrain-yaml-unknown-key-in-section"),
@@ -396,6 +466,14 @@ CASES = [
     pytest.param(_case_tokenizer_json_malformed, id="fill-tokenizer-json-malformed"),
     pytest.param(_case_init_from_vocab_not_utf8, id="pretrain-init-from-vocab-not-utf8"),
     pytest.param(_case_glue_vocab_not_utf8, id="glue-vocab-not-utf8"),
+    pytest.param(_case_fill_mlm_on_finetuned_glue, id="fill-mlm-on-finetuned-glue"),
+    pytest.param(_case_fill_sbo_on_finetuned_glue, id="fill-sbo-on-finetuned-glue"),
+    pytest.param(_case_fill_mlm_on_bare_encoder, id="fill-mlm-on-bare-encoder"),
+    pytest.param(_case_fill_sbo_on_mlm_only, id="fill-sbo-on-mlm-only-checkpoint"),
+    pytest.param(_case_fill_text_not_utf8, id="fill-text-not-utf8"),
+    pytest.param(_case_fill_text_without_mask, id="fill-text-without-mask"),
+    pytest.param(_case_fill_top_k_zero, id="fill-top-k-zero"),
+    pytest.param(_case_vocab_without_mask, id="fill-vocab-without-mask"),
 ]
 
 
@@ -403,3 +481,26 @@ CASES = [
 def test_malformed_input(case: Case, model_dir, tmp_path, cli_error):
     argv, names, contains = case(tmp_path, model_dir)
     cli_error([str(a) for a in argv], names=names, contains=contains, out=tmp_path)
+
+
+def test_heads_a_checkpoint_lacks_are_said_on_stderr_or_refused_when_needed(model_dir, tmp_path, capsys):
+    """Issue 22.2: a head initialised at random is never used silently. Starting pre-training from a bare
+    encoder (`--init-from`) may initialise the heads, and says so; a command that predicts with a head
+    (`require`) refuses a folder without it."""
+    from spanbert.errors import SpanBertError
+    from spanbert.model import SpanBertForPreTraining
+
+    bare = _encoder_only(tmp_path, model_dir)
+    capsys.readouterr()
+    model = SpanBertForPreTraining.from_pretrained(bare, sbo=True)
+    err = capsys.readouterr().err
+    assert f"note: {bare} has no weights for the masked-LM head (cls.predictions.*: 5 of 5 tensors), the span " \
+           "boundary head (cls.span_predictions.*: 10 of 10 tensors): freshly initialised" in err
+    assert model.cls.span_predictions is not None
+    # a full checkpoint loads without that note, and satisfies every head it has
+    SpanBertForPreTraining.from_pretrained(model_dir, require=("mlm", "sbo"))
+    assert "freshly initialised" not in capsys.readouterr().err
+    with pytest.raises(SpanBertError, match=r"holds BertModel: the encoder; predicting needs the masked-LM head"):
+        SpanBertForPreTraining.from_pretrained(bare, require=("mlm",), needed_by="predicting")
+    with pytest.raises(SpanBertError, match=r"needs the next-sentence head \(cls.seq_relationship.\*\)"):
+        SpanBertForPreTraining.from_pretrained(model_dir, require=("nsp",))

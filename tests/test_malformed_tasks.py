@@ -172,7 +172,7 @@ def _case_squad_pretty_to_mrqa_eval(t, m):
 def _case_drop_ids_not_utf8(t, m):
     train = _w(t / "train.json", json.dumps(SQUAD))
     ids = _w(t / "drop.tsv", b"id\n\xff\xfeq1\n")
-    return _squad_ft(t, m, train, "--drop_ids", ids), ids, "UTF-8"
+    return _squad_ft(t, m, train, "--drop_ids", ids), f"{ids}:2", "at byte 3"
 
 
 def _case_squad_truncated(t, m):
@@ -238,7 +238,7 @@ def _case_qa_config_bad_value(t, m):
 def _case_qa_not_a_qa_model(t, m):
     d = _w(t / "dev.json", json.dumps(SQUAD))
     argv = ["predict", "squad", "--model", m["enc"], "--data", d, "--output", t / "out" / "p.json", "--device", "cpu"]
-    return argv, m["enc"], "not a question-answering model"
+    return argv, m["enc"], "expected a question-answering model"
 
 
 def _case_squad_yaml_typo(t, m):
@@ -278,13 +278,7 @@ def _case_tacred_span_outside(t, m):
 
 def _case_tacred_not_utf8(t, m):
     f = _w(t / "train.json", b'[{"id": "\xff"}]')
-    return _rel_ft(t, m, "tacred", f), f, "UTF-8"
-
-
-def _case_tacred_dev_label_unseen(t, m):
-    f = _w(t / "train.json", json.dumps(TACRED))
-    d = _w(t / "dev.json", json.dumps([dict(TACRED[0], relation="org:founded_by")]))
-    return _rel_ft(t, m, "tacred", f, "--dev", d), d, "'org:founded_by'"
+    return _rel_ft(t, m, "tacred", f), f"{f}:1", "not UTF-8 (invalid start byte at byte 9)"
 
 
 def _case_tacred_pred_count(t, m):
@@ -296,7 +290,7 @@ def _case_tacred_pred_count(t, m):
 def _case_tacred_pred_unknown_label(t, m):
     d = _w(t / "dev.json", json.dumps(TACRED))
     p = _w(t / "p.txt", "Cause-Effect(e1,e2)\n")
-    return ["evaluate", "tacred", "--data", d, "--predictions", p], f"{p}:1", "expected a TACRED relation"
+    return ["evaluate", "tacred", "--data", d, "--predictions", p], f"{p}:1", "expected one of TACRED's 42 relations"
 
 
 def _case_tacred_config_no_id2label(t, m):
@@ -393,7 +387,7 @@ def _case_glue_pred_header(t, m):
 def _case_glue_pred_count(t, m):
     d = _glue_dir(t, "SST-2", SST)
     p = _w(t / "p.tsv", "index\tprediction\n0\t1\n")
-    return ["evaluate", "glue", "--task", "SST-2", "--data_dir", d, "--predictions", p], p, "found 1 predictions"
+    return ["evaluate", "glue", "--task", "SST-2", "--data_dir", d, "--predictions", p], p, "no prediction for 1 example id(s) ['1']"
 
 
 def _case_glue_cola_headerless_label(t, m):
@@ -442,7 +436,7 @@ def _case_ner_one_column(t, m):
 
 def _case_ner_not_utf8(t, m):
     f = _w(t / "train.txt", CONLL.encode() + b"Z\xfcrich NNP B-NP B-LOC\n")
-    return _ner_ft(t, m, f), f, "UTF-8"
+    return _ner_ft(t, m, f), f"{f}:7", "not UTF-8 (invalid start byte at byte 82)"
 
 
 def _case_ner_dev_tag_unseen(t, m):
@@ -454,7 +448,7 @@ def _case_ner_dev_tag_unseen(t, m):
 def _case_ner_pred_words_differ(t, m):
     d = _w(t / "dev.txt", CONLL)
     p = _w(t / "p.txt", "EU B-ORG B-ORG\nrefuses O O\n\nAlice B-PER B-PER\n")
-    return ["evaluate", "ner", "--data", d, "--predictions", p], f"{p}:1", "words differ"
+    return ["evaluate", "ner", "--data", d, "--predictions", p], f"{p}:1", "no predicted sentence with the words of the data file's sentence at line 3"
 
 
 def _case_ner_pred_bad_tag(t, m):
@@ -490,12 +484,6 @@ def _case_glue_config_invalid_json(t, m):
     d = _glue_dir(t, "SST-2", SST)
     argv = ["evaluate", "glue", "--task", "SST-2", "--data_dir", d, "--model", model, "--device", "cpu"]
     return argv, f"{model / 'config.json'}:1", "JSON"
-
-
-def _case_semeval_dev_label_unseen(t, m):
-    f = _w(t / "TRAIN.TXT", SEMEVAL)
-    d = _w(t / "DEV.TXT", SEMEVAL.replace("Entity-Destination(e1,e2)", "Cause-Effect(e2,e1)"))
-    return _rel_ft(t, m, "semeval", f, "--dev", d), d, "'Cause-Effect(e2,e1)'"
 
 
 def _case_mrqa_eval_prediction_number(t, m):
@@ -555,6 +543,138 @@ def _case_sweep_lower_is_better(t, m):
     return argv, "--greater_is_better", "higher is better"
 
 
+
+# ---- issue 22: predictions matched to gold by id (item 1), TACRED's label set (12), messages (14)
+def _glue_eval(d, p, task="SST-2"):
+    return ["evaluate", "glue", "--task", task, "--data_dir", d, "--predictions", p]
+
+
+def _case_glue_pred_extra_id(t, m):
+    d = _glue_dir(t, "SST-2", SST)
+    p = _w(t / "p.tsv", "index\tprediction\n0\t1\n1\t0\n7\t1\n")
+    return _glue_eval(d, p), p, "1 id(s) that are not in the dev data ['7']"
+
+
+def _case_glue_pred_other_ids(t, m):
+    d = _glue_dir(t, "RTE", "index\tsentence1\tsentence2\tlabel\n10\tA.\tB.\tentailment\n11\tC.\tD.\tnot_entailment\n")
+    p = _w(t / "p.tsv", "index\tprediction\n0\tentailment\n1\tentailment\n")  # row numbers, not RTE's index
+    return _glue_eval(d, p, "RTE"), p, "no prediction for 2 example id(s) ['10', '11']"
+
+
+def _case_glue_pred_repeated_id(t, m):
+    d = _glue_dir(t, "SST-2", SST)
+    p = _w(t / "p.tsv", "index\tprediction\n0\t1\n0\t0\n")
+    return _glue_eval(d, p), f"{p}:3", "found index '0' a second time"
+
+
+def _case_glue_tsv_row_not_utf8(t, m):
+    d = _glue_dir(t, "SST-2", SST.encode() + b"caf\xe9 au lait\t1\n")
+    return _glue_ft(t, m, "SST-2", d), f"{d / 'train.tsv'}:4", "not UTF-8 (invalid continuation byte at byte 43)"
+
+
+def _case_tacred_gold_not_a_relation(t, m):
+    d = _w(t / "dev.json", json.dumps([dict(TACRED[0], relation="NOT A RELATION!")]))
+    p = _w(t / "p.txt", "no_relation\n")
+    return ["evaluate", "tacred", "--data", d, "--predictions", p], d, "found label 'NOT A RELATION!'"
+
+
+def _case_tacred_gold_typo(t, m):
+    d = _w(t / "dev.json", json.dumps([dict(TACRED[0], relation="per:titel")]))
+    p = _w(t / "p.txt", "per:titel\n")
+    return ["evaluate", "tacred", "--data", d, "--predictions", p], d, "did you mean 'per:title'?"
+
+
+def _case_tacred_train_typo(t, m):
+    f = _w(t / "train.json", json.dumps([dict(TACRED[0], relation="per:city_of_brith")]))
+    return _rel_ft(t, m, "tacred", f), f"{f} (record 0, id t1)", "did you mean 'per:city_of_birth'?"
+
+
+def _case_tacred_pred_typo(t, m):
+    d = _w(t / "dev.json", json.dumps(TACRED))
+    p = _w(t / "p.txt", "per:city_of_brith\n")
+    return ["evaluate", "tacred", "--data", d, "--predictions", p], f"{p}:1", "did you mean 'per:city_of_birth'?"
+
+
+def _case_tacred_pred_ids_missing(t, m):
+    d = _w(t / "dev.json", json.dumps([TACRED[0], dict(TACRED[0], id="t2")]))
+    p = _w(t / "p.txt", "t2\tno_relation\nt9\tno_relation\n")
+    return ["evaluate", "tacred", "--data", d, "--predictions", p], p, "no prediction for 1 id(s) ['t1']"
+
+
+def _case_semeval_pred_extra_id(t, m):
+    d = _w(t / "TEST.TXT", SEMEVAL)
+    p = _w(t / "p.txt", "1\tOther\n2\tOther\n")
+    return ["evaluate", "semeval", "--data", d, "--predictions", p], p, "1 id(s) that are not in the data file ['2']"
+
+
+def _case_semeval_pred_repeated_id(t, m):
+    d = _w(t / "TEST.TXT", SEMEVAL)
+    p = _w(t / "p.txt", "1\tOther\n1\tEntity-Destination(e1,e2)\n")
+    return ["evaluate", "semeval", "--data", d, "--predictions", p], f"{p}:2", "found id '1' a second time"
+
+
+def _case_ner_pred_extra_sentence(t, m):
+    d = _w(t / "dev.txt", CONLL)
+    p = _w(t / "p.txt", "EU B-ORG B-ORG\nrejects O O\n\nAlice B-PER B-PER\n\nBob B-PER B-PER\n")
+    return ["evaluate", "ner", "--data", d, "--predictions", p], f"{p}:6", "1 predicted sentence(s) that are not in"
+
+
+def _case_squad_preds_of_other_data(t, m):
+    d = _w(t / "dev.json", json.dumps(SQUAD))
+    p = _w(t / "p.json", '{"x1": "Paris", "x2": "Rome"}')
+    return _squad_eval(d, p), p, "no id among them that is a question of"
+
+
+def _case_squad_eval_article_without_paragraphs(t, m):
+    bad = {"version": "1.1", "data": [SQUAD["data"][0], {"title": "empty"}]}
+    d = _w(t / "dev.json", json.dumps(bad))
+    p = _w(t / "p.json", '{"q1": "Paris"}')
+    return _squad_eval(d, p), f"{d} (record data[1])", "missing field 'paragraphs'"
+
+
+def _case_squad_eval_answer_without_text(t, m):
+    bad = json.loads(json.dumps(SQUAD))
+    bad["data"][0]["paragraphs"][0]["qas"][0]["answers"] = [{"answer_start": 18}]
+    d = _w(t / "dev.json", json.dumps(bad))
+    p = _w(t / "p.json", '{"q1": "Paris"}')
+    return _squad_eval(d, p), f"{d} (record id q1, answers[0])", "missing field 'text'"
+
+
+def _case_squad_data_not_utf8(t, m):
+    d = _w(t / "dev.json", json.dumps(SQUAD, indent=1).encode().replace(b"Alice", b"Al\xefce"))
+    p = _w(t / "p.json", '{"q1": "Paris"}')
+    return _squad_eval(d, p), f"{d}:", "not UTF-8"
+
+
+def _case_squad_v2_prediction_missing(t, m):
+    v2 = {"version": "v2.0", "data": [{"title": "t", "paragraphs": [{"context": "Alice was born in Paris.", "qas": [
+        {"id": "q1", "question": "Where?", "answers": [{"text": "Paris", "answer_start": 18}], "is_impossible": False},
+        {"id": "q2", "question": "When?", "answers": [], "is_impossible": True}]}]}]}  # fmt: skip
+    d = _w(t / "dev.json", json.dumps(v2))
+    p = _w(t / "p.json", '{"q1": "Paris"}')
+    return _squad_eval(d, p), p, "found no entry for 1 of 2 questions (q2)"
+
+
+def _case_squad_v2_na_prob_missing(t, m):
+    v2 = {"version": "v2.0", "data": [{"title": "t", "paragraphs": [{"context": "Alice was born in Paris.", "qas": [
+        {"id": "q1", "question": "Where?", "answers": [{"text": "Paris", "answer_start": 18}], "is_impossible": False},
+        {"id": "q2", "question": "When?", "answers": [], "is_impossible": True}]}]}]}  # fmt: skip
+    d = _w(t / "dev.json", json.dumps(v2))
+    p = _w(t / "p.json", '{"q1": "Paris", "q2": ""}')
+    na = _w(t / "na.json", '{"q1": 0.1}')
+    return _squad_eval(d, p, "--na-prob", na), na, "expected a no-answer probability for every question"
+
+
+
+def _case_glue_mnli_one_predictions_file(t, m):
+    head = "index\tsentence1\tsentence2\tgold_label\n0\tA.\tB.\tneutral\n"
+    d = t / "MNLI"
+    _w(d / "dev_matched.tsv", head)
+    _w(d / "dev_mismatched.tsv", head)
+    p = _w(t / "p.tsv", "index\tprediction\n0\tneutral\n")
+    return _glue_eval(d, p, "MNLI"), "--predictions", "found 1 file(s); expected one per MNLI dev split, in this order: matched, mismatched"
+
+
 CASES = [
     pytest.param(_case_squad_output_dir_taken, id="squad-output-dir-taken"),
     pytest.param(_case_glue_sweep_output_dir_taken, id="glue-sweep-output-dir-taken"),
@@ -583,7 +703,6 @@ CASES = [
     pytest.param(_case_tacred_not_list, id="tacred-not-a-list"),
     pytest.param(_case_tacred_span_outside, id="tacred-span-outside"),
     pytest.param(_case_tacred_not_utf8, id="tacred-not-utf8"),
-    pytest.param(_case_tacred_dev_label_unseen, id="tacred-dev-label-unseen"),
     pytest.param(_case_tacred_pred_count, id="tacred-prediction-count"),
     pytest.param(_case_tacred_pred_unknown_label, id="tacred-prediction-unknown-label"),
     pytest.param(_case_tacred_config_no_id2label, id="tacred-config-no-id2label"),
@@ -617,10 +736,28 @@ CASES = [
     pytest.param(_case_ner_config_not_tags, id="ner-config-not-tags"),
     pytest.param(_case_ner_yaml_unknown, id="ner-yaml-unknown-option"),
     pytest.param(_case_glue_config_invalid_json, id="glue-config-invalid-json"),
-    pytest.param(_case_semeval_dev_label_unseen, id="semeval-dev-label-unseen"),
     pytest.param(_case_mrqa_eval_prediction_number, id="mrqa-prediction-list"),
     pytest.param(_case_tacred_eval_model_unseen_label, id="tacred-evaluate-model-unseen-label"),
     pytest.param(_case_ner_eval_model_unseen_tag, id="ner-evaluate-model-unseen-tag"),
+    pytest.param(_case_glue_pred_extra_id, id="glue-prediction-extra-id"),
+    pytest.param(_case_glue_pred_other_ids, id="glue-prediction-row-numbers-for-index"),
+    pytest.param(_case_glue_pred_repeated_id, id="glue-prediction-repeated-id"),
+    pytest.param(_case_glue_tsv_row_not_utf8, id="glue-tsv-row-not-utf8"),
+    pytest.param(_case_tacred_gold_not_a_relation, id="tacred-gold-not-a-relation"),
+    pytest.param(_case_tacred_gold_typo, id="tacred-gold-and-prediction-typo"),
+    pytest.param(_case_tacred_train_typo, id="tacred-train-label-typo"),
+    pytest.param(_case_tacred_pred_typo, id="tacred-prediction-typo"),
+    pytest.param(_case_tacred_pred_ids_missing, id="tacred-prediction-ids-missing"),
+    pytest.param(_case_semeval_pred_extra_id, id="semeval-prediction-extra-id"),
+    pytest.param(_case_semeval_pred_repeated_id, id="semeval-prediction-repeated-id"),
+    pytest.param(_case_ner_pred_extra_sentence, id="ner-prediction-extra-sentence"),
+    pytest.param(_case_squad_preds_of_other_data, id="squad-predictions-of-other-data"),
+    pytest.param(_case_squad_eval_article_without_paragraphs, id="squad-evaluate-article-without-paragraphs"),
+    pytest.param(_case_squad_eval_answer_without_text, id="squad-evaluate-answer-without-text"),
+    pytest.param(_case_squad_data_not_utf8, id="squad-evaluate-data-not-utf8"),
+    pytest.param(_case_squad_v2_prediction_missing, id="squad-v2-prediction-missing"),
+    pytest.param(_case_squad_v2_na_prob_missing, id="squad-v2-na-prob-missing"),
+    pytest.param(_case_glue_mnli_one_predictions_file, id="glue-mnli-one-predictions-file"),
 ]
 
 

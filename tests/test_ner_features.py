@@ -182,3 +182,24 @@ def test_bad_feature_choices_are_clean_errors(encoder4, tmp_path, cli_error):
     base = ["finetune", "ner", "--model", encoder4, "--train", data, "--output_dir", tmp_path / "o"]
     cli_error(base + ["--features", "last_five"], contains="'last_five'", out=tmp_path)
     cli_error(base + ["--features", "last_hidden", "--feature_dtype", "int8"], contains="float16", out=tmp_path)
+
+
+def test_a_choice_deeper_than_the_encoder_is_refused_before_any_feature_is_extracted(
+    tmp_path, cli_error, count_encoder_calls
+):
+    """Issue 22.13: a 2-layer encoder cannot give "last four": refused from its config.json, before the
+    encoder runs once or a feature cache appears."""
+    from spanbert.config import model_config
+    from spanbert.model import Encoder
+    from spanbert.tokenization import train_tokenizer
+
+    texts = [" ".join(s.words) for s in synthetic_conll(16)]
+    tok = train_tokenizer(None, 100, texts=texts * 3, show_progress=False)
+    enc = tmp_path / "enc2"
+    Encoder(model_config("tiny", vocab_size=tok.vocab_size, num_hidden_layers=2)).save_pretrained(enc, tokenizer=tok)
+    data = tmp_path / "train.txt"
+    write_conll(data, synthetic_conll(4))
+    argv = ["finetune", "ner", "--model", enc, "--train", data, "--output_dir", tmp_path / "o",
+            "--features", "last_hidden,concat_last_four", *TRAIN]  # fmt: skip
+    cli_error(argv, names="--features concat_last_four", contains="the encoder has 2 layers", out=tmp_path)
+    assert count_encoder_calls == [0]

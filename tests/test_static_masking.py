@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from spanbert import cli, data
+from spanbert import preprocess as preprocess_module
 from spanbert.data import (
     PretrainDataset,
     StaticMaskingConfig,
@@ -332,7 +333,8 @@ def test_interrupted_static_masking_leaves_no_corpus(root, tmp_path, monkeypatch
             raise KeyboardInterrupt  # ... and then the run is interrupted
         return real(*args, **kw)
 
-    monkeypatch.setattr(data, "write_static_masks", fails_on_the_second_length)
+    # patched where preprocess looks it up (spanbert.data only re-exports it)
+    monkeypatch.setattr(preprocess_module, "write_static_masks", fails_on_the_second_length)
     out = tmp_path / "c"
     with pytest.raises(KeyboardInterrupt):
         preprocess(root / "corpus.txt", root / "tok", out, num_workers=1, progress=False, static=google(2, (24, 48)))

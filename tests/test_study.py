@@ -7,6 +7,7 @@ import gzip
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -233,3 +234,112 @@ def test_a_finished_cell_run_with_other_settings_is_refused(tmp_path):
     study.tasks[0].options = {}
     study.seeds = 3  # more seeds only add cells
     S.check_finished(S.plan(study))
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 22: the study YAML as the other commands read it (12), options checked before work (13)
+
+
+def test_the_docs_example_values_are_read_as_a_user_means_them(tmp_path):
+    """YAML 1.1 reads `1e-4` as a string; the study takes it as the number, as every other command's
+    YAML does (docs/study.md's example was refused)."""
+    sst = tmp_path / "SST-2"
+    sst.mkdir()
+    f = tmp_path / "s.yaml"
+    f.write_text(f"corpus: {tmp_path}\npretrain_options: {{learning_rate: 5e-4}}\nbudget_tokens: 5e4\nsystems: [spanbert]\n"
+                 f"tasks:\n  - {{task: glue, glue_task: SST-2, train: {sst}, learning_rates: [1e-4, 3e-4]}}\n")  # fmt: skip
+    study = S.load_study(f)
+    assert study.tasks[0].learning_rates == [1e-4, 3e-4] and study.budget_tokens == 50000
+
+
+@pytest.mark.parametrize(
+    "body, line, contains",
+    [
+        pytest.param("seeds: three\n", 6, "option seeds: found 'three', expected an integer", id="seeds-text"),
+        pytest.param("model: [tiny]\n", 6, "option model: found a list", id="model-list"),
+        pytest.param("budget_tokens: 1.5\n", 6, "option budget_tokens: found 1.5, expected an integer", id="budget-float"),
+        pytest.param("", 5, "option learning_rates: found a list ['fast']", id="task-learning-rate-text"),
+        pytest.param("", 6, "option folds: found a list ['zero']", id="task-folds-text"),
+        pytest.param("", 7, "expected a mapping of option: value", id="system-options-list"),
+    ],
+)
+def test_study_yaml_values_of_the_wrong_type_name_file_and_line(tmp_path, cli_error, body, line, contains):
+    sst = tmp_path / "SST-2"
+    sst.mkdir()
+    tasks = f"  - {{task: glue, glue_task: SST-2, train: {sst}}}\n"
+    if contains.startswith("option learning_rates"):
+        tasks = f"  - task: glue\n    train: {sst}\n    learning_rates: [fast]\n    glue_task: SST-2\n"
+    if contains.startswith("option folds"):
+        tasks = f"  - task: glue\n    train: {sst}\n    glue_task: SST-2\n    folds: [zero]\n"
+    systems = "  - spanbert\n"
+    if "mapping" in contains:
+        tasks = f"  - {{task: glue, glue_task: SST-2, train: {sst}}}\n  - {{task: ner, train: {sst}, dev: {sst}}}\n"
+        systems = "  - spanbert\n  - {name: bert, options: [masking]}\n"
+    f = tmp_path / "s.yaml"
+    f.write_text(f"corpus: {tmp_path}\ntasks:\n{tasks}systems:\n{systems}{body}")
+    lines = f.read_text().splitlines()
+    assert 0 < line <= len(lines), lines
+    cli_error(["study", f], names=f"{f}:{line}:", contains=contains, out=tmp_path)
+
+
+def test_a_refused_study_leaves_study_json_as_it_was(tmp_path):
+    study = S.Study(systems=[S.SystemSpec("bert")], tasks=[S.TaskSpec("glue", glue_task="SST-2", train=str(tmp_path))],
+                    seeds=1, output_dir=str(tmp_path / "out"), corpus="c")  # fmt: skip
+    cell = next(c for c in S.plan(study) if c.kind == "finetune")
+    cell.dir.mkdir(parents=True)
+    (cell.dir / "result.json").write_text(json.dumps({"dev": 1.0, "argv": [*cell.argv, "--output_dir", str(cell.dir)]}))
+    plan_file = tmp_path / "out" / "study.json"
+    plan_file.write_text("the plan of the cells that ran\n")
+    study.tasks[0].options = {"num_train_epochs": 5}
+    with pytest.raises(Exception, match="run with other settings"):
+        S.run_study(study, "finetune")
+    assert plan_file.read_text() == "the plan of the cells that ran\n"
+
+
+def _fake_run(root: Path) -> Path:
+    """A pre-training run folder as `spanbert curve` checks it: final/ and one complete checkpoint."""
+    (root / "final").mkdir(parents=True)
+    (root / "final" / "config.json").write_text("{}")
+    (root / "checkpoint-2").mkdir()
+    (root / "checkpoint-2" / "state.pt").write_bytes(b"")
+    (root / "checkpoint-2" / "trainer_state.json").write_text("{}")
+    return root
+
+
+@pytest.mark.parametrize(
+    "extra, names, contains",
+    [
+        pytest.param(["--task", "glue", "--train", "{sst}"], "spanbert curve", "glue needs glue_task", id="no-glue-task"),
+        pytest.param(["--task", "glue", "--glue_task", "SST-2", "--train", "{sst}/nowhere"], "nowhere",
+                     "no such file or folder", id="train-missing"),
+        pytest.param(["--task", "glue", "--glue_task", "SST-2", "--train", "{sst}", "--seeds", "0"], "seeds",
+                     "expected an integer >= 1", id="no-seeds"),
+        pytest.param(["--task", "glue", "--glue_task", "SST-2", "--train", "{sst}", "--learning_rate", "-1"],
+                     "learning_rates", "expected positive numbers", id="negative-learning-rate"),
+    ],
+)  # fmt: skip
+def test_curve_checks_its_options_before_exporting_a_checkpoint(tmp_path, cli_error, extra, names, contains):
+    run = _fake_run(tmp_path / "run")
+    sst = tmp_path / "SST-2"
+    sst.mkdir()
+    argv = ["curve", run, *[a.format(sst=sst) for a in extra]]
+    cli_error(argv, names=names, contains=contains, out=run)  # nothing exported, no curve folder
+
+
+def test_curve_refuses_a_run_without_checkpoints_before_any_work(tmp_path, cli_error):
+    run = _fake_run(tmp_path / "run")
+    shutil.rmtree(run / "checkpoint-2")
+    cli_error(["curve", run, "--task", "glue", "--glue_task", "SST-2", "--train", tmp_path], names=run,
+              contains="found no complete checkpoint-N folder", out=run)  # fmt: skip
+
+
+def test_study_checks_name_the_line_of_the_item_and_key(tmp_path, cli_error):
+    sst = tmp_path / "SST-2"
+    sst.mkdir()
+    f = tmp_path / "s.yaml"
+    f.write_text(f"corpus: {tmp_path}\nsystems:\n  - spanbert\n  - spanbertt\ntasks:\n"
+                 f"  - {{task: glue, glue_task: SST-2, train: {sst}}}\n  - task: ner\n    train: {sst}\n"
+                 f"    dev: {tmp_path}/nowhere.txt\n")  # fmt: skip
+    cli_error(["study", f], names=f"{f}:4:", contains="found 'spanbertt'")
+    f.write_text(f.read_text().replace("spanbertt", "bert"))
+    cli_error(["study", f], names=f"{f}:9:", contains="nowhere.txt: no such file or folder")

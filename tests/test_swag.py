@@ -188,10 +188,13 @@ def test_predictions_file_round_trip_and_checks(tmp_path):
     ex = read_swag(write_csv(tmp_path / "v.csv", rows(3)))
     write_predictions(tmp_path / "p.csv", ex, [0, 3, 1])
     assert read_predictions(tmp_path / "p.csv", ex) == [0, 3, 1]
-    with pytest.raises(DataError, match="found 3 predictions, expected one per example \\(2\\)"):
+    # rows are matched by (video-id, fold-ind): another order gives each example its own label
+    assert read_predictions(tmp_path / "p.csv", ex[1:] + ex[:1]) == [3, 1, 0]
+    with pytest.raises(DataError, match=r"p.csv:4: found 1 row\(s\) of no example of the data file"):
         read_predictions(tmp_path / "p.csv", ex[:2])
-    with pytest.raises(DataError, match=r"p.csv:2: found example"):
-        read_predictions(tmp_path / "p.csv", ex[1:] + ex[:1])
+    write_predictions(tmp_path / "q.csv", ex[:2], [0, 3])
+    with pytest.raises(DataError, match=r"q.csv: found no row for example .* \(line 4 of the data file\)"):
+        read_predictions(tmp_path / "q.csv", ex)
 
 
 # ---------------------------------------------------------------------------------------------

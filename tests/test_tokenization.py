@@ -141,8 +141,8 @@ def test_missing_tokenizer_errors(tmp_path):
     with pytest.raises(SpanBertError, match="tokenizer.json or vocab.txt"):
         load_tokenizer(tmp_path)
     (tmp_path / "vocab.txt").write_text("a\nb\n")
-    with pytest.raises(SpanBertError, match="special tokens"):
-        load_tokenizer(tmp_path)
+    with pytest.raises(SpanBertError, match=r"vocab.txt: found a vocabulary without the BERT special token\(s\)"):
+        load_tokenizer(tmp_path)  # the file is named (issue 22.14)
 
 
 def test_cli_train_on_files(tmp_path):
@@ -304,3 +304,65 @@ def test_count_words_equals_pretokenizing_every_line():
         assert count_words(texts, hf.normalizer, hf.pre_tokenizer) == reference(texts)
 
     check()
+
+
+def test_a_long_line_comes_in_pieces_that_tokenize_as_the_whole_line(tok, tmp_path):
+    """`iter_lines(path, max_bytes)`: pieces of at most max_bytes bytes, cut before a space or tab, so
+    the tokens are those of the whole line (issue 22 item 11: memory must not grow with the line)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from spanbert.tokenization import iter_lines
+
+    word = st.text(st.characters(blacklist_categories=("Cs", "Cc", "Zs", "Zl", "Zp")), min_size=1, max_size=8)
+    seps = st.sampled_from([" ", "  ", "\t", " \t "])
+
+    @settings(max_examples=80, deadline=None)
+    @given(st.lists(st.tuples(word, seps), min_size=1, max_size=50), st.integers(1, 60))
+    def check(items, max_bytes):
+        line = "".join(w + s for w, s in items).rstrip()
+        path = tmp_path / "line.txt"
+        path.write_text(f"{line}\n\nnext\n", encoding="utf-8")
+        got = list(iter_lines(path, max_bytes))
+        if len(line.encode()) <= max_bytes and max_bytes >= 4:  # no line is long: read as without a bound
+            assert got == list(iter_lines(path, None))
+        pieces = [text for n, text in got if n == 1]
+        assert [x for x in got if x[0] == 2] == [(2, "")] and "".join(t for n, t in got if n == 3) == "next"
+        assert all(len(t.encode()) <= max(max_bytes, 4) for _, t in got)
+        assert "".join("".join(pieces).split()) == "".join(line.split())  # only whitespace-only pieces left out
+        if all(len(w.encode()) + 3 < max_bytes for w, _ in items):  # no word is longer than a piece: none is cut
+            whole = tok.hf.encode(line, add_special_tokens=False).ids
+            assert [i for e in tok.hf.encode_batch(pieces, add_special_tokens=False) for i in e.ids] == whole
+
+    check()
+
+
+def test_long_line_pieces_keep_errors_and_blank_lines(tmp_path):
+    from spanbert.tokenization import iter_lines
+
+    path = tmp_path / "a.txt"
+    path.write_bytes(b"ok\n" + b"word " * 30 + b"caf\xe9 end\n")
+    with pytest.raises(DataError, match=r"a.txt:2: not UTF-8 text: byte 0xe9 at column 154"):
+        list(iter_lines(path, max_bytes=16))  # the bad byte is in the 10th piece; its column is the line's
+    path.write_text("a\n" + " \t" * 50 + "\nb\n", encoding="utf-8")
+    assert list(iter_lines(path, max_bytes=8)) == [(1, "a"), (2, ""), (3, "b")]  # still a blank line
+    path.write_text("ééé\n", encoding="utf-8")
+    assert list(iter_lines(path, max_bytes=1)) == [(1, "éé"), (1, "é")]  # 4 bytes: a piece holds a character
+
+
+def test_a_long_line_trains_the_vocabulary_of_its_words(tmp_path):
+    """Vocabulary training reads a long line in pieces (a 30 MB line took 1.9 GB before: bench/long_line_memory.py --stage vocab): the
+    words, hence the vocabulary, are those of the same text on short lines."""
+    from spanbert.tokenization import MAX_LINE_BYTES
+
+    words = " ".join(CORPUS).split()
+    words = [words[i % len(words)] for i in range(3 * MAX_LINE_BYTES // 6)]
+    line = " ".join(words)
+    assert len(line.encode()) > 2 * MAX_LINE_BYTES
+    (tmp_path / "long.txt").write_text(line + "\n", encoding="utf-8")
+    short = "\n".join(" ".join(words[i : i + 500]) for i in range(0, len(words), 500))
+    (tmp_path / "short.txt").write_text(short + "\n", encoding="utf-8")
+    a = train_tokenizer([tmp_path / "long.txt"], 150, tmp_path / "a", show_progress=False)
+    b = train_tokenizer([tmp_path / "short.txt"], 150, tmp_path / "b", show_progress=False)
+    assert (tmp_path / "a" / "vocab.txt").read_text() == (tmp_path / "b" / "vocab.txt").read_text()
+    assert a.vocab_size == b.vocab_size

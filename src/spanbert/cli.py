@@ -19,7 +19,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "preprocess": ("spanbert.data", "main", "tokenize a text corpus into memory-mapped token arrays"),
     "pretrain": ("spanbert.pretrain", "main", "pre-train SpanBERT or a BERT baseline (no arguments: quick start)"),
     "fill": ("spanbert.pretrain", "fill_main", "predict a masked span with the MLM or the SBO head"),
-    "finetune": ("", "", "fine-tune on a task: squad, mrqa, tacred, semeval, glue, ner, coref"),
+    "finetune": ("", "", "fine-tune on a task: squad, mrqa, tacred, semeval, glue, ner, coref, parse"),
     "predict": ("", "", "write predictions of a fine-tuned model in the task's official format"),
     "evaluate": ("", "", "score predictions with the task's official metrics (prints JSON)"),
     "study": ("spanbert.study", "main", "rerun the paper's comparisons (Tables 1, 6, 7): pre-train, fine-tune, tabulate"),
@@ -36,6 +36,7 @@ TASKS: dict[str, tuple[str, str]] = {
     "ner": ("spanbert.tasks.ner", "named entity recognition, CoNLL-2003 IOB"),
     "coref": ("spanbert.tasks.coref", "coreference resolution, CoNLL-2012 format"),
     "swag": ("spanbert.tasks.swag", "multiple choice, SWAG CSV (BERT §4.4)"),
+    "parse": ("spanbert.tasks.parse", "constituency parsing, Penn Treebank trees, EVALB F1 (cloze paper §6.2.2)"),
 }
 
 TASK_ACTIONS = ("finetune", "predict", "evaluate")

@@ -3,8 +3,9 @@
 Read it top to bottom: config and presets, the building blocks (sinusoidal positions, attention with
 an extra zero state, pre-LayerNorm blocks), the character-CNN word input, the two towers and the
 combination module (`TwoTowerModel`), the three pre-training objectives (cloze, bilm, cloze-bilm),
-the paper's optimiser and schedule, saving and loading, and `pretrain_cloze`, which
-`spanbert pretrain --system cloze|bilm|cloze-bilm` dispatches to.
+the model as a fine-tuning encoder (`TwoTowerEncoder`: the family protocol of `spanbert.families`,
+with the paper's fine-tuning habits), its tokenizers, the paper's optimiser and schedule, saving and
+loading. `spanbert.pretrain` builds the `--system cloze|bilm|cloze-bilm` presets from these parts.
 
 Notation follows the paper (§3): a sample t_1..t_n wrapped in boundary markers; the forward tower's
 state at token i is F_i (it has seen t_1..t_i), the backward tower's B_i (it has seen t_i..t_n). The
@@ -16,21 +17,17 @@ from the paper and from the released fairseq code.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from spanbert import distributed
-from spanbert.distributed import eprint0, print0
+from spanbert.config import FinetuneHabits
 from spanbert.errors import SpanBertError
 from spanbert.model import Dropout
 
@@ -574,6 +571,166 @@ class TwoTowerModel(nn.Module):
         save_checkpoint(path, self.state_dict(), config_json)
 
 
+# ---------------------------------------------------------------------------------------------
+# the model as a fine-tuning encoder (§4): the family protocol of `spanbert.families`
+
+FINETUNE_HABITS = FinetuneHabits(
+    init_std=0.02,
+    zero_init_head=True,  # §4: "initialize all weights as well as the bias to zero"
+    output_scale=16.0,  # §4: the LM output is multiplied by 16 (a larger rate for the new weights)
+    head_dropout=0.1,  # §4: dropout 0.1 before the projection ...
+    encoder_dropout=0.0,  # ... "we disable dropout in the language model" (sentence tasks)
+    tagger="bilstm-crf",  # §6.2.1: projection, one biLSTM layer, a CRF
+    # §4: a cosine schedule warming up from 1e-7 over 10% of the updates and annealing to 1e-6; Adam
+    # without weight decay; batches of 16. The paper states no gradient clipping for fine-tuning: none here (with the
+    # x16 output scale, clipping the global norm at 1 would rescale the encoder's gradients by ~0.03).
+    training=(
+        ("lr_scheduler_type", "cosine"), ("warmup_ratio", 0.1), ("warmup_init_lr", 1e-7), ("min_lr", 1e-6),
+        ("weight_decay", 0.0), ("max_grad_norm", 0.0), ("per_device_train_batch_size", 16),
+    ),
+    sweep_learning_rates=(1e-4, 5e-5, 3e-5),  # §4: "the best value over three settings"
+    sweep_batch_sizes=(16,),  # §4: batch 16
+)  # fmt: skip
+"""The two-tower model's fine-tuning recipe (§4, §6.2.1), as defaults of the shared task heads."""
+
+MAX_POSITIONS = 4096
+"""The longest input tasks may frame: positions are sinusoidal (no table), so this only bounds the
+quadratic attention cost; §5.1 pre-trains on blocks of up to 512 tokens."""
+
+
+class TwoTowerEncoder(nn.Module):
+    """The two-tower model as every task sees it (§4): token states are the combination module's output
+    with every forward and backward state visible ("No Masking"), the towers below staying causal.
+
+    A task's input is framed ``<s> a </s>`` or ``<s> a <sep> b </s>`` (`frame`); the sentence vector is
+    the concatenation of the states at ``<s>``, ``</s>`` and the first ``<sep>`` (zeros without one), so
+    one output layer serves single texts and pairs (§4's W1 and W2: with a zero-initialised projection the
+    zero third of a single text's vector never receives weight). The pre-training output classifier is
+    kept (it is tied to the input embeddings for BPE input) but never used: the character model's
+    adaptive softmax is frozen, so no optimiser or DDP sees it.
+    """
+
+    model_type = MODEL_TYPE
+
+    def __init__(self, lm: TwoTowerModel):
+        super().__init__()
+        self.lm = lm
+        if hasattr(lm, "adaptive_softmax"):
+            lm.adaptive_softmax.requires_grad_(False)
+
+    @property
+    def config(self) -> ClozeConfig:
+        return self.lm.config
+
+    @property
+    def hidden_size(self) -> int:
+        return self.lm.config.d_model
+
+    @property
+    def sentence_size(self) -> int:
+        return 3 * self.lm.config.d_model
+
+    @property
+    def num_layers(self) -> int:
+        """Layer states beyond the embeddings: each tower block (F^l + B^l) and the combination output."""
+        return self.lm.config.num_layers + 1
+
+    @property
+    def max_positions(self) -> int:
+        return MAX_POSITIONS
+
+    @property
+    def vocab_size(self) -> int:
+        return self.lm.config.vocab_size
+
+    @property
+    def habits(self) -> FinetuneHabits:
+        return FINETUNE_HABITS
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        output_hidden_states: bool = False,
+    ) -> Tensor | tuple[Tensor, ...]:
+        """(B, T, d) token states; with ``output_hidden_states`` the embeddings, F^l + B^l of each block and
+        the output: num_layers + 1 tensors (B, T, d). ``token_type_ids`` is unused (no segment embeddings:
+        pairs are told apart by ``<sep>``). Padded positions are zero."""
+        if input_ids.shape[1] > MAX_POSITIONS:
+            raise SpanBertError(f"sequence of {input_ids.shape[1]} tokens is longer than {MAX_POSITIONS}")
+        out = self.lm.encode(input_ids, attention_mask, full_context=True)
+        return tuple(out["layers"]) if output_hidden_states else out["hidden"]
+
+    def sentence(self, hidden: Tensor, attention_mask: Tensor | None = None, input_ids: Tensor | None = None) -> Tensor:
+        """[h(<s>); h(</s>); h(<sep>)] (B, 3d) (§4; zeros for the third part of a single text)."""
+        B, T, d = hidden.shape
+        rows = torch.arange(B, device=hidden.device)
+        if attention_mask is None:
+            last = torch.full((B,), T - 1, dtype=torch.long, device=hidden.device)
+        else:
+            last = attention_mask.long().sum(1) - 1  # (B,) the closing </s> (right padding)
+        if input_ids is None:
+            sep = hidden.new_zeros(B, d)
+        else:
+            is_sep = input_ids == self.lm.config.sep_id  # (B, T)
+            sep = hidden[rows, is_sep.long().argmax(1)] * is_sep.any(1, keepdim=True).to(hidden.dtype)  # (B, d)
+        return torch.cat([hidden[:, 0], hidden[rows, last], sep], dim=-1)  # (B, 3d)
+
+    def frame(self, tokenizer: Any) -> Any:
+        """The tokenizer with ``cls_id`` = <s>, ``mid_id`` = <sep>, ``sep_id`` = </s> (§3, §4)."""
+        return frame_tokenizer(self.lm.config, tokenizer)
+
+    def config_json(self) -> dict[str, Any]:
+        return {"model_type": MODEL_TYPE, **dataclasses.asdict(self.lm.config)}
+
+    def resize_token_embeddings(self, vocab_size: int) -> None:
+        """Grow the (tied) token embeddings for added tokens (relation extraction's entity markers)."""
+        cfg = self.lm.config
+        if vocab_size <= cfg.vocab_size:
+            return
+        if cfg.input != "bpe":
+            raise SpanBertError(
+                f"adding tokens to a two-tower model with input {cfg.input!r}: found a word vocabulary spelled "
+                "by the character CNN, expected input bpe (the new tokens have no spelling to embed)"
+            )
+        old = self.lm.embed_tokens
+        new = nn.Embedding(vocab_size, old.embedding_dim, padding_idx=old.padding_idx)
+        new.to(device=old.weight.device, dtype=old.weight.dtype)
+        with torch.no_grad():
+            new.weight.normal_(0.0, cfg.d_model**-0.5)
+            new.weight[: old.num_embeddings] = old.weight
+        self.lm.embed_tokens = new
+        cfg.vocab_size = vocab_size
+
+
+def frame_tokenizer(cfg: ClozeConfig, tokenizer: Any) -> Any:
+    """``tokenizer`` framing task inputs as ``<s> a </s>`` and ``<s> a <sep> b </s>`` (§4)."""
+    return tokenizer.framed(cfg.bos_id, cfg.sep_id, cfg.eos_id)
+
+
+def config_from_json(raw: dict[str, Any], source: str = "config.json") -> ClozeConfig:
+    """The `ClozeConfig` of a saved config.json (unknown keys, e.g. HF label keys, ignored)."""
+    names = {f.name for f in dataclasses.fields(ClozeConfig)}
+    try:
+        return ClozeConfig(**{k: v for k, v in raw.items() if k in names})
+    except TypeError as e:
+        raise SpanBertError(f"{source}: found {e}, expected ClozeConfig fields") from None
+
+
+def encoder_from_config(raw: dict[str, Any], source: str = "config.json") -> TwoTowerEncoder:
+    """An encoder of the saved architecture, weights freshly initialised (then loaded by the caller)."""
+    return TwoTowerEncoder(TwoTowerModel(config_from_json(raw, source)))
+
+
+def encoder_state(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """A checkpoint's weights in `TwoTowerEncoder`'s names: a pre-trained folder's `TwoTowerModel` keys
+    get ``lm.``; a fine-tuned folder's ``bert.lm.*`` lose ``bert.`` and its head is dropped."""
+    if any(k.startswith("bert.lm.") for k in state):
+        return {k[len("bert.") :]: v for k, v in state.items() if k.startswith("bert.lm.")}
+    return {"lm." + k: v for k, v in state.items()}
+
+
 def bilm_inputs(fwd: Tensor, bwd: Tensor) -> tuple[Tensor, Tensor]:
     """The states that predict token i in the bilm loss (§6.3), aligned with i: F_{i-1} (the forward
     tower's next-token prediction) and B_{i+1} (the backward tower's); zeros where none exists.
@@ -724,21 +881,10 @@ def train_cloze_tokenizer(
 
 
 def save_tokenizer(tok: Any, path: str | Path) -> None:
-    """`Tokenizer.save`, with a tokenizer_config.json that says what the tokenizer is: a BPE or word
-    tokenizer is not a `BertTokenizer` (its vocab.txt is not a WordPiece vocabulary), so
-    `transformers.AutoTokenizer` must read tokenizer.json instead."""
-    from spanbert.utils import atomic_write
-
-    path = Path(path)
-    tok.save(path)
-    if type(tok.hf.model).__name__ == "WordPiece":
-        return
-    names = {"unk_token": "[UNK]", "pad_token": "[PAD]", "bos_token": "<s>", "eos_token": "</s>", "sep_token": "<sep>"}
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 512, **names}
-    with atomic_write(path / "tokenizer_config.json", encoding="utf-8") as f:
-        json.dump(config, f, indent=2)
-    with atomic_write(path / "special_tokens_map.json", encoding="utf-8") as f:
-        json.dump(names, f, indent=2)
+    """`Tokenizer.save`: a BPE or word tokenizer is not a `BertTokenizer` (its vocab.txt is not a
+    WordPiece vocabulary), so its tokenizer_config.json makes `transformers.AutoTokenizer` read
+    tokenizer.json instead."""
+    tok.save(Path(path))
 
 
 def vocabulary_strings(tok: Any) -> list[str]:
@@ -797,89 +943,6 @@ def load_two_tower(path: str | Path) -> tuple[TwoTowerModel, Any]:
 
 
 # ---------------------------------------------------------------------------------------------
-# pre-training data: blocks of the corpus wrapped in <s> ... </s>
-
-
-class ClozeBlocks(torch.utils.data.Dataset):
-    """Blocks of documents [d0, d1) of a `TokenCorpus`, each wrapped in boundary markers (§3: "samples
-    are prepended and appended with sample boundary markers"). No masking, no randomness: every
-    token of a block is a target, so an item is the same in every epoch."""
-
-    def __init__(self, corpus: Any, documents: tuple[int, int], max_seq_length: int, bos_id: int, eos_id: int,
-                 packing: str = "sentences", limit: int | None = None):  # fmt: skip
-        from spanbert import data
-
-        bounds = corpus.doc_bounds[documents[0] : documents[1]]
-        if packing == "sentences":
-            blocks = data.sentence_blocks(bounds, corpus.para_starts, corpus.tokens, max_seq_length - 2)
-        else:
-            blocks = data.single_segment_blocks(bounds, max_seq_length - 2)
-        self.corpus, self.blocks = corpus, blocks[:limit] if limit is not None else blocks  # (N, 2)
-        self.bos_id, self.eos_id = bos_id, eos_id
-
-    def __len__(self) -> int:
-        return len(self.blocks)
-
-    def lengths(self) -> np.ndarray:
-        """(N,) tokens of each item, markers included (the trainer's token-budget batching)."""
-        return (self.blocks[:, 1] - self.blocks[:, 0] + 2).astype(np.int64)
-
-    def __getitem__(self, i: int) -> dict[str, np.ndarray]:
-        s, e = self.blocks[i].tolist()
-        ids, _ = self.corpus.tokens(s, e)
-        return {"input_ids": np.concatenate([[self.bos_id], ids.astype(np.int64), [self.eos_id]])}
-
-
-def collate(items: list[dict[str, np.ndarray]], pad_id: int, pad_to: int | None = None) -> dict[str, Tensor]:
-    """Pad to the longest item (or ``pad_to``): ``input_ids`` (B, T) and ``attention_mask`` (B, T)."""
-    T = max(len(x["input_ids"]) for x in items)
-    T = max(T, pad_to or 0)
-    ids = torch.full((len(items), T), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(items), T), dtype=torch.long)
-    for r, x in enumerate(items):
-        n = len(x["input_ids"])
-        ids[r, :n] = torch.from_numpy(np.asarray(x["input_ids"], dtype=np.int64))
-        mask[r, :n] = 1
-    return {"input_ids": ids, "attention_mask": mask}
-
-
-TERM_METRICS = {"cloze": ("cloze_loss", "cloze_acc"), "bilm_fwd": ("bilm_fwd_loss", "bilm_fwd_acc"),
-                "bilm_bwd": ("bilm_bwd_loss", "bilm_bwd_acc")}  # fmt: skip
-
-
-def make_eval_fn(eval_set: Any, batch_size: int, collate_fn: Callable, objective: str, precision: str = "auto"):
-    """``evaluate(model, step)``: held-out loss and accuracy of each term, averaged over its targets
-    (not over batches); each rank scores its share, sums are gathered, every rank returns the same."""
-    from spanbert.trainer import predict_batches
-
-    def evaluate(model: nn.Module, step: int) -> dict[str, float]:
-        sums: dict[str, float] = {}
-        weights: dict[str, int] = {}
-        share = list(distributed.shard_range(len(eval_set)))
-        if share:
-            subset = torch.utils.data.Subset(eval_set, share)
-            device = next(model.parameters()).device
-            for batch, out in predict_batches(model, subset, batch_size, collate_fn, device=device,
-                                              precision=precision, disable_tqdm=True):  # fmt: skip
-                for term, n in count_targets(batch, objective).items():
-                    for key in TERM_METRICS[term] if n > 0 else ():
-                        sums[key] = sums.get(key, 0.0) + float(out[key]) * n
-                        weights[key] = weights.get(key, 0) + n
-        total: dict[str, float] = {}
-        count: dict[str, int] = {}
-        for part_sums, part_weights in distributed.all_gather_objects((sums, weights)):
-            for k, v in part_sums.items():
-                total[k] = total.get(k, 0.0) + v
-                count[k] = count.get(k, 0) + part_weights[k]
-        results = {k: total[k] / count[k] for k in sorted(total) if count.get(k)}
-        if results:
-            eprint0(f"held-out at step {step}: " + " ".join(f"{k} {v:.4f}" for k, v in results.items()))
-        return results
-
-    return evaluate
-
-
-# ---------------------------------------------------------------------------------------------
 # the paper's optimiser (§5.2)
 
 PAPER_MOMENTUM = 0.99
@@ -908,146 +971,6 @@ def paper_training_arguments(args: Any) -> Any:
     )
 
 
-# ---------------------------------------------------------------------------------------------
-# spanbert pretrain --system cloze | bilm | cloze-bilm
-
-
-def prepare_cloze_data(cfg: Any, args: Any, sources: Any, kind: str) -> tuple[str, str]:
-    """(preprocessed corpus folder, tokenizer folder), prepared once into ``output_dir/data`` (rank 0,
-    atomically) with a tokenizer trained for the input ``kind`` (bpe / words), or the given ones.
-    A resumed run reuses them (and refuses different data settings)."""
-    from spanbert import data
-    from spanbert.utils import atomic_dir, atomic_write
-
-    if sources.preprocessed:
-        return str(sources.corpus), str(sources.tokenizer)
-    work_dir = Path(args.output_dir) / "data"
-    spec = dict(corpus=cfg.corpus, tokenizer=sources.tokenizer, vocab_size=cfg.vocab_size, kind=kind)
-    from spanbert.pretrain import corpus_files, reuse_prepared
-
-    reused = reuse_prepared(work_dir, spec, args)
-    if reused is not None:
-        return reused
-    from spanbert.tokenization import load_tokenizer
-
-    with atomic_dir(work_dir) as tmp:
-        files = corpus_files(sources, tmp, work_dir)
-        if sources.tokenizer:
-            save_tokenizer(with_boundary_tokens(load_tokenizer(sources.tokenizer)), tmp / "tokenizer")
-        else:
-            what = "byte-level BPE" if kind == "bpe" else "word"
-            print0(f"training a {cfg.vocab_size}-type {what} vocabulary on the corpus")
-            train_cloze_tokenizer(files, cfg.vocab_size, kind, output_dir=tmp / "tokenizer")
-        data.preprocess(files, load_tokenizer(tmp / "tokenizer"), tmp / "preprocessed", num_workers=cfg.num_proc,
-                        progress=not args.disable_tqdm)  # fmt: skip
-        with atomic_write(tmp / "prepared.json") as f:
-            json.dump(spec, f, indent=2)
-    return str(work_dir / "preprocessed"), str(work_dir / "tokenizer")
-
-
-def build_cloze_datasets(
-    cfg: Any, corpus_dir: str | Path, model_cfg: ClozeConfig
-) -> tuple[ClozeBlocks, ClozeBlocks | None]:
-    """(training blocks, held-out blocks or None), split by whole documents (`data.held_out_documents`)."""
-    from spanbert import data
-
-    corpus = data.TokenCorpus(corpus_dir)
-    split = corpus.num_docs
-    if cfg.max_eval_blocks:
-        split = data.held_out_documents(corpus.doc_bounds, cfg.eval_fraction)
-    make = functools.partial(ClozeBlocks, corpus, max_seq_length=cfg.max_seq_length, bos_id=model_cfg.bos_id,
-                             eos_id=model_cfg.eos_id, packing=cfg.block_packing)  # fmt: skip
-    train_set = make((0, split))
-    eval_set = make((split, corpus.num_docs), limit=cfg.max_eval_blocks) if split < corpus.num_docs else None
-    return train_set, eval_set if eval_set is not None and len(eval_set) else None
-
-
-def pretrain_cloze(cfg: Any, args: Any, masking: Any = None, model_overrides: dict[str, Any] | None = None) -> Path:
-    """`spanbert pretrain --system cloze|bilm|cloze-bilm`: prepare the data, build the two-tower model of
-    ``cfg.model`` (a `CLOZE_PRESETS` name, optionally ``:field=value,...``), train it with the one
-    training loop, export it to ``output_dir/<output_name>``. Returns that folder.
-
-    ``cfg`` is a `spanbert.pretrain.PretrainConfig` and ``args`` a `TrainingArguments`;
-    ``model_overrides`` sets `ClozeConfig` fields directly (tests: dropout 0). ``masking`` must be
-    unset: the two-tower model masks nothing.
-    """
-    # pretrain.py calls this module; its helpers are imported here, not at the top, so the import
-    # graph has no cycle (cloze sits beside model.py, left of pretrain).
-    from spanbert import pretrain as P
-    from spanbert.tokenization import load_tokenizer
-    from spanbert.trainer import check_output_dir, train
-
-    cfg.__post_init__()
-    if cfg.system not in SYSTEMS:
-        raise SpanBertError(f"--system: found {cfg.system!r}, expected one of: {', '.join(SYSTEMS)}")
-    if cfg.masking is not None:
-        raise SpanBertError(f"--masking: found {cfg.masking!r}, expected none: the two-tower systems mask nothing (§3)")
-    if cfg.init_from:
-        raise SpanBertError(
-            f"--init_from: found {cfg.init_from!r}, expected none: continuing a two-tower run is --resume"
-        )
-    if cfg.pad_to is not None and cfg.pad_to < cfg.max_seq_length:
-        raise SpanBertError(f"--pad_to: found {cfg.pad_to}, expected at least --max_seq_length ({cfg.max_seq_length})")
-    model_cfg = cloze_config(cfg.model, objective=cfg.system)
-    if model_overrides:
-        model_cfg = dataclasses.replace(model_cfg, **model_overrides)
-        model_cfg.__post_init__()
-    device = distributed.resolve_device(args.device)
-    distributed.init_distributed(device)
-    args = P.apply_batching(cfg, args, distributed.world_size())
-    if model_cfg.optimizer == "nesterov":
-        if args.learning_rate != PAPER_PEAK_LR:
-            print0(f"note: optimizer=nesterov runs §5.2's schedule, peak rate {PAPER_PEAK_LR:g} (not --learning_rate {args.learning_rate:g})")
-        args = paper_training_arguments(args)
-    check_output_dir(args)
-    sources = P.check_sources(cfg)
-    kind = "bpe" if model_cfg.input == "bpe" else "words"
-    corpus_dir, tok_dir = distributed.on_main(lambda: prepare_cloze_data(cfg, args, sources, kind))
-    tok = with_boundary_tokens(load_tokenizer(tok_dir))
-
-    torch.manual_seed(args.seed)
-    model = build_model(model_cfg, tok)
-    model_cfg = model.config
-    train_set, eval_set = build_cloze_datasets(cfg, corpus_dir, model_cfg)
-    coll = functools.partial(collate, pad_id=model_cfg.pad_id, pad_to=cfg.pad_to)
-    count = functools.partial(count_targets, objective=model_cfg.objective)
-    eval_fn = None
-    if eval_set is not None:
-        eval_fn = make_eval_fn(eval_set, args.per_device_eval_batch_size, coll, model_cfg.objective, args.precision)
-    n_params = sum(p.numel() for p in model.parameters())
-    print0(
-        f"pre-training {cfg.system} (two-tower, {model_cfg.input} input, {model_cfg.optimizer}), model {cfg.model}: "
-        f"{model_cfg.num_layers} blocks per tower x {model_cfg.d_model}, {n_params / 1e6:.1f}M parameters, "
-        f"{len(train_set)} blocks of <= {cfg.max_seq_length} tokens, {len(eval_set) if eval_set else 0} held out; "
-        + P.batching_line(cfg, args, distributed.world_size())
-    )
-    run_config = json.loads(json.dumps({
-        "PretrainConfig": {k: v for k, v in dataclasses.asdict(cfg).items() if k != "num_proc"},
-        "ClozeConfig": dataclasses.asdict(model_cfg),
-    }))  # fmt: skip
-    model.train()
-    result = train(model, train_set, args, collate_fn=coll, eval_fn=eval_fn, count_targets=count,
-                   run_config=run_config)  # fmt: skip
-    final = Path(args.output_dir) / cfg.output_name
-    if result.global_step >= (args.max_steps if args.max_steps > 0 else 0):
-        distributed.on_main(lambda: _export(model, tok, final, cfg.system, result.metrics))
-        print0(
-            f"\nsaved the model to {final} (config.json with model_type {MODEL_TYPE!r}, model.safetensors, tokenizer files)"
-        )
-        print0(
-            f"  load it with: from spanbert.cloze import load_two_tower; model, tok = load_two_tower({str(final)!r})"
-        )
-    return final
-
-
-def _export(model: TwoTowerModel, tok: Any, final: Path, system: str, metrics: dict[str, float]) -> None:
-    from spanbert.utils import atomic_write
-
-    model.save_pretrained(final, tokenizer=tok, extra={"system": system})
-    with atomic_write(final / "train_metrics.json") as f:
-        f.write(json.dumps(metrics, indent=2) + "\n")
-
-
 __all__ = [
     "CLOZE_PRESETS",
     "ClozeConfig",
@@ -1058,6 +981,6 @@ __all__ = [
     "count_targets",
     "load_two_tower",
     "paper_training_arguments",
-    "pretrain_cloze",
     "train_cloze_tokenizer",
+    "TwoTowerEncoder",
 ]

@@ -165,6 +165,46 @@ def model_config(name: str, **overrides: Any) -> BertConfig:
 
 
 # ---------------------------------------------------------------------------------------------
+# A model family's fine-tuning habits
+
+
+@dataclass(frozen=True)
+class FinetuneHabits:
+    """How a model family is fine-tuned: the defaults every shared task head takes from its encoder
+    (``encoder.habits``), so a family's paper recipe is a set of options, not a second pipeline.
+
+    BERT (Devlin et al. §4, SpanBERT Appendix B): heads drawn from N(0, initializer_range), dropout
+    hidden_dropout_prob before them, AdamW with linear decay, gradients clipped at 1.0. The two-tower
+    cloze model (Baevski et al. §4): the encoder output multiplied by 16 before a zero-initialised
+    projection, no dropout inside the language model for sentence tasks, a cosine schedule, no clipping,
+    the biLSTM-CRF tagger for NER, and its own learning-rate grid.
+    """
+
+    init_std: float = 0.02
+    """Standard deviation of a new output layer's weights (unless zero_init_head)."""
+    zero_init_head: bool = False
+    """Start output-layer weights and bias at zero (two-tower §4)."""
+    output_scale: float = 1.0
+    """Factor on the encoder's output before the output layer (two-tower §4: 16, a larger rate for the new weights)."""
+    head_dropout: float = 0.1
+    """Dropout between the encoder's output and the output layer."""
+    encoder_dropout: float | None = None
+    """Set every dropout rate inside the encoder to this for sentence-level heads (two-tower §4: 0); None keeps the pre-trained rates."""
+    tagger: str = "linear"
+    """Default NER head: linear (BERT §5.3: softmax on each word's first sub-token) or bilstm-crf (two-tower §6.2.1)."""
+    training: tuple[tuple[str, Any], ...] = ()
+    """`TrainingArguments` defaults of the family (schedule, clipping), as (name, value) pairs."""
+    sweep_learning_rates: tuple[float, ...] = (5e-6, 1e-5, 2e-5, 3e-5, 5e-5)
+    """--sweep's learning-rate grid (SpanBERT Appendix B; two-tower §4: 1e-4, 5e-5, 3e-5)."""
+    sweep_batch_sizes: tuple[int, ...] = (16, 32)
+    """--sweep's batch sizes (SpanBERT Appendix B: 16, 32; two-tower §4: 16)."""
+
+    def training_defaults(self) -> dict[str, Any]:
+        """`training` as a dict of `TrainingArguments` field values."""
+        return dict(self.training)
+
+
+# ---------------------------------------------------------------------------------------------
 # Field docstrings -> help text
 
 

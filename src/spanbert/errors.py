@@ -20,3 +20,39 @@ class DataError(SpanBertError):
         self.path = str(path)
         self.line = line
         self.record = record
+
+
+def decode_utf8(data: bytes, source: object, expected: str = "UTF-8 text") -> str:
+    """``data`` decoded as UTF-8 (a leading byte-order mark dropped), or a DataError naming ``source``,
+    the line and the byte offset of the first byte that is not UTF-8. Decode whole files with this, not
+    through a text stream: a stream decodes in chunks and reports offsets inside the chunk."""
+    bom = 3 if data.startswith(b"\xef\xbb\xbf") else 0
+    try:
+        return data[bom:].decode("utf-8")
+    except UnicodeDecodeError as e:
+        start = bom + e.start
+        line = data.count(b"\n", 0, start) + 1
+        raise DataError(
+            source, f"found bytes that are not UTF-8 ({e.reason} at byte {start}); expected {expected}", line=line
+        ) from None
+
+
+def utf8_argument(value: str, option: str) -> str:
+    """A command-line text argument (``--text``) checked to be UTF-8. Python keeps the bytes of argv
+    that are not UTF-8 as lone surrogates (PEP 383), which tokenizers reject with a bare TypeError;
+    this names the option and the byte offset instead."""
+    try:
+        value.encode("utf-8")
+        return value
+    except UnicodeEncodeError:
+        import os
+
+        data = os.fsencode(value)  # the argument's bytes as the shell passed them
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise SpanBertError(
+                f"{option}: found bytes that are not UTF-8 ({e.reason} at byte {e.start}: "
+                f"{data[e.start : e.start + 1]!r}); expected UTF-8 text"
+            ) from None
+        raise SpanBertError(f"{option}: found text that cannot be written as UTF-8; expected UTF-8 text") from None

@@ -14,6 +14,7 @@ import json
 import math
 import os
 import pickle
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from spanbert.config import BertConfig
+from spanbert.config import BertConfig, FinetuneHabits
 from spanbert.errors import SpanBertError
 from spanbert.utils import atomic_write, fsync_dir
 
@@ -324,6 +325,68 @@ class Encoder(nn.Module):
         """Recompute each layer's activations in the backward pass: less memory, ~30% more compute."""
         self.encoder.gradient_checkpointing = enabled
 
+    # ----------------------------------------------------------------- the family protocol
+    # What a task may use of an encoder (`spanbert.families.Family`); the two-tower model's
+    # `spanbert.cloze.TwoTowerEncoder` has the same members.
+    model_type = "bert"
+
+    @property
+    def hidden_size(self) -> int:
+        """H of the token states."""
+        return self.config.hidden_size
+
+    @property
+    def sentence_size(self) -> int:
+        """Width of `sentence`'s vector: the pooler's H."""
+        return self.config.hidden_size
+
+    @property
+    def num_layers(self) -> int:
+        """Transformer layers; ``output_hidden_states`` gives num_layers + 1 states."""
+        return self.config.num_hidden_layers
+
+    @property
+    def max_positions(self) -> int:
+        """The longest input, [CLS] and [SEP] included."""
+        return self.config.max_position_embeddings
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    @property
+    def habits(self) -> FinetuneHabits:
+        """BERT's fine-tuning (§4; SpanBERT Appendix B): heads drawn from N(0, initializer_range) after
+        dropout hidden_dropout_prob, AdamW with linear decay and clipping at 1 (the trainer's defaults)."""
+        return FinetuneHabits(init_std=self.config.initializer_range, head_dropout=self.config.hidden_dropout_prob)
+
+    def sentence(self, hidden: Tensor, attention_mask: Tensor | None = None, input_ids: Tensor | None = None) -> Tensor:
+        """The sentence vector of classification heads, (B, T, H) -> (B, H): the tanh pooler over [CLS]
+        (over the last real token for the causal variant, see `pool`). ``input_ids`` is unused."""
+        return self.pool(hidden, attention_mask)
+
+    def frame(self, tokenizer: Any) -> Any:
+        """The tokenizer as tasks use it: ``[CLS] a [SEP] (b [SEP])``, BERT's own ids."""
+        return tokenizer
+
+    def config_json(self) -> dict[str, Any]:
+        """The encoder's keys of a saved model's config.json (HF `BertConfig`, ``model_type`` "bert")."""
+        return self.config.to_hf_dict()
+
+    def resize_token_embeddings(self, vocab_size: int) -> None:
+        """Grow the word embeddings to ``vocab_size`` rows (relation extraction's entity markers); new rows
+        drawn as BERT initialises them, existing ids unchanged."""
+        old = self.embeddings.word_embeddings
+        if vocab_size <= old.num_embeddings:
+            return
+        new = nn.Embedding(vocab_size, old.embedding_dim, padding_idx=old.padding_idx)
+        new.to(device=old.weight.device, dtype=old.weight.dtype)
+        with torch.no_grad():
+            new.weight.normal_(0.0, self.config.initializer_range)
+            new.weight[: old.num_embeddings] = old.weight
+        self.embeddings.word_embeddings = new
+        self.config.vocab_size = vocab_size
+
     @classmethod
     def from_pretrained(cls, path: str | Path, add_pooling_layer: bool = True) -> Encoder:
         """Load a BERT folder: ours, HF's, Google's / SpanBERT's original release layout
@@ -544,16 +607,27 @@ class SpanBertForPreTraining(nn.Module):
 
     @classmethod
     def from_pretrained(
-        cls, path: str | Path, sbo: bool | None = None, nsp: bool | None = None, **kwargs: Any
+        cls,
+        path: str | Path,
+        sbo: bool | None = None,
+        nsp: bool | None = None,
+        *,
+        require: Sequence[str] = (),
+        needed_by: str = "this command",
+        **kwargs: Any,
     ) -> SpanBertForPreTraining:
         """Load our pre-training checkpoint, or start from any BERT checkpoint (`--init-from`).
 
         Heads absent from the checkpoint (SBO for a HF BERT, MLM head for a bare `BertModel`) are
-        freshly initialised; heads present are loaded. Without spanbert's own settings in the config
-        (any checkpoint not saved by spanbert), ``sbo``/``nsp`` default to the heads the weights hold.
-        A fairseq-era SpanBERT span head arrives renamed by `load_checkpoint`; its position table has
-        fewer rows than ours (`--max-pair-targets 15`): those rows fill ours from the start and the
-        rest keep their initialisation. What is not loaded is reported on stderr.
+        freshly initialised, and said on stderr (as transformers says "newly initialized"); heads
+        present are loaded. ``require`` names heads (``mlm``, ``sbo``, ``nsp``) that ``needed_by`` (a
+        command, for the message) uses to predict: one the checkpoint does not hold is an error naming
+        the folder, what it holds and what is needed, never a head initialised at random. Without
+        spanbert's own settings in the config (any checkpoint not saved by spanbert), ``sbo``/``nsp``
+        default to the heads the weights hold. A fairseq-era SpanBERT span head arrives renamed by
+        `load_checkpoint`; its position table has fewer rows than ours (`--max-pair-targets 15`):
+        those rows fill ours from the start and the rest keep their initialisation. What is not
+        loaded is reported on stderr.
         """
         config_json, state = load_checkpoint(path)
         meta = config_json.get("spanbert", {})
@@ -605,7 +679,24 @@ class SpanBertForPreTraining(nn.Module):
         for k, v in heads.items():
             if k in own and tuple(v.shape) != tuple(own[k].shape):
                 raise SpanBertError(f"{path}: cls.{k} has shape {tuple(v.shape)}, this model needs {tuple(own[k].shape)}")
-        model.cls.load_state_dict({k: v for k, v in heads.items() if k in own}, strict=False)
+        loaded = {k: v for k, v in heads.items() if k in own}
+        fresh = sorted(k for k in own if k not in loaded)
+        for head in require:
+            prefix = _HEAD_PREFIX[head]
+            if getattr(model.cls, prefix.rstrip(".")) is None or any(k.startswith(prefix) for k in fresh):
+                raise SpanBertError(
+                    f"{path}: holds {describe_checkpoint(config_json, state)}; {needed_by} needs "
+                    f"{_HEAD_NAME[head]} (cls.{prefix}*), which it does not hold. Pass a pre-training "
+                    "checkpoint that has it (spanbert pretrain's output, or HF BertForMaskedLM/BertForPreTraining)"
+                )
+        model.cls.load_state_dict(loaded, strict=False)
+        if fresh:
+            heads_fresh = [
+                f"{_HEAD_NAME[h]} (cls.{prefix}*: {n} of {sum(k.startswith(prefix) for k in own)} tensors)"
+                for h, prefix in _HEAD_PREFIX.items()
+                if (n := sum(k.startswith(prefix) for k in fresh))
+            ]
+            notes.append(f"{path} has no weights for {', '.join(heads_fresh)}: freshly initialised")
         if notes:
             from spanbert.distributed import eprint0
 
@@ -615,6 +706,30 @@ class SpanBertForPreTraining(nn.Module):
 
 
 SBO_FILE = "span_boundary_head.safetensors"
+_HEAD_PREFIX = {"mlm": "predictions.", "sbo": "span_predictions.", "nsp": "seq_relationship."}
+_HEAD_NAME = {"mlm": "the masked-LM head", "sbo": "the span boundary head", "nsp": "the next-sentence head"}
+
+
+def describe_checkpoint(config_json: dict[str, Any], state: dict[str, Tensor]) -> str:
+    """What a checkpoint holds, for messages: ``BertForSequenceClassification (glue SST-2): the encoder
+    + classifier.*``. The weights decide (a config's ``architectures`` may be missing or wrong)."""
+    arch = config_json.get("architectures")
+    name = arch[0] if isinstance(arch, list) and arch and isinstance(arch[0], str) else "weights"
+    meta = config_json.get("spanbert")
+    task = [meta.get(k) for k in ("task", "glue_task") if isinstance(meta, dict) and isinstance(meta.get(k), str)]
+    if task:
+        name += f" (fine-tuned: {' '.join(task)})"
+    parts = []
+    for key in state:
+        k = key[len("bert.") :] if key.startswith("bert.") else key
+        if k.startswith(_ENCODER_PREFIXES):
+            part = "the encoder"
+        else:
+            pieces = k.split(".")
+            part = ".".join(pieces[:2] if pieces[0] == "cls" and len(pieces) > 2 else pieces[:1]) + ".*"
+        if part not in parts:
+            parts.append(part)
+    return f"{name}: {' + '.join(parts) if parts else 'no weights'}"
 
 # ---------------------------------------------------------------------------------------------
 # Checkpoint I/O in the HF layout
@@ -681,12 +796,17 @@ def _read_safetensors(path: Path) -> dict[str, Tensor]:
         raise SpanBertError(f"{path}: found {_first_line(e)}, expected a safetensors weights file") from None
 
 
+def read_safetensors(path: Path) -> dict[str, Tensor]:
+    """The tensors of a safetensors file; a broken file is an error naming it."""
+    return _read_safetensors(Path(path))
+
+
 def _first_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return text[0] if text else type(e).__name__
 
 
-def _read_json(path: Path, expected: str) -> Any:
+def read_json(path: Path, expected: str) -> Any:
     """A JSON file, or a SpanBertError naming it (and the line of a syntax error)."""
     try:
         raw = path.read_bytes()
@@ -810,7 +930,7 @@ def _checked_config(path: Path) -> dict[str, Any]:
         raise SpanBertError(
             f"{path}: no config.json or bert_config.json (a BERT checkpoint folder has one of them + model weights)"
         )
-    config_json = _read_json(cfg_path, "a JSON object of BERT settings")
+    config_json = read_json(cfg_path, "a JSON object of BERT settings")
     BertConfig.from_hf_dict(config_json, source=str(cfg_path))
     return config_json
 
@@ -832,7 +952,7 @@ def load_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict[str, Tensor]
         state = _read_safetensors(path / "model.safetensors")
     elif (path / "model.safetensors.index.json").exists():
         index_path = path / "model.safetensors.index.json"
-        index = _read_json(index_path, 'a JSON object {"weight_map": {name: shard file}}')
+        index = read_json(index_path, 'a JSON object {"weight_map": {name: shard file}}')
         weight_map = index.get("weight_map") if isinstance(index, dict) else None
         if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
             raise SpanBertError(f'{index_path}: found no "weight_map" of shard file names, expected {{"weight_map": {{name: file}}}}')

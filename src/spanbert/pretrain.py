@@ -21,15 +21,17 @@ import functools
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
+from torch import Tensor, nn
 
-from spanbert import distributed
-from spanbert.cloze import SYSTEMS as CLOZE_SYSTEMS
-from spanbert.cloze import parse_model_spec, pretrain_cloze
+from spanbert import cloze, data, distributed
+from spanbert.cloze import parse_model_spec
 from spanbert.config import (
     MODEL_PRESETS,
     BertConfig,
@@ -42,30 +44,66 @@ from spanbert.config import (
 from spanbert.distributed import eprint0, print0
 from spanbert.errors import SpanBertError
 from spanbert.masking import SCHEMES, MaskingConfig, add_replace_probs_arguments
+from spanbert.tokenization import load_tokenizer
 from spanbert.trainer import TrainingArguments, check_output_dir, predict_batches, train
+from spanbert.utils import atomic_dir, atomic_write
 
-# system -> (masking scheme, "single" | "nsp", sbo, short_seq_prob)
-SYSTEMS: dict[str, tuple[str, str, bool, float]] = {
-    "spanbert": ("span", "single", True, 0.0),
-    "bert": ("subword", "nsp", False, 0.0),
-    "bert-1seq": ("subword", "single", False, 0.0),
-    "google-bert": ("subword", "nsp", False, 0.1),
+
+@dataclass(frozen=True)
+class System:
+    """A pre-training system is a preset of four choices; `pretrain` builds it and `spanbert.trainer`
+    trains it. ``family`` names the model file (`spanbert.families`), ``sampler`` how blocks are cut
+    from the corpus, ``masking`` the scheme (`spanbert.masking.SCHEMES`; None where nothing is masked)
+    and ``objectives`` the losses summed per target."""
+
+    family: str
+    """bert (spanbert/model.py, with causal attention for ltr) or cloze-two-tower (spanbert/cloze.py)."""
+    sampler: str
+    """single (one block, §3.3), nsp (two segments + NSP label), causal (every next token), cloze (<s> block </s>)."""
+    masking: str | None
+    """The masking scheme, or None."""
+    objectives: tuple[str, ...]
+    """mlm, sbo, nsp (BERT heads); lm (left-to-right); cloze, bilm (two-tower §6.3)."""
+    short_seq_prob: float = 0.0
+    """NSP pairs: probability of a shorter target length (Google BERT: 0.1)."""
+
+
+SYSTEM_PRESETS: dict[str, System] = {
+    "spanbert": System("bert", "single", "span", ("mlm", "sbo")),
+    "bert": System("bert", "nsp", "subword", ("mlm", "nsp")),
+    "bert-1seq": System("bert", "single", "subword", ("mlm",)),
+    "google-bert": System("bert", "nsp", "subword", ("mlm", "nsp"), 0.1),
     # Table 6: masking ablations, all bi-sequence with NSP
-    "mask-subword": ("subword", "nsp", False, 0.0),
-    "mask-whole-word": ("whole_word", "nsp", False, 0.0),
-    "mask-named-entity": ("named_entity", "nsp", False, 0.0),
-    "mask-noun-phrase": ("noun_phrase", "nsp", False, 0.0),
-    "mask-span": ("span", "nsp", False, 0.0),
+    "mask-subword": System("bert", "nsp", "subword", ("mlm", "nsp")),
+    "mask-whole-word": System("bert", "nsp", "whole_word", ("mlm", "nsp")),
+    "mask-named-entity": System("bert", "nsp", "named_entity", ("mlm", "nsp")),
+    "mask-noun-phrase": System("bert", "nsp", "noun_phrase", ("mlm", "nsp")),
+    "mask-span": System("bert", "nsp", "span", ("mlm", "nsp")),
     # Table 7: auxiliary objectives with span masking
-    "span-2seq-nsp": ("span", "nsp", False, 0.0),
-    "span-1seq": ("span", "single", False, 0.0),
-    "span-1seq-sbo": ("span", "single", True, 0.0),
-    # BERT §5.1 / Table 5 "LTR & No NSP": a left-to-right LM on the single-sequence blocks; the
-    # scheme is unused (nothing is masked, every next token is a target: `CausalLMBlocks`)
-    "ltr": ("subword", "single", False, 0.0),
+    "span-2seq-nsp": System("bert", "nsp", "span", ("mlm", "nsp")),
+    "span-1seq": System("bert", "single", "span", ("mlm",)),
+    "span-1seq-sbo": System("bert", "single", "span", ("mlm", "sbo")),
+    # BERT §5.1 / Table 5 "LTR & No NSP": a left-to-right LM on the single-sequence blocks (nothing is
+    # masked, every next token is a target: `CausalLMBlocks`)
+    "ltr": System("bert", "causal", None, ("lm",)),
+    # the two-tower model (Baevski et al. 2019, §6.3 Table 5): every token is a target, nothing masked
+    "cloze": System("cloze-two-tower", "cloze", None, ("cloze",)),
+    "bilm": System("cloze-two-tower", "cloze", None, ("bilm",)),
+    "cloze-bilm": System("cloze-two-tower", "cloze", None, ("cloze", "bilm")),
+}
+"""Every ``--system``: the paper's (§4.2, §5, §6), BERT's LTR baseline and the two-tower systems."""
+
+# The BERT family's systems as (masking scheme, "single" | "nsp", sbo, short_seq_prob): what the BERT
+# pre-training path reads (ltr's scheme is unused).
+SYSTEMS: dict[str, tuple[str, str, bool, float]] = {
+    name: (s.masking or "subword", "nsp" if s.sampler == "nsp" else "single", "sbo" in s.objectives, s.short_seq_prob)
+    for name, s in SYSTEM_PRESETS.items()
+    if s.family == "bert"
 }
 # Systems whose encoder is causal (config.json `is_decoder: true`), kept so at fine-tuning (§5.1)
-CAUSAL_SYSTEMS = frozenset({"ltr"})
+CAUSAL_SYSTEMS = frozenset(n for n, s in SYSTEM_PRESETS.items() if s.sampler == "causal")
+# The two-tower systems (spanbert/cloze.py)
+CLOZE_SYSTEMS = tuple(n for n, s in SYSTEM_PRESETS.items() if s.family == cloze.MODEL_TYPE)
 
 # --static_masks values (see PretrainConfig.static_masks)
 STATIC_MASKS = ("auto", "on", "off")
@@ -386,7 +424,6 @@ class _Sources:
 def check_sources(cfg: PretrainConfig) -> _Sources:
     """Check the corpus, tokenizer and checkpoint paths (and a preprocessed corpus's files) exist and
     are readable; nothing is written."""
-    from spanbert import data
     from spanbert.tokenization import corpus_files
 
     corpus = Path(cfg.corpus) if cfg.corpus else None
@@ -467,7 +504,6 @@ def plan_warning(
 def corpus_files(sources: _Sources, tmp: Path, work_dir: Path) -> list:
     """The text files to prepare: the user's corpus, or the bundled Python reference manual written
     into the folder being prepared (``tmp``, renamed to ``work_dir`` when it is complete)."""
-    from spanbert import data
 
     if sources.corpus is not None:
         return [sources.corpus]
@@ -531,9 +567,7 @@ def prepare_data(cfg: PretrainConfig, args: TrainingArguments, sources: _Sources
 def _prepare_into(
     work_dir: Path, cfg: PretrainConfig, args: TrainingArguments, sources: _Sources, spec: dict, candidates: str | None
 ) -> None:
-    from spanbert import data
-    from spanbert.tokenization import load_tokenizer, train_tokenizer
-    from spanbert.utils import atomic_dir, atomic_write
+    from spanbert.tokenization import train_tokenizer
 
     with atomic_dir(work_dir) as tmp:
         files = corpus_files(sources, tmp, work_dir)
@@ -560,7 +594,6 @@ def _prepare_into(
 def prepare_corpus(cfg: PretrainConfig, work_dir: Path, tokenizer_dir: str | None) -> tuple[Path, Any]:
     """(preprocessed corpus folder, Tokenizer) with the data prepared under ``work_dir``'s parent run
     folder (`prepare_data`); kept for callers of the earlier API."""
-    from spanbert.tokenization import load_tokenizer
 
     sources = check_sources(dataclasses.replace(cfg, tokenizer=tokenizer_dir or cfg.tokenizer))
     args = TrainingArguments(output_dir=str(Path(work_dir).parent), disable_tqdm=True)
@@ -632,7 +665,6 @@ def uses_static_masks(cfg: PretrainConfig, corpus: Any) -> bool:
     """Whether the run reads the corpus's stored masks (`PretrainConfig.static_masks`; ``corpus`` a
     `data.TokenCorpus`). auto: when the corpus has some and the system masks (not ltr); on: always
     (an error for ltr, which masks nothing, and later for a corpus without them)."""
-    from spanbert import data
 
     if cfg.static_masks == "off":
         return False
@@ -658,7 +690,6 @@ def build_datasets(
     (`data.PretrainDataset(static=True)`, which refuses a set made with other settings); the held-out
     set is masked as always.
     """
-    from spanbert import data
 
     scheme, mode, _, short = _resolve_system(cfg)
     masking = dataclasses.replace(masking or MaskingConfig(), scheme=scheme)
@@ -688,7 +719,6 @@ HEAD_METRICS = {"mlm": ("mlm_loss", "mlm_acc"), "sbo": ("sbo_loss", "sbo_acc"), 
 def target_counts(batch: dict[str, Any], heads: tuple[str, ...] = ("mlm", "sbo", "nsp")) -> dict[str, int]:
     """Real targets of each of ``heads`` in a pre-training batch (contract 1's `count_targets`):
     `data.pretrain_target_counts`, restricted to the heads the model has."""
-    from spanbert import data
 
     return {k: v for k, v in data.pretrain_target_counts(batch).items() if k in heads}
 
@@ -761,10 +791,9 @@ def pretrain(cfg: PretrainConfig, args: TrainingArguments, masking: MaskingConfi
     (rank 0) and read from disk by every rank (`prepare_data`).
     """
     from spanbert.model import SpanBertForPreTraining
-    from spanbert.tokenization import load_tokenizer
 
     cfg.__post_init__()  # a config edited after construction is checked again
-    if cfg.system in CLOZE_SYSTEMS:  # the two-tower model (Baevski et al. 2019): spanbert/cloze.py
+    if SYSTEM_PRESETS[cfg.system].family == cloze.MODEL_TYPE:  # the two-tower model (Baevski et al. 2019)
         return pretrain_cloze(cfg, args, masking)
     if cfg.recipe == "released" and not (args.decay_all_parameters and args.lr_scheduler_type == "polynomial"):
         eprint0(
@@ -917,15 +946,221 @@ def _resume_step(output_dir: str) -> int:
 
 
 def _collate(items, pad_id: int, max_predictions: int | None, pad_to: int | None):
-    from spanbert import data
 
     return data.collate_pretrain(items, pad_id=pad_id, max_predictions=max_predictions, pad_to=pad_to)
 
 
 def _export(model, tok, final: Path, cfg: PretrainConfig, scheme: str, metrics: dict[str, float]) -> None:
-    from spanbert.utils import atomic_write
 
     model.save_pretrained(final, tokenizer=tok, extra={"system": cfg.system, "masking": scheme})
+    with atomic_write(final / "train_metrics.json") as f:
+        f.write(json.dumps(metrics, indent=2) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# The two-tower systems (--system cloze | bilm | cloze-bilm): the same pipeline with the two-tower
+# family's sampler (blocks wrapped in <s> ... </s>, nothing masked) and objectives (spanbert/cloze.py)
+
+# ---------------------------------------------------------------------------------------------
+# pre-training data: blocks of the corpus wrapped in <s> ... </s>
+
+
+class ClozeBlocks(torch.utils.data.Dataset):
+    """Blocks of documents [d0, d1) of a `TokenCorpus`, each wrapped in boundary markers (§3: "samples
+    are prepended and appended with sample boundary markers"). No masking, no randomness: every
+    token of a block is a target, so an item is the same in every epoch."""
+
+    def __init__(self, corpus: Any, documents: tuple[int, int], max_seq_length: int, bos_id: int, eos_id: int,
+                 packing: str = "sentences", limit: int | None = None):  # fmt: skip
+        bounds = corpus.doc_bounds[documents[0] : documents[1]]
+        if packing == "sentences":
+            blocks = data.sentence_blocks(bounds, corpus.para_starts, corpus.tokens, max_seq_length - 2)
+        else:
+            blocks = data.single_segment_blocks(bounds, max_seq_length - 2)
+        self.corpus, self.blocks = corpus, blocks[:limit] if limit is not None else blocks  # (N, 2)
+        self.bos_id, self.eos_id = bos_id, eos_id
+
+    def __len__(self) -> int:
+        return len(self.blocks)
+
+    def lengths(self) -> np.ndarray:
+        """(N,) tokens of each item, markers included (the trainer's token-budget batching)."""
+        return (self.blocks[:, 1] - self.blocks[:, 0] + 2).astype(np.int64)
+
+    def __getitem__(self, i: int) -> dict[str, np.ndarray]:
+        s, e = self.blocks[i].tolist()
+        ids, _ = self.corpus.tokens(s, e)
+        return {"input_ids": np.concatenate([[self.bos_id], ids.astype(np.int64), [self.eos_id]])}
+
+
+def cloze_collate(items: list[dict[str, np.ndarray]], pad_id: int, pad_to: int | None = None) -> dict[str, Tensor]:
+    """Pad to the longest item (or ``pad_to``): ``input_ids`` (B, T) and ``attention_mask`` (B, T)."""
+    T = max(len(x["input_ids"]) for x in items)
+    T = max(T, pad_to or 0)
+    ids = torch.full((len(items), T), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(items), T), dtype=torch.long)
+    for r, x in enumerate(items):
+        n = len(x["input_ids"])
+        ids[r, :n] = torch.from_numpy(np.asarray(x["input_ids"], dtype=np.int64))
+        mask[r, :n] = 1
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+CLOZE_TERM_METRICS = {"cloze": ("cloze_loss", "cloze_acc"), "bilm_fwd": ("bilm_fwd_loss", "bilm_fwd_acc"),
+                "bilm_bwd": ("bilm_bwd_loss", "bilm_bwd_acc")}  # fmt: skip
+
+
+def cloze_eval_fn(eval_set: Any, batch_size: int, collate_fn: Callable, objective: str, precision: str = "auto"):
+    """``evaluate(model, step)``: held-out loss and accuracy of each term, averaged over its targets
+    (not over batches); each rank scores its share, sums are gathered, every rank returns the same."""
+    def evaluate(model: nn.Module, step: int) -> dict[str, float]:
+        sums: dict[str, float] = {}
+        weights: dict[str, int] = {}
+        share = list(distributed.shard_range(len(eval_set)))
+        if share:
+            subset = torch.utils.data.Subset(eval_set, share)
+            device = next(model.parameters()).device
+            for batch, out in predict_batches(model, subset, batch_size, collate_fn, device=device,
+                                              precision=precision, disable_tqdm=True):  # fmt: skip
+                for term, n in cloze.count_targets(batch, objective).items():
+                    for key in CLOZE_TERM_METRICS[term] if n > 0 else ():
+                        sums[key] = sums.get(key, 0.0) + float(out[key]) * n
+                        weights[key] = weights.get(key, 0) + n
+        total: dict[str, float] = {}
+        count: dict[str, int] = {}
+        for part_sums, part_weights in distributed.all_gather_objects((sums, weights)):
+            for k, v in part_sums.items():
+                total[k] = total.get(k, 0.0) + v
+                count[k] = count.get(k, 0) + part_weights[k]
+        results = {k: total[k] / count[k] for k in sorted(total) if count.get(k)}
+        if results:
+            eprint0(f"held-out at step {step}: " + " ".join(f"{k} {v:.4f}" for k, v in results.items()))
+        return results
+
+    return evaluate
+
+
+
+# ---------------------------------------------------------------------------------------------
+# spanbert pretrain --system cloze | bilm | cloze-bilm
+
+
+def prepare_cloze_data(cfg: Any, args: Any, sources: Any, kind: str) -> tuple[str, str]:
+    """(preprocessed corpus folder, tokenizer folder), prepared once into ``output_dir/data`` (rank 0,
+    atomically) with a tokenizer trained for the input ``kind`` (bpe / words), or the given ones.
+    A resumed run reuses them (and refuses different data settings)."""
+    if sources.preprocessed:
+        return str(sources.corpus), str(sources.tokenizer)
+    work_dir = Path(args.output_dir) / "data"
+    spec = dict(corpus=cfg.corpus, tokenizer=sources.tokenizer, vocab_size=cfg.vocab_size, kind=kind)
+    reused = reuse_prepared(work_dir, spec, args)
+    if reused is not None:
+        return reused
+    with atomic_dir(work_dir) as tmp:
+        files = corpus_files(sources, tmp, work_dir)
+        if sources.tokenizer:
+            cloze.with_boundary_tokens(load_tokenizer(sources.tokenizer)).save(tmp / "tokenizer")
+        else:
+            what = "byte-level BPE" if kind == "bpe" else "word"
+            print0(f"training a {cfg.vocab_size}-type {what} vocabulary on the corpus")
+            cloze.train_cloze_tokenizer(files, cfg.vocab_size, kind, output_dir=tmp / "tokenizer")
+        data.preprocess(files, load_tokenizer(tmp / "tokenizer"), tmp / "preprocessed", num_workers=cfg.num_proc,
+                        progress=not args.disable_tqdm)  # fmt: skip
+        with atomic_write(tmp / "prepared.json") as f:
+            json.dump(spec, f, indent=2)
+    return str(work_dir / "preprocessed"), str(work_dir / "tokenizer")
+
+
+def build_cloze_datasets(
+    cfg: Any, corpus_dir: str | Path, model_cfg: cloze.ClozeConfig
+) -> tuple[ClozeBlocks, ClozeBlocks | None]:
+    """(training blocks, held-out blocks or None), split by whole documents (`data.held_out_documents`)."""
+    corpus = data.TokenCorpus(corpus_dir)
+    split = corpus.num_docs
+    if cfg.max_eval_blocks:
+        split = data.held_out_documents(corpus.doc_bounds, cfg.eval_fraction)
+    make = functools.partial(ClozeBlocks, corpus, max_seq_length=cfg.max_seq_length, bos_id=model_cfg.bos_id,
+                             eos_id=model_cfg.eos_id, packing=cfg.block_packing)  # fmt: skip
+    train_set = make((0, split))
+    eval_set = make((split, corpus.num_docs), limit=cfg.max_eval_blocks) if split < corpus.num_docs else None
+    return train_set, eval_set if eval_set is not None and len(eval_set) else None
+
+
+def pretrain_cloze(cfg: Any, args: Any, masking: Any = None, model_overrides: dict[str, Any] | None = None) -> Path:
+    """`spanbert pretrain --system cloze|bilm|cloze-bilm`: prepare the data, build the two-tower model of
+    ``cfg.model`` (a `CLOZE_PRESETS` name, optionally ``:field=value,...``), train it with the one
+    training loop, export it to ``output_dir/<output_name>``. Returns that folder.
+
+    ``cfg`` is a `spanbert.pretrain.PretrainConfig` and ``args`` a `TrainingArguments`;
+    ``model_overrides`` sets `ClozeConfig` fields directly (tests: dropout 0). ``masking`` must be
+    unset: the two-tower model masks nothing.
+    """
+    cfg.__post_init__()
+    if cfg.system not in CLOZE_SYSTEMS:
+        raise SpanBertError(f"--system: found {cfg.system!r}, expected one of: {', '.join(CLOZE_SYSTEMS)}")
+    if cfg.masking is not None:
+        raise SpanBertError(f"--masking: found {cfg.masking!r}, expected none: the two-tower systems mask nothing (§3)")
+    if cfg.init_from:
+        raise SpanBertError(
+            f"--init_from: found {cfg.init_from!r}, expected none: continuing a two-tower run is --resume"
+        )
+    if cfg.pad_to is not None and cfg.pad_to < cfg.max_seq_length:
+        raise SpanBertError(f"--pad_to: found {cfg.pad_to}, expected at least --max_seq_length ({cfg.max_seq_length})")
+    model_cfg = cloze.cloze_config(cfg.model, objective=cfg.system)
+    if model_overrides:
+        model_cfg = dataclasses.replace(model_cfg, **model_overrides)
+        model_cfg.__post_init__()
+    device = distributed.resolve_device(args.device)
+    distributed.init_distributed(device)
+    args = apply_batching(cfg, args, distributed.world_size())
+    if model_cfg.optimizer == "nesterov":
+        if args.learning_rate != cloze.PAPER_PEAK_LR:
+            print0(f"note: optimizer=nesterov runs §5.2's schedule, peak rate {cloze.PAPER_PEAK_LR:g} (not --learning_rate {args.learning_rate:g})")
+        args = cloze.paper_training_arguments(args)
+    check_output_dir(args)
+    sources = check_sources(cfg)
+    kind = "bpe" if model_cfg.input == "bpe" else "words"
+    corpus_dir, tok_dir = distributed.on_main(lambda: prepare_cloze_data(cfg, args, sources, kind))
+    tok = cloze.with_boundary_tokens(load_tokenizer(tok_dir))
+
+    torch.manual_seed(args.seed)
+    model = cloze.build_model(model_cfg, tok)
+    model_cfg = model.config
+    train_set, eval_set = build_cloze_datasets(cfg, corpus_dir, model_cfg)
+    coll = functools.partial(cloze_collate, pad_id=model_cfg.pad_id, pad_to=cfg.pad_to)
+    count = functools.partial(cloze.count_targets, objective=model_cfg.objective)
+    eval_fn = None
+    if eval_set is not None:
+        eval_fn = cloze_eval_fn(eval_set, args.per_device_eval_batch_size, coll, model_cfg.objective, args.precision)
+    n_params = sum(p.numel() for p in model.parameters())
+    print0(
+        f"pre-training {cfg.system} (two-tower, {model_cfg.input} input, {model_cfg.optimizer}), model {cfg.model}: "
+        f"{model_cfg.num_layers} blocks per tower x {model_cfg.d_model}, {n_params / 1e6:.1f}M parameters, "
+        f"{len(train_set)} blocks of <= {cfg.max_seq_length} tokens, {len(eval_set) if eval_set else 0} held out; "
+        + batching_line(cfg, args, distributed.world_size())
+    )
+    run_config = json.loads(json.dumps({
+        "PretrainConfig": {k: v for k, v in dataclasses.asdict(cfg).items() if k != "num_proc"},
+        "ClozeConfig": dataclasses.asdict(model_cfg),
+    }))  # fmt: skip
+    model.train()
+    result = train(model, train_set, args, collate_fn=coll, eval_fn=eval_fn, count_targets=count,
+                   run_config=run_config)  # fmt: skip
+    final = Path(args.output_dir) / cfg.output_name
+    if result.global_step >= (args.max_steps if args.max_steps > 0 else 0):
+        distributed.on_main(lambda: _export_two_tower(model, tok, final, cfg.system, result.metrics))
+        print0(
+            f"\nsaved the model to {final} (config.json with model_type {cloze.MODEL_TYPE!r}, model.safetensors, tokenizer files)"
+        )
+        print0(
+            f"  fine-tune it on any task, e.g.: spanbert finetune glue --task SST-2 --data_dir ../shared/data/glue/SST-2 "
+            f"--model {final} --output_dir runs/sst2-two-tower"
+        )
+    return final
+
+
+def _export_two_tower(model: cloze.TwoTowerModel, tok: Any, final: Path, system: str, metrics: dict[str, float]) -> None:
+    model.save_pretrained(final, tokenizer=tok, extra={"system": system})
     with atomic_write(final / "train_metrics.json") as f:
         f.write(json.dumps(metrics, indent=2) + "\n")
 
@@ -1094,7 +1329,7 @@ def fill(model, tok, text: str, head: str = "mlm", top_k: int = 5) -> dict[str, 
     # never propose special tokens
     logits[:, torch.as_tensor(tok.special_ids(), dtype=torch.long)] = -float("inf")
     probs = logits.softmax(-1)
-    top = probs.topk(top_k, dim=-1)
+    top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
     filled = list(ids)
     predictions = []
     for j, p in enumerate(masked):
@@ -1117,12 +1352,24 @@ def fill_main(argv: list[str], prog: str = "spanbert fill") -> int:
     p.add_argument("--tokenizer", default=None, help="tokenizer folder when the model has none")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     args = p.parse_args(argv)
+    from spanbert.errors import utf8_argument
     from spanbert.model import SpanBertForPreTraining
-    from spanbert.tasks.common import load_tokenizer_for
+    from spanbert.tokenization import load_tokenizer_for
 
-    model = SpanBertForPreTraining.from_pretrained(args.model)
-    tok = load_tokenizer_for(args.model, args.tokenizer)
-    result = fill(model, tok, args.text, head=args.head, top_k=args.top_k)
+    # what the arguments alone decide is checked before a model is read
+    text = utf8_argument(args.text, "--text")
+    if "[MASK]" not in text and not _MASK_RUN.search(text):
+        raise SpanBertError("--text: found no [MASK]; expected [MASK] per token, or {MASK*n} for a run of n")
+    if args.top_k < 1:
+        raise SpanBertError(f"--top_k: found {args.top_k}; expected an integer >= 1")
+
+    tok = load_tokenizer_for(args.model, args.tokenizer)  # a folder without one fails before weights are read
+    # the head that predicts must come from the folder: a fine-tuned or bare encoder has none, and a
+    # freshly initialised one would print a different random guess each run
+    model = SpanBertForPreTraining.from_pretrained(
+        args.model, require=(args.head,), needed_by=f"spanbert fill --head {args.head}"
+    )
+    result = fill(model, tok, text, head=args.head, top_k=args.top_k)
     if args.json:
         print0(json.dumps(result, indent=2, ensure_ascii=False))
         return 0

@@ -30,6 +30,7 @@ import math
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,7 @@ class TaskSpec:
     """One downstream task of a study."""
 
     task: str
-    """squad, mrqa, semeval, tacred, glue, ner or coref (the `spanbert finetune` task names)."""
+    """squad, mrqa, semeval, tacred, glue, ner, coref, swag or parse (the `spanbert finetune` task names)."""
     name: str = ""
     """Column name in the table (default: the GLUE task name, else the task)."""
     train: str = ""
@@ -57,7 +58,7 @@ class TaskSpec:
     dev: str = ""
     """Dev file: fine-tuning selects the best checkpoint and the learning rate on it."""
     test: str = ""
-    """Optional test file, scored only with the selected models (ner, semeval, tacred)."""
+    """Optional test file, scored only with the selected models (ner, semeval, tacred, parse)."""
     glue_task: str = ""
     """glue only: SST-2, CoLA, MRPC, STS-B, RTE, ..."""
     folds: list[int] = field(default_factory=list)
@@ -116,8 +117,8 @@ class Study:
         return max(1, math.ceil(self.budget_tokens / (self.batch_size * self.max_seq_length)))
 
 
-TASK_NAMES = ("squad", "mrqa", "semeval", "tacred", "glue", "ner", "coref")
-TEST_TASKS = ("ner", "semeval", "tacred")  # whose `evaluate` scores a labelled file with a model
+TASK_NAMES = ("squad", "mrqa", "semeval", "tacred", "glue", "ner", "coref", "swag", "parse")
+TEST_TASKS = ("ner", "semeval", "tacred", "parse")  # whose `evaluate` scores a labelled file with a model
 
 
 def _check_type(value: Any, tp: Any) -> bool:
@@ -130,108 +131,163 @@ def _check_type(value: Any, tp: Any) -> bool:
     return True
 
 
-def _build(cls: type, data: Any, where: str) -> Any:
-    """``cls(**data)`` with every key and simple type checked; errors name ``where``."""
+_NESTED = {"systems", "tasks"}  # Study's lists of SystemSpec / TaskSpec, built before Study itself
+
+
+def _build(cls: type, data: Any, where: str | Callable[..., str]) -> Any:
+    """``cls(**data)`` with every key known and every value converted to its field's type as the other
+    commands' YAML is (`spanbert.config.convert_value`: ``1e-4``, which YAML 1.1 reads as a string, is
+    the number a user meant; ``[1e-4]`` a list of numbers); errors name ``where``, or ``where(key)``:
+    the file and the key's line."""
+    from spanbert.config import convert_value
+
+    at = where if callable(where) else (lambda *key: where)
     if not isinstance(data, dict):
-        raise SpanBertError(f"{where}: found {type(data).__name__}, expected a mapping of {cls.__name__} fields")
+        raise SpanBertError(f"{at()}: found {type(data).__name__}, expected a mapping of {cls.__name__} fields")
     known = {f.name: f for f in fields(cls)}
+    out = {}
     for key, value in data.items():
         if key not in known:
-            raise SpanBertError(f"{where}: found unknown key {key!r}, expected one of: {', '.join(known)}")
-        tp = {"int": int, "float": float, "str": str}.get(str(known[key].type), None)
-        if tp is not None and not _check_type(value, tp):
-            raise SpanBertError(f"{where}: {key}: found {value!r}, expected {tp.__name__}")
-        if str(known[key].type).startswith("dict") and not isinstance(value, dict):
-            raise SpanBertError(f"{where}: {key}: found {value!r}, expected a mapping of option: value")
+            raise SpanBertError(f"{at(key)}: found unknown key {key!r}, expected one of: {', '.join(known)}")
+        if cls is Study and key in _NESTED:
+            out[key] = value
+        elif str(known[key].type).startswith("dict"):
+            if not isinstance(value, dict):
+                raise SpanBertError(f"{at(key)}: {key}: found {value!r}, expected a mapping of option: value")
+            out[key] = value
+        else:
+            out[key] = convert_value(cls, key, value, source=at(key))
     try:
-        return cls(**data)
+        return cls(**out)
     except TypeError as e:
-        raise SpanBertError(f"{where}: {e}") from None
+        raise SpanBertError(f"{at()}: {e}") from None
 
 
 def study_from_dict(data: dict[str, Any], where: str = "study") -> Study:
-    """Check a study description (the YAML's content) and build it; every error names ``where``."""
+    """Check a study description (the YAML's content) and build it; every error names ``where`` (and
+    the line, when ``data["__lines__"]`` maps key paths to lines, as `load_study` gives them)."""
     data = dict(data)
     lines = data.pop("__lines__", {})
 
-    def at(*key: str) -> str:
-        line = lines.get(key)
-        return f"{where}:{line}" if line else where
+    def at(*key: Any) -> str:
+        # the line of the key, else of the closest enclosing item or key that has one
+        key = tuple(map(str, key))
+        while key and key not in lines:
+            key = key[:-1]
+        return f"{where}:{lines[key]}" if key else where
 
     for key in ("systems", "tasks"):
         if not isinstance(data.get(key), list) or not data[key]:
             raise SpanBertError(f"{at(key)}: found {data.get(key)!r} for {key}, expected a non-empty list")
     systems = []
-    for item in data.pop("systems"):
+    for i, item in enumerate(data.pop("systems")):
         item = {"name": item} if isinstance(item, str) else item
-        systems.append(_build(SystemSpec, item, at("systems")))
-    tasks = [_build(TaskSpec, item, at("tasks")) for item in data.pop("tasks")]
-    study = _build(Study, {**data, "systems": systems, "tasks": tasks}, where)
-    check_study(study, where)
+        systems.append(_build(SystemSpec, item, lambda *k, i=i: at("systems", i, *k)))
+    tasks = [_build(TaskSpec, item, lambda *k, i=i: at("tasks", i, *k)) for i, item in enumerate(data.pop("tasks"))]
+    study = _build(Study, {**data, "systems": systems, "tasks": tasks}, at)
+    check_study(study, where, at)
     return study
 
 
-def check_study(study: Study, where: str) -> None:
-    """Everything that can be checked before any work: names, sizes, grids, files."""
+def _item_lines(path: Path) -> dict[tuple[str, ...], int]:
+    """The 1-based line of each item of the ``systems`` and ``tasks`` lists and of each key inside an
+    item (``("tasks", "0", "learning_rates")``): `spanbert.config`'s reader knows only mapping keys."""
+    import yaml
+
+    try:
+        node = yaml.compose(path.read_bytes().decode("utf-8"), Loader=yaml.SafeLoader)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return {}  # the config reader has already said what is wrong with the file
+    lines: dict[tuple[str, ...], int] = {}
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value in node.value:
+            if str(key_node.value) in _NESTED and isinstance(value, yaml.SequenceNode):
+                for i, item in enumerate(value.value):
+                    lines[(str(key_node.value), str(i))] = item.start_mark.line + 1
+                    if isinstance(item, yaml.MappingNode):
+                        for k, _ in item.value:
+                            lines[(str(key_node.value), str(i), str(k.value))] = k.start_mark.line + 1
+    return lines
+
+
+def check_study(study: Study, where: str, at: Callable[..., str] | None = None) -> None:
+    """Everything that can be checked before any work: names, sizes, grids, files. ``at(*key)`` names
+    ``where`` with the line of a key (``at("tasks", 0, "train")``), as `study_from_dict` passes it."""
+    at = at or (lambda *key: where)
     from spanbert.config import MODEL_PRESETS
-    from spanbert.pretrain import SYSTEMS
+    from spanbert.pretrain import SYSTEM_PRESETS as SYSTEMS
 
     names = [s.name for s in study.systems]
     if len(set(names)) != len(names):
-        raise SpanBertError(f"{where}: systems: found a name twice in {names}, expected distinct names")
-    for s in study.systems:
+        raise SpanBertError(f"{at('systems')}: systems: found a name twice in {names}, expected distinct names")
+    for i, s in enumerate(study.systems):
         if not s.checkpoint and s.name not in SYSTEMS:
             raise SpanBertError(
-                f"{where}: systems: found {s.name!r}, expected a `spanbert pretrain --system` "
+                f"{at('systems', i)}: systems: found {s.name!r}, expected a `spanbert pretrain --system` "
                 f"({', '.join(SYSTEMS)}) or an entry with checkpoint: FOLDER"
             )
         if s.checkpoint and not Path(s.checkpoint).is_dir():
-            raise SpanBertError(f"{where}: systems: {s.name}: checkpoint {s.checkpoint!r} is not a folder")
+            raise SpanBertError(
+                f"{at('systems', i, 'checkpoint')}: systems: {s.name}: checkpoint {s.checkpoint!r} is not a folder"
+            )
     if any(not s.checkpoint for s in study.systems) and not study.corpus:
-        raise SpanBertError(f"{where}: corpus: found none, expected the pre-training corpus (text or preprocessed folder)")
+        raise SpanBertError(
+            f"{at('corpus')}: corpus: found none, expected the pre-training corpus (text or preprocessed folder)"
+        )
     if study.model not in MODEL_PRESETS:
-        raise SpanBertError(f"{where}: model: found {study.model!r}, expected one of: {', '.join(MODEL_PRESETS)}")
+        raise SpanBertError(f"{at('model')}: model: found {study.model!r}, expected one of: {', '.join(MODEL_PRESETS)}")
     for name in ("budget_tokens", "max_seq_length", "batch_size", "gradient_accumulation_steps", "seeds", "vocab_size"):
         if getattr(study, name) < 1:
-            raise SpanBertError(f"{where}: {name}: found {getattr(study, name)!r}, expected an integer >= 1")
+            raise SpanBertError(f"{at(name)}: {name}: found {getattr(study, name)!r}, expected an integer >= 1")
     columns = []
-    for t in study.tasks:
+    for i, t in enumerate(study.tasks):
         if t.task not in TASK_NAMES:
-            raise SpanBertError(f"{where}: tasks: found task {t.task!r}, expected one of: {', '.join(TASK_NAMES)}")
+            raise SpanBertError(
+                f"{at('tasks', i, 'task')}: tasks: found task {t.task!r}, expected one of: {', '.join(TASK_NAMES)}"
+            )
         if t.task == "glue" and not t.glue_task:
-            raise SpanBertError(f"{where}: tasks: glue needs glue_task (e.g. SST-2)")
+            raise SpanBertError(f"{at('tasks', i)}: tasks: glue needs glue_task (e.g. SST-2)")
         columns.append(t.name)
         litbank = t.task == "coref" and Path(t.train).is_dir()
         if litbank != bool(t.folds):
             raise SpanBertError(
-                f"{where}: tasks: {t.name}: found folds {t.folds} with train {t.train!r}, expected folds (e.g. [0]) "
+                f"{at('tasks', i, 'folds')}: tasks: {t.name}: found folds {t.folds} with train {t.train!r}, "
+                f"expected folds (e.g. [0]) "
                 f"exactly when train is the LitBank folder (with tenfold_splits/)"
             )
         if litbank and (not (Path(t.train) / "tenfold_splits").is_dir() or any(not 0 <= k <= 9 for k in t.folds)):
-            raise SpanBertError(f"{where}: tasks: {t.name}: expected {t.train}/tenfold_splits/ and folds in 0..9")
+            raise SpanBertError(
+                f"{at('tasks', i, 'folds')}: tasks: {t.name}: expected {t.train}/tenfold_splits/ and folds in 0..9"
+            )
         if not t.train or (t.task != "glue" and not t.dev and not litbank):
-            raise SpanBertError(f"{where}: tasks: {t.name}: found no train/dev data, expected both paths")
-        for path in (t.train, t.dev, t.test):
+            raise SpanBertError(f"{at('tasks', i)}: tasks: {t.name}: found no train/dev data, expected both paths")
+        for key, path in (("train", t.train), ("dev", t.dev), ("test", t.test)):
             if path and not Path(path).exists():
-                raise SpanBertError(f"{where}: tasks: {t.name}: {path}: no such file or folder")
+                raise SpanBertError(f"{at('tasks', i, key)}: tasks: {t.name}: {path}: no such file or folder")
         if t.test and t.task not in TEST_TASKS:
             raise SpanBertError(
-                f"{where}: tasks: {t.name}: found a test file, expected none: a test split is scored for "
+                f"{at('tasks', i, 'test')}: tasks: {t.name}: found a test file, expected none: a test split is "
+                f"scored for "
                 f"{', '.join(TEST_TASKS)} (SQuAD, GLUE and coref score their dev sets)"
             )
         if not t.learning_rates or any(
             not isinstance(lr, (int, float)) or isinstance(lr, bool) or not lr > 0 for lr in t.learning_rates
         ):
-            raise SpanBertError(f"{where}: tasks: {t.name}: learning_rates: found {t.learning_rates!r}, expected positive numbers")
+            raise SpanBertError(
+                f"{at('tasks', i, 'learning_rates')}: tasks: {t.name}: learning_rates: found {t.learning_rates!r}, "
+                "expected positive numbers"
+            )
     if len(set(columns)) != len(columns):
-        raise SpanBertError(f"{where}: tasks: found the column {columns} twice, expected distinct names (set name:)")
+        raise SpanBertError(
+            f"{at('tasks')}: tasks: found the column {columns} twice, expected distinct names (set name:)"
+        )
 
 
 def load_study(path: str | Path) -> Study:
     from spanbert.config import _read_yaml
 
     data, lines = _read_yaml(path)
-    return study_from_dict({**data, "__lines__": lines}, str(path))
+    return study_from_dict({**data, "__lines__": {**lines, **_item_lines(Path(path))}}, str(path))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -441,6 +497,8 @@ DEV_RESULTS = {
     "semeval": ("dev_results.json", "f1"),
     "tacred": ("dev_results.json", "f1"),
     "coref": ("finetune_results.json", "conll_f1"),
+    "swag": ("dev_results.json", "accuracy"),
+    "parse": ("dev_results.json", "f1"),
 }
 
 
@@ -569,9 +627,9 @@ def _prepare_shared(study: Study) -> None:
 
 
 def _candidate_kinds(s: SystemSpec) -> list[str]:
-    from spanbert.pretrain import SYSTEMS
+    from spanbert.pretrain import SYSTEM_PRESETS
 
-    scheme = s.options.get("masking") or SYSTEMS[s.name][0]
+    scheme = s.options.get("masking") or SYSTEM_PRESETS[s.name].masking
     return {"named_entity": ["entity"], "noun_phrase": ["noun_phrase"]}.get(scheme, [])
 
 
@@ -626,6 +684,15 @@ def _drop_training_state(cell_dir: Path) -> None:
 def run_study(study: Study, only: str = "all", shard: tuple[int, int] = (0, 1)) -> list[Cell]:
     """Run every unfinished cell (those of this shard); returns the plan."""
     cells = plan(study)
+    todo = [c for c in cells if only == "all" or c.kind == only]
+    if shard[1] > 1:
+        if only != "finetune":
+            raise SpanBertError("--shard: found it without --only finetune, expected the pre-training cells to run "
+                                "first (--only pretrain, under torchrun if you like) and the shards to split fine-tuning")  # fmt: skip
+        todo = todo[shard[0] :: shard[1]]
+    # refused before anything is written: a changed study must not overwrite the study.json of the
+    # cells that were run (issue 22.13)
+    distributed.on_main(lambda: check_finished(cells))
     Path(study.output_dir).mkdir(parents=True, exist_ok=True)
     distributed.on_main(lambda: _write_plan(study, cells))
     if only in ("all", "pretrain"):
@@ -633,15 +700,8 @@ def run_study(study: Study, only: str = "all", shard: tuple[int, int] = (0, 1)) 
     for t in study.tasks:
         for fold in t.folds:
             distributed.on_main(lambda t=t, fold=fold: _prepare_litbank(Path(t.train), fold, litbank_fold_dir(study, fold)))
-    todo = [c for c in cells if only == "all" or c.kind == only]
-    if shard[1] > 1:
-        if only != "finetune":
-            raise SpanBertError("--shard: found it without --only finetune, expected the pre-training cells to run "
-                                "first (--only pretrain, under torchrun if you like) and the shards to split fine-tuning")  # fmt: skip
-        todo = todo[shard[0] :: shard[1]]
     from tqdm.auto import tqdm
 
-    distributed.on_main(lambda: check_finished(cells))
     done_before = distributed.on_main(lambda: [is_done(c) for c in todo])
     bar = tqdm(total=len(todo), initial=sum(done_before), desc="study", unit="cell", disable=not distributed.is_main())
     for cell, done in zip(todo, done_before):
@@ -1078,7 +1138,7 @@ def main(argv: list[str], prog: str = "spanbert study") -> int:
         from spanbert.config import _read_yaml
 
         data, lines = _read_yaml(args.study)
-        data = {**data, "__lines__": lines}
+        data = {**data, "__lines__": {**lines, **_item_lines(Path(args.study))}}
         if args.output_dir:
             data["output_dir"] = args.output_dir
         where = args.study
@@ -1117,22 +1177,38 @@ def main(argv: list[str], prog: str = "spanbert study") -> int:
 # `spanbert curve`: fine-tuning score against pre-training steps (BERT Appendix C.1, Figure 5)
 
 
-def export_checkpoints(run_dir: Path, out: Path) -> list[tuple[int, Path]]:
-    """Every complete `checkpoint-N` of a pre-training run as a model folder ``out/step-N`` (exported
-    once, with the tokenizer and heads of the run's `final/`); returns [(step, folder)] by step."""
-    from spanbert.model import SpanBertForPreTraining
-    from spanbert.tasks.common import load_tokenizer_for
+def run_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
+    """The complete `checkpoint-N` folders of a finished pre-training run, by step; an error naming the
+    folder when it is not a finished run or keeps none (checked before anything is exported)."""
     from spanbert.trainer import _ckpt_step, _complete
 
     final = run_dir / "final"
     if not (final / "config.json").is_file():
         raise SpanBertError(f"{run_dir}: found no final/config.json, expected a finished `spanbert pretrain` run")
+    found = [
+        (int(_ckpt_step(p)), p)
+        for p in sorted((p for p in run_dir.glob("checkpoint-*") if _ckpt_step(p) is not None), key=_ckpt_step)
+        if _complete(p) is None
+    ]
+    if not found:
+        raise SpanBertError(
+            f"{run_dir}: found no complete checkpoint-N folder, expected the checkpoints of the run (pre-train "
+            f"with --save_steps N --save_total_limit M to keep M of them; the last is the final model)"
+        )
+    return found
+
+
+def export_checkpoints(run_dir: Path, out: Path) -> list[tuple[int, Path]]:
+    """Every complete `checkpoint-N` of a pre-training run as a model folder ``out/step-N`` (exported
+    once, with the tokenizer and heads of the run's `final/`); returns [(step, folder)] by step."""
+    from spanbert.model import SpanBertForPreTraining
+    from spanbert.tasks.common import load_tokenizer_for
+
+    checkpoints = run_checkpoints(run_dir)
+    final = run_dir / "final"
     tokenizer = load_tokenizer_for(final)
     models: list[tuple[int, Path]] = []
-    for ckpt in sorted((p for p in run_dir.glob("checkpoint-*") if _ckpt_step(p) is not None), key=_ckpt_step):
-        if _complete(ckpt) is not None:
-            continue
-        step = int(_ckpt_step(ckpt))
+    for step, ckpt in checkpoints:
         target = out / f"step-{step}"
         if not (target / "config.json").is_file():
             import torch
@@ -1142,11 +1218,6 @@ def export_checkpoints(run_dir: Path, out: Path) -> list[tuple[int, Path]]:
             model.load_state_dict(state["model"])
             model.save_pretrained(target, tokenizer=tokenizer)
         models.append((step, target))
-    if not models:
-        raise SpanBertError(
-            f"{run_dir}: found no complete checkpoint-N folder, expected the checkpoints of the run (pre-train "
-            f"with --save_steps N --save_total_limit M to keep M of them; the last is the final model)"
-        )
     return models
 
 
@@ -1192,6 +1263,12 @@ def curve_main(argv: list[str], prog: str = "spanbert curve") -> int:
     task = TaskSpec(args.task, train=args.train, dev=args.dev, glue_task=args.glue_task, folds=args.fold,
                     learning_rates=[args.learning_rate], options=options)  # fmt: skip
     out = Path(args.output_dir or run / f"curve-{task.name}")
+    # everything the arguments decide is checked before a checkpoint is exported (issue 22.13): the
+    # run, then the task, its files, the grid and the seeds, with the run's final model standing in for
+    # the exported ones
+    run_checkpoints(run)
+    check_study(Study(systems=[SystemSpec("final", checkpoint=str(run / "final"))], tasks=[task], seeds=args.seeds,
+                      output_dir=str(out)), prog)  # fmt: skip
     distributed.init_distributed(distributed.resolve_device("auto"))
     models = distributed.on_main(lambda: [(s, str(p)) for s, p in export_checkpoints(run, out / "models")])
     study = Study(systems=[SystemSpec(f"step-{s}", checkpoint=p) for s, p in models], tasks=[task],

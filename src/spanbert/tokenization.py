@@ -23,6 +23,7 @@ punctuation, every punctuation mark is a word of its own: ``"Broncos'"`` is the 
 from __future__ import annotations
 
 import argparse
+import copy
 import gzip
 import heapq
 import json
@@ -122,20 +123,26 @@ class Tokenizer:
     Build it with `Tokenizer.from_dir`, `load_tokenizer` or `train_tokenizer`.
     """
 
-    def __init__(self, hf_tokenizer, do_lower_case: bool = False):
+    def __init__(self, hf_tokenizer, do_lower_case: bool = False, source: str | os.PathLike | None = None):
         self.hf = hf_tokenizer
         """The wrapped `tokenizers.Tokenizer`."""
         self.do_lower_case = do_lower_case
         missing = [s for s in SPECIAL_TOKENS if hf_tokenizer.token_to_id(s) is None]
         if missing:
-            raise SpanBertError(
-                f"the vocabulary lacks the BERT special tokens {missing}; expected all of {SPECIAL_TOKENS}"
-            )
+            found = f"a vocabulary without the BERT special token(s) {missing}"
+            expected = f"expected all of {SPECIAL_TOKENS}"
+            if source is not None:  # the file it came from (`from_dir`)
+                raise DataError(source, f"found {found}; {expected}")
+            raise SpanBertError(f"found {found}; {expected}")
         self.pad_id: int = hf_tokenizer.token_to_id(PAD)
         self.unk_id: int = hf_tokenizer.token_to_id(UNK)
         self.cls_id: int = hf_tokenizer.token_to_id(CLS)
         self.sep_id: int = hf_tokenizer.token_to_id(SEP)
         self.mask_id: int = hf_tokenizer.token_to_id(MASK)
+        self.mid_id: int = self.sep_id
+        """The token between the two segments of a pair. A task frames its inputs as ``cls_id a mid_id b
+        sep_id`` (one segment: ``cls_id a sep_id``); BERT's framing has ``[SEP]`` twice, a model family with
+        other markers gives its own through `framed` (the two-tower model: ``<s> a <sep> b </s>``)."""
         vocab = hf_tokenizer.get_vocab(with_added_tokens=True)
         self.vocab_size: int = max(vocab.values()) + 1
         # (V,) bool: ids that begin with "##" (continuation pieces); lets `word_starts_of(ids)` be one lookup.
@@ -175,7 +182,7 @@ class Tokenizer:
             hf_tok.no_truncation()
             if do_lower_case is not None and do_lower_case != config_lower:
                 _build_pipeline(hf_tok, lower)
-            return cls(hf_tok, lower)
+            return cls(hf_tok, lower, source=json_file)
         if not vocab_file.is_file():
             raise SpanBertError(
                 f"no tokenizer in {path}: expected tokenizer.json or vocab.txt "
@@ -202,16 +209,33 @@ class Tokenizer:
         _build_pipeline(hf_tok, lower)
         if CLS in vocab and SEP in vocab:
             _add_post_processor(hf_tok)
-        return cls(hf_tok, lower)
+        return cls(hf_tok, lower, source=vocab_file)
+
+    def framed(self, start: int, mid: int, end: int) -> Tokenizer:
+        """A copy whose ``cls_id``, ``mid_id`` and ``sep_id`` are a model family's start, between-segment
+        and end markers (`spanbert.families`); the vocabulary and the encoding are shared, not copied."""
+        out = copy.copy(self)
+        out.cls_id, out.mid_id, out.sep_id = int(start), int(mid), int(end)
+        return out
+
+    @property
+    def byte_level(self) -> bool:
+        """True for a byte-level BPE tokenizer (the two-tower model's): a word's leading space is part
+        of its first token (``Ġman``), so words must be encoded as they appear in running text."""
+        return type(self.hf.pre_tokenizer).__name__ == "ByteLevel"
 
     def save(self, directory: str | os.PathLike) -> None:
         """Write vocab.txt, tokenizer.json, tokenizer_config.json and special_tokens_map.json.
 
         `transformers.AutoTokenizer.from_pretrained(directory)` then gives a BERT tokenizer with the same
-        ids and the same casing (``do_lower_case`` is written explicitly so cased stays cased).
+        ids and the same casing (``do_lower_case`` is written explicitly so cased stays cased). A BPE or
+        word-level vocabulary (the two-tower model's) is no WordPiece vocabulary: its tokenizer_config.json
+        says ``PreTrainedTokenizerFast``, so transformers reads tokenizer.json instead of vocab.txt.
         """
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
+        if type(self.hf.model).__name__ != "WordPiece":
+            return self._save_fast(directory)
         vocab = self.hf.get_vocab(with_added_tokens=True)
         by_id = [""] * self.vocab_size
         for token, i in vocab.items():
@@ -238,6 +262,19 @@ class Tokenizer:
         with atomic_write(directory / "special_tokens_map.json", encoding="utf-8") as f:
             json.dump(specials, f, indent=2)
 
+    def _save_fast(self, directory: Path) -> None:
+        with atomic_write(directory / "tokenizer.json", encoding="utf-8") as f:
+            f.write(self.hf.to_str())
+        names = {"unk_token": UNK, "pad_token": PAD}
+        for key, token in (("bos_token", "<s>"), ("eos_token", "</s>"), ("sep_token", "<sep>")):
+            if self.hf.token_to_id(token) is not None:
+                names[key] = token
+        config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 512, **names}
+        with atomic_write(directory / "tokenizer_config.json", encoding="utf-8") as f:
+            json.dump(config, f, indent=2)
+        with atomic_write(directory / "special_tokens_map.json", encoding="utf-8") as f:
+            json.dump(names, f, indent=2)
+
     # ------------------------------------------------------------------ vocabulary
     def token_to_id(self, token: str) -> int | None:
         return self.hf.token_to_id(token)
@@ -261,7 +298,9 @@ class Tokenizer:
         t = _hf()
         hf_tok = t.Tokenizer.from_str(self.hf.to_str())
         hf_tok.add_special_tokens(list(tokens))
-        return Tokenizer(hf_tok, self.do_lower_case)
+        out = Tokenizer(hf_tok, self.do_lower_case)
+        out.cls_id, out.mid_id, out.sep_id = self.cls_id, self.mid_id, self.sep_id  # the family's framing stays
+        return out
 
     def word_starts_of(self, ids: np.ndarray) -> np.ndarray:
         """(N,) bool word-start flags of token ids (True unless the token begins with ``##``)."""
@@ -296,14 +335,26 @@ class Tokenizer:
         Offsets are character positions inside each word.
         """
         safe = [w if w.strip() else UNK for w in words]
-        enc = self.hf.encode(safe, is_pretokenized=True, add_special_tokens=False)
-        out = self._wrap(enc, with_word_ids=True)
+        out = self._encode_words(safe)
         if len(words):
             present = np.zeros(len(words), dtype=bool)
             present[out.word_ids[out.word_ids >= 0]] = True
             if not present.all():  # e.g. a word made only of characters the normalizer removes
-                fixed = [w if ok else UNK for w, ok in zip(safe, present)]
-                out = self._wrap(self.hf.encode(fixed, is_pretokenized=True, add_special_tokens=False), True)
+                out = self._encode_words([w if ok else UNK for w, ok in zip(safe, present)])
+        return out
+
+    def _encode_words(self, words: list[str]) -> Encoded:
+        if not self.byte_level:
+            return self._wrap(self.hf.encode(words, is_pretokenized=True, add_special_tokens=False), True)
+        # Byte-level BPE: every word after the first is encoded with the space that precedes it in running
+        # text (``the man`` -> ``the Ġman``, as RoBERTa/fairseq encode); alone, ``man`` would become ids the
+        # model never saw in pre-training. Offsets stay positions inside each word (the space is not in it).
+        spaced = [w if i == 0 or w in SPECIAL_TOKENS else " " + w for i, w in enumerate(words)]
+        out = self._wrap(self.hf.encode(spaced, is_pretokenized=True, add_special_tokens=False), True)
+        shift = np.asarray([0 if i == 0 or w in SPECIAL_TOKENS else 1 for i, w in enumerate(words)], dtype=np.int64)
+        if len(out.ids):
+            s = shift[np.maximum(out.word_ids, 0)][:, None] * (out.word_ids >= 0)[:, None]
+            out.offsets[:] = np.maximum(out.offsets - s, 0)
         return out
 
     def __len__(self) -> int:
@@ -311,6 +362,24 @@ class Tokenizer:
 
     def __repr__(self) -> str:
         return f"Tokenizer(vocab_size={self.vocab_size}, do_lower_case={self.do_lower_case})"
+
+
+def load_tokenizer_for(model_dir: str | Path, tokenizer_dir: str | Path | None = None):
+    """The tokenizer saved with a checkpoint, or the one given; a clear error when there is none."""
+    if not Path(model_dir).is_dir():
+        raise SpanBertError(f"{model_dir}: model folder not found")
+    source = Path(tokenizer_dir) if tokenizer_dir else Path(model_dir)
+    if source.is_file() and source.name.endswith(".txt"):
+        source = source.parent
+    if not ((source / "tokenizer.json").exists() or (source / "vocab.txt").exists()):
+        if tokenizer_dir:
+            raise SpanBertError(f"{source}: no tokenizer.json or vocab.txt")
+        raise SpanBertError(
+            f"{model_dir}: the checkpoint has no vocabulary (tokenizer.json or vocab.txt). The official "
+            f"SpanBERT release ships none: it uses the cased BERT vocabulary (bert-base-cased / bert-large-cased, "
+            f"28,996 tokens). Pass --tokenizer DIR pointing at a folder with that vocab.txt."
+        )
+    return Tokenizer.from_dir(source)
 
 
 def load_tokenizer(path: str | os.PathLike, do_lower_case: bool | None = None) -> Tokenizer:
@@ -349,10 +418,19 @@ def corpus_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
     return out
 
 
-def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
+# A line longer than this is read in pieces (`iter_lines`' max_bytes): preprocessing and vocabulary
+# training hold at most this much of a line, so their memory does not grow with the line length.
+MAX_LINE_BYTES = 100_000
+
+
+def iter_lines(path: Path, max_bytes: int | None = None) -> Iterator[tuple[int, str]]:
     """(line number, text without the newline) of a UTF-8 text file, gzipped if it ends in ``.gz``.
 
     Decodes line by line so that a byte that is not UTF-8 is reported with its file and line.
+    With ``max_bytes``, memory stays bounded whatever the line length: a longer line comes in pieces
+    of at most ``max_bytes`` bytes (at least 4, one character), several pairs with the same line
+    number, each cut before a space or tab (`cut_before_space`); pieces that are only whitespace are
+    left out, and a long line that is only whitespace comes as one blank line.
     """
     opener = gzip.open if path.suffix == ".gz" else open
     try:
@@ -362,18 +440,73 @@ def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
     with f:
         lineno = 0
         try:
-            for lineno, raw in enumerate(f, 1):
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError as e:
-                    raise DataError(
-                        path,
-                        f"not UTF-8 text: byte 0x{raw[e.start]:02x} at column {e.start + 1}; expected UTF-8",
-                        line=lineno,
-                    ) from None
-                yield lineno, line.rstrip("\n").rstrip("\r")
+            if max_bytes is None:
+                for lineno, raw in enumerate(f, 1):
+                    yield lineno, _decode_line(path, lineno, raw).rstrip("\n").rstrip("\r")
+                return
+            if max_bytes < 1:
+                raise ValueError(f"max_bytes={max_bytes}; expected at least 1")
+            limit = max(max_bytes, 4)  # a piece holds at least one whole character (up to 4 bytes)
+            pending = b""  # the rest of a long line after the piece last yielded
+            open_line = False  # the line of the piece last yielded goes on
+            column = 0  # byte offset of ``pending`` in its line
+            shown = False  # a piece of the current line was yielded
+            while True:
+                raw = pending + f.readline(limit + 1 - len(pending))  # never more than limit + 1 bytes
+                if not raw:
+                    break
+                if not open_line:
+                    lineno, column, shown = lineno + 1, 0, False
+                whole = not open_line
+                if raw.endswith(b"\n") or len(raw) <= limit:  # the rest of the line (or of the file)
+                    piece, pending, open_line = raw, b"", False
+                else:
+                    cut = cut_before_space(raw, limit)
+                    piece, pending, open_line = raw[:cut], raw[cut:], True
+                whole = whole and not open_line
+                text = _decode_line(path, lineno, piece, column)
+                column += len(piece)
+                if not open_line:
+                    text = text.rstrip("\n").rstrip("\r")
+                if whole or text.strip():
+                    yield lineno, text
+                    shown = True
+                elif not open_line and not shown:
+                    yield lineno, ""
         except (OSError, EOFError) as e:  # truncated or corrupt gzip
             raise DataError(path, f"cannot read after line {lineno}: {e}") from None
+
+
+def _decode_line(path: Path, lineno: int, raw: bytes, column: int = 0) -> str:
+    """``raw`` (bytes ``column``.. of line ``lineno``) as text, or a DataError naming the byte and its column."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(
+            path,
+            f"not UTF-8 text: byte 0x{raw[e.start]:02x} at column {column + e.start + 1}; expected UTF-8",
+            line=lineno,
+        ) from None
+
+
+def cut_before_space(raw: bytes, limit: int, start: int = 0) -> int:
+    """Where to end the piece of ``raw`` (UTF-8) that starts at ``start``, when more than ``limit`` bytes
+    follow: ``raw[start:cut]`` has at most ``limit`` bytes and ``raw[cut:]`` starts with the last space
+    or tab that allows, so both the WordPiece and a byte-level BPE pre-tokenizer (whose ``Ġ`` marks the
+    space before a word) see the same words as in the whole line. Without a space or tab in reach, a
+    word is cut at the last character boundary (only a word of ``limit`` bytes or more is)."""
+    end = start + limit
+    cut = max(raw.rfind(b" ", start + 1, end + 1), raw.rfind(b"\t", start + 1, end + 1))
+    if cut > start:
+        return cut
+    cut = end
+    while cut > start and raw[cut] & 0xC0 == 0x80:  # a UTF-8 continuation byte is no character boundary
+        cut -= 1
+    if cut == start:  # a limit shorter than the first character: take the whole character
+        cut = start + 1
+        while cut < len(raw) and raw[cut] & 0xC0 == 0x80:
+            cut += 1
+    return cut
 
 
 def parse_jsonl_text(path: Path, lineno: int, line: str) -> str:
@@ -397,7 +530,8 @@ def is_jsonl(path: Path) -> bool:
 def _iter_training_lines(files: list[Path]) -> Iterator[str]:
     for path in files:
         jsonl = is_jsonl(path)
-        for lineno, line in iter_lines(path):
+        # a long plain-text line comes in pieces cut before a space: the same words, bounded memory
+        for lineno, line in iter_lines(path, None if jsonl else MAX_LINE_BYTES):
             if not line.strip():
                 continue
             yield parse_jsonl_text(path, lineno, line) if jsonl else line

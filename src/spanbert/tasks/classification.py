@@ -1,14 +1,16 @@
 """What relation extraction, GLUE and NER share: features, the two heads, fine-tuning and prediction.
 
-The three task families differ only in their reader, their head (one label per sequence from
-``[CLS]``, or one label per word from its first sub-token) and their metric. This module holds the
-rest once:
+The three task families differ only in their reader, their head (one label per sequence from the
+encoder's sentence vector, or one label per word from its first sub-token) and their metric. This
+module holds the rest once, for every model family (`spanbert.families`):
 
 - features are plain dicts of numpy arrays (``input_ids``, ``token_type_ids``, ``labels``) and
   `Collator` pads a list of them into a batch;
-- `SequenceClassifier` (a linear layer over the pooled ``[CLS]``, as BERT §4.1 and SpanBERT §4.1)
-  and `TokenClassifier` (a linear layer over every token, BERT §5.3), named as HF
-  ``BertForSequenceClassification`` / ``BertForTokenClassification`` so the saved weights load there;
+- `SequenceClassifier` (a linear layer over the sentence vector: BERT's pooled ``[CLS]``, BERT §4.1 and
+  SpanBERT §4.1; the two-tower model's boundary states, its §4) and `TokenClassifier` (a linear layer
+  over every token, BERT §5.3), named as HF ``BertForSequenceClassification`` /
+  ``BertForTokenClassification`` so a BERT model's saved weights load there; the output layer follows
+  the family's habits (`spanbert.tasks.layers.output_layer`);
 - `finetune` runs the one training loop of `spanbert.trainer` with an evaluation callback;
 - `predict_logits` runs a model over features in batches.
 """
@@ -37,9 +39,16 @@ IGNORE_INDEX = -100
 
 
 def pair_input(
-    cls_id: int, sep_id: int, a: Sequence[int], b: Sequence[int] | None, max_length: int
+    cls_id: int,
+    sep_id: int,
+    a: Sequence[int],
+    b: Sequence[int] | None,
+    max_length: int,
+    mid_id: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray, int]:
-    """``[CLS] a [SEP]`` or ``[CLS] a [SEP] b [SEP]`` with token types 0/1, cut to ``max_length``.
+    """``[CLS] a [SEP]`` or ``[CLS] a [SEP] b [SEP]`` with token types 0/1, cut to ``max_length``; with
+    ``mid_id`` the token between the two texts is that one (the family's framing, `Tokenizer.mid_id`:
+    the two-tower model's ``<s> a <sep> b </s>``).
 
     Pairs are cut longest-first, one token at a time (BERT's ``_truncate_seq_pair``), so the shorter
     text keeps as much as it can. Returns (input_ids, token_type_ids, tokens removed).
@@ -56,13 +65,13 @@ def pair_input(
         while len(a) + len(b) > budget:
             (a if len(a) >= len(b) else b).pop()
             removed += 1
-    ids = [cls_id, *a, sep_id]
-    types = [0] * len(ids)
-    if b is not None:
-        ids += [*b, sep_id]
-        types += [1] * (len(b) + 1)
+    if b is None:
+        ids = [cls_id, *a, sep_id]
+        types = [0] * len(ids)
+    else:
+        ids = [cls_id, *a, sep_id if mid_id is None else mid_id, *b, sep_id]
+        types = [0] * (len(a) + 2) + [1] * (len(b) + 1)
     return np.asarray(ids, dtype=np.int64), np.asarray(types, dtype=np.int64), removed
-
 
 
 def token_outputs(logits: Tensor, labels: Tensor | None) -> dict[str, Tensor]:
@@ -133,7 +142,8 @@ class Collator:
 
 
 class SequenceClassifier(nn.Module):
-    """Encoder + dropout + linear layer on the pooled ``[CLS]`` (HF ``BertForSequenceClassification``).
+    """Encoder + dropout + linear layer on the sentence vector (HF ``BertForSequenceClassification``
+    for BERT: the pooled ``[CLS]``; the two-tower model: its boundary states, §4).
 
     ``num_labels == 1`` is regression with a mean squared error loss (STS-B); otherwise
     cross-entropy over the classes.
@@ -141,11 +151,14 @@ class SequenceClassifier(nn.Module):
 
     def __init__(self, encoder: nn.Module, num_labels: int, dropout: float | None = None):
         super().__init__()
-        if encoder.pooler is None:
-            raise SpanBertError("SequenceClassifier needs an encoder with a pooling layer")
+        from spanbert.tasks.layers import apply_encoder_dropout, output_layer
+
         self.bert = encoder
         self.num_labels = num_labels
-        self.dropout, self.classifier = _linear_head(encoder, num_labels, dropout)
+        apply_encoder_dropout(encoder)
+        self.output_scale, self.dropout, self.classifier = output_layer(
+            encoder, encoder.sentence_size, num_labels, dropout
+        )
 
     def forward(
         self,
@@ -154,9 +167,11 @@ class SequenceClassifier(nn.Module):
         token_type_ids: Tensor | None = None,
         labels: Tensor | None = None,
     ) -> dict[str, Tensor]:
+        from spanbert.tasks.layers import scaled
+
         hidden = self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)  # (B, T, H)
-        pooled = self.dropout(self.bert.pool(hidden, attention_mask))  # (B, H); a causal encoder: last token
-        logits = self.classifier(pooled)  # (B, num_labels)
+        sentence = self.bert.sentence(hidden, attention_mask, input_ids)  # (B, S); a causal encoder: last token
+        logits = self.classifier(self.dropout(scaled(sentence, self.output_scale)))  # (B, num_labels)
         out = {"logits": logits}
         if labels is not None:
             if self.num_labels == 1:
@@ -165,16 +180,6 @@ class SequenceClassifier(nn.Module):
                 out["loss"] = F.cross_entropy(logits, labels)
                 out["acc"] = (logits.argmax(-1) == labels).float().mean().detach()
         return out
-
-
-def _linear_head(encoder: nn.Module, num_labels: int, dropout: float | None) -> tuple[nn.Module, nn.Linear]:
-    """Dropout + a linear layer initialised as BERT's (HF `dropout` and `classifier`)."""
-    from spanbert.model import Dropout
-
-    classifier = nn.Linear(encoder.config.hidden_size, num_labels)
-    nn.init.normal_(classifier.weight, std=encoder.config.initializer_range)
-    nn.init.zeros_(classifier.bias)
-    return Dropout(encoder.config.hidden_dropout_prob if dropout is None else dropout), classifier
 
 
 class TokenClassifier(nn.Module):
@@ -186,9 +191,12 @@ class TokenClassifier(nn.Module):
 
     def __init__(self, encoder: nn.Module, num_labels: int, dropout: float | None = None):
         super().__init__()
+        from spanbert.tasks.layers import apply_encoder_dropout, output_layer
+
         self.bert = encoder
         self.num_labels = num_labels
-        self.dropout, self.classifier = _linear_head(encoder, num_labels, dropout)
+        apply_encoder_dropout(encoder)
+        self.output_scale, self.dropout, self.classifier = output_layer(encoder, encoder.hidden_size, num_labels, dropout)
 
     def forward(
         self,
@@ -197,32 +205,25 @@ class TokenClassifier(nn.Module):
         token_type_ids: Tensor | None = None,
         labels: Tensor | None = None,
     ) -> dict[str, Tensor]:
+        from spanbert.tasks.layers import scaled
+
         hidden = self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)  # (B, T, H)
-        logits = self.classifier(self.dropout(hidden))  # (B, T, num_labels)
+        logits = self.classifier(self.dropout(scaled(hidden, self.output_scale)))  # (B, T, num_labels)
         return token_outputs(logits, labels)
 
 
 HEADS: dict[str, tuple[type[nn.Module], str, bool]] = {
-    # kind -> (class, HF architecture name, encoder needs the [CLS] pooler)
-    "sequence": (SequenceClassifier, "BertForSequenceClassification", True),
-    "token": (TokenClassifier, "BertForTokenClassification", False),
+    # kind -> (class, task part of the architecture name, encoder needs the [CLS] pooler)
+    "sequence": (SequenceClassifier, "ForSequenceClassification", True),
+    "token": (TokenClassifier, "ForTokenClassification", False),
 }
+NEEDS = {"sequence": "a sentence classifier", "token": "a token tagger"}
 
 
 def resize_token_embeddings(encoder: nn.Module, vocab_size: int) -> None:
-    """Grow the word embeddings to ``vocab_size`` rows; new rows drawn as BERT initialises them.
-
-    Used when the relation task adds entity-marker tokens the vocabulary does not have.
-    """
-    old = encoder.embeddings.word_embeddings
-    if vocab_size <= old.num_embeddings:
-        return
-    new = nn.Embedding(vocab_size, old.embedding_dim, padding_idx=old.padding_idx)
-    with torch.no_grad():
-        new.weight.normal_(0.0, encoder.config.initializer_range)
-        new.weight[: old.num_embeddings] = old.weight
-    encoder.embeddings.word_embeddings = new
-    encoder.config.vocab_size = vocab_size
+    """Grow the encoder's input vocabulary to ``vocab_size`` (`Family.resize_token_embeddings`): the
+    relation task adds entity-marker tokens the vocabulary does not have."""
+    encoder.resize_token_embeddings(vocab_size)
 
 
 def label_config(labels: list[str] | None) -> dict[str, Any]:
@@ -262,7 +263,7 @@ def labels_from_config(config_json: dict[str, Any], source: str = "config.json")
 def build_model(
     kind: str, model_dir: str | Path, num_labels: int, vocab_size: int | None = None, seed: int | None = None
 ) -> nn.Module:
-    """A fresh head on the pre-trained encoder in ``model_dir`` (grown to ``vocab_size`` if given).
+    """A fresh head on the pre-trained encoder (any family) in ``model_dir`` (grown to ``vocab_size`` if given).
 
     With ``seed`` (``--seed``) the new weights (head, pooler, grown embeddings) are the same in every
     run and on every rank, and each rank then gets its own dropout stream.
@@ -281,36 +282,35 @@ def build_model(
     return model
 
 
-def load_model(kind: str, model_dir: str | Path, device: str = "cpu") -> tuple[nn.Module, dict[str, Any], Any]:
-    """A fine-tuned model saved by `save_model` -> (model in eval mode on ``device``, config.json dict,
-    tokenizer). ``device``: cpu, cuda, cuda:N, mps or auto."""
-    from spanbert.config import BertConfig
-    from spanbert.model import Encoder
-    from spanbert.tasks.common import load_finetuned
-    from spanbert.trainer import resolve_device
+def load_model(
+    kind: str, model_dir: str | Path, device: str = "cpu", needs: str | None = None
+) -> tuple[nn.Module, dict[str, Any], Any]:
+    """A fine-tuned model saved by `save_model` (any family) -> (model in eval mode on ``device``,
+    config.json dict, framed tokenizer). ``device``: cpu, cuda, cuda:N, mps or auto. A folder holding
+    another kind of model is refused before anything is read (``needs`` says what the command needs)."""
+    from spanbert import families
+    from spanbert.tasks.common import load_task_model
 
-    config_json, state, tokenizer = load_finetuned(model_dir)
-    cls, _, pooled = HEADS[kind]
-    labels = labels_from_config(config_json, str(Path(model_dir) / "config.json"))
-    model = cls(
-        Encoder(BertConfig.from_hf_dict(config_json), add_pooling_layer=pooled), 1 if labels is None else len(labels)
+    cls, task, pooled = HEADS[kind]
+    source = str(Path(model_dir) / "config.json")
+
+    def build(encoder: nn.Module, config_json: dict[str, Any]) -> nn.Module:
+        labels = labels_from_config(config_json, source)
+        return cls(encoder, 1 if labels is None else len(labels))
+
+    return load_task_model(
+        model_dir, build, families.architectures(task), needs or NEEDS[kind], device, add_pooling_layer=pooled
     )
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if missing or unexpected:
-        raise SpanBertError(
-            f"{model_dir}: weights do not match a {cls.__name__}; missing {missing[:5]}, unexpected {unexpected[:5]}"
-        )
-    model.to(resolve_device(device)).eval()
-    return model, config_json, tokenizer
 
 
 def save_model(
     model: nn.Module, output_dir: str | Path, tokenizer: Any, kind: str, labels: list[str] | None, spanbert: dict
 ) -> None:
     """Save in the HF layout (config.json with id2label/label2id, model.safetensors, tokenizer files)."""
+    from spanbert import families
     from spanbert.tasks.common import save_finetuned
 
-    _, architecture, _ = HEADS[kind]
+    architecture = families.architecture(model.bert, HEADS[kind][1])
     save_finetuned(model, output_dir, tokenizer, architecture, {**label_config(labels), "spanbert": spanbert})
 
 
@@ -430,6 +430,7 @@ def run_finetune_cli(
         check_output_dir,
         start_distributed,
         sweep,
+        sweep_grid,
         training_arguments,
     )
 
@@ -455,7 +456,7 @@ def run_finetune_cli(
             raise SpanBertError(f"--sweep keeps the best run on the dev set: pass --dev (no {metric!r} was computed)")
         return {"dev_score": metrics[metric], **{k: metrics[k] for k in SELECTION_KEYS if k in metrics}}
 
-    summary = sweep(one, targs.output_dir, resume=targs.resume)
+    summary = sweep(one, targs.output_dir, resume=targs.resume, **sweep_grid(args.model))
     print0(f"best run copied to {targs.output_dir}")
     print_metrics(summary["best"])
     return 0

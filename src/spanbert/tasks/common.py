@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from spanbert import distributed
+from spanbert import distributed, families
 from spanbert.config import (
     add_dataclass_arguments,
     check_unknown_overrides,
@@ -39,7 +39,6 @@ from spanbert.config import (
     replace_checked,
 )
 from spanbert.errors import SpanBertError
-from spanbert.model import Encoder, load_checkpoint, save_checkpoint
 from spanbert.trainer import TrainingArguments
 
 T = TypeVar("T")
@@ -266,55 +265,103 @@ def percent(metrics: dict[str, Any], keep: Sequence[str] = ()) -> dict[str, Any]
     return out
 
 
-def load_encoder(model_dir: str | Path, add_pooling_layer: bool = False) -> Encoder:
-    """The encoder of any BERT checkpoint (spanbert pre-training, fine-tuned, HF BertModel/BertFor*)."""
-    return Encoder.from_pretrained(model_dir, add_pooling_layer=add_pooling_layer)
+def load_encoder(model_dir: str | Path, add_pooling_layer: bool = False) -> nn.Module:
+    """The encoder of any family's checkpoint (`spanbert.families.load_encoder`): spanbert pre-training,
+    a fine-tuned folder, HF BertModel/BertFor*, the original releases, the two-tower model."""
+    return families.load_encoder(model_dir, add_pooling_layer=add_pooling_layer)
 
 
-def load_tokenizer_for(model_dir: str | Path, tokenizer_dir: str | Path | None = None):
-    """The tokenizer saved with a checkpoint, or the one given; a clear error when there is none."""
-    from spanbert.tokenization import Tokenizer
+def load_tokenizer_for(model_dir: str | Path, tokenizer_dir: str | Path | None = None) -> Any:
+    """The tokenizer saved with a checkpoint (or the one given), framed for the checkpoint's family
+    (`spanbert.families.load_tokenizer`): tasks frame ``cls_id a sep_id`` and ``cls_id a mid_id b sep_id``."""
+    return families.load_tokenizer(model_dir, tokenizer_dir)
 
-    if not Path(model_dir).is_dir():
-        raise SpanBertError(f"{model_dir}: model folder not found")
-    source = Path(tokenizer_dir) if tokenizer_dir else Path(model_dir)
-    if source.is_file() and source.name.endswith(".txt"):
-        source = source.parent
-    if not ((source / "tokenizer.json").exists() or (source / "vocab.txt").exists()):
-        if tokenizer_dir:
-            raise SpanBertError(f"{source}: no tokenizer.json or vocab.txt")
-        raise SpanBertError(
-            f"{model_dir}: the checkpoint has no vocabulary (tokenizer.json or vocab.txt). The official "
-            f"SpanBERT release ships none: it uses the cased BERT vocabulary (bert-base-cased / bert-large-cased, "
-            f"28,996 tokens). Pass --tokenizer DIR pointing at a folder with that vocab.txt."
-        )
-    return Tokenizer.from_dir(source)
+
+def family_defaults(argv: Sequence[str], defaults: dict[str, Any]) -> dict[str, Any]:
+    """A task's `TrainingArguments` defaults with the family's own (`FinetuneHabits.training`) on top,
+    read from the ``--model`` folder's config.json before the options are parsed, so ``--help`` and the
+    run show them and a flag on the command line still wins (the two-tower model: cosine schedule, no
+    clipping). A missing or unreadable folder keeps the task's defaults: loading reports it later."""
+    model_dir = model_in_argv(argv)
+    if model_dir is None:
+        return dict(defaults)
+    try:
+        habits = families.habits_of(model_dir)
+    except SpanBertError:
+        return dict(defaults)
+    return {**defaults, **habits.training_defaults()}
+
+
+def sweep_grid(model_dir: str | Path) -> dict[str, tuple]:
+    """``learning_rates`` and ``batch_sizes`` of `sweep` for the family in ``model_dir`` (SpanBERT
+    Appendix B; the two-tower model's §4 grid)."""
+    habits = families.habits_of(model_dir)
+    return {"learning_rates": habits.sweep_learning_rates, "batch_sizes": habits.sweep_batch_sizes}
+
+
+def model_in_argv(argv: Sequence[str]) -> str | None:
+    """The ``--model`` value of a command line, or the ``model`` key of its ``--config`` YAML (None when
+    neither gives one)."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--model")
+    pre.add_argument("--config")
+    known, _ = pre.parse_known_args(list(argv))
+    if known.model is None and known.config:
+        try:
+            data = load_yaml(known.config)
+        except SpanBertError:
+            return None  # reported with its line when the command reads the file
+        value = data.get("model")
+        return value if isinstance(value, str) else None
+    return known.model
 
 
 def save_finetuned(
     model: nn.Module, output_dir: str | Path, tokenizer: Any, architecture: str, extra: dict[str, Any] | None = None
 ) -> None:
-    """Save a task model (`self.bert` + HF-named head) as config.json + model.safetensors + tokenizer.
+    """Save a task model (``model.bert``, any family, + an HF-named head) as config.json + model.safetensors
+    + tokenizer (`spanbert.families.save_task_model`), once (rank 0).
 
     ``extra`` goes into config.json: HF keys (`id2label`, `num_labels`, `problem_type`) at the top
     level, and spanbert's own task settings under ``"spanbert"``.
     """
-    encoder: Encoder = model.bert  # type: ignore[assignment]
-    config_json = {**encoder.config.to_hf_dict(), "architectures": [architecture]}
-    for k, v in (extra or {}).items():
-        if k == "spanbert":
-            config_json.setdefault("spanbert", {}).update(v)
-        else:
-            config_json[k] = v
     # after DDP every rank holds the same weights: one writes, the others wait (a shared temporary
     # name written by two ranks at once was a FileNotFoundError in half of the 2-process runs)
-    write_once(lambda: save_checkpoint(output_dir, model.state_dict(), config_json, tokenizer=tokenizer))
+    write_once(lambda: families.save_task_model(model, output_dir, tokenizer, architecture, extra))
 
 
 def load_finetuned(model_dir: str | Path) -> tuple[dict[str, Any], dict[str, torch.Tensor], Any]:
-    """(config.json dict, state dict, tokenizer) of a fine-tuned model saved by `save_finetuned`."""
-    config_json, state = load_checkpoint(model_dir)
+    """(config.json dict, state dict, framed tokenizer) of a folder saved by `save_finetuned`."""
+    config_json, state = families.load_checkpoint(model_dir)
     return config_json, state, load_tokenizer_for(model_dir)
+
+
+def load_task_model(
+    model_dir: str | Path,
+    build: Callable[[nn.Module, dict[str, Any]], nn.Module],
+    architectures: tuple[str, ...],
+    needs: str,
+    device: str = "cpu",
+    add_pooling_layer: bool = False,
+) -> tuple[nn.Module, dict[str, Any], Any]:
+    """A fine-tuned task model of any family -> (model in eval mode on ``device``, config.json dict,
+    tokenizer framed for its family). ``build(encoder, config_json)`` puts the task's head on an encoder
+    of the saved family and sizes; the folder is refused before anything is read when its config.json
+    names none of ``architectures`` (``needs`` says what the command needs), and every weight must fit."""
+    from spanbert.trainer import resolve_device
+
+    families.check_task_folder(model_dir, architectures, needs)
+    config_json, state, tokenizer = load_finetuned(model_dir)
+    source = str(Path(model_dir) / "config.json")
+    encoder = families.encoder_from_config(config_json, add_pooling_layer=add_pooling_layer, source=source)
+    model = build(encoder, config_json)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise SpanBertError(
+            f"{model_dir}: weights do not match a {type(model).__name__}; missing {missing[:5]}, unexpected {unexpected[:5]}"
+        )
+    model.to(resolve_device(device)).eval()
+    return model, config_json, tokenizer
 
 
 # ---------------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from spanbert.errors import DataError, SpanBertError
+from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.utils import atomic_write
 
 Span = tuple[int, int]  # inclusive (start, end) word or sub-token indices
@@ -88,7 +88,10 @@ class CorefDocument:
         return sum(len(s) for s in self.sentences)
 
 
-_BEGIN = re.compile(r"^#begin document\s*\(?(?P<key>[^()]*?)\)?;?\s*(?:part\s+(?P<part>\d+))?\s*$")
+# CoNLL-2012's `#begin document (KEY); part NNN` (the reference scorer and e2e-coref's reader read
+# exactly this; whitespace between the fields is free). A line missing the parentheses, the ';' or the
+# part number is an error: read loosely, a typo silently became another document name.
+_BEGIN = re.compile(r"^#begin document\s+\((?P<key>[^()]*)\);\s*part\s+(?P<part>\d+)\s*$")
 _ENTRY = re.compile(r"^(\()?(\d+)(\))?$")
 _EMPTY_COREF = ("", "-", "_")
 
@@ -150,11 +153,15 @@ def read_conll(path: str | Path) -> list[CorefDocument]:
     with _open_text(path) as f:
         lineno = 0
         try:
-            lines = list(enumerate(f, 1))
-        except UnicodeDecodeError as e:
-            raise DataError(path, f"found bytes that are not UTF-8 ({e.reason}); expected UTF-8 text") from None
+            data = f.buffer.read()
         except (OSError, EOFError) as e:  # a .gz that is not gzip, or is cut short
             raise DataError(path, f"found a file that cannot be decompressed ({e}); expected gzip data") from None
+        # decoded whole, so a byte that is not UTF-8 is named with its line and offset; split on "\n"
+        # only, as reading the file line by line did (str.splitlines also splits at \x0b, \x1c, ...)
+        pieces = decode_utf8(data, path).split("\n")
+        if pieces and pieces[-1] == "":
+            pieces.pop()
+        lines = list(enumerate(pieces, 1))
         for lineno, raw in lines:
             line = raw.rstrip("\n").rstrip("\r")
             if line.startswith("#begin document"):
@@ -164,7 +171,7 @@ def read_conll(path: str | Path) -> list[CorefDocument]:
                         f"{doc.source.rsplit(':', 1)[-1]}); expected '#end document' first", line=lineno,
                     )  # fmt: skip
                 m = _BEGIN.match(line)
-                if not m or not m.group("key"):
+                if not m or not m.group("key").strip():
                     raise DataError(
                         path, f"found {line[:80]!r}; expected '#begin document (KEY); part NNN'", line=lineno
                     )
@@ -718,8 +725,9 @@ class CorefModel(nn.Module):
         from spanbert.model import Encoder
 
         self.config = config
+        # any family (`spanbert.families`); ``bert_config`` builds a BERT encoder when none is given
         self.bert = encoder if encoder is not None else Encoder(bert_config, add_pooling_layer=False)
-        h, fs, c = self.bert.config.hidden_size, config.feature_size, config
+        h, fs, c = self.bert.hidden_size, config.feature_size, config
         self.span_dim = d = 3 * h + fs  # [x_start, x_end, head attention, width embedding]
         self.dropout = nn.Dropout(c.dropout)
         self.token_dropout = nn.Dropout(c.token_dropout)
@@ -1078,21 +1086,40 @@ def resolve_text(text: str, model_dir: str | Path) -> list[list[dict[str, Any]]]
 # Saving, loading, fine-tuning
 
 ARCHITECTURE = "SpanBertForCoreference"
+"""The BERT family's coreference model; another family's is its prefix + ``ForCoreference``."""
+NEEDS = "a coreference model (spanbert finetune coref)"
+
+
+def _architectures() -> tuple[str, ...]:
+    from spanbert import families
+
+    return (ARCHITECTURE, *(a for a in families.architectures("ForCoreference") if a != "BertForCoreference"))
 
 
 def save_coref_model(model: CorefModel, output_dir: str | Path, tokenizer: Any) -> None:
+    from spanbert import families
     from spanbert.tasks.common import save_finetuned
 
+    name = ARCHITECTURE if model.bert.model_type == "bert" else families.architecture(model.bert, "ForCoreference")
     save_finetuned(
-        model, output_dir, tokenizer, ARCHITECTURE, {"spanbert": {"task": "coref", "coref": asdict(model.config)}}
+        model, output_dir, tokenizer, name, {"spanbert": {"task": "coref", "coref": asdict(model.config)}}
     )
 
 
+def check_model(model_dir: str | Path) -> None:
+    """Refuse, before any data is read, a folder that holds no coreference model."""
+    from spanbert import families
+
+    families.check_task_folder(model_dir, _architectures(), NEEDS)
+
+
 def load_coref_model(model_dir: str | Path) -> tuple[CorefModel, Any]:
-    """A model saved by `save_coref_model` (``spanbert finetune coref``), in eval mode, and its tokenizer."""
-    from spanbert.config import BertConfig
+    """A model saved by `save_coref_model` (``spanbert finetune coref``, any family), in eval mode, and its
+    tokenizer framed for its family."""
+    from spanbert import families
     from spanbert.tasks.common import load_finetuned
 
+    check_model(model_dir)
     config_json, state, tokenizer = load_finetuned(model_dir)
     settings = config_json.get("spanbert", {}).get("coref")
     if settings is None:
@@ -1108,7 +1135,8 @@ def load_coref_model(model_dir: str | Path) -> tuple[CorefModel, Any]:
         **settings,
     }
     config = CorefConfig(**{k: v for k, v in settings.items() if k in CorefConfig.__dataclass_fields__})
-    model = CorefModel(BertConfig.from_hf_dict(config_json), config)
+    encoder = families.encoder_from_config(config_json, add_pooling_layer=False, source=str(Path(model_dir) / "config.json"))
+    model = CorefModel(None, config, encoder=encoder)
     if model.refine_gate is None:  # saved before depth 1 stopped building the unused gate
         state = {k: v for k, v in state.items() if not k.startswith("refine_gate.")}
     missing, unexpected = model.load_state_dict(state, strict=False)
@@ -1274,12 +1302,12 @@ def finetune_coref(
     # and `CorefDataset`
     seed_init(targs.seed)
     encoder = load_encoder(model_dir)
-    if config.max_seq_length > encoder.config.max_position_embeddings:
+    if config.max_seq_length > encoder.max_positions:
         raise SpanBertError(
             f"--max_seq_length: found {config.max_seq_length}; expected at most the encoder's "
-            f"{encoder.config.max_position_embeddings} positions"
+            f"{encoder.max_positions} positions"
         )
-    model = CorefModel(encoder.config, config, encoder=encoder)
+    model = CorefModel(None, config, encoder=encoder)
     seed_dropout(targs.seed)
     feats = _featurize_all(train_docs, tokenizer, config.max_seq_length, "featurize train", progress)
     dataset = CorefDataset(
@@ -1452,6 +1480,10 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         args = parser.parse_args(argv)
         if args.data is not None and not args.output:
             parser.error("--output OUT.conll is required with --data")
+        if args.text is not None:
+            from spanbert.errors import utf8_argument
+
+            args.text = utf8_argument(args.text, "--text")
         from spanbert.tasks.common import predict_sharded, start_distributed, write_once
 
         device = start_distributed(args.device)

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from spanbert.distributed import print0
-from spanbert.errors import DataError, SpanBertError
+from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics.classification import accuracy, binary_f1, matthews_corrcoef, pearson, spearman
 from spanbert.tasks.common import add_inference_arguments
 from spanbert.utils import atomic_write
@@ -146,11 +146,9 @@ def read_glue(task: GlueTask, path: str | Path, labelled: bool = True, start_ind
     """
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8-sig").split("\n")
+        lines = decode_utf8(path.read_bytes(), path, f"a UTF-8 GLUE {task.name} tsv").split("\n")
     except FileNotFoundError:
         raise SpanBertError(f"{path}: file not found") from None
-    except UnicodeDecodeError as e:
-        raise DataError(path, f"not UTF-8 text: {e}") from None
     if lines and lines[-1] == "":
         lines.pop()
     if not lines:
@@ -214,7 +212,8 @@ def read_split(
 def glue_features(
     task: GlueTask, examples: list[GlueExample], tokenizer: Any, max_seq_length: int = 128, with_labels: bool = True
 ) -> list[dict[str, Any]]:
-    """``[CLS] a [SEP] (b [SEP])`` ids and token types, pairs cut longest-first to ``max_seq_length``."""
+    """``[CLS] a [SEP] (b [SEP])`` ids and token types, pairs cut longest-first to ``max_seq_length``, in
+    the tokenizer's family framing (the two-tower model: ``<s> a <sep> b </s>``)."""
     from spanbert.tasks.classification import pair_input
 
     enc_a = tokenizer.encode_batch([e.text_a for e in examples])
@@ -223,7 +222,7 @@ def glue_features(
     features = []
     for ex, a, b in zip(examples, enc_a, enc_b):
         ids, types, _ = pair_input(
-            tokenizer.cls_id, tokenizer.sep_id, a.ids, None if b is None else b.ids, max_seq_length
+            tokenizer.cls_id, tokenizer.sep_id, a.ids, None if b is None else b.ids, max_seq_length, tokenizer.mid_id
         )
         f: dict[str, Any] = {"input_ids": ids, "token_type_ids": types}
         if with_labels and ex.label is not None:
@@ -293,22 +292,26 @@ def write_submission(path: str | Path, examples: list[GlueExample], labels: list
     write_once(write)
 
 
-def read_submission(path: str | Path, n: int, task: GlueTask | None = None) -> list[str]:
-    """The predictions of a submission-format file, checked against the number of examples and (with
-    ``task``) the task's labels: a class name of the task, or an STS-B score in [0, 5]."""
+def read_submission(
+    path: str | Path, examples: int | list[GlueExample], task: GlueTask | None = None
+) -> list[str]:
+    """The predictions of a submission-format file, checked against the examples and (with ``task``)
+    the task's labels: a class name of the task, or an STS-B score in [0, 5].
+
+    Given the examples, rows are matched to them by the ``index`` column (their ``guid``): a file
+    sorted, shuffled or written by another tool scores the same, and ids that are missing, extra or
+    repeated are an error naming the first few. Given a count, the labels come back in file order
+    (for a file whose order is known, e.g. one `write_submission` just wrote)."""
     path = Path(path)
     try:
-        lines = [(k, l.rstrip("\r")) for k, l in enumerate(path.read_text(encoding="utf-8").split("\n"), 1)]
+        text = decode_utf8(path.read_bytes(), path)
     except FileNotFoundError:
         raise SpanBertError(f"{path}: predictions file not found") from None
-    except UnicodeDecodeError as e:
-        raise DataError(
-            path, f"found bytes that are not UTF-8 ({e.reason} at byte {e.start}); expected UTF-8 text"
-        ) from None
+    lines = [(k, l.rstrip("\r")) for k, l in enumerate(text.split("\n"), 1)]
     lines = [(k, l) for k, l in lines if l.strip()]
     if not lines or lines[0][1].split("\t") != ["index", "prediction"]:
         raise DataError(path, "expected the header 'index<TAB>prediction' (GLUE submission format)", line=1)
-    out = []
+    rows: list[tuple[int, str, str]] = []  # (line, index, label)
     for k, line in lines[1:]:
         parts = line.split("\t")
         if len(parts) != 2:
@@ -324,10 +327,40 @@ def read_submission(path: str | Path, n: int, task: GlueTask | None = None) -> l
                 raise DataError(path, f"found predicted score {label!r}; expected a finite number", line=k)
         elif task is not None and label not in task.labels:
             raise DataError(path, f"found predicted label {label!r}; expected one of {list(task.labels)}", line=k)
-        out.append(label)
-    if len(out) != n:
-        raise DataError(path, f"found {len(out)} predictions; expected one per example ({n})")
-    return out
+        rows.append((k, parts[0].strip(), label))
+    if isinstance(examples, int):
+        if len(rows) != examples:
+            raise DataError(path, f"found {len(rows)} predictions; expected one per example ({examples})")
+        return [label for _, _, label in rows]
+    by_id: dict[str, str] = {}
+    for k, index, label in rows:
+        if index in by_id:
+            raise DataError(path, f"found index {index!r} a second time; expected one prediction per example", line=k)
+        by_id[index] = label
+    wanted = [e.guid for e in examples]
+    if len(set(wanted)) != len(wanted):
+        twice = [g for g, c in Counter(wanted).items() if c > 1]
+        raise SpanBertError(
+            f"the dev data repeats the id(s) {twice[:5]}: predictions cannot be matched to examples by id"
+        )
+    missing = [g for g in wanted if g not in by_id]
+    extra = [index for _, index, _ in rows if index not in set(wanted)]
+    if missing or extra:
+        found = []
+        if missing:
+            found.append(f"no prediction for {len(missing)} example id(s) {_first(missing)}")
+        if extra:
+            found.append(f"{len(extra)} id(s) that are not in the dev data {_first(extra)}")
+        raise DataError(
+            path, f"found {' and '.join(found)}; expected one row per dev example ({len(wanted)}), matched by "
+            "the index column (the row number from 0 in a dev file without an index/id column)",
+        )  # fmt: skip
+    return [by_id[g] for g in wanted]
+
+
+def _first(ids: list[str], n: int = 5) -> str:
+    """The first few of a list of ids, for error messages."""
+    return "[" + ", ".join(map(repr, ids[:n])) + (", ...]" if len(ids) > n else "]")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -433,11 +466,7 @@ def predict_glue(
         if task.labels is not None and label not in task.labels:
             raise DataError(path, f"found label {label!r}; expected one of {list(task.labels)}")
         return [label] * len(examples)
-    from spanbert.tasks import cloze_heads
-
-    if cloze_heads.is_two_tower(model_dir):  # fine-tuned from a two-tower cloze model
-        return cloze_heads.predict_glue(task, model_dir, examples, batch_size, device, progress)
-    model, config_json, tokenizer = C.load_model("sequence", model_dir, device)
+    model, config_json, tokenizer = C.load_model("sequence", model_dir, device, needs=NEEDS)
     labels = C.labels_from_config(config_json, str(model_dir / "config.json"))
     expected = list(task.labels) if task.labels else None
     if labels != expected and (labels is None or expected is None or sorted(labels) != sorted(expected)):
@@ -453,6 +482,25 @@ def predict_glue(
     return [labels[int(np.argmax(l))] for l in logits]  # the model's own label order
 
 
+NEEDS = "a GLUE model (spanbert finetune glue)"
+
+
+def check_model(task: GlueTask, model_dir: str | Path) -> None:
+    """Refuse, before any data is read, a folder that holds no model for ``task``: a pre-trained-only
+    folder, another task's model, or a GLUE model of another GLUE task."""
+    from spanbert import families
+
+    if (Path(model_dir) / MAJORITY_FILE).exists():
+        return
+    raw = families.check_task_folder(model_dir, families.architectures("ForSequenceClassification"), NEEDS)
+    settings = raw.get("spanbert") if isinstance(raw.get("spanbert"), dict) else {}
+    if settings.get("task") not in (None, "glue"):
+        raise SpanBertError(f"{model_dir}: found a {settings['task']} model, expected {NEEDS}")
+    saved = settings.get("glue_task")
+    if saved and saved != task.name:
+        raise SpanBertError(f"{model_dir} was fine-tuned on {saved}, not {task.name}; pass --task {saved}")
+
+
 def _task_from_argv(argv: list[str]) -> GlueTask | None:
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--task")
@@ -463,11 +511,8 @@ def _task_from_argv(argv: list[str]) -> GlueTask | None:
 def cli(action: str, task_name: str, argv: list[str], prog: str) -> int:
     """``spanbert {finetune,predict,evaluate} glue --task NAME --data_dir DIR ...``."""
     from spanbert.tasks import classification as C
-    from spanbert.tasks import cloze_heads
     from spanbert.tasks.common import parse_task_args, start_distributed
 
-    if action == "finetune" and cloze_heads.is_two_tower(cloze_heads.model_in_argv(argv)):
-        return cloze_heads.glue_finetune_cli(argv, prog)  # a two-tower cloze model: its own head (§4)
     task = _task_from_argv(argv)
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", required=True, help=f"GLUE task: {', '.join(GLUE_TASKS)}")
@@ -475,9 +520,9 @@ def cli(action: str, task_name: str, argv: list[str], prog: str) -> int:
         "--data_dir", required=True, help="the task's folder of GLUE tsv files (train.tsv, dev.tsv, test.tsv)"
     )
     if action == "finetune":
-        from spanbert.tasks.common import add_finetune_arguments
+        from spanbert.tasks.common import add_finetune_arguments, family_defaults
 
-        defaults = default_arguments(task or GLUE_TASKS["RTE"])
+        defaults = family_defaults(argv, default_arguments(task or GLUE_TASKS["RTE"]))
         parser.add_argument(
             "--max_seq_length", type=int, default=128, help="tokens per input (default: 128, Appendix B)"
         )
@@ -503,6 +548,7 @@ def cli(action: str, task_name: str, argv: list[str], prog: str) -> int:
         )
         add_inference_arguments(parser, "sequences")
         args = parser.parse_args(argv)
+        check_model(task, args.model)
         start_distributed(args.device)
         if args.split == "test":
             outputs = {name: (file,) for name, file in task.test.items()}
@@ -522,18 +568,20 @@ def cli(action: str, task_name: str, argv: list[str], prog: str) -> int:
     add_inference_arguments(parser, "sequences", with_model=True)
     args = parser.parse_args(argv)
     if args.model:
+        check_model(task, args.model)
         start_distributed(args.device)
     dev = {s: read_split(task, args.data_dir, files) for s, files in task.dev.items()}
     if args.predictions and len(args.predictions) != len(dev):
         raise SpanBertError(
-            f"{task.name} has {len(dev)} dev split(s) ({', '.join(dev)}); got {len(args.predictions)} prediction files"
+            f"--predictions: found {len(args.predictions)} file(s); expected one per {task.name} dev split, in "
+            f"this order: {', '.join(dev)}"
         )
     pred = {}
     for k, (s, exs) in enumerate(dev.items()):
         pred[s] = (
             predict_glue(task, args.model, exs, args.batch_size, args.device, not args.disable_tqdm)
             if args.model
-            else read_submission(args.predictions[k], len(exs), task)
+            else read_submission(args.predictions[k], exs, task)
         )
     gold = {s: [e.label for e in exs] for s, exs in dev.items()}
     C.print_metrics({**score_splits(task, gold, pred), "examples": sum(map(len, gold.values()))})

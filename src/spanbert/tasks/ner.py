@@ -1,5 +1,9 @@
 """Named entity recognition on CoNLL-2003 (BERT §5.3): a token classifier, no CRF, conlleval F1.
 
+Any model family (`spanbert.families`). The head is the family's default tagger, or ``--tagger``:
+``linear`` (BERT §5.3, below) or ``bilstm-crf`` (the two-tower model's §6.2.1 head,
+`spanbert.tasks.crf_tagger`); ``--features`` is BERT's feature-based approach (`ner_features`).
+
 Each word is split into WordPieces; only the first sub-token of a word feeds the classifier ("we use
 the representation of the first sub-token as the input to the token-level classifier over the NER
 label set", BERT §5.3), the others carry label -100 and are ignored. A sentence longer than
@@ -21,225 +25,25 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError
-from spanbert.metrics.classification import conlleval
 from spanbert.tasks.common import add_inference_arguments, selection_defaults, selection_summary
-from spanbert.utils import atomic_write
-
-_TAG = re.compile(r"^(O|[BIES]-\S+)$")
-
-
-@dataclass
-class NerSentence:
-    words: list[str]
-    tags: list[str] | None
-    """One IOB tag per word; None for unlabelled input."""
-    line: int
-    """Line of the first word in its file (for error messages)."""
-    document: int = 0
-    """Index of its document in the file (counted at ``-DOCSTART-`` lines; 0 in a file without them):
-    the neighbours that may give it context."""
-
-
-def read_conll(path: str | Path, require_tags: bool = True) -> list[NerSentence]:
-    """Read CoNLL-2003 column format: ``word POS chunk NER`` (the tag is the last column), blank lines
-    between sentences, ``-DOCSTART-`` lines between documents (each sentence records its document
-    index; a file without them is one document). A file of single-column lines is read as unlabelled
-    words when ``require_tags`` is False."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SpanBertError(f"{path}: file not found (expected a CoNLL-2003 file)") from None
-    except UnicodeDecodeError as e:
-        raise DataError(path, f"not UTF-8 text: {e}") from None
-    sentences: list[NerSentence] = []
-    words: list[str] = []
-    tags: list[str] = []
-    start = 0
-    document = 0
-
-    def flush() -> None:
-        if words:
-            sentences.append(NerSentence(list(words), list(tags) if tags else None, start, document))
-        words.clear()
-        tags.clear()
-
-    for n, raw in enumerate(text.split("\n"), 1):
-        line = raw.rstrip("\r")
-        if not line.strip():
-            flush()
-            continue
-        cols = line.split()
-        if cols[0] == "-DOCSTART-":
-            flush()
-            if sentences and sentences[-1].document == document:  # a new document after a non-empty one
-                document += 1
-            continue
-        if not words:
-            start = n
-        if len(cols) == 1:
-            if require_tags:
-                raise DataError(
-                    path, f"found {line[:80]!r}: one column; expected 'word ... TAG' (tag in the last column)", line=n
-                )
-            if tags:
-                raise DataError(path, "a word without a tag inside a tagged sentence", line=n)
-            words.append(cols[0])
-            continue
-        if not _TAG.match(cols[-1]):
-            raise DataError(
-                path, f"found tag {cols[-1]!r} in {line[:80]!r}; expected O or B-/I-/E-/S-TYPE (IOB or IOBES)", line=n
-            )
-        if len(tags) != len(words):
-            raise DataError(path, "a tagged word inside an untagged sentence", line=n)
-        words.append(cols[0])
-        tags.append(cols[-1])
-    flush()
-    if not sentences:
-        raise DataError(path, "no sentences found; expected CoNLL-2003 column format")
-    return sentences
-
-
-def label_list(sentences: list[NerSentence]) -> list[str]:
-    """``O`` first, then the other tags sorted: a fixed order, saved with the model as id2label."""
-    tags = {t for s in sentences for t in (s.tags or [])}
-    return ["O"] + sorted(tags - {"O"})
-
-
-# ---------------------------------------------------------------------------------------------
-# Features and decoding
-
-
-def ner_features(
-    sentences: list[NerSentence], tokenizer: Any, label2id: dict[str, int] | None, max_seq_length: int = 128,
-    source: str = "data", document_context: bool = False,
-) -> list[dict[str, Any]]:  # fmt: skip
-    """One feature per sentence, or per piece of a long sentence (cut at word boundaries).
-
-    Keys: ``input_ids`` (T,), ``labels`` (T,) with the word's tag id on its first sub-token and -100
-    elsewhere, ``first_token`` (W,) position of each word's first sub-token, ``sentence`` and
-    ``first_word`` (which words of which sentence the feature covers).
-
-    With ``document_context`` (§5.3) the piece sits inside the WordPieces of its document: the tokens
-    left over in ``max_seq_length`` are filled with its neighbours, half before and half after it
-    (the rest to the other side at a document edge), ``[CLS] left piece right [SEP]``; the context
-    carries label -100, so the loss and the predictions are on the piece's own words only. The
-    document is a run of consecutive sentences with the same ``document`` index.
-    """
-    from spanbert.tasks.classification import IGNORE_INDEX
-
-    budget = max_seq_length - 2
-    features = []
-    all_pieces: list[list[list[int]]] = []  # sentence -> word -> its WordPiece ids
-    for s in sentences:
-        enc = tokenizer.encode_words(s.words)
-        pieces: list[list[int]] = [[] for _ in s.words]
-        for tid, wid in zip(enc.ids.tolist(), enc.word_ids.tolist()):
-            pieces[wid].append(tid)
-        all_pieces.append(pieces)
-    # the token stream of each document and where each sentence starts in it
-    streams: list[list[int]] = []
-    doc_of: list[int] = []
-    offset: list[int] = []
-    for si, s in enumerate(sentences):
-        if document_context and si > 0 and s.document == sentences[si - 1].document:
-            doc_of.append(doc_of[-1])
-        else:
-            streams.append([])
-            doc_of.append(len(streams) - 1)
-        offset.append(len(streams[-1]))
-        for p in all_pieces[si]:
-            streams[-1].extend(p)
-    for si, s in enumerate(sentences):
-        pieces = all_pieces[si]
-        stream = streams[doc_of[si]]
-        word_start = np.cumsum([0] + [len(p) for p in pieces]) + offset[si]  # (W + 1,) in the stream
-        w = 0
-        while w < len(s.words):
-            ids, firsts, labels = [tokenizer.cls_id], [], [IGNORE_INDEX]
-            start = w
-            while w < len(s.words) and (len(ids) - 1 + min(len(pieces[w]), budget) <= budget):
-                p = pieces[w][:budget]  # a single word longer than the budget keeps its first pieces
-                firsts.append(len(ids))
-                if label2id is not None:
-                    tag = s.tags[w]
-                    if tag not in label2id:
-                        raise DataError(
-                            source, f"tag {tag!r} is not a label of this model: {sorted(label2id)}", line=s.line + w
-                        )
-                    labels += [label2id[tag]] + [IGNORE_INDEX] * (len(p) - 1)
-                ids += p
-                w += 1
-            if document_context:
-                room = budget - (len(ids) - 1)
-                a, b = int(word_start[start]), int(word_start[w])  # the piece's tokens in the stream
-                right = min(len(stream) - b, room - min(a, room // 2))  # centred; the rest to the open side
-                left = min(a, room - right)
-                ids = [tokenizer.cls_id, *stream[a - left : a], *ids[1:], *stream[b : b + right]]
-                firsts = [k + left for k in firsts]
-                labels = [IGNORE_INDEX] * (left + 1) + labels[1:] + [IGNORE_INDEX] * right
-            ids.append(tokenizer.sep_id)
-            f: dict[str, Any] = {
-                "input_ids": np.asarray(ids, dtype=np.int64),
-                "first_token": np.asarray(firsts, dtype=np.int64),
-                "sentence": si,
-                "first_word": start,
-            }
-            if label2id is not None:
-                f["labels"] = np.asarray(labels + [IGNORE_INDEX], dtype=np.int64)
-            features.append(f)
-    return features
-
-
-def decode(
-    sentences: list[NerSentence], features: list[dict[str, Any]], logits: list[np.ndarray], labels: list[str]
-) -> list[list[str]]:
-    """The predicted tag of every word: argmax at its first sub-token."""
-    out = [["O"] * len(s.words) for s in sentences]
-    for f, l in zip(features, logits):
-        best = l[f["first_token"]].argmax(-1)  # (W,)
-        for k, label_id in enumerate(best.tolist()):
-            out[f["sentence"]][f["first_word"] + k] = labels[label_id]
-    return out
-
-
-def score(sentences: list[NerSentence], pred: list[list[str]]) -> dict[str, Any]:
-    """conlleval's entity-level precision / recall / F1 and per-type scores, x100 (0-100, as the
-    conlleval script prints them)."""
-    from spanbert.tasks.common import percent
-
-    return percent(conlleval([s.tags for s in sentences], pred))
-
-
-def write_predictions(path: str | Path, sentences: list[NerSentence], pred: list[list[str]]) -> None:
-    """CoNLL lines ``word gold predicted`` (``word predicted`` without gold), blank line between
-    sentences: the input format of the ``conlleval`` script."""
-    with atomic_write(path, encoding="utf-8") as f:
-        for s, tags in zip(sentences, pred):
-            for k, (word, tag) in enumerate(zip(s.words, tags)):
-                f.write(f"{word} {s.tags[k]} {tag}\n" if s.tags else f"{word} {tag}\n")
-            f.write("\n")
-
-
-def read_predictions(path: str | Path, sentences: list[NerSentence]) -> list[list[str]]:
-    """Predicted tags (last column) of a file written by `write_predictions`, checked word by word."""
-    pred = read_conll(path, require_tags=True)
-    if len(pred) != len(sentences):
-        raise DataError(path, f"{len(pred)} sentences; expected {len(sentences)} as in the data file")
-    for p, s in zip(pred, sentences):
-        if p.words != s.words:
-            raise DataError(path, "the words differ from the data file's sentence", line=p.line)
-    return [p.tags for p in pred]
-
+from spanbert.tasks.conll import (  # noqa: F401 -- the data side of the task, public names of this module
+    _TAG,
+    NerSentence,
+    add_document_context_argument,
+    decode,
+    label_list,
+    ner_features,
+    parse_bool,
+    read_conll,
+    read_predictions,
+    score,
+    write_predictions,
+)
 
 # ---------------------------------------------------------------------------------------------
 # Fine-tuning, prediction, CLI
@@ -266,12 +70,20 @@ def finetune_ner(
     max_train_examples: int | None = None,
     max_eval_examples: int | None = None,
     document_context: bool = True,
+    tagger: str | None = None,
+    crf: Any = None,
 ) -> dict[str, Any]:
-    """Fine-tune a token classifier and save it in ``args.output_dir``; returns dev conlleval scores.
-    ``document_context`` (§5.3, on by default as in the paper) is saved in config.json for prediction."""
+    """Fine-tune a tagger (``tagger``: linear or bilstm-crf; None = the family's default) and save it in
+    ``args.output_dir``; returns dev conlleval scores. ``document_context`` (§5.3, on by default as in the
+    paper) is saved in config.json for prediction; ``crf`` is the `CrfTaggerConfig` of the biLSTM-CRF."""
+    from spanbert import families
     from spanbert.tasks import classification as C
-    from spanbert.tasks.common import load_tokenizer_for, write_once
+    from spanbert.tasks import crf_tagger as CT
+    from spanbert.tasks.common import load_encoder, load_tokenizer_for, seed_dropout, seed_init, write_once
 
+    tagger = tagger or families.habits_of(model_dir).tagger
+    if tagger not in TAGGERS:
+        raise SpanBertError(f"--tagger: found {tagger!r}, expected one of {', '.join(TAGGERS)}")
     train = read_conll(train_path)[:max_train_examples]
     dev = read_conll(dev_path)[:max_eval_examples] if dev_path else []
     labels = label_list(train)
@@ -286,26 +98,40 @@ def finetune_ner(
     tokenizer = load_tokenizer_for(model_dir, tokenizer_dir)
     train_features = ner_features(train, tokenizer, label2id, max_seq_length, str(train_path), document_context)
     dev_features = ner_features(dev, tokenizer, None, max_seq_length, str(dev_path), document_context)
-    model = C.build_model("token", model_dir, len(labels), seed=args.seed)
-
-    def predict(m: Any) -> list[list[str]]:
-        return decode(
-            dev,
-            dev_features,
-            C.predict_logits(m, dev_features, tokenizer.pad_id, args.per_device_eval_batch_size),
-            labels,
-        )
-
-    done = C.finetune_selected(
-        model, train_features, args, tokenizer.pad_id, predict if dev else None, lambda p: score(dev, p)
-    )
-    pred = done.predictions
     out = Path(args.output_dir)
-    metrics: dict[str, Any] = {**score(dev, pred), **selection_summary(done.selected_step, args)} if dev else {}
+    settings = {"task": "ner", "max_seq_length": max_seq_length, "document_context": document_context}
+    if tagger == "bilstm-crf":
+        # with labels: the dev loss decides early stopping (§4)
+        dev_features = ner_features(dev, tokenizer, label2id, max_seq_length, str(dev_path), document_context)
+        crf = crf or CT.CrfTaggerConfig()
+        seed_init(args.seed)
+        model = CT.CrfTagger(load_encoder(model_dir), len(labels), crf.stacking, crf.tagger_projection_dim,
+                             crf.tagger_lstm_hidden_size, crf.tagger_dropout)  # fmt: skip
+        seed_dropout(args.seed)
+        metrics, pred = CT.finetune(model, train_features, dev, dev_features, labels, args, tokenizer.pad_id, crf, score)
+        settings.update(CT.settings_of(crf))
+        architecture = families.architecture(model.bert, CT.TASK)
+        save = lambda: save_finetuned_once(model, out, tokenizer, architecture, labels, settings)  # noqa: E731
+    else:
+        model = C.build_model("token", model_dir, len(labels), seed=args.seed)
+
+        def predict(m: Any) -> list[list[str]]:
+            return decode(
+                dev,
+                dev_features,
+                C.predict_logits(m, dev_features, tokenizer.pad_id, args.per_device_eval_batch_size),
+                labels,
+            )
+
+        done = C.finetune_selected(
+            model, train_features, args, tokenizer.pad_id, predict if dev else None, lambda p: score(dev, p)
+        )
+        pred = done.predictions
+        metrics = {**score(dev, pred), **selection_summary(done.selected_step, args)} if dev else {}
+        save = lambda: C.save_model(model, out, tokenizer, "token", labels, settings)  # noqa: E731
 
     def write() -> None:
-        settings = {"task": "ner", "max_seq_length": max_seq_length, "document_context": document_context}
-        C.save_model(model, out, tokenizer, "token", labels, settings)
+        save()
         if dev:
             write_predictions(out / "dev_predictions.txt", dev, pred)
             C.write_json(out / "dev_results.json", metrics)
@@ -314,23 +140,62 @@ def finetune_ner(
     return metrics
 
 
+TAGGERS = ("linear", "bilstm-crf")
+NEEDS = "a NER model (spanbert finetune ner)"
+
+
+def save_finetuned_once(model: Any, out: Path, tokenizer: Any, architecture: str, labels: list[str],
+                        settings: dict[str, Any]) -> None:  # fmt: skip
+    """Save a tagger whose head is not one of `classification`'s (called inside `write_once`)."""
+    from spanbert.tasks import classification as C
+    from spanbert.tasks.common import save_finetuned
+
+    save_finetuned(model, out, tokenizer, architecture, {**C.label_config(labels), "spanbert": settings})
+
+
+def check_model(model_dir: str | Path) -> dict[str, Any]:
+    """config.json of a NER model folder; anything else (a pre-trained-only folder, a GLUE model) is
+    refused before any data is read."""
+    from spanbert import families
+    from spanbert.tasks import crf_tagger as CT
+    from spanbert.tasks import ner_features as NF
+
+    if NF.is_feature_model(model_dir):
+        return {}
+    accepted = families.architectures("ForTokenClassification") + families.architectures(CT.TASK)
+    raw = families.check_task_folder(model_dir, accepted, NEEDS)
+    settings = raw.get("spanbert") if isinstance(raw.get("spanbert"), dict) else {}
+    if settings.get("task") not in (None, "ner"):
+        raise SpanBertError(f"{model_dir}: found a {settings['task']} model, expected {NEEDS}")
+    return raw
+
+
 def predict_ner(
     model_dir: str | Path, sentences: list[NerSentence], batch_size: int = 64, device: str = "cpu",
     progress: bool = True, source: str | Path | None = None,
 ) -> list[list[str]]:  # fmt: skip
     """Tags for every word of ``sentences`` with a model saved by `finetune_ner`. With ``source`` (the
     data file), a gold tag the model never saw in training is an error naming its line."""
+    from spanbert import families
     from spanbert.tasks import classification as C
-    from spanbert.tasks import cloze_heads
-
-    if cloze_heads.is_two_tower(model_dir):  # fine-tuned from a two-tower cloze model
-        return cloze_heads.predict_ner(model_dir, sentences, batch_size, device, progress, source)
+    from spanbert.tasks import crf_tagger as CT
     from spanbert.tasks import ner_features as NF
+    from spanbert.tasks.common import load_task_model
 
     if NF.is_feature_model(model_dir):  # a biLSTM on frozen features (`finetune ner --features`)
         return NF.predict(model_dir, sentences, batch_size, device, progress, source)
-    model, config_json, tokenizer = C.load_model("token", model_dir, device)
+    raw = check_model(model_dir)
     config_file = Path(model_dir) / "config.json"
+    crf = raw.get("architectures", [None])[0] in families.architectures(CT.TASK)
+    if crf:
+
+        def build(encoder: Any, config_json: dict[str, Any]) -> Any:
+            labels = C.labels_from_config(config_json, str(config_file)) or []
+            return CT.build(encoder, len(labels), config_json.get("spanbert", {}))
+
+        model, config_json, tokenizer = load_task_model(model_dir, build, families.architectures(CT.TASK), NEEDS, device)
+    else:
+        model, config_json, tokenizer = C.load_model("token", model_dir, device, needs=NEEDS)
     labels = C.labels_from_config(config_json, str(config_file))
     bad = [l for l in labels or [] if not _TAG.match(l)]
     if labels is None or bad:
@@ -348,29 +213,12 @@ def predict_ner(
         sentences, tokenizer, None, settings.get("max_seq_length", 128),
         document_context=bool(settings.get("document_context", False)),
     )  # fmt: skip
+    if crf:
+        tag_ids, _ = CT.predict_tags(model, features, tokenizer.pad_id, batch_size, progress)
+        return CT.words_to_tags(sentences, features, tag_ids, labels)
     return decode(
         sentences, features, C.predict_logits(model, features, tokenizer.pad_id, batch_size, progress=progress), labels
     )
-
-
-def parse_bool(value: str) -> bool:
-    """``true``/``false`` (also 1/0, yes/no, on/off) for a boolean option's value."""
-    s = str(value).lower()
-    if s in ("1", "true", "yes", "on"):
-        return True
-    if s in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"found {value!r}, expected true or false")
-
-
-def add_document_context_argument(parser: argparse.ArgumentParser) -> None:
-    """``--document_context true|false`` (default true: BERT §5.3's setting for its Table 7)."""
-    parser.add_argument(
-        "--document_context", type=parse_bool, nargs="?", const=True, default=True, metavar="BOOL",
-        help="encode each sentence inside its document's neighbouring tokens, as many as fit in max_seq_length, "
-        "centred on it (BERT §5.3, 'the maximal document context'; documents start at -DOCSTART- lines); false: "
-        "each sentence alone. Saved with the model (default: true)",
-    )  # fmt: skip
 
 
 def _wants_features(argv: list[str]) -> bool:
@@ -390,14 +238,38 @@ def _wants_features(argv: list[str]) -> bool:
     return False
 
 
+def _tagger_in_argv(argv: list[str]) -> str:
+    """The tagger a ``finetune ner`` command line asks for: ``--tagger`` (or ``tagger:`` in its ``--config``
+    YAML), else the ``--model`` family's default (linear when the folder cannot be read yet)."""
+    from spanbert import families
+    from spanbert.tasks.common import model_in_argv
+
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--tagger")
+    pre.add_argument("--config")
+    known, _ = pre.parse_known_args(argv)
+    if known.tagger:
+        return known.tagger
+    if known.config:
+        from spanbert.config import load_yaml
+
+        for k, v in load_yaml(known.config).items():
+            if k == "tagger" and isinstance(v, str):
+                return v
+            if isinstance(v, dict) and isinstance(v.get("tagger"), str):
+                return v["tagger"]
+    model_dir = model_in_argv(argv)
+    try:
+        return families.habits_of(model_dir).tagger if model_dir else "linear"
+    except SpanBertError:
+        return "linear"
+
+
 def cli(action: str, task: str, argv: list[str], prog: str) -> int:
     """``spanbert {finetune,predict,evaluate} ner ...``."""
     from spanbert.tasks import classification as C
-    from spanbert.tasks import cloze_heads
     from spanbert.tasks.common import parse_task_args, start_distributed, write_once
 
-    if action == "finetune" and cloze_heads.is_two_tower(cloze_heads.model_in_argv(argv)):
-        return cloze_heads.ner_finetune_cli(argv, prog)  # a two-tower cloze model: biLSTM-CRF (§6.2.1)
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     if action == "finetune":
         from spanbert.tasks.common import add_finetune_arguments
@@ -415,7 +287,7 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         parser.add_argument("--max_train_examples", type=int, help="use only the first N training sentences")
         parser.add_argument("--max_eval_examples", type=int, help="use only the first N dev sentences")
         add_document_context_argument(parser)
-        from spanbert.config import add_dataclass_arguments
+        from spanbert.config import add_dataclass_arguments, dataclass_from_args
         from spanbert.tasks import ner_features as NF
 
         if _wants_features(argv):
@@ -425,25 +297,51 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
             parser.add_argument_group("feature-based NER (BERT §5.3 Table 7; with --features, whose training "
                                       "defaults differ: see docs/tasks.md)"), NF.HeadConfig,
         )  # fmt: skip
-        add_finetune_arguments(parser, DEFAULTS)
-        args = parse_task_args(parser, argv, DEFAULTS, configs=[NF.HeadConfig])
+        from spanbert.tasks import crf_tagger as CT
+        from spanbert.tasks.common import family_defaults
+
+        tagger = _tagger_in_argv(argv)
+        if tagger == "bilstm-crf":
+            argv = CT.renamed(argv)
+        parser.add_argument(
+            "--tagger", choices=TAGGERS, default=None,
+            help="the head: linear (BERT §5.3: softmax on each word's first sub-token) or bilstm-crf (two-tower "
+            "§6.2.1: projection, biLSTM, CRF, early stopping on the dev loss); default: the model family's "
+            "(BERT: linear, two-tower: bilstm-crf)",
+        )  # fmt: skip
+        add_dataclass_arguments(parser.add_argument_group("biLSTM-CRF tagger (with --tagger bilstm-crf)"),
+                                CT.CrfTaggerConfig)  # fmt: skip
+        defaults = family_defaults(argv, DEFAULTS)
+        if tagger == "bilstm-crf":  # §4, §6.2.1: its own rates, batch and epochs; one evaluation an epoch
+            defaults = {**defaults, **CT.TRAINING_DEFAULTS, "evals_per_epoch": 1, "metric_for_best_model": None}
+        add_finetune_arguments(parser, defaults)
+        args = parse_task_args(parser, argv, defaults, configs=[NF.HeadConfig, CT.CrfTaggerConfig])
         stray = sorted(f"--{f.name}" for f in dataclasses.fields(NF.HeadConfig) if f.name in vars(args))
         if stray:
             raise SpanBertError(f"found {', '.join(stray)} without --features; expected them with --features only")
+        stray = sorted(f"--{f.name}" for f in dataclasses.fields(CT.CrfTaggerConfig) if f.name in vars(args))
+        if stray and tagger != "bilstm-crf":
+            raise SpanBertError(f"found {', '.join(stray)} with the linear tagger; expected them with "
+                                "--tagger bilstm-crf only")  # fmt: skip
+        if tagger == "bilstm-crf" and args.sweep:
+            raise SpanBertError("--sweep: the biLSTM-CRF tagger has no grid here; the paper tuned (head, encoder) "
+                                "rate pairs: run --learning_rate / --encoder_learning_rate once per pair")  # fmt: skip
+        crf = dataclass_from_args(CT.CrfTaggerConfig, args)
 
         def run_one(targs: Any) -> dict[str, Any]:
             return finetune_ner(
                 args.model, args.train, args.dev, targs, args.tokenizer, args.max_seq_length,
-                args.max_train_examples, args.max_eval_examples, args.document_context,
+                args.max_train_examples, args.max_eval_examples, args.document_context, tagger, crf,
             )  # fmt: skip
 
-        return C.run_finetune_cli(args, DEFAULTS, run_one, metric="f1")
+        return C.run_finetune_cli(args, defaults, run_one, metric="f1")
     parser.add_argument("--data", required=True, help="CoNLL-2003 file (tags optional for predict)")
     if action == "predict":
         parser.add_argument("--model", required=True, help="folder saved by `spanbert finetune ner`")
         parser.add_argument("--output", required=True, help="CoNLL file to write: word [gold] predicted")
         add_inference_arguments(parser, "sequences")
         args = parser.parse_args(argv)
+        check_model(args.model)
         start_distributed(args.device)
         sentences = read_conll(args.data, require_tags=False)
         pred = predict_ner(args.model, sentences, args.batch_size, args.device, not args.disable_tqdm)
@@ -460,6 +358,7 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
     add_inference_arguments(parser, "sequences", with_model=True)
     args = parser.parse_args(argv)
     if args.model:
+        check_model(args.model)
         start_distributed(args.device)
     sentences = read_conll(args.data)
     pred = (

@@ -132,7 +132,7 @@ def extract(
     from tqdm.auto import tqdm
 
     from spanbert.tasks.classification import Collator
-    from spanbert.tasks.ner import ner_features
+    from spanbert.tasks.conll import ner_features
 
     feats = ner_features(list(sentences), tokenizer, None, max_seq_length, document_context=document_context)
     if only is not None:
@@ -226,7 +226,7 @@ def cached_features(
             return
         tokenizer = load_tokenizer_for(model_dir, tokenizer_dir)
         encoder = load_encoder(model_dir).to(resolve_device(device))
-        L, H = encoder.config.num_hidden_layers, encoder.config.hidden_size
+        L, H = encoder.num_layers, encoder.hidden_size
         offsets = word_offsets(sentences)
         with atomic_dir(folder) as tmp:
             outs = [
@@ -428,7 +428,7 @@ def train_head(
     """Train one randomly initialised tagger on one feature choice; returns (model holding the
     selected weights, dev metrics with the selected step, dev predictions of that model)."""
     from spanbert.tasks.common import KeepBest, seed_dropout, seed_init, selection_summary
-    from spanbert.tasks.ner import score
+    from spanbert.tasks.conll import score
     from spanbert.trainer import train
 
     mode, layers = choice_layers(choice, train_store.num_layers)
@@ -475,9 +475,14 @@ def save_head(model: FeatureTagger, out: Path, choice: str, labels: list[str], s
 
 def is_feature_model(model_dir: str | Path | None) -> bool:
     """True when ``model_dir`` holds a tagger saved by `finetune_features`."""
-    from spanbert.tasks.cloze_heads import model_type
+    from spanbert import families
 
-    return model_dir is not None and model_type(model_dir) == MODEL_TYPE
+    if model_dir is None or not Path(model_dir).is_dir():
+        return False
+    try:
+        return families.read_config(model_dir).get("model_type") == MODEL_TYPE
+    except SpanBertError:
+        return False
 
 
 def finetune_features(
@@ -497,11 +502,17 @@ def finetune_features(
     ``head.features``. One choice saves into ``args.output_dir``; several into
     ``args.output_dir/<choice>/``, with ``features_results.json`` (dev scores of every choice) on top.
     Returns {choice: dev metrics}."""
+    from spanbert import families
     from spanbert.tasks.classification import write_json
     from spanbert.tasks.common import write_once
-    from spanbert.tasks.ner import label_list, read_conll, write_predictions
+    from spanbert.tasks.conll import label_list, read_conll, write_predictions
 
     choices = parse_choices(head.features)
+    # every choice must fit the encoder's depth: checked from its config.json before any feature is
+    # extracted, not after an hour of filling the cache (issue 22.13)
+    num_layers = families.num_layers_of(model_dir)
+    for c in choices:
+        choice_layers(c, num_layers)
     train = read_conll(train_path)[:max_train_examples]
     dev = read_conll(dev_path)[:max_eval_examples] if dev_path else []
     labels = label_list(train)
@@ -620,7 +631,7 @@ def finetune_cli(argv: list[str], prog: str) -> int:
         start_distributed,
         training_arguments,
     )
-    from spanbert.tasks.ner import add_document_context_argument
+    from spanbert.tasks.conll import add_document_context_argument
 
     parser = argparse.ArgumentParser(prog=f"{prog} --features", description=__doc__.split("\n\n")[0])
     parser.add_argument("--train_file", "--train", dest="train", required=True, help="CoNLL-2003 training file")

@@ -35,10 +35,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from spanbert import families
 from spanbert.distributed import print0
-from spanbert.errors import DataError, SpanBertError
+from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics import squad as squad_metrics
 from spanbert.tasks.common import add_inference_arguments
+from spanbert.tasks.layers import scaled
 
 # ---------------------------------------------------------------------------------------------
 # Readers
@@ -127,18 +129,26 @@ def _open_text(path: Path):
     return open(path, encoding="utf-8")
 
 
-def _load_json_file(path: Path) -> Any:
+def _read_text(path: Path, expected: str = "UTF-8 text") -> str:
+    """A whole (possibly gzipped) file as text; bytes that are not UTF-8 are an error naming the line
+    and the byte offset (in the decompressed text of a ``.gz``)."""
+    if not path.is_file():
+        raise SpanBertError(f"{path}: file not found")
     try:
-        with _open_text(path) as f:
-            return json.load(f)
+        data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+        raise DataError(path, f"damaged or truncated gzip file: {e}") from None
+    return decode_utf8(data, path, expected)
+
+
+def _load_json_file(path: Path) -> Any:
+    text = _read_text(path)
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as e:
         cut = e.msg.startswith("Unterminated string") or e.pos >= len(e.doc.rstrip()) - 1
         hint = " (the file looks truncated)" if cut else ""
         raise DataError(path, f"not valid JSON: {e.msg} at column {e.colno}{hint}", line=e.lineno) from None
-    except UnicodeDecodeError as e:
-        raise DataError(path, f"not UTF-8 text: {e.reason} at byte {e.start}") from None
-    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
-        raise DataError(path, f"damaged or truncated gzip file: {e}") from None
 
 
 def _expect(obj: Any, key: str, kind: type | tuple[type, ...], path: Path, record: str, line: int | None = None) -> Any:
@@ -271,59 +281,54 @@ def read_mrqa(path: str | Path) -> QAData:
         )  # fmt: skip
     contexts: list[str] = []
     examples: list[QAExample] = []
-    try:
-        with _open_text(path) as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise DataError(path, f"not valid JSON: {e.msg} at column {e.colno}", line=lineno) from None
-                if lineno == 1 and isinstance(obj, dict) and "header" in obj:
-                    continue
-                context = _expect(obj, "context", str, path, None, lineno)
-                qas = _expect(obj, "qas", list, path, None, lineno)
-                ci = len(contexts)
-                contexts.append(context)
-                for q, qa in enumerate(qas):
-                    rec = f"qas[{q}]"
-                    qid = str(_expect(qa, "qid", (str, int), path, rec, lineno))
-                    rec = f"qid {qid}"
-                    question = _expect(qa, "question", str, path, rec, lineno)
-                    answers = _expect(qa, "answers", list, path, rec, lineno)
-                    detected = _expect(qa, "detected_answers", list, path, rec, lineno)
-                    if not detected:
+    text = _read_text(path, "UTF-8 JSON lines")  # whole, so a byte that is not UTF-8 is named with its line
+    for lineno, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(path, f"not valid JSON: {e.msg} at column {e.colno}", line=lineno) from None
+        if lineno == 1 and isinstance(obj, dict) and "header" in obj:
+            continue
+        context = _expect(obj, "context", str, path, None, lineno)
+        qas = _expect(obj, "qas", list, path, None, lineno)
+        ci = len(contexts)
+        contexts.append(context)
+        for q, qa in enumerate(qas):
+            rec = f"qas[{q}]"
+            qid = str(_expect(qa, "qid", (str, int), path, rec, lineno))
+            rec = f"qid {qid}"
+            question = _expect(qa, "question", str, path, rec, lineno)
+            answers = _expect(qa, "answers", list, path, rec, lineno)
+            detected = _expect(qa, "detected_answers", list, path, rec, lineno)
+            if not detected:
+                raise DataError(
+                    path, "empty detected_answers; MRQA questions are all answerable", line=lineno, record=rec
+                )
+            found: list[tuple[int, int]] = []
+            for k, answer in enumerate(detected):
+                spans = _expect(answer, "char_spans", list, path, f"{rec}, detected_answers[{k}]", lineno)
+                if not spans:
+                    raise DataError(path, f"detected_answers[{k}].char_spans is empty, expected [[start, end], "
+                                    "...]", line=lineno, record=rec)  # fmt: skip
+                for span in spans:
+                    if not isinstance(span, list) or len(span) != 2:
+                        raise DataError(path, f"detected_answers[{k}].char_spans holds {span!r:.60}, expected "
+                                        "[start, end]", line=lineno, record=rec)  # fmt: skip
+                    s, e = span
+                    if not (isinstance(s, int) and isinstance(e, int) and 0 <= s <= e < len(context)):
                         raise DataError(
-                            path, "empty detected_answers; MRQA questions are all answerable", line=lineno, record=rec
+                            path,
+                            f"char span [{s}, {e}] (inclusive) is outside the context of {len(context)} "
+                            f"characters",
+                            line=lineno,
+                            record=rec,
                         )
-                    found: list[tuple[int, int]] = []
-                    for k, answer in enumerate(detected):
-                        spans = _expect(answer, "char_spans", list, path, f"{rec}, detected_answers[{k}]", lineno)
-                        if not spans:
-                            raise DataError(path, f"detected_answers[{k}].char_spans is empty, expected [[start, end], "
-                                            "...]", line=lineno, record=rec)  # fmt: skip
-                        for span in spans:
-                            if not isinstance(span, list) or len(span) != 2:
-                                raise DataError(path, f"detected_answers[{k}].char_spans holds {span!r:.60}, expected "
-                                                "[start, end]", line=lineno, record=rec)  # fmt: skip
-                            s, e = span
-                            if not (isinstance(s, int) and isinstance(e, int) and 0 <= s <= e < len(context)):
-                                raise DataError(
-                                    path,
-                                    f"char span [{s}, {e}] (inclusive) is outside the context of {len(context)} "
-                                    f"characters",
-                                    line=lineno,
-                                    record=rec,
-                                )
-                            found.append((s, e))
-                    # the released reader (run_mrqa.py) trains on the earliest span over all detected answers
-                    s, e = min(found)
-                    examples.append(QAExample(qid, question, ci, [str(x) for x in answers], s, e + 1, False, ci))
-    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
-        raise DataError(path, f"damaged or truncated gzip file: {e}") from None
-    except UnicodeDecodeError as e:
-        raise DataError(path, f"not UTF-8 text: {e.reason}") from None
+                    found.append((s, e))
+            # the released reader (run_mrqa.py) trains on the earliest span over all detected answers
+            s, e = min(found)
+            examples.append(QAExample(qid, question, ci, [str(x) for x in answers], s, e + 1, False, ci))
     if not examples:
         raise DataError(path, "no questions found; expected MRQA JSON lines with context and qas")
     return QAData(str(path), "mrqa", False, contexts, examples, len(contexts))
@@ -337,15 +342,8 @@ def read_qa(path: str | Path, task: str) -> QAData:
 def read_id_list(path: str | Path) -> set[str]:
     """Question ids to drop: the first tab-separated column of each line (a header line ``id`` is skipped)."""
     path = Path(path)
-    try:
-        with _open_text(path) as f:
-            ids = {line.split("\t", 1)[0].strip() for line in f if line.strip()}
-    except UnicodeDecodeError as e:
-        raise DataError(
-            path, f"found bytes that are not UTF-8 ({e.reason} at byte {e.start}); expected UTF-8 text"
-        ) from None
-    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
-        raise DataError(path, f"damaged or truncated gzip file: {e}") from None
+    text = _read_text(path, "UTF-8 text (one question id per line)")
+    ids = {line.split("\t", 1)[0].strip() for line in text.splitlines() if line.strip()}
     ids.discard("id")
     return ids
 
@@ -444,8 +442,11 @@ def make_features(
     max_seq_length: int = 512,
     doc_stride: int = 128,
     training: bool = False,
+    mid_id: int | None = None,
 ) -> QAFeatures:
-    """Cut each example into windows (BERT §4.2 / Appendix B: max_seq_length 512, stride 128).
+    """Cut each example into windows (BERT §4.2 / Appendix B: max_seq_length 512, stride 128), framed
+    ``[CLS] question [SEP] passage [SEP]`` (``mid_id``: the family's token between the two, e.g. the
+    two-tower model's ``<s> question <sep> passage </s>``).
 
     A window holds ``max_seq_length - len(question) - 3`` passage tokens; consecutive windows start
     ``doc_stride`` tokens apart. A token seen by several windows is scored only in the window where
@@ -480,7 +481,7 @@ def make_features(
             cache[key] = _windows(n, max_doc, doc_stride)
         spans, max_ctx = cache[key]
         c_ids = tok.context_ids[ex.context_index]
-        head = np.concatenate([[cls_id], q, [sep_id]]).astype(np.int32)
+        head = np.concatenate([[cls_id], q, [sep_id if mid_id is None else mid_id]]).astype(np.int32)
         for (s, length), mc in zip(spans, max_ctx):
             ids = np.concatenate([head, c_ids[s : s + length], [sep_id]]).astype(np.int32)
             sp = ep = 0
@@ -577,17 +578,20 @@ class SpanBertForQuestionAnswering(nn.Module):
     transformers loads such a model without them.
     """
 
-    def __init__(self, config, encoder: nn.Module | None = None, bilstm: bool = False):
+    def __init__(self, config: Any = None, encoder: nn.Module | None = None, bilstm: bool = False):
         super().__init__()
-        from spanbert.model import Encoder, init_weights
+        from spanbert.model import Encoder
+        from spanbert.tasks.layers import apply_encoder_dropout, output_layer
 
-        self.bert = encoder if encoder is not None else Encoder(config, add_pooling_layer=False)
+        self.bert = encoder if encoder is not None else Encoder(config, add_pooling_layer=False)  # any family
         self.config = self.bert.config
-        H = self.config.hidden_size
+        H = self.bert.hidden_size
         # PyTorch's LSTM initialisation (uniform in ±1/sqrt(H/2)); the paper says only "randomly initialized"
         self.bilstm = nn.LSTM(H, H // 2, batch_first=True, bidirectional=True) if bilstm else None
-        self.qa_outputs = nn.Linear(H, 2)
-        init_weights(self.qa_outputs, self.config.initializer_range)
+        apply_encoder_dropout(self.bert)
+        # the family's output layer (BERT: N(0, 0.02); two-tower: x16 and zero-initialised); no dropout
+        # before it, as BertForQuestionAnswering
+        self.output_scale, _, self.qa_outputs = output_layer(self.bert, H, 2)
 
     def forward(
         self,
@@ -600,7 +604,7 @@ class SpanBertForQuestionAnswering(nn.Module):
         hidden = self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)  # (B, T, H)
         if self.bilstm is not None:
             hidden = _run_bilstm(self.bilstm, hidden, attention_mask)  # (B, T, H)
-        logits = self.qa_outputs(hidden).float()  # (B, T, 2)
+        logits = self.qa_outputs(scaled(hidden, self.output_scale)).float()  # (B, T, 2)
         start_logits, end_logits = logits.unbind(-1)  # (B, T) each
         if attention_mask is not None:
             pad = attention_mask == 0
@@ -836,7 +840,9 @@ def _config_dict(cfg: QAConfig) -> dict[str, Any]:
 
 def _features_for(data: QAData, tokenizer, cfg: QAConfig, training: bool, progress: bool = True):
     tok = tokenize_data(data, tokenizer, cfg.max_query_length, progress=progress)
-    feats = make_features(data, tok, tokenizer.cls_id, tokenizer.sep_id, cfg.max_seq_length, cfg.doc_stride, training)
+    feats = make_features(
+        data, tok, tokenizer.cls_id, tokenizer.sep_id, cfg.max_seq_length, cfg.doc_stride, training, tokenizer.mid_id
+    )
     return tok, feats
 
 
@@ -1021,11 +1027,11 @@ def finetune_qa(
 
     seed_init(targs.seed)  # the head's initialisation: the same in every run and on every rank
     encoder = load_encoder(model_dir, add_pooling_layer=False)
-    model = SpanBertForQuestionAnswering(encoder.config, encoder, bilstm=cfg.bilstm)
+    model = SpanBertForQuestionAnswering(encoder=encoder, bilstm=cfg.bilstm)
     seed_dropout(targs.seed)
-    if encoder.config.vocab_size < tokenizer.vocab_size:
+    if encoder.vocab_size < tokenizer.vocab_size:
         raise SpanBertError(
-            f"the tokenizer has {tokenizer.vocab_size} tokens but the model's vocab_size is {encoder.config.vocab_size}"
+            f"the tokenizer has {tokenizer.vocab_size} tokens but the model's vocab_size is {encoder.vocab_size}"
         )
 
     dev = None
@@ -1096,7 +1102,7 @@ def finetune_qa(
 
     def write() -> None:
         extra = {"spanbert": {"task": task, **_config_dict(cfg)}}
-        save_finetuned(model, out, tokenizer, "BertForQuestionAnswering", extra)
+        save_finetuned(model, out, tokenizer, families.architecture(model.bert, "ForQuestionAnswering"), extra)
         if results:
             write_json(out / "dev_predictions.json", results["predictions"])
             if cfg.version_2_with_negative:
@@ -1108,12 +1114,24 @@ def finetune_qa(
     return metrics
 
 
+NEEDS = "a question-answering model (spanbert finetune squad|mrqa)"
+
+
+def check_model(model_dir: str | Path) -> None:
+    """Refuse, before any data is read, a folder that holds no QA model (a pre-trained-only folder,
+    another task's model). A HF ``BertForQuestionAnswering`` folder is a QA model."""
+    raw = families.check_task_folder(model_dir, families.architectures("ForQuestionAnswering"), NEEDS)
+    settings = raw.get("spanbert") if isinstance(raw.get("spanbert"), dict) else {}
+    if settings.get("task") not in (None, "squad", "mrqa"):
+        raise SpanBertError(f"{model_dir}: found a {settings['task']} model, expected {NEEDS}")
+
+
 def load_qa_model(model_dir: str | Path) -> tuple[SpanBertForQuestionAnswering, Any, QAConfig]:
-    """A fine-tuned QA model (ours or a HF `BertForQuestionAnswering` folder), its tokenizer and settings."""
-    from spanbert.config import BertConfig
-    from spanbert.model import encoder_state_dict
+    """A fine-tuned QA model (ours, any family, or a HF `BertForQuestionAnswering` folder), its tokenizer
+    (framed for its family) and settings."""
     from spanbert.tasks.common import load_finetuned
 
+    check_model(model_dir)
     config_json, state, tokenizer = load_finetuned(model_dir)
     source = Path(model_dir) / "config.json"
     if "qa_outputs.weight" not in state:
@@ -1128,8 +1146,9 @@ def load_qa_model(model_dir: str | Path) -> tuple[SpanBertForQuestionAnswering, 
 
     names = {f for f in QAConfig.__dataclass_fields__}
     cfg = replace_checked(QAConfig(), {k: v for k, v in saved.items() if k in names}, source=str(source))
-    model = SpanBertForQuestionAnswering(BertConfig.from_hf_dict(config_json), bilstm=cfg.bilstm)
-    model.bert.load_bert_state(encoder_state_dict(state), source=str(model_dir))
+    encoder = families.encoder_from_config(config_json, add_pooling_layer=False, source=str(source))
+    model = SpanBertForQuestionAnswering(encoder=encoder, bilstm=cfg.bilstm)
+    families.load_encoder_state(model.bert, state, str(model_dir))
     model.qa_outputs.load_state_dict({"weight": state["qa_outputs.weight"], "bias": state["qa_outputs.bias"]})
     if model.bilstm is not None:
         lstm = {k[len("bilstm.") :]: v for k, v in state.items() if k.startswith("bilstm.")}
@@ -1170,7 +1189,9 @@ def evaluate_files(
     preds = _read_predictions(predictions_file, "answer string", str)
     na = _read_predictions(na_prob_file, "number", (int, float)) if na_prob_file else None
     if task == "mrqa":
-        data = read_mrqa(data_file).select_articles(articles)
+        whole = read_mrqa(data_file)
+        _check_prediction_ids(predictions_file, preds, [e.qid for e in whole.examples], data_file)
+        data = whole.select_articles(articles)
         return squad_metrics.evaluate_mrqa(data.gold_answers(), preds)
     path = Path(data_file)
     if _looks_like_mrqa(path):
@@ -1180,14 +1201,67 @@ def evaluate_files(
     raw = _load_json_file(path)
     if not isinstance(raw, dict) or not isinstance(raw.get("data"), list):
         raise DataError(path, "expected SQuAD JSON {'version': ..., 'data': [articles]}")
+    _check_prediction_ids(predictions_file, preds, _squad_gold_ids(raw, path), data_file)
     if articles:
         raw = {**raw, "data": raw["data"][_parse_slice(articles)]}
     try:
         if squad_metrics.is_v2_dataset(raw):
+            # the files are named here; the metric (no file names) says only what is missing
+            asked = [str(qa["id"]) for a in raw["data"] for p in a["paragraphs"] for qa in p["qas"]]
+            for file, values, what in ((predictions_file, preds, "an answer (\"\" = no answer)"),
+                                       (na_prob_file, na, "a no-answer probability")):  # fmt: skip
+                missing = [q for q in asked if values is not None and q not in values]
+                if missing:
+                    shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
+                    raise DataError(
+                        file, f"found no entry for {len(missing)} of {len(asked)} questions ({shown}); expected "
+                        f"{what} for every question of {data_file}, as SQuAD 2.0 scoring needs",
+                    )  # fmt: skip
             return squad_metrics.evaluate_v2(raw["data"], preds, na, na_prob_thresh)
         return squad_metrics.evaluate_v1(raw["data"], preds)
-    except (KeyError, TypeError) as e:
+    except (KeyError, TypeError) as e:  # the structure was checked above; kept as the last guard
         raise DataError(path, f"not in SQuAD format: missing or wrong field {e}") from None
+
+
+def _squad_gold_ids(raw: dict[str, Any], path: Path) -> list[str]:
+    """Every question id of a SQuAD JSON, checking the structure the official scripts walk (each
+    article's ``paragraphs``, each paragraph's ``qas``, each question's ``id`` and ``answers`` with a
+    ``text``): a missing or mistyped field names its place instead of the scripts' KeyError."""
+    ids = []
+    for a, article in enumerate(raw["data"]):
+        for p, paragraph in enumerate(_expect(article, "paragraphs", list, path, f"data[{a}]")):
+            where = f"data[{a}].paragraphs[{p}]"
+            for q, qa in enumerate(_expect(paragraph, "qas", list, path, where)):
+                qid = _expect(qa, "id", (str, int), path, f"{where}.qas[{q}]")
+                for k, answer in enumerate(_expect(qa, "answers", list, path, f"id {qid}")):
+                    _expect(answer, "text", str, path, f"id {qid}, answers[{k}]")
+                ids.append(qid)
+    return ids
+
+
+def _check_prediction_ids(
+    predictions_file: str | Path, preds: dict[str, Any], gold_ids: list[Any], data_file: str | Path
+) -> None:
+    """The official scripts match predictions to questions by id, score a missing one 0 (v1.1, MRQA;
+    `evaluate` warns) and ignore ids they do not know. Ignoring is kept, but said (a warning naming the
+    first few); a file none of whose ids is a question of the data is an error: it is the predictions
+    of another data set, and a score of 0 would only hide that."""
+    known = {str(x) for x in gold_ids}
+    extra = [k for k in preds if k not in known]
+    if not extra:
+        return
+    shown = ", ".join(map(str, extra[:3])) + (", ..." if len(extra) > 3 else "")
+    if len(extra) == len(preds):
+        raise DataError(
+            predictions_file, f"found {len(preds)} predictions and no id among them that is a question of "
+            f"{data_file} ({shown}); expected the predictions of that data file",
+        )  # fmt: skip
+    import warnings
+
+    warnings.warn(
+        f"{len(extra)} of {len(preds)} predictions are for question ids not in {data_file}; ignored, as the "
+        f"official script does ({shown})", stacklevel=2,
+    )  # fmt: skip
 
 
 def cli(action: str, task: str, argv: list[str], prog: str) -> int:
@@ -1202,12 +1276,15 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
             add_finetune_arguments,
             cell_arguments,
             check_output_dir,
+            family_defaults,
             parse_task_args,
             start_distributed,
             sweep,
+            sweep_grid,
             training_arguments,
         )
 
+        defaults = family_defaults(argv, DEFAULTS)
         parser.add_argument("--train_file", required=True, help=f"training data, {fmt}")
         parser.add_argument(
             "--validation_file", help="dev data scored --evals_per_epoch times an epoch and at the end: the model of the "
@@ -1220,10 +1297,10 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         parser.add_argument("--validation_articles", help="evaluate on these articles only (e.g. '17:')")
         parser.add_argument("--max_train_examples", type=int, help="use only the first N training questions")
         add_dataclass_arguments(parser.add_argument_group("QA"), QAConfig, exclude=("null_score_diff_threshold",))
-        add_finetune_arguments(parser, DEFAULTS)
-        args = parse_task_args(parser, argv, DEFAULTS, configs=(QAConfig,))
+        add_finetune_arguments(parser, defaults)
+        args = parse_task_args(parser, argv, defaults, configs=(QAConfig,))
         cfg = dataclass_from_args(QAConfig, args)
-        targs = training_arguments(args, DEFAULTS)
+        targs = training_arguments(args, defaults)
         check_output_dir(targs)  # before any reading or featurizing (a sweep: the top folder)
         start_distributed(targs.device)
 
@@ -1244,7 +1321,7 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
             if targs.metric_for_best_model and not targs.greater_is_better:
                 raise SpanBertError("--sweep keeps the run with the highest dev score: found --greater_is_better "
                                     "false, expected a metric where higher is better")  # fmt: skip
-            summary = sweep(run_one, targs.output_dir, resume=targs.resume)
+            summary = sweep(run_one, targs.output_dir, resume=targs.resume, **sweep_grid(args.model))
             print0(json.dumps(summary["best"], indent=2))
         else:
             metrics = finetune_qa(

@@ -26,6 +26,7 @@ nouns: replacing them (``mask``) would remove most of what decides the relation.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import re
 from collections import Counter
@@ -36,13 +37,28 @@ from typing import Any
 import numpy as np
 
 from spanbert.distributed import print0
-from spanbert.errors import DataError, SpanBertError
+from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics.classification import NO_RELATION, semeval_official, tacred_prf
 from spanbert.tasks.common import add_inference_arguments, selection_defaults, selection_summary
 from spanbert.utils import atomic_write
 
 TACRED_LABEL = re.compile(r"^(no_relation|(per|org):[a-z_/]+)$")
 """A TACRED relation name: ``no_relation`` or ``per:...`` / ``org:...`` (the 42 labels' shape)."""
+TACRED_RELATIONS = (
+    "no_relation",
+    "org:alternate_names", "org:city_of_headquarters", "org:country_of_headquarters", "org:dissolved",
+    "org:founded", "org:founded_by", "org:member_of", "org:members", "org:number_of_employees/members",
+    "org:parents", "org:political/religious_affiliation", "org:shareholders",
+    "org:stateorprovince_of_headquarters", "org:subsidiaries", "org:top_members/employees", "org:website",
+    "per:age", "per:alternate_names", "per:cause_of_death", "per:charges", "per:children",
+    "per:cities_of_residence", "per:city_of_birth", "per:city_of_death", "per:countries_of_residence",
+    "per:country_of_birth", "per:country_of_death", "per:date_of_birth", "per:date_of_death", "per:employee_of",
+    "per:origin", "per:other_family", "per:parents", "per:religion", "per:schools_attended", "per:siblings",
+    "per:spouse", "per:stateorprovince_of_birth", "per:stateorprovince_of_death",
+    "per:statesorprovinces_of_residence", "per:title",
+)  # fmt: skip
+"""TACRED's 42 relation labels (Zhang et al., 2017, Table 3; the LDC release's label set): a gold or
+predicted label outside them is an error, since anything but ``no_relation`` counts as a positive."""
 NO_GUESS_NOTE = (
     "no positive prediction: precision is reported as 100 because TACRED's official scorer.py sets "
     "prec_micro = 1.0 when nothing is guessed; recall and F1 are 0"
@@ -61,6 +77,7 @@ SEMEVAL_TYPE = "NOMINAL"
 PTB_BRACKETS = {"-LRB-": "(", "-RRB-": ")", "-LSB-": "[", "-RSB-": "]", "-LCB-": "{", "-RCB-": "}"}
 
 ENTITY_MODES = ("mask", "mark")
+_TACRED_SET = frozenset(TACRED_RELATIONS)
 
 
 @dataclass
@@ -106,17 +123,17 @@ _REQUIRED = {
 }
 
 
-def read_tacred(path: str | Path, require_labels: bool = True) -> list[RelationExample]:
-    """Read a TACRED JSON file (a list of records). Errors name the file and the record."""
+def read_tacred(path: str | Path, require_labels: bool = True, task: str | None = None) -> list[RelationExample]:
+    """Read a TACRED JSON file (a list of records). Errors name the file and the record. With ``task``
+    (tacred, or semeval for SemEval converted by `write_tacred_json`) every relation must be one of
+    that task's labels."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(decode_utf8(path.read_bytes(), path, "UTF-8 JSON"))
     except FileNotFoundError:
         raise SpanBertError(f"{path}: file not found (expected a TACRED JSON file)") from None
     except json.JSONDecodeError as e:
         raise DataError(path, f"not valid JSON: {e.msg} (column {e.colno})", line=e.lineno) from None
-    except UnicodeDecodeError as e:
-        raise DataError(path, f"not UTF-8 text: {e}") from None
     if not isinstance(data, list):
         raise DataError(path, f"expected a JSON list of TACRED records, found a {type(data).__name__}")
     examples = []
@@ -134,6 +151,8 @@ def read_tacred(path: str | Path, require_labels: bool = True) -> list[RelationE
             raise DataError(path, "missing field 'relation' (the gold label)", record=where)
         if relation is not None and not isinstance(relation, str):
             raise DataError(path, f"field 'relation' is {relation!r}; expected a string", record=where)
+        if relation is not None and task is not None:
+            check_label(task, relation, path, record=where)
         n = len(rec["token"])
         if not all(isinstance(t, str) for t in rec["token"]):
             raise DataError(path, "field 'token' must be a list of strings", record=where)
@@ -211,11 +230,9 @@ def read_semeval(path: str | Path, require_labels: bool = True) -> list[Relation
     """
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = decode_utf8(path.read_bytes(), path).splitlines()
     except FileNotFoundError:
         raise SpanBertError(f"{path}: file not found (expected a SemEval-2010 Task 8 file)") from None
-    except UnicodeDecodeError as e:
-        raise DataError(path, f"not UTF-8 text: {e}") from None
     examples = []
     i = 0
     while i < len(lines):
@@ -253,10 +270,11 @@ def read_semeval(path: str | Path, require_labels: bool = True) -> list[Relation
     return examples
 
 
-def read_relation_file(path: str | Path, require_labels: bool = True) -> list[RelationExample]:
-    """TACRED JSON (``.json``) or a SemEval-2010 text file (anything else), by extension."""
+def read_relation_file(path: str | Path, require_labels: bool = True, task: str | None = None) -> list[RelationExample]:
+    """TACRED JSON (``.json``) or a SemEval-2010 text file (anything else), by extension; with ``task``
+    the relations are checked against its label set."""
     if Path(path).suffix.lower() == ".json":
-        return read_tacred(path, require_labels)
+        return read_tacred(path, require_labels, task)
     return read_semeval(path, require_labels)
 
 
@@ -398,16 +416,18 @@ def score(task: str, gold: list[str], pred: list[str]) -> dict[str, Any]:
 
 
 def check_label(task: str, label: str, path: str | Path, line: int | None = None, record: str | None = None) -> None:
-    """A relation label of the task's label set (SemEval's 19, TACRED's shape), else a DataError."""
+    """A relation label of the task's label set (SemEval's 19, TACRED's 42), else a DataError."""
     if task == "semeval":
         if not _SEMEVAL_LABEL.match(label):
             raise DataError(
                 path, f"found label {label!r}; expected Other or one of the 9 relations with (e1,e2)/(e2,e1)",
                 line=line, record=record,
             )  # fmt: skip
-    elif not TACRED_LABEL.match(label):
+    elif label not in _TACRED_SET:
+        near = difflib.get_close_matches(label, TACRED_RELATIONS, n=1)
         raise DataError(
-            path, f"found label {label!r}; expected a TACRED relation (no_relation, per:..., org:...)",
+            path, f"found label {label!r}; expected one of TACRED's 42 relations (no_relation, per:..., org:...)"
+            + (f"; did you mean {near[0]!r}?" if near else ""),
             line=line, record=record,
         )  # fmt: skip
 
@@ -421,34 +441,53 @@ def write_predictions(task: str, examples: list[RelationExample], labels: list[s
 
 
 def read_predictions(task: str, path: str | Path, examples: list[RelationExample]) -> list[str]:
-    """Predictions in the order of ``examples``; a count or id mismatch names the line."""
+    """Predictions in the order of ``examples``.
+
+    SemEval (``id<TAB>label``, the official Perl scorer's input) and TACRED files of ``id<TAB>label``
+    lines are matched to the examples by id: ids missing, extra or repeated are an error naming the
+    first few. A TACRED file of bare labels (the official scorer.py's input, which has no ids) is
+    matched by line, as scorer.py does: its count must equal the examples'."""
     path = Path(path)
     try:
-        numbered = list(enumerate(path.read_text(encoding="utf-8").splitlines(), 1))
+        text = decode_utf8(path.read_bytes(), path)
     except FileNotFoundError:
         raise SpanBertError(f"{path}: predictions file not found") from None
-    except UnicodeDecodeError as e:
-        raise DataError(
-            path, f"found bytes that are not UTF-8 ({e.reason} at byte {e.start}); expected UTF-8 text"
-        ) from None
-    lines = [(n, l.rstrip("\r\n")) for n, l in numbered if l.strip()]
-    if task != "semeval":
+    lines = [(n, l.rstrip("\r")) for n, l in enumerate(text.splitlines(), 1) if l.strip()]
+    with_ids = task == "semeval" or any("\t" in l for _, l in lines)
+    if not with_ids:
         if len(lines) != len(examples):
-            raise DataError(path, f"found {len(lines)} predicted labels; expected one per example ({len(examples)})")
+            raise DataError(
+                path, f"found {len(lines)} predicted labels; expected one per example ({len(examples)}), in the "
+                "data file's order (or 'id<TAB>label' lines, matched by id)",
+            )  # fmt: skip
         for n, l in lines:
             check_label(task, l.strip(), path, line=n)
         return [l.strip() for _, l in lines]
-    by_id = {}
+    by_id: dict[str, str] = {}
     for n, line in lines:
         parts = line.split("\t")
         if len(parts) != 2:
             raise DataError(path, f"expected 'ID<TAB>label', found {line[:80]!r}", line=n)
-        check_label(task, parts[1].strip(), path, line=n)
-        by_id[parts[0].strip()] = parts[1].strip()
-    missing = [ex.id for ex in examples if ex.id not in by_id]
-    if missing:
-        raise DataError(path, f"no prediction for {len(missing)} sentence ids, e.g. {missing[:5]}")
-    return [by_id[ex.id] for ex in examples]
+        sid, label = parts[0].strip(), parts[1].strip()
+        check_label(task, label, path, line=n)
+        if sid in by_id:
+            raise DataError(path, f"found id {sid!r} a second time; expected one prediction per example", line=n)
+        by_id[sid] = label
+    wanted = [ex.id for ex in examples]
+    if len(set(wanted)) != len(wanted):
+        twice = sorted(x for x, c in Counter(wanted).items() if c > 1)
+        raise SpanBertError(f"the data file repeats the id(s) {twice[:5]}: predictions cannot be matched by id")
+    missing = [x for x in wanted if x not in by_id]
+    known = set(wanted)
+    extra = [x for x in by_id if x not in known]
+    if missing or extra:
+        found = []
+        if missing:
+            found.append(f"no prediction for {len(missing)} id(s) {missing[:5]}")
+        if extra:
+            found.append(f"{len(extra)} id(s) that are not in the data file {extra[:5]}")
+        raise DataError(path, f"found {' and '.join(found)}; expected one prediction per example ({len(wanted)})")
+    return [by_id[x] for x in wanted]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -481,25 +520,29 @@ def finetune_relation(
     """Fine-tune a relation classifier and save it (HF layout) in ``args.output_dir``.
 
     Returns the dev metrics (empty without a dev file); writes ``dev_predictions.txt`` and
-    ``dev_results.json`` beside the model. A dev relation that the training file never shows is an
-    error (the model cannot predict it; it would only be scored as a silent miss).
+    ``dev_results.json`` beside the model. A dev relation that the training examples never show is a
+    warning (the model cannot predict it; the official scorer counts those examples as misses).
     """
     from spanbert.tasks import classification as C
     from spanbert.tasks.common import load_tokenizer_for, write_once
 
     mode = entity_mode or ("mark" if task == "semeval" else "mask")
-    train = read_relation_file(train_path)[:max_train_examples]
-    dev = read_relation_file(dev_path)[:max_eval_examples] if dev_path else []
+    train = read_relation_file(train_path, task=task)[:max_train_examples]
+    dev = read_relation_file(dev_path, task=task)[:max_eval_examples] if dev_path else []
     labels = sorted({ex.relation for ex in train})
     if task == "tacred" and NO_RELATION in labels:  # class 0 = no_relation, as in TACRED's label map
         labels = [NO_RELATION] + [l for l in labels if l != NO_RELATION]
     label2id = {l: i for i, l in enumerate(labels)}
-    for i, ex in enumerate(dev):
-        if ex.relation not in label2id:
-            raise DataError(
-                dev_path, f"found relation {ex.relation!r}, which the training file {train_path} never has; "
-                f"expected one of its {len(labels)} labels", record=f"{i}, id {ex.id}",
-            )  # fmt: skip
+    unseen = sorted({ex.relation for ex in dev} - set(label2id))
+    if unseen:  # the model cannot predict them; the official scorer counts those examples as misses
+        n = sum(ex.relation in unseen for ex in dev)
+        from spanbert.distributed import eprint0
+
+        eprint0(
+            f"warning: {dev_path}: {n} dev example(s) have relation(s) {unseen[:5]} that the training examples "
+            f"used ({train_path}, {len(train)} examples) never have; the model cannot predict them, so they "
+            f"count as misses"
+        )
     types = {ex.subj_type for ex in train} | {ex.obj_type for ex in train}
     if task == "tacred":
         types |= set(TACRED_TYPES)
@@ -554,7 +597,9 @@ def _predict_from_dir(
 ) -> tuple[list[RelationExample], list[str]]:  # fmt: skip
     from spanbert.tasks import classification as C
 
-    model, config_json, tokenizer = C.load_model("sequence", model_dir, device)
+    model, config_json, tokenizer = C.load_model(
+        "sequence", model_dir, device, needs=f"a {task} model (spanbert finetune {task})"
+    )
     meta = config_json.get("spanbert", {})
     source = Path(model_dir) / "config.json"
     if not isinstance(meta, dict) or not isinstance(meta.get("entity_markers"), dict):
@@ -565,7 +610,7 @@ def _predict_from_dir(
     labels = C.labels_from_config(config_json, str(source))
     if labels is None:
         raise DataError(source, "found a regression head; expected a relation classifier with id2label")
-    examples = read_relation_file(data, require_labels=False)
+    examples = read_relation_file(data, require_labels=False, task=task)
     known = set(labels)
     for i, ex in enumerate(examples if check_gold else []):
         if ex.relation is not None and ex.relation not in known:
@@ -602,7 +647,9 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         )
         parser.add_argument("--max_train_examples", type=int, help="use only the first N training examples")
         parser.add_argument("--max_eval_examples", type=int, help="use only the first N dev examples")
-        defaults = {**DEFAULTS, "output_dir": f"runs/{task}"}
+        from spanbert.tasks.common import family_defaults
+
+        defaults = family_defaults(argv, {**DEFAULTS, "output_dir": f"runs/{task}"})
         add_finetune_arguments(parser, defaults)
         args = parse_task_args(parser, argv, defaults)
 
@@ -645,10 +692,10 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
             task, args.model, args.data, args.batch_size, args.device, not args.disable_tqdm, check_gold=True
         )
     else:
-        examples = read_relation_file(args.data)
+        examples = read_relation_file(args.data, task=task)
         pred = read_predictions(task, args.predictions, examples)
     if any(ex.relation is None for ex in examples):
-        raise SpanBertError(f"{args.data}: has no gold labels to evaluate against")
+        raise SpanBertError(f"{args.data}: found records without a relation label; expected gold labels to score against")
     gold = [ex.relation for ex in examples]
     print_metrics({**score(task, gold, pred), "examples": len(gold), "label_counts": dict(Counter(gold))})
     return 0

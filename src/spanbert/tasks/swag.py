@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from spanbert.distributed import print0
-from spanbert.errors import DataError, SpanBertError
+from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.tasks.common import add_inference_arguments, selection_defaults
 from spanbert.utils import atomic_write
 
@@ -75,11 +75,9 @@ def read_swag(path: str | Path, labelled: bool | None = None) -> list[SwagExampl
     False ignores it, None reads it when the header has it (the test file has none)."""
     path = Path(path)
     try:
-        text = path.read_bytes().decode("utf-8-sig")
+        text = decode_utf8(path.read_bytes(), path, "UTF-8 CSV")
     except FileNotFoundError:
         raise SpanBertError(f"{path}: file not found (expected a SWAG CSV file)") from None
-    except UnicodeDecodeError as e:
-        raise DataError(path, f"found bytes that are not UTF-8 ({e.reason} at byte {e.start}); expected UTF-8 CSV") from None
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     rows: list[tuple[int, list[str]]] = []
     line = 1
@@ -141,7 +139,8 @@ def swag_features(
     ids = dict(zip(texts, (enc.ids for enc in tokenizer.encode_batch(texts))))
     out = []
     for e in examples:
-        choices = [pair_input(tokenizer.cls_id, tokenizer.sep_id, ids[e.context], ids[f"{e.start} {x}".strip()], max_seq_length)
+        choices = [pair_input(tokenizer.cls_id, tokenizer.sep_id, ids[e.context], ids[f"{e.start} {x}".strip()], max_seq_length,
+                              tokenizer.mid_id)
                    for x in e.endings]  # fmt: skip
         f: dict[str, Any] = {"input_ids": [c[0] for c in choices], "token_type_ids": [c[1] for c in choices]}
         if with_labels:
@@ -181,19 +180,20 @@ class ChoiceCollator:
 
 
 class MultipleChoice(nn.Module):
-    """Encoder + dropout + one vector scoring each choice's pooled ``[CLS]`` (HF ``BertForMultipleChoice``).
+    """Encoder + dropout + one vector scoring each choice's sentence vector (HF ``BertForMultipleChoice``
+    for BERT: the pooled ``[CLS]``; any family: `Family.sentence`).
 
     Inputs are (B, C, T); logits (B, C); the loss is cross-entropy over the C choices.
     """
 
     def __init__(self, encoder: nn.Module, dropout: float | None = None):
         super().__init__()
-        from spanbert.tasks.classification import _linear_head
+        from spanbert.tasks.layers import apply_encoder_dropout, output_layer
 
-        if encoder.pooler is None:
-            raise SpanBertError("MultipleChoice needs an encoder with a pooling layer")
         self.bert = encoder
-        self.dropout, self.classifier = _linear_head(encoder, 1, dropout)  # classifier: Linear(H, 1)
+        apply_encoder_dropout(encoder)
+        # classifier: Linear(S, 1), as the family initialises output layers
+        self.output_scale, self.dropout, self.classifier = output_layer(encoder, encoder.sentence_size, 1, dropout)
 
     def forward(
         self,
@@ -205,8 +205,10 @@ class MultipleChoice(nn.Module):
         B, C, T = input_ids.shape
         flat = lambda x: None if x is None else x.reshape(B * C, T)  # noqa: E731
         hidden = self.bert(flat(input_ids), attention_mask=flat(attention_mask), token_type_ids=flat(token_type_ids))
-        pooled = self.dropout(self.bert.pool(hidden, flat(attention_mask)))  # (B*C, H)
-        logits = self.classifier(pooled).view(B, C)  # (B, C): one score per choice
+        from spanbert.tasks.layers import scaled
+
+        sentence = self.bert.sentence(hidden, flat(attention_mask), flat(input_ids))  # (B*C, S)
+        logits = self.classifier(self.dropout(scaled(sentence, self.output_scale))).view(B, C)  # (B, C): a score per choice
         out = {"logits": logits}
         if labels is not None:
             out["loss"] = F.cross_entropy(logits.float(), labels)  # softmax over the choices
@@ -226,23 +228,32 @@ def build_model(model_dir: str | Path, seed: int | None = None) -> MultipleChoic
     return model
 
 
-def load_model(model_dir: str | Path, device: str = "cpu") -> tuple[MultipleChoice, dict[str, Any], Any]:
-    """A model saved by `finetune_swag` -> (model in eval mode on ``device``, config.json dict, tokenizer)."""
-    from spanbert.config import BertConfig
-    from spanbert.model import Encoder, config_path
-    from spanbert.tasks.common import load_finetuned
-    from spanbert.trainer import resolve_device
+NEEDS = "a SWAG model (spanbert finetune swag)"
 
-    config_json, state, tokenizer = load_finetuned(model_dir)
-    if config_json.get("spanbert", {}).get("task") != "swag":
+
+def check_model(model_dir: str | Path) -> None:
+    """Refuse, before any data is read, a folder that holds no SWAG model."""
+    from spanbert import families
+
+    raw = families.check_task_folder(model_dir, families.architectures("ForMultipleChoice"), NEEDS)
+    settings = raw.get("spanbert") if isinstance(raw.get("spanbert"), dict) else {}
+    if settings.get("task") != "swag":
         raise SpanBertError(
-            f"{config_path(model_dir)}: found no spanbert.task \"swag\", expected a model saved by `spanbert finetune swag`"
+            f"{model_dir}: found no spanbert.task \"swag\" in config.json, expected a model saved by `spanbert finetune swag`"
         )
-    model = MultipleChoice(Encoder(BertConfig.from_hf_dict(config_json), add_pooling_layer=True))
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if missing or unexpected:
-        raise SpanBertError(f"{model_dir}: weights do not match a MultipleChoice model; missing {missing[:5]}, unexpected {unexpected[:5]}")
-    return model.to(resolve_device(device)).eval(), config_json, tokenizer
+
+
+def load_model(model_dir: str | Path, device: str = "cpu") -> tuple[MultipleChoice, dict[str, Any], Any]:
+    """A model saved by `finetune_swag` (any family) -> (model in eval mode on ``device``, config.json
+    dict, framed tokenizer)."""
+    from spanbert import families
+    from spanbert.tasks.common import load_task_model
+
+    check_model(model_dir)
+    return load_task_model(
+        model_dir, lambda encoder, raw: MultipleChoice(encoder), families.architectures("ForMultipleChoice"), NEEDS,
+        device, add_pooling_layer=True,
+    )  # fmt: skip
 
 
 def predict_logits(
@@ -334,7 +345,9 @@ def finetune_swag(
         pred, selected = keeper.chosen(model, args, result, len(train_features))
         metrics = {**score(gold, pred), **selection_summary(selected, args)}
     meta = {"task": "swag", "max_seq_length": max_seq_length}
-    save_finetuned(model, out, tokenizer, "BertForMultipleChoice", {"spanbert": meta})
+    from spanbert import families
+
+    save_finetuned(model, out, tokenizer, families.architecture(model.bert, "ForMultipleChoice"), {"spanbert": meta})
     if dev:
         write_once(lambda: write_predictions(out / "dev_predictions.csv", dev, pred))
         write_json(out / "dev_results.json", metrics)
@@ -364,30 +377,49 @@ def write_predictions(path: str | Path, examples: list[SwagExample], pred: list[
 
 
 def read_predictions(path: str | Path, examples: list[SwagExample]) -> list[int]:
-    """The labels of a predictions file, checked row by row against the examples' ids."""
+    """The labels of a predictions file in the order of ``examples``, matched by (video-id, fold-ind):
+    rows in another order score the same (rows with the same pair are taken in file order). An example
+    without a row, or a row of no example, is an error naming its line."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = decode_utf8(path.read_bytes(), path, "UTF-8 CSV")
     except FileNotFoundError:
         raise SpanBertError(f"{path}: predictions file not found") from None
-    except UnicodeDecodeError as e:
-        raise DataError(path, f"found bytes that are not UTF-8 ({e.reason} at byte {e.start}); expected UTF-8 CSV") from None
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    rows: list[tuple[int, list[str]]] = []
+    line = 1
     try:
-        rows = [r for r in csv.reader(io.StringIO(text, newline=""), strict=True) if r]
+        for row in reader:
+            if row:
+                rows.append((line, row))
+            line = reader.line_num + 1
     except csv.Error as e:
-        raise DataError(path, f"found malformed CSV ({e}); expected {','.join(PREDICTION_COLUMNS)} rows") from None
-    if not rows or tuple(h.strip() for h in rows[0]) != PREDICTION_COLUMNS:
-        raise DataError(path, f"found header {rows[0] if rows else []}, expected {','.join(PREDICTION_COLUMNS)}", line=1)
-    if len(rows) - 1 != len(examples):
-        raise DataError(path, f"found {len(rows) - 1} predictions, expected one per example ({len(examples)})")
-    out = []
-    for k, (row, e) in enumerate(zip(rows[1:], examples), 2):
+        raise DataError(path, f"found malformed CSV ({e}); expected {','.join(PREDICTION_COLUMNS)} rows", line=line) from None
+    if not rows or tuple(h.strip() for h in rows[0][1]) != PREDICTION_COLUMNS:
+        found = rows[0][1] if rows else []
+        raise DataError(path, f"found header {found}, expected {','.join(PREDICTION_COLUMNS)}", line=1)
+    by_key: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    for k, row in rows[1:]:
         if len(row) != 3 or row[2].strip() not in {str(i) for i in range(NUM_CHOICES)}:
             raise DataError(path, f"found {row[:4]}, expected video-id,fold-ind,label with a label in 0-3", line=k)
-        if (row[0], row[1]) != (e.video_id, e.fold_ind):
-            raise DataError(path, f"found example {row[0]!r}/{row[1]!r}, expected {e.video_id!r}/{e.fold_ind!r} "
-                                  f"(line {e.line} of the data file)", line=k)  # fmt: skip
-        out.append(int(row[2]))
+        by_key.setdefault((row[0], row[1]), []).append((k, int(row[2])))
+    out = []
+    for e in examples:
+        queue = by_key.get((e.video_id, e.fold_ind))
+        if not queue:
+            raise DataError(
+                path, f"found no row for example {e.video_id!r}/{e.fold_ind!r} (line {e.line} of the data file); "
+                f"expected one row per example ({len(examples)})",
+            )  # fmt: skip
+        out.append(queue.pop(0)[1])
+    left = sorted(r for queue in by_key.values() for r in queue)
+    if left:
+        k = left[0][0]
+        row = next(r for n, r in rows if n == k)
+        raise DataError(
+            path, f"found {len(left)} row(s) of no example of the data file, the first {row[0]!r}/{row[1]!r}; "
+            f"expected one row per example ({len(examples)})", line=k,
+        )  # fmt: skip
     return out
 
 
@@ -402,8 +434,9 @@ def cli(action: str, task_name: str, argv: list[str], prog: str) -> int:
 
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     if action == "finetune":
-        from spanbert.tasks.common import add_finetune_arguments
+        from spanbert.tasks.common import add_finetune_arguments, family_defaults
 
+        defaults = family_defaults(argv, DEFAULTS)
         parser.add_argument("--train_file", "--train", dest="train", required=True, help="SWAG train.csv")
         parser.add_argument(
             "--validation_file", "--dev", dest="dev", help="SWAG val.csv: accuracy during and after training"
@@ -413,8 +446,8 @@ def cli(action: str, task_name: str, argv: list[str], prog: str) -> int:
         )
         parser.add_argument("--max_train_examples", type=int, help="use only the first N training examples")
         parser.add_argument("--max_eval_examples", type=int, help="use only the first N dev examples")
-        add_finetune_arguments(parser, DEFAULTS)
-        args = parse_task_args(parser, argv, DEFAULTS)
+        add_finetune_arguments(parser, defaults)
+        args = parse_task_args(parser, argv, defaults)
 
         def run_one(targs: Any) -> dict[str, Any]:
             return finetune_swag(
@@ -422,13 +455,14 @@ def cli(action: str, task_name: str, argv: list[str], prog: str) -> int:
                 args.max_train_examples, args.max_eval_examples,
             )  # fmt: skip
 
-        return C.run_finetune_cli(args, DEFAULTS, run_one, metric="accuracy")
+        return C.run_finetune_cli(args, defaults, run_one, metric="accuracy")
     parser.add_argument("--data", required=True, help="SWAG CSV file (val.csv, or test.csv for predict)")
     if action == "predict":
         parser.add_argument("--model", required=True, help="folder saved by `spanbert finetune swag`")
         parser.add_argument("--output", required=True, help="CSV to write: video-id,fold-ind,label")
         add_inference_arguments(parser, "examples")
         args = parser.parse_args(argv)
+        check_model(args.model)
         examples = read_swag(args.data)
         start_distributed(args.device)
         pred = predict_swag(args.model, examples, args.batch_size, args.device, not args.disable_tqdm)
@@ -442,6 +476,8 @@ def cli(action: str, task_name: str, argv: list[str], prog: str) -> int:
     group.add_argument("--model", help="fine-tuned model folder: predict, then score")
     add_inference_arguments(parser, "examples", with_model=True)
     args = parser.parse_args(argv)
+    if args.model:
+        check_model(args.model)
     examples = read_swag(args.data, labelled=True)
     if args.model:
         start_distributed(args.device)

@@ -1,0 +1,264 @@
+"""Model families: the one protocol every task uses, and the one loader that dispatches on config.json.
+
+A family is one readable model file: `spanbert.model` (the BERT encoder, and its causal variant for
+BERT's left-to-right baseline) and `spanbert.cloze` (the two-tower cloze model). Tasks never import
+them: they load an encoder here and use only the members of `Family`, so a new family reaches QA,
+coreference, relation extraction, GLUE, NER, SWAG and parsing by implementing those members and adding
+one row to `FAMILIES`. The family's fine-tuning habits (the two-tower paper's x16 output scale and
+zero-initialised projection, its cosine schedule and learning-rate grid) are defaults the family
+supplies to the shared heads (`Family.habits`), not a second pipeline.
+
+Checkpoints say which family they hold in config.json's ``model_type`` (``"bert"``, or
+``"cloze-two-tower"``); a folder without it (HF BERT, Google's and SpanBERT's ``bert_config.json``
+releases, a fairseq state dict) is BERT, as it always was. ``FAMILIES`` maps model_type to its
+`FamilySpec`, as transformers' ``AutoModel`` maps it to a class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor, nn
+
+from spanbert import cloze, model
+from spanbert.config import BertConfig, FinetuneHabits
+from spanbert.errors import SpanBertError
+
+
+class Family(Protocol):
+    """What a task may use of an encoder, and nothing else (`spanbert.model.Encoder` and
+    `spanbert.cloze.TwoTowerEncoder` implement it)."""
+
+    model_type: str
+    hidden_size: int  # H of the token states
+    sentence_size: int  # width of `sentence`'s vector
+    num_layers: int  # `output_hidden_states` gives num_layers + 1 states
+    max_positions: int  # the longest framed input
+    vocab_size: int
+    habits: FinetuneHabits  # the family's fine-tuning defaults for the shared heads
+
+    def __call__(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        output_hidden_states: bool = False,
+    ) -> Tensor | tuple[Tensor, ...]:
+        """Token states (B, T, H); with ``output_hidden_states`` the num_layers + 1 layer states (B, T, H)."""
+        ...
+
+    def sentence(self, hidden: Tensor, attention_mask: Tensor | None = None, input_ids: Tensor | None = None) -> Tensor:
+        """The sentence vector of classification heads, (B, T, H) -> (B, sentence_size)."""
+        ...
+
+    def frame(self, tokenizer: Any) -> Any:
+        """The tokenizer with the family's start (``cls_id``), between-segment (``mid_id``) and end
+        (``sep_id``) ids: tasks frame ``cls a sep`` and ``cls a mid b sep``."""
+        ...
+
+    def config_json(self) -> dict[str, Any]:
+        """The encoder's keys of a saved model's config.json, ``model_type`` among them."""
+        ...
+
+    def resize_token_embeddings(self, vocab_size: int) -> None:
+        """Grow the input vocabulary (added tokens keep their ids)."""
+        ...
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    """How to build and load one family (one row of `FAMILIES`)."""
+
+    from_config: Callable[[dict[str, Any], bool, str], nn.Module]
+    """(config.json dict, add_pooling_layer, source) -> an encoder, weights freshly initialised."""
+    encoder_state: Callable[[dict[str, Tensor]], dict[str, Tensor]]
+    """A checkpoint's state dict (pre-trained or fine-tuned) -> the encoder's own keys."""
+    habits: Callable[[dict[str, Any], str], FinetuneHabits]
+    """(config.json dict, source) -> fine-tuning habits, without building the model."""
+    frame: Callable[[dict[str, Any], Any], Any]
+    """(config.json dict, tokenizer) -> the tokenizer framed for the family (`Family.frame`, without weights)."""
+    prefix: str
+    """The family's part of a task model's architecture name (``Bert`` -> ``BertForQuestionAnswering``)."""
+
+
+def _bert_from_config(raw: dict[str, Any], add_pooling_layer: bool, source: str) -> nn.Module:
+    return model.Encoder(BertConfig.from_hf_dict(raw, source=source), add_pooling_layer=add_pooling_layer)
+
+
+def _bert_habits(raw: dict[str, Any], source: str) -> FinetuneHabits:
+    cfg = BertConfig.from_hf_dict(raw, source=source)
+    return FinetuneHabits(init_std=cfg.initializer_range, head_dropout=cfg.hidden_dropout_prob)
+
+
+FAMILIES: dict[str, FamilySpec] = {
+    "bert": FamilySpec(
+        from_config=_bert_from_config,
+        encoder_state=model.encoder_state_dict,
+        habits=_bert_habits,
+        frame=lambda raw, tok: tok,
+        prefix="Bert",
+    ),
+    cloze.MODEL_TYPE: FamilySpec(
+        from_config=lambda raw, pooled, source: cloze.encoder_from_config(raw, source),
+        encoder_state=cloze.encoder_state,
+        habits=lambda raw, source: cloze.FINETUNE_HABITS,
+        frame=lambda raw, tok: cloze.frame_tokenizer(cloze.config_from_json(raw), tok),
+        prefix="TwoTower",
+    ),
+}
+"""config.json ``model_type`` -> family. Any other model_type (or none) reads as BERT."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading a folder
+
+
+def read_config(path: str | Path) -> dict[str, Any]:
+    """config.json (or the original releases' bert_config.json) of a checkpoint folder, as a dict.
+    Reads no weights; a missing folder or file, or bad JSON, is an error naming it."""
+    path = Path(path)
+    if not path.is_dir():
+        raise SpanBertError(f"{path}: model folder not found, expected a folder with config.json and weights")
+    cfg_path = model.config_path(path)
+    if not cfg_path.is_file():
+        raise SpanBertError(f"{path}: no config.json or bert_config.json, expected a model folder")
+    raw = model.read_json(cfg_path, "a JSON object of model settings")
+    if not isinstance(raw, dict):
+        raise SpanBertError(f"{cfg_path}: found a JSON {type(raw).__name__}, expected a JSON object of model settings")
+    return raw
+
+
+def family_name(raw: dict[str, Any]) -> str:
+    """The `FAMILIES` key of a config.json dict: its model_type when it names a family, else bert."""
+    kind = raw.get("model_type")
+    return kind if isinstance(kind, str) and kind in FAMILIES else "bert"
+
+
+def family_of(path: str | Path) -> str:
+    """The family of the checkpoint folder ``path`` (reads config.json only)."""
+    return family_name(read_config(path))
+
+
+def habits_of(path: str | Path) -> FinetuneHabits:
+    """The fine-tuning habits of the family in ``path`` (reads config.json only): what a task command
+    needs before it parses its options, to show and use the family's defaults."""
+    raw = read_config(path)
+    return FAMILIES[family_name(raw)].habits(raw, str(model.config_path(path)))
+
+
+def num_layers_of(path: str | Path) -> int:
+    """`Family.num_layers` of the checkpoint in ``path``, from its config.json (BERT: the weights are
+    checked to be there too, `spanbert.model.check_checkpoint`); nothing is loaded."""
+    raw = read_config(path)
+    if family_name(raw) == "bert":
+        return model.check_checkpoint(path).num_hidden_layers
+    with torch.device("meta"):  # the sizes only: no memory, no initialisation
+        return encoder_from_config(raw, False, str(model.config_path(path))).num_layers
+
+
+def load_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict[str, Tensor]]:
+    """(config.json dict, state dict) of any family's folder (pre-trained or fine-tuned)."""
+    raw = read_config(path)
+    if family_name(raw) == "bert":
+        return model.load_checkpoint(path)  # HF, Google/SpanBERT releases, fairseq, sharded, .bin
+    weights = Path(path) / "model.safetensors"
+    if not weights.is_file():
+        raise SpanBertError(f"{path}: no weights (expected model.safetensors)")
+    return raw, model.read_safetensors(weights)
+
+
+def encoder_from_config(raw: dict[str, Any], add_pooling_layer: bool = True, source: str = "config.json") -> nn.Module:
+    """An encoder of the family and sizes ``raw`` (a config.json dict) describes, freshly initialised:
+    a task builds its saved model around it, then loads the folder's weights."""
+    return FAMILIES[family_name(raw)].from_config(raw, add_pooling_layer, source)
+
+
+def load_encoder(path: str | Path, add_pooling_layer: bool = False) -> nn.Module:
+    """The encoder of any family's checkpoint folder (pre-trained, or a fine-tuned task folder whose head
+    is dropped), in eval mode: a loaded model predicts; `spanbert.trainer.train` switches to train().
+
+    BERT: every layout `spanbert.model.load_checkpoint` reads; a checkpoint without a pooler (the SpanBERT
+    release) gets a freshly initialised one when ``add_pooling_layer``.
+    """
+    raw = read_config(path)
+    name = family_name(raw)
+    if name == "bert":
+        return model.Encoder.from_pretrained(path, add_pooling_layer=add_pooling_layer)
+    _, state = load_checkpoint(path)
+    encoder = encoder_from_config(raw, add_pooling_layer, str(model.config_path(path)))
+    load_encoder_state(encoder, state, str(path))
+    return encoder.eval()
+
+
+def load_encoder_state(encoder: nn.Module, state: dict[str, Tensor], source: str) -> None:
+    """Load a checkpoint's encoder weights (pre-trained or fine-tuned names) into ``encoder``; every
+    weight must fit (BERT: a missing pooler stays freshly initialised, as `Encoder.load_bert_state`)."""
+    own = FAMILIES[encoder.model_type].encoder_state(state)
+    if encoder.model_type == "bert":
+        encoder.load_bert_state(own, source=source)
+        return
+    missing, unexpected = encoder.load_state_dict(own, strict=False)
+    if missing or unexpected:
+        raise SpanBertError(
+            f"{source}: weights do not match a {encoder.model_type} encoder; missing {missing[:5]}, unexpected {unexpected[:5]}"
+        )
+
+
+def load_tokenizer(path: str | Path, tokenizer_dir: str | Path | None = None) -> Any:
+    """The tokenizer saved with a checkpoint (or the one given), framed for the checkpoint's family
+    (reads config.json, no weights): ``cls_id``/``mid_id``/``sep_id`` are the family's markers."""
+    from spanbert.tokenization import load_tokenizer_for
+
+    raw = read_config(path)
+    return FAMILIES[family_name(raw)].frame(raw, load_tokenizer_for(path, tokenizer_dir))
+
+
+def architecture(encoder: Any, task: str) -> str:
+    """A task model's architecture name for config.json: the family's prefix + ``task``
+    (``BertForSequenceClassification``, the HF name; ``TwoTowerForSequenceClassification``)."""
+    return FAMILIES[encoder.model_type].prefix + task
+
+
+def architectures(task: str) -> tuple[str, ...]:
+    """Every family's architecture name for ``task`` (what a predict command accepts)."""
+    return tuple(spec.prefix + task for spec in FAMILIES.values())
+
+
+# ---------------------------------------------------------------------------------------------
+# Task folders
+
+
+def save_task_model(
+    task_model: nn.Module, output_dir: str | Path, tokenizer: Any, architecture: str, extra: dict[str, Any] | None = None
+) -> None:
+    """Save a task model (its encoder as ``task_model.bert`` + a head) as config.json (the encoder's keys,
+    ``architectures``, then ``extra``: HF keys such as ``id2label`` at the top level, spanbert's task
+    settings under ``"spanbert"``) + model.safetensors + the tokenizer. Call it on one rank
+    (`spanbert.tasks.common.write_once`)."""
+    config_json = {**task_model.bert.config_json(), "architectures": [architecture]}
+    for k, v in (extra or {}).items():
+        if k == "spanbert":
+            config_json.setdefault("spanbert", {}).update(v)
+        else:
+            config_json[k] = v
+    model.save_checkpoint(output_dir, task_model.state_dict(), config_json, tokenizer=tokenizer)
+
+
+def check_task_folder(path: str | Path, architectures: tuple[str, ...], needs: str) -> dict[str, Any]:
+    """config.json of a folder that a predict/evaluate command reads a task model from; refused before any
+    data is read when it holds no such model (a pre-trained-only folder, another task's model), naming
+    the folder, what it holds and what the command needs (``needs``, e.g. "a GLUE model: spanbert
+    finetune glue")."""
+    raw = read_config(path)
+    found = raw.get("architectures")
+    if found is None and family_name(raw) == "bert" and "spanbert" not in raw:
+        return raw  # a HF folder written without architectures: its weights decide (the loader checks them)
+    held = found[0] if isinstance(found, list) and found and isinstance(found[0], str) else None
+    if held not in architectures:
+        what = f"a {held} model" if held else f"a {family_name(raw)} model without a task head"
+        raise SpanBertError(f"{path}: found {what}, expected {needs} (architectures {list(architectures)})")
+    return raw
