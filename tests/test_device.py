@@ -203,12 +203,12 @@ def two_tower(objective: str = "cloze", input: str = "bpe", **kw: Any):
 
 
 def cloze_batch(lengths: list[int]) -> dict[str, torch.Tensor]:
-    from spanbert import cloze
+    from spanbert.pretrain import cloze_collate
 
     cfg = two_tower().config
     rng = np.random.default_rng(4)
     items = [{"input_ids": np.concatenate([[cfg.bos_id], rng.integers(5, V, n - 2), [cfg.eos_id]])} for n in lengths]
-    return cloze.collate(items, cfg.pad_id)
+    return cloze_collate(items, cfg.pad_id)
 
 
 class TwoTowerEncode(nn.Module):
@@ -306,20 +306,23 @@ def coref_case():
 
 
 def cloze_heads_case(kind: str):
-    """The two-tower fine-tuning heads: GLUE (pair, boundary states) and NER (scalar mix, biLSTM, CRF)."""
+    """The two-tower model in the shared heads: the sentence classifier (pair, boundary states, x16, zero
+    init) and the biLSTM-CRF tagger (scalar mix, biLSTM, CRF)."""
     from test_cloze_finetune import _ner_batch, tiny_lm
 
-    from spanbert.tasks import cloze_heads as H
+    from spanbert.cloze import TwoTowerEncoder
+    from spanbert.tasks.classification import SequenceClassifier
+    from spanbert.tasks.crf_tagger import CrfTagger
 
     lm = tiny_lm()
     cfg = lm.config
     if kind == "sequence":
         ids = torch.tensor([[cfg.bos_id, 7, 8, cfg.sep_id, 9, cfg.eos_id], [cfg.bos_id, 11, cfg.sep_id, 12, cfg.eos_id, 0]])
         mask = (torch.arange(6)[None] < torch.tensor([[6], [5]])).long()
-        return H.ClozeForSequenceClassification(lm, 3, pair=True), {
+        return SequenceClassifier(TwoTowerEncoder(lm), 3), {
             "input_ids": ids, "attention_mask": mask, "labels": torch.tensor([0, 2])}
     stacking = "finetune" if kind == "tagger" else "frozen"
-    model = H.ClozeForTokenTagging(lm, 3, stacking=stacking, projection_dim=8, lstm_hidden_size=6)
+    model = CrfTagger(TwoTowerEncoder(lm), 3, stacking=stacking, projection_dim=8, lstm_hidden_size=6)
     return model, _ner_batch(cfg)
 
 
@@ -381,7 +384,6 @@ META_REFUSED = {
     "feature-ner-tagger-weighted": "pack_padded_sequence takes the lengths on the CPU",
     "feature-ner-tagger-concat": "pack_padded_sequence takes the lengths on the CPU",
     "two-tower-char-cnn": "the character CNN embeds each distinct word once (torch.unique)",
-    "cloze-glue-head": "checks that every pair row has its separator (bool(is_sep.any(1).all()))",
 }
 
 
