@@ -3,16 +3,23 @@ transformers' BertForPreTraining (MLM + NSP) on the same config and the same tok
 
     python bench/pretrain_step.py                       # CPU: 4 layers x 256, seq 512, batch 8
     python bench/pretrain_step.py --device cuda --model base --batch 32 --dtype bf16   # GPU
+    python bench/pretrain_step.py --device cuda --model base --dtype bf16 --out bench.json  # as bench/gpu.sh
 
-Prints tokens/s for each, the ratio, and the SBO overhead (our step with and without SBO). On a GPU
-it also prints MFU from the useful FLOPs per token (`spanbert.model.flops_per_token`).
+Prints tokens/s for each, the ratio, and the SBO overhead (our step with and without SBO); the
+transformers model runs with SDPA attention. It also prints MFU from the useful FLOPs per token
+(`spanbert.model.flops_per_token`) against two ceilings: the device's dense peak (a table of known
+GPUs; none on CPU) and a measured large matmul in the same dtype (what this device really reaches).
+``--out`` writes every figure as JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import platform
 import statistics
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -73,6 +80,17 @@ def hf_batch(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     )
 
 
+def matmul_flops(device: torch.device, dtype: torch.dtype | None, n: int, repeats: int = 10) -> float:
+    """FLOP/s of an n x n x n matmul in ``dtype`` (the practical ceiling of this device and dtype)."""
+    a = torch.randn(n, n, device=device, dtype=dtype or torch.float32)
+    b = torch.randn(n, n, device=device, dtype=dtype or torch.float32)
+
+    def step() -> None:
+        a @ b
+
+    return 2 * n**3 / timeit(step, device, warmup=2, repeats=repeats)
+
+
 def make_step(model, batch, device, dtype, fused):
     batch = {k: v.to(device) for k, v in batch.items()}
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=fused or None)
@@ -115,6 +133,8 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--compile", action="store_true", help="also time our model under torch.compile")
+    p.add_argument("--matmul", type=int, default=None, help="size of the measured matmul (default 8192 on GPU, 1024 on CPU)")
+    p.add_argument("--out", default=None, help="also write every figure to this JSON file")
     a = p.parse_args()
     import transformers
 
@@ -131,7 +151,9 @@ def main() -> None:
     torch.manual_seed(0)
     ours = SpanBertForPreTraining(cfg, sbo=True).to(device).train()
     ours_nosbo = SpanBertForPreTraining(cfg, sbo=False).to(device).train()
-    hf = transformers.BertForPreTraining(transformers.BertConfig(**cfg.to_hf_dict())).to(device).train()
+    hf_cfg = transformers.BertConfig(**cfg.to_hf_dict())
+    hf_cfg._attn_implementation = "sdpa"  # transformers' fastest BERT attention: the fair comparison
+    hf = transformers.BertForPreTraining(hf_cfg).to(device).train()
     steps = {
         "spanbert (MLM+SBO)": make_step(ours, batch, device, dtype, fused),
         "spanbert (MLM only)": make_step(ours_nosbo, batch, device, dtype, fused),
@@ -145,11 +167,12 @@ def main() -> None:
         for k, s in steps.items():
             times[k].append(timeit(s, device, a.warmup, a.repeats))
     med = {k: statistics.median(v) for k, v in times.items()}
-    print(
+    header = (
         f"config {name}: {cfg.num_hidden_layers} layers x {cfg.hidden_size}, vocab {cfg.vocab_size}, "
         f"seq {a.seq}, batch {a.batch}, device {device}, dtype {dtype or 'fp32'}, threads {torch.get_num_threads()}, "
         f"torch {torch.__version__}, transformers {transformers.__version__}"
     )
+    print(header)
     for k, t in med.items():
         print(f"{k:45s} {n_tokens / t:10.0f} tokens/s  ({t * 1000:.1f} ms/step)")
     hf_key = "transformers BertForPreTraining (MLM+NSP)"
@@ -157,12 +180,28 @@ def main() -> None:
     print(f"speed-up spanbert (MLM+SBO) vs transformers: {ratio:.2f}x")
     overhead = med["spanbert (MLM+SBO)"] / med["spanbert (MLM only)"] - 1
     print(f"SBO overhead: {overhead * 100:+.1f}%")
-    if device.type == "cuda":
-        peak = next((v for k, v in PEAK_FLOPS.items() if k in torch.cuda.get_device_name()), None)
-        fpt = flops_per_token(cfg, a.seq)
-        achieved = fpt * n_tokens / med["spanbert (MLM+SBO)"]
-        print(f"useful FLOPs/token {fpt / 1e6:.0f} M; achieved {achieved / 1e12:.1f} TFLOP/s", end="")
-        print(f"; MFU {achieved / peak * 100:.1f}%" if peak else "")
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
+    peak = next((v for k, v in PEAK_FLOPS.items() if k in device_name), None) if device.type == "cuda" else None
+    fpt = flops_per_token(cfg, a.seq)
+    measured = matmul_flops(device, dtype, a.matmul or (8192 if device.type == "cuda" else 1024))
+    achieved = {k: fpt * n_tokens / t for k, t in med.items()}
+    ours = achieved["spanbert (MLM+SBO)"]
+    print(f"useful FLOPs/token {fpt / 1e6:.1f} M; spanbert achieves {ours / 1e12:.3f} TFLOP/s")
+    print(f"dense {dtype or 'fp32'} peak of {device_name}: " + (f"{peak / 1e12:.0f} TFLOP/s, MFU {ours / peak * 100:.1f}%"
+          if peak else "unknown (no MFU against it)"))  # fmt: skip
+    print(f"measured matmul: {measured / 1e12:.3f} TFLOP/s, spanbert at {ours / measured * 100:.1f}% of it; "
+          f"transformers at {achieved[hf_key] / measured * 100:.1f}%")
+    if a.out:
+        figures = {
+            "header": header, "device": device_name, "model": name, "seq": a.seq, "batch": a.batch,
+            "dtype": str(dtype or "fp32"), "torch": torch.__version__, "transformers": transformers.__version__,
+            "tokens_per_s": {k: n_tokens / t for k, t in med.items()}, "ms_per_step": {k: t * 1000 for k, t in med.items()},
+            "speedup_vs_transformers": ratio, "sbo_overhead": overhead, "flops_per_token": fpt,
+            "achieved_flops": achieved, "dense_peak_flops": peak, "mfu_vs_peak": ours / peak if peak else None,
+            "matmul_flops": measured, "mfu_vs_matmul": ours / measured,
+        }  # fmt: skip
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.out).write_text(json.dumps(figures, indent=2) + "\n")
 
 
 if __name__ == "__main__":

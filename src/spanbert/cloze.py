@@ -488,7 +488,10 @@ class TwoTowerModel(nn.Module):
             loss = F.cross_entropy(logits.float(), targets)
             acc = (logits.argmax(-1) == targets).float().mean()
         else:
-            out = self.adaptive_softmax(h.float(), targets)
+            # in fp32 outside autocast: torch's adaptive softmax writes the bands' log-probabilities
+            # (autocast's dtype) into an fp32 buffer with index_copy_, which refuses mixed dtypes
+            with torch.autocast(h.device.type, enabled=False):
+                out = self.adaptive_softmax(h.float(), targets)
             # A tail band no target of this batch falls in gets no gradient; DDP requires every
             # parameter in the graph, so they join with weight 0.
             loss = out.loss + sum(p.sum() for p in self.adaptive_softmax.tail.parameters()) * 0.0
@@ -496,12 +499,29 @@ class TwoTowerModel(nn.Module):
                 acc = (self.adaptive_softmax.predict(h.float()) == targets).float().mean()
         return loss, acc.detach()
 
+    def _predict_at(self, h: Tensor, ids: Tensor, m: Tensor) -> tuple[Tensor, Tensor]:
+        """h (B, T, d) states predicting ids (B, T) where m (B, T) -> (mean cross-entropy, accuracy).
+
+        bpe: every position's logits, the others ignored (-100) and the mean taken as sum / count, so
+        no host sync (a boolean selection's size is a value); char_cnn selects the rows (the adaptive
+        softmax takes its targets' rows, and its bands' sizes are values: one sync either way)."""
+        if self.config.input != "bpe":
+            return self._predict(h[m], ids[m])
+        logits = F.linear(h, self.embed_tokens.weight).float()  # (B, T, V): input and output embeddings shared
+        targets = ids.masked_fill(~m, -100)  # (B, T)
+        count = m.sum().clamp(min=1)  # no targets: loss 0, still in the graph
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100, reduction="sum") / count
+        with torch.no_grad():
+            acc = ((logits.argmax(-1) == ids) & m).sum() / count
+        return loss, acc
+
     def log_probs(self, hidden: Tensor) -> Tensor:
         """(..., d) -> (..., V) log-probabilities of the output classifier (for inspection and `fill`)."""
         if self.config.input == "bpe":
             return F.log_softmax(F.linear(hidden, self.embed_tokens.weight).float(), dim=-1)
         flat = hidden.reshape(-1, hidden.shape[-1]).float()
-        return self.adaptive_softmax.log_prob(flat).view(*hidden.shape[:-1], -1)
+        with torch.autocast(flat.device.type, enabled=False):  # as in `_predict`
+            return self.adaptive_softmax.log_prob(flat).view(*hidden.shape[:-1], -1)
 
     # -------------------------------------------------------------- pre-training
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, **_: Any) -> dict[str, Any]:
@@ -520,16 +540,13 @@ class TwoTowerModel(nn.Module):
         terms: dict[str, Tensor] = {}
         if cfg.objective in ("cloze", "cloze-bilm"):
             hidden = self.combine(t["forward"], t["backward"], t["mask"], full_context=False)
-            m = masks["cloze"]
-            loss, acc = self._predict(hidden[m], input_ids[m])
+            loss, acc = self._predict_at(hidden, input_ids, masks["cloze"])
             terms["cloze"], out["cloze_loss"], out["cloze_acc"] = loss, loss.detach(), acc
         if cfg.objective in ("bilm", "cloze-bilm"):
             weight = cfg.bilm_weight if cfg.objective == "cloze-bilm" else 1.0
             f_prev, b_next = bilm_inputs(t["forward"], t["backward"])
-            m = masks["bilm_fwd"]  # (B, T) at the target positions
-            lf, af = self._predict(f_prev[m], input_ids[m])
-            m = masks["bilm_bwd"]
-            lb, ab = self._predict(b_next[m], input_ids[m])
+            lf, af = self._predict_at(f_prev, input_ids, masks["bilm_fwd"])  # masks: (B, T) at the targets
+            lb, ab = self._predict_at(b_next, input_ids, masks["bilm_bwd"])
             terms["bilm_fwd"], terms["bilm_bwd"] = weight * lf, weight * lb
             out.update(bilm_fwd_loss=lf.detach(), bilm_fwd_acc=af, bilm_bwd_loss=lb.detach(), bilm_bwd_acc=ab)
         out["loss"] = sum(terms.values())

@@ -73,7 +73,7 @@ def _drop_threshold(p: float) -> int:
 def cpu_keep_mask(shape: torch.Size | tuple[int, ...], p: float) -> Tensor:
     """Boolean keep-mask, True with probability 1 - ceil(p * 65536) / 65536, from 16-bit uniforms."""
     n = math.prod(shape)
-    words = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-(2**63), 2**63 - 1)  # 64 random bits each
+    words = torch.empty((n + 3) // 4, dtype=torch.int64, device="cpu").random_(-(2**63), 2**63 - 1)  # 64 random bits each
     u = words.view(torch.int16)[:n]  # uniform over [-32768, 32767]
     return (u >= -32768 + _drop_threshold(p)).view(shape)
 
@@ -281,7 +281,10 @@ class Encoder(nn.Module):
             )
         x = self.embeddings(input_ids, token_type_ids)  # (B, T, H)
         states: list[Tensor] | None = [] if output_hidden_states else None
-        if attention_mask is None or _all_ones(attention_mask):
+        # A mask costs one host sync (`nonzero`: the number of real tokens is a shape); an unpadded
+        # batch should come without one (the pre-training collator leaves it out) and costs none.
+        unpad = Unpad(attention_mask) if attention_mask is not None else None
+        if unpad is None or (unpad.index.numel() == unpad.B * unpad.T and not torch.compiler.is_compiling()):
             out = self.encoder(x, None, states=states)  # no padding: no mask at all (a causal model: SDPA's is_causal)
             return out if states is None else (x, *states)
         # (B, 1, 1, T) boolean: True = may attend. Only keys are masked, as in BERT.
@@ -293,7 +296,6 @@ class Encoder(nn.Module):
             # first real token (left padding) gets no all -inf softmax whose NaN gradient would reach
             # real keys; real queries never see a padded key either way
             mask = (mask & tril) | torch.eye(T, dtype=torch.bool, device=mask.device)
-        unpad = Unpad(attention_mask)
         x0 = unpad.gather(x)  # (N, H): real tokens only
         x = self.encoder(x0, mask, unpad, states=states)  # (N, H)
         # Padded positions come back as zeros (HF returns values there that no loss should use).
@@ -423,12 +425,6 @@ class Encoder(nn.Module):
         save_checkpoint(path, self.state_dict(), config_json, tokenizer=tokenizer)
 
 
-def _all_ones(mask: Tensor) -> bool:
-    if torch.compiler.is_compiling():
-        return False
-    return bool(mask.all())
-
-
 # ---------------------------------------------------------------------------------------------
 # Pre-training heads (§3.2) and the pre-training model
 
@@ -498,14 +494,13 @@ class PreTrainingHeads(nn.Module):
 
 def _ce_and_acc(logits: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
     """Mean cross-entropy and accuracy over the targets (labels != -100). With no target both are 0,
-    the loss still attached to the graph so the head's parameters get (zero) gradients, as DDP needs."""
-    keep = labels != -100
-    if not bool(keep.any()):
-        zero = logits.float().sum() * 0.0  # not the NaN of a mean over nothing
-        return zero, zero.detach()
-    loss = F.cross_entropy(logits.float(), labels, ignore_index=-100)
+    the loss still attached to the graph so the head's parameters get (zero) gradients, as DDP needs.
+    Sum / max(count, 1) rather than a branch on the count: no host sync in the training step."""
+    keep = labels != -100  # (N,)
+    count = keep.sum().clamp(min=1)  # not the NaN of a mean over nothing
+    loss = F.cross_entropy(logits.float(), labels, ignore_index=-100, reduction="sum") / count
     with torch.no_grad():
-        acc = (logits.argmax(-1)[keep] == labels[keep]).float().mean()
+        acc = ((logits.argmax(-1) == labels) & keep).sum() / count
     return loss, acc
 
 

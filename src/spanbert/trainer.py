@@ -132,7 +132,9 @@ class TrainingArguments:
     """Start over in an output_dir that already holds a run (its checkpoints are removed); as the
     transformers flag. Without it (or --resume) such a folder is refused."""
     nan_policy: Literal["stop", "skip"] = "stop"
-    """On a NaN/inf loss or gradient: stop with an error naming the step, or skip that step."""
+    """On a NaN/inf loss or gradient: stop with an error naming the step, or skip that step. With fused
+    AdamW (fp32/bf16) the check runs on the device: a bad step is never applied, and "stop" stops at the
+    next logging step (or checkpoint), naming the first bad step."""
     report_to: Literal["tensorboard", "none"] = "tensorboard"
     """Also write TensorBoard event files (when the tensorboard package is installed)."""
     disable_tqdm: bool = False
@@ -898,9 +900,10 @@ def _to_device(batch: Any, device: torch.device) -> Any:
 
 
 def _count_tokens(batch: Any) -> int:
+    """Real tokens of a collated batch, read from its host (CPU) tensors: numpy, never a device sync."""
     if isinstance(batch, dict):
         if batch.get("attention_mask") is not None:
-            return int(batch["attention_mask"].sum())
+            return int(batch["attention_mask"].numpy().sum())
         if isinstance(batch.get("input_ids"), torch.Tensor):
             return batch["input_ids"].numel()
     return 0
@@ -1067,8 +1070,30 @@ def train(
     last: dict[str, float] = {}
     pin = device.type == "cuda"
     extra_state = {"world_size": world, "run_config": run_config, "best": best}
+    # No host sync inside a step (docs/gpu.md): with fused AdamW and no fp16 scaler, a step with a
+    # non-finite loss or gradient is skipped on the device (the optimizer's `found_inf`), and the
+    # counts below are read on the host only at logging steps and checkpoints.
+    device_skip = scaler is None and getattr(optimizer, "_step_supports_amp_scaling", False)
+    skipped_t = torch.zeros((), device=device)  # steps skipped, not yet added to `skipped`
+    first_bad = torch.zeros(3, device=device)  # (step, loss, grad norm) of the first bad step; step 0 = none
+
+    def settle_skips() -> None:
+        """Read the device's skip counts (a sync: logging steps, checkpoints and the end only)."""
+        nonlocal skipped
+        if not device_skip:
+            return
+        skipped += int(skipped_t.item())
+        skipped_t.zero_()
+        bad_step, bad_loss, bad_norm = first_bad.tolist()
+        if bad_step and args.nan_policy == "stop":
+            raise SpanBertError(
+                f"non-finite loss or gradient at step {int(bad_step)} (loss {bad_loss:.4g}, "
+                f"grad norm {bad_norm:.4g}); lower the learning rate, use fp32, "
+                f"or pass --nan_policy skip to skip such steps"
+            )
 
     def checkpoint() -> None:
+        settle_skips()
         rngs = all_gather_objects(_rng_state())  # every rank's stream, so each resumes its own
         on_main(lambda: save_training_state(output_dir, step, model, optimizer, scheduler, scaler, args, extra_state, rngs))
 
@@ -1108,16 +1133,17 @@ def train(
                 mbs = [next(stream) for _ in step_mbs]
                 counts = [counts_of(mb) for mb in mbs]
                 keys = sorted(set().union(*counts))
-                totals_t = torch.tensor([sum(c.get(k, 0) for c in counts) for k in keys], dtype=torch.float64)
+                totals = {k: float(sum(c.get(k, 0) for c in counts)) for k in keys}
                 if world > 1:
-                    totals_t = totals_t.to(device)
+                    # every rank's counts before the first backward: the one host sync of a DDP step
+                    totals_t = torch.tensor([totals[k] for k in keys], dtype=torch.float64, device=device)
                     dist.all_reduce(totals_t)
-                totals = dict(zip(keys, totals_t.tolist()))
+                    totals = dict(zip(keys, totals_t.tolist()))
                 loss_sum = torch.zeros((), device=device)
                 lr_used = _shown_lr(optimizer, args)  # the rate this step uses (before scheduler.step)
                 for i, mb in enumerate(mbs):
+                    tokens += _count_tokens(mb)  # on the host batch, before the copy
                     mb = _to_device(mb, device)
-                    tokens += _count_tokens(mb)
                     sync = world == 1 or i == len(mbs) - 1
                     ctx = model.no_sync() if not sync else nullcontext()
                     with ctx, torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
@@ -1142,7 +1168,7 @@ def train(
                     loss_sum += loss.detach()
                     for k, v in out.items():
                         if (k.endswith("loss") or k.endswith("acc")) and isinstance(v, torch.Tensor) and v.ndim == 0:
-                            window.setdefault(k, []).append(float(v.detach()))
+                            window.setdefault(k, []).append(v.detach())  # read at the logging step
                 if scaler is not None:
                     scaler.unscale_(optimizer)
                 norms = [clip_gradients(g, args.max_grad_norm) for g in clipped]
@@ -1152,11 +1178,22 @@ def train(
                 bad = torch.cat([bad_loss, bad_grad])
                 if world > 1:
                     dist.all_reduce(bad)
+                if device_skip:
+                    found = (bad.sum() > 0).float()  # 1.0: the fused optimizer skips this update on the device
+                    optimizer.found_inf = found
+                    optimizer.step()
+                    optimizer.found_inf = None
+                    optimizer.zero_grad(set_to_none=True)
+                    new_bad = (found > 0) & (first_bad[0] == 0)
+                    first_bad.copy_(torch.where(new_bad, torch.stack([
+                        torch.full((), step + 1.0, device=device), loss_sum.float(), grad_norm.float().to(device)
+                    ]), first_bad))
+                    skipped_t += found
+                # Otherwise (fp16, a non-fused optimizer) the host decides, one sync per step.
                 # fp16: a non-finite gradient with a finite loss is the scaler's overflow, expected
                 # while it finds its scale: the scaler skips the step, we count it. A non-finite loss
                 # follows --nan_policy as in fp32/bf16.
-                nonfinite = bool(bad[0].item()) or (scaler is None and bool(bad[1].item()))
-                if nonfinite:
+                elif bool(bad[0].item()) or (scaler is None and bool(bad[1].item())):
                     if args.nan_policy == "stop":
                         raise SpanBertError(
                             f"non-finite loss or gradient at step {step + 1} (loss {loss_sum.item():.4g}, "
@@ -1193,12 +1230,13 @@ def train(
                 step += 1
                 if device.type == "cpu":
                     trim_heap()  # bounded resident memory on CPU, at most every 2 s (utils.trim_heap)
-                window.setdefault("grad_norm", []).append(float(grad_norm))
+                window.setdefault("grad_norm", []).append(grad_norm.detach())
                 if bar is not None:
                     bar.update(1)
                 if step % max(1, args.logging_steps) == 0 or step == end:
+                    settle_skips()
                     dt = time.perf_counter() - t0
-                    last = {k: float(np.mean(v)) for k, v in window.items()}
+                    last = {k: float(torch.stack([x.double().cpu() for x in v]).mean()) for k, v in window.items()}
                     last["lr"] = lr_used
                     last["tokens_per_s"] = tokens * world / dt if dt > 0 else 0.0
                     # real (unpadded) tokens per update, averaged over the window (this rank's x world)
@@ -1220,6 +1258,7 @@ def train(
                     _select(_run_eval(eval_fn, raw_model, step, rank, logger, last), step, raw_model, args, best)
                 if args.save_steps and step % args.save_steps == 0 and step != end:
                     checkpoint()
+        settle_skips()
         if args.save_steps > 0 or step < total:
             checkpoint()
         if eval_fn is not None and step == total:
