@@ -1024,11 +1024,12 @@ def pretrain_cloze(cfg: Any, args: Any, masking: Any = None, model_overrides: di
 
 
 def _export(model: TwoTowerModel, tok: Any, final: Path, system: str, metrics: dict[str, float]) -> None:
-    from spanbert.utils import atomic_write
+    from spanbert.utils import atomic_dir
 
-    model.save_pretrained(final, tokenizer=tok, extra={"system": system})
-    with atomic_write(final / "train_metrics.json") as f:
-        f.write(json.dumps(metrics, indent=2) + "\n")
+    # written beside `final` and swapped in whole: a kill leaves the old export or the new, never a mix
+    with atomic_dir(final) as tmp:
+        model.save_pretrained(tmp, tokenizer=tok, extra={"system": system})
+        (tmp / "train_metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
 
 
 __all__ = [

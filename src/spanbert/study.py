@@ -38,7 +38,7 @@ import numpy as np
 
 from spanbert import distributed
 from spanbert.errors import SpanBertError
-from spanbert.utils import atomic_write
+from spanbert.utils import atomic_dir, atomic_write
 
 # ---------------------------------------------------------------------------------------------
 # What a study is
@@ -1140,7 +1140,8 @@ def export_checkpoints(run_dir: Path, out: Path) -> list[tuple[int, Path]]:
             model = SpanBertForPreTraining.from_pretrained(final)
             state = torch.load(ckpt / "state.pt", map_location="cpu", weights_only=True)
             model.load_state_dict(state["model"])
-            model.save_pretrained(target, tokenizer=tokenizer)
+            with atomic_dir(target) as tmp:  # whole or absent: a killed curve redoes the step
+                model.save_pretrained(tmp, tokenizer=tokenizer)
         models.append((step, target))
     if not models:
         raise SpanBertError(

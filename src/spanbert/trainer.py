@@ -1051,6 +1051,10 @@ def train(
         for line in accepted:
             print0(f"note: --resume with a changed setting: {line}")
         step = load_training_state(ckpt, model, optimizer, scheduler, scaler)
+        # the rate of the next step from this run's schedule: the saved one is the old schedule's
+        # (a changed max_steps), and the same number when nothing changed
+        for g, rate in zip(optimizer.param_groups, scheduler.lr_lambdas):
+            g["lr"] = g["initial_lr"] * rate(step)
         best.update(on_main(lambda: json.loads((ckpt / "trainer_state.json").read_text()).get("best") or {}))
         print0(f"resumed from {ckpt} at step {step}/{total}")
 
