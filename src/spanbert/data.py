@@ -66,7 +66,7 @@ from spanbert.tokenization import (
     load_tokenizer,
     parse_jsonl_text,
 )
-from spanbert.utils import atomic_dir, atomic_write
+from spanbert.utils import atomic_dir, atomic_write, close_inherited_sockets
 
 FORMAT = "spanbert-corpus-v1"
 CANDIDATE_KINDS = ("entity", "noun_phrase")
@@ -148,6 +148,7 @@ def _init_worker(tokenizer_dir: str, candidate_kinds: tuple[str, ...], spacy_mod
     if not threads:
         # N worker processes on N cores: HF tokenizers' own thread pool would oversubscribe them.
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
+        close_inherited_sockets()  # forked from a torchrun rank: its gloo connections are not ours
     _WORKER["tok"] = load_tokenizer(tokenizer_dir)
     _WORKER["kinds"] = candidate_kinds
     _WORKER["nlp"] = load_spacy(spacy_model) if candidate_kinds else None

@@ -44,7 +44,14 @@ from spanbert.distributed import (  # noqa: F401 - distributed_env, init_distrib
     resolve_device,
 )
 from spanbert.errors import SpanBertError
-from spanbert.utils import atomic_write, configure_malloc, fsync_dir, remove_debris, trim_heap
+from spanbert.utils import (
+    atomic_write,
+    close_inherited_sockets,
+    configure_malloc,
+    fsync_dir,
+    remove_debris,
+    trim_heap,
+)
 
 
 @dataclass
@@ -1091,6 +1098,7 @@ def train(
         return c
 
     model.train()
+    stream = None
     try:
         end = min(total, args.stop_at_step) if args.stop_at_step > 0 else total
         while step < end:
@@ -1110,7 +1118,10 @@ def train(
                 # worker seeds come from this generator, not the global RNG, so resumes stay exact
                 generator=torch.Generator().manual_seed(args.seed * 1000 + epoch),
                 persistent_workers=False,
+                # a worker must not keep its rank's gloo connections open after the rank dies
+                worker_init_fn=_forget_sockets if world > 1 else None,
             )
+            _close_loader(stream)
             stream = iter(loader)
             for step_mbs in plan:
                 if step >= end:
@@ -1241,6 +1252,7 @@ def train(
         if eval_fn is not None and step == total:
             _select(_run_eval(eval_fn, raw_model, step, rank, logger, last), step, raw_model, args, best)
     finally:
+        _close_loader(stream)  # workers joined on every exit path, before the process group goes
         if bar is not None:
             bar.close()
         logger.close()
@@ -1259,6 +1271,18 @@ def train(
         best_step=best["step"],
         best_metrics=dict(best["metrics"]),
     )
+
+
+def _forget_sockets(worker_id: int) -> None:
+    close_inherited_sockets()  # utils.close_inherited_sockets: why
+
+
+def _close_loader(stream: Any) -> None:
+    """Join a DataLoader iterator's worker processes now, not whenever the iterator is collected (on an
+    error path the traceback keeps it alive until after `distributed.shutdown`)."""
+    shutdown = getattr(stream, "_shutdown_workers", None)
+    if shutdown is not None:
+        shutdown()
 
 
 def _shown_lr(optimizer, args: TrainingArguments) -> float:

@@ -189,6 +189,38 @@ def remove_debris(folder: str | os.PathLike, keep: Iterable[str] = ()) -> list[s
     return done
 
 
+def close_inherited_sockets() -> int:
+    """Close the TCP sockets this process inherited (a worker forked from a rank of a torchrun job);
+    returns how many. Call it first thing in a forked worker process.
+
+    Why: a worker forked after the process group was joined holds copies of the rank's gloo
+    connections. When the rank dies they stay open until the orphaned worker notices (a data-loader
+    worker checks every 5 s), and the other ranks wait on them instead of stopping at once. Workers
+    talk to their parent through pipes and Unix sockets, never TCP, so nothing of theirs is closed.
+    """
+    import socket
+    import stat
+
+    closed = 0
+    try:
+        fds = [int(x) for x in os.listdir("/proc/self/fd")]
+    except OSError:  # no /proc (macOS): workers are spawned there, nothing was inherited
+        return 0
+    for fd in fds:
+        try:
+            if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+                continue
+            sock = socket.socket(fileno=fd)
+        except OSError:
+            continue
+        family = sock.family
+        sock.detach()  # the object must not close it again
+        if family in (socket.AF_INET, socket.AF_INET6):
+            os.close(fd)
+            closed += 1
+    return closed
+
+
 _libc: Any = None
 _last_trim = 0.0
 _malloc_configured: bool | None = None

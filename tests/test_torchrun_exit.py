@@ -1,0 +1,132 @@
+"""How two-process runs end (issue 22.8, 22.9): a finished rank exits 0 every time (no SIGABRT at exit),
+and when a rank dies the other stops at once with one line naming it and its log."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+# A short run on 2 gloo processes: a few steps with a data-loader worker and a checkpoint, then the
+# process ends as a user's script does (atexit leaves the group); KILL_AT=k: rank 1 SIGKILLs itself at
+# its k-th forward, after writing the time to DIED. Self-contained (no test module, no pytest import):
+# 40 interpreters start in the stress test.
+SCRIPT = """
+import os, signal, sys, time
+import torch
+from torch import nn
+from spanbert.trainer import TrainingArguments, train
+
+kill_at = int(os.environ.get("KILL_AT", 0))
+
+
+class Data(torch.utils.data.Dataset):
+    def __len__(self):
+        return 37  # not a multiple of the global batch: the last step is short
+
+    def __getitem__(self, i):
+        x = torch.randn(4, generator=torch.Generator().manual_seed(i))
+        return {{"x": x, "y": x.sum().unsqueeze(0)}}
+
+
+class Net(nn.Module):
+    calls = 0
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.body = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 1))
+
+    def forward(self, x, y):
+        Net.calls += 1
+        if kill_at and os.environ["RANK"] == "1" and Net.calls == kill_at:
+            with open(os.environ["DIED"], "w") as f:
+                f.write(repr(time.time()))
+            os.kill(os.getpid(), signal.SIGKILL)
+        return {{"loss": ((self.body(x) - y) ** 2).mean()}}
+
+
+args = TrainingArguments(output_dir=sys.argv[1], max_steps=int(sys.argv[2]), per_device_train_batch_size=4,
+                         save_steps=2, logging_steps=1, disable_tqdm=True, report_to="none", dataloader_num_workers=1)
+train(Net(), Data(), args)
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _launch(script: Path, out: Path, steps: int, extra_env: dict | None = None) -> list[subprocess.CompletedProcess]:
+    """Start both ranks as torchrun does (its environment variables, no agent: a launch costs two
+    interpreters, not three) and wait for both."""
+    port = _free_port()
+    procs = []
+    for r in range(2):
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "RANK": str(r), "LOCAL_RANK": str(r),
+               "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+               **(extra_env or {})}  # fmt: skip
+        procs.append(subprocess.Popen([sys.executable, str(script), str(out), str(steps)], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))  # fmt: skip
+    done = []
+    for p in procs:
+        stdout, stderr = p.communicate(timeout=240)
+        done.append(subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr))
+    return done
+
+
+@pytest.mark.slow
+def test_twenty_two_process_launches_all_exit_cleanly(tmp_path):
+    """Issue 22.8: 20 launches of a short two-process run (a data-loader worker, checkpoints), 0 abnormal
+    exits: every rank exits 0 with no ``terminate called`` (SIGABRT) on its way out."""
+    script = tmp_path / "run.py"
+    script.write_text(SCRIPT.format())
+    parallel = max(1, min(4, (os.cpu_count() or 2) // 2))
+    with ThreadPoolExecutor(parallel) as pool:
+        launches = list(pool.map(lambda i: _launch(script, tmp_path / f"run{i}", 2), range(20)))
+    bad = [(i, r, p.returncode, p.stderr[-800:]) for i, ranks in enumerate(launches) for r, p in enumerate(ranks)
+           if p.returncode != 0 or "terminate called" in p.stderr]  # fmt: skip
+    assert not bad, f"{len(bad)} abnormal exits of 40: {bad[:3]}"
+
+
+@pytest.mark.slow
+def test_a_dead_rank_is_named_in_one_line(tmp_path):
+    """Issue 22.9: rank 1 is killed mid-run; rank 0 exits non-zero within a second with one line that
+    names rank 1, its pid and its log, instead of gloo's traceback."""
+    script = tmp_path / "run.py"
+    script.write_text(SCRIPT.format())
+    died = tmp_path / "died"
+    logs = tmp_path / "logs"
+    # the log folder as torchrun gives it (TORCHELASTIC_ERROR_FILE = <attempt dir>/<local rank>/error.json)
+    for r in range(2):
+        (logs / str(r)).mkdir(parents=True)
+        (logs / str(r) / "stderr.log").write_text("")
+    env = {"KILL_AT": "3", "DIED": str(died)}
+    t0 = time.time()
+    procs = []
+    port = _free_port()
+    for r in range(2):
+        penv = {**os.environ, **env, "OMP_NUM_THREADS": "1", "RANK": str(r), "LOCAL_RANK": str(r),
+                "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                "TORCHELASTIC_ERROR_FILE": str(logs / str(r) / "error.json")}  # fmt: skip
+        procs.append(subprocess.Popen([sys.executable, str(script), str(tmp_path / "out"), "50"], env=penv,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))  # fmt: skip
+    _, err0 = procs[0].communicate(timeout=240)
+    end0 = time.time()
+    procs[1].communicate(timeout=60)
+    assert procs[1].returncode == -9
+    assert procs[0].returncode not in (0, None)
+    lines = [x for x in err0.splitlines() if x.strip()]
+    assert len(lines) == 1 and "Traceback" not in err0, err0
+    assert re.fullmatch(rf"error: rank 1 \(pid {procs[1].pid} on this host\) stopped; its log: .*", lines[0]), lines[0]
+    assert str(logs / "1" / "stderr.log") in lines[0]
+    assert end0 - float(died.read_text()) < 3.0, f"rank 0 took {end0 - float(died.read_text()):.1f} s to stop"
+    assert end0 > t0
