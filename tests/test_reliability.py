@@ -105,3 +105,66 @@ def test_every_temporary_name_is_known_to_the_cleanup(corpus, tmp_path, monkeypa
     assert not bad, f"temporary names the cleanup does not know: {bad}"
     assert not [p for p in os.listdir(run) if p.startswith(".")]
     assert not [p for p in os.listdir(run / "final") if p.startswith(".")]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["pretrain", "--system", "cloze", "--corpus", "{empty}", "--model", "tiny", "--max_steps", "1"],
+        ["pretrain", "--system", "cloze", "--corpus", "{binary}", "--model", "tiny", "--max_steps", "1"],
+        ["pretrain", "--system", "bilm", "--corpus", "{missing}", "--model", "tiny", "--max_steps", "1"],
+        ["pretrain", "--corpus", "{empty}", "--model", "tiny", "--max_steps", "1"],
+        ["pretrain", "--corpus", "{binary}", "--model", "tiny", "--max_steps", "1"],
+        ["tokenizer", "train", "--corpus", "{empty}", "--vocab_size", "100"],
+        ["preprocess", "--corpus", "{binary}", "--tokenizer", "{missing}"],
+    ],
+    ids=["cloze-empty", "cloze-not-utf8", "bilm-missing", "bert-empty", "bert-not-utf8", "tokenizer", "preprocess"],
+)
+def test_a_failed_command_leaves_the_disk_as_it_found_it(tmp_path, cli_error, argv):
+    """Issue 22.7: a bad corpus (empty, not UTF-8, missing) is refused with nothing left behind: no
+    output folder (nor the parents the command would have created), no half-prepared data."""
+    files = {"empty": tmp_path / "empty.txt", "binary": tmp_path / "binary.txt", "missing": tmp_path / "nope"}
+    files["empty"].write_text("")
+    files["binary"].write_bytes(b"\xff\xfe bad\n")
+    out = tmp_path / "runs" / "deep"
+    cli_error([a.format(**files) for a in argv] + ["--output_dir", out], out=tmp_path)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_folders_created_for_a_failed_write_are_removed(tmp_path):
+    """atomic_dir / atomic_write create the missing parents of their target; when the write fails they
+    remove those they created (still empty), and never a folder that was there or holds something."""
+    with pytest.raises(RuntimeError):
+        with utils.atomic_dir(tmp_path / "a" / "b" / "final"):
+            raise RuntimeError
+    assert os.listdir(tmp_path) == []
+    (tmp_path / "kept").mkdir()
+    with pytest.raises(RuntimeError):
+        with utils.atomic_write(tmp_path / "kept" / "new" / "x.json") as f:
+            f.write("{")
+            raise RuntimeError
+    assert os.listdir(tmp_path) == ["kept"] and os.listdir(tmp_path / "kept") == []
+
+
+def test_a_study_stopped_by_a_bad_corpus_leaves_only_what_its_next_run_accepts(tmp_path, cli_error):
+    """Issue 22.7, study: the shared tokenizer step fails on a corpus that is not UTF-8; the study folder
+    keeps its plan and the step's log (the error points to it) and the next run goes past it."""
+    text = tmp_path / "corpus.txt"
+    text.write_bytes(b"\xff\xfe bad\n")
+    (tmp_path / "sst").mkdir()
+    study = tmp_path / "s.yaml"
+    study.write_text(
+        f"corpus: {text}\nvocab_size: 300\nmodel: tiny\nbudget_tokens: 8192\nmax_seq_length: 64\nbatch_size: 8\n"
+        f"seeds: 1\noutput_dir: {tmp_path}/out\nsystems: [spanbert]\n"
+        f"tasks:\n  - {{task: glue, glue_task: SST-2, train: {tmp_path}/sst}}\n"
+    )
+    cli_error(["study", study, "--only", "pretrain"], names="tokenizer.log", contains="not UTF-8")
+    left = sorted(str(p.relative_to(tmp_path / "out")) for p in (tmp_path / "out").rglob("*"))
+    assert left == ["shared", "shared/tokenizer.log", "study.json"], left
+    from test_pretrain import synthetic_docs
+
+    from spanbert.cli import main
+
+    text.write_text("\n\n".join(synthetic_docs()) + "\n")  # fixed: the same study goes on from there
+    assert main(["study", str(study), "--only", "pretrain", "--budget_tokens", "1024"]) == 0
+    assert (tmp_path / "out" / "pretrain" / "spanbert" / "final" / "config.json").is_file()
