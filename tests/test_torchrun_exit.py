@@ -173,3 +173,51 @@ def test_a_dead_rank_is_named_in_one_line(tmp_path):
     assert str(logs / "1" / "stderr.log") in lines[0]
     assert end0 - float(died.read_text()) < 3.0, f"rank 0 took {end0 - float(died.read_text()):.1f} s to stop"
     assert end0 > t0
+
+
+def _two_ranks_one_dead(monkeypatch) -> int:
+    """This process as rank 0 of 2, rank 1 a process that has ended; returns rank 1's pid."""
+    from spanbert import distributed
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    host = socket.gethostname()
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(distributed, "_peers", [{"host": host, "pid": os.getpid(), "log_dir": ""},
+                                                {"host": host, "pid": gone.pid, "log_dir": "/logs/1"}])  # fmt: skip
+    return gone.pid
+
+
+def test_only_a_broken_collective_is_told_as_a_dead_rank(monkeypatch):
+    from spanbert import distributed
+
+    pid = _two_ranks_one_dead(monkeypatch)
+    line = distributed.peer_failure(RuntimeError("[pair.cc:553] Connection closed by peer [127.0.0.1]:5547"))
+    assert line.startswith(f"rank 1 (pid {pid} on this host) stopped; its output is above, on torchrun's console")
+    assert distributed.peer_failure(RuntimeError("shape mismatch")) is None  # a bug of ours stays a traceback
+    monkeypatch.setattr(distributed, "_peers", [])
+    assert distributed.peer_failure(RuntimeError("Connection closed by peer")) is None  # one process
+
+
+def test_the_cli_ends_at_once_with_the_line(monkeypatch, capsys):
+    """`spanbert ...` under torchrun: a collective broken by a dead rank ends the command with the one
+    line and exit status 1 (at once: os._exit, the teardown after a broken group takes seconds)."""
+    from spanbert import cli, distributed
+
+    _two_ranks_one_dead(monkeypatch)
+
+    def broken(argv):
+        raise RuntimeError("Connection closed by peer [127.0.0.1]:5547. This is typically caused by a remote worker crashing.")
+
+    def exit_now(code):
+        raise SystemExit(code)
+
+    monkeypatch.setattr(cli, "_run", broken)
+    monkeypatch.setattr(distributed.os, "_exit", exit_now)
+    monkeypatch.setattr(distributed, "_failed", False)
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["pretrain"])
+    assert stop.value.code == 1
+    err = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+    assert len(err) == 1 and err[0].startswith("error: rank 1 (pid "), err

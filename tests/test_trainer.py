@@ -492,3 +492,13 @@ def test_two_processes_match_one_with_an_odd_example_count(tmp_path):
     """43 examples, global batch 8, two epochs: torchrun 2 x gloo == one process with accumulation 2
     (12 steps each; the short last step of each epoch trained on, not dropped under DDP)."""
     _assert_two_processes_match_one(tmp_path, ODD_SCRIPT)
+
+
+def test_a_resume_with_more_steps_runs_the_new_schedule_from_the_first_step(tmp_path):
+    """--resume with a larger max_steps: the first resumed step already runs at the new schedule's rate
+    (it ran at the old schedule's last rate, 0 for a linear decay, so it changed nothing)."""
+    train(Net(), Regression(), args(tmp_path, max_steps=4, logging_steps=1))
+    train(Net(), Regression(), args(tmp_path, max_steps=8, logging_steps=1, resume=True))
+    log = {r["step"]: r for r in map(json.loads, (tmp_path / "log.jsonl").read_text().splitlines())}
+    new = lr_lambda(8, 3, "linear")
+    assert log[5]["train/lr"] == pytest.approx(1e-2 * new(4)) and log[5]["train/lr"] > 0

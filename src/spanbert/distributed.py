@@ -137,18 +137,27 @@ def shutdown() -> None:
     if not (dist.is_available() and dist.is_initialized()):
         return
     gc.collect()
-    if not _failed and world_size() > 1:
-        _exit_barrier()
+    if world_size() > 1:
+        _exit_barrier(wait=not _failed)
     dist.destroy_process_group()
     _peers = []
 
 
-def _exit_barrier() -> None:
+def _exit_barrier(wait: bool) -> None:
+    """Count this rank as finished (or failed) in the rendezvous store; with ``wait``, wait until every
+    rank is counted (a failed rank counts: nobody waits for one that has stopped), at most
+    `EXIT_BARRIER_TIMEOUT` seconds. The store, not a collective: it cannot pair with a collective that
+    another rank is still in."""
+    from datetime import timedelta
+
     try:
         store = dist.distributed_c10d._get_default_store()
-        store.add("spanbert/finished", 1)
+        store.set_timeout(timedelta(seconds=5))  # a store whose host has gone fails fast
+        store.add("spanbert/finished" if wait else "spanbert/failed", 1)
         deadline = time.monotonic() + EXIT_BARRIER_TIMEOUT
-        while store.add("spanbert/finished", 0) < world_size() and time.monotonic() < deadline:
+        while wait and time.monotonic() < deadline:
+            if store.add("spanbert/finished", 0) + store.add("spanbert/failed", 0) >= world_size():
+                break
             time.sleep(0.01)
     except Exception:  # noqa: BLE001 - a store gone with its host (a rank that stopped): leave anyway
         pass
