@@ -38,7 +38,7 @@ import numpy as np
 
 from spanbert import distributed
 from spanbert.errors import SpanBertError
-from spanbert.utils import atomic_dir, atomic_write
+from spanbert.utils import atomic_dir, atomic_write, remove_debris
 
 # ---------------------------------------------------------------------------------------------
 # What a study is
@@ -1128,6 +1128,7 @@ def export_checkpoints(run_dir: Path, out: Path) -> list[tuple[int, Path]]:
     if not (final / "config.json").is_file():
         raise SpanBertError(f"{run_dir}: found no final/config.json, expected a finished `spanbert pretrain` run")
     tokenizer = load_tokenizer_for(final)
+    remove_debris(out)  # what a killed export left (`.step-N.tmp-*`): the step is exported again
     models: list[tuple[int, Path]] = []
     for ckpt in sorted((p for p in run_dir.glob("checkpoint-*") if _ckpt_step(p) is not None), key=_ckpt_step):
         if _complete(ckpt) is not None:
