@@ -11,9 +11,10 @@ The job is `spanbert.trainer.train` on a small regression model (dropout on, so 
 with a checkpoint after every step, so that many kills land inside checkpoint writes; after training it
 exports `final/` as `spanbert pretrain` does (`utils.atomic_dir` + `model.save_checkpoint`: weights, a
 second weights file like the SBO head, config.json, train_metrics.json). Phase 1 kills the job at
-random instants. Phase 2 (`--export_kills`) re-runs the finished job with --resume, which re-saves the
-last checkpoint and re-exports `final/`, and kills it at a random instant inside the export (timed from
-the export's start, which the job prints).
+random instants of its work (timed from the start of training, which the job prints, so the kills do not
+fall into the imports). Phase 2 (`--export_kills`) re-runs the finished job with --resume, which
+re-saves the last checkpoint and re-exports `final/`, and kills it at a random instant inside the
+export (timed from the export's start).
 
     python bench/kill_test.py --kills 20 --export_kills 20 --steps 40 --seed 0
 """
@@ -64,6 +65,8 @@ args = TrainingArguments(output_dir=out, max_steps=steps, per_device_train_batch
                          learning_rate=1e-3, warmup_steps=3, save_steps=1, save_total_limit=2, logging_steps=5,
                          disable_tqdm=True, report_to="none", resume=resume)
 model = Net()
+import time
+print("train-start", time.time(), flush=True)
 result = train(model, Data(), args)
 
 # the export of `spanbert pretrain` (pretrain._export): a folder written beside final/ and swapped in
@@ -119,7 +122,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=40, help="optimizer steps of the job")
     ap.add_argument("--seed", type=int, default=0, help="seed of the kill instants")
     ap.add_argument("--max_delay", type=float, default=0.0,
-                    help="kill after a random 0.2..max_delay seconds (0: the uninterrupted run's duration)")
+                    help="kill a random 0..max_delay seconds after training starts (0: the uninterrupted run's "
+                         "training and export time)")
     opts = ap.parse_args()
     rng = random.Random(opts.seed)
     work = Path(tempfile.mkdtemp(prefix="spanbert-kill-"))
@@ -147,15 +151,18 @@ def main() -> None:
     t0 = time.time()
     ref = work / "reference"
     proc = run(ref, False)
-    if proc.wait() != 0:
-        sys.exit(f"the uninterrupted run failed: {proc.stderr.read()[-2000:]}")
+    stdout, stderr = proc.communicate()
+    if proc.returncode != 0:
+        sys.exit(f"the uninterrupted run failed: {stderr[-2000:]}")
     t_ref = time.time() - t0
+    marks = dict(line.split()[:2] for line in stdout.splitlines() if line.startswith(("train-", "export-")))
+    t_train = float(marks["export-end"]) - float(marks["train-start"])  # training, checkpoints and export
     ref_export: dict = exported(ref)
     # how long a re-export takes (a finished run resumed: re-saves its last checkpoint, exports again)
     proc = run(ref, True)
     marks = dict(line.split()[:2] for line in proc.communicate()[0].splitlines() if line.startswith("export-"))
     t_export = float(marks["export-end"]) - float(marks["export-start"])
-    max_delay = opts.max_delay or t_ref
+    max_delay = opts.max_delay or t_train
     out = work / "killed"
 
     # Phase 1: kills at random instants of the training job
@@ -166,8 +173,12 @@ def main() -> None:
         started += 1
         resumes += resume
         if kills < opts.kills:
+            # the instant is drawn over the job's work, timed from its start (after the imports)
+            line = proc.stdout.readline()
+            while line and not line.startswith("train-start"):
+                line = proc.stdout.readline()
             try:
-                proc.wait(timeout=rng.uniform(0.2, max_delay))
+                proc.wait(timeout=rng.uniform(0.0, max_delay))
             except subprocess.TimeoutExpired:
                 proc.send_signal(signal.SIGKILL)
                 proc.wait()
