@@ -344,7 +344,8 @@ def test_two_process_resume_with_dropout_is_exact(tmp_path):
     """torchrun 2 x gloo, dropout on: 4 steps + --resume + 4 steps == 8 straight steps, bit for bit
     (each rank restores its own RNG stream)."""
     tests = str(Path(__file__).parent)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": tests}
+    path = os.pathsep.join(filter(None, [tests, os.environ.get("PYTHONPATH")]))  # the caller's spanbert first
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
     runs = [("straight", "a", -1, False), ("first", "b", 4, False), ("second", "b", -1, True)]
     for tag, folder, stop, resume in runs:
         script = tmp_path / f"{tag}.py"

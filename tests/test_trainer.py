@@ -235,7 +235,8 @@ def _assert_two_processes_match_one(tmp_path: Path, script_template: str) -> Non
     """Run ``script_template`` under torchrun with 2 gloo processes and accumulation 1, and with 1
     process and accumulation 2; the final weights must agree."""
     tests = str(Path(__file__).parent)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": tests}
+    path = os.pathsep.join(filter(None, [tests, os.environ.get("PYTHONPATH")]))  # the caller's spanbert first
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
     results = {}
     for name, nproc, accum in (("one", 1, 2), ("two", 2, 1)):
         out = tmp_path / name
@@ -424,3 +425,80 @@ def test_two_processes_match_one_with_a_token_budget(tmp_path):
     """torchrun 2 x gloo with token batches == one process with accumulation 2 (same micro-batches,
     micro-batches of unequal token counts weighted by their targets)."""
     _assert_two_processes_match_one(tmp_path, TOKEN_DDP_SCRIPT)
+
+
+# --- an example count that is not a multiple of the global batch (issue 22.3) ---------------------
+
+
+@pytest.mark.parametrize("n", [1, 7, 43, 44, 45])
+@pytest.mark.parametrize("world,accum", [(1, 1), (1, 2), (2, 1), (2, 2), (3, 1)])
+def test_every_example_once_per_epoch_whatever_the_processes(n, world, accum):
+    """Each epoch trains on every example exactly once, with one process or several: the short last
+    step is spread over the ranks, a rank with no share left runs a weight-0 `PadBatch`, and every rank
+    has the same number of steps and micro-batches per step (DDP's collectives stay paired)."""
+    from spanbert.trainer import PadBatch
+
+    plans = [micro_batches(n, 3, 1, 4, accum, rank=r, world=world, start_step=0) for r in range(world)]
+    assert len({len(p) for p in plans}) == 1 and all(len(p) == -(-n // (4 * world * accum)) for p in plans)
+    for steps in zip(*plans):
+        assert len({len(mbs) for mbs in steps}) == 1
+    real = [i for p in plans for step in p for mb in step if not isinstance(mb, PadBatch) for i in mb]
+    assert sorted(real) == list(range(n))
+    pads = [(s, mb) for p in plans for s, step in enumerate(p) for mb in step if isinstance(mb, PadBatch)]
+    assert all(s == len(plans[0]) - 1 and len(mb) == 1 for s, mb in pads)  # only in the short last step
+    # the same examples in each step as one process with the same global batch
+    one = micro_batches(n, 3, 1, 4, accum * world, rank=0, world=1, start_step=0)
+    for s, step in enumerate(one):
+        mine = sorted(i for p in plans for mb in p[s] if not isinstance(mb, PadBatch) for i in mb)
+        assert mine == sorted(i for mb in step for i in mb)
+
+
+@pytest.mark.parametrize("n", [5, 40, 41])
+def test_token_micro_batches_cover_every_batch_once_with_two_processes(n):
+    from spanbert.trainer import PadBatch, token_batches, token_micro_batches
+
+    lengths = Ragged(n).lengths()
+    plans = [token_micro_batches(lengths, 24, 0, 2, 2, rank=r, world=2, start_step=0) for r in range(2)]
+    assert len(plans[0]) == len(plans[1])
+    for a, b in zip(*plans):
+        assert len(a) == len(b)
+    real = sorted(tuple(mb) for p in plans for step in p for mb in step if not isinstance(mb, PadBatch))
+    assert real == sorted(tuple(mb) for mb in token_batches(lengths, 24, 0, 2))
+
+
+ODD_SCRIPT = """
+import sys, torch
+sys.path.insert(0, {tests!r})
+from test_trainer import Net, Regression, args
+from spanbert.trainer import train
+
+
+class Odd(Regression):
+    def __len__(self):
+        return 43  # 5 global batches of 8 and 3 left: rank 0 takes them, rank 1 pads
+
+
+model = Net(dropout=0.0)
+train(model, Odd(), args({out!r}, per_device_train_batch_size=4, gradient_accumulation_steps={accum}, max_steps=-1,
+                         num_train_epochs=2, save_steps=0))
+import os
+if int(os.environ.get("RANK", 0)) == 0:
+    torch.save(model.state_dict(), {out!r} + "/final.pt")
+"""
+
+
+@pytest.mark.slow
+def test_two_processes_match_one_with_an_odd_example_count(tmp_path):
+    """43 examples, global batch 8, two epochs: torchrun 2 x gloo == one process with accumulation 2
+    (12 steps each; the short last step of each epoch trained on, not dropped under DDP)."""
+    _assert_two_processes_match_one(tmp_path, ODD_SCRIPT)
+
+
+def test_a_resume_with_more_steps_runs_the_new_schedule_from_the_first_step(tmp_path):
+    """--resume with a larger max_steps: the first resumed step already runs at the new schedule's rate
+    (it ran at the old schedule's last rate, 0 for a linear decay, so it changed nothing)."""
+    train(Net(), Regression(), args(tmp_path, max_steps=4, logging_steps=1))
+    train(Net(), Regression(), args(tmp_path, max_steps=8, logging_steps=1, resume=True))
+    log = {r["step"]: r for r in map(json.loads, (tmp_path / "log.jsonl").read_text().splitlines())}
+    new = lr_lambda(8, 3, "linear")
+    assert log[5]["train/lr"] == pytest.approx(1e-2 * new(4)) and log[5]["train/lr"] > 0

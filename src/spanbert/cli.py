@@ -94,8 +94,10 @@ def _run(argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `spanbert` console command."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    code = None
     try:
-        return _run(argv)
+        code = _run(argv)
+        return code
     except SpanBertError as e:
         from spanbert.distributed import rank, world_size
 
@@ -111,9 +113,19 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `spanbert evaluate ... | head`: the reader left; not an error of ours
         sys.stderr.close()
         return 0
-    finally:
-        from spanbert.distributed import shutdown
+    except Exception as e:
+        from spanbert.distributed import exit_after_peer_failure, peer_failure
 
+        # under torchrun, a collective broken by a rank that died: one line naming it, not gloo's traceback
+        line = peer_failure(e)
+        if line is None:
+            raise
+        exit_after_peer_failure(line)
+    finally:
+        from spanbert.distributed import mark_failed, shutdown
+
+        if code != 0:
+            mark_failed()  # the other ranks may wait for this one in a collective: leave without waiting
         shutdown()
 
 

@@ -16,10 +16,13 @@ All of them are plain no-ops in a single process (no process group needed).
 from __future__ import annotations
 
 import atexit
+import gc
 import os
+import socket
 import sys
+import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -75,20 +78,168 @@ def init_distributed(device: torch.device | None = None) -> None:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    global _peers
+    _peers = all_gather_objects(_whoami())  # who is who, while everyone is alive (`peer_failure`)
     # Leave the group before the interpreter tears down, however the process ends (the CLI, a user's
-    # script, a test): see `shutdown`.
+    # script, a test): see `shutdown`. An uncaught error marks the exit as failed (no exit barrier)
+    # and a collective broken by a dead rank is told in one line (`peer_failure`).
     atexit.register(shutdown)
+    if not getattr(sys.excepthook, "_spanbert", False):
+        previous = sys.excepthook
+
+        def hook(kind, value, tb):
+            global _failed
+            _failed = True
+            line = peer_failure(value)
+            if line is None:
+                previous(kind, value, tb)
+            else:
+                exit_after_peer_failure(line)
+
+        hook._spanbert = True  # type: ignore[attr-defined]
+        sys.excepthook = hook
+
+
+_peers: list[dict[str, Any]] = []
+"""Every rank's host, pid and torchrun log folder, gathered once when the group is joined."""
+_failed = False
+"""This process is ending with an error: `shutdown` does not wait for the others."""
+EXIT_BARRIER_TIMEOUT = 60.0
+"""Seconds a finished rank waits at exit for the others to finish (then leaves anyway)."""
+
+
+def _whoami() -> dict[str, Any]:
+    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE", "")  # torchrun: <log dir>/attempt_N/<local rank>/error.json
+    return {"host": socket.gethostname(), "pid": os.getpid(), "log_dir": os.path.dirname(error_file)}
+
+
+def mark_failed() -> None:
+    """Say that this process is ending with an error (the CLI calls it): `shutdown` then leaves at once
+    instead of waiting for the other ranks, which may be waiting for this one in a collective."""
+    global _failed
+    _failed = True
 
 
 def shutdown() -> None:
-    """Leave the process group, if this process joined one.
+    """Leave the process group, if this process joined one, in the order that ends every rank cleanly.
 
-    Without it, gloo's threads are still joinable when the interpreter tears down, and a process that
-    finished its work can die with ``terminate called without an active exception`` (SIGABRT), which
-    torchrun reports as a failed run.
+    1. Free what still holds the group's pending work (DDP's reducer, in a reference cycle) while the
+       interpreter is alive: freed during its teardown, gloo's threads take the GIL of a dying
+       interpreter and the process dies with ``terminate called without an active exception``
+       (SIGABRT) after finishing its work, which torchrun reports as a failed run.
+    2. On a clean exit, wait (bounded, through the rendezvous store, not a collective) until every rank
+       has finished, so that none closes its connections while another still talks to it.
+    3. Destroy the group (its threads are joined).
+    The trainer joins its data-loader workers before it returns (`trainer.train`), so they are gone
+    before this runs. After an error there is no wait: the others learn of it from the broken group.
     """
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+    global _peers
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    gc.collect()
+    if world_size() > 1:
+        _exit_barrier(wait=not _failed)
+    dist.destroy_process_group()
+    _peers = []
+
+
+def _exit_barrier(wait: bool) -> None:
+    """Count this rank as finished (or failed) in the rendezvous store; with ``wait``, wait until every
+    rank is counted (a failed rank counts: nobody waits for one that has stopped), at most
+    `EXIT_BARRIER_TIMEOUT` seconds. The store, not a collective: it cannot pair with a collective that
+    another rank is still in."""
+    from datetime import timedelta
+
+    try:
+        store = dist.distributed_c10d._get_default_store()
+        store.set_timeout(timedelta(seconds=5))  # a store whose host has gone fails fast
+        store.add("spanbert/finished" if wait else "spanbert/failed", 1)
+        deadline = time.monotonic() + EXIT_BARRIER_TIMEOUT
+        while wait and time.monotonic() < deadline:
+            if store.add("spanbert/finished", 0) + store.add("spanbert/failed", 0) >= world_size():
+                break
+            time.sleep(0.01)
+    except Exception:  # noqa: BLE001 - a store gone with its host (a rank that stopped): leave anyway
+        pass
+
+
+_BROKEN = (
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "Broken pipe",
+    "remote worker crash",
+    "ncclRemoteError",
+    "NCCL communicator was aborted",
+)
+
+
+def peer_failure(exc: BaseException | None) -> str | None:
+    """One line for an error that is this rank's collective failing because another rank stopped (its
+    connections closed): which rank, its pid, and where its log is. None for any other error.
+
+    A rank that dies (killed, out of memory, its own error) leaves the others with a raw gloo or NCCL
+    traceback that does not say who; this names it, from the table gathered when the group was
+    joined: a rank on this host whose process is gone (or a zombie), the other rank of two, or else
+    every other rank.
+    """
+    if not _peers or exc is None:
+        return None
+    text = str(exc)
+    if not (isinstance(exc, getattr(dist, "DistError", ())) or any(m in text for m in _BROKEN)):
+        return None
+    me = rank()
+    others = [r for r in range(len(_peers)) if r != me]
+    host = socket.gethostname()
+    dead: list[int] = []
+    deadline = time.monotonic() + 0.5  # a rank that stopped on its own error may still be exiting
+    while not dead and time.monotonic() < deadline:
+        dead = [r for r in others if _peers[r]["host"] == host and not _alive(_peers[r]["pid"])]
+        if not dead:
+            time.sleep(0.02)
+    suspects = dead or (others if len(others) == 1 else [])
+    if not suspects:
+        return (
+            f"rank {me}: a collective failed because another rank stopped ({text.splitlines()[0][:160]}); "
+            f"see the other ranks' output"
+        )
+    parts = []
+    for r in suspects:
+        p = _peers[r]
+        where = p["host"] if p["host"] != host else "this host"
+        parts.append(f"rank {r} (pid {p['pid']} on {where}) stopped; {_log_of(p)}")
+    return "; ".join(parts) + f" (rank {me} stops too: its collective with it failed)"
+
+
+def exit_after_peer_failure(line: str) -> NoReturn:
+    """Print ``line`` (from `peer_failure`) as this rank's one error line and end the process now, exit
+    status 1. Why not a normal exit: the interpreter's teardown after a broken group takes seconds
+    (torch's, gloo's), during which torchrun has not yet been told; the run is over and there is
+    nothing left to save (the trainer closed its logs and loader on the way out)."""
+    print(f"error: {line}", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a process killed but not yet reaped by torchrun is a zombie: dead
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _log_of(peer: dict[str, Any]) -> str:
+    folder = peer["log_dir"]
+    for name in ("stderr.log", "stdout.log"):
+        if folder and os.path.isfile(os.path.join(folder, name)):
+            return f"its log: {os.path.join(folder, name)}"
+    return "its output is above, on torchrun's console (torchrun --log-dir DIR --redirects 3 keeps it in a file)"
 
 
 def _active() -> bool:
@@ -172,6 +323,9 @@ __all__ = [
     "distributed_env",
     "eprint0",
     "init_distributed",
+    "exit_after_peer_failure",
+    "mark_failed",
+    "peer_failure",
     "shutdown",
     "is_main",
     "on_main",

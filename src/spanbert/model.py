@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import pickle
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,7 +23,7 @@ from torch import Tensor, nn
 
 from spanbert.config import BertConfig, FinetuneHabits
 from spanbert.errors import SpanBertError
-from spanbert.utils import atomic_write, fsync_dir
+from spanbert.utils import atomic_write, publish_file, temporary_file
 
 # ---------------------------------------------------------------------------------------------
 # Encoder
@@ -993,13 +992,15 @@ def save_checkpoint(
                 continue
             seen.add(key)
             tensors[k] = v.detach().to("cpu").contiguous().clone()
-        # safetensors writes through a path: write beside the target, fsync, then rename over it
-        tmp = path / f".{name}.partial"
-        save_file(tensors, str(tmp), metadata={"format": "pt"})
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        tmp.replace(path / name)
-        fsync_dir(path)
+        # safetensors writes through a path: write beside the target (a name `is_debris` knows), fsync,
+        # give it the umask's permissions (safetensors creates 0600), then rename over it
+        tmp = temporary_file(path / name)
+        try:
+            save_file(tensors, str(tmp), metadata={"format": "pt"})
+            publish_file(tmp, path / name)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
     if tokenizer is not None:
         tokenizer.save(path)
     with atomic_write(path / "config.json") as f:

@@ -42,7 +42,7 @@ from spanbert.tokenization import (
     load_tokenizer,
     parse_jsonl_text,
 )
-from spanbert.utils import atomic_dir, atomic_write
+from spanbert.utils import atomic_dir, atomic_write, close_inherited_sockets
 
 # spaCy entity labels that are numbers, not names (§6.1 "non-numerical named entity mentions").
 NUMERIC_ENTITY_LABELS = frozenset({"DATE", "TIME", "PERCENT", "MONEY", "QUANTITY", "ORDINAL", "CARDINAL"})
@@ -201,6 +201,7 @@ def _init_worker(tokenizer_dir: str, candidate_kinds: tuple[str, ...], spacy_mod
     if not threads:
         # N worker processes on N cores: HF tokenizers' own thread pool would oversubscribe them.
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
+        close_inherited_sockets()  # forked from a torchrun rank: its gloo connections are not ours
     _WORKER["tok"] = load_tokenizer(tokenizer_dir)
     _WORKER["kinds"] = candidate_kinds
     _WORKER["nlp"] = load_spacy(spacy_model) if candidate_kinds else None

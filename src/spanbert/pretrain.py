@@ -952,9 +952,10 @@ def _collate(items, pad_id: int, max_predictions: int | None, pad_to: int | None
 
 def _export(model, tok, final: Path, cfg: PretrainConfig, scheme: str, metrics: dict[str, float]) -> None:
 
-    model.save_pretrained(final, tokenizer=tok, extra={"system": cfg.system, "masking": scheme})
-    with atomic_write(final / "train_metrics.json") as f:
-        f.write(json.dumps(metrics, indent=2) + "\n")
+    # written beside `final` and swapped in whole: a kill leaves the old export or the new, never a mix
+    with atomic_dir(final) as tmp:
+        model.save_pretrained(tmp, tokenizer=tok, extra={"system": cfg.system, "masking": scheme})
+        (tmp / "train_metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
 
 
 # ---------------------------------------------------------------------------------------------

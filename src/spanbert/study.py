@@ -39,7 +39,7 @@ import numpy as np
 
 from spanbert import distributed
 from spanbert.errors import SpanBertError
-from spanbert.utils import atomic_write
+from spanbert.utils import atomic_dir, atomic_write, remove_debris
 
 # ---------------------------------------------------------------------------------------------
 # What a study is
@@ -1207,6 +1207,7 @@ def export_checkpoints(run_dir: Path, out: Path) -> list[tuple[int, Path]]:
     checkpoints = run_checkpoints(run_dir)
     final = run_dir / "final"
     tokenizer = load_tokenizer_for(final)
+    remove_debris(out)  # what a killed export left (`.step-N.tmp-*`): the step is exported again
     models: list[tuple[int, Path]] = []
     for step, ckpt in checkpoints:
         target = out / f"step-{step}"
@@ -1216,7 +1217,8 @@ def export_checkpoints(run_dir: Path, out: Path) -> list[tuple[int, Path]]:
             model = SpanBertForPreTraining.from_pretrained(final)
             state = torch.load(ckpt / "state.pt", map_location="cpu", weights_only=True)
             model.load_state_dict(state["model"])
-            model.save_pretrained(target, tokenizer=tokenizer)
+            with atomic_dir(target) as tmp:  # whole or absent: a killed curve redoes the step
+                model.save_pretrained(tmp, tokenizer=tokenizer)
         models.append((step, target))
     return models
 

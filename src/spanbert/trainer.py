@@ -44,7 +44,14 @@ from spanbert.distributed import (  # noqa: F401 - distributed_env, init_distrib
     resolve_device,
 )
 from spanbert.errors import SpanBertError
-from spanbert.utils import atomic_write, configure_malloc, fsync_dir, remove_debris, trim_heap
+from spanbert.utils import (
+    atomic_write,
+    close_inherited_sockets,
+    configure_malloc,
+    fsync_dir,
+    remove_debris,
+    trim_heap,
+)
 
 
 @dataclass
@@ -407,10 +414,24 @@ def epoch_permutation(n: int, seed: int, epoch: int) -> np.ndarray:
     return np.random.default_rng([seed, epoch]).permutation(n)
 
 
-def steps_per_epoch(n: int, global_batch: int, world: int) -> int:
-    """Optimizer steps in one epoch: one process keeps the last partial global batch, several drop it
-    so that every rank steps together."""
-    return n // global_batch if world > 1 else math.ceil(n / global_batch)
+class PadBatch(list):
+    """A micro-batch that only keeps a rank in step with the others: in an epoch's short last step a
+    rank whose share is empty runs one example forward and backward with weight 0 (DDP needs a backward
+    on every rank for every micro-batch), and adds nothing to the gradient, the counts or the logs."""
+
+
+def steps_per_epoch(n: int, global_batch: int, world: int = 1) -> int:
+    """Optimizer steps in one epoch: every example once, the last step possibly short, with one process
+    or several (``world`` is accepted for callers of the earlier rule, under which several dropped it)."""
+    return math.ceil(n / global_batch)
+
+
+def _short_step(parts: list[list[int]], first: int, present: int, world: int) -> list[list[int]]:
+    """A rank's micro-batches of one step, ``parts[m]`` empty where its share has run out: as many as
+    rank 0 has (``present`` = micro-batches of the step over all ranks), empty ones padded with example
+    ``first`` (`PadBatch`), so one process and N processes train on the same examples, each once."""
+    k = -(-present // world)  # rank 0's count, the most any rank has
+    return [mb if mb else PadBatch([first]) for mb in parts[:k]]
 
 
 def micro_batches(
@@ -419,16 +440,18 @@ def micro_batches(
     """This rank's micro-batches of one epoch from ``start_step`` on, grouped by optimizer step.
 
     Global step s covers perm[s*G : (s+1)*G], G = batch * world * accum; its micro-batch m on rank r is
-    the slice at offset (m * world + r) * batch. With one process the last partial global batch is split
-    into fewer micro-batches.
+    the slice at offset (m * world + r) * batch. The last step may be short: one process splits it into
+    fewer micro-batches, N processes into the same micro-batches spread over the ranks, a rank left
+    without one in a micro-batch slot running a `PadBatch` of weight 0. So every example is trained on
+    once per epoch whatever the number of processes.
     """
     G = batch * world * accum
     perm = epoch_permutation(n, seed, epoch)
     steps = []
-    for s in range(start_step, steps_per_epoch(n, G, world)):
+    for s in range(start_step, steps_per_epoch(n, G)):
         chunk = perm[s * G : (s + 1) * G]
-        lows = ((m * world + rank) * batch for m in range(accum))
-        steps.append([chunk[lo : lo + batch].tolist() for lo in lows if lo < len(chunk)])
+        parts = [chunk[(m * world + rank) * batch :][:batch].tolist() for m in range(accum)]
+        steps.append(_short_step(parts, int(chunk[0]), -(-len(chunk) // batch), world))
     return steps
 
 
@@ -468,14 +491,14 @@ def token_micro_batches(
 ) -> list[list[list[int]]]:
     """`micro_batches` under a token budget: step s takes micro-batches [s*M, (s+1)*M) of
     `token_batches`, M = world * accum, micro-batch m of rank r being number s*M + m*world + r; so one
-    process with accumulation M sees what M processes see together. One process keeps the last
-    partial step (fewer micro-batches); several drop it (`steps_per_epoch`)."""
+    process with accumulation M sees what M processes see together. The last step may be short, as in
+    `micro_batches` (`PadBatch` where a rank has no micro-batch left)."""
     batches = token_batches(lengths, max_tokens, seed, epoch)
     M = world * accum
     steps = []
-    for s in range(start_step, steps_per_epoch(len(batches), M, world)):
-        idx = (s * M + m * world + rank for m in range(accum))
-        steps.append([batches[j] for j in idx if j < len(batches)])
+    for s in range(start_step, steps_per_epoch(len(batches), M)):
+        parts = [batches[j] if j < len(batches) else [] for j in (s * M + m * world + rank for m in range(accum))]
+        steps.append(_short_step(parts, batches[s * M][0], min(M, len(batches) - s * M), world))
     return steps
 
 
@@ -989,17 +1012,9 @@ def train(
     if budget:
         # the batch count is the same in every epoch (token_batches), so epoch 0's tells the epoch length
         n_batches = len(token_batches(lengths, budget, args.seed, 0))
-        epoch_steps = steps_per_epoch(n_batches, world * accum, world)
-        if epoch_steps == 0:
-            raise SpanBertError(
-                f"{n} training examples make {n_batches} batches of <= {budget} tokens, fewer than the "
-                f"{world * accum} micro-batches of one step ({world} processes x {accum} accumulation)"
-            )
+        epoch_steps = steps_per_epoch(n_batches, world * accum)
     else:
-        G = b * world * accum
-        epoch_steps = steps_per_epoch(n, G, world)
-        if epoch_steps == 0:
-            raise SpanBertError(f"{n} training examples are fewer than one global batch of {G} across {world} processes")
+        epoch_steps = steps_per_epoch(n, b * world * accum)  # >= 1: a short step takes what there is
     total = args.max_steps if args.max_steps > 0 else math.ceil(args.num_train_epochs * epoch_steps)
     warmup = args.warmup_steps or math.ceil(args.warmup_ratio * total)
     eval_every = args.eval_steps or (max(1, epoch_steps // args.evals_per_epoch) if args.evals_per_epoch else 0)
@@ -1054,6 +1069,10 @@ def train(
         for line in accepted:
             print0(f"note: --resume with a changed setting: {line}")
         step = load_training_state(ckpt, model, optimizer, scheduler, scaler)
+        # the rate of the next step from this run's schedule: the saved one is the old schedule's
+        # (a changed max_steps), and the same number when nothing changed
+        for g, rate in zip(optimizer.param_groups, scheduler.lr_lambdas):
+            g["lr"] = g["initial_lr"] * rate(step)
         best.update(on_main(lambda: json.loads((ckpt / "trainer_state.json").read_text()).get("best") or {}))
         print0(f"resumed from {ckpt} at step {step}/{total}")
 
@@ -1104,6 +1123,7 @@ def train(
         return c
 
     model.train()
+    stream = None
     try:
         end = min(total, args.stop_at_step) if args.stop_at_step > 0 else total
         while step < end:
@@ -1123,7 +1143,10 @@ def train(
                 # worker seeds come from this generator, not the global RNG, so resumes stay exact
                 generator=torch.Generator().manual_seed(args.seed * 1000 + epoch),
                 persistent_workers=False,
+                # a worker must not keep its rank's gloo connections open after the rank dies
+                worker_init_fn=_forget_sockets if world > 1 else None,
             )
+            _close_loader(stream)
             stream = iter(loader)
             for step_mbs in plan:
                 if step >= end:
@@ -1131,7 +1154,9 @@ def train(
                 # The whole step's micro-batches first (collated, on CPU): the loss weights need the
                 # target counts of all of them, summed over the ranks, before the first backward.
                 mbs = [next(stream) for _ in step_mbs]
-                counts = [counts_of(mb) for mb in mbs]
+                pads = [isinstance(ix, PadBatch) for ix in step_mbs]
+                # a padding micro-batch counts no target (the same keys, so the all-reduce matches)
+                counts = [{k: 0 for k in counts_of(mb)} if pad else counts_of(mb) for mb, pad in zip(mbs, pads)]
                 keys = sorted(set().union(*counts))
                 totals = {k: float(sum(c.get(k, 0) for c in counts)) for k in keys}
                 if world > 1:
@@ -1142,7 +1167,7 @@ def train(
                 loss_sum = torch.zeros((), device=device)
                 lr_used = _shown_lr(optimizer, args)  # the rate this step uses (before scheduler.step)
                 for i, mb in enumerate(mbs):
-                    tokens += _count_tokens(mb)  # on the host batch, before the copy
+                    tokens += 0 if pads[i] else _count_tokens(mb)  # on the host batch, before the copy
                     mb = _to_device(mb, device)
                     sync = world == 1 or i == len(mbs) - 1
                     ctx = model.no_sync() if not sync else nullcontext()
@@ -1161,12 +1186,14 @@ def train(
                                 # DDP averages gradients over ranks: times world makes that a sum
                                 w = counts[i].get(k, 0) * world / total_k if total_k else 0.0
                             loss = loss + term.float() * w
+                        if pads[i]:
+                            loss = loss * 0.0  # a backward for DDP, no contribution (also under term_weights)
                     if scaler is not None:
                         scaler.scale(loss).backward()
                     else:
                         loss.backward()
                     loss_sum += loss.detach()
-                    for k, v in out.items():
+                    for k, v in out.items() if not pads[i] else ():  # a padding micro-batch is not logged
                         if (k.endswith("loss") or k.endswith("acc")) and isinstance(v, torch.Tensor) and v.ndim == 0:
                             window.setdefault(k, []).append(v.detach())  # read at the logging step
                 if scaler is not None:
@@ -1264,6 +1291,7 @@ def train(
         if eval_fn is not None and step == total:
             _select(_run_eval(eval_fn, raw_model, step, rank, logger, last), step, raw_model, args, best)
     finally:
+        _close_loader(stream)  # workers joined on every exit path, before the process group goes
         if bar is not None:
             bar.close()
         logger.close()
@@ -1282,6 +1310,18 @@ def train(
         best_step=best["step"],
         best_metrics=dict(best["metrics"]),
     )
+
+
+def _forget_sockets(worker_id: int) -> None:
+    close_inherited_sockets()  # utils.close_inherited_sockets: why
+
+
+def _close_loader(stream: Any) -> None:
+    """Join a DataLoader iterator's worker processes now, not whenever the iterator is collected (on an
+    error path the traceback keeps it alive until after `distributed.shutdown`)."""
+    shutdown = getattr(stream, "_shutdown_workers", None)
+    if shutdown is not None:
+        shutdown()
 
 
 def _shown_lr(optimizer, args: TrainingArguments) -> float:

@@ -39,20 +39,54 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", **open_kwargs) -> Ite
     A crash or an exception leaves the previous file (or no file), never a half-written one.
     """
     path = Path(path)
+    with _created_folders(path.parent):
+        tmp = temporary_file(path)
+        try:
+            with open(tmp, mode, **open_kwargs) as f:
+                yield f
+                f.flush()
+                os.fsync(f.fileno())
+            publish_file(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+
+
+def temporary_file(path: str | os.PathLike) -> Path:
+    """A new empty file beside ``path`` named ``.NAME.XXXX.tmp`` (unique per process; `is_debris`), for
+    writers that need a path (safetensors' ``save_file``); finish with `publish_file`."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
+    return Path(tmp)
+
+
+def publish_file(tmp: str | os.PathLike, path: str | os.PathLike) -> None:
+    """fsync ``tmp``, give it the permissions the umask gives a new file (mkstemp and safetensors create
+    0600: a model saved for a team must be readable by it), and rename it over ``path``."""
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.chmod(tmp, 0o666 & ~_umask())
+    os.replace(tmp, path)
+    fsync_dir(Path(path).parent)
+
+
+@contextlib.contextmanager
+def _created_folders(folder: Path) -> Iterator[None]:
+    """Create ``folder`` (and missing parents); if the block fails, remove those it created that are
+    still empty, so a command that stops with an error leaves the disk as it found it."""
+    created = [d for d in (folder, *folder.parents) if not os.path.lexists(d)]
+    folder.mkdir(parents=True, exist_ok=True)
     try:
-        with open(tmp, mode, **open_kwargs) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the file the usual permissions
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
+        yield
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        for d in created:  # deepest first
+            try:
+                d.rmdir()
+            except OSError:  # not empty (another writer put something there) or gone: leave it
+                break
         raise
 
 
@@ -64,11 +98,16 @@ def atomic_dir(path: str | os.PathLike, overwrite: bool = True) -> Iterator[Path
     leaves at most a hidden ``.<name>.tmp-*`` directory, never output that looks complete.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     if path.exists() and not overwrite:
         raise FileExistsError(f"{path} already exists")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
-    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp creates 0700
+    with _created_folders(path.parent):
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp creates 0700
+        yield from _fill_and_swap(tmp, path)
+
+
+def _fill_and_swap(tmp: Path, path: Path) -> Iterator[Path]:
+    """`atomic_dir`'s body: yield ``tmp`` to be filled, then fsync it and swap it in (or remove it)."""
     try:
         yield tmp
         for root, _, files in os.walk(tmp):
@@ -148,6 +187,38 @@ def remove_debris(folder: str | os.PathLike, keep: Iterable[str] = ()) -> list[s
     if done:
         fsync_dir(folder)
     return done
+
+
+def close_inherited_sockets() -> int:
+    """Close the TCP sockets this process inherited (a worker forked from a rank of a torchrun job);
+    returns how many. Call it first thing in a forked worker process.
+
+    Why: a worker forked after the process group was joined holds copies of the rank's gloo
+    connections. When the rank dies they stay open until the orphaned worker notices (a data-loader
+    worker checks every 5 s), and the other ranks wait on them instead of stopping at once. Workers
+    talk to their parent through pipes and Unix sockets, never TCP, so nothing of theirs is closed.
+    """
+    import socket
+    import stat
+
+    closed = 0
+    try:
+        fds = [int(x) for x in os.listdir("/proc/self/fd")]
+    except OSError:  # no /proc (macOS): workers are spawned there, nothing was inherited
+        return 0
+    for fd in fds:
+        try:
+            if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+                continue
+            sock = socket.socket(fileno=fd)
+        except OSError:
+            continue
+        family = sock.family
+        sock.detach()  # the object must not close it again
+        if family in (socket.AF_INET, socket.AF_INET6):
+            os.close(fd)
+            closed += 1
+    return closed
 
 
 _libc: Any = None
