@@ -34,6 +34,7 @@ from spanbert import cloze, data, distributed
 from spanbert.cloze import parse_model_spec
 from spanbert.config import (
     MODEL_PRESETS,
+    ArgumentParser,
     BertConfig,
     add_dataclass_arguments,
     check_unknown_overrides,
@@ -1166,7 +1167,7 @@ def _export_two_tower(model: cloze.TwoTowerModel, tok: Any, final: Path, system:
 
 
 def _parser(prog: str, defaults: dict[str, Any], cfg_defaults: dict[str, Any]) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog=prog,
         description=(
             "Pre-train SpanBERT (span masking + span boundary objective, single sequences; Joshi et al. 2020) "
@@ -1340,7 +1341,7 @@ def fill(model, tok, text: str, head: str = "mlm", top_k: int = 5) -> dict[str, 
 
 
 def fill_main(argv: list[str], prog: str = "spanbert fill") -> int:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog=prog,
         description="Predict masked tokens: [MASK] per token, {MASK*n} for a span of n. "
         "--head sbo fills a span from its two boundary tokens only (the span boundary objective, §3.2).",

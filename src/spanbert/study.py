@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from spanbert import distributed
+from spanbert.config import ArgumentParser
 from spanbert.errors import SpanBertError
 from spanbert.utils import atomic_write
 
@@ -1086,7 +1087,7 @@ def _human(seconds: float) -> str:
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog=prog,
         description="Rerun the paper's comparisons (Table 1: BERT baselines vs SpanBERT; Table 6: masking "
         "schemes; Table 7: NSP / single sequence / SBO) on a corpus, budget and tasks of your choice. "
@@ -1222,7 +1223,7 @@ def export_checkpoints(run_dir: Path, out: Path) -> list[tuple[int, Path]]:
 
 
 def _curve_parser(prog: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog=prog,
         description="Fine-tune from every saved checkpoint of a pre-training run and draw the score against "
         "the pre-training step (BERT Appendix C.1, Figure 5): when is a (continued) pre-training run good "

@@ -22,7 +22,6 @@ punctuation, every punctuation mark is a word of its own: ``"Broncos'"`` is the 
 
 from __future__ import annotations
 
-import argparse
 import copy
 import gzip
 import heapq
@@ -35,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from spanbert.config import ArgumentParser
 from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError
 from spanbert.utils import atomic_write
@@ -738,7 +738,7 @@ def train_tokenizer(
 # ---------------------------------------------------------------------- CLI
 def main(argv: list[str], prog: str = "spanbert tokenizer") -> int:
     """``spanbert tokenizer train --corpus FILES --vocab-size N --output_dir DIR``."""
-    parser = argparse.ArgumentParser(prog=prog, description="Train a cased WordPiece vocabulary (BERT special tokens).")
+    parser = ArgumentParser(prog=prog, description="Train a cased WordPiece vocabulary (BERT special tokens).")
     sub = parser.add_subparsers(dest="action", metavar="train", required=True)
     p = sub.add_parser("train", help="train a WordPiece vocabulary on a text corpus")
     p.add_argument(

@@ -19,7 +19,6 @@ Prediction (`run_prediction`) reduces each batch to one best span per window at 
 
 from __future__ import annotations
 
-import argparse
 import functools
 import gzip
 import json
@@ -36,6 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from spanbert import families
+from spanbert.config import ArgumentParser
 from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics import squad as squad_metrics
@@ -1268,7 +1268,7 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
     """``spanbert {finetune,predict,evaluate} {squad,mrqa} ...``."""
     from spanbert.config import add_dataclass_arguments, dataclass_from_args
 
-    parser = argparse.ArgumentParser(prog=prog, description=(__doc__ or "").split("\n\n")[0])
+    parser = ArgumentParser(prog=prog, description=(__doc__ or "").split("\n\n")[0])
     fmt = "SQuAD v1.1/v2.0 JSON (.json or .json.gz)" if task == "squad" else "MRQA .jsonl or .jsonl.gz"
     if action == "finetune":
         from spanbert.tasks.common import (
