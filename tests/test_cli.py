@@ -95,3 +95,19 @@ def test_every_command_parser_is_the_forgiving_one():
             if "argparse.ArgumentParser(" in line and "add_help=False" not in line and "class " not in line:
                 plain.append(f"{path.relative_to(SRC)}:{k}")
     assert not plain, plain
+
+
+def test_doc_stride_help_says_step_not_overlap(capsys):
+    """spanbert's --doc_stride is run_squad.py's step; transformers' run_qa.py --doc_stride is the overlap
+    (issue 23 item 8): the help must say which, with the conversion."""
+    from spanbert.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["finetune", "squad", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    start = text.index("--doc_stride STRIDE ")
+    stride_help = text[start : text.index("(default: 128)", start)]
+    for phrase in ["step", "run_squad.py", "overlap", "run_qa.py", "max_seq_length - question tokens - 3 - D"]:
+        assert phrase in stride_help, (phrase, stride_help)
+    qa_doc = " ".join((SRC.parents[1] / "docs" / "qa.md").read_text().split())
+    assert "`--doc_stride` is the *step*" in qa_doc and "is the *overlap*" in qa_doc

@@ -797,7 +797,10 @@ class QAConfig:
     max_seq_length: int = 512
     """Tokens per input window, [CLS] question [SEP] passage [SEP] (Appendix B: 512)."""
     doc_stride: int = 128
-    """Distance in tokens between the starts of consecutive passage windows (Appendix B: 128)."""
+    """The step: distance in tokens between the starts of consecutive passage windows, as Google's and
+    SpanBERT's run_squad.py (Appendix B: 128). Not the overlap that transformers' run_qa.py --doc_stride
+    means: its --doc_stride D is spanbert's --doc_stride max_seq_length - question tokens - 3 - D
+    (run_qa's 384 and 128, for a 13-token question: --doc_stride 240)."""
     max_query_length: int = 64
     """Questions are cut to this many tokens (BERT run_squad.py: 64)."""
     n_best_size: int = 20
