@@ -1237,6 +1237,31 @@ def preset_line(quick: bool, cfg: PretrainConfig, args: TrainingArguments) -> st
     return f"preset: paper recipe (§4.2, Appendix A; {cfg.system}, {plan})"
 
 
+def scale_warmup(
+    targs: TrainingArguments, defaults: dict[str, Any], named: set[str]
+) -> tuple[TrainingArguments, str | None]:
+    """The preset's warm-up scaled to a shortened run, and the line that says so (None when unchanged).
+
+    A preset's warm-up is a fixed step count (quick start: 100 of 1200; paper: 10k of 2.4M): kept
+    for ``--max_steps 100`` the rate would still be rising at the last step and never decay. When the
+    user shortens ``max_steps`` and names no warm-up (``named``: the options they gave), the warm-up
+    keeps the preset's fraction of the run. A ``--warmup_ratio`` alone replaces the preset's count.
+    """
+    if "warmup_ratio" in named and "warmup_steps" not in named:
+        # the ratio the user names applies only when warmup_steps is 0: the preset's count would win
+        return dataclasses.replace(targs, warmup_steps=0), None
+    preset_steps, preset_warmup = defaults.get("max_steps", 0), defaults.get("warmup_steps", 0)
+    shortened = "max_steps" in named and 0 < targs.max_steps < preset_steps
+    if not shortened or named & {"warmup_steps", "warmup_ratio"} or not preset_warmup:
+        return targs, None
+    warmup = round(preset_warmup * targs.max_steps / preset_steps)
+    note = (
+        f"warm-up: {warmup} steps of {targs.max_steps:,} (the preset's {preset_warmup:,} of {preset_steps:,}, "
+        f"{preset_warmup / preset_steps:.2%}, scaled to the shorter run; --warmup_steps sets it)"
+    )
+    return dataclasses.replace(targs, warmup_steps=warmup), note
+
+
 def main(argv: list[str], prog: str = "spanbert pretrain") -> int:
     p = _parser(prog, PRETRAIN_DEFAULTS, {})
     args = p.parse_args(argv)
@@ -1263,6 +1288,10 @@ def main(argv: list[str], prog: str = "spanbert pretrain") -> int:
     targs = build(TrainingArguments, defaults=train_defaults)
     masking = build(MaskingConfig)
     print0(preset_line(quick, cfg, targs))
+    named_schedule = named_options(args, "TrainingArguments", ("max_steps", "warmup_steps", "warmup_ratio"))
+    targs, note = scale_warmup(targs, train_defaults, named_schedule)
+    if note:
+        print0(note)
     final = pretrain(cfg, targs, masking)
     if final.exists() and cfg.system not in CLOZE_SYSTEMS:  # pretrain_cloze prints its own next steps
         _, _, sbo, _ = _resolve_system(cfg)
