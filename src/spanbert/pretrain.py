@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from spanbert import cloze, data, distributed
+from spanbert import cloze, cost, data, distributed
 from spanbert.cloze import parse_model_spec
 from spanbert.config import (
     MODEL_PRESETS,
@@ -367,10 +367,9 @@ def released_term_weights(counts: dict[str, int], totals: dict[str, float], worl
     return {"mlm": world / n, "sbo": world * p / (p + 1) / n, "nsp": world / n}
 
 # Sustained training FLOP/s assumed for the time estimate (a planning figure, not a benchmark): fp32
-# matmuls on one CPU core, and bf16 on a recent datacenter GPU at a typical share of its peak.
-ASSUMED_FLOPS = {"cpu_per_thread": 2e10, "cuda": 1e14, "mps": 5e12}
-# A plan longer than this is worth a warning before it starts.
-LONG_PLAN_SECONDS = 24 * 3600
+# matmuls on one CPU core, and bf16 on a recent datacenter GPU at a typical share of its peak; a plan
+# longer than LONG_PLAN_SECONDS is worth a warning before it starts. Shared with fine-tuning (`cost`).
+ASSUMED_FLOPS, LONG_PLAN_SECONDS = cost.ASSUMED_FLOPS, cost.LONG_PLAN_SECONDS
 
 
 def _resolve_system(cfg: PretrainConfig) -> tuple[str, str, bool, float]:
@@ -472,11 +471,7 @@ def _tokens_per_step(cfg: PretrainConfig, args: TrainingArguments) -> int:
     return per_micro_batch * args.gradient_accumulation_steps * world
 
 
-def _human(seconds: float) -> str:
-    for unit, size in (("days", 86400), ("hours", 3600), ("minutes", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.1f} {unit}"
-    return f"{seconds:.0f} seconds"
+_human = cost.human_duration
 
 
 def plan_warning(
@@ -485,10 +480,7 @@ def plan_warning(
     """A warning line when the plan is enormous for this machine (base or larger on CPU, or an
     estimated time over a day), with the estimate and how to make it smaller; else None."""
     flops = plan_flops(config, cfg, args, steps, sbo)
-    if device.type == "cpu":
-        rate = ASSUMED_FLOPS["cpu_per_thread"] * torch.get_num_threads()
-    else:
-        rate = ASSUMED_FLOPS.get(device.type, ASSUMED_FLOPS["cuda"])
+    rate = cost.machine_flops(device.type, torch.get_num_threads())
     seconds = flops / rate / max(1, distributed.world_size()) if device.type != "cpu" else flops / rate
     big_on_cpu = device.type == "cpu" and config.hidden_size >= MODEL_PRESETS["base"]["hidden_size"]
     if seconds < LONG_PLAN_SECONDS and not big_on_cpu:
@@ -496,7 +488,7 @@ def plan_warning(
     size = f"{config.num_hidden_layers} layers x {config.hidden_size}"
     return (
         f"warning: this plan is very large for this machine: {size}, {steps:,} steps of "
-        f"{_tokens_per_step(cfg, args):,} tokens = {flops:.2g} FLOPs, about {_human(seconds)} on {device.type} "
+        f"{_tokens_per_step(cfg, args):,} tokens = {flops:.2g} FLOPs, {_human(seconds)} on {device.type} "
         f"(assuming {rate:.1g} FLOP/s); make it smaller with --max_steps, --model tiny or small, "
         "--max_seq_length or --tokens_per_update, or run the quick start (no --corpus/--model)"
     )
@@ -927,7 +919,7 @@ def pretrain(cfg: PretrainConfig, args: TrainingArguments, masking: MaskingConfi
         result = train(
             model, stage_set, stage_args, collate_fn=collate, eval_fn=stage_eval,
             count_targets=count, run_config=run_config,
-            term_weights=released_term_weights if cfg.recipe == "released" else None,
+            term_weights=released_term_weights if cfg.recipe == "released" else None, cost_warning=False,
         )  # fmt: skip
         began, begin = True, end
         if result.global_step < end:
@@ -1146,7 +1138,7 @@ def pretrain_cloze(cfg: Any, args: Any, masking: Any = None, model_overrides: di
     }))  # fmt: skip
     model.train()
     result = train(model, train_set, args, collate_fn=coll, eval_fn=eval_fn, count_targets=count,
-                   run_config=run_config)  # fmt: skip
+                   run_config=run_config, cost_warning=False)  # fmt: skip
     final = Path(args.output_dir) / cfg.output_name
     if result.global_step >= (args.max_steps if args.max_steps > 0 else 0):
         distributed.on_main(lambda: _export_two_tower(model, tok, final, cfg.system, result.metrics))
