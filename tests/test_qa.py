@@ -466,6 +466,51 @@ def test_tiny_model_learns_32_questions_cli_round_trip(tok, tmp_path: Path, caps
     assert hf.qa_outputs.weight.shape == (2, 64)
 
 
+def test_raw_text_question_answering_cli_and_python(tok, tmp_path: Path, capsys, cli_error) -> None:
+    """`spanbert predict squad --question Q --context C` and `qa.answer(model, Q, C)` (issue 23 item 9):
+    the answer `spanbert predict --data` gives for the same question, its character offsets, a probability."""
+    from spanbert.tasks import qa
+
+    d = synthetic_squad(8)
+    train = _write(tmp_path / "train.json", d)
+    out = tmp_path / "ft"
+    assert main(["finetune", "squad", "--model", str(_pretrained(tok, tmp_path / "enc")), "--train_file", str(train),
+                 "--output_dir", str(out), "--max_seq_length", "32", "--doc_stride", "8", "--max_steps", "250",
+                 "--learning_rate", "1e-3", "--per_device_train_batch_size", "8", "--warmup_ratio", "0.05",
+                 "--report_to", "none", "--disable_tqdm", "--device", "cpu"]) == 0  # fmt: skip
+    preds = tmp_path / "predictions.json"
+    assert main(["predict", "squad", "--model", str(out), "--data", str(train), "--output", str(preds)]) == 0
+    predicted = json.loads(preds.read_text())
+    paragraphs = [(p["context"], q) for a in d["data"] for p in a["paragraphs"] for q in p["qas"]]
+    model, tokenizer, cfg = qa.load_qa_model(out)
+    right = 0
+    for context, q in paragraphs:  # the contexts are longer than one 32-token window: several windows each
+        got = qa.answer_with(model, tokenizer, cfg, q["question"], context)
+        assert got["answer"] == predicted[q["id"]] and context[got["start"] : got["end"]] == got["answer"]
+        assert 0.0 < got["score"] <= 1.0
+        right += got["answer"] == q["answers"][0]["text"]
+    assert right >= 0.9 * len(paragraphs)
+    context, q = paragraphs[0]
+    got = qa.answer(out, q["question"], context)  # one call from a folder
+    assert set(got) == {"answer", "score", "start", "end"} and got["answer"] == predicted[q["id"]]
+    capsys.readouterr()
+    assert main(["predict", "squad", "--model", str(out), "--question", q["question"], "--context", context]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == pytest.approx(got)
+    ctx_file = tmp_path / "context.txt"
+    ctx_file.write_text(context, encoding="utf-8")
+    assert main(["predict", "squad", "--model", str(out), "--question", q["question"], "--context-file", str(ctx_file)]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == pytest.approx(got)
+    # half a request, or two kinds at once, is refused before the model loads
+    base = ["predict", "squad", "--model", str(tmp_path / "absent")]
+    cli_error([*base, "--question", "Who?"], contains="expected one of --context TEXT or --context_file FILE")
+    cli_error([*base, "--context", "text"], contains="found --context without --question")
+    cli_error([*base, "--question", "Who?", "--context", "c", "--data", str(train)], contains="one way of asking")
+    cli_error([*base], contains="found no --data or --output")
+    cli_error([*base, "--question", "Who?", "--context_file", str(tmp_path / "none.txt")], names=tmp_path / "none.txt")
+    with pytest.raises(SpanBertError, match="empty context"):
+        qa.answer_with(model, tokenizer, cfg, "Who?", "  ")
+
+
 def test_v2_threshold_is_chosen_on_dev_saved_and_applied(tok, tmp_path: Path, capsys) -> None:
     d = synthetic_squad(4, unanswerable=True)
     path = _write(tmp_path / "v2.json", d)
