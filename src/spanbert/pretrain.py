@@ -435,11 +435,13 @@ def check_sources(cfg: PretrainConfig) -> _Sources:
         )
     init_config = None
     if cfg.init_from:
+        from spanbert.hub import resolve_model
         from spanbert.model import check_checkpoint
 
         init_config = check_checkpoint(cfg.init_from)  # config.json checked, weights present; no tensor read
-        if tokenizer is None and data.has_tokenizer(cfg.init_from):
-            tokenizer = cfg.init_from
+        folder = str(resolve_model(cfg.init_from))  # a hub name: its snapshot holds the vocabulary
+        if tokenizer is None and data.has_tokenizer(folder):
+            tokenizer = folder
     if preprocessed:
         corpus_data = data.TokenCorpus(corpus)  # checks meta.json and every array's size
         corpus_data.unigram_counts()

@@ -365,7 +365,11 @@ class Tokenizer:
 
 
 def load_tokenizer_for(model_dir: str | Path, tokenizer_dir: str | Path | None = None):
-    """The tokenizer saved with a checkpoint, or the one given; a clear error when there is none."""
+    """The tokenizer saved with a checkpoint, or the one given; a clear error when there is none. A hub
+    name that is no local folder is read from its hub snapshot (`spanbert.hub.resolve_model`)."""
+    from spanbert.hub import resolve_model
+
+    model_dir = resolve_model(model_dir)
     if not Path(model_dir).is_dir():
         raise SpanBertError(f"{model_dir}: model folder not found")
     source = Path(tokenizer_dir) if tokenizer_dir else Path(model_dir)
