@@ -48,7 +48,7 @@ def _snapshot(name: str, cache_dir: str | None, offline: bool) -> Path:
     try:
         import huggingface_hub
         from huggingface_hub import snapshot_download
-        from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError
+        from huggingface_hub.utils import LocalEntryNotFoundError, RepositoryNotFoundError  # 0.23 to 2.x
     except ImportError:
         raise SpanBertError(
             f"{name}: found no such model folder, and huggingface_hub is not installed to read it as a hub "
