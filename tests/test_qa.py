@@ -466,18 +466,26 @@ def test_tiny_model_learns_32_questions_cli_round_trip(tok, tmp_path: Path, caps
     assert hf.qa_outputs.weight.shape == (2, 64)
 
 
-def test_raw_text_question_answering_cli_and_python(tok, tmp_path: Path, capsys, cli_error) -> None:
+@pytest.fixture(scope="module")
+def squad_model(tok, tmp_path_factory) -> tuple[Path, dict, Path]:
+    """(a tiny QA model fine-tuned on 32 synthetic questions, their SQuAD dict, its file)."""
+    tmp = tmp_path_factory.mktemp("squad_model")
+    d = synthetic_squad(8)
+    train = _write(tmp / "train.json", d)
+    out = tmp / "ft"
+    assert main(["finetune", "squad", "--model", str(_pretrained(tok, tmp / "enc")), "--train_file", str(train),
+                 "--output_dir", str(out), "--max_seq_length", "32", "--doc_stride", "8", "--max_steps", "250",
+                 "--learning_rate", "1e-3", "--per_device_train_batch_size", "8", "--warmup_ratio", "0.05",
+                 "--report_to", "none", "--disable_tqdm", "--device", "cpu"]) == 0  # fmt: skip
+    return out, d, train
+
+
+def test_raw_text_question_answering_cli_and_python(squad_model, tmp_path: Path, capsys, cli_error) -> None:
     """`spanbert predict squad --question Q --context C` and `qa.answer(model, Q, C)` (issue 23 item 9):
     the answer `spanbert predict --data` gives for the same question, its character offsets, a probability."""
     from spanbert.tasks import qa
 
-    d = synthetic_squad(8)
-    train = _write(tmp_path / "train.json", d)
-    out = tmp_path / "ft"
-    assert main(["finetune", "squad", "--model", str(_pretrained(tok, tmp_path / "enc")), "--train_file", str(train),
-                 "--output_dir", str(out), "--max_seq_length", "32", "--doc_stride", "8", "--max_steps", "250",
-                 "--learning_rate", "1e-3", "--per_device_train_batch_size", "8", "--warmup_ratio", "0.05",
-                 "--report_to", "none", "--disable_tqdm", "--device", "cpu"]) == 0  # fmt: skip
+    out, d, train = squad_model
     preds = tmp_path / "predictions.json"
     assert main(["predict", "squad", "--model", str(out), "--data", str(train), "--output", str(preds)]) == 0
     predicted = json.loads(preds.read_text())
@@ -509,6 +517,31 @@ def test_raw_text_question_answering_cli_and_python(tok, tmp_path: Path, capsys,
     cli_error([*base, "--question", "Who?", "--context_file", str(tmp_path / "none.txt")], names=tmp_path / "none.txt")
     with pytest.raises(SpanBertError, match="empty context"):
         qa.answer_with(model, tokenizer, cfg, "Who?", "  ")
+
+
+def test_raw_text_answer_is_the_transformers_pipeline_answer(squad_model) -> None:
+    """The exported SQuAD model in transformers' question-answering pipeline (4.x; 5.x has none) gives
+    the answer, offsets and score of `qa.answer_with`, on one window each."""
+    import dataclasses
+
+    from spanbert.tasks import qa
+
+    transformers = pytest.importorskip("transformers")
+    from transformers.pipelines import SUPPORTED_TASKS
+
+    if "question-answering" not in SUPPORTED_TASKS:
+        pytest.skip(f"transformers {transformers.__version__} has no question-answering pipeline")
+    out, d, _ = squad_model
+    pipe = transformers.pipeline("question-answering", model=str(out), tokenizer=str(out), device=-1)
+    model, tokenizer, cfg = qa.load_qa_model(out)
+    cfg = dataclasses.replace(cfg, max_seq_length=128)  # one window, as the pipeline's max_seq_len 128
+    for a in d["data"][:3]:
+        for p in a["paragraphs"]:
+            for q in p["qas"]:
+                ours = qa.answer_with(model, tokenizer, cfg, q["question"], p["context"])
+                theirs = pipe(question=q["question"], context=p["context"], max_seq_len=128)
+                assert (ours["answer"], ours["start"], ours["end"]) == (theirs["answer"], theirs["start"], theirs["end"])
+                assert ours["score"] == pytest.approx(theirs["score"], rel=1e-5)
 
 
 def test_v2_threshold_is_chosen_on_dev_saved_and_applied(tok, tmp_path: Path, capsys) -> None:

@@ -973,9 +973,9 @@ def answer_with(
 ) -> dict[str, Any]:
     """`answer` with a model already loaded (`load_qa_model`). The prediction path of `spanbert
     predict` (windows, max-context rule, n-best decoding, the SQuAD 2.0 threshold saved with the
-    model); ``score`` is the winning window's softmax probability of the start times that of the end,
-    over its passage tokens (and ``[CLS]`` for a SQuAD 2.0 model, whose "" answer gets the
-    ``[CLS]`` probability, start = end = 0), as the pipeline's ``score``."""
+    model); ``score`` is the pipeline's: the winning window's softmax probability of the start times
+    that of the end, each over the window's passage tokens and ``[CLS]`` (a SQuAD 2.0 model's "" answer
+    gets the ``[CLS]`` probability, start = end = 0)."""
     if not question.strip():
         raise SpanBertError("question: found an empty question, expected text")
     if not context.strip():
@@ -996,9 +996,10 @@ def answer_with(
     v2 = cfg.version_2_with_negative
 
     def probability(i: int, s: int, e: int) -> float:
-        # softmax over the window's passage positions (and [CLS] for SQuAD 2.0), start and end apart
+        # softmax over [CLS] and the window's passage positions, start and end apart (the pipeline's
+        # normalisation: it masks the question and separators, not [CLS], before its softmax)
         p0, width = feats.query_len[i] + 2, len(feats.max_context[i])
-        keep = ([0] if v2 else []) + list(range(p0, p0 + width))
+        keep = [0, *range(p0, p0 + width)]
         sl, el = np.asarray(starts[i], np.float64)[keep], np.asarray(ends[i], np.float64)[keep]
         ls, le = np.logaddexp.reduce(sl), np.logaddexp.reduce(el)
         return float(np.exp(starts[i][s] - ls + ends[i][e] - le))
