@@ -70,11 +70,15 @@ def _snapshot(name: str, cache_dir: str | None, offline: bool) -> Path:
             "name such as bert-base-cased or SpanBERT/spanbert-base-cased (a private model needs `hf auth login`)"
         ) from None
     except LocalEntryNotFoundError as e:
-        why = "downloading is off (HF_HUB_OFFLINE=1)" if offline else f"the hub could not be reached ({str(e)[:120]})"
+        if offline:
+            why, fix = "downloading is off (HF_HUB_OFFLINE=1)", "run this command once without HF_HUB_OFFLINE=1"
+        else:
+            cause = (str(e).strip().splitlines() or [type(e).__name__])[0][:100]
+            why, fix = f"the hub could not be reached ({cause})", "check the network connection"
         raise SpanBertError(
             f"{name}: found no such model folder and no copy of hub model {name} in the cache {where}, and {why}; "
-            f"expected a local folder, or download it once online (`hf download {name}`, or run this command "
-            "without HF_HUB_OFFLINE)"
+            f"expected a local folder, or the model in the cache: {fix}, or `hf download {name}` where there is a "
+            "network (with the same HF_HUB_CACHE)"
         ) from None
     except OSError as e:  # a network failure huggingface_hub did not turn into one of the above
         raise SpanBertError(f"{name}: found no such model folder, and fetching hub model {name} failed: {e}") from None
