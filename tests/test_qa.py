@@ -590,6 +590,17 @@ def test_v2_threshold_is_chosen_on_dev_saved_and_applied(tok, tmp_path: Path, ca
     odds = json.loads((tmp_path / "null_odds.json").read_text())
     assert set(preds) == set(odds) and len(preds) == 12
     assert all((preds[q] == "") == (odds[q] > saved) for q in preds if odds[q] > saved or preds[q])
+    # raw text: the same answers, "" (at offsets 0, 0) where the threshold says no answer
+    from spanbert.tasks import qa
+
+    model, tokenizer, cfg = qa.load_qa_model(out)
+    for a in d["data"][2:]:
+        for par in a["paragraphs"]:
+            for q in par["qas"]:
+                got = qa.answer_with(model, tokenizer, cfg, q["question"], par["context"])
+                assert got["answer"] == preds[q["id"]] and 0.0 <= got["score"] <= 1.0
+                assert par["context"][got["start"] : got["end"]] == got["answer"]
+                assert got["answer"] or (got["start"], got["end"]) == (0, 0)
     capsys.readouterr()
     assert main(["evaluate", "squad", "--data", str(path), "--articles", "2:", "--predictions", str(preds_path)]) == 0
     metrics = json.loads(capsys.readouterr().out)
