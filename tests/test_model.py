@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pickle
+from pathlib import Path
 
 import pytest
 import torch
@@ -568,3 +569,17 @@ def test_pretrain_init_from_fairseq_checkpoint(tmp_path):
     assert torch.allclose(model.cls.span_predictions.dense2.weight, src["mlp_layer_norm.linear2.weight"], atol=1e-3)
     assert torch.allclose(model.bert.embeddings.word_embeddings.weight,
                           src["hf"].bert.embeddings.word_embeddings.weight, atol=1e-3)
+
+
+def test_transformers_range_is_declared_and_holds_the_installed_version():
+    """pyproject declares the transformers range the interop tests run on (issue 23 item 2): bounded above,
+    the same in the hf and test extras, and holding the version these tests just used."""
+    tomllib = pytest.importorskip("tomllib")
+    from packaging.requirements import Requirement
+
+    extras = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    specs = {str(r.specifier) for r in map(Requirement, extras["hf"] + extras["test"]) if r.name == "transformers"}
+    assert len(specs) == 1, specs
+    spec = Requirement(f"transformers{specs.pop()}").specifier
+    assert any(s.operator == "<" for s in spec), f"transformers{spec}: expected an upper bound"
+    assert spec.contains(transformers.__version__), f"installed transformers {transformers.__version__} is outside {spec}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -275,7 +276,8 @@ def test_enormous_plans_are_announced(capsys):
     cpu = torch.device("cpu")
     base = model_config("base", vocab_size=8000)
     line = plan_warning(base, PretrainConfig(), TrainingArguments(per_device_train_batch_size=32, gradient_accumulation_steps=8), 2_400_000, True, cpu)
-    assert line.startswith("warning:") and "days" in line and "--max_steps" in line and "FLOPs" in line
+    assert line.startswith("warning:") and "--max_steps" in line and "FLOPs" in line
+    assert re.search(r"about [\d,]+ years on cpu", line), line  # read as a person reads it, not "106824.4 days"
     # base on CPU is announced even for a few steps; the quick start is not
     assert plan_warning(base, PretrainConfig(), TrainingArguments(), 10, True, cpu) is not None
     tiny = model_config("tiny", vocab_size=4000)
@@ -540,6 +542,34 @@ def test_paper_recipe_batches_131k_tokens_per_update(monkeypatch, capsys):
     assert (cfg.tokens_per_update, targs.max_tokens_per_batch, cfg.vocab_size) == (0, 0, 4000)
     cfg, targs, _ = _captured_main(monkeypatch, ["--tokens_per_update", "131072"])
     assert apply_batching(cfg, targs, 1).max_tokens_per_batch * apply_batching(cfg, targs, 1).gradient_accumulation_steps == 131072
+
+
+def test_shortened_run_scales_the_warmup(monkeypatch, capsys, tmp_path):
+    """--max_steps 100 with the quick start's fixed 100 warm-up steps would never decay (issue 23 item 6):
+    a shortened run with no warm-up named keeps the preset's fraction, and says so."""
+    _, targs, _ = _captured_main(monkeypatch, ["--max_steps", "100"])
+    assert (targs.max_steps, targs.warmup_steps) == (100, 8)  # 100 of 1200 -> round(8.33)
+    assert "warm-up: 8 steps of 100 (the preset's 100 of 1,200" in capsys.readouterr().out
+    _, targs, _ = _captured_main(monkeypatch, ["--corpus", "c.txt", "--max_steps", "24000"])
+    assert targs.warmup_steps == 100  # the paper's 10k of 2.4M
+    # a key=value override and a YAML file shorten the run as a flag does
+    _, targs, _ = _captured_main(monkeypatch, ["max_steps=600"])
+    assert targs.warmup_steps == 50
+    yaml_file = tmp_path / "short.yaml"
+    yaml_file.write_text("TrainingArguments:\n  max_steps: 120\n")
+    _, targs, _ = _captured_main(monkeypatch, ["--config", str(yaml_file)])
+    assert targs.warmup_steps == 10
+    capsys.readouterr()
+    # a warm-up the user names wins; the full run and a longer one keep the preset's
+    for argv, want in [
+        (["--max_steps", "100", "--warmup_steps", "30"], 30),
+        (["--max_steps", "100", "--warmup_ratio", "0.2"], 0),
+        ([], 100),
+        (["--max_steps", "2400"], 100),
+    ]:
+        _, targs, _ = _captured_main(monkeypatch, argv)
+        assert targs.warmup_steps == want, argv
+        assert "warm-up:" not in capsys.readouterr().out, argv
 
 
 def test_released_recipe_sets_the_released_optimiser(monkeypatch):

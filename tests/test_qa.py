@@ -466,6 +466,84 @@ def test_tiny_model_learns_32_questions_cli_round_trip(tok, tmp_path: Path, caps
     assert hf.qa_outputs.weight.shape == (2, 64)
 
 
+@pytest.fixture(scope="module")
+def squad_model(tok, tmp_path_factory) -> tuple[Path, dict, Path]:
+    """(a tiny QA model fine-tuned on 32 synthetic questions, their SQuAD dict, its file)."""
+    tmp = tmp_path_factory.mktemp("squad_model")
+    d = synthetic_squad(8)
+    train = _write(tmp / "train.json", d)
+    out = tmp / "ft"
+    assert main(["finetune", "squad", "--model", str(_pretrained(tok, tmp / "enc")), "--train_file", str(train),
+                 "--output_dir", str(out), "--max_seq_length", "32", "--doc_stride", "8", "--max_steps", "250",
+                 "--learning_rate", "1e-3", "--per_device_train_batch_size", "8", "--warmup_ratio", "0.05",
+                 "--report_to", "none", "--disable_tqdm", "--device", "cpu"]) == 0  # fmt: skip
+    return out, d, train
+
+
+def test_raw_text_question_answering_cli_and_python(squad_model, tmp_path: Path, capsys, cli_error) -> None:
+    """`spanbert predict squad --question Q --context C` and `qa.answer(model, Q, C)` (issue 23 item 9):
+    the answer `spanbert predict --data` gives for the same question, its character offsets, a probability."""
+    from spanbert.tasks import qa
+
+    out, d, train = squad_model
+    preds = tmp_path / "predictions.json"
+    assert main(["predict", "squad", "--model", str(out), "--data", str(train), "--output", str(preds)]) == 0
+    predicted = json.loads(preds.read_text())
+    paragraphs = [(p["context"], q) for a in d["data"] for p in a["paragraphs"] for q in p["qas"]]
+    model, tokenizer, cfg = qa.load_qa_model(out)
+    right = 0
+    for context, q in paragraphs:  # the contexts are longer than one 32-token window: several windows each
+        got = qa.answer_with(model, tokenizer, cfg, q["question"], context)
+        assert got["answer"] == predicted[q["id"]] and context[got["start"] : got["end"]] == got["answer"]
+        assert 0.0 < got["score"] <= 1.0
+        right += got["answer"] == q["answers"][0]["text"]
+    assert right >= 0.9 * len(paragraphs)
+    context, q = paragraphs[0]
+    got = qa.answer(out, q["question"], context)  # one call from a folder
+    assert set(got) == {"answer", "score", "start", "end"} and got["answer"] == predicted[q["id"]]
+    capsys.readouterr()
+    assert main(["predict", "squad", "--model", str(out), "--question", q["question"], "--context", context]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == pytest.approx(got)
+    ctx_file = tmp_path / "context.txt"
+    ctx_file.write_text(context, encoding="utf-8")
+    assert main(["predict", "squad", "--model", str(out), "--question", q["question"], "--context-file", str(ctx_file)]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == pytest.approx(got)
+    # half a request, or two kinds at once, is refused before the model loads
+    base = ["predict", "squad", "--model", str(tmp_path / "absent")]
+    cli_error([*base, "--question", "Who?"], contains="expected one of --context TEXT or --context_file FILE")
+    cli_error([*base, "--context", "text"], contains="found --context without --question")
+    cli_error([*base, "--question", "Who?", "--context", "c", "--data", str(train)], contains="one way of asking")
+    cli_error([*base], contains="found no --data or --output")
+    cli_error([*base, "--question", "Who?", "--context_file", str(tmp_path / "none.txt")], names=tmp_path / "none.txt")
+    with pytest.raises(SpanBertError, match="empty context"):
+        qa.answer_with(model, tokenizer, cfg, "Who?", "  ")
+
+
+def test_raw_text_answer_is_the_transformers_pipeline_answer(squad_model) -> None:
+    """The exported SQuAD model in transformers' question-answering pipeline (4.x; 5.x has none) gives
+    the answer, offsets and score of `qa.answer_with`, on one window each."""
+    import dataclasses
+
+    from spanbert.tasks import qa
+
+    transformers = pytest.importorskip("transformers")
+    from transformers.pipelines import SUPPORTED_TASKS
+
+    if "question-answering" not in SUPPORTED_TASKS:
+        pytest.skip(f"transformers {transformers.__version__} has no question-answering pipeline")
+    out, d, _ = squad_model
+    pipe = transformers.pipeline("question-answering", model=str(out), tokenizer=str(out), device=-1)
+    model, tokenizer, cfg = qa.load_qa_model(out)
+    cfg = dataclasses.replace(cfg, max_seq_length=128)  # one window, as the pipeline's max_seq_len 128
+    for a in d["data"][:3]:
+        for p in a["paragraphs"]:
+            for q in p["qas"]:
+                ours = qa.answer_with(model, tokenizer, cfg, q["question"], p["context"])
+                theirs = pipe(question=q["question"], context=p["context"], max_seq_len=128)
+                assert (ours["answer"], ours["start"], ours["end"]) == (theirs["answer"], theirs["start"], theirs["end"])
+                assert ours["score"] == pytest.approx(theirs["score"], rel=1e-5)
+
+
 def test_v2_threshold_is_chosen_on_dev_saved_and_applied(tok, tmp_path: Path, capsys) -> None:
     d = synthetic_squad(4, unanswerable=True)
     path = _write(tmp_path / "v2.json", d)
@@ -512,6 +590,17 @@ def test_v2_threshold_is_chosen_on_dev_saved_and_applied(tok, tmp_path: Path, ca
     odds = json.loads((tmp_path / "null_odds.json").read_text())
     assert set(preds) == set(odds) and len(preds) == 12
     assert all((preds[q] == "") == (odds[q] > saved) for q in preds if odds[q] > saved or preds[q])
+    # raw text: the same answers, "" (at offsets 0, 0) where the threshold says no answer
+    from spanbert.tasks import qa
+
+    model, tokenizer, cfg = qa.load_qa_model(out)
+    for a in d["data"][2:]:
+        for par in a["paragraphs"]:
+            for q in par["qas"]:
+                got = qa.answer_with(model, tokenizer, cfg, q["question"], par["context"])
+                assert got["answer"] == preds[q["id"]] and 0.0 <= got["score"] <= 1.0
+                assert par["context"][got["start"] : got["end"]] == got["answer"]
+                assert got["answer"] or (got["start"], got["end"]) == (0, 0)
     capsys.readouterr()
     assert main(["evaluate", "squad", "--data", str(path), "--articles", "2:", "--predictions", str(preds_path)]) == 0
     metrics = json.loads(capsys.readouterr().out)

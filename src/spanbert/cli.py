@@ -73,17 +73,23 @@ def _run(argv: list[str]) -> int:
         print(f"spanbert {__version__}")
         return 0
     command, rest = argv[0], argv[1:]
+    from spanbert.config import _did_you_mean  # a small module; the commands' own stay unimported
+
     if command not in COMMANDS:
-        print(f"spanbert: unknown command {command!r}; choose from: {', '.join(COMMANDS)}", file=sys.stderr)
-        return 2
+        raise SpanBertError(
+            f"spanbert: found unknown command {command!r}{_did_you_mean(command, list(COMMANDS))}; "
+            f"expected one of: {', '.join(COMMANDS)}"
+        )
     if command in TASK_ACTIONS:
         if not rest or rest[0] in ("-h", "--help"):
             print(_task_usage(command))
             return 0 if rest else 2
         task = rest[0]
         if task not in TASKS:
-            print(f"spanbert {command}: unknown task {task!r}; choose from: {', '.join(TASKS)}", file=sys.stderr)
-            return 2
+            raise SpanBertError(
+                f"spanbert {command}: found unknown task {task!r}{_did_you_mean(task, list(TASKS))}; "
+                f"expected one of: {', '.join(TASKS)}"
+            )
         module = importlib.import_module(TASKS[task][0])
         return int(module.cli(command, task, rest[1:], f"spanbert {command} {task}") or 0)
     module_name, func_name, _ = COMMANDS[command]

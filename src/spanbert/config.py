@@ -496,6 +496,88 @@ def _did_you_mean(key: str, valid: Sequence[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """The parser of every `spanbert` command: forgiving spellings, one-line errors with a suggestion.
+
+    ``--learning-rate`` and ``--learning_rate`` name the same option (both spellings are common: HF
+    scripts use underscores, most Unix tools hyphens), for options declared either way. A mistyped
+    option or choice is one ``error:`` line that suggests the closest valid one, as YAML keys and
+    ``key=value`` overrides do, instead of argparse's usage block (`SpanBertError`, exit status 2).
+    """
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        import sys
+
+        args = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(self._respell(args), namespace)
+
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            for word in extras:
+                if word.startswith("--"):
+                    name = word.split("=", 1)[0]
+                    self.error(f"found unknown option {name!r}{self._suggest(name)}; expected one of the options "
+                               "that --help lists")
+            self.error(f"found unexpected argument(s) {' '.join(extras)!r}; expected the options that --help lists")
+        return parsed
+
+    def error(self, message: str) -> typing.NoReturn:  # type: ignore[override]
+        raise SpanBertError(f"{self.prog}: {message}")
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        # a mistyped choice (``--tagger crf``, a subcommand) names the closest valid one
+        if action.choices is not None and value not in action.choices:
+            choices = [str(c) for c in action.choices]
+            name = "/".join(action.option_strings) or action.metavar or action.dest
+            raise argparse.ArgumentError(
+                None,
+                f"{name}: found {value!r}{_did_you_mean(str(value), choices)}; expected one of: {', '.join(choices)}",
+            )
+
+    def _suggest(self, name: str) -> str:
+        """`` (did you mean '--learning_rate'?)`` for ``--learnig-rate``, in the declared spelling."""
+        import difflib
+
+        declared = {_canonical(o): o for o in reversed(self._long_options())}
+        close = difflib.get_close_matches(_canonical(name), list(declared), n=1)
+        return f" (did you mean {declared[close[0]]!r}?)" if close else ""
+
+    def _long_options(self) -> list[str]:
+        return [o for o in self._option_string_actions if o.startswith("--")]
+
+    def _respell(self, args: list[str]) -> list[str]:
+        """``--a-b`` as ``--a_b`` (or back) where only the other spelling is an option of this parser;
+        a unique prefix in the other spelling too, as argparse allows abbreviations."""
+        options = self._long_options()
+        by_canonical: dict[str, str] = {}
+        for o in options:
+            by_canonical.setdefault(_canonical(o), o)
+        out: list[str] = []
+        for k, word in enumerate(args):
+            if word == "--":  # everything after it is a positional value
+                return out + args[k:]
+            name, eq, value = word.partition("=")
+            if not name.startswith("--") or name in self._option_string_actions:
+                out.append(word)
+                continue
+            key = _canonical(name)
+            match = by_canonical.get(key)
+            if match is None and self.allow_abbrev:
+                starts = {o for c, o in by_canonical.items() if c.startswith(key)}
+                match = starts.pop() if len(starts) == 1 else None
+            out.append(match + eq + value if match else word)
+        return out
+
+
+def _canonical(option: str) -> str:
+    return "--" + option[2:].replace("-", "_")
+
+
 def add_dataclass_arguments(
     parser: argparse.ArgumentParser | argparse._ArgumentGroup,
     cls: type,

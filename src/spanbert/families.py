@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from spanbert import cloze, model
 from spanbert.config import BertConfig, FinetuneHabits
 from spanbert.errors import SpanBertError
+from spanbert.hub import resolve_model
 
 
 class Family(Protocol):
@@ -119,8 +120,9 @@ FAMILIES: dict[str, FamilySpec] = {
 
 def read_config(path: str | Path) -> dict[str, Any]:
     """config.json (or the original releases' bert_config.json) of a checkpoint folder, as a dict.
-    Reads no weights; a missing folder or file, or bad JSON, is an error naming it."""
-    path = Path(path)
+    Reads no weights; a missing folder or file, or bad JSON, is an error naming it. A hub name that
+    is no local folder is read from its hub snapshot (`spanbert.hub.resolve_model`)."""
+    path = resolve_model(path)
     if not path.is_dir():
         raise SpanBertError(f"{path}: model folder not found, expected a folder with config.json and weights")
     cfg_path = model.config_path(path)
@@ -146,6 +148,7 @@ def family_of(path: str | Path) -> str:
 def habits_of(path: str | Path) -> FinetuneHabits:
     """The fine-tuning habits of the family in ``path`` (reads config.json only): what a task command
     needs before it parses its options, to show and use the family's defaults."""
+    path = resolve_model(path)
     raw = read_config(path)
     return FAMILIES[family_name(raw)].habits(raw, str(model.config_path(path)))
 
@@ -153,6 +156,7 @@ def habits_of(path: str | Path) -> FinetuneHabits:
 def num_layers_of(path: str | Path) -> int:
     """`Family.num_layers` of the checkpoint in ``path``, from its config.json (BERT: the weights are
     checked to be there too, `spanbert.model.check_checkpoint`); nothing is loaded."""
+    path = resolve_model(path)
     raw = read_config(path)
     if family_name(raw) == "bert":
         return model.check_checkpoint(path).num_hidden_layers
@@ -162,6 +166,7 @@ def num_layers_of(path: str | Path) -> int:
 
 def load_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict[str, Tensor]]:
     """(config.json dict, state dict) of any family's folder (pre-trained or fine-tuned)."""
+    path = resolve_model(path)
     raw = read_config(path)
     if family_name(raw) == "bert":
         return model.load_checkpoint(path)  # HF, Google/SpanBERT releases, fairseq, sharded, .bin
@@ -184,6 +189,7 @@ def load_encoder(path: str | Path, add_pooling_layer: bool = False) -> nn.Module
     BERT: every layout `spanbert.model.load_checkpoint` reads; a checkpoint without a pooler (the SpanBERT
     release) gets a freshly initialised one when ``add_pooling_layer``.
     """
+    path = resolve_model(path)
     raw = read_config(path)
     name = family_name(raw)
     if name == "bert":
@@ -213,6 +219,7 @@ def load_tokenizer(path: str | Path, tokenizer_dir: str | Path | None = None) ->
     (reads config.json, no weights): ``cls_id``/``mid_id``/``sep_id`` are the family's markers."""
     from spanbert.tokenization import load_tokenizer_for
 
+    path = resolve_model(path)
     raw = read_config(path)
     return FAMILIES[family_name(raw)].frame(raw, load_tokenizer_for(path, tokenizer_dir))
 

@@ -23,6 +23,7 @@ from torch import Tensor, nn
 
 from spanbert.config import BertConfig, FinetuneHabits
 from spanbert.errors import SpanBertError
+from spanbert.hub import resolve_model
 from spanbert.utils import atomic_write, publish_file, temporary_file
 
 # ---------------------------------------------------------------------------------------------
@@ -395,6 +396,7 @@ class Encoder(nn.Module):
         Keys may carry the `bert.` prefix (task and pre-training checkpoints) or not (`BertModel`). A
         checkpoint without a pooler (the SpanBERT release) gets a freshly initialised one.
         """
+        path = resolve_model(path)
         config_json, state = load_checkpoint(path)
         config = BertConfig.from_hf_dict(config_json, source=str(config_path(path)))
         encoder = cls(config, add_pooling_layer=add_pooling_layer)
@@ -628,6 +630,7 @@ class SpanBertForPreTraining(nn.Module):
         those rows fill ours from the start and the rest keep their initialisation. What is not
         loaded is reported on stderr.
         """
+        path = resolve_model(path)
         config_json, state = load_checkpoint(path)
         meta = config_json.get("spanbert", {})
         sbo_path = Path(path) / SBO_FILE
@@ -862,7 +865,7 @@ def check_checkpoint(path: str | Path) -> BertConfig:
     """The checkpoint's `BertConfig`; fails now, with the file named, on what `load_checkpoint` would
     fail on later: no folder, a bad config.json, no weights, an unreadable safetensors header. Reads no
     tensors (commands call it before they write anything; a `pytorch_model.bin` is only checked to exist)."""
-    path = Path(path)
+    path = resolve_model(path)
     config = BertConfig.from_hf_dict(_checked_config(path))
     st = path / "model.safetensors"
     if st.exists():
@@ -885,7 +888,7 @@ CONFIG_FILES = ("config.json", "bert_config.json")
 
 def config_path(path: str | Path) -> Path:
     """The config file a checkpoint folder is read with: `config.json`, else `bert_config.json`."""
-    path = Path(path)
+    path = resolve_model(path)
     for name in CONFIG_FILES:
         if (path / name).is_file():
             return path / name
@@ -943,9 +946,9 @@ def load_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict[str, Tensor]
     Keys come back in our (HF) names: LayerNorm `gamma`/`beta` -> `weight`/`bias`, a fairseq
     `decoder.` prefix dropped and its span head `cls.pair_target_predictions.*` renamed to
     `cls.span_predictions.*` (docs/architecture.md, "Checkpoint layouts"). TensorFlow checkpoints
-    (`bert_model.ckpt.*`) are not read: the error says how to convert them.
+(`bert_model.ckpt.*`) are not read: the error says how to convert them.
     """
-    path = Path(path)
+    path = resolve_model(path)
     config_json = _checked_config(path)  # checked before reading gigabytes of weights
     if (path / "model.safetensors").exists():
         state = _read_safetensors(path / "model.safetensors")

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from spanbert.blocks import BLOCK_PACKINGS, held_out_documents
+from spanbert.config import ArgumentParser
 from spanbert.corpus import CANDIDATE_KINDS, FORMAT, STATIC_FORMAT, TokenCorpus
 from spanbert.dataset import PretrainDataset
 from spanbert.errors import DataError, SpanBertError
@@ -689,7 +690,7 @@ def _stdlib_docstrings() -> list[str]:
 
 def main(argv: list[str], prog: str = "spanbert preprocess") -> int:
     """``spanbert preprocess --corpus FILES|DIR --tokenizer DIR --output_dir DIR``."""
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog=prog,
         description="Tokenize a text corpus into sharded memory-mapped token arrays for pre-training. "
         "Plain text: a blank line separates documents, a line is a paragraph; .jsonl: a 'text' field per line; "

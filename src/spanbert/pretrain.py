@@ -30,10 +30,11 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from spanbert import cloze, data, distributed
+from spanbert import cloze, cost, data, distributed
 from spanbert.cloze import parse_model_spec
 from spanbert.config import (
     MODEL_PRESETS,
+    ArgumentParser,
     BertConfig,
     add_dataclass_arguments,
     check_unknown_overrides,
@@ -366,10 +367,9 @@ def released_term_weights(counts: dict[str, int], totals: dict[str, float], worl
     return {"mlm": world / n, "sbo": world * p / (p + 1) / n, "nsp": world / n}
 
 # Sustained training FLOP/s assumed for the time estimate (a planning figure, not a benchmark): fp32
-# matmuls on one CPU core, and bf16 on a recent datacenter GPU at a typical share of its peak.
-ASSUMED_FLOPS = {"cpu_per_thread": 2e10, "cuda": 1e14, "mps": 5e12}
-# A plan longer than this is worth a warning before it starts.
-LONG_PLAN_SECONDS = 24 * 3600
+# matmuls on one CPU core, and bf16 on a recent datacenter GPU at a typical share of its peak; a plan
+# longer than LONG_PLAN_SECONDS is worth a warning before it starts. Shared with fine-tuning (`cost`).
+ASSUMED_FLOPS, LONG_PLAN_SECONDS = cost.ASSUMED_FLOPS, cost.LONG_PLAN_SECONDS
 
 
 def _resolve_system(cfg: PretrainConfig) -> tuple[str, str, bool, float]:
@@ -435,11 +435,13 @@ def check_sources(cfg: PretrainConfig) -> _Sources:
         )
     init_config = None
     if cfg.init_from:
+        from spanbert.hub import resolve_model
         from spanbert.model import check_checkpoint
 
         init_config = check_checkpoint(cfg.init_from)  # config.json checked, weights present; no tensor read
-        if tokenizer is None and data.has_tokenizer(cfg.init_from):
-            tokenizer = cfg.init_from
+        folder = str(resolve_model(cfg.init_from))  # a hub name: its snapshot holds the vocabulary
+        if tokenizer is None and data.has_tokenizer(folder):
+            tokenizer = folder
     if preprocessed:
         corpus_data = data.TokenCorpus(corpus)  # checks meta.json and every array's size
         corpus_data.unigram_counts()
@@ -471,11 +473,7 @@ def _tokens_per_step(cfg: PretrainConfig, args: TrainingArguments) -> int:
     return per_micro_batch * args.gradient_accumulation_steps * world
 
 
-def _human(seconds: float) -> str:
-    for unit, size in (("days", 86400), ("hours", 3600), ("minutes", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.1f} {unit}"
-    return f"{seconds:.0f} seconds"
+_human = cost.human_duration
 
 
 def plan_warning(
@@ -484,10 +482,7 @@ def plan_warning(
     """A warning line when the plan is enormous for this machine (base or larger on CPU, or an
     estimated time over a day), with the estimate and how to make it smaller; else None."""
     flops = plan_flops(config, cfg, args, steps, sbo)
-    if device.type == "cpu":
-        rate = ASSUMED_FLOPS["cpu_per_thread"] * torch.get_num_threads()
-    else:
-        rate = ASSUMED_FLOPS.get(device.type, ASSUMED_FLOPS["cuda"])
+    rate = cost.machine_flops(device.type, torch.get_num_threads())
     seconds = flops / rate / max(1, distributed.world_size()) if device.type != "cpu" else flops / rate
     big_on_cpu = device.type == "cpu" and config.hidden_size >= MODEL_PRESETS["base"]["hidden_size"]
     if seconds < LONG_PLAN_SECONDS and not big_on_cpu:
@@ -495,7 +490,7 @@ def plan_warning(
     size = f"{config.num_hidden_layers} layers x {config.hidden_size}"
     return (
         f"warning: this plan is very large for this machine: {size}, {steps:,} steps of "
-        f"{_tokens_per_step(cfg, args):,} tokens = {flops:.2g} FLOPs, about {_human(seconds)} on {device.type} "
+        f"{_tokens_per_step(cfg, args):,} tokens = {flops:.2g} FLOPs, {_human(seconds)} on {device.type} "
         f"(assuming {rate:.1g} FLOP/s); make it smaller with --max_steps, --model tiny or small, "
         "--max_seq_length or --tokens_per_update, or run the quick start (no --corpus/--model)"
     )
@@ -926,7 +921,7 @@ def pretrain(cfg: PretrainConfig, args: TrainingArguments, masking: MaskingConfi
         result = train(
             model, stage_set, stage_args, collate_fn=collate, eval_fn=stage_eval,
             count_targets=count, run_config=run_config,
-            term_weights=released_term_weights if cfg.recipe == "released" else None,
+            term_weights=released_term_weights if cfg.recipe == "released" else None, cost_warning=False,
         )  # fmt: skip
         began, begin = True, end
         if result.global_step < end:
@@ -1146,7 +1141,7 @@ def pretrain_cloze(cfg: Any, args: Any, masking: Any = None, model_overrides: di
     }))  # fmt: skip
     model.train()
     result = train(model, train_set, args, collate_fn=coll, eval_fn=eval_fn, count_targets=count,
-                   run_config=run_config)  # fmt: skip
+                   run_config=run_config, cost_warning=False)  # fmt: skip
     final = Path(args.output_dir) / cfg.output_name
     if result.global_step >= (args.max_steps if args.max_steps > 0 else 0):
         distributed.on_main(lambda: _export_two_tower(model, tok, final, cfg.system, result.metrics))
@@ -1167,7 +1162,7 @@ def _export_two_tower(model: cloze.TwoTowerModel, tok: Any, final: Path, system:
 
 
 def _parser(prog: str, defaults: dict[str, Any], cfg_defaults: dict[str, Any]) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog=prog,
         description=(
             "Pre-train SpanBERT (span masking + span boundary objective, single sequences; Joshi et al. 2020) "
@@ -1237,6 +1232,31 @@ def preset_line(quick: bool, cfg: PretrainConfig, args: TrainingArguments) -> st
     return f"preset: paper recipe (§4.2, Appendix A; {cfg.system}, {plan})"
 
 
+def scale_warmup(
+    targs: TrainingArguments, defaults: dict[str, Any], named: set[str]
+) -> tuple[TrainingArguments, str | None]:
+    """The preset's warm-up scaled to a shortened run, and the line that says so (None when unchanged).
+
+    A preset's warm-up is a fixed step count (quick start: 100 of 1200; paper: 10k of 2.4M): kept
+    for ``--max_steps 100`` the rate would still be rising at the last step and never decay. When the
+    user shortens ``max_steps`` and names no warm-up (``named``: the options they gave), the warm-up
+    keeps the preset's fraction of the run. A ``--warmup_ratio`` alone replaces the preset's count.
+    """
+    if "warmup_ratio" in named and "warmup_steps" not in named:
+        # the ratio the user names applies only when warmup_steps is 0: the preset's count would win
+        return dataclasses.replace(targs, warmup_steps=0), None
+    preset_steps, preset_warmup = defaults.get("max_steps", 0), defaults.get("warmup_steps", 0)
+    shortened = "max_steps" in named and 0 < targs.max_steps < preset_steps
+    if not shortened or named & {"warmup_steps", "warmup_ratio"} or not preset_warmup:
+        return targs, None
+    warmup = round(preset_warmup * targs.max_steps / preset_steps)
+    note = (
+        f"warm-up: {warmup} steps of {targs.max_steps:,} (the preset's {preset_warmup:,} of {preset_steps:,}, "
+        f"{preset_warmup / preset_steps:.2%}, scaled to the shorter run; --warmup_steps sets it)"
+    )
+    return dataclasses.replace(targs, warmup_steps=warmup), note
+
+
 def main(argv: list[str], prog: str = "spanbert pretrain") -> int:
     p = _parser(prog, PRETRAIN_DEFAULTS, {})
     args = p.parse_args(argv)
@@ -1263,6 +1283,10 @@ def main(argv: list[str], prog: str = "spanbert pretrain") -> int:
     targs = build(TrainingArguments, defaults=train_defaults)
     masking = build(MaskingConfig)
     print0(preset_line(quick, cfg, targs))
+    named_schedule = named_options(args, "TrainingArguments", ("max_steps", "warmup_steps", "warmup_ratio"))
+    targs, note = scale_warmup(targs, train_defaults, named_schedule)
+    if note:
+        print0(note)
     final = pretrain(cfg, targs, masking)
     if final.exists() and cfg.system not in CLOZE_SYSTEMS:  # pretrain_cloze prints its own next steps
         _, _, sbo, _ = _resolve_system(cfg)
@@ -1341,7 +1365,7 @@ def fill(model, tok, text: str, head: str = "mlm", top_k: int = 5) -> dict[str, 
 
 
 def fill_main(argv: list[str], prog: str = "spanbert fill") -> int:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog=prog,
         description="Predict masked tokens: [MASK] per token, {MASK*n} for a span of n. "
         "--head sbo fills a span from its two boundary tokens only (the span boundary objective, §3.2).",

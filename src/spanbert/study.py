@@ -37,7 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from spanbert import distributed
+from spanbert import cost, distributed
+from spanbert.config import ArgumentParser
 from spanbert.errors import SpanBertError
 from spanbert.utils import atomic_dir, atomic_write, remove_debris
 
@@ -1044,6 +1045,9 @@ def dry_run(study: Study, probe_steps: int = 0) -> str:
         lines.append(f"probe: {probe_steps} steps of {pre[0].system} at {per_step:.2f} s a step → about "
                      f"{_human(per_step * study.pretrain_steps)} per system, {_human(per_step * study.pretrain_steps * len(pre))} "
                      f"for all pre-training on this machine (fine-tuning not probed)")  # fmt: skip
+    if fine:
+        line, large = finetune_estimate(study)
+        lines.append(("warning: this study's fine-tuning is very large for this machine; " if large else "") + line)
     for c in cells:
         lines.append(f"  {'[done] ' if is_done(c) else ''}{c.label}: {c.dir}")
     return "\n".join(lines)
@@ -1071,14 +1075,52 @@ def _probe(study: Study, cell: Cell, steps: int) -> float:
     return study.batch_size * study.max_seq_length / float(np.median(rates))
 
 
-def _human(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 172800:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} days"
+_human = cost.human_duration
+
+# Fine-tuning epochs assumed for a task whose options name none (most tasks' defaults are 2 to 4).
+ASSUMED_EPOCHS = 3
+# Characters of a training file per token, for a file whose examples are not counted (English text
+# in WordPiece: about 4; JSON keys and markup make this an overestimate of the tokens, on purpose).
+CHARS_PER_TOKEN = 4
+
+
+def finetune_estimate(study: Study, device_type: str | None = None, threads: int | None = None) -> tuple[str, bool]:
+    """(a line estimating every fine-tuning cell's cost, whether it exceeds `cost.LONG_PLAN_SECONDS`).
+
+    Tokens of one cell: ``max_train_examples`` x ``max_seq_length`` when the task's options bound the
+    examples, else the training file's size / `CHARS_PER_TOKEN`; times its ``num_train_epochs``
+    (`ASSUMED_EPOCHS` when unnamed); through the encoder of the study's model size
+    (`cost.encoder_params`), on this machine (`cost.machine_flops`). Reads file sizes only."""
+    import torch
+
+    from spanbert.config import MODEL_PRESETS
+
+    device_type = device_type or ("cuda" if torch.cuda.is_available() else "cpu")
+    threads = threads or torch.get_num_threads()
+    size = MODEL_PRESETS.get(study.model, MODEL_PRESETS["base"])
+    params = cost.encoder_params(size["hidden_size"], size["num_hidden_layers"], size.get("intermediate_size"))
+    cells = {t.name: 0 for t in study.tasks}
+    for c in plan(study):
+        if c.kind == "finetune":
+            cells[c.task] += 1
+    total_seconds, parts = 0.0, []
+    for t in study.tasks:
+        epochs = float(t.options.get("num_train_epochs", ASSUMED_EPOCHS))
+        if "max_train_examples" in t.options:
+            per_epoch = int(t.options["max_train_examples"]) * int(t.options.get("max_seq_length", study.max_seq_length))
+        else:
+            path = Path(t.train)
+            files = [f for f in path.rglob("*") if f.is_file()] if path.is_dir() else [path] if path.is_file() else []
+            per_epoch = sum(f.stat().st_size for f in files) // CHARS_PER_TOKEN
+        seconds = cost.training_flops(params, per_epoch * epochs) / cost.machine_flops(device_type, threads)
+        total_seconds += seconds * cells[t.name]
+        parts.append(f"{t.name}: {cells[t.name]} × {_human(seconds)}")
+    line = (
+        f"fine-tuning estimate: {_human(total_seconds)} for all {sum(cells.values())} cells on {device_type} "
+        f"({'; '.join(parts)}; {study.model} encoder, {ASSUMED_EPOCHS} epochs where none is named, a training "
+        f"file's characters / {CHARS_PER_TOKEN} as its tokens where max_train_examples is not set)"
+    )
+    return line, total_seconds > cost.LONG_PLAN_SECONDS
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1086,7 +1128,7 @@ def _human(seconds: float) -> str:
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog=prog,
         description="Rerun the paper's comparisons (Table 1: BERT baselines vs SpanBERT; Table 6: masking "
         "schemes; Table 7: NSP / single sequence / SBO) on a corpus, budget and tasks of your choice. "
@@ -1159,6 +1201,10 @@ def main(argv: list[str], prog: str = "spanbert study") -> int:
     if args.dry_run:
         distributed.print0(dry_run(study, args.probe_steps))
         return 0
+    if args.only in ("all", "finetune"):
+        line, large = finetune_estimate(study)
+        if large:  # said before the first cell runs; every cell's own `finetune` warns again in its log
+            distributed.eprint0(f"warning: this study's fine-tuning is very large for this machine; {line}")
     if args.only != "summary":
         run_study(study, args.only, shard)
     if shard[1] > 1:
@@ -1224,7 +1270,7 @@ def export_checkpoints(run_dir: Path, out: Path) -> list[tuple[int, Path]]:
 
 
 def _curve_parser(prog: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog=prog,
         description="Fine-tune from every saved checkpoint of a pre-training run and draw the score against "
         "the pre-training step (BERT Appendix C.1, Figure 5): when is a (continued) pre-training run good "

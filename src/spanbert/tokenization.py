@@ -22,7 +22,6 @@ punctuation, every punctuation mark is a word of its own: ``"Broncos'"`` is the 
 
 from __future__ import annotations
 
-import argparse
 import copy
 import gzip
 import heapq
@@ -35,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from spanbert.config import ArgumentParser
 from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError
 from spanbert.utils import atomic_write
@@ -365,7 +365,11 @@ class Tokenizer:
 
 
 def load_tokenizer_for(model_dir: str | Path, tokenizer_dir: str | Path | None = None):
-    """The tokenizer saved with a checkpoint, or the one given; a clear error when there is none."""
+    """The tokenizer saved with a checkpoint, or the one given; a clear error when there is none. A hub
+    name that is no local folder is read from its hub snapshot (`spanbert.hub.resolve_model`)."""
+    from spanbert.hub import resolve_model
+
+    model_dir = resolve_model(model_dir)
     if not Path(model_dir).is_dir():
         raise SpanBertError(f"{model_dir}: model folder not found")
     source = Path(tokenizer_dir) if tokenizer_dir else Path(model_dir)
@@ -738,7 +742,7 @@ def train_tokenizer(
 # ---------------------------------------------------------------------- CLI
 def main(argv: list[str], prog: str = "spanbert tokenizer") -> int:
     """``spanbert tokenizer train --corpus FILES --vocab-size N --output_dir DIR``."""
-    parser = argparse.ArgumentParser(prog=prog, description="Train a cased WordPiece vocabulary (BERT special tokens).")
+    parser = ArgumentParser(prog=prog, description="Train a cased WordPiece vocabulary (BERT special tokens).")
     sub = parser.add_subparsers(dest="action", metavar="train", required=True)
     p = sub.add_parser("train", help="train a WordPiece vocabulary on a text corpus")
     p.add_argument(

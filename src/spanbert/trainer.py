@@ -37,6 +37,7 @@ from torch import nn
 from spanbert.distributed import (  # noqa: F401 - distributed_env, init_distributed, resolve_device re-exported
     all_gather_objects,
     distributed_env,
+    eprint0,
     init_distributed,
     is_main,
     on_main,
@@ -500,6 +501,29 @@ def token_micro_batches(
         parts = [batches[j] if j < len(batches) else [] for j in (s * M + m * world + rank for m in range(accum))]
         steps.append(_short_step(parts, batches[s * M][0], min(M, len(batches) - s * M), world))
     return steps
+
+
+def _cost_warning(model: nn.Module, dataset: Any, epochs: float, device: torch.device, world: int) -> str | None:
+    """`cost.finetune_warning` for ``epochs`` passes over ``dataset``: its token count from ``lengths()``
+    or from the ``input_ids`` of up to 64 examples; the model's weights outside its embedding tables."""
+    from spanbert.cost import finetune_warning
+
+    try:
+        mean_tokens = float(np.mean(dataset_lengths(dataset)))
+    except SpanBertError:
+        sizes = []
+        for i in range(min(64, len(dataset))):
+            item = dataset[i]
+            ids = item.get("input_ids") if isinstance(item, dict) else None
+            if ids is not None:
+                sizes.append(int(np.asarray(ids).size))
+        if not sizes:
+            return None  # no token count to estimate from
+        mean_tokens = float(np.mean(sizes))
+    embedding = {id(p) for m in model.modules() if isinstance(m, nn.Embedding) for p in m.parameters()}
+    params = sum(p.numel() for p in model.parameters() if p.requires_grad and id(p) not in embedding)
+    tokens = epochs * len(dataset) * mean_tokens
+    return finetune_warning(params, tokens, device.type, torch.get_num_threads(), world)
 
 
 def dataset_lengths(dataset: Any) -> np.ndarray:
@@ -969,6 +993,7 @@ def train(
     weight_decay_by_prefix: dict[str, float] | None = None,
     clip_by_prefix: tuple[str, ...] | None = None,
     term_weights: Callable[[dict[str, int], dict[str, float], int], dict[str, float]] | None = None,
+    cost_warning: bool = True,
 ) -> TrainResult:
     """Train ``model`` on ``train_dataset`` (map-style) and return the final step and metrics.
 
@@ -993,6 +1018,10 @@ def train(
     terms: it gets one micro-batch's counts, the step's totals (all micro-batches and ranks) and the
     world size, and returns each term's factor (default: ``counts[k] * world / totals[k]``; the
     released SpanBERT normalisation is `spanbert.pretrain.released_term_weights`).
+
+    ``cost_warning``: warn (stderr, rank 0) before the first step when the run would take more than a
+    day on this machine (`cost.finetune_warning`); pre-training passes False, having warned with its
+    own estimate (`spanbert.pretrain.plan_warning`).
     """
     rank, world, _ = distributed_env()
     device = resolve_device(args.device)
@@ -1022,6 +1051,11 @@ def train(
     settings = {"args": asdict(args), "run_config": run_config, "world_size": world, "train_examples": n}
     if budget:
         settings["train_micro_batches"] = n_batches
+
+    if cost_warning and not args.resume:
+        warning = _cost_warning(model, train_dataset, total / epoch_steps, device, world)
+        if warning:
+            eprint0(warning)
 
     removed = on_main(lambda: _start_run_dir(output_dir, args))
     if removed:

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from spanbert.config import ArgumentParser
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.utils import atomic_write
 
@@ -1426,7 +1427,7 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
     from spanbert.config import dataclass_from_args, parse_key_values
     from spanbert.distributed import eprint0, print0
 
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     if action == "finetune":
         from spanbert.tasks.common import add_finetune_arguments, parse_task_args, training_arguments
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from spanbert.config import ArgumentParser
 from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics.classification import accuracy, binary_f1, matthews_corrcoef, pearson, spearman
@@ -514,7 +515,7 @@ def cli(action: str, task_name: str, argv: list[str], prog: str) -> int:
     from spanbert.tasks.common import parse_task_args, start_distributed
 
     task = _task_from_argv(argv)
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", required=True, help=f"GLUE task: {', '.join(GLUE_TASKS)}")
     parser.add_argument(
         "--data_dir", required=True, help="the task's folder of GLUE tsv files (train.tsv, dev.tsv, test.tsv)"

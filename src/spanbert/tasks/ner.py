@@ -28,6 +28,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from spanbert.config import ArgumentParser
 from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError
 from spanbert.tasks.common import add_inference_arguments, selection_defaults, selection_summary
@@ -270,7 +271,7 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
     from spanbert.tasks import classification as C
     from spanbert.tasks.common import parse_task_args, start_distributed, write_once
 
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     if action == "finetune":
         from spanbert.tasks.common import add_finetune_arguments
 

@@ -25,7 +25,6 @@ it names, in memory; no cache is written when predicting).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import json
@@ -37,6 +36,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from spanbert.config import ArgumentParser
 from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError
 
@@ -633,7 +633,7 @@ def finetune_cli(argv: list[str], prog: str) -> int:
     )
     from spanbert.tasks.conll import add_document_context_argument
 
-    parser = argparse.ArgumentParser(prog=f"{prog} --features", description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog=f"{prog} --features", description=__doc__.split("\n\n")[0])
     parser.add_argument("--train_file", "--train", dest="train", required=True, help="CoNLL-2003 training file")
     parser.add_argument("--validation_file", "--dev", dest="dev", help="CoNLL-2003 dev file (selects the best epoch)")
     parser.add_argument("--max_seq_length", type=int, default=128, help="tokens per encoder input (default: 128)")

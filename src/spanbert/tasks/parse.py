@@ -28,7 +28,6 @@ fine-tuning rate) and 8e-4 (K&K 2018's Adam rate for a parser trained from scrat
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -41,6 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from spanbert.config import ArgumentParser
 from spanbert.errors import DataError, SpanBertError
 from spanbert.tasks.common import selection_defaults
 from spanbert.tasks.trees import Tree, read_trees
@@ -645,7 +645,7 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
     from spanbert.tasks.common import add_inference_arguments, start_distributed, write_once
     from spanbert.tasks.trees import tokenize, write_trees
 
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     if action == "finetune":
         from spanbert.tasks.common import add_finetune_arguments, family_defaults, model_in_argv, parse_task_args
 

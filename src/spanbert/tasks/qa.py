@@ -19,7 +19,6 @@ Prediction (`run_prediction`) reduces each batch to one best span per window at 
 
 from __future__ import annotations
 
-import argparse
 import functools
 import gzip
 import json
@@ -36,6 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from spanbert import families
+from spanbert.config import ArgumentParser
 from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics import squad as squad_metrics
@@ -797,7 +797,10 @@ class QAConfig:
     max_seq_length: int = 512
     """Tokens per input window, [CLS] question [SEP] passage [SEP] (Appendix B: 512)."""
     doc_stride: int = 128
-    """Distance in tokens between the starts of consecutive passage windows (Appendix B: 128)."""
+    """The step: distance in tokens between the starts of consecutive passage windows, as Google's and
+    SpanBERT's run_squad.py (Appendix B: 128). Not the overlap that transformers' run_qa.py --doc_stride
+    means: its --doc_stride D is spanbert's --doc_stride max_seq_length - question tokens - 3 - D
+    (run_qa's 384 and 128, for a 13-token question: --doc_stride 240)."""
     max_query_length: int = 64
     """Questions are cut to this many tokens (BERT run_squad.py: 64)."""
     n_best_size: int = 20
@@ -946,6 +949,74 @@ def run_prediction(
         cfg.max_answer_length,
     )  # fmt: skip
     return decode_spans(data, tok, feats, spans, cfg.version_2_with_negative, cfg.null_score_diff_threshold)
+
+
+def answer(
+    model_dir: str | Path, question: str, context: str, device: str = "auto", precision: str = "auto"
+) -> dict[str, Any]:
+    """The answer to one question about one raw-text context, as transformers' question-answering
+    pipeline gives it: ``{"answer": text, "score": probability, "start": char, "end": char}`` with
+    ``context[start:end] == answer``. Loads the fine-tuned model in ``model_dir`` (see `answer_with`
+    to ask several questions of one loaded model)."""
+    model, tokenizer, cfg = load_qa_model(model_dir)
+    return answer_with(model, tokenizer, cfg, question, context, device, precision)
+
+
+def answer_with(
+    model: nn.Module,
+    tokenizer: Any,
+    cfg: QAConfig,
+    question: str,
+    context: str,
+    device: str = "auto",
+    precision: str = "auto",
+) -> dict[str, Any]:
+    """`answer` with a model already loaded (`load_qa_model`). The prediction path of `spanbert
+    predict` (windows, max-context rule, n-best decoding, the SQuAD 2.0 threshold saved with the
+    model); ``score`` is the pipeline's: the winning window's softmax probability of the start times
+    that of the end, each over the window's passage tokens and ``[CLS]`` (a SQuAD 2.0 model's "" answer
+    gets the ``[CLS]`` probability, start = end = 0)."""
+    if not question.strip():
+        raise SpanBertError("question: found an empty question, expected text")
+    if not context.strip():
+        raise SpanBertError("context: found an empty context, expected the text to answer from")
+    data = QAData(
+        path="<text>", format="squad", version_2=cfg.version_2_with_negative, contexts=[context],
+        examples=[QAExample(qid="question", question=question, context_index=0, answers=[])], num_articles=1,
+    )  # fmt: skip
+    tok, feats = _features_for(data, tokenizer, cfg, training=False, progress=False)
+    starts, ends = predict_logits(model, feats, tokenizer.pad_id, 64, device, precision, disable_tqdm=True)
+    spans = [
+        best_span_in_window(starts[i], ends[i], feats.query_len[i], feats.max_context[i], cfg.n_best_size,
+                            cfg.max_answer_length)  # fmt: skip
+        for i in range(len(feats))
+    ]
+    decoded = decode_spans(data, tok, feats, spans, cfg.version_2_with_negative, cfg.null_score_diff_threshold)
+    text = decoded.predictions["question"]
+    v2 = cfg.version_2_with_negative
+
+    def probability(i: int, s: int, e: int) -> float:
+        # softmax over [CLS] and the window's passage positions, start and end apart (the pipeline's
+        # normalisation: it masks the question and separators, not [CLS], before its softmax)
+        p0, width = feats.query_len[i] + 2, len(feats.max_context[i])
+        keep = [0, *range(p0, p0 + width)]
+        sl, el = np.asarray(starts[i], np.float64)[keep], np.asarray(ends[i], np.float64)[keep]
+        ls, le = np.logaddexp.reduce(sl), np.logaddexp.reduce(el)
+        return float(np.exp(starts[i][s] - ls + ends[i][e] - le))
+
+    if text == "" and not any(sp[1] >= 0 for sp in spans) and not v2:
+        return {"answer": "", "score": 0.0, "start": 0, "end": 0}
+    if text == "" and v2:  # the null answer: its best window is the one with the smallest null score
+        i = min(range(len(spans)), key=lambda k: spans[k][3])
+        return {"answer": "", "score": probability(i, 0, 0), "start": 0, "end": 0}
+    # the window `decode_spans` took: the best span score, the earliest window on ties
+    i = max(range(len(spans)), key=lambda k: (spans[k][0], -k))
+    _, s, e, _ = spans[i]
+    p0, first = feats.query_len[i] + 2, feats.doc_start[i]
+    offsets = tok.context_offsets[0]
+    start, end = int(offsets[s + first, 0]), int(offsets[e + first, 1])
+    assert context[start:end] == text, "the decoded span and its offsets disagree"
+    return {"answer": text, "score": probability(i, s + p0, e + p0), "start": start, "end": end}
 
 
 def write_json(path: str | Path, obj: Any) -> None:
@@ -1264,11 +1335,39 @@ def _check_prediction_ids(
     )  # fmt: skip
 
 
+def _raw_text_request(args: Any) -> str | None:
+    """The context of a ``--question`` (from --context or --context_file), or None for a --data run;
+    refuses a mix of the two ways or half of one."""
+    from spanbert.errors import utf8_argument
+
+    raw = [o for o in ("question", "context", "context_file") if getattr(args, o) is not None]
+    if not raw:
+        missing = [f"--{o}" for o in ("data", "output") if getattr(args, o) is None]
+        if missing:
+            raise SpanBertError(f"found no {' or '.join(missing)}, expected --data FILE --output FILE, or --question "
+                                "with --context or --context_file")  # fmt: skip
+        return None
+    if args.data is not None or args.output is not None:
+        raise SpanBertError("found --data/--output and --question/--context, expected one way of asking")
+    if args.question is None:
+        raise SpanBertError(f"found --{raw[0]} without --question, expected the question to answer")
+    if (args.context is None) == (args.context_file is None):
+        raise SpanBertError("--question: found " + ("both --context and --context_file" if args.context is not None
+                            else "no context") + ", expected one of --context TEXT or --context_file FILE")  # fmt: skip
+    args.question = utf8_argument(args.question, "--question")
+    if args.context is not None:
+        return utf8_argument(args.context, "--context")
+    path = Path(args.context_file)
+    if not path.is_file():
+        raise SpanBertError(f"{path}: found no such file, expected the text of --context_file")
+    return decode_utf8(path.read_bytes(), path)
+
+
 def cli(action: str, task: str, argv: list[str], prog: str) -> int:
     """``spanbert {finetune,predict,evaluate} {squad,mrqa} ...``."""
     from spanbert.config import add_dataclass_arguments, dataclass_from_args
 
-    parser = argparse.ArgumentParser(prog=prog, description=(__doc__ or "").split("\n\n")[0])
+    parser = ArgumentParser(prog=prog, description=(__doc__ or "").split("\n\n")[0])
     fmt = "SQuAD v1.1/v2.0 JSON (.json or .json.gz)" if task == "squad" else "MRQA .jsonl or .jsonl.gz"
     if action == "finetune":
         from spanbert.tasks.common import (
@@ -1340,8 +1439,12 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
             required=True,
             help="fine-tuned QA model folder (spanbert finetune, or a HF BertForQuestionAnswering)",
         )
-        parser.add_argument("--data", required=True, help=f"questions to answer, {fmt}")
-        parser.add_argument("--output", required=True, help="predictions file to write: {question_id: answer text}")
+        parser.add_argument("--data", help=f"questions to answer, {fmt} (or --question with --context)")
+        parser.add_argument("--output", help="predictions file to write: {question_id: answer text} (with --data)")
+        parser.add_argument("--question", help="one question in raw text, answered from --context or --context_file: "
+                            "prints {answer, score, start, end} as JSON (start/end: character offsets in the context)")  # fmt: skip
+        parser.add_argument("--context", help="the raw text --question is answered from")
+        parser.add_argument("--context_file", help="a UTF-8 text file holding the context of --question")
         parser.add_argument(
             "--null_odds", help="where to write the null-score differences (default: null_odds.json beside --output)"
         )
@@ -1351,12 +1454,16 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         )
         add_inference_arguments(parser, "windows")
         args = parser.parse_args(argv)
+        context = _raw_text_request(args)  # checked before the model loads
         from spanbert.tasks.common import start_distributed, write_once
 
         start_distributed(args.device)
         model, tokenizer, cfg = load_qa_model(args.model)
         if args.null_score_diff_threshold is not None:
             cfg = QAConfig(**{**_config_dict(cfg), "null_score_diff_threshold": args.null_score_diff_threshold})
+        if context is not None:
+            print0(json.dumps(answer_with(model, tokenizer, cfg, args.question, context, args.device), ensure_ascii=False))
+            return 0
         data = read_qa(args.data, task).select_articles(args.articles)
         decoded = run_prediction(
             model, data, tokenizer, cfg, args.batch_size, args.device, progress=not args.disable_tqdm

@@ -25,7 +25,6 @@ nouns: replacing them (``mask``) would remove most of what decides the relation.
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import json
 import re
@@ -36,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from spanbert.config import ArgumentParser
 from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics.classification import NO_RELATION, semeval_official, tacred_prf
@@ -625,7 +625,7 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
     """``spanbert {finetune,predict,evaluate} {tacred,semeval} ...``."""
     from spanbert.tasks.common import parse_task_args, start_distributed
 
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     if action == "finetune":
         from spanbert.tasks.classification import run_finetune_cli
         from spanbert.tasks.common import add_finetune_arguments

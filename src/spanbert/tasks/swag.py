@@ -17,7 +17,6 @@ are a CSV ``video-id,fold-ind,label`` in the input's order (label = the predicte
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from spanbert.config import ArgumentParser
 from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.tasks.common import add_inference_arguments, selection_defaults
@@ -432,7 +432,7 @@ def cli(action: str, task_name: str, argv: list[str], prog: str) -> int:
     from spanbert.tasks import classification as C
     from spanbert.tasks.common import parse_task_args, start_distributed, write_once
 
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     if action == "finetune":
         from spanbert.tasks.common import add_finetune_arguments, family_defaults
 
