@@ -121,12 +121,17 @@ def _fake_data_root(root: Path) -> Path:
     with gzip.open(root / "squad" / "train-v1.1.rebuilt.json.gz", "wt") as f:
         json.dump(synthetic_squad(8, seed=1), f)
     (root / "squad" / "dev-v1.1.json").write_text(json.dumps(synthetic_squad(4, seed=2)))
-    sst = root / "glue" / "SST-2"
-    sst.mkdir(parents=True)
-    body = "".join(f"{s}\t{lab}\n" for s, lab in synthetic_sst(32))
+    _sst_folder(root / "glue" / "SST-2")
+    return root
+
+
+def _sst_folder(sst: Path, n: int = 32) -> Path:
+    """A GLUE SST-2 folder as the study checks it (train.tsv and dev.tsv)."""
+    sst.mkdir(parents=True, exist_ok=True)
+    body = "".join(f"{s}\t{lab}\n" for s, lab in synthetic_sst(n))
     (sst / "train.tsv").write_text("sentence\tlabel\n" + body)
     (sst / "dev.tsv").write_text("sentence\tlabel\n" + body)
-    return root
+    return sst
 
 
 def _study_cmd(data: Path, out: Path) -> list[str]:
@@ -244,7 +249,7 @@ def test_the_docs_example_values_are_read_as_a_user_means_them(tmp_path):
     """YAML 1.1 reads `1e-4` as a string; the study takes it as the number, as every other command's
     YAML does (docs/study.md's example was refused)."""
     sst = tmp_path / "SST-2"
-    sst.mkdir()
+    _sst_folder(sst)
     f = tmp_path / "s.yaml"
     f.write_text(f"corpus: {tmp_path}\npretrain_options: {{learning_rate: 5e-4}}\nbudget_tokens: 5e4\nsystems: [spanbert]\n"
                  f"tasks:\n  - {{task: glue, glue_task: SST-2, train: {sst}, learning_rates: [1e-4, 3e-4]}}\n")  # fmt: skip
@@ -265,7 +270,7 @@ def test_the_docs_example_values_are_read_as_a_user_means_them(tmp_path):
 )
 def test_study_yaml_values_of_the_wrong_type_name_file_and_line(tmp_path, cli_error, body, line, contains):
     sst = tmp_path / "SST-2"
-    sst.mkdir()
+    _sst_folder(sst)
     tasks = f"  - {{task: glue, glue_task: SST-2, train: {sst}}}\n"
     if contains.startswith("option learning_rates"):
         tasks = f"  - task: glue\n    train: {sst}\n    learning_rates: [fast]\n    glue_task: SST-2\n"
@@ -321,7 +326,7 @@ def _fake_run(root: Path) -> Path:
 def test_curve_checks_its_options_before_exporting_a_checkpoint(tmp_path, cli_error, extra, names, contains):
     run = _fake_run(tmp_path / "run")
     sst = tmp_path / "SST-2"
-    sst.mkdir()
+    _sst_folder(sst)
     argv = ["curve", run, *[a.format(sst=sst) for a in extra]]
     cli_error(argv, names=names, contains=contains, out=run)  # nothing exported, no curve folder
 
@@ -335,7 +340,7 @@ def test_curve_refuses_a_run_without_checkpoints_before_any_work(tmp_path, cli_e
 
 def test_study_checks_name_the_line_of_the_item_and_key(tmp_path, cli_error):
     sst = tmp_path / "SST-2"
-    sst.mkdir()
+    _sst_folder(sst)
     f = tmp_path / "s.yaml"
     f.write_text(f"corpus: {tmp_path}\nsystems:\n  - spanbert\n  - spanbertt\ntasks:\n"
                  f"  - {{task: glue, glue_task: SST-2, train: {sst}}}\n  - task: ner\n    train: {sst}\n"
@@ -343,3 +348,98 @@ def test_study_checks_name_the_line_of_the_item_and_key(tmp_path, cli_error):
     cli_error(["study", f], names=f"{f}:4:", contains="found 'spanbertt'")
     f.write_text(f.read_text().replace("spanbertt", "bert"))
     cli_error(["study", f], names=f"{f}:9:", contains="nowhere.txt: no such file or folder")
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 23.7: a dry run writes nothing; every value is checked before work; one study per folder
+
+
+def _raw_study(tmp_path: Path, out: Path, tasks: str | None = None) -> Path:
+    """A study file on a raw-text corpus (the docs' case: a vocabulary to train, a corpus to preprocess)."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    with gzip.open(corpus / "wiki.txt.gz", "wt") as f:
+        f.write("\n\n".join(synthetic_docs(n_docs=24)) + "\n")
+    sst = _sst_folder(tmp_path / "SST-2")
+    f = tmp_path / "s.yaml"
+    f.write_text(
+        f"corpus: {corpus}\nvocab_size: 300\nmodel: tiny\nbudget_tokens: 100000\nmax_seq_length: 64\nbatch_size: 4\n"
+        f"seeds: 1\noutput_dir: {out}\nsystems: [spanbert]\ntasks:\n"
+        + (tasks or f"  - {{task: glue, glue_task: SST-2, train: {sst}}}\n")
+    )
+    return f
+
+
+def test_a_dry_run_probes_without_writing_into_the_study(tmp_path, capsys):
+    out = tmp_path / "out"
+    f = _raw_study(tmp_path, out)
+    assert main(["study", str(f), "--dry-run", "--probe_steps", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "probe: 2 steps of spanbert on a 2 M-character sample of the corpus" in text, text
+    assert not out.exists()  # no vocabulary trained, no corpus preprocessed, no lock, no study.json
+    # a folder with finished work stays exactly as it was
+    (out / "finetune").mkdir(parents=True)
+    (out / "finetune" / "note.txt").write_text("x")
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
+    assert main(["study", str(f), "--dry-run", "--probe_steps", "0"]) == 0
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before
+
+
+@pytest.mark.parametrize(
+    "task, line, contains",
+    [
+        pytest.param("  - {task: glue, glue_task: SST-3, train: {sst}}\n", 11,
+                     "found glue_task 'SST-3', expected one of: CoLA, SST-2", id="glue-task-name"),
+        pytest.param("  - {task: glue, glue_task: SST-2, train: {sst}/..}\n", 11, "found no train.tsv in", id="glue-files"),
+        pytest.param("  - {task: glue, glue_task: SST-2, train: {sst}, options: {num_train_epoch: 2}}\n", 11,
+                     "found 'num_train_epoch', expected an option of `spanbert finetune glue` (did you mean "
+                     "'num_train_epochs'?)", id="option-name"),
+        pytest.param("  - task: glue\n    glue_task: SST-2\n    train: {sst}\n    options: {num_train_epochs: two}\n", 14,
+                     "option num_train_epochs: found 'two', expected a number", id="option-value-dataclass"),
+        pytest.param("  - task: glue\n    glue_task: SST-2\n    train: {sst}\n    options: {max_seq_length: long}\n", 14,
+                     "argument --max_seq_length: invalid int value: 'long'", id="option-value-parser"),
+        pytest.param("  - {task: squad, train: {sst}/train.tsv, dev: {sst}/dev.tsv, options: {doc_stride: x}}\n", 11,
+                     "option doc_stride: found 'x'", id="option-value-task-config"),
+        pytest.param("  - {task: glue, glue_task: SST-2, train: {sst}, options: {learning_rate: 1e-3}}\n", 11,
+                     "found 'learning_rate', expected none of", id="option-the-study-sets"),
+    ],
+)  # fmt: skip
+def test_every_value_of_the_study_is_checked_before_work(tmp_path, cli_error, task, line, contains):
+    out = tmp_path / "out"
+    f = _raw_study(tmp_path, out, task.replace("{sst}", str(tmp_path / "SST-2")))
+    for argv in (["study", f], ["study", f, "--dry-run", "--probe_steps", "0"]):
+        cli_error(argv, names=f"{f}:{line}:", contains=contains)
+        assert not out.exists()
+
+
+def test_two_studies_on_one_folder_do_not_both_run(tmp_path, cli_error):
+    out = tmp_path / "out"
+    f = _raw_study(tmp_path, out)
+    with S.study_lock(out):
+        err = cli_error(["study", f, "--only", "summary"], names=out, contains="already running on this folder")
+        assert f"pid {os.getpid()}" in err and len(err.strip().splitlines()) == 1
+        cli_error(["study", f, "--only", "finetune", "--shard", "0/2"], names=out, contains="already running")
+    # shards of one study run side by side; the same shard twice, or a whole study beside one, do not
+    with S.study_lock(out, (0, 2)), S.study_lock(out, (1, 2)):
+        with pytest.raises(S.SpanBertError, match="shard 1/2 already running"), S.study_lock(out, (1, 2)):
+            pass
+        with pytest.raises(S.SpanBertError, match="already running"), S.study_lock(out):
+            pass
+    with S.study_lock(out):  # released on exit
+        pass
+
+
+def test_the_lock_of_a_killed_study_is_released(tmp_path):
+    out = tmp_path / "out"
+    code = f"from spanbert import study as S\nimport time\nwith S.study_lock({str(out)!r}):\n    print('held', flush=True)\n    time.sleep(60)\n"
+    env = {**os.environ, "PYTHONPATH": str(Path(S.__file__).parents[1])}
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        with pytest.raises(S.SpanBertError, match=f"pid {proc.pid}"), S.study_lock(out):
+            pass
+    finally:
+        proc.send_signal(signal.SIGKILL)  # a crash: no cleanup code runs
+        proc.wait()
+    with S.study_lock(out):
+        pass

@@ -24,9 +24,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import difflib
 import io
 import json
 import math
+import re
 import shutil
 import sys
 import time
@@ -281,6 +283,106 @@ def check_study(study: Study, where: str, at: Callable[..., str] | None = None) 
         raise SpanBertError(
             f"{at('tasks')}: tasks: found the column {columns} twice, expected distinct names (set name:)"
         )
+    for i, t in enumerate(study.tasks):
+        check_task_options(t, lambda *k, i=i: at("tasks", i, *k))
+
+
+# Options a study sets itself for every fine-tuning cell: one in a task's `options` would silently
+# relabel the cells (a learning rate that is not the grid's) or break the harness (another output).
+STUDY_SET_OPTIONS = ("model", "learning_rate", "seed", "output_dir", "overwrite_output_dir", "resume", "sweep",
+                     "train_file", "validation_file", "train", "dev", "task", "data_dir")  # fmt: skip
+
+
+def _finetune_help(argv: list[str]) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of ``spanbert finetune ARGV --help`` run in this process: argparse
+    converts every option given before ``--help`` (so a bad value is refused) and then prints the
+    usage, without reading a file or building a model."""
+    from spanbert import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli._run(["finetune", *argv, "--help"])
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 2
+        except SpanBertError as e:
+            print(f"error: {e}", file=err)
+            code = 2
+    return int(code or 0), out.getvalue(), err.getvalue()
+
+
+def check_task_options(t: TaskSpec, at: Callable[..., str]) -> None:
+    """What a task's cells would be refused for, found before any cell runs: the GLUE task name and its
+    files, and every key and value of ``options`` against the task's own `spanbert finetune` parser."""
+    if t.task == "glue":
+        from spanbert.tasks.glue import _FALLBACK, GLUE_TASKS
+
+        known = {k.lower().replace("-", ""): k for k in GLUE_TASKS}
+        name = known.get(t.glue_task.lower().replace("-", ""))
+        if name is None:
+            raise SpanBertError(
+                f"{at('glue_task')}: tasks: {t.name}: found glue_task {t.glue_task!r}, expected one of: "
+                f"{', '.join(GLUE_TASKS)}"
+            )
+        spec = GLUE_TASKS[name]
+        for f in [*spec.train, *(f for files in spec.dev.values() for f in files)]:
+            paths = [Path(t.train) / f, *(Path(t.train) / g for g in _FALLBACK.get((name, f), ()))]
+            if not any(p.is_file() for p in paths):
+                raise SpanBertError(
+                    f"{at('train')}: tasks: {t.name}: found no {f} in {t.train}, expected the {name} folder of GLUE "
+                    f"(train.tsv and its dev file)"
+                )
+    for key in t.options:
+        if key.replace("-", "_") in STUDY_SET_OPTIONS:
+            raise SpanBertError(
+                f"{at('options')}: tasks: {t.name}: options: found {key!r}, expected none of "
+                f"{', '.join(STUDY_SET_OPTIONS)}: the study sets them for every cell (learning rates: learning_rates:)"
+            )
+    if not t.options:
+        return
+    head = [t.task, *(["--task", t.glue_task] if t.task == "glue" else [])]
+    code, text, _ = _finetune_help(head)
+    flags = set(re.findall(r"(?<![\w-])--[\w-]+", text))
+    if code != 0 or not flags:
+        raise SpanBertError(f"{at('task')}: tasks: {t.name}: `spanbert finetune {t.task} --help` failed")
+    for key in t.options:
+        if f"--{key}" not in flags:
+            near = difflib.get_close_matches(f"--{key}", sorted(flags), n=1)
+            hint = f" (did you mean {near[0][2:]!r}?)" if near else ""
+            raise SpanBertError(
+                f"{at('options')}: tasks: {t.name}: options: found {key!r}, expected an option of "
+                f"`spanbert finetune {t.task}`{hint}"
+            )
+    # values: the dataclass options (training and the task's configs) as their YAML reader converts
+    # them, the parser's own (typed, with choices) by argparse before `--help`
+    import importlib
+
+    from spanbert.config import convert_value
+    from spanbert.trainer import TrainingArguments
+
+    configs = [TrainingArguments] + [
+        getattr(importlib.import_module(module), name) for module, name in TASK_CONFIGS.get(t.task, ())
+    ]
+    for key, value in t.options.items():
+        for cls in configs:
+            if key in {f.name for f in fields(cls)}:
+                convert_value(cls, key, value, source=f"{at('options')}: tasks: {t.name}: options")
+                break
+    code, _, err = _finetune_help([*head, *_options(t.options)])
+    if code != 0:
+        last = next((x for x in reversed(err.splitlines()) if x.strip()), "")
+        last = last.split("error: ", 1)[-1]
+        raise SpanBertError(f"{at('options')}: tasks: {t.name}: options: {last}")
+
+
+# The dataclasses (module, name) whose fields a task's `spanbert finetune` parser also takes as options.
+TASK_CONFIGS = {
+    "squad": [("spanbert.tasks.qa", "QAConfig")],
+    "mrqa": [("spanbert.tasks.qa", "QAConfig")],
+    "coref": [("spanbert.tasks.coref", "CorefConfig")],
+    "parse": [("spanbert.tasks.parse", "ParseConfig")],
+    "ner": [("spanbert.tasks.ner_features", "HeadConfig"), ("spanbert.tasks.crf_tagger", "CrfTaggerConfig")],
+}
 
 
 def load_study(path: str | Path) -> Study:
@@ -741,6 +843,55 @@ def check_finished(cells: list[Cell]) -> None:
             )
 
 
+@contextlib.contextmanager
+def study_lock(output_dir: str | Path, shard: tuple[int, int] = (0, 1)) -> Any:
+    """Hold OUT/.lock while a study runs in ``output_dir``, so two `spanbert study` processes never run
+    (and overwrite) the same cells: a second one is refused at once with the holder's pid. The lock is
+    `fcntl.flock`, which the kernel releases when the process ends, a crash or kill -9 included, so
+    no stale lock is ever left to remove. Shards of one study (``--shard I/N``, one process per device)
+    share the folder lock and each holds its own shard's: shards run side by side, the same shard
+    twice or a whole study beside a shard does not. Rank 0 holds it for a torchrun group."""
+    import fcntl
+    import os
+
+    out = Path(output_dir)
+    held: list[Any] = []
+
+    def take(name: str, mode: int, what: str) -> None:
+        f = open(out / name, "a+", encoding="utf-8")  # noqa: SIM115 - held until the study ends
+        try:
+            fcntl.flock(f, mode | fcntl.LOCK_NB)
+        except OSError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            f.close()
+            raise SpanBertError(
+                f"{out}: found {what} already running on this folder ({holder}), expected one at a time; wait for "
+                f"it to finish (or stop it) and run again, or use another --output_dir"
+            ) from None
+        held.append(f)
+        if mode == fcntl.LOCK_EX:  # only the exclusive holder names itself: shared holders would race
+            f.seek(0)
+            f.truncate()
+            f.write(f"spanbert study, pid {os.getpid()}\n")
+            f.flush()
+
+    def take_all() -> None:
+        out.mkdir(parents=True, exist_ok=True)
+        if shard[1] == 1:
+            take(".lock", fcntl.LOCK_EX, "another `spanbert study`")
+        else:
+            take(".lock", fcntl.LOCK_SH, "a whole `spanbert study` (not a shard)")
+            take(f".lock.shard{shard[0]}of{shard[1]}", fcntl.LOCK_EX, f"shard {shard[0]}/{shard[1]}")
+
+    try:
+        distributed.on_main(take_all)
+        yield
+    finally:
+        for f in held:
+            f.close()
+
+
 def _write_plan(study: Study, cells: list[Cell]) -> None:
     with atomic_write(Path(study.output_dir) / "study.json") as f:
         f.write(json.dumps({"study": asdict(study), "cells": [str(c.dir) for c in cells]}, indent=2, default=str) + "\n")
@@ -1040,8 +1191,8 @@ def dry_run(study: Study, probe_steps: int = 0) -> str:
         f"fine-tuning: {len(fine)} cells ({', '.join(f'{t.name}: {len(t.learning_rates)} lr × {study.seeds} seeds' for t in study.tasks)})",
     ]
     if probe_steps and pre:
-        per_step = _probe(study, pre[0], probe_steps)
-        lines.append(f"probe: {probe_steps} steps of {pre[0].system} at {per_step:.2f} s a step → about "
+        per_step, what = _probe(study, pre[0], probe_steps)
+        lines.append(f"probe: {probe_steps} steps of {pre[0].system} on {what}, at {per_step:.2f} s a step → about "
                      f"{_human(per_step * study.pretrain_steps)} per system, {_human(per_step * study.pretrain_steps * len(pre))} "
                      f"for all pre-training on this machine (fine-tuning not probed)")  # fmt: skip
     for c in cells:
@@ -1049,15 +1200,62 @@ def dry_run(study: Study, probe_steps: int = 0) -> str:
     return "\n".join(lines)
 
 
-def _probe(study: Study, cell: Cell, steps: int) -> float:
-    """Seconds per pre-training step of ``cell``, measured over ``steps`` steps after the first (the
-    first pays for start-up): a step's nominal tokens over the median logged tokens/s."""
+# The probe's text when the shared corpus is not prepared yet: enough for a tokenizer and the blocks of
+# a few steps, read in seconds (the full corpus is the study's first step, not the dry run's).
+PROBE_SAMPLE_CHARS = 2_000_000
+
+
+def _probe_corpus(study: Study, tmp: Path) -> tuple[str, str]:
+    """(preprocessed corpus folder, what it is) for the probe, writing only under ``tmp``: the study's
+    shared corpus when an earlier run prepared it, the study's own corpus when it is already
+    preprocessed, else a sample of the first ``PROBE_SAMPLE_CHARS`` characters tokenized here."""
+    import gzip
+
+    from spanbert.data import is_preprocessed, preprocess
+    from spanbert.tokenization import corpus_files, load_tokenizer, train_tokenizer
+
+    shared = shared_dir(study)
+    if (shared / "prepared.json").is_file() and is_preprocessed(shared / "corpus"):
+        return str(shared / "corpus"), "the study's prepared corpus"
+    needs_candidates = sorted({k for s in study.systems if not s.checkpoint for k in _candidate_kinds(s)})
+    if is_preprocessed(study.corpus) and not needs_candidates and not study.tokenizer:
+        return study.corpus, "the preprocessed corpus"
+    files = corpus_files([study.corpus])
+    jsonl = ".jsonl" in files[0].suffixes
+    sample = tmp / ("sample.jsonl" if jsonl else "sample.txt")
+    left = PROBE_SAMPLE_CHARS
+    with open(sample, "w", encoding="utf-8") as out:
+        for f in (f for f in files if (".jsonl" in f.suffixes) == jsonl):
+            opener = gzip.open if f.suffix == ".gz" else open
+            with opener(f, "rt", encoding="utf-8", errors="replace") as src:
+                for line in src:  # whole lines, so documents and JSON records stay intact
+                    out.write(line if line.endswith("\n") else line + "\n")
+                    left -= len(line)
+                    if left <= 0:
+                        break
+            if left <= 0:
+                break
+    if study.tokenizer:
+        tok = load_tokenizer(study.tokenizer)
+    else:
+        tok = train_tokenizer([sample], vocab_size=study.vocab_size, output_dir=tmp / "tokenizer", show_progress=False)
+    preprocess([sample], tok, tmp / "corpus", num_workers=0, candidates=needs_candidates, progress=False)
+    what = f"a {PROBE_SAMPLE_CHARS / 1e6:g} M-character sample of the corpus, vocabulary {tok.vocab_size:,}"
+    return str(tmp / "corpus"), what
+
+
+def _probe(study: Study, cell: Cell, steps: int) -> tuple[float, str]:
+    """(seconds per pre-training step of ``cell``, the text it ran on), measured over ``steps`` steps
+    after the first (the first pays for start-up): a step's nominal tokens over the median logged
+    tokens/s. Everything it writes is in a temporary folder: a dry run leaves the study's folder as
+    it was (no vocabulary trained, no corpus preprocessed there)."""
     import tempfile
 
-    _prepare_shared(study)
-    argv = list(cell.argv)
-    argv[argv.index("--max_steps") + 1] = str(steps + 1)
     with tempfile.TemporaryDirectory() as tmp:
+        corpus, what = distributed.on_main(lambda: _probe_corpus(study, Path(tmp)))
+        argv = list(cell.argv)
+        argv[argv.index("--max_steps") + 1] = str(steps + 1)
+        argv[argv.index("--corpus") + 1] = corpus
         out = Path(tmp) / "probe"
         argv += ["--output_dir", str(out), "--save_steps", "0", "--max_eval_blocks", "0", "--logging_steps", "1",
                  "--report_to", "none"]  # fmt: skip
@@ -1068,7 +1266,7 @@ def _probe(study: Study, cell: Cell, steps: int) -> float:
         rates = [r for r in rates[1:] if r]
     if not rates:
         raise SpanBertError("study: the probe logged no throughput; run without --probe_steps")
-    return study.batch_size * study.max_seq_length / float(np.median(rates))
+    return study.batch_size * study.max_seq_length / float(np.median(rates)), what
 
 
 def _human(seconds: float) -> str:
@@ -1159,12 +1357,13 @@ def main(argv: list[str], prog: str = "spanbert study") -> int:
     if args.dry_run:
         distributed.print0(dry_run(study, args.probe_steps))
         return 0
-    if args.only != "summary":
-        run_study(study, args.only, shard)
-    if shard[1] > 1:
-        distributed.print0(f"shard {shard[0]}/{shard[1]} finished; when every shard has: spanbert study ... --only summary")
-        return 0
-    summary = summarize(study)
+    with study_lock(study.output_dir, shard):
+        if args.only != "summary":
+            run_study(study, args.only, shard)
+        if shard[1] > 1:
+            distributed.print0(f"shard {shard[0]}/{shard[1]} finished; when every shard has: spanbert study ... --only summary")
+            return 0
+        summary = summarize(study)
     if distributed.is_main():
         text = (summary / "table.md").read_text()
         print(text)
@@ -1270,11 +1469,12 @@ def curve_main(argv: list[str], prog: str = "spanbert curve") -> int:
     check_study(Study(systems=[SystemSpec("final", checkpoint=str(run / "final"))], tasks=[task], seeds=args.seeds,
                       output_dir=str(out)), prog)  # fmt: skip
     distributed.init_distributed(distributed.resolve_device("auto"))
-    models = distributed.on_main(lambda: [(s, str(p)) for s, p in export_checkpoints(run, out / "models")])
-    study = Study(systems=[SystemSpec(f"step-{s}", checkpoint=p) for s, p in models], tasks=[task],
-                  seeds=args.seeds, output_dir=str(out))  # fmt: skip
-    check_study(study, prog)
-    run_study(study)
+    with study_lock(out):
+        models = distributed.on_main(lambda: [(s, str(p)) for s, p in export_checkpoints(run, out / "models")])
+        study = Study(systems=[SystemSpec(f"step-{s}", checkpoint=p) for s, p in models], tasks=[task],
+                      seeds=args.seeds, output_dir=str(out))  # fmt: skip
+        check_study(study, prog)
+        run_study(study)
     results = collect(study)
 
     def write() -> str:
