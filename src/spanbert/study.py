@@ -16,7 +16,10 @@ each running every N-th cell), then `--only summary` collects them.
 
 Model selection follows the paper: for each system and task the learning rate with the best mean dev
 score over seeds is chosen, and the table reports mean ± standard deviation over the seeds at that
-rate. A test split, where a task has one, is scored only with those selected models.
+rate. Those dev scores were used for selection twice (inside each run, then across rates), so every
+cell is also scored on data that selection did not see: the task's test split where the study names
+one, else the held-out half of dev (the cells select on the other half; SpanBERT §4.1 for MRQA); the
+table reports that score with the dev score beside it.
 """
 
 from __future__ import annotations
@@ -582,10 +585,14 @@ def _finetune_argv(study: Study, t: TaskSpec, model: Path, lr: float, seed: int,
         folder = litbank_fold_dir(study, fold)
         data = {"train": str(folder / "train.conll"), "dev": str(folder / "dev.conll")}
     else:
+        # the cells select on the selection half of dev when the other half is held out (issue 23.10);
+        # a folder whose cells finished before that keeps selecting on the whole dev set
+        h = None if study_is_legacy(study) else heldout_plan(study, t)
+        dev = h.select if h is not None else t.dev
         data = {
-            "glue": {"task": t.glue_task, "data_dir": t.train},
-            "coref": {"train": t.train, "dev": t.dev},
-        }.get(t.task, {"train_file": t.train, "validation_file": t.dev})
+            "glue": {"task": t.glue_task, "data_dir": h.select if h is not None else t.train},
+            "coref": {"train": t.train, "dev": dev},
+        }.get(t.task, {"train_file": t.train, "validation_file": dev})
     opts = {**data, "model": str(model), "learning_rate": lr, "seed": seed, "disable_tqdm": True, **t.options}
     return ["finetune", t.task, *_options(opts)]
 
@@ -763,6 +770,14 @@ def run_cell(cell: Cell, study: Study) -> None:
         info = {"system": cell.system, "task": cell.task, "learning_rate": cell.lr, "seed": cell.seed, "fold": cell.fold,
                 "dev": score, "dev_results": numbers, "seconds": seconds, "argv": argv}  # fmt: skip
         _drop_training_state(cell.dir)
+        if not study_is_legacy(study):
+            h = heldout_plan(study, task, cell.fold)
+            held = score_heldout(cell, task, h) if h is not None else None
+            info |= {"heldout_source": h.source if h else None, "heldout": held["score"] if held else None,
+                     "heldout_data": h.heldout if h else None, "heldout_results": held}  # fmt: skip
+            if held is not None and h.source == "test" and cell.fold is None:
+                # the same numbers `score_tests` would compute for the selected models: not run twice
+                distributed.on_main(lambda: _write_json(cell.dir / "test.json", {k: v for k, v in held.items() if k != "score"}))
 
     def write() -> None:
         with atomic_write(_marker(cell)) as f:
@@ -802,6 +817,8 @@ def run_study(study: Study, only: str = "all", shard: tuple[int, int] = (0, 1)) 
     for t in study.tasks:
         for fold in t.folds:
             distributed.on_main(lambda t=t, fold=fold: _prepare_litbank(Path(t.train), fold, litbank_fold_dir(study, fold)))
+        if not study_is_legacy(study) and only in ("all", "finetune"):
+            distributed.on_main(lambda t=t: split_dev(study, t))
     from tqdm.auto import tqdm
 
     done_before = distributed.on_main(lambda: [is_done(c) for c in todo])
@@ -898,6 +915,240 @@ def _write_plan(study: Study, cells: list[Cell]) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# Held-out scores: what selection did not see (issue 23.10)
+#
+# A cell's dev score was used twice for selection (the best evaluation inside the run, then the best
+# learning rate), so it is optimistic. Every cell is therefore also scored on data neither selection
+# saw: the task's test split where the study names one (ner, semeval, tacred, parse; LitBank's fold
+# test), else the held-out half of dev: dev is split once, by record, with a fixed seed; the cells
+# select on one half and are scored on the other (SpanBERT §4.1 does this for MRQA).
+
+HELDOUT_SEED = 23
+"""The seed of the dev split: fixed, so every system, learning rate and seed is scored on the same half."""
+
+
+def split_half(n: int, seed: int = HELDOUT_SEED) -> tuple[list[int], list[int]]:
+    """(selection indices, held-out indices) of ``n`` records: a seeded permutation cut in two, the
+    held-out half the smaller when ``n`` is odd, each half in the file's order."""
+    if n < 2:
+        raise ValueError(f"cannot split {n} record(s) in two halves")
+    perm = np.random.default_rng(seed).permutation(n)
+    held = sorted(int(i) for i in perm[: n // 2])
+    select = sorted(int(i) for i in perm[n // 2 :])
+    return select, held
+
+
+@dataclass
+class HeldOut:
+    """Where a task's cells select and where they are scored afterwards."""
+
+    source: str
+    """"test" (the study's test file, or LitBank's fold test) or "dev half" (the other half of dev)."""
+    select: str
+    """The dev data the cells select on: the whole dev set, or its selection half (file or GLUE folder)."""
+    heldout: str
+    """The data every cell is scored on afterwards."""
+
+
+# the dev file formats a dev half is cut from: task -> (file suffix of the halves, kind of record)
+_SPLIT_KINDS = {
+    "squad": (".json", "squad-articles"),
+    "mrqa": (".jsonl", "jsonl-after-header"),
+    "glue": ("", "glue-rows"),
+    "swag": (".csv", "rows-after-header"),
+    "ner": (".txt", "blank-line-blocks"),
+    "semeval": (".txt", "blank-line-blocks"),
+    "tacred": (".json", "json-list"),
+    "coref": (".conll", "conll-documents"),
+}
+
+
+def heldout_dir(study: Study, t: TaskSpec) -> Path:
+    return shared_dir(study) / "heldout" / t.name
+
+
+def heldout_plan(study: Study, t: TaskSpec, fold: int | None = None) -> HeldOut | None:
+    """The held-out data of a task's cells (nothing is written); None when the task has none (a GLUE
+    task with several dev files, parse without a test file)."""
+    if fold is not None:
+        folder = litbank_fold_dir(study, fold)
+        return HeldOut("test", str(folder / "dev.conll"), str(folder / "test.conll"))
+    if t.test:
+        return HeldOut("test", t.dev, t.test)
+    if t.task not in _SPLIT_KINDS:
+        return None
+    if t.task == "glue":
+        from spanbert.tasks.glue import GLUE_TASKS, glue_task
+
+        spec = glue_task(t.glue_task)
+        if spec.dev != GLUE_TASKS["SST-2"].dev or spec.headerless or not (Path(t.train) / "dev.tsv").is_file():
+            return None  # MNLI's two dev files, CoLA's raw release: not split (said in the table)
+    suffix = _SPLIT_KINDS[t.task][0]
+    d = heldout_dir(study, t)
+    return HeldOut("dev half", str(d / f"select{suffix}"), str(d / f"heldout{suffix}"))
+
+
+def _read_text(path: Path) -> str:
+    import gzip
+
+    # newline="": the halves keep the file's line endings (SemEval's are CRLF)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8", newline="") as f:
+        return f.read()
+
+
+def _blocks(lines: list[str], starts: Callable[[str], bool] | None = None) -> tuple[list[str], list[list[str]]]:
+    """(lines before the first record, records): records separated by blank lines, or each starting at a
+    line where ``starts`` holds."""
+    head: list[str] = []
+    records: list[list[str]] = []
+    current: list[str] = []
+    for line in lines:
+        if starts is None:
+            if line.strip():
+                current.append(line)
+            elif current:
+                records.append(current + [line])
+                current = []
+        else:
+            if starts(line):
+                if current:
+                    records.append(current)
+                current = [line]
+            elif current:
+                current.append(line)
+            else:
+                head.append(line)
+    if current:
+        records.append(current)
+    return head, records
+
+
+def split_dev(study: Study, t: TaskSpec) -> None:
+    """Write the selection half and the held-out half of ``t``'s dev data (once; rank 0) into
+    OUT/shared/heldout/<task>/, each in the task's own format."""
+    plan_ = heldout_plan(study, t)
+    if plan_ is None or plan_.source != "dev half":
+        return
+    out = heldout_dir(study, t)
+    done = out / "split.json"
+    if done.is_file():
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    kind = _SPLIT_KINDS[t.task][1]
+    dev = Path(t.train) / "dev.tsv" if t.task == "glue" else Path(t.dev)
+    head: Any
+    if kind == "squad-articles":
+        data = json.loads(_read_text(dev))
+        head, records = data, data["data"]
+    elif kind == "json-list":
+        head, records = None, json.loads(_read_text(dev))
+    else:
+        lines = _read_text(dev).splitlines(keepends=True)
+        if kind == "jsonl-after-header":
+            has_header = bool(lines) and "header" in json.loads(lines[0])
+            head, records = lines[:has_header], lines[has_header:]
+        elif kind in ("rows-after-header", "glue-rows"):
+            head, records = lines[:1], [x for x in lines[1:] if x.strip()]
+        elif kind == "blank-line-blocks":
+            head, records = _blocks(lines)
+        else:  # conll-documents
+            head, records = _blocks(lines, starts=lambda x: x.startswith("#begin document"))
+    if kind not in ("squad-articles", "json-list"):
+        eol = "\r\n" if lines and lines[0].endswith("\r\n") else "\n"
+        for r in records if kind in ("blank-line-blocks", "conll-documents") else []:
+            if not r[-1].endswith("\n"):
+                r[-1] += eol
+            if kind == "blank-line-blocks" and r[-1].strip():
+                r.append(eol)  # the file's last record had no blank line after it
+        records = [r if isinstance(r, list) or r.endswith("\n") else r + eol for r in records]
+    try:
+        halves = split_half(len(records))
+    except ValueError:
+        raise SpanBertError(f"{dev}: found {len(records)} record(s), expected at least 2 to split dev into a "
+                            f"selection half and a held-out half (or give a test: file)") from None  # fmt: skip
+    for name, idx in zip(("select", "heldout"), halves):
+        part = [records[i] for i in idx]
+        suffix = _SPLIT_KINDS[t.task][0]
+        if kind == "glue-rows":
+            folder = out / name
+            folder.mkdir(exist_ok=True)
+            for f in ("train.tsv",):  # the task folder's training file, linked, not copied
+                with contextlib.suppress(FileExistsError):  # shards of one study may split at once
+                    (folder / f).symlink_to((Path(t.train) / f).resolve())
+            target, text = folder / "dev.tsv", "".join(head + part)
+        elif kind == "squad-articles":
+            target, text = out / f"{name}{suffix}", json.dumps({**head, "data": part})
+        elif kind == "json-list":
+            target, text = out / f"{name}{suffix}", json.dumps(part)
+        elif kind in ("blank-line-blocks", "conll-documents"):
+            target, text = out / f"{name}{suffix}", "".join(head + [x for r in part for x in r])
+        else:
+            target, text = out / f"{name}{suffix}", "".join(head + part)
+        with atomic_write(target, newline="") as f:
+            f.write(text)
+    _write_json(done, {"dev": str(dev), "seed": HELDOUT_SEED, "records": len(records),
+                       "select": len(halves[0]), "heldout": len(halves[1])})  # fmt: skip
+
+
+def score_heldout(cell: Cell, t: TaskSpec, h: HeldOut) -> dict[str, Any]:
+    """Score a finished cell's selected model (its folder) on the held-out data; the numbers the
+    evaluation printed, the headline under "score"."""
+    d = cell.dir
+    log = d / "heldout_log.txt"
+    if t.task in ("squad", "mrqa"):
+        preds = d / "heldout_predictions.json"
+        steps = [["predict", t.task, "--model", str(d), "--data", h.heldout, "--output", str(preds), "--disable_tqdm"],
+                 ["evaluate", t.task, "--data", h.heldout, "--predictions", str(preds)]]  # fmt: skip
+    elif t.task == "coref":
+        steps = [["predict", "coref", "--model", str(d), "--data", h.heldout, "--output", str(d / "heldout.conll"),
+                  "--disable_tqdm"]]  # fmt: skip
+    elif t.task == "glue":
+        steps = [["evaluate", "glue", "--task", t.glue_task, "--data_dir", h.heldout, "--model", str(d), "--disable_tqdm"]]
+    else:
+        steps = [["evaluate", t.task, "--data", h.heldout, "--model", str(d), "--disable_tqdm"]]
+    text = ""
+    for argv in steps:
+        start = distributed.on_main(lambda: log.stat().st_size if log.is_file() else 0)
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            code, last = _run_command(argv, log)
+        if code != 0:
+            raise SpanBertError(f"study: scoring {cell.label} on {h.heldout} failed: {last}; see {log}")
+        text = distributed.on_main(lambda s=start: log.read_bytes()[s:].decode("utf-8", errors="replace"))
+    numbers = _last_json(text)
+    key = DEV_RESULTS[t.task][1]
+    for k in (key, f"eval_{key}", f"test_{key}"):
+        if k in numbers:
+            return {"score": numbers[k], **numbers}
+    raise SpanBertError(f"study: scoring {cell.label} on {h.heldout} printed no {key!r}; see {log}")
+
+
+_LEGACY: dict[str, bool] = {}
+
+
+def study_is_legacy(study: Study) -> bool:
+    """`legacy_folder`, read once per folder and process (`plan` asks for every cell; a folder cannot
+    become legacy later: every cell this code finishes records its held-out score)."""
+    key = str(Path(study.output_dir).resolve())
+    if key not in _LEGACY:
+        _LEGACY[key] = legacy_folder(study)
+    return _LEGACY[key]
+
+
+def legacy_folder(study: Study) -> bool:
+    """True when the study's folder holds fine-tuning cells finished before held-out scoring (their
+    result.json has no "heldout_source"): the folder keeps selecting on the whole dev set, so its
+    cells stay comparable, and its table says that no held-out score exists."""
+    root = Path(study.output_dir) / "finetune"
+    for marker in root.glob("*/*/*/result.json") if root.is_dir() else []:
+        with contextlib.suppress(OSError, ValueError):
+            if "heldout_source" not in json.loads(marker.read_text()):
+                return True
+    return False
+
+
+# ---------------------------------------------------------------------------------------------
 # Statistics
 
 # Two-sided 95% quantiles of Student's t (df 1..30), from the standard tables.
@@ -927,6 +1178,8 @@ class Comparison:
     t_high: float
     boot_low: float
     boot_high: float
+    scored_on: str = "dev"
+    """The scores compared: "held-out" (data selection did not see) or "dev" (where there is none)."""
 
     @property
     def verdict(self) -> str:
@@ -971,18 +1224,33 @@ def collect(study: Study) -> dict[str, dict[str, dict[str, Any]]]:
     for s in study.systems:
         for t in study.tasks:
             by_lr: dict[float, list[float]] = {}
+            held_by_lr: dict[float, list[float] | None] = {}
+            sources: set[Any] = set()
             for lr in t.learning_rates:
-                scores = []
+                scores, held = [], []
                 for seed in range(study.seeds):
                     markers = [_cell_dir(study, s.name, t.name, lr, seed, f) / "result.json" for f in t.folds or [None]]
                     if all(m.is_file() for m in markers):  # a seed's score: the mean over its folds
-                        scores.append(float(np.mean([json.loads(m.read_text())["dev"] for m in markers])))
+                        infos = [json.loads(m.read_text()) for m in markers]
+                        scores.append(float(np.mean([i["dev"] for i in infos])))
+                        sources |= {i.get("heldout_source", "legacy") for i in infos}
+                        if all(i.get("heldout") is not None for i in infos):
+                            held.append(float(np.mean([i["heldout"] for i in infos])))
                 if len(scores) == study.seeds:
                     by_lr[lr] = scores
+                    held_by_lr[lr] = held if len(held) == study.seeds else None
             if not by_lr:
                 continue
             best_lr = max(by_lr, key=lambda lr: (np.mean(by_lr[lr]), -lr))  # the paper: best dev mean
-            results.setdefault(s.name, {})[t.name] = {"lr": best_lr, "scores": by_lr[best_lr], "by_lr": by_lr}
+            held = held_by_lr[best_lr]
+            if held is not None:
+                note = f"{sources.pop()}" if len(sources) == 1 else "mixed"
+            elif "legacy" in sources:
+                note = "none: cells finished before held-out scoring (rerun into a new output_dir to get one)"
+            else:
+                note = "none: the task has no test file and its dev set is not split (give test:)"
+            results.setdefault(s.name, {})[t.name] = {"lr": best_lr, "scores": by_lr[best_lr], "by_lr": by_lr,
+                                                      "heldout": held, "heldout_source": note}  # fmt: skip
     return results
 
 
@@ -1038,17 +1306,29 @@ def _write_json(path: Path, data: Any) -> None:
 
 def table(study: Study, results: dict, split: str = "dev") -> tuple[str, list[list[str]]]:
     """(Markdown, CSV rows) in the paper's layout: a row per system, a column per task, mean ± std over
-    seeds, the best mean of each column in bold."""
+    seeds at the selected learning rate, the best mean of each column in bold. ``split="dev"``: each
+    cell gives the held-out score (data selection did not see) with the dev score that selected it
+    beside it, "(dev …)"; "–" where a cell has no held-out score. ``split="test"``: the test split
+    scored with the selected models."""
     columns = [t.name for t in study.tasks]
     key = "scores" if split == "dev" else "test"
+
+    def shown(r: dict[str, Any] | None) -> list[float] | None:
+        """The scores a cell is ranked by: held-out where there is one (test split: the test scores)."""
+        if not r:
+            return None
+        return (r.get("heldout") or None) if split == "dev" else (r.get("test") or None)
+
     best = {}
     for c in columns:
-        means = [np.mean(results[s.name][c][key]) for s in study.systems if c in results.get(s.name, {}) and results[s.name][c].get(key)]
+        means = [np.mean(v) for s in study.systems if (v := shown(results.get(s.name, {}).get(c)))]
         best[c] = max(means) if means else None
     md = ["| system | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
     rows = [["system", *[f"{c} mean" for c in columns], *[f"{c} std" for c in columns], *[f"{c} lr" for c in columns]]]
+    if split == "dev":
+        rows[0] += [*[f"{c} heldout mean" for c in columns], *[f"{c} heldout std" for c in columns]]
     for s in study.systems:
-        cells, means, stds, lrs = [], [], [], []
+        cells, means, stds, lrs, hmeans, hstds = [], [], [], [], [], []
         for c in columns:
             r = results.get(s.name, {}).get(c)
             if not r or not r.get(key):
@@ -1056,16 +1336,38 @@ def table(study: Study, results: dict, split: str = "dev") -> tuple[str, list[li
                 means.append("")
                 stds.append("")
                 lrs.append("")
+                hmeans.append("")
+                hstds.append("")
                 continue
             m, sd = mean_std(r[key])
-            text = f"{m:.1f} ± {sd:.1f}"
-            cells.append(f"**{text}**" if best[c] is not None and m == best[c] else text)
+            v = shown(r)
+            if v is not None:
+                hm, hsd = mean_std(v)
+                text = f"{hm:.1f} ± {hsd:.1f}"
+                text = f"**{text}**" if best[c] is not None and hm == best[c] else text
+                hmeans.append(f"{hm:.4f}")
+                hstds.append(f"{hsd:.4f}")
+            else:
+                text = "–"
+                hmeans.append("")
+                hstds.append("")
+            cells.append(f"{text} (dev {m:.1f} ± {sd:.1f})" if split == "dev" else text)
             means.append(f"{m:.4f}")
             stds.append(f"{sd:.4f}")
             lrs.append(f"{r['lr']:g}")
         md.append(f"| {s.name} | " + " | ".join(cells) + " |")
-        rows.append([s.name, *means, *stds, *lrs])
+        rows.append([s.name, *means, *stds, *lrs, *((hmeans + hstds) if split == "dev" else [])])
     return "\n".join(md) + "\n", rows
+
+
+def heldout_notes(study: Study, results: dict) -> list[str]:
+    """One line per task: what its held-out score is (or why it has none)."""
+    out = []
+    for t in study.tasks:
+        notes = sorted({r[t.name]["heldout_source"] for r in results.values() if t.name in r})
+        if notes:
+            out.append(f"- {t.name}: held-out = {'; '.join(notes)}")
+    return out
 
 
 def comparisons(study: Study, results: dict) -> list[tuple[str, Comparison]]:
@@ -1076,7 +1378,11 @@ def comparisons(study: Study, results: dict) -> list[tuple[str, Comparison]]:
             for b in names[i + 1 :]:
                 ra, rb = results.get(a, {}).get(t.name), results.get(b, {}).get(t.name)
                 if ra and rb:
-                    out.append((t.name, paired_comparison(a, b, ra["scores"], rb["scores"])))
+                    # on the held-out scores when both have them: the dev scores selected the models
+                    on = "heldout" if ra.get("heldout") and rb.get("heldout") else "scores"
+                    c = paired_comparison(a, b, ra[on], rb[on])
+                    c.scored_on = "held-out" if on == "heldout" else "dev"
+                    out.append((t.name, c))
     return out
 
 
@@ -1089,7 +1395,10 @@ def summarize(study: Study) -> Path:
     def write() -> None:
         summary.mkdir(parents=True, exist_ok=True)
         md, rows = table(study, results, "dev")
-        parts = [f"## Dev (mean ± std over {study.seeds} seeds at the learning rate with the best dev mean)\n", md]
+        parts = [f"## Held-out score (dev score) (mean ± std over {study.seeds} seeds at the learning rate with the best dev mean)\n",
+                 "Each cell: the score on data that selection did not see (below, per task), then in parentheses the "
+                 "dev score that selected the checkpoint and the learning rate (optimistic: used twice for selection). "
+                 "Bold: the best held-out mean.\n", *[n + "\n" for n in heldout_notes(study, results)], "\n", md]
         if any(r.get("test") for rs in results.values() for r in rs.values()):
             tmd, trows = table(study, results, "test")
             parts += ["\n## Test (the selected models only)\n", tmd]
@@ -1098,13 +1407,14 @@ def summarize(study: Study) -> Path:
             f.write("\n".join(parts))
         _write_csv(summary / "table.csv", rows)
         comps = comparisons(study, results)
-        lines = ["| task | A | B | mean A − B | 95% t interval | 95% bootstrap interval | verdict |", "|---|---|---|---|---|---|---|"]
-        crow = [["task", "a", "b", "n", "diff", "t_low", "t_high", "boot_low", "boot_high", "verdict"]]
+        lines = ["| task | A | B | scored on | mean A − B | 95% t interval | 95% bootstrap interval | verdict |",
+                 "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        crow = [["task", "a", "b", "n", "diff", "t_low", "t_high", "boot_low", "boot_high", "verdict", "scored_on"]]
         for task, c in comps:
-            lines.append(f"| {task} | {c.a} | {c.b} | {c.diff:+.2f} | [{c.t_low:+.2f}, {c.t_high:+.2f}] | "
+            lines.append(f"| {task} | {c.a} | {c.b} | {c.scored_on} | {c.diff:+.2f} | [{c.t_low:+.2f}, {c.t_high:+.2f}] | "
                          f"[{c.boot_low:+.2f}, {c.boot_high:+.2f}] | {c.verdict} |")  # fmt: skip
             crow.append([task, c.a, c.b, str(c.n), f"{c.diff:.4f}", f"{c.t_low:.4f}", f"{c.t_high:.4f}",
-                         f"{c.boot_low:.4f}", f"{c.boot_high:.4f}", c.verdict])  # fmt: skip
+                         f"{c.boot_low:.4f}", f"{c.boot_high:.4f}", c.verdict, c.scored_on])  # fmt: skip
         with atomic_write(summary / "comparisons.md") as f:
             f.write("\n".join(lines) + "\n")
         _write_csv(summary / "comparisons.csv", crow)
@@ -1190,6 +1500,12 @@ def dry_run(study: Study, probe_steps: int = 0) -> str:
         f"{study.batch_size} × {study.max_seq_length} tokens ({study.model} model)",
         f"fine-tuning: {len(fine)} cells ({', '.join(f'{t.name}: {len(t.learning_rates)} lr × {study.seeds} seeds' for t in study.tasks)})",
     ]
+    for t in study.tasks:
+        h = None if study_is_legacy(study) else heldout_plan(study, t, t.folds[0] if t.folds else None)
+        what = {"test": f"its test split ({h.heldout})" if h and h.source == "test" else "",
+                "dev half": f"the held-out half of its dev set (seed {HELDOUT_SEED}); cells select on the other half"}
+        lines.append(f"held-out {t.name}: " + (what[h.source] if h else "none (cells finished before held-out scoring, "
+                     "or no test file and a dev set that is not split)"))  # fmt: skip
     if probe_steps and pre:
         per_step, what = _probe(study, pre[0], probe_steps)
         lines.append(f"probe: {probe_steps} steps of {pre[0].system} on {what}, at {per_step:.2f} s a step → about "
