@@ -8,6 +8,7 @@ The job is `spanbert.trainer.train` on a small regression model (dropout on, so 
 with a checkpoint after every step, so that many kills land inside checkpoint writes.
 
     python bench/kill_test.py --kills 20 --steps 40 --seed 0
+    python bench/kill_test.py --smoke     # 1 kill of a 5-step job (tests/test_bench.py)
 """
 
 from __future__ import annotations
@@ -77,7 +78,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0, help="seed of the kill instants")
     ap.add_argument("--max_delay", type=float, default=0.0,
                     help="kill after a random 0.2..max_delay seconds (0: the uninterrupted run's duration)")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes, seconds: a check that it runs and prints its figures (tests/test_bench.py)")
     opts = ap.parse_args()
+    if opts.smoke:
+        opts.kills, opts.steps = 1, 5
     rng = random.Random(opts.seed)
     work = Path(tempfile.mkdtemp(prefix="spanbert-kill-"))
     worker = work / "worker.py"
