@@ -567,3 +567,17 @@ def test_a_tiny_study_scores_every_cell_on_the_held_out_half(tmp_path, capsys):
     assert main(["study", str(f), "--only", "summary"]) == 0
     table = (out / "summary" / "table.md").read_text()
     assert "none: cells finished before held-out scoring" in table and "| mine | – (dev " in table, table
+
+
+def test_a_dev_restriction_is_applied_before_the_split(tmp_path):
+    """The tiny preset's `validation_articles: ":4"`: both halves come from those 4 articles, and the
+    cells are not restricted a second time."""
+    squad = synthetic_squad(10, seed=2)
+    (tmp_path / "dev.json").write_text(json.dumps(squad))
+    task = S.TaskSpec("squad", train="x", dev=str(tmp_path / "dev.json"), options={"validation_articles": ":4", "num_train_epochs": 1})
+    h, _ = _split(tmp_path, task)
+    a, b = (json.loads(Path(p).read_text())["data"] for p in (h.select, h.heldout))
+    assert sorted(x["title"] for x in a + b) == sorted(x["title"] for x in squad["data"][:4]) and len(b) == 2
+    study = S.Study(systems=[S.SystemSpec("bert", checkpoint=str(tmp_path))], tasks=[task], seeds=1, output_dir=str(tmp_path / "out"))
+    argv = next(c for c in S.plan(study) if c.kind == "finetune").argv
+    assert "--validation_articles" not in argv and "--num_train_epochs" in argv and h.select in argv

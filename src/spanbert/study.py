@@ -581,6 +581,7 @@ def _prepare_litbank(root: Path, fold: int, out: Path) -> None:
 
 
 def _finetune_argv(study: Study, t: TaskSpec, model: Path, lr: float, seed: int, fold: int | None) -> list[str]:
+    h = None
     if fold is not None:
         folder = litbank_fold_dir(study, fold)
         data = {"train": str(folder / "train.conll"), "dev": str(folder / "dev.conll")}
@@ -593,7 +594,10 @@ def _finetune_argv(study: Study, t: TaskSpec, model: Path, lr: float, seed: int,
             "glue": {"task": t.glue_task, "data_dir": h.select if h is not None else t.train},
             "coref": {"train": t.train, "dev": dev},
         }.get(t.task, {"train_file": t.train, "validation_file": dev})
-    opts = {**data, "model": str(model), "learning_rate": lr, "seed": seed, "disable_tqdm": True, **t.options}
+    options = dict(t.options)
+    if fold is None and h is not None and h.source == "dev half":
+        options.pop(_dev_restriction(t)[0], None)  # already applied to the halves
+    opts = {**data, "model": str(model), "learning_rate": lr, "seed": seed, "disable_tqdm": True, **options}
     return ["finetune", t.task, *_options(opts)]
 
 
@@ -1024,6 +1028,18 @@ def _blocks(lines: list[str], starts: Callable[[str], bool] | None = None) -> tu
     return head, records
 
 
+def _dev_restriction(t: TaskSpec) -> tuple[str, Any]:
+    """(option, value) of a task option that restricts dev (SQuAD/MRQA ``validation_articles``, GLUE
+    ``max_eval_examples``), else ("", None). With a dev half it is applied before the split, so both
+    halves come from the part of dev the user chose, and it is left out of the cells' options."""
+    for key in {"squad": ("validation_articles",), "mrqa": ("validation_articles",), "glue": ("max_eval_examples",)}.get(
+        t.task, ()
+    ):
+        if t.options.get(key) not in (None, ""):
+            return key, t.options[key]
+    return "", None
+
+
 def split_dev(study: Study, t: TaskSpec) -> None:
     """Write the selection half and the held-out half of ``t``'s dev data (once; rank 0) into
     OUT/shared/heldout/<task>/, each in the task's own format."""
@@ -1062,6 +1078,13 @@ def split_dev(study: Study, t: TaskSpec) -> None:
             if kind == "blank-line-blocks" and r[-1].strip():
                 r.append(eol)  # the file's last record had no blank line after it
         records = [r if isinstance(r, list) or r.endswith("\n") else r + eol for r in records]
+    key, value = _dev_restriction(t)
+    if key == "validation_articles":  # the user's slice of dev, then its halves
+        from spanbert.tasks.qa import _parse_slice
+
+        records = records[_parse_slice(str(value))]
+    elif key == "max_eval_examples":
+        records = records[: int(value)]
     try:
         halves = split_half(len(records))
     except ValueError:
