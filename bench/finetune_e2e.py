@@ -164,7 +164,7 @@ def run_transformers(args, model: Path, train: Path, dev: Path, out: Path, evalu
 
         def featurize(exs, training: bool):
             enc = tok([e[1] for e in exs], [e[2] for e in exs], truncation="only_second", max_length=args.max_seq_length,
-                      stride=stride, return_overflowing_tokens=True, return_offsets_mapping=True, padding="max_length")  # fmt: skip
+                      stride=stride, return_overflowing_tokens=True, return_offsets_mapping=True, padding=args.hf_padding)  # fmt: skip
             starts, ends = [], []
             for i, offsets in enumerate(enc["offset_mapping"]):
                 seq = enc.sequence_ids(i)
@@ -266,6 +266,8 @@ def main() -> None:
     p.add_argument("--doc_stride", type=int, default=64)
     p.add_argument("--evals_per_epoch", type=int, default=10)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--hf_padding", choices=("max_length", "longest"), default="max_length",
+                   help="transformers' features: padded to max_seq_length (run_qa.py's default) or to the longest window")  # fmt: skip
     p.add_argument("--smoke", action="store_true", help="tiny sizes, seconds: a check that it runs (tests/test_bench.py)")
     args = p.parse_args()
     if args.smoke:
