@@ -32,14 +32,24 @@ from memory import rss_mb  # noqa: E402  (the sibling benchmark's RSS reader)
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("run", choices=["small", "quickstart"], help="small: small model, 2 x 512 tokens; quickstart: `spanbert pretrain`")
+    p.add_argument("run", nargs="?", choices=["small", "quickstart"], help="small: small model, 2 x 512 tokens; quickstart: `spanbert pretrain`")
     p.add_argument("--corpus", help="small: a `spanbert preprocess` output folder")
     p.add_argument("--steps", type=int, help="optimizer steps (default: 100 small, 600 quickstart)")
     p.add_argument("--threshold", default="8388608", help="mmap threshold in bytes, or 'glibc' for glibc's dynamic one (default: 8 MB, the current setting)")
     p.add_argument("--trim_every", type=float, default=2.0, help="trim the heap at most every N s; 0 = after every step; -1 = never (default: 2)")
     p.add_argument("--every", type=int, default=10, help="sample RSS every N steps (default: 10)")
     p.add_argument("extra", nargs="*", help="extra `spanbert pretrain` options, after --")
+    p.add_argument("--smoke", action="store_true", help="tiny sizes, seconds: a check that it runs and prints its figures (tests/test_bench.py)")
     a = p.parse_args()
+    if a.smoke:  # the small run on a tiny corpus of the built-in text, a few steps
+        from pathlib import Path
+
+        from smoke import tiny_corpus
+
+        a.run, a.corpus, a.steps, a.every = "small", str(tiny_corpus(Path(tempfile.mkdtemp()))[1]), 4, 1
+        a.extra = ["--model", "tiny", "--max_seq_length", "64", *a.extra]
+    if a.run is None:
+        p.error("give the run: small or quickstart (or --smoke)")
     if a.run == "small" and not a.corpus:
         p.error("small needs --corpus (a spanbert preprocess output)")
 

@@ -5,6 +5,7 @@
     spanbert preprocess --corpus ../shared/data/pretrain-corpus/enwiki-2015-00.txt.gz \
         --tokenizer /tmp/blocks/tok --output_dir /tmp/blocks/enwiki-00
     python bench/blocks.py /tmp/blocks/enwiki-00 [more corpora] [--max_seq_length 512 128]
+    python bench/blocks.py --smoke     # a tiny corpus of the built-in text, seconds (tests/test_bench.py)
 
 For each corpus and block length, three packings of the same documents:
 
@@ -114,10 +115,20 @@ def nsp_cuts(c: TokenCorpus, max_seq_length: int, packing: str) -> tuple[int, in
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("corpora", nargs="+", type=Path, help="spanbert preprocess output folders")
+    ap.add_argument("corpora", nargs="*", type=Path, help="spanbert preprocess output folders")
     ap.add_argument("--max_seq_length", type=int, nargs="+", default=[512, 128])
     ap.add_argument("--no_nsp", action="store_true", help="skip the NSP pair counts")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes, seconds: a check that it runs and prints its figures (tests/test_bench.py)")
     args = ap.parse_args()
+    if args.smoke:
+        import tempfile
+
+        from smoke import tiny_corpus
+
+        args.corpora = [tiny_corpus(Path(tempfile.mkdtemp()))[1]]
+        args.max_seq_length = [128, 64]
+    if not args.corpora:
+        ap.error("give one or more preprocessed corpora (or --smoke)")
     for path in args.corpora:
         c = TokenCorpus(path)
         lines = line_bounds(c)

@@ -1,6 +1,7 @@
 """Training throughput of the two-tower cloze model against SpanBERT at a comparable parameter count.
 
     python bench/cloze_step.py                       # CPU: two-tower "small" (2 x 4 blocks x 256) vs
+    python bench/cloze_step.py --smoke               # tiny sizes, seconds (tests/test_bench.py)
                                                      # SpanBERT 8 layers x 256, seq 128, batch 8
     python bench/cloze_step.py --device cuda --preset bpe_large --bert-layers 24 --seq 512 --batch 16 --dtype bf16
 
@@ -58,7 +59,16 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--smoke", action="store_true", help="tiny sizes, seconds: a check that it runs and prints its ratio (tests/test_bench.py)")
     a = p.parse_args()
+    if a.smoke:
+        a.preset = "tiny"
+        a.vocab = 2000
+        a.seq = 32
+        a.batch = 2
+        a.warmup = 1
+        a.repeats = 1
+        a.rounds = 1
     device = torch.device(a.device)
     if a.threads:
         torch.set_num_threads(a.threads)

@@ -2,6 +2,7 @@
 `transformers.BertModel` encoding the same segments, on real LitBank documents, in one process.
 
     python bench/coref_throughput.py [--preset small] [--docs 4] [--max-seq-length 384] [--threads 2]
+    python bench/coref_throughput.py --smoke     # tiny sizes, seconds (tests/test_bench.py)
 
 There is no HF coreference model, so the HF side is the encoder alone (same weights, same segments):
 the ratio "ours / HF encoder" is the share of the time the coarse-to-fine task layers cost on top of the
@@ -39,10 +40,18 @@ def main() -> None:
     p.add_argument("--max-seq-length", type=int, default=384)
     p.add_argument("--ffnn-size", type=int, default=300)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--smoke", action="store_true", help="tiny sizes, seconds: a check that it runs and prints its ratio (tests/test_bench.py)")
     a = p.parse_args()
+    if a.smoke:
+        a.preset = "tiny"
+        a.docs = 1
+        a.max_seq_length = 64
+        a.ffnn_size = 16
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     files = sorted(LITBANK.glob("*.conll.gz"))[: a.docs]
+    if not files:
+        raise SystemExit(f"no LitBank documents in {LITBANK.resolve()}: this benchmark reads the real data")
     docs = [d for f in files for d in read_conll(f)]
     tok = train_tokenizer(None, vocab_size=8000, texts=[" ".join(d.words) for d in docs], show_progress=False)
     cfg = CorefConfig(max_seq_length=a.max_seq_length, ffnn_size=a.ffnn_size, singletons="true")

@@ -17,6 +17,7 @@ re-saves the last checkpoint and re-exports `final/`, and kills it at a random i
 export (timed from the export's start).
 
     python bench/kill_test.py --kills 20 --export_kills 20 --steps 40 --seed 0
+    python bench/kill_test.py --smoke     # 1 kill of a 5-step job (tests/test_bench.py)
 """
 
 from __future__ import annotations
@@ -124,7 +125,10 @@ def main() -> None:
     ap.add_argument("--max_delay", type=float, default=0.0,
                     help="kill a random 0..max_delay seconds after training starts (0: the uninterrupted run's "
                          "training and export time)")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes, seconds: a check that it runs and prints its figures (tests/test_bench.py)")
     opts = ap.parse_args()
+    if opts.smoke:
+        opts.kills, opts.export_kills, opts.steps = 1, 1, 5
     rng = random.Random(opts.seed)
     work = Path(tempfile.mkdtemp(prefix="spanbert-kill-"))
     worker = work / "worker.py"

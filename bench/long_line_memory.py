@@ -1,6 +1,7 @@
 """Peak memory of `spanbert preprocess` on one long line with no newline (issue 22 item 11).
 
     python bench/long_line_memory.py [--mb 30] [--layout line|lines] [--workers 1] [--stage preprocess|vocab]
+    python bench/long_line_memory.py --smoke     # 1 MB (tests/test_bench.py)
 
 Writes ``--mb`` MB of English text (the quick-start corpus, repeated) as a single line (``line``) or as
 lines of ~100 characters (``lines``, the same text as a normal file, for comparison) to a temporary
@@ -65,7 +66,10 @@ def main() -> None:
     ap.add_argument("--layout", choices=("line", "lines"), default="line")
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--stage", choices=("preprocess", "vocab"), default="preprocess")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes, seconds: a check that it runs and prints its figures (tests/test_bench.py)")
     args = ap.parse_args()
+    if args.smoke:
+        args.mb = 1
     from spanbert.data import builtin_corpus
     from spanbert.tokenization import train_tokenizer
 

@@ -4,6 +4,7 @@ then `collate_pretrain`) against transformers' `DataCollatorForLanguageModeling`
 512-token blocks of real text, in one process.
 
     python bench/masking.py [--batches 8] [--batch-size 32] [--corpus FILE]
+    python bench/masking.py --smoke      # tiny sizes, seconds: does it still run (tests/test_bench.py)
 
 Ours is timed on the path training uses: each example is masked by `PretrainDataset.__getitem__`
 (its own generator from (seed, epoch, index), the block read from the preprocessed corpus), and the
@@ -67,7 +68,10 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--repeat", type=int, default=5, help="rounds; the best round of each collator counts")
     ap.add_argument("--corpus", type=Path, default=None)
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes (2 batches of 4, 1 round): a check that it runs")
     args = ap.parse_args()
+    if args.smoke:
+        args.batches, args.batch_size, args.repeat = 2, 4, 1
 
     import torch
     import transformers
@@ -75,7 +79,7 @@ def main() -> None:
 
     torch.set_num_threads(1)
     n_blocks = args.batches * args.batch_size
-    text = load_text(args.corpus, 2_500_000)
+    text = load_text(args.corpus, 200_000 if args.smoke else 2_500_000)
     tmp = Path(tempfile.mkdtemp())
     tok = train_tokenizer(None, 8000, tmp / "tok", texts=text.split("\n"), show_progress=False)
     hf_tok = BertTokenizerFast.from_pretrained(str(tmp / "tok"))
@@ -83,13 +87,15 @@ def main() -> None:
     # The same 512-token blocks for everyone: [CLS] 510 tokens [SEP]. Offsets come from the HF tokenizer
     # (its whole-word collator needs them); our word starts come from our tokenizer; ids are identical.
     # One document (paragraph lines, no blank line), so the dataset's blocks are consecutive 510-token
-    # pieces and line up with one HF encoding of the same text.
+    # pieces and line up with one HF encoding of the same text: the fixed packing (whole lines packed
+    # into blocks, the default since 2026-11-23, would not line up).
     lines = [ln for ln in text[: 4000 * n_blocks].split("\n") if ln.strip()]
     text = "\n".join(lines)
     (tmp / "corpus.txt").write_text(text + "\n", encoding="utf-8")
     corpus = TokenCorpus(preprocess(tmp / "corpus.txt", tmp / "tok", tmp / "corpus", num_workers=1, progress=False))
     datasets = {
-        scheme: PretrainDataset(corpus, max_seq_length=512, seed=0, scheme=scheme) for scheme in ("span", "whole_word")
+        scheme: PretrainDataset(corpus, max_seq_length=512, seed=0, scheme=scheme, block_packing="fixed")
+        for scheme in ("span", "whole_word")
     }
     expected = np.arange(n_blocks)[:, None] * 510 + np.array([0, 510])  # (n_blocks, 2) [start, end) of each block
     if len(datasets["span"]) < n_blocks or not np.array_equal(datasets["span"].blocks[:n_blocks], expected):

@@ -302,7 +302,7 @@ def _child(argv: list[str]) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("phase", choices=("pretrain", "predict"))
+    p.add_argument("phase", nargs="?", choices=("pretrain", "predict"))
     p.add_argument("--model", dest="size", default="small", help="model preset: tiny, small, base (default: small)")
     p.add_argument("--corpus", help="pretrain: a `spanbert preprocess` output folder")
     p.add_argument("--steps", type=int, default=2000, help="pretrain: optimizer steps (default: 2000)")
@@ -323,7 +323,19 @@ def main() -> None:
     p.add_argument("--no-reference", action="store_true", help="skip the transformers reference run")
     p.add_argument("--json", action="store_true", help="print the results as one JSON line too")
     p.add_argument("--_child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--smoke", action="store_true", help="tiny sizes, seconds: a check that it runs and prints its figures (tests/test_bench.py)")
     a, extra = p.parse_known_args()
+    if a.smoke:  # pre-training only (prediction reads SQuAD), tiny model and corpus, a few steps
+        import tempfile
+
+        from smoke import tiny_corpus
+
+        corpus = str(tiny_corpus(Path(tempfile.mkdtemp()))[1])
+        sys.argv[1:] = ["pretrain", "--corpus", corpus, "--model", "tiny", "--steps", "6", "--seq", "64", "--every", "2",
+                        "--warmup", "2", "--save_steps", "3", "--eval_steps", "3"]  # fmt: skip
+        a, extra = p.parse_known_args()
+    if a.phase is None:
+        p.error("give the phase: pretrain or predict (or --smoke)")
     a.extra = extra  # further `spanbert pretrain` options for our run, e.g. --pad_to 512
     if a._child:
         if a.glibc_defaults:

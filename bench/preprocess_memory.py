@@ -1,6 +1,7 @@
 """Peak memory of `spanbert preprocess` as the corpus grows (goal: flat, no growth beyond output buffers).
 
     python bench/preprocess_memory.py [--sizes 10 30] [--workers 2]
+    python bench/preprocess_memory.py --smoke     # 1 MB, one worker (tests/test_bench.py)
 
 For each size (MB of raw text cut from ../shared/data/pretrain-corpus, Wikipedia then Gutenberg) it runs
 preprocessing in a fresh child process and prints the peak resident memory of that process and of its
@@ -54,14 +55,17 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", type=int, nargs="+", default=[10, 30])
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes, seconds: a check that it runs and prints its figures (tests/test_bench.py)")
     args = ap.parse_args()
+    if args.smoke:
+        args.sizes, args.workers = [1], 1
     if not DATA.is_dir():
         raise SystemExit(f"corpus not found at {DATA}")
     from spanbert.tokenization import train_tokenizer
 
     tmp = Path(tempfile.mkdtemp())
-    write_text(tmp / "tok.txt", 2)
-    train_tokenizer([tmp / "tok.txt"], 28996, tmp / "tok", show_progress=False)
+    write_text(tmp / "tok.txt", 1 if args.smoke else 2)
+    train_tokenizer([tmp / "tok.txt"], 2000 if args.smoke else 28996, tmp / "tok", show_progress=False)
     print(f"workers={args.workers}")
     print(
         f"{'text MB':>8} {'tokens':>12} {'sec':>7} {'tok/s':>9} {'peak main MB':>13} {'peak worker MB':>15} {'output MB':>10}"

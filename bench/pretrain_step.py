@@ -2,6 +2,7 @@
 transformers' BertForPreTraining (MLM + NSP) on the same config and the same token batch, in one run.
 
     python bench/pretrain_step.py                       # CPU: 4 layers x 256, seq 512, batch 8
+    python bench/pretrain_step.py --smoke               # tiny sizes, seconds (tests/test_bench.py)
     python bench/pretrain_step.py --device cuda --model base --batch 32 --dtype bf16   # GPU
     python bench/pretrain_step.py --device cuda --model base --dtype bf16 --out bench.json  # as bench/gpu.sh
 
@@ -135,7 +136,15 @@ def main() -> None:
     p.add_argument("--compile", action="store_true", help="also time our model under torch.compile")
     p.add_argument("--matmul", type=int, default=None, help="size of the measured matmul (default 8192 on GPU, 1024 on CPU)")
     p.add_argument("--out", default=None, help="also write every figure to this JSON file")
+    p.add_argument("--smoke", action="store_true", help="tiny sizes, seconds: a check that it runs and prints its ratio (tests/test_bench.py)")
     a = p.parse_args()
+    if a.smoke:
+        a.model = "tiny"
+        a.seq = 64
+        a.batch = 2
+        a.warmup = 1
+        a.repeats = 1
+        a.matmul = 128
     import transformers
 
     device = torch.device(a.device)

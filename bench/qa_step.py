@@ -8,6 +8,7 @@ repeat by repeat so that background load hits all alike. Prints examples/s (wind
 default of its `run_qa.py` (`pad_to_max_length=True`), against our dynamic padding (the pipeline).
 
     python bench/qa_step.py                       # small preset, batch 16, max_seq_length 384
+    python bench/qa_step.py --smoke               # tiny sizes, seconds (tests/test_bench.py)
     python bench/qa_step.py --preset tiny --steps 3 --repeats 2
 """
 
@@ -86,7 +87,15 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--full_windows", action="store_true", help="only unpadded batches of full-length windows")
+    p.add_argument("--smoke", action="store_true", help="tiny sizes, seconds: a check that it runs and prints its ratio (tests/test_bench.py)")
     args = p.parse_args()
+    if args.smoke:
+        args.preset = "tiny"
+        args.batch_size = 4
+        args.max_seq_length = 64
+        args.steps = 1
+        args.repeats = 1
+        args.warmup = 1
 
     import transformers
 

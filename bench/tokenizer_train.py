@@ -2,6 +2,7 @@
 on the same text, and print the wall / CPU time of each and how much their vocabularies share.
 
     python bench/tokenizer_train.py --corpus ../shared/data/pretrain-corpus --vocab-size 28996
+    python bench/tokenizer_train.py --smoke     # 200 k characters of the built-in text (tests/test_bench.py)
 
 Each trainer runs in its own process (HF's trainer is multi-threaded: CPU time counts every thread).
 """
@@ -42,9 +43,18 @@ print(json.dumps({"wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "max_rss_m
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--corpus", nargs="+", required=True)
+    p.add_argument("--corpus", nargs="+")
     p.add_argument("--vocab-size", type=int, default=28996)
+    p.add_argument("--smoke", action="store_true", help="tiny sizes, seconds: a check that it runs and prints its figures (tests/test_bench.py)")
     args = p.parse_args()
+    if args.smoke:
+        from pathlib import Path
+
+        from smoke import tiny_text
+
+        args.corpus, args.vocab_size = [str(tiny_text(Path(tempfile.mkdtemp())))], 2000
+    if not args.corpus:
+        p.error("--corpus is required (or --smoke)")
     results, vocabs = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
         for which in ("spanbert", "hf"):

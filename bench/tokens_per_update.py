@@ -19,10 +19,20 @@ from spanbert.trainer import micro_batches, token_micro_batches
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("corpus", help="a `spanbert preprocess` folder")
+    p.add_argument("corpus", nargs="?", help="a `spanbert preprocess` folder")
     p.add_argument("--max_seq_length", type=int, default=512)
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--smoke", action="store_true", help="tiny sizes, seconds: a check that it runs and prints its figures (tests/test_bench.py)")
     args = p.parse_args()
+    if args.smoke:
+        import tempfile
+        from pathlib import Path
+
+        from smoke import tiny_corpus
+
+        args.corpus, args.max_seq_length = str(tiny_corpus(Path(tempfile.mkdtemp()))[1]), 128
+    if not args.corpus:
+        p.error("give a preprocessed corpus (or --smoke)")
     print("| blocks | examples | mean block length | batching | updates per epoch | sequences per update "
           "| real tokens per update | padded tokens per update | padding |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|")

@@ -16,7 +16,10 @@ each running every N-th cell), then `--only summary` collects them.
 
 Model selection follows the paper: for each system and task the learning rate with the best mean dev
 score over seeds is chosen, and the table reports mean ± standard deviation over the seeds at that
-rate. A test split, where a task has one, is scored only with those selected models.
+rate. Those dev scores were used for selection twice (inside each run, then across rates), so every
+cell is also scored on data that selection did not see: the task's test split where the study names
+one, else the held-out half of dev (the cells select on the other half; SpanBERT §4.1 for MRQA); the
+table reports that score with the dev score beside it.
 """
 
 from __future__ import annotations
@@ -24,9 +27,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import difflib
 import io
 import json
 import math
+import re
 import shutil
 import sys
 import time
@@ -282,6 +287,106 @@ def check_study(study: Study, where: str, at: Callable[..., str] | None = None) 
         raise SpanBertError(
             f"{at('tasks')}: tasks: found the column {columns} twice, expected distinct names (set name:)"
         )
+    for i, t in enumerate(study.tasks):
+        check_task_options(t, lambda *k, i=i: at("tasks", i, *k))
+
+
+# Options a study sets itself for every fine-tuning cell: one in a task's `options` would silently
+# relabel the cells (a learning rate that is not the grid's) or break the harness (another output).
+STUDY_SET_OPTIONS = ("model", "learning_rate", "seed", "output_dir", "overwrite_output_dir", "resume", "sweep",
+                     "train_file", "validation_file", "train", "dev", "task", "data_dir")  # fmt: skip
+
+
+def _finetune_help(argv: list[str]) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of ``spanbert finetune ARGV --help`` run in this process: argparse
+    converts every option given before ``--help`` (so a bad value is refused) and then prints the
+    usage, without reading a file or building a model."""
+    from spanbert import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli._run(["finetune", *argv, "--help"])
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 2
+        except SpanBertError as e:
+            print(f"error: {e}", file=err)
+            code = 2
+    return int(code or 0), out.getvalue(), err.getvalue()
+
+
+def check_task_options(t: TaskSpec, at: Callable[..., str]) -> None:
+    """What a task's cells would be refused for, found before any cell runs: the GLUE task name and its
+    files, and every key and value of ``options`` against the task's own `spanbert finetune` parser."""
+    if t.task == "glue":
+        from spanbert.tasks.glue import _FALLBACK, GLUE_TASKS
+
+        known = {k.lower().replace("-", ""): k for k in GLUE_TASKS}
+        name = known.get(t.glue_task.lower().replace("-", ""))
+        if name is None:
+            raise SpanBertError(
+                f"{at('glue_task')}: tasks: {t.name}: found glue_task {t.glue_task!r}, expected one of: "
+                f"{', '.join(GLUE_TASKS)}"
+            )
+        spec = GLUE_TASKS[name]
+        for f in [*spec.train, *(f for files in spec.dev.values() for f in files)]:
+            paths = [Path(t.train) / f, *(Path(t.train) / g for g in _FALLBACK.get((name, f), ()))]
+            if not any(p.is_file() for p in paths):
+                raise SpanBertError(
+                    f"{at('train')}: tasks: {t.name}: found no {f} in {t.train}, expected the {name} folder of GLUE "
+                    f"(train.tsv and its dev file)"
+                )
+    for key in t.options:
+        if key.replace("-", "_") in STUDY_SET_OPTIONS:
+            raise SpanBertError(
+                f"{at('options')}: tasks: {t.name}: options: found {key!r}, expected none of "
+                f"{', '.join(STUDY_SET_OPTIONS)}: the study sets them for every cell (learning rates: learning_rates:)"
+            )
+    if not t.options:
+        return
+    head = [t.task, *(["--task", t.glue_task] if t.task == "glue" else [])]
+    code, text, _ = _finetune_help(head)
+    flags = set(re.findall(r"(?<![\w-])--[\w-]+", text))
+    if code != 0 or not flags:
+        raise SpanBertError(f"{at('task')}: tasks: {t.name}: `spanbert finetune {t.task} --help` failed")
+    for key in t.options:
+        if f"--{key}" not in flags:
+            near = difflib.get_close_matches(f"--{key}", sorted(flags), n=1)
+            hint = f" (did you mean {near[0][2:]!r}?)" if near else ""
+            raise SpanBertError(
+                f"{at('options')}: tasks: {t.name}: options: found {key!r}, expected an option of "
+                f"`spanbert finetune {t.task}`{hint}"
+            )
+    # values: the dataclass options (training and the task's configs) as their YAML reader converts
+    # them, the parser's own (typed, with choices) by argparse before `--help`
+    import importlib
+
+    from spanbert.config import convert_value
+    from spanbert.trainer import TrainingArguments
+
+    configs = [TrainingArguments] + [
+        getattr(importlib.import_module(module), name) for module, name in TASK_CONFIGS.get(t.task, ())
+    ]
+    for key, value in t.options.items():
+        for cls in configs:
+            if key in {f.name for f in fields(cls)}:
+                convert_value(cls, key, value, source=f"{at('options')}: tasks: {t.name}: options")
+                break
+    code, _, err = _finetune_help([*head, *_options(t.options)])
+    if code != 0:
+        last = next((x for x in reversed(err.splitlines()) if x.strip()), "")
+        last = last.split("error: ", 1)[-1]
+        raise SpanBertError(f"{at('options')}: tasks: {t.name}: options: {last}")
+
+
+# The dataclasses (module, name) whose fields a task's `spanbert finetune` parser also takes as options.
+TASK_CONFIGS = {
+    "squad": [("spanbert.tasks.qa", "QAConfig")],
+    "mrqa": [("spanbert.tasks.qa", "QAConfig")],
+    "coref": [("spanbert.tasks.coref", "CorefConfig")],
+    "parse": [("spanbert.tasks.parse", "ParseConfig")],
+    "ner": [("spanbert.tasks.ner_features", "HeadConfig"), ("spanbert.tasks.crf_tagger", "CrfTaggerConfig")],
+}
 
 
 def load_study(path: str | Path) -> Study:
@@ -477,15 +582,23 @@ def _prepare_litbank(root: Path, fold: int, out: Path) -> None:
 
 
 def _finetune_argv(study: Study, t: TaskSpec, model: Path, lr: float, seed: int, fold: int | None) -> list[str]:
+    h = None
     if fold is not None:
         folder = litbank_fold_dir(study, fold)
         data = {"train": str(folder / "train.conll"), "dev": str(folder / "dev.conll")}
     else:
+        # the cells select on the selection half of dev when the other half is held out (issue 23.10);
+        # a folder whose cells finished before that keeps selecting on the whole dev set
+        h = None if study_is_legacy(study) else heldout_plan(study, t)
+        dev = h.select if h is not None else t.dev
         data = {
-            "glue": {"task": t.glue_task, "data_dir": t.train},
-            "coref": {"train": t.train, "dev": t.dev},
-        }.get(t.task, {"train_file": t.train, "validation_file": t.dev})
-    opts = {**data, "model": str(model), "learning_rate": lr, "seed": seed, "disable_tqdm": True, **t.options}
+            "glue": {"task": t.glue_task, "data_dir": h.select if h is not None else t.train},
+            "coref": {"train": t.train, "dev": dev},
+        }.get(t.task, {"train_file": t.train, "validation_file": dev})
+    options = dict(t.options)
+    if fold is None and h is not None and h.source == "dev half":
+        options.pop(_dev_restriction(t)[0], None)  # already applied to the halves
+    opts = {**data, "model": str(model), "learning_rate": lr, "seed": seed, "disable_tqdm": True, **options}
     return ["finetune", t.task, *_options(opts)]
 
 
@@ -662,6 +775,14 @@ def run_cell(cell: Cell, study: Study) -> None:
         info = {"system": cell.system, "task": cell.task, "learning_rate": cell.lr, "seed": cell.seed, "fold": cell.fold,
                 "dev": score, "dev_results": numbers, "seconds": seconds, "argv": argv}  # fmt: skip
         _drop_training_state(cell.dir)
+        if not study_is_legacy(study):
+            h = heldout_plan(study, task, cell.fold)
+            held = score_heldout(cell, task, h) if h is not None else None
+            info |= {"heldout_source": h.source if h else None, "heldout": held["score"] if held else None,
+                     "heldout_data": h.heldout if h else None, "heldout_results": held}  # fmt: skip
+            if held is not None and h.source == "test" and cell.fold is None:
+                # the same numbers `score_tests` would compute for the selected models: not run twice
+                distributed.on_main(lambda: _write_json(cell.dir / "test.json", {k: v for k, v in held.items() if k != "score"}))
 
     def write() -> None:
         with atomic_write(_marker(cell)) as f:
@@ -701,6 +822,8 @@ def run_study(study: Study, only: str = "all", shard: tuple[int, int] = (0, 1)) 
     for t in study.tasks:
         for fold in t.folds:
             distributed.on_main(lambda t=t, fold=fold: _prepare_litbank(Path(t.train), fold, litbank_fold_dir(study, fold)))
+        if not study_is_legacy(study) and only in ("all", "finetune"):
+            distributed.on_main(lambda t=t: split_dev(study, t))
     from tqdm.auto import tqdm
 
     done_before = distributed.on_main(lambda: [is_done(c) for c in todo])
@@ -742,9 +865,311 @@ def check_finished(cells: list[Cell]) -> None:
             )
 
 
+@contextlib.contextmanager
+def study_lock(output_dir: str | Path, shard: tuple[int, int] = (0, 1)) -> Any:
+    """Hold OUT/.lock while a study runs in ``output_dir``, so two `spanbert study` processes never run
+    (and overwrite) the same cells: a second one is refused at once with the holder's pid. The lock is
+    `fcntl.flock`, which the kernel releases when the process ends, a crash or kill -9 included, so
+    no stale lock is ever left to remove. Shards of one study (``--shard I/N``, one process per device)
+    share the folder lock and each holds its own shard's: shards run side by side, the same shard
+    twice or a whole study beside a shard does not. Rank 0 holds it for a torchrun group."""
+    import fcntl
+    import os
+
+    out = Path(output_dir)
+    held: list[Any] = []
+
+    def take(name: str, mode: int, what: str) -> None:
+        f = open(out / name, "a+", encoding="utf-8")  # noqa: SIM115 - held until the study ends
+        try:
+            fcntl.flock(f, mode | fcntl.LOCK_NB)
+        except OSError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            f.close()
+            raise SpanBertError(
+                f"{out}: found {what} already running on this folder ({holder}), expected one at a time; wait for "
+                f"it to finish (or stop it) and run again, or use another --output_dir"
+            ) from None
+        held.append(f)
+        if mode == fcntl.LOCK_EX:  # only the exclusive holder names itself: shared holders would race
+            f.seek(0)
+            f.truncate()
+            f.write(f"spanbert study, pid {os.getpid()}\n")
+            f.flush()
+
+    def take_all() -> None:
+        out.mkdir(parents=True, exist_ok=True)
+        if shard[1] == 1:
+            take(".lock", fcntl.LOCK_EX, "another `spanbert study`")
+        else:
+            take(".lock", fcntl.LOCK_SH, "a whole `spanbert study` (not a shard)")
+            take(f".lock.shard{shard[0]}of{shard[1]}", fcntl.LOCK_EX, f"shard {shard[0]}/{shard[1]}")
+
+    try:
+        distributed.on_main(take_all)
+        yield
+    finally:
+        for f in held:
+            f.close()
+
+
 def _write_plan(study: Study, cells: list[Cell]) -> None:
     with atomic_write(Path(study.output_dir) / "study.json") as f:
         f.write(json.dumps({"study": asdict(study), "cells": [str(c.dir) for c in cells]}, indent=2, default=str) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# Held-out scores: what selection did not see (issue 23.10)
+#
+# A cell's dev score was used twice for selection (the best evaluation inside the run, then the best
+# learning rate), so it is optimistic. Every cell is therefore also scored on data neither selection
+# saw: the task's test split where the study names one (ner, semeval, tacred, parse; LitBank's fold
+# test), else the held-out half of dev: dev is split once, by record, with a fixed seed; the cells
+# select on one half and are scored on the other (SpanBERT §4.1 does this for MRQA).
+
+HELDOUT_SEED = 23
+"""The seed of the dev split: fixed, so every system, learning rate and seed is scored on the same half."""
+
+
+def split_half(n: int, seed: int = HELDOUT_SEED) -> tuple[list[int], list[int]]:
+    """(selection indices, held-out indices) of ``n`` records: a seeded permutation cut in two, the
+    held-out half the smaller when ``n`` is odd, each half in the file's order."""
+    if n < 2:
+        raise ValueError(f"cannot split {n} record(s) in two halves")
+    perm = np.random.default_rng(seed).permutation(n)
+    held = sorted(int(i) for i in perm[: n // 2])
+    select = sorted(int(i) for i in perm[n // 2 :])
+    return select, held
+
+
+@dataclass
+class HeldOut:
+    """Where a task's cells select and where they are scored afterwards."""
+
+    source: str
+    """"test" (the study's test file, or LitBank's fold test) or "dev half" (the other half of dev)."""
+    select: str
+    """The dev data the cells select on: the whole dev set, or its selection half (file or GLUE folder)."""
+    heldout: str
+    """The data every cell is scored on afterwards."""
+
+
+# the dev file formats a dev half is cut from: task -> (file suffix of the halves, kind of record)
+_SPLIT_KINDS = {
+    "squad": (".json", "squad-articles"),
+    "mrqa": (".jsonl", "jsonl-after-header"),
+    "glue": ("", "glue-rows"),
+    "swag": (".csv", "rows-after-header"),
+    "ner": (".txt", "blank-line-blocks"),
+    "semeval": (".txt", "blank-line-blocks"),
+    "tacred": (".json", "json-list"),
+    "coref": (".conll", "conll-documents"),
+}
+
+
+def heldout_dir(study: Study, t: TaskSpec) -> Path:
+    return shared_dir(study) / "heldout" / t.name
+
+
+def heldout_plan(study: Study, t: TaskSpec, fold: int | None = None) -> HeldOut | None:
+    """The held-out data of a task's cells (nothing is written); None when the task has none (a GLUE
+    task with several dev files, parse without a test file)."""
+    if fold is not None:
+        folder = litbank_fold_dir(study, fold)
+        return HeldOut("test", str(folder / "dev.conll"), str(folder / "test.conll"))
+    if t.test:
+        return HeldOut("test", t.dev, t.test)
+    if t.task not in _SPLIT_KINDS:
+        return None
+    if t.task == "glue":
+        from spanbert.tasks.glue import GLUE_TASKS, glue_task
+
+        spec = glue_task(t.glue_task)
+        if spec.dev != GLUE_TASKS["SST-2"].dev or spec.headerless or not (Path(t.train) / "dev.tsv").is_file():
+            return None  # MNLI's two dev files, CoLA's raw release: not split (said in the table)
+    suffix = _SPLIT_KINDS[t.task][0]
+    d = heldout_dir(study, t)
+    return HeldOut("dev half", str(d / f"select{suffix}"), str(d / f"heldout{suffix}"))
+
+
+def _read_text(path: Path) -> str:
+    import gzip
+
+    # newline="": the halves keep the file's line endings (SemEval's are CRLF)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8", newline="") as f:
+        return f.read()
+
+
+def _blocks(lines: list[str], starts: Callable[[str], bool] | None = None) -> tuple[list[str], list[list[str]]]:
+    """(lines before the first record, records): records separated by blank lines, or each starting at a
+    line where ``starts`` holds."""
+    head: list[str] = []
+    records: list[list[str]] = []
+    current: list[str] = []
+    for line in lines:
+        if starts is None:
+            if line.strip():
+                current.append(line)
+            elif current:
+                records.append(current + [line])
+                current = []
+        else:
+            if starts(line):
+                if current:
+                    records.append(current)
+                current = [line]
+            elif current:
+                current.append(line)
+            else:
+                head.append(line)
+    if current:
+        records.append(current)
+    return head, records
+
+
+def _dev_restriction(t: TaskSpec) -> tuple[str, Any]:
+    """(option, value) of a task option that restricts dev (SQuAD/MRQA ``validation_articles``, GLUE
+    ``max_eval_examples``), else ("", None). With a dev half it is applied before the split, so both
+    halves come from the part of dev the user chose, and it is left out of the cells' options."""
+    for key in {"squad": ("validation_articles",), "mrqa": ("validation_articles",), "glue": ("max_eval_examples",)}.get(
+        t.task, ()
+    ):
+        if t.options.get(key) not in (None, ""):
+            return key, t.options[key]
+    return "", None
+
+
+def split_dev(study: Study, t: TaskSpec) -> None:
+    """Write the selection half and the held-out half of ``t``'s dev data (once; rank 0) into
+    OUT/shared/heldout/<task>/, each in the task's own format."""
+    plan_ = heldout_plan(study, t)
+    if plan_ is None or plan_.source != "dev half":
+        return
+    out = heldout_dir(study, t)
+    done = out / "split.json"
+    if done.is_file():
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    kind = _SPLIT_KINDS[t.task][1]
+    dev = Path(t.train) / "dev.tsv" if t.task == "glue" else Path(t.dev)
+    head: Any
+    if kind == "squad-articles":
+        data = json.loads(_read_text(dev))
+        head, records = data, data["data"]
+    elif kind == "json-list":
+        head, records = None, json.loads(_read_text(dev))
+    else:
+        lines = _read_text(dev).splitlines(keepends=True)
+        if kind == "jsonl-after-header":
+            has_header = bool(lines) and "header" in json.loads(lines[0])
+            head, records = lines[:has_header], lines[has_header:]
+        elif kind in ("rows-after-header", "glue-rows"):
+            head, records = lines[:1], [x for x in lines[1:] if x.strip()]
+        elif kind == "blank-line-blocks":
+            head, records = _blocks(lines)
+        else:  # conll-documents
+            head, records = _blocks(lines, starts=lambda x: x.startswith("#begin document"))
+    if kind not in ("squad-articles", "json-list"):
+        eol = "\r\n" if lines and lines[0].endswith("\r\n") else "\n"
+        for r in records if kind in ("blank-line-blocks", "conll-documents") else []:
+            if not r[-1].endswith("\n"):
+                r[-1] += eol
+            if kind == "blank-line-blocks" and r[-1].strip():
+                r.append(eol)  # the file's last record had no blank line after it
+        records = [r if isinstance(r, list) or r.endswith("\n") else r + eol for r in records]
+    key, value = _dev_restriction(t)
+    if key == "validation_articles":  # the user's slice of dev, then its halves
+        from spanbert.tasks.qa import _parse_slice
+
+        records = records[_parse_slice(str(value))]
+    elif key == "max_eval_examples":
+        records = records[: int(value)]
+    try:
+        halves = split_half(len(records))
+    except ValueError:
+        raise SpanBertError(f"{dev}: found {len(records)} record(s), expected at least 2 to split dev into a "
+                            f"selection half and a held-out half (or give a test: file)") from None  # fmt: skip
+    for name, idx in zip(("select", "heldout"), halves):
+        part = [records[i] for i in idx]
+        suffix = _SPLIT_KINDS[t.task][0]
+        if kind == "glue-rows":
+            folder = out / name
+            folder.mkdir(exist_ok=True)
+            for f in ("train.tsv",):  # the task folder's training file, linked, not copied
+                with contextlib.suppress(FileExistsError):  # shards of one study may split at once
+                    (folder / f).symlink_to((Path(t.train) / f).resolve())
+            target, text = folder / "dev.tsv", "".join(head + part)
+        elif kind == "squad-articles":
+            target, text = out / f"{name}{suffix}", json.dumps({**head, "data": part})
+        elif kind == "json-list":
+            target, text = out / f"{name}{suffix}", json.dumps(part)
+        elif kind in ("blank-line-blocks", "conll-documents"):
+            target, text = out / f"{name}{suffix}", "".join(head + [x for r in part for x in r])
+        else:
+            target, text = out / f"{name}{suffix}", "".join(head + part)
+        with atomic_write(target, newline="") as f:
+            f.write(text)
+    _write_json(done, {"dev": str(dev), "seed": HELDOUT_SEED, "records": len(records),
+                       "select": len(halves[0]), "heldout": len(halves[1])})  # fmt: skip
+
+
+def score_heldout(cell: Cell, t: TaskSpec, h: HeldOut) -> dict[str, Any]:
+    """Score a finished cell's selected model (its folder) on the held-out data; the numbers the
+    evaluation printed, the headline under "score"."""
+    d = cell.dir
+    log = d / "heldout_log.txt"
+    if t.task in ("squad", "mrqa"):
+        preds = d / "heldout_predictions.json"
+        steps = [["predict", t.task, "--model", str(d), "--data", h.heldout, "--output", str(preds), "--disable_tqdm"],
+                 ["evaluate", t.task, "--data", h.heldout, "--predictions", str(preds)]]  # fmt: skip
+    elif t.task == "coref":
+        steps = [["predict", "coref", "--model", str(d), "--data", h.heldout, "--output", str(d / "heldout.conll"),
+                  "--disable_tqdm"]]  # fmt: skip
+    elif t.task == "glue":
+        steps = [["evaluate", "glue", "--task", t.glue_task, "--data_dir", h.heldout, "--model", str(d), "--disable_tqdm"]]
+    else:
+        steps = [["evaluate", t.task, "--data", h.heldout, "--model", str(d), "--disable_tqdm"]]
+    text = ""
+    for argv in steps:
+        start = distributed.on_main(lambda: log.stat().st_size if log.is_file() else 0)
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            code, last = _run_command(argv, log)
+        if code != 0:
+            raise SpanBertError(f"study: scoring {cell.label} on {h.heldout} failed: {last}; see {log}")
+        text = distributed.on_main(lambda s=start: log.read_bytes()[s:].decode("utf-8", errors="replace"))
+    numbers = _last_json(text)
+    key = DEV_RESULTS[t.task][1]
+    for k in (key, f"eval_{key}", f"test_{key}"):
+        if k in numbers:
+            return {"score": numbers[k], **numbers}
+    raise SpanBertError(f"study: scoring {cell.label} on {h.heldout} printed no {key!r}; see {log}")
+
+
+_LEGACY: dict[str, bool] = {}
+
+
+def study_is_legacy(study: Study) -> bool:
+    """`legacy_folder`, read once per folder and process (`plan` asks for every cell; a folder cannot
+    become legacy later: every cell this code finishes records its held-out score)."""
+    key = str(Path(study.output_dir).resolve())
+    if key not in _LEGACY:
+        _LEGACY[key] = legacy_folder(study)
+    return _LEGACY[key]
+
+
+def legacy_folder(study: Study) -> bool:
+    """True when the study's folder holds fine-tuning cells finished before held-out scoring (their
+    result.json has no "heldout_source"): the folder keeps selecting on the whole dev set, so its
+    cells stay comparable, and its table says that no held-out score exists."""
+    root = Path(study.output_dir) / "finetune"
+    for marker in root.glob("*/*/*/result.json") if root.is_dir() else []:
+        with contextlib.suppress(OSError, ValueError):
+            if "heldout_source" not in json.loads(marker.read_text()):
+                return True
+    return False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -777,6 +1202,8 @@ class Comparison:
     t_high: float
     boot_low: float
     boot_high: float
+    scored_on: str = "dev"
+    """The scores compared: "held-out" (data selection did not see) or "dev" (where there is none)."""
 
     @property
     def verdict(self) -> str:
@@ -821,18 +1248,33 @@ def collect(study: Study) -> dict[str, dict[str, dict[str, Any]]]:
     for s in study.systems:
         for t in study.tasks:
             by_lr: dict[float, list[float]] = {}
+            held_by_lr: dict[float, list[float] | None] = {}
+            sources: set[Any] = set()
             for lr in t.learning_rates:
-                scores = []
+                scores, held = [], []
                 for seed in range(study.seeds):
                     markers = [_cell_dir(study, s.name, t.name, lr, seed, f) / "result.json" for f in t.folds or [None]]
                     if all(m.is_file() for m in markers):  # a seed's score: the mean over its folds
-                        scores.append(float(np.mean([json.loads(m.read_text())["dev"] for m in markers])))
+                        infos = [json.loads(m.read_text()) for m in markers]
+                        scores.append(float(np.mean([i["dev"] for i in infos])))
+                        sources |= {i.get("heldout_source", "legacy") for i in infos}
+                        if all(i.get("heldout") is not None for i in infos):
+                            held.append(float(np.mean([i["heldout"] for i in infos])))
                 if len(scores) == study.seeds:
                     by_lr[lr] = scores
+                    held_by_lr[lr] = held if len(held) == study.seeds else None
             if not by_lr:
                 continue
             best_lr = max(by_lr, key=lambda lr: (np.mean(by_lr[lr]), -lr))  # the paper: best dev mean
-            results.setdefault(s.name, {})[t.name] = {"lr": best_lr, "scores": by_lr[best_lr], "by_lr": by_lr}
+            held = held_by_lr[best_lr]
+            if held is not None:
+                note = f"{sources.pop()}" if len(sources) == 1 else "mixed"
+            elif "legacy" in sources:
+                note = "none: cells finished before held-out scoring (rerun into a new output_dir to get one)"
+            else:
+                note = "none: the task has no test file and its dev set is not split (give test:)"
+            results.setdefault(s.name, {})[t.name] = {"lr": best_lr, "scores": by_lr[best_lr], "by_lr": by_lr,
+                                                      "heldout": held, "heldout_source": note}  # fmt: skip
     return results
 
 
@@ -888,17 +1330,29 @@ def _write_json(path: Path, data: Any) -> None:
 
 def table(study: Study, results: dict, split: str = "dev") -> tuple[str, list[list[str]]]:
     """(Markdown, CSV rows) in the paper's layout: a row per system, a column per task, mean ± std over
-    seeds, the best mean of each column in bold."""
+    seeds at the selected learning rate, the best mean of each column in bold. ``split="dev"``: each
+    cell gives the held-out score (data selection did not see) with the dev score that selected it
+    beside it, "(dev …)"; "–" where a cell has no held-out score. ``split="test"``: the test split
+    scored with the selected models."""
     columns = [t.name for t in study.tasks]
     key = "scores" if split == "dev" else "test"
+
+    def shown(r: dict[str, Any] | None) -> list[float] | None:
+        """The scores a cell is ranked by: held-out where there is one (test split: the test scores)."""
+        if not r:
+            return None
+        return (r.get("heldout") or None) if split == "dev" else (r.get("test") or None)
+
     best = {}
     for c in columns:
-        means = [np.mean(results[s.name][c][key]) for s in study.systems if c in results.get(s.name, {}) and results[s.name][c].get(key)]
+        means = [np.mean(v) for s in study.systems if (v := shown(results.get(s.name, {}).get(c)))]
         best[c] = max(means) if means else None
     md = ["| system | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
     rows = [["system", *[f"{c} mean" for c in columns], *[f"{c} std" for c in columns], *[f"{c} lr" for c in columns]]]
+    if split == "dev":
+        rows[0] += [*[f"{c} heldout mean" for c in columns], *[f"{c} heldout std" for c in columns]]
     for s in study.systems:
-        cells, means, stds, lrs = [], [], [], []
+        cells, means, stds, lrs, hmeans, hstds = [], [], [], [], [], []
         for c in columns:
             r = results.get(s.name, {}).get(c)
             if not r or not r.get(key):
@@ -906,16 +1360,38 @@ def table(study: Study, results: dict, split: str = "dev") -> tuple[str, list[li
                 means.append("")
                 stds.append("")
                 lrs.append("")
+                hmeans.append("")
+                hstds.append("")
                 continue
             m, sd = mean_std(r[key])
-            text = f"{m:.1f} ± {sd:.1f}"
-            cells.append(f"**{text}**" if best[c] is not None and m == best[c] else text)
+            v = shown(r)
+            if v is not None:
+                hm, hsd = mean_std(v)
+                text = f"{hm:.1f} ± {hsd:.1f}"
+                text = f"**{text}**" if best[c] is not None and hm == best[c] else text
+                hmeans.append(f"{hm:.4f}")
+                hstds.append(f"{hsd:.4f}")
+            else:
+                text = "–"
+                hmeans.append("")
+                hstds.append("")
+            cells.append(f"{text} (dev {m:.1f} ± {sd:.1f})" if split == "dev" else text)
             means.append(f"{m:.4f}")
             stds.append(f"{sd:.4f}")
             lrs.append(f"{r['lr']:g}")
         md.append(f"| {s.name} | " + " | ".join(cells) + " |")
-        rows.append([s.name, *means, *stds, *lrs])
+        rows.append([s.name, *means, *stds, *lrs, *((hmeans + hstds) if split == "dev" else [])])
     return "\n".join(md) + "\n", rows
+
+
+def heldout_notes(study: Study, results: dict) -> list[str]:
+    """One line per task: what its held-out score is (or why it has none)."""
+    out = []
+    for t in study.tasks:
+        notes = sorted({r[t.name]["heldout_source"] for r in results.values() if t.name in r})
+        if notes:
+            out.append(f"- {t.name}: held-out = {'; '.join(notes)}")
+    return out
 
 
 def comparisons(study: Study, results: dict) -> list[tuple[str, Comparison]]:
@@ -926,7 +1402,11 @@ def comparisons(study: Study, results: dict) -> list[tuple[str, Comparison]]:
             for b in names[i + 1 :]:
                 ra, rb = results.get(a, {}).get(t.name), results.get(b, {}).get(t.name)
                 if ra and rb:
-                    out.append((t.name, paired_comparison(a, b, ra["scores"], rb["scores"])))
+                    # on the held-out scores when both have them: the dev scores selected the models
+                    on = "heldout" if ra.get("heldout") and rb.get("heldout") else "scores"
+                    c = paired_comparison(a, b, ra[on], rb[on])
+                    c.scored_on = "held-out" if on == "heldout" else "dev"
+                    out.append((t.name, c))
     return out
 
 
@@ -939,7 +1419,10 @@ def summarize(study: Study) -> Path:
     def write() -> None:
         summary.mkdir(parents=True, exist_ok=True)
         md, rows = table(study, results, "dev")
-        parts = [f"## Dev (mean ± std over {study.seeds} seeds at the learning rate with the best dev mean)\n", md]
+        parts = [f"## Held-out score (dev score) (mean ± std over {study.seeds} seeds at the learning rate with the best dev mean)\n",
+                 "Each cell: the score on data that selection did not see (below, per task), then in parentheses the "
+                 "dev score that selected the checkpoint and the learning rate (optimistic: used twice for selection). "
+                 "Bold: the best held-out mean.\n", *[n + "\n" for n in heldout_notes(study, results)], "\n", md]
         if any(r.get("test") for rs in results.values() for r in rs.values()):
             tmd, trows = table(study, results, "test")
             parts += ["\n## Test (the selected models only)\n", tmd]
@@ -948,13 +1431,14 @@ def summarize(study: Study) -> Path:
             f.write("\n".join(parts))
         _write_csv(summary / "table.csv", rows)
         comps = comparisons(study, results)
-        lines = ["| task | A | B | mean A − B | 95% t interval | 95% bootstrap interval | verdict |", "|---|---|---|---|---|---|---|"]
-        crow = [["task", "a", "b", "n", "diff", "t_low", "t_high", "boot_low", "boot_high", "verdict"]]
+        lines = ["| task | A | B | scored on | mean A − B | 95% t interval | 95% bootstrap interval | verdict |",
+                 "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        crow = [["task", "a", "b", "n", "diff", "t_low", "t_high", "boot_low", "boot_high", "verdict", "scored_on"]]
         for task, c in comps:
-            lines.append(f"| {task} | {c.a} | {c.b} | {c.diff:+.2f} | [{c.t_low:+.2f}, {c.t_high:+.2f}] | "
+            lines.append(f"| {task} | {c.a} | {c.b} | {c.scored_on} | {c.diff:+.2f} | [{c.t_low:+.2f}, {c.t_high:+.2f}] | "
                          f"[{c.boot_low:+.2f}, {c.boot_high:+.2f}] | {c.verdict} |")  # fmt: skip
             crow.append([task, c.a, c.b, str(c.n), f"{c.diff:.4f}", f"{c.t_low:.4f}", f"{c.t_high:.4f}",
-                         f"{c.boot_low:.4f}", f"{c.boot_high:.4f}", c.verdict])  # fmt: skip
+                         f"{c.boot_low:.4f}", f"{c.boot_high:.4f}", c.verdict, c.scored_on])  # fmt: skip
         with atomic_write(summary / "comparisons.md") as f:
             f.write("\n".join(lines) + "\n")
         _write_csv(summary / "comparisons.csv", crow)
@@ -1040,9 +1524,15 @@ def dry_run(study: Study, probe_steps: int = 0) -> str:
         f"{study.batch_size} × {study.max_seq_length} tokens ({study.model} model)",
         f"fine-tuning: {len(fine)} cells ({', '.join(f'{t.name}: {len(t.learning_rates)} lr × {study.seeds} seeds' for t in study.tasks)})",
     ]
+    for t in study.tasks:
+        h = None if study_is_legacy(study) else heldout_plan(study, t, t.folds[0] if t.folds else None)
+        what = {"test": f"its test split ({h.heldout})" if h and h.source == "test" else "",
+                "dev half": f"the held-out half of its dev set (seed {HELDOUT_SEED}); cells select on the other half"}
+        lines.append(f"held-out {t.name}: " + (what[h.source] if h else "none (cells finished before held-out scoring, "
+                     "or no test file and a dev set that is not split)"))  # fmt: skip
     if probe_steps and pre:
-        per_step = _probe(study, pre[0], probe_steps)
-        lines.append(f"probe: {probe_steps} steps of {pre[0].system} at {per_step:.2f} s a step → about "
+        per_step, what = _probe(study, pre[0], probe_steps)
+        lines.append(f"probe: {probe_steps} steps of {pre[0].system} on {what}, at {per_step:.2f} s a step → about "
                      f"{_human(per_step * study.pretrain_steps)} per system, {_human(per_step * study.pretrain_steps * len(pre))} "
                      f"for all pre-training on this machine (fine-tuning not probed)")  # fmt: skip
     if fine:
@@ -1053,15 +1543,62 @@ def dry_run(study: Study, probe_steps: int = 0) -> str:
     return "\n".join(lines)
 
 
-def _probe(study: Study, cell: Cell, steps: int) -> float:
-    """Seconds per pre-training step of ``cell``, measured over ``steps`` steps after the first (the
-    first pays for start-up): a step's nominal tokens over the median logged tokens/s."""
+# The probe's text when the shared corpus is not prepared yet: enough for a tokenizer and the blocks of
+# a few steps, read in seconds (the full corpus is the study's first step, not the dry run's).
+PROBE_SAMPLE_CHARS = 2_000_000
+
+
+def _probe_corpus(study: Study, tmp: Path) -> tuple[str, str]:
+    """(preprocessed corpus folder, what it is) for the probe, writing only under ``tmp``: the study's
+    shared corpus when an earlier run prepared it, the study's own corpus when it is already
+    preprocessed, else a sample of the first ``PROBE_SAMPLE_CHARS`` characters tokenized here."""
+    import gzip
+
+    from spanbert.data import is_preprocessed, preprocess
+    from spanbert.tokenization import corpus_files, load_tokenizer, train_tokenizer
+
+    shared = shared_dir(study)
+    if (shared / "prepared.json").is_file() and is_preprocessed(shared / "corpus"):
+        return str(shared / "corpus"), "the study's prepared corpus"
+    needs_candidates = sorted({k for s in study.systems if not s.checkpoint for k in _candidate_kinds(s)})
+    if is_preprocessed(study.corpus) and not needs_candidates and not study.tokenizer:
+        return study.corpus, "the preprocessed corpus"
+    files = corpus_files([study.corpus])
+    jsonl = ".jsonl" in files[0].suffixes
+    sample = tmp / ("sample.jsonl" if jsonl else "sample.txt")
+    left = PROBE_SAMPLE_CHARS
+    with open(sample, "w", encoding="utf-8") as out:
+        for f in (f for f in files if (".jsonl" in f.suffixes) == jsonl):
+            opener = gzip.open if f.suffix == ".gz" else open
+            with opener(f, "rt", encoding="utf-8", errors="replace") as src:
+                for line in src:  # whole lines, so documents and JSON records stay intact
+                    out.write(line if line.endswith("\n") else line + "\n")
+                    left -= len(line)
+                    if left <= 0:
+                        break
+            if left <= 0:
+                break
+    if study.tokenizer:
+        tok = load_tokenizer(study.tokenizer)
+    else:
+        tok = train_tokenizer([sample], vocab_size=study.vocab_size, output_dir=tmp / "tokenizer", show_progress=False)
+    preprocess([sample], tok, tmp / "corpus", num_workers=0, candidates=needs_candidates, progress=False)
+    what = f"a {PROBE_SAMPLE_CHARS / 1e6:g} M-character sample of the corpus, vocabulary {tok.vocab_size:,}"
+    return str(tmp / "corpus"), what
+
+
+def _probe(study: Study, cell: Cell, steps: int) -> tuple[float, str]:
+    """(seconds per pre-training step of ``cell``, the text it ran on), measured over ``steps`` steps
+    after the first (the first pays for start-up): a step's nominal tokens over the median logged
+    tokens/s. Everything it writes is in a temporary folder: a dry run leaves the study's folder as
+    it was (no vocabulary trained, no corpus preprocessed there)."""
     import tempfile
 
-    _prepare_shared(study)
-    argv = list(cell.argv)
-    argv[argv.index("--max_steps") + 1] = str(steps + 1)
     with tempfile.TemporaryDirectory() as tmp:
+        corpus, what = distributed.on_main(lambda: _probe_corpus(study, Path(tmp)))
+        argv = list(cell.argv)
+        argv[argv.index("--max_steps") + 1] = str(steps + 1)
+        argv[argv.index("--corpus") + 1] = corpus
         out = Path(tmp) / "probe"
         argv += ["--output_dir", str(out), "--save_steps", "0", "--max_eval_blocks", "0", "--logging_steps", "1",
                  "--report_to", "none"]  # fmt: skip
@@ -1072,7 +1609,7 @@ def _probe(study: Study, cell: Cell, steps: int) -> float:
         rates = [r for r in rates[1:] if r]
     if not rates:
         raise SpanBertError("study: the probe logged no throughput; run without --probe_steps")
-    return study.batch_size * study.max_seq_length / float(np.median(rates))
+    return study.batch_size * study.max_seq_length / float(np.median(rates)), what
 
 
 _human = cost.human_duration
@@ -1205,12 +1742,13 @@ def main(argv: list[str], prog: str = "spanbert study") -> int:
         line, large = finetune_estimate(study)
         if large:  # said before the first cell runs; every cell's own `finetune` warns again in its log
             distributed.eprint0(f"warning: this study's fine-tuning is very large for this machine; {line}")
-    if args.only != "summary":
-        run_study(study, args.only, shard)
-    if shard[1] > 1:
-        distributed.print0(f"shard {shard[0]}/{shard[1]} finished; when every shard has: spanbert study ... --only summary")
-        return 0
-    summary = summarize(study)
+    with study_lock(study.output_dir, shard):
+        if args.only != "summary":
+            run_study(study, args.only, shard)
+        if shard[1] > 1:
+            distributed.print0(f"shard {shard[0]}/{shard[1]} finished; when every shard has: spanbert study ... --only summary")
+            return 0
+        summary = summarize(study)
     if distributed.is_main():
         text = (summary / "table.md").read_text()
         print(text)
@@ -1318,11 +1856,12 @@ def curve_main(argv: list[str], prog: str = "spanbert curve") -> int:
     check_study(Study(systems=[SystemSpec("final", checkpoint=str(run / "final"))], tasks=[task], seeds=args.seeds,
                       output_dir=str(out)), prog)  # fmt: skip
     distributed.init_distributed(distributed.resolve_device("auto"))
-    models = distributed.on_main(lambda: [(s, str(p)) for s, p in export_checkpoints(run, out / "models")])
-    study = Study(systems=[SystemSpec(f"step-{s}", checkpoint=p) for s, p in models], tasks=[task],
-                  seeds=args.seeds, output_dir=str(out))  # fmt: skip
-    check_study(study, prog)
-    run_study(study)
+    with study_lock(out):
+        models = distributed.on_main(lambda: [(s, str(p)) for s, p in export_checkpoints(run, out / "models")])
+        study = Study(systems=[SystemSpec(f"step-{s}", checkpoint=p) for s, p in models], tasks=[task],
+                      seeds=args.seeds, output_dir=str(out))  # fmt: skip
+        check_study(study, prog)
+        run_study(study)
     results = collect(study)
 
     def write() -> str:

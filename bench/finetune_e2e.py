@@ -1,0 +1,311 @@
+"""SQuAD fine-tuning end to end: `spanbert finetune squad` against a transformers loop (the steps of its
+`run_qa.py`: fast-tokenizer features, `BertForQuestionAnswering`, AdamW with linear decay, n-best
+post-processing, `save_pretrained`) on the same data, model, epochs, batch and learning rate, in one
+process, with and without evaluation during training. Where does the time go?
+
+    python bench/finetune_e2e.py                         # tiny random BERT, synthetic SQuAD
+    python bench/finetune_e2e.py --data squad --train_examples 2000 --dev_articles 4 --preset small
+    python bench/finetune_e2e.py --smoke                 # seconds: checks it runs (tests/test_bench.py)
+
+Both sides start from one tiny random BERT saved by spanbert (its HF layout is what transformers
+loads) with a vocabulary trained on the data. Each phase is timed: feature building (train and dev),
+training (without the evaluations inside it), evaluation (every evaluation: the forward passes, the
+n-best decoding, the metric), saving. With evaluation during training, transformers evaluates as often
+as spanbert did (`--evals_per_epoch`, spanbert's default 10) and keeps the best weights in memory, as
+spanbert's selection does. Without it, each side trains, saves, then evaluates once. Prints the
+seconds per phase and the ratio transformers / spanbert of the whole (> 1: spanbert faster). A first
+run of each side is made before the measured ones and only its total printed: it pays one-time costs
+(imports inside spanbert's commands, allocator warm-up) that a fine-tuning process pays once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import io
+import json
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+SQUAD = ROOT / "../shared/data/squad"
+
+
+class Clock:
+    """Seconds per phase; ``wrap(module, name, phase)`` times every call of ``module.name``."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = collections.defaultdict(float)
+        self.calls: dict[str, int] = collections.defaultdict(int)
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] += time.perf_counter() - t
+            self.calls[name] += 1
+
+    def wrap(self, module, name: str, phase: str) -> None:
+        fn = getattr(module, name)
+
+        def timed(*args, **kwargs):
+            self.calls[name] += 1
+            with self.phase(phase):
+                return fn(*args, **kwargs)
+
+        setattr(module, name, timed)
+        self._undo.append((module, name, fn))
+
+    def __enter__(self) -> Clock:
+        self._undo: list = []
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for module, name, fn in reversed(self._undo):
+            setattr(module, name, fn)
+
+
+def data_files(args, tmp: Path) -> tuple[Path, Path]:
+    if args.data == "squad":
+        from spanbert.tasks.qa import read_squad  # noqa: F401 (checks the file reads)
+
+        train = json.load(__import__("gzip").open(SQUAD / "train-v1.1.rebuilt.json.gz", "rt"))
+        dev = json.loads((SQUAD / "dev-v1.1.json").read_text())
+        kept, n = [], 0
+        for art in train["data"]:
+            if n >= args.train_examples:
+                break
+            kept.append(art)
+            n += sum(len(p["qas"]) for p in art["paragraphs"])
+        train["data"], dev["data"] = kept, dev["data"][: args.dev_articles]
+    else:
+        sys.path.insert(0, str(Path(__file__).parent))
+        from gpu_dry_data import squad  # the synthetic SQuAD of bench/gpu.sh --dry-run
+
+        rng = random.Random(0)
+        train, dev = squad(rng, max(1, args.train_examples // 4)), squad(rng, args.dev_articles)
+    (tmp / "train.json").write_text(json.dumps(train))
+    (tmp / "dev.json").write_text(json.dumps(dev))
+    return tmp / "train.json", tmp / "dev.json"
+
+
+def tiny_model(args, train: Path, out: Path) -> Path:
+    from spanbert.config import model_config
+    from spanbert.model import SpanBertForPreTraining
+    from spanbert.tokenization import train_tokenizer
+
+    texts = [p["context"] for a in json.loads(train.read_text())["data"] for p in a["paragraphs"]]
+    texts += [q["question"] for a in json.loads(train.read_text())["data"] for p in a["paragraphs"] for q in p["qas"]]
+    tok = train_tokenizer(None, vocab_size=args.vocab_size, output_dir=out / "tok", texts=texts, show_progress=False)
+    torch.manual_seed(0)
+    SpanBertForPreTraining(model_config(args.preset, vocab_size=tok.vocab_size), sbo=False, nsp=False).save_pretrained(
+        out / "model", tokenizer=tok
+    )
+    return out / "model"
+
+
+def run_spanbert(args, model: Path, train: Path, dev: Path, out: Path, evaluate_during: bool) -> tuple[Clock, dict]:
+    from spanbert import cli, trainer
+    from spanbert.tasks import common, qa
+
+    argv = ["finetune", "squad", "--model", str(model), "--train_file", str(train), "--output_dir", str(out),
+            "--num_train_epochs", str(args.epochs), "--per_device_train_batch_size", str(args.batch_size),
+            "--learning_rate", str(args.learning_rate), "--max_seq_length", str(args.max_seq_length),
+            "--doc_stride", str(args.doc_stride), "--disable_tqdm", "--seed", "0", "--device", "cpu"]  # fmt: skip
+    if evaluate_during:
+        argv += ["--validation_file", str(dev), "--evals_per_epoch", str(args.evals_per_epoch)]
+    with Clock() as clock:
+        clock.wrap(qa, "_features_for", "features")
+        for name in ("predict_logits", "decode", "score"):
+            clock.wrap(qa, name, "evaluation")
+        clock.wrap(trainer, "train", "training+eval")
+        clock.wrap(common, "save_finetuned", "saving")
+        with clock.phase("total"), contextlib.redirect_stdout(io.StringIO()):
+            assert cli._run(argv) == 0
+    clock.seconds["training"] = clock.seconds.pop("training+eval") - clock.seconds["evaluation"]
+    if evaluate_during:
+        return clock, json.loads((out / "eval_results.json").read_text())
+    # the same final evaluation as transformers does, from the saved folder: predict + score
+    buf = io.StringIO()
+    with clock.phase("total"), clock.phase("evaluation"), contextlib.redirect_stdout(buf):
+        assert cli._run(["predict", "squad", "--model", str(out), "--data", str(dev), "--output", str(out / "p.json"),
+                         "--disable_tqdm", "--device", "cpu"]) == 0  # fmt: skip
+        assert cli._run(["evaluate", "squad", "--data", str(dev), "--predictions", str(out / "p.json")]) == 0
+    return clock, json.loads(buf.getvalue()[buf.getvalue().rfind("{") :])
+
+
+def run_transformers(args, model: Path, train: Path, dev: Path, out: Path, evaluations: int) -> tuple[Clock, dict]:
+    """`run_qa.py`'s steps, written out: features with overflowing windows, a plain training loop, n-best
+    decoding of (start, end) logits over the windows of each question, `save_pretrained`."""
+    from transformers import BertForQuestionAnswering, BertTokenizerFast, get_linear_schedule_with_warmup
+
+    from spanbert.metrics.squad import evaluate_v1
+
+    clock = Clock().__enter__()
+    with clock.phase("total"):
+        tok = BertTokenizerFast.from_pretrained(str(model))
+        train_data, dev_data = json.loads(train.read_text()), json.loads(dev.read_text())
+        # transformers' --doc_stride is the overlap of windows; spanbert's the step between them
+        context_len = args.max_seq_length - 64 - 3
+        stride = max(0, context_len - args.doc_stride)
+
+        def examples(data):
+            return [(q["id"], q["question"], p["context"], q.get("answers", []))
+                    for a in data["data"] for p in a["paragraphs"] for q in p["qas"]]  # fmt: skip
+
+        def featurize(exs, training: bool):
+            enc = tok([e[1] for e in exs], [e[2] for e in exs], truncation="only_second", max_length=args.max_seq_length,
+                      stride=stride, return_overflowing_tokens=True, return_offsets_mapping=True, padding=args.hf_padding)  # fmt: skip
+            starts, ends = [], []
+            for i, offsets in enumerate(enc["offset_mapping"]):
+                seq = enc.sequence_ids(i)
+                ex = exs[enc["overflow_to_sample_mapping"][i]]
+                if training:
+                    ans = ex[3][0]
+                    s_char, e_char = ans["answer_start"], ans["answer_start"] + len(ans["text"])
+                    ctx = [k for k, s in enumerate(seq) if s == 1]
+                    if offsets[ctx[0]][0] > s_char or offsets[ctx[-1]][1] < e_char:
+                        starts.append(0), ends.append(0)
+                    else:
+                        starts.append(next(k for k in ctx if offsets[k][1] > s_char))
+                        ends.append(next(k for k in reversed(ctx) if offsets[k][0] < e_char))
+                else:
+                    enc["offset_mapping"][i] = [o if seq[k] == 1 else None for k, o in enumerate(offsets)]
+            return enc, starts, ends
+
+        with clock.phase("features"):
+            tr_exs, dev_exs = examples(train_data), examples(dev_data)
+            tr_enc, st, en = featurize(tr_exs, True)
+            dev_enc, _, _ = featurize(dev_exs, False)
+            cols = ("input_ids", "token_type_ids", "attention_mask")
+            tr = [torch.tensor(tr_enc[c]) for c in cols] + [torch.tensor(st), torch.tensor(en)]
+            dv = [torch.tensor(dev_enc[c]) for c in cols]
+        torch.manual_seed(0)
+        m = BertForQuestionAnswering.from_pretrained(str(model))
+        opt = torch.optim.AdamW(m.parameters(), lr=args.learning_rate, weight_decay=0.01)
+        n = len(tr[0])
+        steps_per_epoch = (n + args.batch_size - 1) // args.batch_size
+        total = steps_per_epoch * args.epochs
+        sched = get_linear_schedule_with_warmup(opt, int(0.1 * total), total)
+        eval_at = set(np.linspace(0, total, evaluations + 1, dtype=int)[1:].tolist()) if evaluations else set()
+
+        def evaluate() -> dict:
+            m.eval()
+            with torch.no_grad():
+                s_all, e_all = [], []
+                for i in range(0, len(dv[0]), 64):
+                    o = m(input_ids=dv[0][i : i + 64], token_type_ids=dv[1][i : i + 64], attention_mask=dv[2][i : i + 64])
+                    s_all.append(o.start_logits), e_all.append(o.end_logits)
+                s_all, e_all = torch.cat(s_all).numpy(), torch.cat(e_all).numpy()
+            best: dict[str, tuple[float, str]] = {}
+            for i in range(len(s_all)):
+                ex = dev_exs[dev_enc["overflow_to_sample_mapping"][i]]
+                offs = dev_enc["offset_mapping"][i]
+                for a in np.argsort(s_all[i])[-20:][::-1]:
+                    for b in np.argsort(e_all[i])[-20:][::-1]:
+                        if offs[a] is None or offs[b] is None or b < a or b - a + 1 > 30:
+                            continue
+                        sc = float(s_all[i][a] + e_all[i][b])
+                        if ex[0] not in best or sc > best[ex[0]][0]:
+                            best[ex[0]] = (sc, ex[2][offs[a][0] : offs[b][1]])
+            m.train()
+            return evaluate_v1(dev_data["data"], {q: t for q, (_, t) in best.items()})
+
+        metrics, best_f1, best_state = {}, -1.0, None
+        m.train()
+        step = 0
+        for epoch in range(args.epochs):
+            g = torch.Generator().manual_seed(epoch)
+            perm = torch.randperm(n, generator=g)
+            for i in range(0, n, args.batch_size):
+                with clock.phase("training"):
+                    idx = perm[i : i + args.batch_size]
+                    o = m(input_ids=tr[0][idx], token_type_ids=tr[1][idx], attention_mask=tr[2][idx],
+                          start_positions=tr[3][idx], end_positions=tr[4][idx])  # fmt: skip
+                    o.loss.backward()
+                    torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+                    opt.step(), sched.step(), opt.zero_grad()
+                step += 1
+                if step in eval_at:
+                    with clock.phase("evaluation"):
+                        metrics = evaluate()
+                        if metrics["f1"] > best_f1:  # keep the best weights, as spanbert's selection does
+                            best_f1, best_state = metrics["f1"], {k: v.clone() for k, v in m.state_dict().items()}
+        if best_state is not None:
+            m.load_state_dict(best_state)
+        with clock.phase("saving"):
+            m.save_pretrained(out)
+            tok.save_pretrained(out)
+        if not evaluations:
+            with clock.phase("evaluation"):
+                metrics = evaluate()
+    clock.windows = (len(tr[0]), len(dv[0]))
+    return clock, metrics
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", choices=("synthetic", "squad"), default="synthetic", help="squad: ../shared/data/squad")
+    p.add_argument("--train_examples", type=int, default=400, help="training questions (about)")
+    p.add_argument("--dev_articles", type=int, default=20)
+    p.add_argument("--preset", default="tiny")
+    p.add_argument("--vocab_size", type=int, default=1000)
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--batch_size", type=int, default=16)
+    p.add_argument("--learning_rate", type=float, default=1e-4)
+    p.add_argument("--max_seq_length", type=int, default=128)
+    p.add_argument("--doc_stride", type=int, default=64)
+    p.add_argument("--evals_per_epoch", type=int, default=10)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--hf_padding", choices=("max_length", "longest"), default="max_length",
+                   help="transformers' features: padded to max_seq_length (run_qa.py's default) or to the longest window")  # fmt: skip
+    p.add_argument("--smoke", action="store_true", help="tiny sizes, seconds: a check that it runs (tests/test_bench.py)")
+    args = p.parse_args()
+    if args.smoke:
+        args.data, args.train_examples, args.dev_articles, args.epochs, args.evals_per_epoch = "synthetic", 32, 2, 1, 2
+    torch.set_num_threads(args.threads)
+    import transformers
+
+    transformers.logging.set_verbosity_error()  # its load report: the QA head is new, the MLM head unused
+
+    tmp = Path(tempfile.mkdtemp())
+    train, dev = data_files(args, tmp)
+    model = tiny_model(args, train, tmp)
+    print(f"SQuAD fine-tuning end to end, {args.data} data, preset {args.preset}, {args.epochs} epochs, batch "
+          f"{args.batch_size}, max_seq_length {args.max_seq_length}, {args.threads} thread(s); torch {torch.__version__}, "
+          f"transformers {transformers.__version__}")  # fmt: skip
+    phases = ("features", "training", "evaluation", "saving", "total")
+    # a first run of each pays one-time costs (lazy imports, allocator warm-up): timed apart, not compared
+    t = time.perf_counter()
+    run_spanbert(args, model, train, dev, tmp / "warm-ours", False)
+    first = time.perf_counter() - t
+    t = time.perf_counter()
+    run_transformers(args, model, train, dev, tmp / "warm-hf", 0)
+    print(f"first run (one-time costs included, not compared): spanbert {first:.2f} s, transformers "
+          f"{time.perf_counter() - t:.2f} s")  # fmt: skip
+    for during in (True, False):
+        ours, om = run_spanbert(args, model, train, dev, tmp / f"ours-{during}", during)
+        evaluations = ours.calls["predict_logits"] if during else 0  # one forward pass over dev per evaluation
+        hf, hm = run_transformers(args, model, train, dev, tmp / f"hf-{during}", evaluations)
+        label = f"with {evaluations} evaluations during training" if during else "no evaluation during training (one at the end)"
+        print(f"\n{label}; transformers windows: {hf.windows[0]} train, {hf.windows[1]} dev")
+        print(f"{'phase':<12} {'spanbert s':>11} {'transformers s':>15} {'transformers/spanbert':>22}")
+        for ph in phases:
+            a, b = ours.seconds.get(ph, 0.0), hf.seconds.get(ph, 0.0)
+            print(f"{ph:<12} {a:>11.2f} {b:>15.2f} {b / a if a else float('nan'):>21.2f}x")
+        print(f"dev f1: spanbert {om.get('f1', float('nan')):.1f}, transformers {hm['f1']:.1f}")
+        print(f"ratio end to end transformers / spanbert ({'eval' if during else 'no eval'}): "
+              f"{hf.seconds['total'] / ours.seconds['total']:.2f}x")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
