@@ -439,12 +439,6 @@ def _case_ner_not_utf8(t, m):
     return _ner_ft(t, m, f), f"{f}:7", "not UTF-8 (invalid start byte at byte 82)"
 
 
-def _case_ner_dev_tag_unseen(t, m):
-    f = _w(t / "train.txt", CONLL)
-    d = _w(t / "dev.txt", "Paris NNP B-NP B-LOC\n")
-    return _ner_ft(t, m, f, "--dev", d), f"{d}:1", "'B-LOC'"
-
-
 def _case_ner_pred_words_differ(t, m):
     d = _w(t / "dev.txt", CONLL)
     p = _w(t / "p.txt", "EU B-ORG B-ORG\nrefuses O O\n\nAlice B-PER B-PER\n")
@@ -490,18 +484,6 @@ def _case_mrqa_eval_prediction_number(t, m):
     d = _w(t / "dev.jsonl", _mrqa_text(MRQA_HEADER, MRQA_LINE))
     p = _w(t / "p.json", '{"m1": ["Paris"]}')
     return ["evaluate", "mrqa", "--data", d, "--predictions", p], p, "answer string"
-
-
-def _case_tacred_eval_model_unseen_label(t, m):
-    d = _w(t / "dev.json", json.dumps([dict(TACRED[0], relation="org:founded_by")]))
-    argv = ["evaluate", "tacred", "--model", m["tacred"], "--data", d, "--device", "cpu"]
-    return argv, d, "never saw in training"
-
-
-def _case_ner_eval_model_unseen_tag(t, m):
-    d = _w(t / "dev.txt", "Alice NNP B-NP B-PER\nParis NNP B-NP B-LOC\n")
-    argv = ["evaluate", "ner", "--model", m["ner"], "--data", d, "--device", "cpu"]
-    return argv, f"{d}:2", "never saw in training"
 
 
 def _needs_output_dir_check() -> None:
@@ -729,7 +711,6 @@ CASES = [
     pytest.param(_case_ner_bad_tag, id="ner-bad-tag"),
     pytest.param(_case_ner_one_column, id="ner-one-column"),
     pytest.param(_case_ner_not_utf8, id="ner-not-utf8"),
-    pytest.param(_case_ner_dev_tag_unseen, id="ner-dev-tag-unseen"),
     pytest.param(_case_ner_pred_words_differ, id="ner-prediction-words-differ"),
     pytest.param(_case_ner_pred_bad_tag, id="ner-prediction-bad-tag"),
     pytest.param(_case_ner_config_bad_keys, id="ner-config-id2label-keys"),
@@ -737,8 +718,6 @@ CASES = [
     pytest.param(_case_ner_yaml_unknown, id="ner-yaml-unknown-option"),
     pytest.param(_case_glue_config_invalid_json, id="glue-config-invalid-json"),
     pytest.param(_case_mrqa_eval_prediction_number, id="mrqa-prediction-list"),
-    pytest.param(_case_tacred_eval_model_unseen_label, id="tacred-evaluate-model-unseen-label"),
-    pytest.param(_case_ner_eval_model_unseen_tag, id="ner-evaluate-model-unseen-tag"),
     pytest.param(_case_glue_pred_extra_id, id="glue-prediction-extra-id"),
     pytest.param(_case_glue_pred_other_ids, id="glue-prediction-row-numbers-for-index"),
     pytest.param(_case_glue_pred_repeated_id, id="glue-prediction-repeated-id"),

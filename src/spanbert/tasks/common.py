@@ -277,6 +277,20 @@ def load_tokenizer_for(model_dir: str | Path, tokenizer_dir: str | Path | None =
     return families.load_tokenizer(model_dir, tokenizer_dir)
 
 
+def warn_unseen(path: str | Path, found: Sequence[str], known: Sequence[str], what: str, trained_on: str) -> list[str]:
+    """Warn once (rank 0) about the gold labels of a dev or test file that the model never saw in training
+    (issue 23.1): it cannot predict them, and the official scorers count those items as misses, which is
+    what a user expects; refusing the file would stop every run on a training subset. Returns them."""
+    unseen = sorted(set(found) - set(known))
+    if unseen:
+        n = sum(label in unseen for label in found)
+        distributed.eprint0(
+            f"warning: {path}: {n} gold {what}(s) {unseen[:5]}{' ...' if len(unseen) > 5 else ''} never occur in "
+            f"{trained_on}; the model cannot predict them, so they count as misses"
+        )
+    return unseen
+
+
 def family_defaults(argv: Sequence[str], defaults: dict[str, Any]) -> dict[str, Any]:
     """A task's `TrainingArguments` defaults with the family's own (`FinetuneHabits.training`) on top,
     read from the ``--model`` folder's config.json before the options are parsed, so ``--help`` and the

@@ -80,7 +80,14 @@ def finetune_ner(
     from spanbert import families
     from spanbert.tasks import classification as C
     from spanbert.tasks import crf_tagger as CT
-    from spanbert.tasks.common import load_encoder, load_tokenizer_for, seed_dropout, seed_init, write_once
+    from spanbert.tasks.common import (
+        load_encoder,
+        load_tokenizer_for,
+        seed_dropout,
+        seed_init,
+        warn_unseen,
+        write_once,
+    )
 
     tagger = tagger or families.habits_of(model_dir).tagger
     if tagger not in TAGGERS:
@@ -89,13 +96,8 @@ def finetune_ner(
     dev = read_conll(dev_path)[:max_eval_examples] if dev_path else []
     labels = label_list(train)
     label2id = {l: i for i, l in enumerate(labels)}
-    for s in dev:  # a tag the model cannot predict would only be scored as a silent miss
-        for k, tag in enumerate(s.tags or []):
-            if tag not in label2id:
-                raise DataError(
-                    dev_path, f"found tag {tag!r}, which the training file {train_path} never has; "
-                    f"expected one of {labels}", line=s.line + k,
-                )  # fmt: skip
+    unseen = warn_unseen(dev_path, [t for s in dev for t in (s.tags or [])], labels, "tag",
+                         f"the training sentences used ({train_path}, {len(train)} sentences)")  # fmt: skip
     tokenizer = load_tokenizer_for(model_dir, tokenizer_dir)
     train_features = ner_features(train, tokenizer, label2id, max_seq_length, str(train_path), document_context)
     dev_features = ner_features(dev, tokenizer, None, max_seq_length, str(dev_path), document_context)
@@ -103,7 +105,9 @@ def finetune_ner(
     settings = {"task": "ner", "max_seq_length": max_seq_length, "document_context": document_context}
     if tagger == "bilstm-crf":
         # with labels: the dev loss decides early stopping (§4)
-        dev_features = ner_features(dev, tokenizer, label2id, max_seq_length, str(dev_path), document_context)
+        # (a tag the model cannot predict counts as O in the dev loss; it is scored as a miss)
+        dev_ids = {**label2id, **{t: label2id["O"] for t in unseen}}
+        dev_features = ner_features(dev, tokenizer, dev_ids, max_seq_length, str(dev_path), document_context)
         crf = crf or CT.CrfTaggerConfig()
         seed_init(args.seed)
         model = CT.CrfTagger(load_encoder(model_dir), len(labels), crf.stacking, crf.tagger_projection_dim,
@@ -176,7 +180,7 @@ def predict_ner(
     progress: bool = True, source: str | Path | None = None,
 ) -> list[list[str]]:  # fmt: skip
     """Tags for every word of ``sentences`` with a model saved by `finetune_ner`. With ``source`` (the
-    data file), a gold tag the model never saw in training is an error naming its line."""
+    data file), gold tags the model never saw in training are a warning (they count as misses)."""
     from spanbert import families
     from spanbert.tasks import classification as C
     from spanbert.tasks import crf_tagger as CT
@@ -201,13 +205,11 @@ def predict_ner(
     bad = [l for l in labels or [] if not _TAG.match(l)]
     if labels is None or bad:
         raise DataError(config_file, f"found labels {bad or labels}; expected NER tags (O, B-TYPE, I-TYPE, ...)")
-    for s in sentences if source is not None else []:
-        for k, tag in enumerate(s.tags or []):
-            if tag not in labels:
-                raise DataError(
-                    source, f"found tag {tag!r}, which the model never saw in training; expected one of {labels}",
-                    line=s.line + k,
-                )  # fmt: skip
+    if source is not None:
+        from spanbert.tasks.common import warn_unseen
+
+        warn_unseen(source, [t for s in sentences for t in (s.tags or [])], labels, "tag",
+                    f"the training tags of {model_dir}")  # fmt: skip
     settings = config_json.get("spanbert", {})
     # a model saved before the option was trained on sentences alone: it predicts that way
     features = ner_features(

@@ -533,16 +533,10 @@ def finetune_relation(
     if task == "tacred" and NO_RELATION in labels:  # class 0 = no_relation, as in TACRED's label map
         labels = [NO_RELATION] + [l for l in labels if l != NO_RELATION]
     label2id = {l: i for i, l in enumerate(labels)}
-    unseen = sorted({ex.relation for ex in dev} - set(label2id))
-    if unseen:  # the model cannot predict them; the official scorer counts those examples as misses
-        n = sum(ex.relation in unseen for ex in dev)
-        from spanbert.distributed import eprint0
+    from spanbert.tasks.common import warn_unseen
 
-        eprint0(
-            f"warning: {dev_path}: {n} dev example(s) have relation(s) {unseen[:5]} that the training examples "
-            f"used ({train_path}, {len(train)} examples) never have; the model cannot predict them, so they "
-            f"count as misses"
-        )
+    warn_unseen(dev_path, [ex.relation for ex in dev], labels, "relation",
+                f"the training examples used ({train_path}, {len(train)} examples)")  # fmt: skip
     types = {ex.subj_type for ex in train} | {ex.obj_type for ex in train}
     if task == "tacred":
         types |= set(TACRED_TYPES)
@@ -611,13 +605,11 @@ def _predict_from_dir(
     if labels is None:
         raise DataError(source, "found a regression head; expected a relation classifier with id2label")
     examples = read_relation_file(data, require_labels=False, task=task)
-    known = set(labels)
-    for i, ex in enumerate(examples if check_gold else []):
-        if ex.relation is not None and ex.relation not in known:
-            raise DataError(
-                data, f"found relation {ex.relation!r}, which the model never saw in training; expected one of "
-                f"its {len(labels)} labels ({Path(model_dir) / 'config.json'})", record=f"{i}, id {ex.id}",
-            )  # fmt: skip
+    if check_gold:
+        from spanbert.tasks.common import warn_unseen
+
+        gold = [ex.relation for ex in examples if ex.relation is not None]
+        warn_unseen(data, gold, labels, "relation", f"the training labels of {model_dir}")
     return examples, predict_relations(model, tokenizer, meta, labels, examples, data, batch_size, progress=progress)
 
 
