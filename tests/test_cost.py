@@ -80,6 +80,7 @@ def test_study_estimates_its_fine_tuning(tmp_path):
     sst = tmp_path / "SST-2"
     sst.mkdir()
     (sst / "train.tsv").write_text("sentence\tlabel\n" + "a fine film\t1\n" * 1000)
+    (sst / "dev.tsv").write_text("sentence\tlabel\na fine film\t1\n")  # the study checks the folder first
     f = tmp_path / "s.yaml"
     f.write_text(f"corpus: {tmp_path}\nmodel: base\nseeds: 5\nsystems: [spanbert, bert]\noutput_dir: {tmp_path}/out\n"
                  f"tasks:\n  - {{task: glue, glue_task: SST-2, train: {sst}, learning_rates: [1e-5, 2e-5],\n"

@@ -152,6 +152,8 @@ def test_a_study_stopped_by_a_bad_corpus_leaves_only_what_its_next_run_accepts(t
     text = tmp_path / "corpus.txt"
     text.write_bytes(b"\xff\xfe bad\n")
     (tmp_path / "sst").mkdir()
+    for name in ("train.tsv", "dev.tsv"):  # the study checks the GLUE folder before any work
+        (tmp_path / "sst" / name).write_text("sentence\tlabel\na fine film\t1\n")
     study = tmp_path / "s.yaml"
     study.write_text(
         f"corpus: {text}\nvocab_size: 300\nmodel: tiny\nbudget_tokens: 8192\nmax_seq_length: 64\nbatch_size: 8\n"
@@ -160,7 +162,7 @@ def test_a_study_stopped_by_a_bad_corpus_leaves_only_what_its_next_run_accepts(t
     )
     cli_error(["study", study, "--only", "pretrain"], names="tokenizer.log", contains="not UTF-8")
     left = sorted(str(p.relative_to(tmp_path / "out")) for p in (tmp_path / "out").rglob("*"))
-    assert left == ["shared", "shared/tokenizer.log", "study.json"], left
+    assert left == [".lock", "shared", "shared/tokenizer.log", "study.json"], left  # the lock file stays, unlocked
     from test_pretrain import synthetic_docs
 
     from spanbert.cli import main
