@@ -580,7 +580,7 @@ def _case_tacred_pred_typo(t, m):
 def _case_tacred_pred_ids_missing(t, m):
     d = _w(t / "dev.json", json.dumps([TACRED[0], dict(TACRED[0], id="t2")]))
     p = _w(t / "p.txt", "t2\tno_relation\nt9\tno_relation\n")
-    return ["evaluate", "tacred", "--data", d, "--predictions", p], p, "no prediction for 1 id(s) ['t1']"
+    return ["evaluate", "tacred", "--data", d, "--predictions", p], p, "no prediction for 1 example id(s) ['t1']"
 
 
 def _case_semeval_pred_extra_id(t, m):

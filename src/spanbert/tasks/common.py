@@ -22,6 +22,7 @@ import dataclasses
 import json
 import os
 import shutil
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -38,7 +39,7 @@ from spanbert.config import (
     load_yaml,
     replace_checked,
 )
-from spanbert.errors import SpanBertError
+from spanbert.errors import DataError, SpanBertError
 from spanbert.trainer import TrainingArguments
 
 T = TypeVar("T")
@@ -275,6 +276,28 @@ def load_tokenizer_for(model_dir: str | Path, tokenizer_dir: str | Path | None =
     """The tokenizer saved with a checkpoint (or the one given), framed for the checkpoint's family
     (`spanbert.families.load_tokenizer`): tasks frame ``cls_id a sep_id`` and ``cls_id a mid_id b sep_id``."""
     return families.load_tokenizer(model_dir, tokenizer_dir)
+
+
+def match_by_id(path: str | Path, by_id: dict[str, Any], wanted: Sequence[str], data: str, how: str = "") -> list[Any]:
+    """The predictions ``by_id`` (read from ``path``) in the order of the data's ids ``wanted``: a file in any
+    order scores the same (issue 22). Ids the data repeats, ids without a prediction and predictions of no
+    id of the data are errors naming the first few; ``data`` names the data (e.g. "the dev data") and
+    ``how`` says how the file's ids are read."""
+    if len(set(wanted)) != len(wanted):
+        twice = sorted(x for x, c in Counter(wanted).items() if c > 1)
+        raise SpanBertError(f"{data} repeats the id(s) {twice[:5]}: predictions cannot be matched to examples by id")
+    known = set(wanted)
+    missing = [x for x in wanted if x not in by_id]
+    extra = [x for x in by_id if x not in known]
+    if missing or extra:
+        first = lambda ids: "[" + ", ".join(map(repr, ids[:5])) + (", ...]" if len(ids) > 5 else "]")  # noqa: E731
+        found = []
+        if missing:
+            found.append(f"no prediction for {len(missing)} example id(s) {first(missing)}")
+        if extra:
+            found.append(f"{len(extra)} id(s) that are not in {data} {first(extra)}")
+        raise DataError(path, f"found {' and '.join(found)}; expected one prediction per example ({len(wanted)}){how}")
+    return [by_id[x] for x in wanted]
 
 
 def warn_unseen(path: str | Path, found: Sequence[str], known: Sequence[str], what: str, trained_on: str) -> list[str]:

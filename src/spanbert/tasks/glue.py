@@ -338,30 +338,10 @@ def read_submission(
         if index in by_id:
             raise DataError(path, f"found index {index!r} a second time; expected one prediction per example", line=k)
         by_id[index] = label
-    wanted = [e.guid for e in examples]
-    if len(set(wanted)) != len(wanted):
-        twice = [g for g, c in Counter(wanted).items() if c > 1]
-        raise SpanBertError(
-            f"the dev data repeats the id(s) {twice[:5]}: predictions cannot be matched to examples by id"
-        )
-    missing = [g for g in wanted if g not in by_id]
-    extra = [index for _, index, _ in rows if index not in set(wanted)]
-    if missing or extra:
-        found = []
-        if missing:
-            found.append(f"no prediction for {len(missing)} example id(s) {_first(missing)}")
-        if extra:
-            found.append(f"{len(extra)} id(s) that are not in the dev data {_first(extra)}")
-        raise DataError(
-            path, f"found {' and '.join(found)}; expected one row per dev example ({len(wanted)}), matched by "
-            "the index column (the row number from 0 in a dev file without an index/id column)",
-        )  # fmt: skip
-    return [by_id[g] for g in wanted]
+    from spanbert.tasks.common import match_by_id
 
-
-def _first(ids: list[str], n: int = 5) -> str:
-    """The first few of a list of ids, for error messages."""
-    return "[" + ", ".join(map(repr, ids[:n])) + (", ...]" if len(ids) > n else "]")
+    how = ", matched by the index column (the row number from 0 in a dev file without an index/id column)"
+    return match_by_id(path, by_id, [e.guid for e in examples], "the dev data", how)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -473,21 +473,9 @@ def read_predictions(task: str, path: str | Path, examples: list[RelationExample
         if sid in by_id:
             raise DataError(path, f"found id {sid!r} a second time; expected one prediction per example", line=n)
         by_id[sid] = label
-    wanted = [ex.id for ex in examples]
-    if len(set(wanted)) != len(wanted):
-        twice = sorted(x for x, c in Counter(wanted).items() if c > 1)
-        raise SpanBertError(f"the data file repeats the id(s) {twice[:5]}: predictions cannot be matched by id")
-    missing = [x for x in wanted if x not in by_id]
-    known = set(wanted)
-    extra = [x for x in by_id if x not in known]
-    if missing or extra:
-        found = []
-        if missing:
-            found.append(f"no prediction for {len(missing)} id(s) {missing[:5]}")
-        if extra:
-            found.append(f"{len(extra)} id(s) that are not in the data file {extra[:5]}")
-        raise DataError(path, f"found {' and '.join(found)}; expected one prediction per example ({len(wanted)})")
-    return [by_id[x] for x in wanted]
+    from spanbert.tasks.common import match_by_id
+
+    return match_by_id(path, by_id, [ex.id for ex in examples], "the data file")
 
 
 # ---------------------------------------------------------------------------------------------
