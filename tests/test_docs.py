@@ -176,9 +176,10 @@ def test_python_snippet_runs_verbatim(block: Block, project: Path, monkeypatch):
 # Command lines: the command exists and takes every flag shown
 
 
-def _command_lines(block: Block) -> list[tuple[int, list[str]]]:
-    """(line, argv after `spanbert`) of each spanbert invocation in a bash block."""
-    out: list[tuple[int, list[str]]] = []
+def logical_lines(block: Block) -> list[tuple[int, str]]:
+    """(line index in the block, text) of each shell line of a bash block: lines continued with a
+    backslash joined, trailing ``# comments`` removed."""
+    out: list[tuple[int, str]] = []
     lines = block.code.splitlines()
     i = 0
     while i < len(lines):
@@ -187,7 +188,14 @@ def _command_lines(block: Block) -> list[tuple[int, list[str]]]:
             i += 1
             text = text.rstrip()[:-1] + " " + lines[i]
         i += 1
-        text = text.split(" #")[0].strip()
+        out.append((start, text.split(" #")[0].strip()))
+    return out
+
+
+def _command_lines(block: Block) -> list[tuple[int, list[str]]]:
+    """(line, argv after `spanbert`) of each spanbert invocation in a bash block."""
+    out: list[tuple[int, list[str]]] = []
+    for start, text in logical_lines(block):
         if text.startswith("#"):
             continue
         try:

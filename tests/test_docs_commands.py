@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import test_docs
-from test_docs import BASH_BLOCKS, Block, project  # noqa: F401  (the fixture)
+from test_docs import BASH_BLOCKS, Block, logical_lines, project  # noqa: F401  (the fixture)
 
 # a worktree whose ../shared is elsewhere: SPANBERT_SHARED=/path/to/shared (the folder holding data/)
 if os.environ.get("SPANBERT_SHARED"):
@@ -54,15 +54,7 @@ def _commands(block: Block) -> list[tuple[int, list[str] | str]]:
     string instead of argv is the reason the command cannot run."""
     env: dict[str, str] = {}
     out: list[tuple[int, list[str] | str]] = []
-    lines = block.code.splitlines()
-    i = 0
-    while i < len(lines):
-        start, text = i, lines[i]
-        while text.rstrip().endswith("\\") and i + 1 < len(lines):
-            i += 1
-            text = text.rstrip()[:-1] + " " + lines[i]
-        i += 1
-        text = text.split(" #")[0].strip()
+    for start, text in logical_lines(block):
         m = _ASSIGN.match(text)
         if m and " " not in m.group(2).strip().strip("'\"") or (m and m.group(2).strip()[:1] in "'\""):
             env[m.group(1)] = " ".join(shlex.split(m.group(2)))
