@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from spanbert.errors import DataError, SpanBertError
+from spanbert.tasks.layers import apply_encoder_dropout, output_layer, scaled
 
 IGNORE_INDEX = -100
 """Label of positions without a target (special tokens, non-first sub-tokens), as in HF."""
@@ -96,6 +97,11 @@ class FeatureDataset(torch.utils.data.Dataset):
     def __getitem__(self, i: int) -> dict[str, Any]:
         return self.features[i]
 
+    def lengths(self) -> np.ndarray:
+        """(N,) tokens of each feature (all its choices for multiple choice): the trainer's token-budget
+        batching (``--max_tokens_per_batch``) and its cost estimate read them."""
+        return np.asarray([np.asarray(f["input_ids"]).size for f in self.features], dtype=np.int64)
+
 
 class Collator:
     """Pads a list of features into a batch of tensors (a class so it pickles for DataLoader workers).
@@ -151,8 +157,6 @@ class SequenceClassifier(nn.Module):
 
     def __init__(self, encoder: nn.Module, num_labels: int, dropout: float | None = None):
         super().__init__()
-        from spanbert.tasks.layers import apply_encoder_dropout, output_layer
-
         self.bert = encoder
         self.num_labels = num_labels
         apply_encoder_dropout(encoder)
@@ -167,8 +171,6 @@ class SequenceClassifier(nn.Module):
         token_type_ids: Tensor | None = None,
         labels: Tensor | None = None,
     ) -> dict[str, Tensor]:
-        from spanbert.tasks.layers import scaled
-
         hidden = self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)  # (B, T, H)
         sentence = self.bert.sentence(hidden, attention_mask, input_ids)  # (B, S); a causal encoder: last token
         logits = self.classifier(self.dropout(scaled(sentence, self.output_scale)))  # (B, num_labels)
@@ -191,8 +193,6 @@ class TokenClassifier(nn.Module):
 
     def __init__(self, encoder: nn.Module, num_labels: int, dropout: float | None = None):
         super().__init__()
-        from spanbert.tasks.layers import apply_encoder_dropout, output_layer
-
         self.bert = encoder
         self.num_labels = num_labels
         apply_encoder_dropout(encoder)
@@ -205,8 +205,6 @@ class TokenClassifier(nn.Module):
         token_type_ids: Tensor | None = None,
         labels: Tensor | None = None,
     ) -> dict[str, Tensor]:
-        from spanbert.tasks.layers import scaled
-
         hidden = self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)  # (B, T, H)
         logits = self.classifier(self.dropout(scaled(hidden, self.output_scale)))  # (B, T, num_labels)
         return token_outputs(logits, labels)

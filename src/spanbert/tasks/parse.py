@@ -42,6 +42,7 @@ from torch import Tensor, nn
 
 from spanbert.config import ArgumentParser
 from spanbert.errors import DataError, SpanBertError
+from spanbert.tasks.classification import FeatureDataset
 from spanbert.tasks.common import selection_defaults
 from spanbert.tasks.trees import Tree, read_trees
 
@@ -347,22 +348,6 @@ def add_targets(
         f["tag_labels"] = np.asarray([tag2id.get(tag, -100) for tag in t.tags()], dtype=np.int64)
 
 
-class ParseDataset(torch.utils.data.Dataset):
-    """Training features; ``lengths()`` (sub-word tokens) lets the trainer batch by a token budget."""
-
-    def __init__(self, features: list[dict[str, Any]]):
-        self.features = features
-
-    def __len__(self) -> int:
-        return len(self.features)
-
-    def __getitem__(self, i: int) -> dict[str, Any]:
-        return self.features[i]
-
-    def lengths(self) -> np.ndarray:
-        return np.asarray([len(f["input_ids"]) for f in self.features], dtype=np.int64)
-
-
 class ParseCollator:
     """Pads features into a batch: input_ids/attention_mask (B, T), word_index (B, W+2), lengths (B,),
     and when present gold_spans (B, K, 3) padded with -1 and tag_labels (B, W) padded with -100."""
@@ -549,7 +534,7 @@ def finetune_parse(
 
     keeper = KeepBest(evaluate, targs)
     result = run_training(
-        model, ParseDataset(train_features), targs, collate_fn=ParseCollator(tokenizer.pad_id),
+        model, FeatureDataset(train_features), targs, collate_fn=ParseCollator(tokenizer.pad_id),
         lr_by_prefix={"bert.": encoder_lr}, eval_fn=keeper if dev_trees else None,
         run_config={"task": "parse", "parse": asdict(config), "encoder_learning_rate": encoder_lr},
     )  # fmt: skip
