@@ -100,14 +100,13 @@ def finetune_ner(
                          f"the training sentences used ({train_path}, {len(train)} sentences)")  # fmt: skip
     tokenizer = load_tokenizer_for(model_dir, tokenizer_dir)
     train_features = ner_features(train, tokenizer, label2id, max_seq_length, str(train_path), document_context)
-    dev_features = ner_features(dev, tokenizer, None, max_seq_length, str(dev_path), document_context)
+    # the biLSTM-CRF's dev loss decides early stopping (§4), so its dev features carry labels (a tag the
+    # model cannot predict counts as O in that loss; the scorer counts it as a miss)
+    dev_ids = {**label2id, **{t: label2id["O"] for t in unseen}} if tagger == "bilstm-crf" else None
+    dev_features = ner_features(dev, tokenizer, dev_ids, max_seq_length, str(dev_path), document_context)
     out = Path(args.output_dir)
     settings = {"task": "ner", "max_seq_length": max_seq_length, "document_context": document_context}
     if tagger == "bilstm-crf":
-        # with labels: the dev loss decides early stopping (§4)
-        # (a tag the model cannot predict counts as O in the dev loss; it is scored as a miss)
-        dev_ids = {**label2id, **{t: label2id["O"] for t in unseen}}
-        dev_features = ner_features(dev, tokenizer, dev_ids, max_seq_length, str(dev_path), document_context)
         crf = crf or CT.CrfTaggerConfig()
         seed_init(args.seed)
         model = CT.CrfTagger(load_encoder(model_dir), len(labels), crf.stacking, crf.tagger_projection_dim,
@@ -116,7 +115,7 @@ def finetune_ner(
         metrics, pred = CT.finetune(model, train_features, dev, dev_features, labels, args, tokenizer.pad_id, crf, score)
         settings.update(CT.settings_of(crf))
         architecture = families.architecture(model.bert, CT.TASK)
-        save = lambda: save_finetuned_once(model, out, tokenizer, architecture, labels, settings)  # noqa: E731
+        save = lambda: save_tagger(model, out, tokenizer, architecture, labels, settings)  # noqa: E731
     else:
         model = C.build_model("token", model_dir, len(labels), seed=args.seed)
 
@@ -149,9 +148,9 @@ TAGGERS = ("linear", "bilstm-crf")
 NEEDS = "a NER model (spanbert finetune ner)"
 
 
-def save_finetuned_once(model: Any, out: Path, tokenizer: Any, architecture: str, labels: list[str],
+def save_tagger(model: Any, out: Path, tokenizer: Any, architecture: str, labels: list[str],
                         settings: dict[str, Any]) -> None:  # fmt: skip
-    """Save a tagger whose head is not one of `classification`'s (called inside `write_once`)."""
+    """Save a tagger whose head is not one of `classification`'s (the biLSTM-CRF)."""
     from spanbert.tasks import classification as C
     from spanbert.tasks.common import save_finetuned
 
