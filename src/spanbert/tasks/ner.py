@@ -149,7 +149,7 @@ NEEDS = "a NER model (spanbert finetune ner)"
 
 
 def save_tagger(model: Any, out: Path, tokenizer: Any, architecture: str, labels: list[str],
-                        settings: dict[str, Any]) -> None:  # fmt: skip
+                settings: dict[str, Any]) -> None:  # fmt: skip
     """Save a tagger whose head is not one of `classification`'s (the biLSTM-CRF)."""
     from spanbert.tasks import classification as C
     from spanbert.tasks.common import save_finetuned
