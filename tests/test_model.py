@@ -92,6 +92,47 @@ def test_padding_does_not_change_real_tokens():
         assert torch.allclose(enc(ids), enc(padded, attention_mask=mask)[:, :8], atol=1e-5)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("train", [False, True])
+def test_ragged_attention_equals_the_masked_grid(monkeypatch, causal, train):
+    """On CPU a padded batch attends a sequence at a time (`SelfAttention._ragged`): the same outputs
+    and gradients as the masked (B, T, T) grid, for the bidirectional and the causal encoder, in eval
+    and in training mode (the math path with dropout, here p = 0 so the two can be compared)."""
+    import spanbert.model as sm
+
+    torch.manual_seed(0)
+    enc = Encoder(tiny(is_decoder=causal, attention_probs_dropout_prob=0.0, hidden_dropout_prob=0.0))
+    enc.train(train)
+    for layer in enc.encoder.layer:  # the explicit math path, as attention dropout > 0 takes it
+        layer.attention.self.dropout_p = 0.1 if train else 0.0
+        layer.attention.self.attn_dropout.p = 0.0
+    lengths = [9, 3, 0, 6]  # an empty row too
+    ids = torch.randint(5, V, (4, 9))
+    mask = (torch.arange(9)[None] < torch.tensor(lengths)[:, None]).long()
+    outs, grads = [], []
+    for saving in (0.0, 1.0):  # 0: never ragged (the grid); 1: always
+        monkeypatch.setattr(sm, "RAGGED_SAVING", saving)
+        enc.zero_grad()
+        out = enc(ids * mask, attention_mask=mask)
+        (out * torch.arange(out.numel()).view_as(out).sin()).sum().backward()
+        outs.append(out.detach())
+        grads.append({n: p.grad.clone() for n, p in enc.named_parameters() if p.grad is not None})
+    assert torch.allclose(outs[0], outs[1], atol=1e-5)
+    assert grads[0].keys() == grads[1].keys()
+    for n in grads[0]:
+        assert torch.allclose(grads[0][n], grads[1][n], atol=1e-5), n
+
+
+def test_ragged_attention_is_chosen_only_where_it_saves():
+    from spanbert.model import Unpad
+
+    mostly_full = torch.ones(4, 10, dtype=torch.long)
+    mostly_full[0, 9] = 0  # sum(L^2) = 9^2 + 3 * 10^2: 95% of the grid
+    assert not Unpad(mostly_full).ragged
+    uneven = (torch.arange(10)[None] < torch.tensor([10, 3, 4, 5])[:, None]).long()  # 37.5%
+    assert Unpad(uneven).ragged and Unpad(uneven).lengths == [10, 3, 4, 5]
+
+
 def test_official_spanbert_layout(tmp_path):
     """The SpanBERT release: pytorch_model.bin, keys under `bert.`, no pooler, no heads, no vocab."""
     cfg = tiny()

@@ -9,7 +9,7 @@ import torch
 from test_trainer import Net, Regression, args
 
 from spanbert.errors import SpanBertError
-from spanbert.trainer import param_groups, train
+from spanbert.trainer import eval_schedule, param_groups, train
 
 
 def _peaking_eval(peak: int, seen: dict):
@@ -35,6 +35,23 @@ def test_the_best_evaluation_is_the_model_at_the_end(tmp_path):
     assert not torch.equal(seen[6]["l1.weight"], seen[12]["l1.weight"])
     info = json.loads((tmp_path / "best" / "best.json").read_text())
     assert info["step"] == 6 and info["metrics"]["other"] == 6.0
+
+
+@pytest.mark.parametrize(
+    "epoch_steps, per_epoch, expected",
+    [
+        (25, 10, [3, 5, 8, 10, 13, 15, 18, 20, 23, 25]),  # 10, not the 12 of an interval 25 // 10 = 2
+        (12, 4, [3, 6, 9, 12]),
+        (3, 10, [1, 2, 3]),  # fewer steps than evaluations: every step
+        (7, 1, [7]),
+    ],
+)
+def test_evals_per_epoch_evaluates_exactly_that_many_times(epoch_steps, per_epoch, expected):
+    due = eval_schedule(0, per_epoch, epoch_steps)
+    assert [s for s in range(1, epoch_steps + 1) if due(s)] == expected
+    # the second epoch repeats the first's points
+    assert [s - epoch_steps for s in range(epoch_steps + 1, 2 * epoch_steps + 1) if due(s)] == expected
+    assert [s for s in range(1, 13) if eval_schedule(5, per_epoch, epoch_steps)(s)] == [5, 10]  # eval_steps wins
 
 
 def test_without_a_metric_the_last_model_is_kept(tmp_path):

@@ -97,6 +97,9 @@ class Embeddings(nn.Module):
         return self.dropout(self.LayerNorm(x))
 
 
+RAGGED_SAVING = 0.75  # attention a sequence at a time when its work, sum(L^2), is at most this x B T^2
+
+
 class Unpad:
     """Where the real tokens of a padded (B, T) batch sit, to run token-wise layers on them alone.
 
@@ -107,6 +110,13 @@ class Unpad:
     def __init__(self, attention_mask: Tensor):
         self.B, self.T = attention_mask.shape
         self.index = attention_mask.reshape(-1).nonzero().squeeze(1)  # (N,) flat positions of real tokens
+        # On CPU, attention too skips the padding (`SelfAttention._ragged`: a sequence at a time) when
+        # that saves a quarter of its work or more; a loop of small kernels would starve a GPU.
+        self.lengths: list[int] = []
+        self.ragged = False
+        if attention_mask.device.type == "cpu" and not torch.compiler.is_compiling():
+            self.lengths = attention_mask.sum(1).tolist()
+            self.ragged = sum(n * n for n in self.lengths) <= RAGGED_SAVING * self.B * self.T * self.T
 
     def gather(self, x: Tensor) -> Tensor:
         return x.reshape(self.B * self.T, -1)[self.index]  # (B, T, D) -> (N, D)
@@ -136,27 +146,52 @@ class SelfAttention(nn.Module):
         w = torch.cat([self.query.weight, self.key.weight, self.value.weight])  # (3H, H)
         b = torch.cat([self.query.bias, self.key.bias, self.value.bias])
         qkv = F.linear(x, w, b)  # (B, T, 3H), or (N, 3H) for the N real tokens when unpadded
+        if unpad is not None and unpad.ragged:
+            return self._ragged(qkv, unpad.lengths)  # (N, H)
         if unpad is not None:
             qkv = unpad.pad(qkv)  # (B, T, 3H): attention is the one step that needs the grid
         B, T = qkv.shape[:2]
         qkv = qkv.view(B, T, 3, self.n_head, H // self.n_head)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, nh, T, hs)
         causal = self.causal and mask is None  # with padding the causal part is already in `mask`
-        if self.training and self.dropout_p > 0 and x.device.type == "cpu" and not torch.compiler.is_compiling():
+        y = self._attend(q, k, v, mask, causal)  # (B, nh, T, hs)
+        y = y.transpose(1, 2).reshape(B, T, H)
+        return unpad.gather(y) if unpad is not None else y
+
+    def _ragged(self, qkv: Tensor, lengths: list[int]) -> Tensor:
+        """Each sequence attends over its own real tokens, one sequence at a time: (N, 3H) -> (N, H).
+
+        The same result as the padded grid with its key mask (a padded key gets no weight), without
+        the work on padding: attention costs sum(L^2) instead of B * T^2, no mask is built or applied,
+        and no (B, T, 3H) re-padding is made. A causal encoder is causal within each sequence, which is
+        what the grid's folded mask gives its real tokens."""
+        H = qkv.shape[-1] // 3
+        hs = H // self.n_head
+        out = []
+        for part in qkv.split(lengths):  # (L, 3H) per sequence, in batch order
+            L = part.shape[0]
+            if L == 0:
+                continue
+            q, k, v = part.view(L, 3, self.n_head, hs).permute(1, 2, 0, 3).unbind(0)  # each (nh, L, hs)
+            out.append(self._attend(q, k, v, None, self.causal).transpose(0, 1).reshape(L, H))
+        return torch.cat(out)
+
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
+        """softmax(q k^T / sqrt(hs) + mask) v with attention dropout: (..., T, hs) -> (..., T, hs)."""
+        if self.training and self.dropout_p > 0 and q.device.type == "cpu" and not torch.compiler.is_compiling():
             # SDPA's fused CPU kernels have no dropout, so SDPA would take this same math path, but
-            # with the slow per-element Bernoulli; do it explicitly with the fast CPU dropout.
-            scores = q @ k.transpose(-2, -1) * (q.shape[-1] ** -0.5)  # (B, nh, T, T)
+            # with the slow per-element Bernoulli; do it explicitly with the fast CPU dropout. The scale
+            # goes on q (T x hs), not on the scores (T x T): one pass less over the largest tensor.
+            scores = (q * (q.shape[-1] ** -0.5)) @ k.transpose(-2, -1)  # (..., T, T)
+            T = scores.shape[-1]
             if causal:
                 mask = torch.ones(T, T, dtype=torch.bool, device=scores.device).tril()  # (T, T) key <= query
             if mask is not None:
                 scores = scores.masked_fill(~mask, float("-inf"))
-            y = self.attn_dropout(scores.softmax(-1)) @ v  # (B, nh, T, hs)
-        else:
-            y = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0, is_causal=causal
-            )  # (B, nh, T, hs)
-        y = y.transpose(1, 2).reshape(B, T, H)
-        return unpad.gather(y) if unpad is not None else y
+            return self.attn_dropout(scores.softmax(-1)) @ v
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0, is_causal=causal
+        )
 
 
 class SelfOutput(nn.Module):

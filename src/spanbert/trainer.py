@@ -427,6 +427,19 @@ def steps_per_epoch(n: int, global_batch: int, world: int = 1) -> int:
     return math.ceil(n / global_batch)
 
 
+def eval_schedule(eval_steps: int, evals_per_epoch: int, epoch_steps: int) -> Callable[[int], bool]:
+    """Whether the evaluation runs after step ``step`` (1-based): every ``eval_steps`` steps, or else
+    ``evals_per_epoch`` times an epoch at the evenly spaced steps ceil(k * epoch_steps / N), k = 1..N, the
+    last at the epoch's end. Exactly N a epoch (an interval rounded down, 25 // 10 = 2, gave 12), or
+    every step when the epoch has fewer than N."""
+    if eval_steps:
+        return lambda step: step % eval_steps == 0
+    if not evals_per_epoch:
+        return lambda step: False
+    points = {math.ceil(k * epoch_steps / evals_per_epoch) for k in range(1, evals_per_epoch + 1)}
+    return lambda step: (step % epoch_steps or epoch_steps) in points
+
+
 def _short_step(parts: list[list[int]], first: int, present: int, world: int) -> list[list[int]]:
     """A rank's micro-batches of one step, ``parts[m]`` empty where its share has run out: as many as
     rank 0 has (``present`` = micro-batches of the step over all ranks), empty ones padded with example
@@ -1046,7 +1059,7 @@ def train(
         epoch_steps = steps_per_epoch(n, b * world * accum)  # >= 1: a short step takes what there is
     total = args.max_steps if args.max_steps > 0 else math.ceil(args.num_train_epochs * epoch_steps)
     warmup = args.warmup_steps or math.ceil(args.warmup_ratio * total)
-    eval_every = args.eval_steps or (max(1, epoch_steps // args.evals_per_epoch) if args.evals_per_epoch else 0)
+    is_eval_step = eval_schedule(args.eval_steps, args.evals_per_epoch, epoch_steps)
     run_config = json.loads(json.dumps(run_config, default=str)) if run_config is not None else None
     settings = {"args": asdict(args), "run_config": run_config, "world_size": world, "train_examples": n}
     if budget:
@@ -1315,7 +1328,7 @@ def train(
                         else:
                             print(line, flush=True)
                     window, tokens, t0 = {}, 0, time.perf_counter()
-                if eval_fn is not None and eval_every and step % eval_every == 0 and step != total:
+                if eval_fn is not None and is_eval_step(step) and step != total:
                     _select(_run_eval(eval_fn, raw_model, step, rank, logger, last), step, raw_model, args, best)
                 if args.save_steps and step % args.save_steps == 0 and step != end:
                     checkpoint()
