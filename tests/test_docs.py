@@ -114,11 +114,32 @@ TEXTS = [
 ] * 20
 
 
+SWAG_HEADER = ["", "video-id", "fold-ind", "startphrase", "sent1", "sent2", "gold-source",
+               "ending0", "ending1", "ending2", "ending3", "label"]  # fmt: skip
+
+
+def _write_swag(folder: Path, n: int = 12) -> None:
+    """train.csv, val.csv and test.csv (no label column) in the released SWAG layout, n rows each."""
+    import csv
+
+    folder.mkdir(parents=True)
+    words = TEXTS[0].rstrip(".").split()
+    for split in ("train", "val", "test"):
+        with open(folder / f"{split}.csv", "w", newline="", encoding="utf-8") as f:
+            w = csv.writer(f)
+            w.writerow(SWAG_HEADER if split != "test" else SWAG_HEADER[:-1])
+            for i in range(n):
+                sent1, sent2 = " ".join(words[i % 4 : i % 4 + 5]) + ".", words[(i + 5) % len(words)].capitalize()
+                endings = [" ".join(words[(i + k) % len(words) :][:3]) + " ." for k in range(4)]
+                row = [str(i), f"lsmdc{i // 3}", str(i), f"{sent1} {sent2}", sent1, sent2, "gold", *endings]
+                w.writerow(row if split == "test" else [*row, str(i % 4)])
+
+
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Path:
     import torch
 
-    from spanbert import data
+    from spanbert import cloze, data
     from spanbert.config import model_config
     from spanbert.model import SpanBertForPreTraining
     from spanbert.tasks.coref import CorefConfig, CorefModel, save_coref_model
@@ -138,11 +159,27 @@ def project(tmp_path_factory) -> Path:
     corpus.write_text("\n\n".join(TEXTS) + "\n", encoding="utf-8")
     data.preprocess([corpus], runs / "tokenizer", runs / "corpus", num_workers=1, progress=False)
 
-    # `spanbert pretrain` (quick start) and the README's small model: the pre-training export layout
+    # `spanbert pretrain` (quick start), the README's small model and the other pre-training outputs the
+    # documents fine-tune (README: runs/spanbert-base, runs/bert-base; docs/gpu.md: runs/spanbert-base;
+    # docs/results.md: the study's runs/fam/spanbert): the pre-training export layout. Four layers, as the
+    # `small` preset, so that the feature-based NER's "last four" rows (`--features table7`) run.
     torch.manual_seed(0)
-    model = SpanBertForPreTraining(model_config("tiny", vocab_size=tok.vocab_size), sbo=True, nsp=False)
-    for name in ("spanbert-quickstart", "spanbert-small"):
-        model.save_pretrained(runs / name / "final", tokenizer=tok, extra={"system": "spanbert", "masking": "span"})
+    config = model_config("tiny", vocab_size=tok.vocab_size, num_hidden_layers=4)
+    spanbert = SpanBertForPreTraining(config, sbo=True, nsp=False)
+    for name in ("spanbert-quickstart", "spanbert-small", "spanbert-base", "fam/spanbert"):
+        spanbert.save_pretrained(runs / name / "final", tokenizer=tok, extra={"system": "spanbert", "masking": "span"})
+    bert = SpanBertForPreTraining(config, sbo=False, nsp=True)
+    bert.save_pretrained(runs / "bert-base" / "final", tokenizer=tok, extra={"system": "bert", "masking": "random"})
+    # docs/results.md's `spanbert tokenizer train ... --output_dir runs/tok-wiki16k`
+    tok.save(runs / "tok-wiki16k")
+
+    # `spanbert pretrain --system cloze ... --output_dir runs/cloze` (README, docs/cloze.md) and the
+    # byte-level BPE runs/bpe/cloze-quick of docs/results.md: the two-tower family
+    bpe = cloze.train_cloze_tokenizer(None, 400, texts=TEXTS)
+    torch.manual_seed(0)
+    lm = cloze.build_model(cloze.cloze_config("tiny", d_model=32, num_heads=2, ffn_dim=64, final_heads=2), bpe)
+    for name in ("cloze", "bpe/cloze-quick"):
+        lm.save_pretrained(runs / name / "final", tokenizer=bpe)
 
     # `spanbert finetune coref ... --output_dir runs/coref-litbank` (and docs/coref.md's runs/coref)
     coref = CorefModel(
@@ -151,6 +188,10 @@ def project(tmp_path_factory) -> Path:
     )
     for name in ("coref-litbank", "coref"):
         save_coref_model(coref, runs / name, tok)
+
+    # SWAG is not staged in ../shared/data (the released CSVs are downloaded from rowanz/swagaf): a few
+    # rows in that layout, at the path the documents name (`git clone` of swagaf, so swagaf/data/*.csv)
+    _write_swag(proj / "swagaf" / "data")
     return proj
 
 

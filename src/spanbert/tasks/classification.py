@@ -100,7 +100,15 @@ class FeatureDataset(torch.utils.data.Dataset):
     def lengths(self) -> np.ndarray:
         """(N,) tokens of each feature (all its choices for multiple choice): the trainer's token-budget
         batching (``--max_tokens_per_batch``) and its cost estimate read them."""
-        return np.asarray([np.asarray(f["input_ids"]).size for f in self.features], dtype=np.int64)
+        return np.asarray([_token_count(f["input_ids"]) for f in self.features], dtype=np.int64)
+
+
+def _token_count(ids: Any) -> int:
+    """Tokens of one feature's ``input_ids``: one sequence, or one per choice (SWAG), whose lengths differ
+    (so not one array)."""
+    if len(ids) and not np.isscalar(ids[0]) and np.ndim(ids[0]) > 0:
+        return sum(len(x) for x in ids)
+    return len(ids)
 
 
 class Collator:
