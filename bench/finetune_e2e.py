@@ -295,6 +295,7 @@ def main() -> None:
     import transformers
 
     transformers.logging.set_verbosity_error()  # its load report: the QA head is new, the MLM head unused
+    transformers.logging.disable_progress_bar()  # 5.x: bars for loading and writing weights
 
     tmp = Path(tempfile.mkdtemp())
     train, dev = data_files(args, tmp)

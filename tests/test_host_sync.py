@@ -206,13 +206,20 @@ def test_fine_tuning_steps_on_unpadded_batches_never_wait(syncs, tmp_path):
     assert calls == []
 
 
-def test_a_padded_batch_costs_exactly_the_unpadding_sync(syncs, tmp_path):
+def test_a_padded_batch_costs_exactly_the_unpadding_sync(syncs, tmp_path, monkeypatch):
     """With padding, the one sync of a micro-batch is the encoder's `nonzero` (the number of real
-    tokens is the shape of the unpadded activations), once per forward."""
+    tokens is the shape of the unpadded activations), once per forward. On CPU the ragged attention
+    also reads the sequence lengths, host memory there; on other devices it is off (the grid)."""
+    import spanbert.model
     from spanbert.tasks.qa import collate_qa
 
+    monkeypatch.setattr(spanbert.model, "RAGGED_DEVICES", ())  # the path a GPU batch takes
     calls = run_quiet_steps(syncs, qa_model(), Items(_qa_items([14, 9] * 4)), collate_qa, output_dir=tmp_path)
     assert len(calls) == 3 and all("aten.nonzero" in c and "spanbert/model.py" in c for c in calls), calls
+    monkeypatch.setattr(spanbert.model, "RAGGED_DEVICES", ("cpu",))
+    syncs.calls.clear()
+    calls = run_quiet_steps(syncs, qa_model(), Items(_qa_items([14, 5] * 4)), collate_qa, output_dir=tmp_path / "cpu")
+    assert sum("aten.nonzero" in c for c in calls) == 3 and sum("self.lengths" in c for c in calls) == 3, calls
 
 
 def test_the_counter_sees_each_kind_of_sync():

@@ -1,9 +1,11 @@
 """The BERT encoder, the pre-training heads (MLM, SBO, NSP) and checkpoint I/O, in one file.
 
 Parameter names are those of HF `BertModel` / `BertForPreTraining`, so checkpoints move both ways with
-no remapping. Two things make it faster than the HF implementation on the same work:
+no remapping. Three things make it faster than the HF implementation on the same work:
 - attention is `F.scaled_dot_product_attention` over a fused QKV projection, with no mask at all when
   the batch has no padding;
+- a padded batch does no work on its padding: the token-wise layers run on the real tokens only
+  (`Unpad`), and on CPU attention too, a sequence at a time (`SelfAttention._ragged`);
 - the MLM and SBO heads run only at the masked positions (15% of tokens) instead of producing
   vocabulary logits for every token, which dominates the cost of a small model's pre-training step.
 """
@@ -98,6 +100,7 @@ class Embeddings(nn.Module):
 
 
 RAGGED_SAVING = 0.75  # attention a sequence at a time when its work, sum(L^2), is at most this x B T^2
+RAGGED_DEVICES = ("cpu",)
 
 
 class Unpad:
@@ -114,7 +117,8 @@ class Unpad:
         # that saves a quarter of its work or more; a loop of small kernels would starve a GPU.
         self.lengths: list[int] = []
         self.ragged = False
-        if attention_mask.device.type == "cpu" and not torch.compiler.is_compiling():
+        if attention_mask.device.type in RAGGED_DEVICES and not torch.compiler.is_compiling():
+            # a read of host memory on CPU, not a device sync (a GPU batch takes the grid)
             self.lengths = attention_mask.sum(1).tolist()
             self.ragged = sum(n * n for n in self.lengths) <= RAGGED_SAVING * self.B * self.T * self.T
 
@@ -172,8 +176,9 @@ class SelfAttention(nn.Module):
             L = part.shape[0]
             if L == 0:
                 continue
-            q, k, v = part.view(L, 3, self.n_head, hs).permute(1, 2, 0, 3).unbind(0)  # each (nh, L, hs)
-            out.append(self._attend(q, k, v, None, self.causal).transpose(0, 1).reshape(L, H))
+            # each (1, nh, L, hs): SDPA's fused CPU kernel takes 4-d inputs only (3-d: the math path)
+            q, k, v = part.view(1, L, 3, self.n_head, hs).permute(2, 0, 3, 1, 4).unbind(0)
+            out.append(self._attend(q, k, v, None, self.causal).transpose(1, 2).reshape(L, H))
         return torch.cat(out)
 
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
