@@ -110,6 +110,7 @@ def test_ragged_attention_equals_the_masked_grid(monkeypatch, causal, train):
     ids = torch.randint(5, V, (4, 9))
     mask = (torch.arange(9)[None] < torch.tensor(lengths)[:, None]).long()
     outs, grads = [], []
+    monkeypatch.setattr(sm, "RAGGED_MIN_WORK", 0)
     for saving in (0.0, 1.0):  # 0: never ragged (the grid); 1: always
         monkeypatch.setattr(sm, "RAGGED_SAVING", saving)
         enc.zero_grad()
@@ -126,11 +127,14 @@ def test_ragged_attention_equals_the_masked_grid(monkeypatch, causal, train):
 def test_ragged_attention_is_chosen_only_where_it_saves():
     from spanbert.model import Unpad
 
-    mostly_full = torch.ones(4, 10, dtype=torch.long)
-    mostly_full[0, 9] = 0  # sum(L^2) = 9^2 + 3 * 10^2: 95% of the grid
-    assert not Unpad(mostly_full).ragged
-    uneven = (torch.arange(10)[None] < torch.tensor([10, 3, 4, 5])[:, None]).long()  # 37.5%
-    assert Unpad(uneven).ragged and Unpad(uneven).lengths == [10, 3, 4, 5]
+    T = 200
+    mostly_full = torch.ones(4, T, dtype=torch.long)
+    mostly_full[0, T - 10 :] = 0  # sum(L^2) = 190^2 + 3 * 200^2: 99% of the grid
+    assert not Unpad(mostly_full, 768).ragged
+    uneven = (torch.arange(T)[None] < torch.tensor([T, 30, 40, 50])[:, None]).long()  # 28% of the grid
+    assert Unpad(uneven, 768).ragged and Unpad(uneven, 768).lengths == [T, 30, 40, 50]
+    # the same shape in a narrow model saves too little to pay for the loop: (4 T^2 - sum L^2) 8 < 4e6
+    assert not Unpad(uneven, 8).ragged
 
 
 def test_official_spanbert_layout(tmp_path):
