@@ -5,6 +5,9 @@ process, with and without evaluation during training. Where does the time go?
 
     python bench/finetune_e2e.py                         # tiny random BERT, synthetic SQuAD
     python bench/finetune_e2e.py --data squad --train_examples 2000 --dev_articles 4 --preset small
+    python bench/finetune_e2e.py --data squad --model MINILM --train_examples 128 --dev_articles 1 \
+        --dev_examples 16 --epochs 1 --max_seq_length 384 --doc_stride 128 --learning_rate 5e-5 \
+        --hf_padding longest            # real weights (docs/benchmarks.md); MINILM: an HF BERT folder
     python bench/finetune_e2e.py --smoke                 # seconds: checks it runs (tests/test_bench.py)
 
 Both sides start from one tiny random BERT saved by spanbert (its HF layout is what transformers
@@ -13,9 +16,10 @@ training (without the evaluations inside it), evaluation (every evaluation: the 
 n-best decoding, the metric), saving. With evaluation during training, transformers evaluates as often
 as spanbert did (`--evals_per_epoch`, spanbert's default 10) and keeps the best weights in memory, as
 spanbert's selection does. Without it, each side trains, saves, then evaluates once. Prints the
-seconds per phase and the ratio transformers / spanbert of the whole (> 1: spanbert faster). A first
-run of each side is made before the measured ones and only its total printed: it pays one-time costs
-(imports inside spanbert's commands, allocator warm-up) that a fine-tuning process pays once.
+seconds per phase (wall and process CPU) and the ratio transformers / spanbert of the whole (> 1:
+spanbert faster). A first run of each side, on 16 questions, is made before the measured ones and only
+its total printed: it pays one-time costs (imports inside spanbert's commands, allocator warm-up) that
+a fine-tuning process pays once.
 """
 
 from __future__ import annotations
