@@ -10,6 +10,13 @@ are appended: to fine-tuning a few training examples and steps, one dev article 
 slice and small task layers (coreference, the feature-based NER's biLSTM); to SQuAD/MRQA prediction one
 article of the documented slice.
 
+The commands read `../shared/data` through a mirror (`staged`): every file is the staged one (a
+link), except the evaluation files that documented prediction and scoring commands read whole, which
+are their first records (the first 200 CoNLL-2003 sentences of valid/test, 200 SemEval test records,
+100 rows of each GLUE dev/test file, the first paragraph of each SQuAD dev article, 5 PTB files of
+dev/test, 2 LitBank documents of dev/test and 4 of train): the same formats and commands, on a prefix of the staged data, so that the file runs in a few
+minutes.
+
 A command is skipped, with the reason, when it fine-tunes a model named on the Hugging Face hub
 (`--model SpanBERT/spanbert-base-cased`: the tests run offline), or when it names a placeholder
 (`DIR`), a variable the block does not set or an input no earlier step makes (none does today). A
@@ -24,10 +31,12 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import re
 import shlex
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -157,10 +166,84 @@ def _canonical(argv: list[str]) -> tuple:
     return (*head, *sorted(groups))
 
 
+def _first_records(separator: str, n: int) -> Callable[[str], str]:
+    """The first ``n`` records of a text whose records end with ``separator``, header lines included."""
+
+    def cut(text: str) -> str:
+        return separator.join(text.split(separator)[:n]) + separator
+
+    return cut
+
+
+def _first_lines(n: int) -> Callable[[str], str]:
+    return lambda text: "".join(text.splitlines(keepends=True)[:n])
+
+
+def _first_paragraph(text: str) -> str:
+    """A SQuAD file with every article cut to its first paragraph (article slices still name the same articles)."""
+    squad = json.loads(text)
+    squad["data"] = [{**a, "paragraphs": a["paragraphs"][:1]} for a in squad["data"]]
+    return json.dumps(squad)
+
+
+def _prefixes(data: Path) -> dict[str, Callable[[str], str] | int]:
+    """Relative path under data/ -> how the mirror shortens it (a text function, or for a folder the
+    number of its first files kept)."""
+    out: dict[str, Callable[[str], str] | int] = {
+        "conll2003/valid.txt": _first_records("\n\n", 200),
+        "conll2003/test.txt": _first_records("\n\n", 200),
+        "semeval2010_task8/SemEval2010_task8_testing_keys/TEST_FILE_FULL.TXT": _first_records("\n\n", 200),
+        "semeval2010_task8/SemEval2010_task8_testing_keys/TEST_FILE_CLEAN.TXT": _first_lines(200),
+        "squad/dev-v1.1.json": _first_paragraph,
+        "squad/dev-v2.0.rebuilt.json": _first_paragraph,
+        "ptb_sample/dev": 5,
+        "ptb_sample/test": 5,
+        "litbank_coref/tenfold_splits/0/dev.ids": _first_lines(2),
+        "litbank_coref/tenfold_splits/0/test.ids": _first_lines(2),
+        "litbank_coref/tenfold_splits/0/train.ids": _first_lines(4),
+    }
+    for tsv in sorted(data.glob("glue/*/*.tsv")):
+        if tsv.name.startswith(("dev", "test")):
+            out[str(tsv.relative_to(data))] = _first_lines(101)  # the header and 100 rows
+    return out
+
+
+def _mirror(src: Path, dst: Path, rel: str, short: dict[str, Callable[[str], str] | int]) -> None:
+    """``dst`` as ``src``: links, except the entries of ``short`` (and the folders holding them)."""
+    dst.mkdir()
+    for entry in sorted(src.iterdir()):
+        r = f"{rel}{entry.name}"
+        how = short.get(r)
+        if callable(how):
+            (dst / entry.name).write_text(how(entry.read_text(encoding="utf-8")), encoding="utf-8")
+        elif isinstance(how, int):
+            (dst / entry.name).mkdir()
+            for f in sorted(entry.iterdir())[:how]:
+                (dst / entry.name / f.name).symlink_to(f.resolve())
+        elif any(k.startswith(r + "/") for k in short):
+            _mirror(entry, dst / entry.name, r + "/", short)
+        else:
+            (dst / entry.name).symlink_to(entry.resolve(), target_is_directory=entry.is_dir())
+
+
+@pytest.fixture(scope="module")
+def staged(project: Path) -> Path:  # noqa: F811
+    """The project folder, its `../shared/data` a mirror of the staged data with shortened evaluation files."""
+    shared = project.parent / "shared"
+    if (SHARED / "data").exists():
+        if shared.is_symlink():
+            shared.unlink()
+        shared.mkdir(exist_ok=True)
+        if not (shared / "data").exists():
+            _mirror((SHARED / "data").resolve(), shared / "data", "", _prefixes((SHARED / "data").resolve()))
+    return project
+
+
 @pytest.mark.slow
 @pytest.mark.realdata
 @pytest.mark.parametrize("block", [pytest.param(b, id=b.id) for b in BLOCKS])
-def test_documented_commands_run(block: Block, project: Path, monkeypatch, request):  # noqa: F811
+def test_documented_commands_run(block: Block, staged: Path, monkeypatch, request):
+    project = staged
     from spanbert.cli import main
     from spanbert.hub import looks_like_hub_id
 
