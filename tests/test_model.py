@@ -135,6 +135,18 @@ def test_ragged_attention_is_chosen_only_where_it_saves():
     assert Unpad(uneven, 768).ragged and Unpad(uneven, 768).lengths == [T, 30, 40, 50]
     # the same shape in a narrow model saves too little to pay for the loop: (4 T^2 - sum L^2) 8 < 4e6
     assert not Unpad(uneven, 8).ragged
+    assert Unpad(uneven.float(), 768).lengths == [T, 30, 40, 50]  # a float mask, as HF users pass
+
+
+def test_ragged_attention_of_a_batch_of_padding_only(monkeypatch):
+    import spanbert.model as sm
+
+    monkeypatch.setattr(sm, "RAGGED_MIN_WORK", 0)
+    enc = Encoder(tiny()).eval()
+    mask = torch.zeros(2, 5, dtype=torch.long)
+    with torch.no_grad():
+        out = enc(torch.zeros(2, 5, dtype=torch.long), attention_mask=mask)
+    assert torch.equal(out, torch.zeros(2, 5, enc.config.hidden_size))
 
 
 def test_official_spanbert_layout(tmp_path):

@@ -125,7 +125,7 @@ class Unpad:
         self.ragged = False
         if attention_mask.device.type in RAGGED_DEVICES and not torch.compiler.is_compiling():
             # a read of host memory on CPU, not a device sync (a GPU batch takes the grid)
-            self.lengths = attention_mask.sum(1).tolist()
+            self.lengths = attention_mask.ne(0).sum(1).tolist()  # ints, whatever the mask's dtype
             grid, work = self.B * self.T * self.T, sum(n * n for n in self.lengths)
             self.ragged = work <= RAGGED_SAVING * grid and (grid - work) * hidden_size >= RAGGED_MIN_WORK * self.B
 
@@ -186,7 +186,7 @@ class SelfAttention(nn.Module):
             # each (1, nh, L, hs): SDPA's fused CPU kernel takes 4-d inputs only (3-d: the math path)
             q, k, v = part.view(1, L, 3, self.n_head, hs).permute(2, 0, 3, 1, 4).unbind(0)
             out.append(self._attend(q, k, v, None, self.causal).transpose(1, 2).reshape(L, H))
-        return torch.cat(out)
+        return torch.cat(out) if out else qkv.new_zeros(0, H)  # a batch of padding only: no token
 
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
         """softmax(q k^T / sqrt(hs) + mask) v with attention dropout: (..., T, hs) -> (..., T, hs)."""
