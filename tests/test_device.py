@@ -70,7 +70,12 @@ def meta_nonzero(monkeypatch):
         return real(self, *a, **k)
 
     monkeypatch.setattr(torch.Tensor, "nonzero", fake)
-    monkeypatch.setattr(fx_config, "meta_nonzero_assume_all_nonzero", True)
+    # A torch config module keeps its options in a table behind `__getattr__`/`__setattr__`, not in its
+    # `__dict__`. pytest >= 9.2's monkeypatch takes the old value from `__dict__`, finds none and undoes
+    # with `delattr`, which deletes the option for the rest of the session. The module's own `patch`
+    # restores the old value.
+    with fx_config.patch(meta_nonzero_assume_all_nonzero=True):
+        yield
 
 
 def check_meta(model: nn.Module, batch: dict[str, Any]) -> None:

@@ -243,13 +243,12 @@ def staged(project: Path) -> Path:  # noqa: F811
 @pytest.mark.realdata
 @pytest.mark.parametrize("block", [pytest.param(b, id=b.id) for b in BLOCKS])
 def test_documented_commands_run(block: Block, staged: Path, monkeypatch, request):
-    project = staged
     from spanbert.cli import main
     from spanbert.hub import looks_like_hub_id
 
     if not (SHARED / "data").exists():
         pytest.skip(f"needs {SHARED / 'data'}, which is absent")
-    monkeypatch.chdir(project)
+    monkeypatch.chdir(staged)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     ran, skipped = 0, []
     for line, argv in _commands(block):

@@ -28,7 +28,7 @@ from spanbert.config import ArgumentParser
 from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics.classification import accuracy, binary_f1, matthews_corrcoef, pearson, spearman
-from spanbert.tasks.common import add_inference_arguments
+from spanbert.tasks.common import add_inference_arguments, match_by_id
 from spanbert.utils import atomic_write
 
 STSB_RANGE = (0.0, 5.0)
@@ -338,8 +338,6 @@ def read_submission(
         if index in by_id:
             raise DataError(path, f"found index {index!r} a second time; expected one prediction per example", line=k)
         by_id[index] = label
-    from spanbert.tasks.common import match_by_id
-
     how = ", matched by the index column (the row number from 0 in a dev file without an index/id column)"
     return match_by_id(path, by_id, [e.guid for e in examples], "the dev data", how)
 

@@ -31,7 +31,7 @@ from typing import Any
 from spanbert.config import ArgumentParser
 from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError
-from spanbert.tasks.common import add_inference_arguments, selection_defaults, selection_summary
+from spanbert.tasks.common import add_inference_arguments, selection_defaults, selection_summary, warn_unseen
 from spanbert.tasks.conll import (  # noqa: F401 -- the data side of the task, public names of this module
     _TAG,
     NerSentence,
@@ -85,7 +85,6 @@ def finetune_ner(
         load_tokenizer_for,
         seed_dropout,
         seed_init,
-        warn_unseen,
         write_once,
     )
 
@@ -205,8 +204,6 @@ def predict_ner(
     if labels is None or bad:
         raise DataError(config_file, f"found labels {bad or labels}; expected NER tags (O, B-TYPE, I-TYPE, ...)")
     if source is not None:
-        from spanbert.tasks.common import warn_unseen
-
         warn_unseen(source, [t for s in sentences for t in (s.tags or [])], labels, "tag",
                     f"the training tags of {model_dir}")  # fmt: skip
     settings = config_json.get("spanbert", {})

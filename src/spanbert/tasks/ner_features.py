@@ -404,13 +404,9 @@ DEFAULTS = dict(
 model of the best dev F1 of one evaluation an epoch (the best epoch on dev)."""
 
 
-def _labels_of(sentences: Sequence[Any], label2id: dict[str, int], source: str) -> list[np.ndarray]:
-    """Tag ids of every sentence; a tag the training file never has (dev only: warned about by the caller)
-    counts as O in the dev loss, and the scorer counts it as a miss."""
-    out = []
-    for s in sentences:
-        out.append(np.asarray([label2id.get(t, label2id.get("O", 0)) for t in s.tags], dtype=np.int64))
-    return out
+def _labels_of(sentences: Sequence[Any], label2id: dict[str, int]) -> list[np.ndarray]:
+    """Tag ids of every training sentence (``label2id`` is built from their tags: every tag has one)."""
+    return [np.asarray([label2id[t] for t in s.tags], dtype=np.int64) for s in sentences]
 
 
 def train_head(
@@ -515,7 +511,7 @@ def finetune_features(
     dev = read_conll(dev_path)[:max_eval_examples] if dev_path else []
     labels = label_list(train)
     label2id = {l: i for i, l in enumerate(labels)}
-    train_labels = _labels_of(train, label2id, str(train_path))
+    train_labels = _labels_of(train, label2id)
     if dev:
         from spanbert.tasks.common import warn_unseen
 

@@ -39,7 +39,13 @@ from spanbert.config import ArgumentParser
 from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics.classification import NO_RELATION, semeval_official, tacred_prf
-from spanbert.tasks.common import add_inference_arguments, selection_defaults, selection_summary
+from spanbert.tasks.common import (
+    add_inference_arguments,
+    match_by_id,
+    selection_defaults,
+    selection_summary,
+    warn_unseen,
+)
 from spanbert.utils import atomic_write
 
 TACRED_LABEL = re.compile(r"^(no_relation|(per|org):[a-z_/]+)$")
@@ -473,8 +479,6 @@ def read_predictions(task: str, path: str | Path, examples: list[RelationExample
         if sid in by_id:
             raise DataError(path, f"found id {sid!r} a second time; expected one prediction per example", line=n)
         by_id[sid] = label
-    from spanbert.tasks.common import match_by_id
-
     return match_by_id(path, by_id, [ex.id for ex in examples], "the data file")
 
 
@@ -521,8 +525,6 @@ def finetune_relation(
     if task == "tacred" and NO_RELATION in labels:  # class 0 = no_relation, as in TACRED's label map
         labels = [NO_RELATION] + [l for l in labels if l != NO_RELATION]
     label2id = {l: i for i, l in enumerate(labels)}
-    from spanbert.tasks.common import warn_unseen
-
     warn_unseen(dev_path, [ex.relation for ex in dev], labels, "relation",
                 f"the training examples used ({train_path}, {len(train)} examples)")  # fmt: skip
     types = {ex.subj_type for ex in train} | {ex.obj_type for ex in train}
@@ -594,8 +596,6 @@ def _predict_from_dir(
         raise DataError(source, "found a regression head; expected a relation classifier with id2label")
     examples = read_relation_file(data, require_labels=False, task=task)
     if check_gold:
-        from spanbert.tasks.common import warn_unseen
-
         gold = [ex.relation for ex in examples if ex.relation is not None]
         warn_unseen(data, gold, labels, "relation", f"the training labels of {model_dir}")
     return examples, predict_relations(model, tokenizer, meta, labels, examples, data, batch_size, progress=progress)
