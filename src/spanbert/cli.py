@@ -40,6 +40,24 @@ TASKS: dict[str, tuple[str, str]] = {
 }
 
 TASK_ACTIONS = ("finetune", "predict", "evaluate")
+# commands that run a model: they get the CPU thread policy (`spanbert.threads`)
+COMPUTE = ("pretrain", "fill", "finetune", "predict", "evaluate", "study", "curve")
+
+
+def _threads_option(argv: list[str]) -> int:
+    """The value of ``--threads N`` (or ``--threads=N``) in a command's arguments, 0 if absent or not
+    a number. Read here, before the command parses its options, so that everything the command does
+    (vocabulary, features, training, prediction) runs under it; the command's own parser still
+    declares and checks the option."""
+    for i, arg in enumerate(argv):
+        value = None
+        if arg == "--threads" and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith("--threads="):
+            value = arg.split("=", 1)[1]
+        if value is not None:
+            return int(value) if value.isdigit() else 0
+    return 0
 
 
 def _usage() -> str:
@@ -80,6 +98,10 @@ def _run(argv: list[str]) -> int:
             f"spanbert: found unknown command {command!r}{_did_you_mean(command, list(COMMANDS))}; "
             f"expected one of: {', '.join(COMMANDS)}"
         )
+    if command in COMPUTE and not any(a in ("-h", "--help") for a in rest):
+        from spanbert import threads
+
+        threads.configure(_threads_option(rest))
     if command in TASK_ACTIONS:
         if not rest or rest[0] in ("-h", "--help"):
             print(_task_usage(command))

@@ -44,6 +44,7 @@ from spanbert.distributed import (  # noqa: F401 - distributed_env, init_distrib
     print0,
     resolve_device,
 )
+from spanbert import threads
 from spanbert.errors import SpanBertError
 from spanbert.utils import (
     atomic_write,
@@ -131,6 +132,8 @@ class TrainingArguments:
     """auto (cuda when available), cpu, cuda, cuda:N or mps."""
     dataloader_num_workers: int = 0
     """Worker processes that load and collate batches."""
+    threads: int = 0
+    """CPU threads for torch; 0 = the cores other processes leave free, re-measured every second (OMP_NUM_THREADS also fixes it)."""
     stop_at_step: int = -1
     """Stop after this step with a checkpoint, keeping the schedule of max_steps (for jobs split across
     time limits; continue with --resume). -1 = run to the end."""
@@ -582,6 +585,7 @@ SAFE_TO_CHANGE = {
     "overwrite_output_dir": "",
     "nan_policy": "what happens at a non-finite loss from now on",
     "device": "the device (results may differ in the last bits)",
+    "threads": "how many CPU threads compute (results may differ in the last bits)",
     # training longer (or shorter) is allowed: the schedule is recomputed for the new total from the
     # saved step on, so the run no longer equals a straight run of the new length
     "max_steps": "the total steps and so the learning-rate schedule from the saved step on",
@@ -1039,6 +1043,8 @@ def train(
     rank, world, _ = distributed_env()
     device = resolve_device(args.device)
     init_distributed(device)
+    if args.threads:  # also from a --config file, which the command line's early read does not see
+        threads.configure(args.threads)
     if device.type == "cpu":
         configure_malloc()  # tensors >= 8 MB go back to the system when freed (utils.configure_malloc)
     output_dir = Path(args.output_dir)
@@ -1198,6 +1204,7 @@ def train(
             for step_mbs in plan:
                 if step >= end:
                     break
+                threads.tick()
                 # The whole step's micro-batches first (collated, on CPU): the loss weights need the
                 # target counts of all of them, summed over the ranks, before the first backward.
                 mbs = [next(stream) for _ in step_mbs]
@@ -1472,6 +1479,7 @@ def predict_batches(
         with flush_denormals(), torch.no_grad():
             bar = tqdm(loader, desc=desc, disable=disable_tqdm or not is_main(), leave=False, dynamic_ncols=True)
             for batch in bar:
+                threads.tick()
                 with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
                     out = model(**_to_device(batch, device))
                 yield batch, out

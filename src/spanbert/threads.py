@@ -1,0 +1,169 @@
+"""How many CPU threads torch uses: the cores that other processes leave free, measured every second.
+
+Why: torch's OpenMP threads spin while they wait for each other at the end of every parallel region.
+A small model's step is hundreds of short regions, so when another process holds one of two cores,
+the thread that shares that core keeps the other one spinning for most of each region: the quick
+start's step fell from 45,000 to 12,500 tokens/s beside one busy process, where one thread alone
+kept 31,000. Passive waiting (`OMP_WAIT_POLICY=PASSIVE`) recovers most of that but costs 25-30% on
+an idle machine (tiny and base models), so the wait policy stays as it is and the thread count
+follows the load instead: every second, the CPU time that processes other than this one and its
+children used is read from /proc, and torch gets the cores it leaves (at least one, at most what it
+started with). On an idle machine nothing changes. Measured in `bench/threads.py` (docs/benchmarks.md,
+"Threads beside other work").
+
+An explicit count always wins: `OMP_NUM_THREADS` in the environment, or `--threads N`, fixes it and
+turns the measurement off. Outside Linux (no /proc) the count stays torch's default.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+INTERVAL_S = 1.0
+"""Seconds between two measurements of the load (a step boundary after this long re-measures)."""
+MARGIN = 0.25
+"""Other processes' load below this many cores is noise (daemons, a terminal): not worth a thread."""
+
+
+def choose_threads(others: float, cores: int, most: int) -> int:
+    """Threads for torch when other processes keep ``others`` cores busy, of ``cores`` usable ones:
+    the cores they leave, with their first ``MARGIN`` of a core forgiven; at least 1, at most ``most``."""
+    taken = max(0, math.ceil(others - MARGIN))
+    return max(1, min(most, cores - taken))
+
+
+def _busy_jiffies() -> int | None:
+    """Clock ticks all CPUs spent on anything but idling since boot (/proc/stat), or None."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    except OSError:
+        return None
+    # cpu user nice system idle iowait irq softirq steal [guest guest_nice: already in user and nice]
+    ticks = [int(x) for x in fields[1:9]]
+    return sum(ticks) - ticks[3] - ticks[4]
+
+
+def _tree_jiffies(pid: int) -> int:
+    """Clock ticks (user + system) used by process ``pid`` and its live descendants (DataLoader
+    workers, preprocessing workers): this run's own work, which must not count as a neighbour's.
+    One pass over /proc (under a millisecond for a hundred processes): not every kernel has the
+    per-task `children` lists."""
+    parent, ticks = {}, {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{name}/stat").read_text()
+        except OSError:
+            continue  # the process ended in between
+        # the fields after the command name, which is in parentheses and may hold spaces
+        rest = stat[stat.rindex(")") + 2 :].split()
+        parent[int(name)] = int(rest[1])  # ppid (field 4)
+        ticks[int(name)] = int(rest[11]) + int(rest[12])  # utime, stime (fields 14 and 15)
+    children: dict[int, list[int]] = {}
+    for child, ppid in parent.items():
+        children.setdefault(ppid, []).append(child)
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        total += ticks.get(p, 0)
+        todo += children.get(p, [])
+    return total
+
+
+@dataclass
+class _Policy:
+    cores: int
+    most: int
+    last_time: float
+    last_busy: int
+    last_ours: int
+    ticks_per_s: float
+
+
+_policy: _Policy | None = None
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity mask, e.g. under taskset or a container's cpuset)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def configure(threads: int = 0) -> str:
+    """Set torch's thread policy for this process and return it in words. ``threads`` > 0 fixes the
+    count (``--threads``), as `OMP_NUM_THREADS` in the environment does; otherwise the count follows
+    the free cores (`tick`). Calling it again (a study's cells) keeps a policy already in force unless
+    a count is given."""
+    global _policy
+    if threads > 0:
+        _policy = None
+        torch.set_num_threads(threads)
+        return f"{threads} thread(s), fixed by --threads"
+    if os.environ.get("OMP_NUM_THREADS"):
+        _policy = None
+        return f"{torch.get_num_threads()} thread(s), fixed by OMP_NUM_THREADS"
+    if _policy is not None:
+        return describe()
+    busy = _busy_jiffies()
+    if busy is None:
+        return f"{torch.get_num_threads()} thread(s) (torch's default)"
+    clk = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    _policy = _Policy(
+        cores=usable_cores(),
+        most=torch.get_num_threads(),
+        last_time=time.monotonic(),
+        last_busy=busy,
+        last_ours=_tree_jiffies(os.getpid()),
+        ticks_per_s=float(clk),
+    )
+    return describe()
+
+
+def describe() -> str:
+    if _policy is None:
+        return f"{torch.get_num_threads()} thread(s)"
+    return (
+        f"{torch.get_num_threads()} thread(s) of {_policy.most}, fewer while other processes use the cores "
+        f"(--threads N or OMP_NUM_THREADS fixes it)"
+    )
+
+
+def tick() -> None:
+    """At a step or batch boundary: after `INTERVAL_S` seconds, measure what other processes used
+    since the last measurement and set torch's threads to the cores they leave. A few /proc reads,
+    about once a second; nothing when the policy is off."""
+    p = _policy
+    if p is None:
+        return
+    now = time.monotonic()
+    dt = now - p.last_time
+    if dt < INTERVAL_S:
+        return
+    busy, ours = _busy_jiffies(), _tree_jiffies(os.getpid())
+    if busy is None:
+        return
+    others = max(0.0, (busy - p.last_busy) - (ours - p.last_ours)) / p.ticks_per_s / dt
+    p.last_time, p.last_busy, p.last_ours = now, busy, ours
+    want = choose_threads(others, p.cores, p.most)
+    if want != torch.get_num_threads():
+        torch.set_num_threads(want)
+
+
+def active() -> bool:
+    """Whether the thread count follows the load (no explicit count was given)."""
+    return _policy is not None
+
+
+def reset() -> None:
+    """Forget the policy (tests)."""
+    global _policy
+    _policy = None

@@ -1,0 +1,127 @@
+"""The CPU thread policy (`spanbert.threads`): the count follows the cores other processes leave free,
+an explicit count wins, and every command that runs a model applies it. Speed is measured in
+bench/threads.py, never here."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import types
+
+import pytest
+import torch
+
+from spanbert import cli, threads
+
+
+@pytest.fixture(autouse=True)
+def restore_threads(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    before = torch.get_num_threads()
+    threads.reset()
+    yield
+    threads.reset()
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize(
+    "others, cores, most, expected",
+    [
+        (0.0, 2, 2, 2),  # idle: every core
+        (0.2, 2, 2, 2),  # a terminal, a daemon: noise
+        (0.3, 2, 2, 1),  # a neighbour that the scheduler already squeezes
+        (1.0, 2, 2, 1),  # one busy neighbour
+        (2.0, 2, 2, 1),  # two: still one thread, never zero
+        (1.0, 8, 8, 7),
+        (0.0, 8, 4, 4),  # never more than torch started with (or the user set)
+        (3.0, 8, 4, 4),
+    ],
+)
+def test_choose_threads(others, cores, most, expected):
+    assert threads.choose_threads(others, cores, most) == expected
+
+
+def test_an_explicit_count_wins(monkeypatch):
+    assert "fixed by --threads" in threads.configure(1)
+    assert torch.get_num_threads() == 1 and not threads.active()
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert "fixed by OMP_NUM_THREADS" in threads.configure()
+    assert not threads.active()
+    threads.tick()  # a no-op without a policy
+    assert torch.get_num_threads() == 1
+
+
+def ticks(pid: int) -> int:
+    stat = open(f"/proc/{pid}/stat").read()
+    rest = stat[stat.rindex(")") + 2 :].split()
+    return int(rest[11]) + int(rest[12])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the load is read from /proc")
+def test_own_children_are_not_neighbours():
+    # a DataLoader or preprocessing worker of this run is this run's work: it must not cost a thread
+    work = "import time\nend = time.time() + 1.5\nwhile time.time() < end: pass"
+    child = subprocess.Popen([sys.executable, "-c", work])
+    time.sleep(1.0)
+    try:
+        mine, theirs = ticks(os.getpid()), ticks(child.pid)
+        assert theirs > 0
+        assert threads._tree_jiffies(os.getpid()) >= mine + theirs
+    finally:
+        child.kill()
+        child.wait()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the load is read from /proc")
+@pytest.mark.skipif(threads.usable_cores() < 2, reason="needs two cores to give one up")
+def test_a_busy_neighbour_takes_a_thread():
+    # a process that is not ours (started by a shell that exits at once: no child of this one) keeps a
+    # core busy; within a measurement the policy gives that core up. Other load on the machine can
+    # only lower the count further, so the assertion holds on a busy CI machine too.
+    torch.set_num_threads(2)
+    threads.configure()
+    code = "import time\nend = time.time() + 4\nwhile time.time() < end: pass"
+    subprocess.run(["sh", "-c", f'"{sys.executable}" -c "{code}" >/dev/null 2>&1 &'], check=True)
+    time.sleep(0.3)
+    threads.tick()  # starts a fresh measurement window (the first one spans the start-up)
+    deadline = time.monotonic() + 3.0
+    while torch.get_num_threads() == 2 and time.monotonic() < deadline:
+        time.sleep(threads.INTERVAL_S + 0.05)
+        threads.tick()
+    assert torch.get_num_threads() == 1
+
+
+def test_threads_option_is_read_before_the_command_parses():
+    assert cli._threads_option(["--model", "m", "--threads", "3"]) == 3
+    assert cli._threads_option(["--threads=2"]) == 2
+    assert cli._threads_option(["--threads", "x"]) == 0  # the command's parser reports it
+    assert cli._threads_option(["--model", "m"]) == 0
+
+
+def test_every_model_command_applies_the_policy(monkeypatch):
+    seen = []
+    monkeypatch.setattr(threads, "configure", lambda n=0: seen.append(n) or "")
+    run = lambda *a: 0  # noqa: E731 - the command itself is not under test
+    fake = types.SimpleNamespace(main=run, fill_main=run, curve_main=run, cli=run)
+    monkeypatch.setattr(cli.importlib, "import_module", lambda name: fake)
+    for command in cli.COMPUTE:
+        task = ["glue"] if command in cli.TASK_ACTIONS else []
+        seen.clear()
+        assert cli._run([command, *task, "--threads", "3"]) == 0
+        assert seen == [3], command
+        seen.clear()
+        cli._run([command, *task])
+        assert seen == [0], command
+    seen.clear()
+    cli._run(["pretrain", "--help"])  # help only: nothing to run
+    cli._run(["tokenizer", "train"])  # no model: torch's own default
+    assert seen == []
+
+
+def test_training_takes_threads_from_its_arguments(tmp_path):
+    from spanbert.trainer import SAFE_TO_CHANGE, TrainingArguments
+
+    assert TrainingArguments().threads == 0
+    assert "threads" in SAFE_TO_CHANGE  # a resumed run may use another count
