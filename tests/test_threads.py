@@ -46,6 +46,7 @@ def test_choose_threads(others, cores, most, expected):
 def test_an_explicit_count_wins(monkeypatch):
     assert "fixed by --threads" in threads.configure(1)
     assert torch.get_num_threads() == 1 and not threads.active()
+    threads.reset()
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     assert "fixed by OMP_NUM_THREADS" in threads.configure()
     assert not threads.active()
@@ -91,6 +92,12 @@ def test_a_busy_neighbour_takes_a_thread():
         time.sleep(threads.INTERVAL_S + 0.05)
         threads.tick()
     assert torch.get_num_threads() == 1
+
+
+def test_a_fixed_count_outlives_the_cells_of_a_study():
+    threads.configure(1)
+    threads.configure()  # a cell's own command, with no --threads of its own
+    assert torch.get_num_threads() == 1 and not threads.active()
 
 
 def test_threads_option_is_read_before_the_command_parses():

@@ -41,7 +41,7 @@ TASKS: dict[str, tuple[str, str]] = {
 
 TASK_ACTIONS = ("finetune", "predict", "evaluate")
 # commands that run a model: they get the CPU thread policy (`spanbert.threads`)
-COMPUTE = ("pretrain", "fill", "finetune", "predict", "evaluate", "study", "curve")
+COMPUTE = ("pretrain", "finetune", "predict", "evaluate", "study", "curve")
 
 
 def _threads_option(argv: list[str]) -> int:

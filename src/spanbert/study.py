@@ -1687,6 +1687,8 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--only", choices=("all", "pretrain", "finetune", "summary"), default="all",
                    help="run only these cells (summary: only collect finished cells)")
     p.add_argument("--shard", default="0/1", help="I/N: this process runs every N-th fine-tuning cell, from the I-th (parallel devices)")
+    p.add_argument("--threads", type=int, default=0, metavar="N",
+                   help="CPU threads of every cell (default 0: the cores other processes, other shards included, leave free)")
     p.add_argument("--seeds", type=int, help="override the number of fine-tuning seeds")
     p.add_argument("--budget_tokens", "--budget-tokens", type=int, help="override the pre-training budget in tokens")
     p.add_argument("--write_config", "--write-config", help="write the study (e.g. a preset) as YAML to this file and stop")
@@ -1825,6 +1827,8 @@ def _curve_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--fold", type=int, action="append", default=[], help="coref on LitBank: a fold of the ten-fold split")
     p.add_argument("--learning_rate", "--learning-rate", type=float, default=3e-5, help="fine-tuning learning rate")
     p.add_argument("--seeds", type=int, default=1, help="fine-tuning seeds per checkpoint (default: 1)")
+    p.add_argument("--threads", type=int, default=0, metavar="N",
+                   help="CPU threads (default 0: the cores other processes leave free, re-measured every second)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="a further `spanbert finetune TASK` option (repeatable), e.g. num_train_epochs=1")
     p.add_argument("--output_dir", "--output-dir", help="default: RUN/curve-TASK")

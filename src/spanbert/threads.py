@@ -88,6 +88,7 @@ class _Policy:
 
 
 _policy: _Policy | None = None
+_fixed = 0  # a count given by --threads, kept for the rest of the process (a study's cells)
 
 
 def usable_cores() -> int:
@@ -103,15 +104,15 @@ def configure(threads: int = 0) -> str:
     count (``--threads``), as `OMP_NUM_THREADS` in the environment does; otherwise the count follows
     the free cores (`tick`). Calling it again (a study's cells) keeps a policy already in force unless
     a count is given."""
-    global _policy
+    global _policy, _fixed
     if threads > 0:
-        _policy = None
+        _policy, _fixed = None, threads
         torch.set_num_threads(threads)
-        return f"{threads} thread(s), fixed by --threads"
+        return describe()
     if os.environ.get("OMP_NUM_THREADS"):
         _policy = None
-        return f"{torch.get_num_threads()} thread(s), fixed by OMP_NUM_THREADS"
-    if _policy is not None:
+        return describe()
+    if _policy is not None or _fixed:  # a study's cell: the study's choice stays
         return describe()
     busy = _busy_jiffies()
     if busy is None:
@@ -129,6 +130,11 @@ def configure(threads: int = 0) -> str:
 
 
 def describe() -> str:
+    """The policy in force, in words (for a plan or a log)."""
+    if _fixed:
+        return f"{torch.get_num_threads()} thread(s), fixed by --threads"
+    if os.environ.get("OMP_NUM_THREADS"):
+        return f"{torch.get_num_threads()} thread(s), fixed by OMP_NUM_THREADS"
     if _policy is None:
         return f"{torch.get_num_threads()} thread(s)"
     return (
@@ -164,6 +170,6 @@ def active() -> bool:
 
 
 def reset() -> None:
-    """Forget the policy (tests)."""
-    global _policy
-    _policy = None
+    """Forget the policy and any fixed count (tests)."""
+    global _policy, _fixed
+    _policy, _fixed = None, 0

@@ -86,12 +86,15 @@ def add_finetune_arguments(parser: argparse.ArgumentParser, defaults: dict[str, 
 
 
 def add_inference_arguments(parser: argparse.ArgumentParser, unit: str, with_model: bool = False) -> None:
-    """--batch_size, --device and --disable_tqdm: the options every task's `predict` (and `evaluate`
+    """--batch_size, --device, --disable_tqdm and --threads: the options every task's `predict` (and `evaluate`
     with --model) shares; ``unit`` names what a batch holds (sequences, windows, examples)."""
     when = " with --model" if with_model else ""
     parser.add_argument("--batch_size", type=int, default=64, help=f"{unit} per batch{when} (default: 64)")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (default: auto)")
     parser.add_argument("--disable_tqdm", action="store_true", help="hide the progress bars")
+    parser.add_argument("--threads", type=int, default=0, metavar="N",
+                        help="CPU threads (default 0: the cores other processes leave free, re-measured every second; "
+                             "OMP_NUM_THREADS also fixes it)")  # fmt: skip
 
 
 def parse_task_args(
