@@ -429,6 +429,12 @@ def _case_ner_bad_tag(t, m):
     return _ner_ft(t, m, f), f"{f}:7", "'X-LOC'"
 
 
+def _case_ner_chunk_tags(t, m):
+    # a file of 'word POS chunk' (no NER column): its chunk tags would become entity types NP, VP, ...
+    f = _w(t / "train.txt", CONLL + "Paris NNP I-VP\n")
+    return _ner_ft(t, m, f), f"{f}:7", "found tag 'I-VP' in 'Paris NNP I-VP', a phrase-chunk tag"
+
+
 def _case_ner_one_column(t, m):
     f = _w(t / "train.txt", CONLL + "Paris\n")
     return _ner_ft(t, m, f), f"{f}:7", "one column"
@@ -709,6 +715,7 @@ CASES = [
     pytest.param(_case_glue_config_other_labels, id="glue-config-other-labels"),
     pytest.param(_case_glue_wnli_majority_broken, id="glue-wnli-majority-broken"),
     pytest.param(_case_ner_bad_tag, id="ner-bad-tag"),
+    pytest.param(_case_ner_chunk_tags, id="ner-chunk-tags"),
     pytest.param(_case_ner_one_column, id="ner-one-column"),
     pytest.param(_case_ner_not_utf8, id="ner-not-utf8"),
     pytest.param(_case_ner_pred_words_differ, id="ner-prediction-words-differ"),

@@ -104,6 +104,15 @@ def test_tokenize_raw_text():
         "The", "cat", "-LRB-", "a", "U.S", ".", "one", "-RRB-", "sat", ",", "3,000", '"', "times", '"', "."]  # fmt: skip
 
 
+def test_tokenize_keeps_words_of_any_script_and_pretokenized_text():
+    assert tokenize("naïve café Müller") == ["naïve", "café", "Müller"]
+    assert tokenize("Zoë’s café sells crème brûlée .") == ["Zoë’s", "café", "sells", "crème", "brûlée", "."]
+    # already split by a PTB tokenizer: every token stays as it is
+    assert tokenize("John 's café does n't sell Zoë ’s crème_brûlée") == [
+        "John", "'s", "café", "does", "n't", "sell", "Zoë", "’s", "crème", "_", "brûlée"]  # fmt: skip
+    assert tokenize("'sorry' ... -- ``yes''") == ["'", "sorry", "'", "...", "--", "``", "yes", "''"]
+
+
 # ---------------------------------------------------------------------------------------------- chart
 
 
@@ -253,6 +262,14 @@ def test_finetune_predict_evaluate_commands(tiny, tmp_path, capsys):
     assert main(["predict", "parse", "--model", str(out), "--text", "The cat sat.", "--disable_tqdm"]) == 0
     tree = capsys.readouterr().out.strip()
     assert tree.startswith("(TOP ") and read_trees_text(tree).words() == ["The", "cat", "sat", "."]
+    # a gold label the parser never saw in training: scored (as a miss), with a warning, as TACRED and NER
+    unseen = tmp_path / "unseen.txt"
+    unseen.write_text("(TOP (FOOBAR (NP (DT The) (NN cat)) (VP (VBD sat)) (. .)))\n")
+    for action in (["evaluate", "parse", "--data", str(unseen), "--model", str(out)],
+                   ["predict", "parse", "--data", str(unseen), "--model", str(out), "--output", str(tmp_path / "u")]):
+        assert main([*action, "--disable_tqdm"]) == 0
+        err = capsys.readouterr().err
+        assert f"warning: {unseen}: 1 gold constituent label(s) ['FOOBAR'] never occur" in err, err
 
 
 def test_family_learning_rates(tmp_path):
@@ -283,6 +300,12 @@ def test_clean_errors(tiny, tmp_path, cli_error):
     cli_error(["evaluate", "parse", "--data", tiny["dev"], "--predictions", pred], names=f"{pred}:2",
               contains="never closed")  # fmt: skip
     cli_error(["evaluate", "parse", "--data", bad, "--predictions", pred], names=f"{bad}:1")
+    latin1 = tmp_path / "latin1.mrg"
+    latin1.write_bytes("(TOP (S (NP (NNP Zoë)) (VP (VBZ sells))))\n(TOP (S (NP (NN café))))\n".encode("latin-1"))
+    cli_error(["evaluate", "parse", "--data", latin1, "--predictions", pred], names=f"{latin1}:1",
+              contains="found bytes that are not UTF-8 (invalid continuation byte at byte 19)")  # fmt: skip
+    cli_error(["evaluate", "parse", "--data", tiny["dev"], "--predictions", latin1], names=f"{latin1}:1",
+              contains="found bytes that are not UTF-8")  # fmt: skip
     cli_error(["predict", "parse", "--model", tiny["model"], "--text", "a b", "--disable_tqdm"], names=tiny["model"],
               contains="expected a parser")  # fmt: skip
 

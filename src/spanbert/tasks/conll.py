@@ -23,6 +23,9 @@ from spanbert.metrics.classification import conlleval
 from spanbert.utils import atomic_write
 
 _TAG = re.compile(r"^(O|[BIES]-\S+)$")
+# CoNLL-2000 phrase-chunk types: CoNLL-2003's third column. A last column of these is the chunk column
+# of a file whose NER column is missing; trained on, every phrase would become an "entity" type.
+CHUNK_TYPES = frozenset({"NP", "VP", "PP", "ADJP", "ADVP", "SBAR", "PRT", "CONJP", "INTJ", "LST", "UCP"})
 
 
 @dataclass
@@ -85,6 +88,12 @@ def read_conll(path: str | Path, require_tags: bool = True) -> list[NerSentence]
             raise DataError(
                 path, f"found tag {cols[-1]!r} in {line[:80]!r}; expected O or B-/I-/E-/S-TYPE (IOB or IOBES)", line=n
             )
+        if cols[-1][2:] in CHUNK_TYPES:
+            raise DataError(
+                path, f"found tag {cols[-1]!r} in {line[:80]!r}, a phrase-chunk tag (CoNLL-2000 types "
+                f"{', '.join(sorted(CHUNK_TYPES))}); expected a named-entity tag in the last column "
+                "('word POS chunk NER'): is the NER column missing?", line=n,
+            )  # fmt: skip
         if len(tags) != len(words):
             raise DataError(path, "a tagged word inside an untagged sentence", line=n)
         words.append(cols[0])

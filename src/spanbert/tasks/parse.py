@@ -41,9 +41,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from spanbert.config import ArgumentParser
-from spanbert.errors import DataError, SpanBertError
+from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.tasks.classification import FeatureDataset
-from spanbert.tasks.common import selection_defaults
+from spanbert.tasks.common import selection_defaults, warn_unseen
 from spanbert.tasks.trees import Tree, read_trees
 
 CHAIN = "+"
@@ -303,6 +303,12 @@ def chart_labels(trees: Sequence[Tree]) -> list[str]:
     return [EMPTY] + sorted(counts, key=lambda k: (-counts[k], k))
 
 
+def warn_unseen_labels(path: str | Path, trees: Sequence[Tree], labels: Sequence[str], trained_on: str) -> None:
+    """Warn about the gold constituent labels (collapsed chains) of ``trees`` the parser never saw in
+    training: it cannot produce them, so EVALB counts them as misses, as TACRED and NER warn."""
+    warn_unseen(path, [label for t in trees for _, _, label in tree_spans(t)], labels, "constituent label", trained_on)
+
+
 def tag_list(trees: Sequence[Tree]) -> list[str]:
     return sorted({tag for t in trees for tag in t.tags()})
 
@@ -516,6 +522,8 @@ def finetune_parse(
     tokenizer = families.load_tokenizer(model_dir, tokenizer_dir)
     habits = encoder.habits
     labels, tags = chart_labels(train_trees), tag_list(train_trees)
+    if dev_path:
+        warn_unseen_labels(dev_path, dev_trees, labels, f"the training trees used ({train_path}, {len(train_trees)} trees)")
     model = ChartParser(encoder, labels, tags, config, habits.init_std, habits.output_scale, habits.zero_init_head)
     seed_dropout(targs.seed)
     max_len = min(config.max_seq_length, int(getattr(encoder, "max_positions", config.max_seq_length)))
@@ -597,11 +605,9 @@ def read_predicted_lines(path: str | Path, expected: int, gold: str | Path) -> l
 
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = decode_utf8(path.read_bytes(), path, "predicted trees in UTF-8, one a line").splitlines()
     except FileNotFoundError:
         raise SpanBertError(f"{path}: file not found (expected predicted trees, one a line)") from None
-    except UnicodeDecodeError as e:
-        raise DataError(path, f"not UTF-8 text: {e}") from None
     if len(lines) < expected:
         raise DataError(path, f"found {len(lines)} trees; expected {expected}, one a line, as {gold} has (the "
                         f"tree of gold sentence {len(lines) + 1} is missing)", line=len(lines) + 1)  # fmt: skip
@@ -685,6 +691,8 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
                     raise SpanBertError(f"--text: found an empty sentence (number {k + 1}); expected words")
             sources, tags = [("--text", k + 1) for k in range(len(sentences))], [None] * len(sentences)
         model, tokenizer = load_parser(args.model, str(device))
+        if args.data:
+            warn_unseen_labels(args.data, gold.trees, model.labels, f"the training trees of {args.model}")
         t0 = time.perf_counter()
         parsed = parse_sentences(model, tokenizer, sentences, tags, sources, args.batch_size, not args.disable_tqdm)
         seconds = time.perf_counter() - t0
@@ -710,6 +718,7 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
     if args.model:
         device = start_distributed(args.device)
         model, tokenizer = load_parser(args.model, str(device))
+        warn_unseen_labels(args.data, gold.trees, model.labels, f"the training trees of {args.model}")
         parsed = parse_sentences(model, tokenizer, [t.words() for t in gold.trees], [t.tags() for t in gold.trees],
                                  gold.sources, args.batch_size, not args.disable_tqdm)  # fmt: skip
         lines = [str(t) for t in parsed.trees]

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spanbert.errors import DataError, SpanBertError
+from spanbert.errors import DataError, SpanBertError, decode_utf8
 
 WRAPPERS = ("", "TOP", "ROOT")
 """Labels of the outer bracket that wraps a whole tree (LDC: none; parsers: TOP; Stanford: ROOT)."""
@@ -190,10 +190,7 @@ def read_trees(path: str | Path, do_clean: bool = True) -> TreeFile:
     trees: list[Tree] = []
     sources: list[tuple[str, int]] = []
     for f in files:
-        try:
-            text = f.read_text(encoding="utf-8")
-        except UnicodeDecodeError as e:
-            raise DataError(f, f"not UTF-8 text: {e}") from None
+        text = decode_utf8(f.read_bytes(), f, "PTB trees in UTF-8")
         n = 0
         for raw in _parse(text, f):
             n += 1
@@ -224,13 +221,19 @@ def escape_word(word: str) -> str:
     return {"(": "-LRB-", ")": "-RRB-", "[": "-LSB-", "]": "-RSB-", "{": "-LCB-", "}": "-RCB-"}.get(word, word)
 
 
-_WORD = re.compile(r"[A-Za-z0-9]+(?:[-'.,/&][A-Za-z0-9]+)*|\.\.\.|--|``|''|\S")
+# A token: a clitic as PTB splits it ('s, n't, also with a typographic ’), a word of letters and digits
+# in any script with inner hyphens, apostrophes, periods and commas (3,000, U.S, Zoë’s), or any other
+# mark alone. `[^\W_]` is a letter or digit in any script: an ASCII class cut "café" into "caf", "é".
+_WORD = re.compile(
+    r"['’](?:s|re|ve|ll|d|m)\b|n['’]t\b|[^\W_]+(?:[-'’.,/&][^\W_]+)*|\.\.\.|--|``|''|\S", re.IGNORECASE
+)
 
 
 def tokenize(text: str) -> list[str]:
-    """A raw sentence split into PTB-like tokens: words (with inner hyphens, apostrophes, periods and
-    commas, as in ``3,000`` or ``U.S``), every other punctuation mark apart, brackets escaped. Simple on purpose: pass text
-    already split at spaces by a PTB tokenizer for exact treebank tokens."""
+    """A raw sentence split into PTB-like tokens: words in any script (with inner hyphens, apostrophes,
+    periods and commas, as in ``3,000``, ``U.S`` or ``Zoë’s``), every other punctuation mark apart,
+    brackets escaped. Simple on purpose: text already split at spaces by a PTB tokenizer keeps its
+    tokens (``John 's``, ``do n't``, ``café``), so pass that for exact treebank tokens."""
     words = []
     for chunk in text.split():
         words += [escape_word(w) for w in _WORD.findall(chunk)]
