@@ -12,9 +12,9 @@ torch.set_num_threads(1)
 
 
 # ---------------------------------------------------------------------------------------------
-# The clean-error contract of every command (DEVELOPERS.md): a user's mistake gives
-# `error: FILE[:LINE]: found ..., expected ...` on stderr, exit status 2, no traceback, and leaves no
-# output behind. Malformed-input tables (tests/test_malformed*.py) assert it through `cli_error`.
+# The clean-error contract of every command (docs/reliability.md, "Scores, refused models and bad input";
+# docs/usage.md): a user's mistake gives `error: FILE[:LINE]: found ..., expected ...` on stderr, exit
+# status 2, no traceback, and leaves no output behind. Malformed-input tables (tests/test_malformed*.py) assert it through `cli_error`.
 
 import os  # noqa: E402
 from pathlib import Path  # noqa: E402

@@ -160,7 +160,7 @@ def project(tmp_path_factory) -> Path:
     data.preprocess([corpus], runs / "tokenizer", runs / "corpus", num_workers=1, progress=False)
 
     # `spanbert pretrain` (quick start), the README's small model and the other pre-training outputs the
-    # documents fine-tune (README: runs/spanbert-base, runs/bert-base; docs/gpu.md: runs/spanbert-base;
+    # documents fine-tune (docs/pretraining.md: runs/spanbert-base, runs/bert-base; docs/gpu.md: runs/spanbert-base;
     # docs/results.md: the study's runs/fam/spanbert): the pre-training export layout. Four layers, as the
     # `small` preset, so that the feature-based NER's "last four" rows (`--features table7`) run.
     torch.manual_seed(0)
@@ -173,7 +173,7 @@ def project(tmp_path_factory) -> Path:
     # docs/results.md's `spanbert tokenizer train ... --output_dir runs/tok-wiki16k`
     tok.save(runs / "tok-wiki16k")
 
-    # `spanbert pretrain --system cloze ... --output_dir runs/cloze` (README, docs/cloze.md) and the
+    # `spanbert pretrain --system cloze ... --output_dir runs/cloze` (docs/cloze.md) and the
     # byte-level BPE runs/bpe/cloze-quick of docs/results.md: the two-tower family
     bpe = cloze.train_cloze_tokenizer(None, 400, texts=TEXTS)
     torch.manual_seed(0)

@@ -20,8 +20,8 @@ minutes.
 A command is skipped, with the reason, when it fine-tunes a model named on the Hugging Face hub
 (`--model SpanBERT/spanbert-base-cased`: the tests run offline), or when it names a placeholder
 (`DIR`), a variable the block does not set or an input no earlier step makes (none does today). A
-fine-tuning command that an earlier document ran already, with the same options and inputs (docs/qa.md
-repeats the README's SQuAD and MRQA runs), is not run twice; its predictions still are. Blocks
+fine-tuning command that an earlier document ran already, with the same options and inputs (a document
+repeating another's run), is not run twice; its predictions still are. Blocks
 marked `<!-- no-run: REASON -->` in a document are left out (docs/parse.md: a folder made by a script
 outside the documents). Known failures of the documents are marked xfail (strict) with the issue item
 that fixes them.
@@ -270,8 +270,7 @@ def test_documented_commands_run(block: Block, staged: Path, monkeypatch, reques
         if missing:
             skipped.append(f"{where}: needs {missing[0]}, which no earlier command makes")
             continue
-        # a document repeating another's command (docs/qa.md the README's SQuAD and MRQA runs) on the same
-        # inputs: once is enough
+        # a document repeating another's command on the same inputs: once is enough
         key = _canonical(_sized(argv))
         if key in _RAN:
             skipped.append(f"{where}: ran already as {_RAN[key]}")

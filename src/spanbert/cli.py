@@ -13,19 +13,6 @@ import sys
 
 from spanbert.errors import SpanBertError
 
-# command -> (module, function, one-line description)
-COMMANDS: dict[str, tuple[str, str, str]] = {
-    "tokenizer": ("spanbert.tokenization", "main", "train a cased WordPiece vocabulary (tokenizer train)"),
-    "preprocess": ("spanbert.data", "main", "tokenize a text corpus into memory-mapped token arrays"),
-    "pretrain": ("spanbert.pretrain", "main", "pre-train SpanBERT or a BERT baseline (no arguments: quick start)"),
-    "fill": ("spanbert.pretrain", "fill_main", "predict a masked span with the MLM or the SBO head"),
-    "finetune": ("", "", "fine-tune on a task: squad, mrqa, tacred, semeval, glue, ner, coref, parse"),
-    "predict": ("", "", "write predictions of a fine-tuned model in the task's official format"),
-    "evaluate": ("", "", "score predictions with the task's official metrics (prints JSON)"),
-    "study": ("spanbert.study", "main", "rerun the paper's comparisons (Tables 1, 6, 7): pre-train, fine-tune, tabulate"),
-    "curve": ("spanbert.study", "curve_main", "fine-tune from every checkpoint of a pre-training run: score vs step"),
-}
-
 # task -> (module, one-line description)
 TASKS: dict[str, tuple[str, str]] = {
     "squad": ("spanbert.tasks.qa", "extractive QA, SQuAD v1.1/v2.0 JSON"),
@@ -37,6 +24,20 @@ TASKS: dict[str, tuple[str, str]] = {
     "coref": ("spanbert.tasks.coref", "coreference resolution, CoNLL-2012 format"),
     "swag": ("spanbert.tasks.swag", "multiple choice, SWAG CSV (BERT §4.4)"),
     "parse": ("spanbert.tasks.parse", "constituency parsing, Penn Treebank trees, EVALB F1 (cloze paper §6.2.2)"),
+}
+
+# command -> (module, function, one-line description)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "tokenizer": ("spanbert.tokenization", "main", "train a cased WordPiece vocabulary (tokenizer train)"),
+    "preprocess": ("spanbert.data", "main", "tokenize a text corpus into memory-mapped token arrays"),
+    "pretrain": ("spanbert.pretrain", "main", "pre-train SpanBERT or a BERT baseline (no arguments: quick start)"),
+    "fill": ("spanbert.pretrain", "fill_main", "predict a masked span with the MLM or the SBO head"),
+    # the task list comes from TASKS, so that a new task cannot be left out of `spanbert --help`
+    "finetune": ("", "", f"fine-tune on a task: {', '.join(TASKS)}"),
+    "predict": ("", "", "write predictions of a fine-tuned model in the task's official format"),
+    "evaluate": ("", "", "score predictions with the task's official metrics (prints JSON)"),
+    "study": ("spanbert.study", "main", "rerun the paper's comparisons (Tables 1, 6, 7): pre-train, fine-tune, tabulate"),
+    "curve": ("spanbert.study", "curve_main", "fine-tune from every checkpoint of a pre-training run: score vs step"),
 }
 
 TASK_ACTIONS = ("finetune", "predict", "evaluate")
@@ -70,7 +71,7 @@ def _usage() -> str:
         "commands:",
     ]
     lines += [f"  {name:<{width}}  {desc}" for name, (_, _, desc) in COMMANDS.items()]
-    lines += ["", "quick start:  spanbert pretrain     (tiny model, bundled corpus, CPU, a few minutes)"]
+    lines += ["", "quick start:  spanbert pretrain     (tiny model, bundled corpus, CPU; its time: README)"]
     return "\n".join(lines)
 
 

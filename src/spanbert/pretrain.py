@@ -247,7 +247,7 @@ PRETRAIN_DEFAULTS: dict[str, Any] = dict(
     per_device_eval_batch_size=16,
 )
 
-# The quick start: tiny model, bundled corpus, CPU, a few minutes. In force until the user names a
+# The quick start: tiny model, bundled corpus, CPU (its wall time: the README). In force until the user names a
 # corpus, a model or --init-from (`quick_start_in_force`), whatever else is changed.
 QUICKSTART: dict[str, Any] = dict(
     output_dir="runs/spanbert-quickstart",
@@ -1167,8 +1167,8 @@ def _parser(prog: str, defaults: dict[str, Any], cfg_defaults: dict[str, Any]) -
         description=(
             "Pre-train SpanBERT (span masking + span boundary objective, single sequences; Joshi et al. 2020) "
             "or one of the paper's baselines. Until you name a --corpus, a --model or --init-from, the quick "
-            "start is in force: a tiny SpanBERT on the English reference text bundled with Python, on CPU, in "
-            "a few minutes (its own defaults: tiny model, 128 tokens, 1200 steps of 16, lr 2e-3, output "
+            "start is in force: a tiny SpanBERT on the English reference text bundled with Python, on CPU "
+            "(its own defaults: tiny model, 128 tokens, 1200 steps of 16, lr 2e-3, output "
             "runs/spanbert-quickstart; any option below still changes them). Naming a corpus or a model "
             "switches to the paper's recipe, whose defaults are shown below."
         ),
