@@ -160,3 +160,30 @@ def _previous_run(tmp: Path) -> Path:
 def test_malformed_pretrain_input(build, tmp_path, good_corpus, cli_error):
     argv, names = build(tmp_path, good_corpus)
     cli_error(argv, names=names, out=tmp_path)
+
+
+def test_preprocess_never_replaces_what_it_did_not_write(tmp_path, good_corpus, cli_error, capsys):
+    # issue 30, audit item 1: `--output_dir X` once replaced a file X, or a folder of the user's files,
+    # by the corpus folder (exit 0). Now each is refused before any work, and nothing changes on disk.
+    from spanbert.cli import main
+
+    text = str(_text(tmp_path))
+    afile = tmp_path / "afile"
+    afile.write_text("keep me\n")
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "notes.txt").write_text("keep me too\n")
+    cases = [
+        (afile, "found a file, expected a folder"),
+        (notes, "found a folder holding other files (notes.txt)"),
+        (afile / "corpus", f"found a file at {afile}"),
+    ]
+    for out, contains in cases:
+        argv = ["preprocess", "--corpus", text, "--tokenizer", str(good_corpus / "tokenizer"), "--output_dir", str(out), "--quiet"]
+        cli_error(argv, names=out, contains=contains, out=tmp_path)
+    assert afile.read_text() == "keep me\n" and (notes / "notes.txt").read_text() == "keep me too\n"
+    # an earlier corpus of the same command is replaced, as before
+    corpus = tmp_path / "corpus"
+    argv = ["preprocess", "--corpus", text, "--tokenizer", str(good_corpus / "tokenizer"), "--output_dir", str(corpus), "--quiet"]
+    assert main(argv) == 0 and main(argv) == 0
+    assert (corpus / "meta.json").is_file()

@@ -43,7 +43,7 @@ from spanbert.tokenization import (
     load_tokenizer,
     parse_jsonl_text,
 )
-from spanbert.utils import atomic_dir, atomic_write, close_inherited_sockets
+from spanbert.utils import atomic_dir, atomic_write, check_output, close_inherited_sockets
 
 # spaCy entity labels that are numbers, not names (§6.1 "non-numerical named entity mentions").
 NUMERIC_ENTITY_LABELS = frozenset({"DATE", "TIME", "PERCENT", "MONEY", "QUANTITY", "ORDINAL", "CARDINAL"})
@@ -385,7 +385,8 @@ def preprocess(
 ) -> Path:
     """Tokenize ``corpus`` (files or directories) into memory-mapped shards in ``output_dir``.
 
-    Returns ``output_dir``. Memory stays flat: text is read in chunks, at most two chunks per worker
+    Returns ``output_dir``. An earlier corpus there is replaced; a file or a folder of other files is
+    refused before any work (`utils.check_output`). Memory stays flat: text is read in chunks, at most two chunks per worker
     are in flight, and tokens go straight to disk. Output appears only when complete. A line longer
     than ``max_line_bytes`` becomes several lines of at most that many bytes, cut before a space (a
     one-time ``warning:`` on stderr names the first), and a document longer than ``chunk_chars`` is
@@ -394,6 +395,8 @@ def preprocess(
     sequence length (`write_static_masks`; Google BERT's static masking), inside the same atomic folder.
     """
     files = corpus_files([corpus] if isinstance(corpus, (str, os.PathLike)) else corpus)
+    # an earlier corpus is replaced whole (atomically); a file, or a folder of anything else, is refused
+    output_dir = check_output(output_dir, folder=True, ours=lambda d: (d / "meta.json").is_file())
     if candidates is None:
         candidates = ()
     aliases = {"entities": "entity", "named_entity": "entity", "noun_phrases": "noun_phrase"}
@@ -421,7 +424,6 @@ def preprocess(
     if num_workers <= 0:
         num_workers = min(os.cpu_count() or 1, 8)
     id_dtype = np.dtype(np.uint16 if tok.vocab_size <= 65536 else np.int32)
-    output_dir = Path(output_dir)
     total_bytes = sum(p.stat().st_size for p in files)
 
     with atomic_dir(output_dir) as tmp:

@@ -7,9 +7,11 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
+
+from spanbert.errors import SpanBertError
 
 
 def fsync_dir(path: str | os.PathLike) -> None:
@@ -88,6 +90,38 @@ def _created_folders(folder: Path) -> Iterator[None]:
             except OSError:  # not empty (another writer put something there) or gone: leave it
                 break
         raise
+
+
+def check_output(path: str | os.PathLike, folder: bool, ours: Callable[[Path], bool] | None = None) -> Path:
+    """The output contract, checked before any work: ``path`` (a folder if ``folder``, else a file) can
+    be written, and writing it loses nothing of the user's. Refused, each with one `SpanBertError`:
+    a file where a folder is expected (at ``path`` or at a parent) or a folder where a file is; a
+    folder that holds files this command did not write (``ours(path)`` says whether it did: an
+    earlier output of the same command may be replaced, anything else is kept); a location where
+    nothing can be created. Returns ``path``."""
+    path = Path(path)
+    existing = next((p for p in path.parents if os.path.lexists(p)), Path("."))
+    if not existing.is_dir():
+        raise SpanBertError(f"{path}: found a file at {existing}, expected a folder there to hold the output")
+    if os.path.lexists(path):
+        if folder and not path.is_dir():
+            raise SpanBertError(f"{path}: found a file, expected a folder for the output (or a path not yet used)")
+        if not folder and path.is_dir():
+            raise SpanBertError(f"{path}: found a folder, expected a file name for the output")
+        if folder and ours is not None and any(path.iterdir()) and not ours(path):
+            names = sorted(p.name for p in path.iterdir())
+            shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+            raise SpanBertError(
+                f"{path}: found a folder holding other files ({shown}), expected an empty folder or an earlier "
+                f"output of this command; choose another output folder (nothing was changed)"
+            )
+        existing = path if path.is_dir() else path.parent
+    try:  # the only sure test of "can write here" (os.access says yes to root on a read-only mount)
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as e:
+        raise SpanBertError(f"{path}: found {existing} not writable ({e.strerror}); expected a writable location") from None
+    return path
 
 
 @contextlib.contextmanager
