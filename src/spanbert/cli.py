@@ -8,6 +8,7 @@ commands (`finetune`, `predict`, `evaluate`) take the task name as their first a
 
 from __future__ import annotations
 
+import errno
 import importlib
 import sys
 
@@ -120,6 +121,28 @@ def _run(argv: list[str]) -> int:
     return int(func(rest, f"spanbert {command}") or 0)
 
 
+# what the system found at a path and what the command needed there, by its error (the commands check
+# their outputs before any work, `utils.check_output`; this is the net under every other open)
+_PATH_ERRORS = {
+    errno.EACCES: ("no permission", "a location this user may read and write"),
+    errno.EPERM: ("no permission", "a location this user may read and write"),
+    errno.EROFS: ("a read-only file system", "a writable location"),
+    errno.EEXIST: ("a file where a folder is needed", "a folder or a path not yet used"),
+    errno.ENOTDIR: ("a file where the path needs a folder", "a folder at every step of the path"),
+    errno.EISDIR: ("a folder", "a file name"),
+    errno.ENOSPC: ("no space left on the device", "room for the output"),
+    errno.EDQUOT: ("the disk quota used up", "room for the output"),
+}
+
+
+def _path_error(e: OSError) -> str | None:
+    """One `FILE: found ..., expected ...` line for a file-system error on a named path, or None."""
+    if e.filename is None or e.errno not in _PATH_ERRORS:
+        return None
+    found, expected = _PATH_ERRORS[e.errno]
+    return f"{e.filename}: found {found} ({e.strerror}); expected {expected}"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `spanbert` console command."""
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -142,6 +165,12 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `spanbert evaluate ... | head`: the reader left; not an error of ours
         sys.stderr.close()
         return 0
+    except OSError as e:
+        line = _path_error(e)
+        if line is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
+        return 2
     except Exception as e:
         from spanbert.distributed import exit_after_peer_failure, peer_failure
 

@@ -37,7 +37,7 @@ import numpy as np
 from spanbert.config import ArgumentParser
 from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError
-from spanbert.utils import atomic_write
+from spanbert.utils import atomic_write, check_output
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = [PAD, UNK, CLS, SEP, MASK]
@@ -698,7 +698,7 @@ def train_tokenizer(
     ``files``: text (blank-line separated or one document per line), ``.jsonl`` (``text`` field),
     optionally gzipped, or directories of them. ``texts``: strings to train on in memory instead (tests).
     ``limit_alphabet`` keeps the 1,000 most frequent characters, as Google's BERT vocabulary builder.
-    Saves to ``output_dir`` when given.
+    Saves to ``output_dir`` when given (a file there, or a folder of other files, is refused first).
 
     Deterministic: the same text, size and options give byte-identical files in every process and
     run (`learn_wordpiece_vocab`; upstream's trainer does not, see docs/tokenizer.md).
@@ -707,6 +707,8 @@ def train_tokenizer(
     t = _hf()
     if vocab_size < len(SPECIAL_TOKENS) + 1:
         raise SpanBertError(f"vocab_size={vocab_size} is too small; expected at least {len(SPECIAL_TOKENS) + 1}")
+    if output_dir is not None:  # before any work: an earlier vocabulary may be replaced, nothing else
+        check_output(output_dir, folder=True, ours=lambda d: (d / "vocab.txt").is_file())
     pipeline = t.Tokenizer(t.models.WordPiece(unk_token=UNK, continuing_subword_prefix="##"))
     _build_pipeline(pipeline, lowercase)
     if texts is None:
