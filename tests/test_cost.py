@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -10,6 +11,7 @@ import torch
 from torch import nn
 
 from spanbert import cost
+from spanbert.errors import SpanBertError
 from spanbert.trainer import TrainingArguments, train
 
 
@@ -68,7 +70,11 @@ def test_fine_tuning_warns_before_the_first_step(tmp_path, monkeypatch, capsys):
     assert "warning:" not in capsys.readouterr().err  # a second's work
     # the same run on a machine 1e10 times slower: 2 steps x 4 examples x 10 tokens x 6 x 18 weights
     monkeypatch.setitem(cost.ASSUMED_FLOPS, "cpu_per_thread", 1e-6)
-    train(Classifier(), Tokens(), TrainingArguments(**{**args.__dict__, "output_dir": str(tmp_path / "run2")}))
+    slow = TrainingArguments(**{**args.__dict__, "output_dir": str(tmp_path / "run2")})
+    with pytest.raises(SpanBertError, match="more than a week.*--allow_long_run"):  # issue 29: over a week
+        train(Classifier(), Tokens(), slow)
+    assert not (tmp_path / "run2").exists()
+    train(Classifier(), Tokens(), dataclasses.replace(slow, allow_long_run=True))
     err = capsys.readouterr().err
     assert "warning: this fine-tuning is very large for this machine: 80 tokens through 0.0M weights" in err, err
     assert re.search(r"about [\d,]+ (days|months|years) on cpu", err), err

@@ -476,14 +476,44 @@ def _tokens_per_step(cfg: PretrainConfig, args: TrainingArguments) -> int:
 _human = cost.human_duration
 
 
+def _plan_seconds(flops: float, device: torch.device) -> tuple[float, float]:
+    """(assumed FLOP/s of one device, estimated seconds of ``flops`` on this machine)."""
+    rate = cost.machine_flops(device.type, torch.get_num_threads())
+    return rate, flops / rate / max(1, distributed.world_size()) if device.type != "cpu" else flops / rate
+
+
+LONG_PRETRAIN_HINT = "--max_steps, --model tiny or small, --max_seq_length or --tokens_per_update, or a GPU"
+
+
+def refuse_long_plan(flops: float, steps: int, args: TrainingArguments, device: torch.device) -> None:
+    """Refuse (`SpanBertError`) a plan of ``flops`` estimated over a week on this device, unless
+    --allow_long_run or --resume (that run was started). Call it before any work: decided once, on
+    rank 0 (its thread count), and the same on every rank."""
+
+    def decide() -> None:
+        seconds = _plan_seconds(flops, device)[1]
+        error = cost.long_run_error(seconds, device.type, f"this pre-training ({steps:,} steps)", LONG_PRETRAIN_HINT)
+        if error and not (args.allow_long_run or args.resume):
+            raise SpanBertError(error)
+
+    distributed.on_main(decide)
+
+
+def check_plan(
+    config: BertConfig, cfg: PretrainConfig, args: TrainingArguments, steps: int, sbo: bool, device: torch.device
+) -> str | None:
+    """`refuse_long_plan`, then `plan_warning`."""
+    refuse_long_plan(plan_flops(config, cfg, args, steps, sbo), steps, args, device)
+    return plan_warning(config, cfg, args, steps, sbo, device)
+
+
 def plan_warning(
     config: BertConfig, cfg: PretrainConfig, args: TrainingArguments, steps: int, sbo: bool, device: torch.device
 ) -> str | None:
     """A warning line when the plan is enormous for this machine (base or larger on CPU, or an
     estimated time over a day), with the estimate and how to make it smaller; else None."""
     flops = plan_flops(config, cfg, args, steps, sbo)
-    rate = cost.machine_flops(device.type, torch.get_num_threads())
-    seconds = flops / rate / max(1, distributed.world_size()) if device.type != "cpu" else flops / rate
+    rate, seconds = _plan_seconds(flops, device)
     big_on_cpu = device.type == "cpu" and config.hidden_size >= MODEL_PRESETS["base"]["hidden_size"]
     if seconds < LONG_PLAN_SECONDS and not big_on_cpu:
         return None
@@ -828,8 +858,8 @@ def pretrain(cfg: PretrainConfig, args: TrainingArguments, masking: MaskingConfi
             f"--max_seq_length: found {cfg.max_seq_length}, expected at most the model's "
             f"{planned.max_position_embeddings} positions ({cfg.init_from})"
         )
-    if args.max_steps > 0:
-        warning = plan_warning(planned, cfg, args, args.max_steps, sbo, device)
+    if args.max_steps > 0:  # before the vocabulary, the corpus and any file (an epoch's length is known later)
+        warning = check_plan(planned, cfg, args, args.max_steps, sbo, device)
         if warning:
             eprint0(warning)
 
@@ -869,7 +899,7 @@ def pretrain(cfg: PretrainConfig, args: TrainingArguments, masking: MaskingConfi
         else:
             units, G = len(train_set), args.per_device_train_batch_size * args.gradient_accumulation_steps * distributed.world_size()
         steps = math.ceil(args.num_train_epochs * units / G)
-        warning = plan_warning(model.config, cfg, args, steps, sbo, device)
+        warning = check_plan(model.config, cfg, args, steps, sbo, device)
         if warning:
             eprint0(warning)
     collate = functools.partial(
@@ -1115,6 +1145,9 @@ def pretrain_cloze(cfg: Any, args: Any, masking: Any = None, model_overrides: di
         args = cloze.paper_training_arguments(args)
     check_output_dir(args)
     sources = check_sources(cfg)
+    if args.max_steps > 0:  # before the vocabulary and the corpus (the vocabulary size is the preset's)
+        flops = cloze.flops_per_token(model_cfg, cfg.max_seq_length) * _tokens_per_step(cfg, args) * args.max_steps
+        refuse_long_plan(flops, args.max_steps, args, device)
     kind = "bpe" if model_cfg.input == "bpe" else "words"
     corpus_dir, tok_dir = distributed.on_main(lambda: prepare_cloze_data(cfg, args, sources, kind))
     tok = cloze.with_boundary_tokens(load_tokenizer(tok_dir))

@@ -747,10 +747,10 @@ def _candidate_kinds(s: SystemSpec) -> list[str]:
     return {"named_entity": ["entity"], "noun_phrase": ["noun_phrase"]}.get(scheme, [])
 
 
-def run_cell(cell: Cell, study: Study) -> None:
+def run_cell(cell: Cell, study: Study, allow_long_run: bool = False) -> None:
     """Run one unfinished cell; a pre-training cell killed earlier resumes from its checkpoint."""
     argv = list(cell.argv)
-    argv += ["--output_dir", str(cell.dir)]
+    argv += ["--output_dir", str(cell.dir)] + (["--allow_long_run"] if allow_long_run else [])
     if cell.kind == "pretrain":
         from spanbert.trainer import latest_checkpoint
 
@@ -803,8 +803,11 @@ def _drop_training_state(cell_dir: Path) -> None:
     distributed.on_main(drop)
 
 
-def run_study(study: Study, only: str = "all", shard: tuple[int, int] = (0, 1)) -> list[Cell]:
-    """Run every unfinished cell (those of this shard); returns the plan."""
+def run_study(
+    study: Study, only: str = "all", shard: tuple[int, int] = (0, 1), allow_long_run: bool = False
+) -> list[Cell]:
+    """Run every unfinished cell (those of this shard); returns the plan. ``allow_long_run`` passes
+    --allow_long_run to every cell's command."""
     cells = plan(study)
     todo = [c for c in cells if only == "all" or c.kind == only]
     if shard[1] > 1:
@@ -837,7 +840,7 @@ def run_study(study: Study, only: str = "all", shard: tuple[int, int] = (0, 1)) 
                 raise SpanBertError(f"study: {cell.label}: the model {model_dir(study, system)} does not exist yet; "
                                     f"run the pre-training cells first (--only pretrain)")  # fmt: skip
         bar.set_postfix_str(cell.label)
-        run_cell(cell, study)
+        run_cell(cell, study, allow_long_run)
         bar.update(1)
         if distributed.is_main():
             bar.write(f"done: {cell.label} ({cell.dir})")
@@ -1621,8 +1624,11 @@ ASSUMED_EPOCHS = 3
 CHARS_PER_TOKEN = 4
 
 
-def finetune_estimate(study: Study, device_type: str | None = None, threads: int | None = None) -> tuple[str, bool]:
-    """(a line estimating every fine-tuning cell's cost, whether it exceeds `cost.LONG_PLAN_SECONDS`).
+def finetune_estimate(
+    study: Study, device_type: str | None = None, threads: int | None = None, over: float = cost.LONG_PLAN_SECONDS
+) -> tuple[str, bool]:
+    """(a line estimating every fine-tuning cell's cost, whether it exceeds ``over`` seconds: a day, or
+    `cost.LONG_RUN_SECONDS` for the refusal of a week).
 
     Tokens of one cell: ``max_train_examples`` x ``max_seq_length`` when the task's options bound the
     examples, else the training file's size / `CHARS_PER_TOKEN`; times its ``num_train_epochs``
@@ -1657,7 +1663,7 @@ def finetune_estimate(study: Study, device_type: str | None = None, threads: int
         f"({'; '.join(parts)}; {study.model} encoder, {ASSUMED_EPOCHS} epochs where none is named, a training "
         f"file's characters / {CHARS_PER_TOKEN} as its tokens where max_train_examples is not set)"
     )
-    return line, total_seconds > cost.LONG_PLAN_SECONDS
+    return line, total_seconds > over
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1692,6 +1698,9 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, help="override the number of fine-tuning seeds")
     p.add_argument("--budget_tokens", "--budget-tokens", type=int, help="override the pre-training budget in tokens")
     p.add_argument("--write_config", "--write-config", help="write the study (e.g. a preset) as YAML to this file and stop")
+    p.add_argument("--allow_long_run", "--allow-long-run", action="store_true",
+                   help="start a study whose fine-tuning is estimated at more than a week on this machine anyway; "
+                        "passed to every cell's command, whose own plan is refused over a week without it")
     return p  # fmt: skip
 
 
@@ -1741,12 +1750,17 @@ def main(argv: list[str], prog: str = "spanbert study") -> int:
         distributed.print0(dry_run(study, args.probe_steps))
         return 0
     if args.only in ("all", "finetune"):
-        line, large = finetune_estimate(study)
+        line, large = distributed.on_main(lambda: finetune_estimate(study))  # one decision, rank 0's machine
+        week = distributed.on_main(lambda: finetune_estimate(study, over=cost.LONG_RUN_SECONDS)[1])
+        if week and not args.allow_long_run:
+            raise SpanBertError(f"this study's fine-tuning would take more than a week on this machine ({line}); "
+                                "make it smaller (fewer tasks, seeds or learning rates, max_train_examples, "
+                                "num_train_epochs), or pass --allow_long_run to start it anyway")  # fmt: skip
         if large:  # said before the first cell runs; every cell's own `finetune` warns again in its log
             distributed.eprint0(f"warning: this study's fine-tuning is very large for this machine; {line}")
     with study_lock(study.output_dir, shard):
         if args.only != "summary":
-            run_study(study, args.only, shard)
+            run_study(study, args.only, shard, args.allow_long_run)
         if shard[1] > 1:
             distributed.print0(f"shard {shard[0]}/{shard[1]} finished; when every shard has: spanbert study ... --only summary")
             return 0

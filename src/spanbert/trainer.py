@@ -119,6 +119,13 @@ class TrainingArguments:
     evals_per_epoch: int = 0
     """Evaluate this many times per epoch, evenly spaced (sets the evaluation interval when eval_steps is
     0; the released SpanBERT fine-tuning scripts evaluate about 10 times per epoch)."""
+    max_eval_share: float = 0.0
+    """Lower evals_per_epoch (to at least 1) until the estimated evaluation time is at most this share of the
+    estimated training time (cost.py's estimate; 0 = never lower). The fine-tuning tasks set 0.5 unless
+    --evals_per_epoch or --eval_steps is named, so a short run does not spend most of its time evaluating."""
+    allow_long_run: bool = False
+    """Start a plan estimated at more than a week on this device anyway (without it such a plan is refused
+    before any work, with the estimate)."""
     metric_for_best_model: str = ""
     """Key of the evaluation result that selects the model (e.g. f1): the weights of the best evaluation
     are kept in OUTPUT_DIR/best/ and are the model at the end of training. Empty = the last model."""
@@ -175,6 +182,7 @@ class TrainingArguments:
         finite("min_lr")
         finite("momentum", hi=1.0)
         finite("warmup_ratio", hi=1.0, hi_open=False)
+        finite("max_eval_share")
         if not math.isfinite(self.num_train_epochs) or self.num_train_epochs <= 0:
             raise bad("num_train_epochs", self.num_train_epochs, "a number > 0")
         at_least = {
@@ -519,13 +527,11 @@ def token_micro_batches(
     return steps
 
 
-def _cost_warning(model: nn.Module, dataset: Any, epochs: float, device: torch.device, world: int) -> str | None:
-    """`cost.finetune_warning` for ``epochs`` passes over ``dataset``: its token count from ``lengths()``
-    or from the ``input_ids`` of up to 64 examples; the model's weights outside its embedding tables."""
-    from spanbert.cost import finetune_warning
-
+def _mean_tokens(dataset: Any) -> float | None:
+    """Mean tokens of an example of ``dataset``: from ``lengths()``, or from the ``input_ids`` of up to 64
+    examples; None when neither tells (no estimate is made then)."""
     try:
-        mean_tokens = float(np.mean(dataset_lengths(dataset)))
+        return float(np.mean(dataset_lengths(dataset)))
     except SpanBertError:
         sizes = []
         for i in range(min(64, len(dataset))):
@@ -533,13 +539,102 @@ def _cost_warning(model: nn.Module, dataset: Any, epochs: float, device: torch.d
             ids = item.get("input_ids") if isinstance(item, dict) else None
             if ids is not None:
                 sizes.append(int(np.asarray(ids).size))
-        if not sizes:
-            return None  # no token count to estimate from
-        mean_tokens = float(np.mean(sizes))
+        return float(np.mean(sizes)) if sizes else None
+
+
+def _trainable_params(model: nn.Module) -> int:
+    """The weights the cost estimate counts: trainable ones outside the embedding tables."""
     embedding = {id(p) for m in model.modules() if isinstance(m, nn.Embedding) for p in m.parameters()}
-    params = sum(p.numel() for p in model.parameters() if p.requires_grad and id(p) not in embedding)
+    return sum(p.numel() for p in model.parameters() if p.requires_grad and id(p) not in embedding)
+
+
+def _cost_warning(model: nn.Module, dataset: Any, epochs: float, device: torch.device, world: int) -> str | None:
+    """`cost.finetune_warning` for ``epochs`` passes over ``dataset``: its token count from ``lengths()``
+    or from the ``input_ids`` of up to 64 examples; the model's weights outside its embedding tables."""
+    from spanbert.cost import finetune_warning
+
+    mean_tokens = _mean_tokens(dataset)
+    if mean_tokens is None:
+        return None  # no token count to estimate from
     tokens = epochs * len(dataset) * mean_tokens
-    return finetune_warning(params, tokens, device.type, torch.get_num_threads(), world)
+    return finetune_warning(_trainable_params(model), tokens, device.type, torch.get_num_threads(), world)
+
+
+@dataclass(frozen=True)
+class EvalSize:
+    """What one evaluation pass reads, for the plan's estimate: the dev examples as the user counts them
+    (questions, sentences, documents) and the tokens of the features the model runs on."""
+
+    examples: int
+    tokens: float
+
+
+def eval_size(examples: int, features: Any) -> EvalSize | None:
+    """`EvalSize` of ``examples`` dev examples made into ``features`` (a sequence of dicts with
+    ``input_ids``, or a dataset with ``lengths()``); None when they tell no token count."""
+    mean = _mean_tokens(features) if len(features) else 0.0
+    return None if mean is None else EvalSize(examples, mean * len(features))
+
+
+def evaluations(eval_steps: int, evals_per_epoch: int, epoch_steps: int, total: int) -> int:
+    """How many times `train` evaluates in a run of ``total`` steps: at the `eval_schedule` steps before
+    the last, and at the last."""
+    if eval_steps:
+        return (total - 1) // eval_steps + 1
+    if not evals_per_epoch:
+        return 1
+    points = {math.ceil(k * epoch_steps / evals_per_epoch) for k in range(1, evals_per_epoch + 1)}
+    full, rest = divmod(total - 1, epoch_steps)
+    return full * len(points) + sum(p <= rest for p in points) + 1
+
+
+def plan_finetuning(
+    model: nn.Module, dataset: Any, args: TrainingArguments, epoch_steps: int, total: int,
+    device_type: str, threads: int, world: int, dev: EvalSize | None,
+) -> tuple[int, Any, str | None]:  # fmt: skip
+    """(the evaluations per epoch to use, the `cost.FinetunePlan`, a note when they were lowered).
+
+    Training is estimated as `cost.finetune_warning` does (6 N FLOPs a token over the training set's
+    tokens); an evaluation pass as forward only (`cost.evaluation_flops`) over the dev features
+    (``dev``; None when there is no evaluation or no token count). With ``args.max_eval_share`` and
+    no ``eval_steps``, evals_per_epoch is lowered to the largest number whose evaluations take at most
+    that share of the training time (at least 1); without token counts the schedule is kept."""
+    from spanbert import cost
+
+    per_epoch, epochs = args.evals_per_epoch, total / epoch_steps
+    mean = _mean_tokens(dataset)
+    if mean is None:
+        return per_epoch, cost.FinetunePlan(total, epochs, device_type, None), None
+    rate = cost.machine_flops(device_type, threads) * max(1, world)
+    params = _trainable_params(model)
+    train_s = cost.training_flops(params, epochs * len(dataset) * mean) / rate
+    if dev is None:
+        return per_epoch, cost.FinetunePlan(total, epochs, device_type, train_s), None
+    pass_s = cost.evaluation_flops(params, dev.tokens) / rate
+
+    def count(n: int) -> int:
+        return evaluations(args.eval_steps, n, epoch_steps, total)
+
+    note = None
+    if args.max_eval_share > 0 and not args.eval_steps and per_epoch > 1:
+        chosen = cost.evals_within(args.max_eval_share, per_epoch, train_s, pass_s, count)
+        if chosen < per_epoch:
+            note = (
+                f"note: evaluating {chosen} time{'' if chosen == 1 else 's'} per epoch, not {per_epoch}: "
+                f"{count(per_epoch):,} evaluations of {dev.examples:,} dev examples would take about "
+                f"{cost.human_duration(count(per_epoch) * pass_s)}, more than {args.max_eval_share:.0%} of the "
+                f"{cost.human_duration(train_s)} of training; --evals_per_epoch {per_epoch} keeps the paper's "
+                "schedule (--max_eval_examples N evaluates on fewer dev examples)"
+            )
+            per_epoch = chosen
+    n = count(per_epoch)
+    return per_epoch, cost.FinetunePlan(total, epochs, device_type, train_s, n, n * pass_s, dev.examples), note
+
+
+LONG_FINETUNE_HINT = (
+    "--num_train_epochs or --max_steps, --max_train_examples, --max_eval_examples or fewer --evals_per_epoch, "
+    "a smaller model, or a GPU"
+)
 
 
 def dataset_lengths(dataset: Any) -> np.ndarray:
@@ -576,6 +671,8 @@ SAFE_TO_CHANGE = {
     "save_steps": "how often checkpoints are written",
     "save_total_limit": "how many checkpoints are kept",
     "eval_steps": "how often the evaluation runs",
+    "max_eval_share": "how often the evaluation runs",
+    "allow_long_run": "",
     "per_device_eval_batch_size": "the evaluation batch (not the training)",
     "disable_tqdm": "the progress bar",
     "report_to": "where logs go",
@@ -992,6 +1089,35 @@ def make_grad_scaler(amp_dtype: torch.dtype | None, device: torch.device):
     return torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None
 
 
+def _announce_plan(
+    model: nn.Module, dataset: Any, args: TrainingArguments, epoch_steps: int, total: int,
+    device: torch.device, world: int, dev: EvalSize | None,
+) -> int:  # fmt: skip
+    """Print the plan (rank 0), the note of a lowered schedule and the day warning; refuse a plan over a
+    week (not on --resume: that run was started); return the evaluations per epoch to use. Estimated
+    once on rank 0 (its thread count) and shared, so every rank evaluates at the same steps."""
+    from spanbert import cost
+
+    def decide() -> tuple[int, Any, str | None]:
+        chosen = plan_finetuning(
+            model, dataset, args, epoch_steps, total, device.type, torch.get_num_threads(), world, dev
+        )
+        error = cost.long_run_error(chosen[1].seconds, device.type, "this fine-tuning", LONG_FINETUNE_HINT)
+        if error and not (args.allow_long_run or args.resume):
+            raise SpanBertError(f"{error}; {chosen[1].line()}")
+        return chosen
+
+    per_epoch, plan, note = on_main(decide)
+    print0(plan.line())
+    if note:
+        print0(note)
+    if not args.resume:
+        warning = _cost_warning(model, dataset, total / epoch_steps, device, world)
+        if warning:
+            eprint0(warning)
+    return per_epoch
+
+
 MAX_CONSECUTIVE_SCALER_SKIPS = 25
 """--nan_policy stop: this many fp16 overflow skips in a row stop the run (the scale fell by 2^25)."""
 
@@ -1011,6 +1137,7 @@ def train(
     clip_by_prefix: tuple[str, ...] | None = None,
     term_weights: Callable[[dict[str, int], dict[str, float], int], dict[str, float]] | None = None,
     cost_warning: bool = True,
+    eval_size: EvalSize | None = None,
 ) -> TrainResult:
     """Train ``model`` on ``train_dataset`` (map-style) and return the final step and metrics.
 
@@ -1038,7 +1165,10 @@ def train(
 
     ``cost_warning``: warn (stderr, rank 0) before the first step when the run would take more than a
     day on this machine (`cost.finetune_warning`); pre-training passes False, having warned with its
-    own estimate (`spanbert.pretrain.plan_warning`).
+    own estimate (`spanbert.pretrain.plan_warning`). With it, the plan line (steps, estimated training
+    and evaluation time; `plan_finetuning`, ``eval_size`` telling one evaluation pass) is printed before
+    the first step, the evaluations per epoch may be lowered (``args.max_eval_share``), and a plan over
+    a week is refused before anything is written unless ``args.allow_long_run`` (decided on rank 0).
     """
     rank, world, _ = distributed_env()
     device = resolve_device(args.device)
@@ -1065,16 +1195,17 @@ def train(
         epoch_steps = steps_per_epoch(n, b * world * accum)  # >= 1: a short step takes what there is
     total = args.max_steps if args.max_steps > 0 else math.ceil(args.num_train_epochs * epoch_steps)
     warmup = args.warmup_steps or math.ceil(args.warmup_ratio * total)
-    is_eval_step = eval_schedule(args.eval_steps, args.evals_per_epoch, epoch_steps)
     run_config = json.loads(json.dumps(run_config, default=str)) if run_config is not None else None
     settings = {"args": asdict(args), "run_config": run_config, "world_size": world, "train_examples": n}
     if budget:
         settings["train_micro_batches"] = n_batches
 
-    if cost_warning and not args.resume:
-        warning = _cost_warning(model, train_dataset, total / epoch_steps, device, world)
-        if warning:
-            eprint0(warning)
+    evals_per_epoch = args.evals_per_epoch
+    if cost_warning:
+        evals_per_epoch = _announce_plan(
+            model, train_dataset, args, epoch_steps, total, device, world, eval_size if eval_fn else None
+        )
+    is_eval_step = eval_schedule(args.eval_steps, evals_per_epoch, epoch_steps)
 
     removed = on_main(lambda: _start_run_dir(output_dir, args))
     if removed:

@@ -380,6 +380,7 @@ def finetune_selected(
     pad_id: int,
     predict: Callable[[nn.Module], Any] | None = None,
     score: Callable[[Any], dict[str, Any]] | None = None,
+    eval_size: Any = None,
 ) -> Finetuned:
     """Train ``model`` with the one loop of `spanbert.trainer`, evaluating on dev as ``args`` says.
 
@@ -387,6 +388,8 @@ def finetune_selected(
     them into metrics; the trainer logs the scalar ones at every evaluation and, with
     ``args.metric_for_best_model``, leaves ``model`` holding the weights of the best evaluation. The
     predictions returned are those of the model left (kept from its evaluation, not predicted twice).
+    ``eval_size`` (`spanbert.trainer.eval_size` of the dev features) lets the trainer estimate an
+    evaluation, print it in the plan and lower the evaluations of a short run (`trainer.plan_finetuning`).
     """
     from spanbert.tasks.common import KeepBest
     from spanbert.trainer import train
@@ -401,7 +404,8 @@ def finetune_selected(
 
     keeper = KeepBest(evaluate, args)
     result = train(
-        model, FeatureDataset(train_features), args, collate_fn=Collator(pad_id), eval_fn=keeper if predict else None
+        model, FeatureDataset(train_features), args, collate_fn=Collator(pad_id), eval_fn=keeper if predict else None,
+        eval_size=eval_size,
     )
     if predict is None:
         return Finetuned(None, None, result.global_step)

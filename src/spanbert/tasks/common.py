@@ -53,6 +53,15 @@ EVALS_PER_EPOCH = 10
 (facebookresearch/SpanBERT code/run_squad.py, run_mrqa.py, run_tacred.py, run_glue.py)."""
 
 
+EVAL_SHARE = 0.5
+"""The default schedule is lowered when its evaluations would take more than this share of the training
+time (`TrainingArguments.max_eval_share`): a short run on a small training set must not spend most of its
+time scoring the whole dev set; a full-size run of the paper keeps its schedule."""
+
+SCHEDULE_OPTIONS = ("evals_per_epoch", "eval_steps")
+"""Naming either keeps the evaluation schedule as given (`training_arguments`)."""
+
+
 def selection_defaults(metric: str) -> dict[str, Any]:
     """`TrainingArguments` defaults that select the model on dev as the released scripts do: evaluate
     `EVALS_PER_EPOCH` times an epoch and keep the weights of the best ``metric`` (higher is better;
@@ -60,6 +69,7 @@ def selection_defaults(metric: str) -> dict[str, Any]:
     the newest resumable checkpoint is kept beside ``best/`` (bounded disk: best + latest)."""
     return {
         "evals_per_epoch": EVALS_PER_EPOCH,
+        "max_eval_share": EVAL_SHARE,
         "metric_for_best_model": metric,
         "greater_is_better": True,
         "save_total_limit": 1,
@@ -165,7 +175,23 @@ def training_arguments(args: argparse.Namespace, defaults: dict[str, Any] | None
     """
     overrides = getattr(args, "overrides", None) or []
     check_unknown_overrides(overrides, [TrainingArguments])
-    return dataclass_from_args(TrainingArguments, args, defaults=defaults, overrides=overrides)
+    targs = dataclass_from_args(TrainingArguments, args, defaults=defaults, overrides=overrides)
+    if named_schedule(args) and "max_eval_share" not in _named(args):
+        targs = dataclasses.replace(targs, max_eval_share=0.0)  # the user's schedule is kept as given
+    return targs
+
+
+def _named(args: argparse.Namespace) -> set[str]:
+    """The options the user named: flags and ``--config`` YAML keys (both reach ``args``,
+    `parse_task_args`) and key=value overrides."""
+    from spanbert.config import parse_key_values
+
+    return set(vars(args)) | set(parse_key_values(getattr(args, "overrides", None) or []))
+
+
+def named_schedule(args: argparse.Namespace) -> bool:
+    """Whether the user named --evals_per_epoch or --eval_steps (flag, YAML or key=value)."""
+    return bool(_named(args) & set(SCHEDULE_OPTIONS))
 
 
 def check_output_dir(targs: TrainingArguments) -> None:

@@ -1256,8 +1256,10 @@ def finetune_coref(
     targs: Any,
     config: CorefConfig,
     tokenizer_dir: str | Path | None = None,
+    max_eval_examples: int | None = None,
 ) -> dict[str, Any]:
     """Fine-tune on a CoNLL-2012 file (or folder) and save to ``targs.output_dir``; returns dev scores.
+    ``max_eval_examples`` keeps the first N dev documents for the evaluations during training.
 
     With a dev set and ``targs.metric_for_best_model`` (``conll_f1`` on the command line), the dev set
     is scored every ``eval_steps`` (or ``evals_per_epoch`` times an epoch) and at the end; the model
@@ -1293,7 +1295,7 @@ def finetune_coref(
     progress = not targs.disable_tqdm and is_main()
     tokenizer = load_tokenizer_for(model_dir, tokenizer_dir)
     train_docs = read_documents(train_path)
-    dev_docs = read_documents(dev_path) if dev_path else []
+    dev_docs = read_documents(dev_path)[:max_eval_examples] if dev_path else []
     if config.singletons == "auto":
         has = any(len(c) == 1 for d in train_docs for c in d.clusters)
         config = CorefConfig(**{**asdict(config), "singletons": "true" if has else "false"})
@@ -1446,6 +1448,7 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
             "(segments 384, encoder 2e-5, task 1e-4) or spanbert_large (512, 1e-5, 3e-4), with Adam eps 1e-6, "
             "dev evaluation every 1000 steps, ...; options given on the command line or in --config win",
         )
+        parser.add_argument("--max_eval_examples", type=int, help="use only the first N dev documents")
         _add_coref_arguments(parser)
         add_finetune_arguments(parser, DEFAULTS)
         args = parse_task_args(parser, argv, DEFAULTS, configs=(CorefConfig,))  # --config YAML, strict
@@ -1467,7 +1470,9 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
             CorefConfig, args, defaults=preset["coref"],
             overrides=[o for o, k in zip(overrides, kv) if k in coref_keys],
         )  # fmt: skip
-        summary = finetune_coref(args.model, args.train, args.dev, targs, config, args.tokenizer)
+        summary = finetune_coref(
+            args.model, args.train, args.dev, targs, config, args.tokenizer, args.max_eval_examples
+        )
         print0(json.dumps(summary, indent=2, sort_keys=True))
         return 0
     if action == "predict":

@@ -30,6 +30,7 @@ from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics.classification import accuracy, binary_f1, matthews_corrcoef, pearson, spearman
 from spanbert.tasks.common import add_inference_arguments, match_by_id
 from spanbert.utils import atomic_write
+from spanbert.trainer import eval_size
 
 STSB_RANGE = (0.0, 5.0)
 """STS-B similarity scores lie in [0, 5]."""
@@ -404,7 +405,8 @@ def finetune_glue(
             }
 
         done = C.finetune_selected(
-            model, train_features, args, tokenizer.pad_id, predict_all, lambda p: score_splits(task, gold, p)
+            model, train_features, args, tokenizer.pad_id, predict_all, lambda p: score_splits(task, gold, p),
+            eval_size(sum(map(len, dev.values())), [f for fs in dev_features.values() for f in fs]),
         )
         pred, selected = done.predictions, done.selected_step
         meta = {"task": "glue", "glue_task": task.name, "max_seq_length": max_seq_length}

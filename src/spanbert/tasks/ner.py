@@ -45,6 +45,7 @@ from spanbert.tasks.conll import (  # noqa: F401 -- the data side of the task, p
     score,
     write_predictions,
 )
+from spanbert.trainer import eval_size
 
 # ---------------------------------------------------------------------------------------------
 # Fine-tuning, prediction, CLI
@@ -127,7 +128,8 @@ def finetune_ner(
             )
 
         done = C.finetune_selected(
-            model, train_features, args, tokenizer.pad_id, predict if dev else None, lambda p: score(dev, p)
+            model, train_features, args, tokenizer.pad_id, predict if dev else None, lambda p: score(dev, p),
+            eval_size(len(dev), dev_features),
         )
         pred = done.predictions
         metrics = {**score(dev, pred), **selection_summary(done.selected_step, args)} if dev else {}

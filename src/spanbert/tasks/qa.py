@@ -39,7 +39,7 @@ from spanbert.config import ArgumentParser
 from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics import squad as squad_metrics
-from spanbert.tasks.common import add_inference_arguments
+from spanbert.tasks.common import add_inference_arguments, selection_defaults
 from spanbert.tasks.layers import scaled
 
 # ---------------------------------------------------------------------------------------------
@@ -105,6 +105,28 @@ class QAData:
         return QAData(
             self.path, self.format, self.version_2, self.contexts, examples, self.num_articles, self.raw
         ), dropped
+
+    def head(self, n: int | None) -> QAData:
+        """The first ``n`` questions (all when ``n`` is None): for SQuAD the parsed JSON keeps only them
+        too, so the official scoring counts only those (it scores every question of the file, a
+        missing prediction as 0)."""
+        if n is None or n >= len(self.examples):
+            return self
+        examples = self.examples[:n]
+        raw = None
+        if self.raw is not None:
+            keep = {e.qid for e in examples}
+            data = []
+            for article in self.raw["data"]:
+                paragraphs = [
+                    {**p, "qas": [q for q in p["qas"] if q["id"] in keep]}
+                    for p in article["paragraphs"]
+                    if any(q["id"] in keep for q in p["qas"])
+                ]
+                if paragraphs:
+                    data.append({**article, "paragraphs": paragraphs})
+            raw = {**self.raw, "data": data}
+        return QAData(self.path, self.format, self.version_2, self.contexts, examples, self.num_articles, raw)
 
     def gold_answers(self) -> dict[str, list[str]]:
         return {e.qid: e.answers for e in self.examples}
@@ -828,10 +850,7 @@ DEFAULTS: dict[str, Any] = dict(
     weight_decay=0.01,
     save_steps=0,
     output_dir="runs/qa",
-    evals_per_epoch=10,
-    metric_for_best_model="f1",
-    greater_is_better=True,
-    save_total_limit=1,
+    **selection_defaults("f1"),  # 10 evaluations an epoch, fewer when they would dominate a short run
 )
 
 
@@ -1044,8 +1063,12 @@ def finetune_qa(
     train_articles: str | None = None,
     validation_articles: str | None = None,
     max_train_examples: int | None = None,
+    max_eval_examples: int | None = None,
 ) -> dict[str, float]:
     """Fine-tune a QA model from any BERT checkpoint; save it (HF layout) in ``targs.output_dir``.
+
+    ``max_eval_examples`` keeps the first N dev questions (after ``validation_articles``) for the
+    evaluations during training, as GLUE and NER's option does.
 
     With a validation file the model is scored there ``targs.evals_per_epoch`` times an epoch and at
     the end (official metrics); with ``targs.metric_for_best_model`` (default ``f1``) the model saved
@@ -1065,7 +1088,7 @@ def finetune_qa(
         start_distributed,
         write_once,
     )
-    from spanbert.trainer import train
+    from spanbert.trainer import eval_size, train
 
     check_output_dir(targs)  # before any reading or featurizing
     start_distributed(targs.device)
@@ -1078,15 +1101,7 @@ def finetune_qa(
         data, dropped = data.drop_ids(read_id_list(drop_ids_file))
         print0(f"dropped {dropped} questions listed in {drop_ids_file}")
     if max_train_examples:
-        data = QAData(
-            data.path,
-            data.format,
-            data.version_2,
-            data.contexts,
-            data.examples[:max_train_examples],
-            data.num_articles,
-            data.raw,
-        )
+        data = data.head(max_train_examples)
     if not data.examples:
         raise SpanBertError(f"{train_file}: no training questions left after the article selection / id filter")
     _, feats = _features_for(data, tokenizer, cfg, training=True, progress=not targs.disable_tqdm)
@@ -1108,7 +1123,7 @@ def finetune_qa(
     dev = None
     results: dict[str, Any] = {}
     if validation_file:
-        dev = read_qa(validation_file, task).select_articles(validation_articles)
+        dev = read_qa(validation_file, task).select_articles(validation_articles).head(max_eval_examples)
         if cfg.version_2_with_negative and dev.raw is None:
             raise SpanBertError(
                 f"{validation_file}: MRQA has no unanswerable questions; drop --version_2_with_negative"
@@ -1160,6 +1175,7 @@ def finetune_qa(
         targs,
         collate_fn=functools.partial(collate_qa, pad_id=tokenizer.pad_id),
         eval_fn=keeper if dev is not None else None,
+        eval_size=eval_size(len(dev.examples), QAFeatureDataset(dev_feats, False)) if dev is not None else None,
     )
     selected = None
     if dev is not None:
@@ -1395,6 +1411,8 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         parser.add_argument("--train_articles", help="train on these articles only, a slice start:stop (e.g. ':17')")
         parser.add_argument("--validation_articles", help="evaluate on these articles only (e.g. '17:')")
         parser.add_argument("--max_train_examples", type=int, help="use only the first N training questions")
+        parser.add_argument("--max_eval_examples", type=int, help="use only the first N dev questions (after "
+                            "--validation_articles) for the evaluations during training")  # fmt: skip
         add_dataclass_arguments(parser.add_argument_group("QA"), QAConfig, exclude=("null_score_diff_threshold",))
         add_finetune_arguments(parser, defaults)
         args = parse_task_args(parser, argv, defaults, configs=(QAConfig,))
@@ -1409,6 +1427,7 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
             metrics = finetune_qa(
                 task, args.model, args.train_file, args.validation_file, cell_arguments(targs, lr, bs, run_dir), cfg,
                 args.tokenizer, args.drop_ids, args.train_articles, args.validation_articles, args.max_train_examples,
+                args.max_eval_examples,
             )  # fmt: skip
             if metric not in metrics:
                 raise SpanBertError(f"--sweep compares the runs on dev {metric!r}; the evaluation has no such score")
@@ -1425,7 +1444,7 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         else:
             metrics = finetune_qa(
                 task, args.model, args.train_file, args.validation_file, targs, cfg, args.tokenizer, args.drop_ids,
-                args.train_articles, args.validation_articles, args.max_train_examples,
+                args.train_articles, args.validation_articles, args.max_train_examples, args.max_eval_examples,
             )  # fmt: skip
             if "selected_step" in metrics:
                 step, by = metrics["selected_step"], metrics["selected_by"]

@@ -47,6 +47,7 @@ from spanbert.tasks.common import (
     warn_unseen,
 )
 from spanbert.utils import atomic_write
+from spanbert.trainer import eval_size
 
 TACRED_LABEL = re.compile(r"^(no_relation|(per|org):[a-z_/]+)$")
 """A TACRED relation name: ``no_relation`` or ``per:...`` / ``org:...`` (the 42 labels' shape)."""
@@ -544,7 +545,8 @@ def finetune_relation(
 
     gold = [ex.relation for ex in dev]
     done = C.finetune_selected(
-        model, train_features, args, tokenizer.pad_id, predict if dev else None, lambda p: score(task, gold, p)
+        model, train_features, args, tokenizer.pad_id, predict if dev else None, lambda p: score(task, gold, p),
+        eval_size(len(dev), dev_features),
     )
     pred = done.predictions
     out = Path(args.output_dir)
