@@ -1448,9 +1448,7 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         )
         _add_coref_arguments(parser)
         add_finetune_arguments(parser, DEFAULTS)
-        args = parse_task_args(parser, argv, DEFAULTS, configs=(CorefConfig,))  # --config YAML, strict
-        if args.preset and args.preset not in COREF_PRESETS:  # a --config YAML value skips argparse's check
-            raise SpanBertError(f"--preset: found {args.preset!r}; expected one of {', '.join(sorted(COREF_PRESETS))}")
+        args = parse_task_args(parser, argv, configs=(CorefConfig,))  # --config YAML, strict
         preset = COREF_PRESETS[args.preset] if args.preset else {"training": {}, "coref": {}}
         if args.sweep:
             raise SpanBertError(

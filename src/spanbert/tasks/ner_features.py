@@ -638,7 +638,7 @@ def finetune_cli(argv: list[str], prog: str) -> int:
     add_document_context_argument(parser)
     add_dataclass_arguments(parser.add_argument_group("feature-based head"), HeadConfig)
     add_finetune_arguments(parser, DEFAULTS)
-    args = parse_task_args(parser, argv, DEFAULTS, configs=[HeadConfig])
+    args = parse_task_args(parser, argv, configs=[HeadConfig])
     if args.sweep:
         raise SpanBertError("--sweep is not available with --features; pass one --learning_rate per run")
     head = dataclass_from_args(HeadConfig, args)

@@ -1397,7 +1397,7 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         parser.add_argument("--max_train_examples", type=int, help="use only the first N training questions")
         add_dataclass_arguments(parser.add_argument_group("QA"), QAConfig, exclude=("null_score_diff_threshold",))
         add_finetune_arguments(parser, defaults)
-        args = parse_task_args(parser, argv, defaults, configs=(QAConfig,))
+        args = parse_task_args(parser, argv, configs=(QAConfig,))
         cfg = dataclass_from_args(QAConfig, args)
         targs = training_arguments(args, defaults)
         check_output_dir(targs)  # before any reading or featurizing (a sweep: the top folder)
