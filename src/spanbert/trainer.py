@@ -1186,9 +1186,9 @@ def train(
     logger = _Logger(output_dir, rank == 0, args.report_to == "tensorboard", resume_step)
     bar = None
     if rank == 0 and not args.disable_tqdm:
-        from tqdm.auto import tqdm
+        from spanbert.utils import progress_bar
 
-        bar = tqdm(total=total, initial=step, desc="train", unit="step", dynamic_ncols=True)
+        bar = progress_bar(total=total, initial=step, desc="train", unit="step", dynamic_ncols=True)
     window: dict[str, list[float]] = {}
     tokens, t0 = 0, time.perf_counter()
     skipped = 0
@@ -1526,11 +1526,11 @@ def predict_batches(
     was_training = model.training
     model.eval()
     loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate_fn)
-    from tqdm.auto import tqdm
+    from spanbert.utils import progress_bar
 
     try:
         with flush_denormals(), torch.no_grad():
-            bar = tqdm(loader, desc=desc, disable=disable_tqdm or not is_main(), leave=False, dynamic_ncols=True)
+            bar = progress_bar(loader, desc=desc, disable=disable_tqdm or not is_main(), leave=False, dynamic_ncols=True)
             for batch in bar:
                 with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
                     out = model(**_to_device(batch, device))

@@ -388,7 +388,7 @@ def tokenize_data(
     Contexts that no example refers to (articles left out by `QAData.select_articles`) are skipped
     and get empty arrays.
     """
-    from tqdm import tqdm
+    from spanbert.utils import progress_bar
 
     empty_ids, empty_offsets = np.zeros(0, dtype=np.int32), np.zeros((0, 2), dtype=np.int64)
     c_ids: list[np.ndarray] = [empty_ids] * len(data.contexts)
@@ -398,7 +398,7 @@ def tokenize_data(
     from spanbert.distributed import is_main
 
     quiet = not progress or not is_main()  # one bar under torchrun, none with --disable_tqdm
-    with tqdm(total=len(used) + len(data.examples), desc="tokenize", unit="text", disable=quiet) as bar:
+    with progress_bar(total=len(used) + len(data.examples), desc="tokenize", unit="text", disable=quiet) as bar:
         for i in range(0, len(used), batch_size):
             chunk = used[i : i + batch_size]
             for ci, enc in zip(chunk, tokenizer.encode_batch([data.contexts[c] for c in chunk])):
