@@ -232,3 +232,75 @@ def test_hf_config_is_type_checked(edit, match):
         BertConfig.from_hf_dict([1], source="m/config.json")  # type: ignore[arg-type]
     # keys HF writes that are not ours, and nulls, are ignored
     assert BertConfig.from_hf_dict({**model_config("tiny").to_hf_dict(), "pad_token_id": None, "foo": [1]}) == model_config("tiny")
+
+
+# ---------------------------------------------------------------------------------------------
+# One reader for every command's --config (issue 29): the same FILE:LINE error, the same sections
+
+# every command that takes --config: (argv before --config, {section: (option, YAML value)} it accepts)
+CONFIG_COMMANDS = {
+    "pretrain": (["pretrain"], {"PretrainConfig": ("max_seq_length", 64), "MaskingConfig": ("mask_prob", 0.2)}),
+    "squad": (["finetune", "squad", "--train_file", "t.json"], {"QAConfig": ("doc_stride", 64)}),
+    "mrqa": (["finetune", "mrqa", "--train_file", "t.jsonl"], {"QAConfig": ("doc_stride", 64)}),
+    "tacred": (["finetune", "tacred", "--train", "t.json"], {}),
+    "semeval": (["finetune", "semeval", "--train", "t.txt"], {}),
+    "glue": (["finetune", "glue", "--task", "SST-2", "--data_dir", "d"], {}),
+    "ner": (["finetune", "ner", "--train", "t.conll"], {}),
+    "ner-features": (["finetune", "ner", "--features", "last_hidden", "--train", "t.conll"], {"HeadConfig": ("lstm_hidden_size", 8)}),
+    "coref": (["finetune", "coref", "--train", "t.conll"], {"CorefConfig": ("max_span_width", 10)}),
+    "swag": (["finetune", "swag", "--train", "t.csv"], {}),
+    "parse": (["finetune", "parse", "--train", "t.mrg"], {"ParseConfig": ("parser_layers", 1)}),
+}
+
+
+def _config_argv(name: str, tmp_path, text: str) -> tuple[list, object]:
+    prefix, _ = CONFIG_COMMANDS[name]
+    y = tmp_path / "cfg.yaml"
+    y.write_text(text)
+    model = [] if name == "pretrain" else ["--model", tmp_path / "no-model"]
+    return [*prefix, *model, "--output_dir", tmp_path / "out", "--config", y], y
+
+
+@pytest.mark.parametrize("name", sorted(CONFIG_COMMANDS))
+def test_every_command_reports_a_yaml_typo_with_file_line_and_suggestion(name, tmp_path, cli_error):
+    argv, y = _config_argv(name, tmp_path, "seed: 1\nlearnig_rate: 0.1\n")
+    cli_error(argv, contains=f"error: {y}:2: found unknown option 'learnig_rate' (did you mean 'learning_rate'?)",
+              out=tmp_path)  # fmt: skip
+    # a value of the wrong type names the file and line too
+    argv, y = _config_argv(name, tmp_path, "seed: 1\nTrainingArguments:\n  max_steps: many\n")
+    cli_error(argv, contains=f"{y}:3: option max_steps: found 'many', expected an integer", out=tmp_path)
+
+
+@pytest.mark.parametrize("name", sorted(CONFIG_COMMANDS))
+def test_every_command_refuses_a_section_it_does_not_use_with_its_line(name, tmp_path, cli_error):
+    unused = "QAConfig" if name != "squad" and name != "mrqa" else "MaskingConfig"
+    argv, y = _config_argv(name, tmp_path, f"seed: 1\n{unused}:\n  doc_stride: 64\n")
+    cli_error(argv, contains=f"error: {y}:2: found section '{unused}', which this command does not use", out=tmp_path)
+
+
+@pytest.mark.parametrize("name", sorted(CONFIG_COMMANDS))
+def test_every_command_accepts_the_sections_of_its_config_classes(name, tmp_path, monkeypatch):
+    """TrainingArguments and the command's own classes as sections: parsed, and the values arrive."""
+    import yaml
+
+    from spanbert import pretrain
+    from spanbert.cli import main
+    from spanbert.tasks import common
+
+    seen = {}
+
+    def stop(*args, **kwargs):
+        seen["targs"] = next(a for a in [*args, *kwargs.values()] if isinstance(a, TrainingArguments))
+        raise KeyboardInterrupt  # parsed: stop before any work
+
+    def spy_training_arguments(args, defaults=None, real=common.training_arguments):
+        stop(real(args, defaults))
+
+    monkeypatch.setattr(common, "training_arguments", spy_training_arguments)
+    monkeypatch.setattr(pretrain, "pretrain", stop)
+    _, sections = CONFIG_COMMANDS[name]
+    text = {"TrainingArguments": {"learning_rate": 0.25}}
+    text.update({section: {key: value} for section, (key, value) in sections.items()})
+    argv, _ = _config_argv(name, tmp_path, yaml.safe_dump(text))
+    assert main([str(a) for a in argv]) == 130  # "interrupted" by the spy: the file was read
+    assert seen["targs"].learning_rate == 0.25

@@ -359,3 +359,39 @@ def test_two_process_resume_with_dropout_is_exact(tmp_path):
     b = torch.load(tmp_path / "b" / "params-second.pt", weights_only=True)
     for k in a:
         assert torch.equal(a[k], b[k]), k
+
+
+def _logged_steps(path: Path) -> list[int]:
+    return [json.loads(line)["step"] for line in path.read_text().splitlines()]
+
+
+def test_a_run_started_again_into_the_same_folder_logs_afresh(tmp_path, capsys):
+    """A run killed before its first checkpoint leaves only log.jsonl, which `check_output_dir` accepts:
+    the next run moves that log aside (never lost) and writes one run's rows."""
+    train(Net(), Regression(), args(tmp_path, max_steps=6, save_steps=100, logging_steps=2, stop_at_step=4))
+    for p in tmp_path.glob("checkpoint-*"):  # as if killed before the first checkpoint
+        import shutil
+
+        shutil.rmtree(p)
+    (tmp_path / "latest").unlink(missing_ok=True)
+    old = (tmp_path / "log.jsonl").read_text()
+    check_output_dir(args(tmp_path))  # only a log: accepted
+    capsys.readouterr()
+    train(Net(), Regression(), args(tmp_path, max_steps=6, logging_steps=2))
+    out = capsys.readouterr().out
+    assert f"note: {tmp_path / 'log.jsonl'} is an earlier run's log; moved it to log.jsonl.1" in out
+    assert _logged_steps(tmp_path / "log.jsonl") == [2, 4, 6]
+    assert (tmp_path / "log.jsonl.1").read_text() == old
+
+
+def test_resume_drops_the_rows_logged_after_the_checkpoint(tmp_path, capsys):
+    train(Net(), Regression(), args(tmp_path, max_steps=12, save_steps=4, logging_steps=1, stop_at_step=4))
+    # the killed run logged steps 5 and 6 past checkpoint-4, the last line cut short
+    with open(tmp_path / "log.jsonl", "a") as f:
+        f.write('{"step": 5, "train/loss": 1.0}\n{"step": 6, "train/loss": 1.0}\n{"step": 7, "tra')
+    capsys.readouterr()
+    train(Net(), Regression(), args(tmp_path, max_steps=12, save_steps=4, logging_steps=1, resume=True))
+    out = capsys.readouterr().out
+    assert "dropped 3 row(s) after step 4" in out
+    assert _logged_steps(tmp_path / "log.jsonl") == list(range(1, 13))
+    assert not list(tmp_path.glob("log.jsonl.*"))  # a resume continues the log, nothing moved aside

@@ -502,3 +502,42 @@ def test_a_resume_with_more_steps_runs_the_new_schedule_from_the_first_step(tmp_
     log = {r["step"]: r for r in map(json.loads, (tmp_path / "log.jsonl").read_text().splitlines())}
     new = lr_lambda(8, 3, "linear")
     assert log[5]["train/lr"] == pytest.approx(1e-2 * new(4)) and log[5]["train/lr"] > 0
+
+
+def _progress_run(tmp_path, capsys, **kw):
+    """A tiny training with its progress bar on, stderr captured (not a terminal), a held-out line
+    printed at every evaluation as `pretrain` prints it; returns the captured stderr."""
+    from spanbert.distributed import eprint0
+
+    def evaluate(model, step):
+        eprint0(f"held-out at step {step}: loss 1.0000")
+        return {"loss": 1.0}
+
+    capsys.readouterr()
+    train(Net(), Regression(), args(tmp_path, disable_tqdm=False, eval_steps=4, **kw), eval_fn=evaluate)
+    return capsys.readouterr().err
+
+
+def test_progress_to_a_file_is_whole_lines(tmp_path, capsys, monkeypatch):
+    import re
+
+    from spanbert import utils
+
+    monkeypatch.setattr(utils, "LINE_INTERVAL_S", 0.0)  # a line at every refresh: many lines to check
+    err = _progress_run(tmp_path, capsys)
+    assert "\r" not in err and err.endswith("\n")
+    lines = err.splitlines()
+    bars = [line for line in lines if line.startswith("train:")]
+    assert len(bars) >= 3, err
+    for line in bars:  # tqdm's own text, one bar per line, nothing glued after it
+        assert re.fullmatch(r"train: +\d+%\|.*\| \d+/12 \[[^\]]*\]", line), line
+    held_out = [line for line in lines if "held-out at step" in line]
+    assert len(held_out) == 3 and all(line.startswith("held-out at step") for line in held_out), err
+    assert bars[-1].startswith("train: 100%|") and "12/12" in bars[-1]
+
+
+def test_progress_to_a_file_is_rate_limited(tmp_path, capsys):
+    """At the default interval (30 s) a run of seconds writes one progress line: its last."""
+    err = _progress_run(tmp_path, capsys)
+    assert [line for line in err.splitlines() if line.startswith("train:")] == [err.splitlines()[-1]]
+    assert "12/12" in err.splitlines()[-1] and "\r" not in err

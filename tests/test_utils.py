@@ -131,3 +131,24 @@ def test_import_turns_on_huge_pages_for_torch_unless_the_user_set_it():
     out = subprocess.run([sys.executable, "-c", code], env={**env, "THP_MEM_ALLOC_ENABLE": "0"},
                          capture_output=True, text=True, check=True)  # fmt: skip
     assert out.stdout.strip() == "0"
+
+
+def test_progress_bar_is_tqdm_on_a_terminal_and_lines_elsewhere(tmp_path):
+    import io
+
+    from tqdm.auto import tqdm
+
+    from spanbert.utils import LineProgress, progress_bar
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    on_tty = progress_bar(total=3, file=Terminal())
+    to_file = progress_bar(total=3, file=io.StringIO())
+    try:
+        assert type(on_tty) is tqdm and isinstance(to_file, LineProgress)
+    finally:
+        on_tty.close()
+        to_file.close()
+    assert to_file.fp.getvalue() == ""  # closed at 0/3 with nothing new to say: no line

@@ -23,7 +23,7 @@ import math
 import textwrap
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TypeVar
@@ -427,66 +427,171 @@ def _read_yaml(path: str | Path) -> tuple[dict[str, Any], dict[tuple[str, ...], 
     return data, lines
 
 
-def check_yaml(path: str | Path, classes: Sequence[type]) -> dict[str, dict[str, Any]]:
-    """Read a command's YAML config and check every key against the configs the command builds.
+COMMAND_OPTIONS = ""
+"""The key of `check_yaml`'s result that holds the command's own options (``plain``), which belong to no class."""
 
+
+def check_yaml(
+    path: str | Path,
+    classes: Sequence[type],
+    plain: Mapping[str, Callable[[Any], Any]] | None = None,
+    only: Collection[str] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Read a command's YAML config and check every key against the options the command takes.
+
+    This is the one reader of every ``--config`` file (`spanbert pretrain`, every ``finetune`` task).
     The file is a flat mapping of options (each goes to every class in ``classes`` that has the
     field), or has sections named after the classes (``TrainingArguments: {learning_rate: 3e-5}``),
-    or both. A key that is neither an option nor a section of ``classes``, a section that is not a
-    mapping, an option set twice, and a value of the wrong type are errors naming the file and line.
-    Returns ``{class name: {option: value}}`` for every class (empty when the file sets none).
+    or both. ``plain`` holds the command's options that belong to no class (``train_file``), each
+    with a converter that returns the value or raises ValueError("expected ..."); they are flat keys
+    only. ``only``, when given, limits the classes' fields to those the command exposes. Keys are
+    read in either spelling (``learning-rate`` = ``learning_rate``), as on the command line.
+
+    A key that is neither an option nor a section of ``classes``, a section of a class the command
+    does not use, a section that is not a mapping, an option set twice and a value of the wrong type
+    are errors naming the file and line. Returns ``{class name: {option: value}}`` for every class
+    (empty when the file sets none) and, with ``plain``, ``{COMMAND_OPTIONS: {option: converted value}}``.
     """
     data, lines = _read_yaml(path)
+    plain = dict(plain or {})
     by_name = {cls.__name__: cls for cls in classes}
+    valid_of = {
+        cls.__name__: [f.name for f in fields(cls) if only is None or f.name in only] for cls in classes
+    }
     options: dict[str, list[type]] = {}
     for cls in classes:
-        for f in fields(cls):
-            options.setdefault(f.name, []).append(cls)
+        for name in valid_of[cls.__name__]:
+            options.setdefault(name, []).append(cls)
     out: dict[str, dict[str, Any]] = {name: {} for name in by_name}
+    if plain:
+        out[COMMAND_OPTIONS] = {}
     origin: dict[tuple[str, str], tuple[str, ...]] = {}
 
     def where(*key: str) -> str:
         line = lines.get(key)
         return f"{path}:{line}" if line else str(path)
 
-    def put(cls: type, key: str, value: Any, at: tuple[str, ...]) -> None:
-        convert_value(cls, key, value, source=where(*at))  # type check now, with the file and line
-        if (cls.__name__, key) in origin:
+    def put(section: str, key: str, value: Any, at: tuple[str, ...]) -> None:
+        if (section, key) in origin:
             raise SpanBertError(
-                f"{where(*at)}: found option {key} a second time (first at {where(*origin[cls.__name__, key])}), "
+                f"{where(*at)}: found option {key} a second time (first at {where(*origin[section, key])}), "
                 "expected each option once"
             )
-        origin[cls.__name__, key] = at
-        out[cls.__name__][key] = value
+        origin[section, key] = at
+        out[section][key] = value
 
-    for key, value in data.items():
-        key = str(key)
-        if key in by_name:
+    sections_hint = f"a section {', '.join(by_name)}" if by_name else "no sections"
+    for raw, value in data.items():
+        raw = str(raw)
+        key = raw.replace("-", "_")
+        if raw in by_name:
             if value is None:  # an empty section
                 continue
             if not isinstance(value, dict):
                 raise SpanBertError(
-                    f"{where(key)}: section {key}: found {_describe(value)}, expected a mapping of option: value"
+                    f"{where(raw)}: section {raw}: found {_describe(value)}, expected a mapping of option: value"
                 )
-            cls = by_name[key]
-            valid = [f.name for f in fields(cls)]
-            for sub, sub_value in value.items():
-                sub = str(sub)
+            valid = valid_of[raw]
+            for raw_sub, sub_value in value.items():
+                raw_sub = str(raw_sub)
+                sub = raw_sub.replace("-", "_")
                 if sub not in valid:
                     raise SpanBertError(
-                        f"{where(key, sub)}: found unknown option {sub!r} in section {key}{_did_you_mean(sub, valid)}; "
-                        f"expected one of: {', '.join(valid)}"
+                        f"{where(raw, raw_sub)}: found unknown option {raw_sub!r} in section {raw}"
+                        f"{_did_you_mean(sub, valid)}; expected one of: {', '.join(valid)}"
                     )
-                put(cls, sub, sub_value, (key, sub))
+                convert_value(by_name[raw], sub, sub_value, source=where(raw, raw_sub))  # type check, file:line
+                put(raw, sub, sub_value, (raw, raw_sub))
         elif key in options:
             for cls in options[key]:
-                put(cls, key, value, (key,))
+                convert_value(cls, key, value, source=where(raw))
+                put(cls.__name__, key, value, (raw,))
+        elif key in plain:
+            try:
+                converted = plain[key](value)
+            except (TypeError, ValueError) as e:
+                expected = str(e) if isinstance(e, ValueError) and str(e).startswith("expected") else "expected a valid value"
+                raise SpanBertError(f"{where(raw)}: option {key}: found {_describe(value)}, {expected}") from None
+            put(COMMAND_OPTIONS, key, converted, (raw,))
+        elif isinstance(value, dict):  # a section, but of a class this command does not build
+            raise SpanBertError(
+                f"{where(raw)}: found section {raw!r}, which this command does not use; expected {sections_hint}, "
+                "or flat options"
+            )
         else:
             raise SpanBertError(
-                f"{where(key)}: found unknown option {key!r}{_did_you_mean(key, [*options, *by_name])}; expected "
-                f"one of: {', '.join(sorted(options))} (or a section {', '.join(by_name)})"
+                f"{where(raw)}: found unknown option {raw!r}{_did_you_mean(key, [*options, *plain, *by_name])}; "
+                f"expected an option that --help lists (flat, or in {sections_hint})"
             )
     return out
+
+
+def parse_args_with_config(parser: argparse.ArgumentParser, argv: Sequence[str], classes: Sequence[type]) -> argparse.Namespace:
+    """``parser.parse_args(argv)`` with the ``--config`` YAML (`check_yaml`) applied first.
+
+    The file may set every option of ``parser``: the fields of ``classes`` that the parser exposes
+    (flat or in their sections) and the parser's own options (flat). Its values become the parser's
+    defaults, so a flag typed on the command line still wins, and an option required on the command
+    line is satisfied by the file.
+    """
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--config", default=None)
+    known, _ = pre.parse_known_args(list(argv))
+    if not known.config:
+        return parser.parse_args(argv)
+    # an option by its dest or by any of its flags (``train_file`` and its alias ``train``)
+    actions: dict[str, argparse.Action] = {}
+    for a in parser._actions:
+        if a.option_strings and a.dest not in ("help", "config"):
+            for name in [a.dest, *(o.lstrip("-").replace("-", "_") for o in a.option_strings)]:
+                actions.setdefault(name, a)
+    fields_of = {f.name for cls in classes for f in fields(cls)}
+    plain = {name: _yaml_converter(a) for name, a in actions.items() if name not in fields_of}
+    checked = check_yaml(known.config, classes, plain=plain, only=set(actions))
+    for values in checked.values():
+        for key, value in values.items():
+            action = actions[key]
+            if isinstance(value, bool) and action.nargs == "?":  # dataclass bool flags take strings
+                value = str(value).lower()
+            parser.set_defaults(**{action.dest: value})
+            action.required = False  # given in the file
+    return parser.parse_args(argv)
+
+
+def _yaml_converter(action: argparse.Action) -> Callable[[Any], Any]:
+    """How a YAML value of an argparse option is checked: its ``type``, its ``choices``, a boolean for a
+    switch (``store_true``), a list for ``nargs``; ValueError("expected ...") when it does not fit."""
+
+    def one(value: Any) -> Any:
+        if value is None:  # null: the option stays unset
+            return None
+        try:
+            if isinstance(value, (dict, list, tuple, bool)):
+                raise TypeError(value)
+            tp = action.type or str
+            # int/float/str as the dataclass options read them: 1.5 is no integer, yes is no text
+            value = _convert_scalar(tp, value) if tp in (int, float, str) else tp(value)
+        except (TypeError, ValueError, argparse.ArgumentTypeError):
+            raise ValueError(f"expected {_action_kind(action)}") from None
+        if action.choices is not None and value not in action.choices:
+            raise ValueError(f"expected one of: {', '.join(map(str, action.choices))}")
+        return value
+
+    def convert(value: Any) -> Any:
+        if action.nargs == 0:  # a switch
+            try:
+                return _convert_scalar(bool, value)
+            except (TypeError, ValueError):
+                raise ValueError("expected a boolean (true/false)") from None
+        if action.nargs in ("+", "*") or isinstance(action.nargs, int):
+            return [one(v) for v in (value if isinstance(value, list) else [value])]
+        return one(value)
+
+    return convert
+
+
+def _action_kind(action: argparse.Action) -> str:
+    return {int: "an integer", float: "a number", str: "a string"}.get(action.type, "a string")  # type: ignore[arg-type]
 
 
 def _did_you_mean(key: str, valid: Sequence[str]) -> str:

@@ -304,16 +304,22 @@ def on_main(fn: Callable[[], T]) -> T:
 
 
 def print0(*args: Any, **kwargs: Any) -> None:
-    """`print` on rank 0 only (every message once, not once per process)."""
+    """`print` on rank 0 only (every message once, not once per process), on a line of its own while a
+    progress bar shows (`spanbert.utils.write_line`)."""
     if is_main():
-        kwargs.setdefault("flush", True)
-        print(*args, **kwargs)
+        _print_line(*args, **kwargs)
 
 
 def eprint0(*args: Any, **kwargs: Any) -> None:
-    """`print` to stderr on rank 0 only."""
+    """`print` to stderr on rank 0 only (a line of its own while a progress bar shows, as `print0`)."""
     if is_main():
-        print(*args, file=sys.stderr, flush=True, **kwargs)
+        _print_line(*args, file=sys.stderr, **kwargs)
+
+
+def _print_line(*args: Any, sep: str = " ", end: str = "\n", file: Any = None, flush: bool = True) -> None:
+    from spanbert.utils import write_line
+
+    write_line(sep.join(map(str, args)), file=file, end=end)
 
 
 __all__ = [

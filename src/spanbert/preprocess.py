@@ -511,9 +511,9 @@ def _write_static_sets(corpus: TokenCorpus, static: StaticMaskingConfig, progres
 def _progress_bar(enabled: bool, total_bytes: int):
     if not enabled:
         return None
-    from tqdm import tqdm
+    from spanbert.utils import progress_bar
 
-    return tqdm(
+    return progress_bar(
         unit="tok", unit_scale=True, desc=f"preprocess ({total_bytes / 1e6:.1f} MB)", file=sys.stderr, mininterval=0.5
     )
 
@@ -585,9 +585,9 @@ def write_static_masks(
     dtype = np.dtype(np.uint16 if small else np.int32)
     bar = None
     if progress:
-        from tqdm import tqdm
+        from spanbert.utils import progress_bar
 
-        bar = tqdm(total=n * dupe_factor, unit="ex", desc=f"static masks ({max_seq_length} tokens)", file=sys.stderr)
+        bar = progress_bar(total=n * dupe_factor, unit="ex", desc=f"static masks ({max_seq_length} tokens)", file=sys.stderr)
     counts, masked, tokens = [], 0, 0
     try:
         for d in range(dupe_factor):

@@ -827,10 +827,10 @@ def run_study(
             distributed.on_main(lambda t=t, fold=fold: _prepare_litbank(Path(t.train), fold, litbank_fold_dir(study, fold)))
         if not study_is_legacy(study) and only in ("all", "finetune"):
             distributed.on_main(lambda t=t: split_dev(study, t))
-    from tqdm.auto import tqdm
+    from spanbert.utils import progress_bar
 
     done_before = distributed.on_main(lambda: [is_done(c) for c in todo])
-    bar = tqdm(total=len(todo), initial=sum(done_before), desc="study", unit="cell", disable=not distributed.is_main())
+    bar = progress_bar(total=len(todo), initial=sum(done_before), desc="study", unit="cell", disable=not distributed.is_main())
     for cell, done in zip(todo, done_before):
         if done:
             continue

@@ -626,9 +626,9 @@ def learn_wordpiece_vocab(
     heapq.heapify(heap)
     bar = None
     if show_progress:
-        from tqdm.auto import tqdm
+        from spanbert.utils import progress_bar
 
-        bar = tqdm(total=max(0, vocab_size - len(vocab)), desc="merges", unit=" tokens", dynamic_ncols=True)
+        bar = progress_bar(total=max(0, vocab_size - len(vocab)), desc="merges", unit=" tokens", dynamic_ncols=True)
     while len(vocab) < vocab_size and heap:
         neg, pair = heapq.heappop(heap)
         n = pair_count.get(pair, 0)
@@ -718,9 +718,9 @@ def train_tokenizer(
         total = sum(p.stat().st_size for p in paths)
         lines: Iterable[str] = _iter_training_lines(paths)
         if show_progress:
-            from tqdm.auto import tqdm
+            from spanbert.utils import progress_bar
 
-            lines = tqdm(lines, desc="counting words", unit=" lines", dynamic_ncols=True)
+            lines = progress_bar(lines, desc="counting words", unit=" lines", dynamic_ncols=True)
         counts = count_words(lines, pipeline.normalizer, pipeline.pre_tokenizer)
         if not counts:
             raise SpanBertError(f"the corpus ({len(paths)} files, {total} bytes) has no text to train on")

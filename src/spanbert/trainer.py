@@ -1017,20 +1017,76 @@ def _start_run_dir(output_dir: Path, args: TrainingArguments) -> list[str]:
 # Logging
 
 
+LOG_FILE = "log.jsonl"
+TENSORBOARD_DIR = "tensorboard"
+
+
+def _start_log(output_dir: Path, resume_step: int | None) -> str | None:
+    """Rank 0, before the logger opens ``log.jsonl`` (in append mode): make it hold this run's rows only.
+
+    A fresh start (``resume_step`` None) into a folder where an earlier run logged (one killed before
+    its first checkpoint passes `check_output_dir`) moves the old log and TensorBoard folder aside as
+    ``log.jsonl.K`` / ``tensorboard.K``, K the first free number: a single rename each, nothing
+    overwritten or lost, and the two runs' step-10 rows never share a file. A resume from step S keeps
+    the rows of steps <= S (the killed run may have logged past its last checkpoint, and the resumed
+    run logs those steps again), rewritten atomically; a half-written last line is dropped too.
+    Returns the note that says what was done, or None.
+    """
+    log = output_dir / LOG_FILE
+    if resume_step is None:
+        if not log.is_file():
+            return None
+        if log.stat().st_size == 0:
+            log.unlink()
+            return None
+        k = 1
+        while (output_dir / f"{LOG_FILE}.{k}").exists() or (output_dir / f"{TENSORBOARD_DIR}.{k}").exists():
+            k += 1
+        os.replace(log, output_dir / f"{LOG_FILE}.{k}")
+        moved = f"{LOG_FILE}.{k}"
+        if (output_dir / TENSORBOARD_DIR).is_dir():
+            os.replace(output_dir / TENSORBOARD_DIR, output_dir / f"{TENSORBOARD_DIR}.{k}")
+            moved += f" (and its TensorBoard events to {TENSORBOARD_DIR}.{k})"
+        return f"{log} is an earlier run's log; moved it to {moved}: this run's log starts afresh"
+    if not log.is_file():
+        return None
+    kept, dropped = [], 0
+    for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            row_step = json.loads(line)["step"]
+        except (ValueError, KeyError, TypeError):
+            row_step = None  # a line cut by the kill
+        if isinstance(row_step, int) and row_step <= resume_step:
+            kept.append(line)
+        else:
+            dropped += 1
+    if not dropped:
+        return None
+    with atomic_write(log, encoding="utf-8") as f:
+        f.write("".join(line + "\n" for line in kept))
+    return (
+        f"{log}: dropped {dropped} row(s) after step {resume_step}, logged by the interrupted run past its last "
+        f"checkpoint (TensorBoard hides its events from step {resume_step + 1} on: purge_step)"
+    )
+
+
 class _Logger:
-    def __init__(self, output_dir: Path, enabled: bool, tensorboard: bool):
+    def __init__(self, output_dir: Path, enabled: bool, tensorboard: bool, resume_step: int | None = None):
         self.enabled = enabled
         self.writer = None
         self.jsonl = None
         if not enabled:
             return
         output_dir.mkdir(parents=True, exist_ok=True)
-        self.jsonl = open(output_dir / "log.jsonl", "a", encoding="utf-8")
+        self.jsonl = open(output_dir / LOG_FILE, "a", encoding="utf-8")
         if tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
-                self.writer = SummaryWriter(str(output_dir / "tensorboard"))
+                # on resume TensorBoard discards the old event files' points from the next step on, as
+                # `_start_log` drops the rows of log.jsonl past the checkpoint
+                purge = resume_step + 1 if resume_step is not None else None
+                self.writer = SummaryWriter(str(output_dir / TENSORBOARD_DIR), purge_step=purge)
             except ImportError:
                 print0("note: tensorboard is not installed; logging to log.jsonl only (pip install tensorboard)")
 
@@ -1260,12 +1316,16 @@ def train(
         best.update(on_main(lambda: json.loads((ckpt / "trainer_state.json").read_text()).get("best") or {}))
         print0(f"resumed from {ckpt} at step {step}/{total}")
 
-    logger = _Logger(output_dir, enabled=rank == 0, tensorboard=args.report_to == "tensorboard")
+    resume_step = step if args.resume else None
+    log_note = on_main(lambda: _start_log(output_dir, resume_step))
+    if log_note:
+        print0(f"note: {log_note}")
+    logger = _Logger(output_dir, rank == 0, args.report_to == "tensorboard", resume_step)
     bar = None
     if rank == 0 and not args.disable_tqdm:
-        from tqdm.auto import tqdm
+        from spanbert.utils import progress_bar
 
-        bar = tqdm(total=total, initial=step, desc="train", unit="step", dynamic_ncols=True)
+        bar = progress_bar(total=total, initial=step, desc="train", unit="step", dynamic_ncols=True)
     window: dict[str, list[float]] = {}
     tokens, t0 = 0, time.perf_counter()
     skipped = 0
@@ -1604,11 +1664,11 @@ def predict_batches(
     was_training = model.training
     model.eval()
     loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate_fn)
-    from tqdm.auto import tqdm
+    from spanbert.utils import progress_bar
 
     try:
         with flush_denormals(), torch.no_grad():
-            bar = tqdm(loader, desc=desc, disable=disable_tqdm or not is_main(), leave=False, dynamic_ncols=True)
+            bar = progress_bar(loader, desc=desc, disable=disable_tqdm or not is_main(), leave=False, dynamic_ncols=True)
             for batch in bar:
                 threads.tick()
                 with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):

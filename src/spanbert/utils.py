@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import sys
@@ -337,3 +338,114 @@ def trim_heap(min_interval: float = 2.0) -> bool:
     lib.malloc_trim(0)
     _last_trim = time.monotonic()
     return True
+
+
+# ---------------------------------------------------------------------------------------------
+# Progress bars that suit a terminal and a log file
+
+LINE_INTERVAL_S = 30.0
+"""Seconds between two progress lines when the output is a file (a log, a pipe): often enough to see a
+run move, rarely enough that a day's run is a few thousand lines."""
+
+
+def progress_bar(iterable: Iterable | None = None, **tqdm_kwargs: Any) -> Any:
+    """A tqdm progress bar where its output stream (``file``, default stderr) is a terminal, else one
+    that writes complete lines (`LineProgress`).
+
+    A terminal bar redraws itself with carriage returns; written to a file, those redraws glue the
+    next message to the bar's text (``...lr=1.46e-03]held-out at step 400: ...``) and fill the log with
+    one long line. tqdm.auto's choice (a notebook widget inside Jupyter) is kept where it is not the
+    plain text bar.
+    """
+    from tqdm.auto import tqdm as auto
+
+    stream = tqdm_kwargs.get("file") or sys.stderr
+    if _is_terminal(stream) or any(c.__module__ == "tqdm.notebook" for c in auto.__mro__):
+        return auto(iterable, **tqdm_kwargs)
+    return _line_progress_class()(iterable, **tqdm_kwargs)
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
+@functools.cache
+def _line_progress_class() -> type:
+    from tqdm.std import tqdm
+
+    class LineProgress(tqdm):
+        """tqdm that writes its own text (``str(bar)``: ``train:  33%|███▎      | 400/1200 [01:02<02:04,
+        6.4step/s, loss=...]``) as a newline-terminated line, never a carriage return: at most one line
+        every `LINE_INTERVAL_S` seconds (however often tqdm refreshes, e.g. on ``set_postfix``), and a
+        last line when the bar closes. A bar that is meant to vanish (``leave=False``, an evaluation
+        loop) writes that last line only if it wrote any: a short loop adds nothing to the log."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            import time
+
+            self._interval = kwargs.pop("line_interval", LINE_INTERVAL_S)
+            self._last_line_t = time.time()
+            self._lines = 0
+            self._last_n: float | None = None
+            kwargs.setdefault("mininterval", min(self._interval, 1.0))
+            super().__init__(*args, **kwargs)
+            self._last_n = getattr(self, "n", 0)  # the starting point (a resumed run's step) is no news
+
+        def display(self, msg: str | None = None, pos: int | None = None) -> bool:
+            import time
+
+            if msg is None and time.time() - self._last_line_t >= self._interval:
+                self._write_line()
+            return True
+
+        def _write_line(self) -> None:
+            import time
+
+            text = self.__str__().strip()
+            if text and self.n != self._last_n:
+                self.fp.write(text + "\n")
+                self.fp.flush()
+                self._lines += 1
+                self._last_n = self.n
+            self._last_line_t = time.time()
+
+        def clear(self, nolock: bool = False) -> None:
+            pass  # nothing to erase: every line is complete (tqdm.write calls this before a message)
+
+        def moveto(self, n: int) -> None:
+            pass  # no cursor movement in a file
+
+        def close(self) -> None:
+            if getattr(self, "disable", True):
+                return
+            if (self.leave is None or self.leave or self._lines) and hasattr(self, "last_print_t"):
+                self._ema_dt = lambda: None  # the last line shows the overall rate
+                with self._lock:
+                    self._write_line()
+            self.disable = True
+            self._decr_instances(self)
+
+    return LineProgress
+
+
+def __getattr__(name: str) -> Any:
+    # LineProgress is built on first use: tqdm is imported only by commands that show progress
+    if name == "LineProgress":
+        return _line_progress_class()
+    raise AttributeError(name)
+
+
+def write_line(text: str, file: Any = None, end: str = "\n") -> None:
+    """Print ``text`` on a line of its own while a progress bar may be showing: through ``tqdm.write``
+    (which lifts a terminal bar off its line and redraws it below) when a bar is open, else ``print``.
+    A line bar (`LineProgress`) always ends its lines, so the message starts a line there too."""
+    file = file if file is not None else sys.stdout
+    tqdm_module = sys.modules.get("tqdm.std")
+    if tqdm_module is not None and getattr(tqdm_module.tqdm, "_instances", None):
+        tqdm_module.tqdm.write(text, file=file, end=end)
+    else:
+        print(text, file=file, end=end)
+    file.flush()

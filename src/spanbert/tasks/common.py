@@ -37,7 +37,7 @@ from spanbert.config import (
     check_unknown_overrides,
     dataclass_from_args,
     load_yaml,
-    replace_checked,
+    parse_args_with_config,
 )
 from spanbert.errors import DataError, SpanBertError
 from spanbert.trainer import TrainingArguments
@@ -108,70 +108,24 @@ def add_inference_arguments(parser: argparse.ArgumentParser, unit: str, with_mod
 
 
 def parse_task_args(
-    parser: argparse.ArgumentParser,
-    argv: list[str],
-    defaults: dict[str, Any] | None = None,
-    configs: Sequence[type] = (),
+    parser: argparse.ArgumentParser, argv: list[str], configs: Sequence[type] = ()
 ) -> argparse.Namespace:
-    """``parser.parse_args(argv)`` with the ``--config`` YAML applied first, strictly.
+    """``parser.parse_args(argv)`` with the ``--config`` YAML applied first, strictly
+    (`spanbert.config.parse_args_with_config`, the reader `spanbert pretrain` uses too).
 
-    The YAML is a flat mapping (or sections, e.g. ``TrainingArguments:`` / ``QAConfig:``, merged)
-    of options of this command: every ``--flag`` the parser has (TrainingArguments fields and the
-    task's own, e.g. ``max_seq_length``, ``doc_stride``). Its values become the parser's defaults,
-    so a flag typed on the command line still wins. An unknown key is an error naming the file: a
-    typo in ``learning_rate`` must not train at the default rate. Values of `TrainingArguments` and
-    of the task's ``configs`` dataclasses (e.g. ``QAConfig``) are type-checked here, naming the file.
+    The YAML holds options of this command: every ``--flag`` the parser has, flat, and the fields of
+    `TrainingArguments` and of the task's ``configs`` (e.g. ``QAConfig``) flat or in sections named
+    after them. An unknown key, a section of a class this command does not use and a value of the
+    wrong type are errors naming the file and line; a flag on the command line wins over the file.
     """
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--config", default=None)
-    known, _ = pre.parse_known_args(argv)
-    if known.config:
-        data = load_yaml(known.config)
-        flat: dict[str, Any] = {}
-        for key, value in data.items():
-            if isinstance(value, dict) and str(key)[:1].isupper():  # a section named after a config class
-                flat.update({str(k).replace("-", "_"): v for k, v in value.items()})
-            else:
-                flat[str(key).replace("-", "_")] = value
-        # an option by its dest or by any of its flags (``train_file`` and its alias ``train``)
-        actions: dict[str, argparse.Action] = {}
-        for a in parser._actions:
-            if a.option_strings and a.dest not in ("help", "config"):
-                for name in [a.dest, *(o.lstrip("-").replace("-", "_") for o in a.option_strings)]:
-                    actions.setdefault(name, a)
-        unknown = sorted(k for k in flat if k not in actions)
-        if unknown:
-            raise SpanBertError(
-                f"{known.config}: found unknown option(s) {unknown}; expected options of this command: "
-                f"{', '.join(sorted(actions))}"
-            )
-        train_keys = {f.name for f in dataclasses.fields(TrainingArguments)}
-        train_part = {k: v for k, v in flat.items() if k in train_keys}
-        # type-check the training options now, so a bad value names the YAML file, not the command line
-        replace_checked(TrainingArguments(**(defaults or {})), train_part, source=str(known.config))
-        for cls in configs:
-            names = {f.name for f in dataclasses.fields(cls)}
-            replace_checked(cls(), {k: v for k, v in flat.items() if k in names}, source=str(known.config))
-        for key, value in flat.items():
-            action = actions[key]
-            if value is not None and action.type is not None and not isinstance(value, bool):
-                try:
-                    value = action.type(value)
-                except (TypeError, ValueError):
-                    expected = getattr(action.type, "__name__", "a value")
-                    raise SpanBertError(f"{known.config}: option {key}: found {value!r}, expected {expected}") from None
-            if isinstance(value, bool) and action.nargs == "?":  # dataclass bool flags take strings
-                value = str(value).lower()
-            parser.set_defaults(**{action.dest: value})
-            action.required = False  # given in the YAML
-    return parser.parse_args(argv)
+    return parse_args_with_config(parser, argv, [TrainingArguments, *configs])
 
 
 def training_arguments(args: argparse.Namespace, defaults: dict[str, Any] | None = None) -> TrainingArguments:
     """TrainingArguments from defaults < YAML (--config) < --flags < key=value.
 
-    The YAML reaches ``args`` through `parse_task_args` (as parser defaults), already checked for
-    unknown keys against every option of the command.
+    The YAML reaches ``args`` through `parse_task_args` (as parser defaults), already checked by
+    `spanbert.config.check_yaml` against every option of the command.
     """
     overrides = getattr(args, "overrides", None) or []
     check_unknown_overrides(overrides, [TrainingArguments])

@@ -1050,12 +1050,12 @@ class CorefPredictor:
         return decode_clusters(out, f.word_map, self.model.predicts_singletons)
 
     def predict_documents(self, docs: Sequence[CorefDocument], progress: bool = True) -> list[list[list[Span]]]:
-        from tqdm.auto import tqdm
+        from spanbert.utils import progress_bar
 
         out = []
         from spanbert.distributed import is_main
 
-        for doc in tqdm(docs, desc="predict", unit="doc", disable=not progress or not is_main(), leave=False):
+        for doc in progress_bar(docs, desc="predict", unit="doc", disable=not progress or not is_main(), leave=False):
             out.append(self.predict_features(featurize(doc, self.tokenizer, self.model.config.max_seq_length)))
         return out
 
@@ -1218,9 +1218,9 @@ COREF_PRESETS: dict[str, dict[str, dict[str, Any]]] = {
 def _featurize_all(
     docs: Sequence[CorefDocument], tokenizer: Any, max_seq_length: int, desc: str, progress: bool = True
 ) -> list[CorefFeatures]:
-    from tqdm.auto import tqdm
+    from spanbert.utils import progress_bar
 
-    bar = tqdm(docs, desc=desc, unit="doc", leave=False, disable=not progress)
+    bar = progress_bar(docs, desc=desc, unit="doc", leave=False, disable=not progress)
     return [featurize(d, tokenizer, max_seq_length) for d in bar]
 
 
@@ -1451,9 +1451,7 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         parser.add_argument("--max_eval_examples", type=int, help="use only the first N dev documents")
         _add_coref_arguments(parser)
         add_finetune_arguments(parser, DEFAULTS)
-        args = parse_task_args(parser, argv, DEFAULTS, configs=(CorefConfig,))  # --config YAML, strict
-        if args.preset and args.preset not in COREF_PRESETS:  # a --config YAML value skips argparse's check
-            raise SpanBertError(f"--preset: found {args.preset!r}; expected one of {', '.join(sorted(COREF_PRESETS))}")
+        args = parse_task_args(parser, argv, configs=(CorefConfig,))  # --config YAML, strict
         preset = COREF_PRESETS[args.preset] if args.preset else {"training": {}, "coref": {}}
         if args.sweep:
             raise SpanBertError(

@@ -316,7 +316,7 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         if tagger == "bilstm-crf":  # §4, §6.2.1: its own rates, batch and epochs; one evaluation an epoch
             defaults = {**defaults, **CT.TRAINING_DEFAULTS, "evals_per_epoch": 1, "metric_for_best_model": None}
         add_finetune_arguments(parser, defaults)
-        args = parse_task_args(parser, argv, defaults, configs=[NF.HeadConfig, CT.CrfTaggerConfig])
+        args = parse_task_args(parser, argv, configs=[NF.HeadConfig, CT.CrfTaggerConfig])
         stray = sorted(f"--{f.name}" for f in dataclasses.fields(NF.HeadConfig) if f.name in vars(args))
         if stray:
             raise SpanBertError(f"found {', '.join(stray)} without --features; expected them with --features only")

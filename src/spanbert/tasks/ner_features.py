@@ -129,7 +129,7 @@ def extract(
     """Write ``encoder``'s activation of each layer in ``layers`` at the first sub-token of every word
     into ``outputs[k][word]`` (arrays of shape (words, H), flat over the sentences in order: see
     `word_offsets`). ``only``: encode just these sentences (their neighbours still give context)."""
-    from tqdm.auto import tqdm
+    from spanbert.utils import progress_bar
 
     from spanbert.tasks.classification import Collator
     from spanbert.tasks.conll import ner_features
@@ -144,7 +144,7 @@ def extract(
     encoder.eval()
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     with torch.no_grad():
-        for batch_ids in tqdm(batches, desc="features", disable=not progress, leave=False, dynamic_ncols=True):
+        for batch_ids in progress_bar(batches, desc="features", disable=not progress, leave=False, dynamic_ncols=True):
             batch = collate([{"input_ids": feats[i]["input_ids"]} for i in batch_ids])
             mask = batch.get("attention_mask")
             states = encoder(
@@ -638,7 +638,7 @@ def finetune_cli(argv: list[str], prog: str) -> int:
     add_document_context_argument(parser)
     add_dataclass_arguments(parser.add_argument_group("feature-based head"), HeadConfig)
     add_finetune_arguments(parser, DEFAULTS)
-    args = parse_task_args(parser, argv, DEFAULTS, configs=[HeadConfig])
+    args = parse_task_args(parser, argv, configs=[HeadConfig])
     if args.sweep:
         raise SpanBertError("--sweep is not available with --features; pass one --learning_rate per run")
     head = dataclass_from_args(HeadConfig, args)

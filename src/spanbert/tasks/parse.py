@@ -650,7 +650,7 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         parser.add_argument("--max_eval_examples", type=int, help="use only the first N dev trees")
         add_dataclass_arguments(parser.add_argument_group("parser"), ParseConfig)
         add_finetune_arguments(parser, defaults)
-        args = parse_task_args(parser, argv, defaults, configs=[ParseConfig])
+        args = parse_task_args(parser, argv, configs=[ParseConfig])
         if args.sweep:
             raise SpanBertError("--sweep: found it for parse, expected none: the Appendix B grid is an encoder grid; "
                                 "parse has two rates (--learning_rate for the parser, --encoder_learning_rate)")  # fmt: skip

@@ -410,7 +410,7 @@ def tokenize_data(
     Contexts that no example refers to (articles left out by `QAData.select_articles`) are skipped
     and get empty arrays.
     """
-    from tqdm import tqdm
+    from spanbert.utils import progress_bar
 
     empty_ids, empty_offsets = np.zeros(0, dtype=np.int32), np.zeros((0, 2), dtype=np.int64)
     c_ids: list[np.ndarray] = [empty_ids] * len(data.contexts)
@@ -420,7 +420,7 @@ def tokenize_data(
     from spanbert.distributed import is_main
 
     quiet = not progress or not is_main()  # one bar under torchrun, none with --disable_tqdm
-    with tqdm(total=len(used) + len(data.examples), desc="tokenize", unit="text", disable=quiet) as bar:
+    with progress_bar(total=len(used) + len(data.examples), desc="tokenize", unit="text", disable=quiet) as bar:
         for i in range(0, len(used), batch_size):
             chunk = used[i : i + batch_size]
             for ci, enc in zip(chunk, tokenizer.encode_batch([data.contexts[c] for c in chunk])):
@@ -1415,7 +1415,7 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
                             "--validation_articles) for the evaluations during training")  # fmt: skip
         add_dataclass_arguments(parser.add_argument_group("QA"), QAConfig, exclude=("null_score_diff_threshold",))
         add_finetune_arguments(parser, defaults)
-        args = parse_task_args(parser, argv, defaults, configs=(QAConfig,))
+        args = parse_task_args(parser, argv, configs=(QAConfig,))
         cfg = dataclass_from_args(QAConfig, args)
         targs = training_arguments(args, defaults)
         check_output_dir(targs)  # before any reading or featurizing (a sweep: the top folder)

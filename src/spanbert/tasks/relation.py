@@ -633,7 +633,7 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
 
         defaults = family_defaults(argv, {**DEFAULTS, "output_dir": f"runs/{task}"})
         add_finetune_arguments(parser, defaults)
-        args = parse_task_args(parser, argv, defaults)
+        args = parse_task_args(parser, argv)
 
         def run_one(targs: Any) -> dict[str, float]:
             return finetune_relation(

@@ -447,7 +447,7 @@ def cli(action: str, task_name: str, argv: list[str], prog: str) -> int:
         parser.add_argument("--max_train_examples", type=int, help="use only the first N training examples")
         parser.add_argument("--max_eval_examples", type=int, help="use only the first N dev examples")
         add_finetune_arguments(parser, defaults)
-        args = parse_task_args(parser, argv, defaults)
+        args = parse_task_args(parser, argv)
 
         def run_one(targs: Any) -> dict[str, Any]:
             return finetune_swag(
