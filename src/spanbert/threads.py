@@ -130,17 +130,16 @@ def configure(threads: int = 0) -> str:
 
 
 def describe() -> str:
-    """The policy in force, in words (for a plan or a log)."""
+    """The policy in force, in words: the line a command prints before its first step."""
+    n = torch.get_num_threads()
+    count = f"{n} CPU thread{'' if n == 1 else 's'}"
     if _fixed:
-        return f"{torch.get_num_threads()} thread(s), fixed by --threads"
+        return f"{count}, fixed by --threads"
     if os.environ.get("OMP_NUM_THREADS"):
-        return f"{torch.get_num_threads()} thread(s), fixed by OMP_NUM_THREADS"
+        return f"{count}, fixed by OMP_NUM_THREADS"
     if _policy is None:
-        return f"{torch.get_num_threads()} thread(s)"
-    return (
-        f"{torch.get_num_threads()} thread(s) of {_policy.most}, fewer while other processes use the cores "
-        f"(--threads N or OMP_NUM_THREADS fixes it)"
-    )
+        return count
+    return f"{count}, fewer while other processes use the cores (--threads N fixes the count)"
 
 
 def tick() -> None:

@@ -1232,6 +1232,8 @@ def train(
     if args.threads:  # also from a --config file, which the command line's early read does not see
         threads.configure(args.threads)
     if device.type == "cpu":
+        print0(threads.describe())
+    if device.type == "cpu":
         configure_malloc()  # tensors >= 8 MB go back to the system when freed (utils.configure_malloc)
     output_dir = Path(args.output_dir)
     check_output_dir(args)

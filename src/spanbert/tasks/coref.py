@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from spanbert import threads
 from spanbert.config import ArgumentParser
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.utils import atomic_write
@@ -1040,6 +1041,7 @@ class CorefPredictor:
 
     def predict_features(self, f: CorefFeatures) -> list[list[Span]]:
         """Clusters (word spans) of one featurized document; all its segments are used at once."""
+        threads.tick()  # a document is the unit of work: the thread count follows the load between them
         tok = self.tokenizer
         if f.num_subtokens == 0:
             return []

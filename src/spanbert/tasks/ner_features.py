@@ -36,6 +36,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from spanbert import threads
 from spanbert.config import ArgumentParser
 from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError
@@ -145,6 +146,7 @@ def extract(
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     with torch.no_grad():
         for batch_ids in progress_bar(batches, desc="features", disable=not progress, leave=False, dynamic_ncols=True):
+            threads.tick()
             batch = collate([{"input_ids": feats[i]["input_ids"]} for i in batch_ids])
             mask = batch.get("attention_mask")
             states = encoder(
