@@ -618,7 +618,7 @@ def _parsed(monkeypatch, argv):
 
     seen = {}
 
-    def fake(model_dir, train_path, dev_path, targs, config, tokenizer_dir=None):
+    def fake(model_dir, train_path, dev_path, targs, config, tokenizer_dir=None, max_eval_examples=None):
         seen.update(targs=targs, config=config)
         return {}
 

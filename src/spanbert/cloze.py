@@ -780,7 +780,8 @@ def flops_per_token(cfg: ClozeConfig, seq_len: int) -> float:
         heads += 2 * d * V
     if cfg.objective != "cloze":
         heads += 2 * (2 * d * V)
-    if cfg.input == "char_cnn":  # the adaptive softmax computes the head band always, tails only when needed
+    if cfg.input == "char_cnn" and V:  # the adaptive softmax computes the head band always, tails only when needed
+        # (V is 0 before the word vocabulary exists: the long-plan check before any work counts no head)
         heads = heads * (adaptive_cutoffs(V)[0] if adaptive_cutoffs(V) else V) / V
     return 3 * (total + heads)
 
