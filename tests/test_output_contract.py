@@ -11,15 +11,22 @@ no case gets as far as reading them (`_no_work` makes sure), so the whole file r
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from test_malformed_tasks import CONLL, SQUAD, SST, TACRED, models  # noqa: F401 - models is the fixture
 
-# What a command writes: "owned" a folder it owns as a whole (a run, a corpus, a vocabulary, a study),
+# What each command writes: "owned" a folder it owns as a whole (a run, a corpus, a vocabulary, a study),
 # "file" one file, "collect" a folder it adds files of its own names to (GLUE submission TSVs).
-Build = Callable[[Path, dict, Path], list]
+TASKS = ("squad", "mrqa", "tacred", "semeval", "glue", "ner", "coref", "swag", "parse")
+KINDS = {
+    "tokenizer train": "owned", "preprocess": "owned", "pretrain": "owned", "pretrain cloze": "owned",
+    **{f"finetune {t}": "owned" for t in TASKS},
+    "finetune ner --features": "owned", "study": "owned", "study --dry-run": "owned", "curve": "owned",
+    "study --write_config": "file", "predict squad --null_odds": "file",
+    **{f"predict {t}": "file" for t in TASKS if t != "glue"},
+    "predict glue": "collect",
+}  # fmt: skip
 
 FT = ["--max_steps", "1", "--report_to", "none", "--disable_tqdm", "--device", "cpu"]
 
@@ -32,7 +39,8 @@ def _inputs(t: Path) -> dict[str, Path]:
     t.mkdir(parents=True, exist_ok=True)
     files = {
         "text": "corpus.txt", "squad": "squad.json", "mrqa": "mrqa.jsonl", "tacred": "tacred.json",
-        "semeval": "semeval.txt", "conll": "ner.conll", "coref": "coref.conll", "swag": "swag.csv", "trees": "trees.mrg",
+        "semeval": "semeval.txt", "conll": "ner.conll", "coref": "coref.conll", "swag": "swag.csv",
+        "trees": "trees.mrg",
     }  # fmt: skip
     paths = {k: t / v for k, v in files.items()}
     paths["text"].write_text("Alice was born in Paris .\n\nBruno plays the violin .\n" * 3)
@@ -42,7 +50,8 @@ def _inputs(t: Path) -> dict[str, Path]:
     paths["semeval"].write_text('1\t"The <e1>child</e1> was carried into the <e2>cradle</e2>."\nOther\nComment:\n\n')
     paths["conll"].write_text(CONLL)
     paths["coref"].write_text("#begin document (d); part 000\nd 0 0 Alice NNP - - - - - (0)\n\n#end document\n")
-    paths["swag"].write_text("video-id,fold-ind,startphrase,sent1,sent2,gold-source,ending0,ending1,ending2,ending3,label\n")
+    endings = ",".join(f"ending{k}" for k in range(4))
+    paths["swag"].write_text(f"video-id,fold-ind,startphrase,sent1,sent2,gold-source,{endings},label\n")
     paths["trees"].write_text("(TOP (S (NP (NNP Alice)) (VP (VBD slept)) (. .)))\n")
     sst = t / "SST-2"
     sst.mkdir(exist_ok=True)
@@ -54,7 +63,6 @@ def _inputs(t: Path) -> dict[str, Path]:
 
 
 def _study_file(t: Path, m: dict) -> Path:
-    _inputs(t)
     f = t / "study.yaml"
     f.write_text(
         f"systems: [{{name: enc, checkpoint: {m['enc']}}}]\nseeds: 1\n"
@@ -63,62 +71,52 @@ def _study_file(t: Path, m: dict) -> Path:
     return f
 
 
-def _finetune(task: str, *args) -> Build:
-    return lambda t, m, out: ["finetune", task, "--model", m["enc"], *args, "--output_dir", out, *FT]
+def _argv(name: str, t: Path, m: dict, out: Path) -> list:
+    """The command line of ``name`` writing to ``out``, its inputs under ``t``, its models ``m``."""
+    i = _inputs(t)
 
+    def finetune(task: str, *args) -> list:
+        return ["finetune", task, "--model", m["enc"], *args, "--output_dir", out, *FT]
 
-def _f(t: Path, key: str) -> Path:
-    return _inputs(t)[key]
+    def predict(task: str, model: str, data: str, *args) -> list:
+        return ["predict", task, "--model", m[model], "--data", i[data], *args, "--device", "cpu"]
 
+    study = _study_file(t, m)
+    return {
+        "tokenizer train": ["tokenizer", "train", "--corpus", i["text"], "--vocab_size", "120", "--output_dir", out],
+        "preprocess": ["preprocess", "--corpus", i["text"], "--tokenizer", m["enc"], "--output_dir", out, "--quiet"],
+        "pretrain": ["pretrain", "--corpus", i["text"], "--output_dir", out, *FT],
+        "pretrain cloze": ["pretrain", "--system", "cloze", "--model", "tiny", "--corpus", i["text"], "--output_dir",
+                           out, *FT],
+        "finetune squad": finetune("squad", "--train_file", i["squad"]),
+        "finetune mrqa": finetune("mrqa", "--train_file", i["mrqa"]),
+        "finetune tacred": finetune("tacred", "--train", i["tacred"]),
+        "finetune semeval": finetune("semeval", "--train", i["semeval"]),
+        "finetune glue": finetune("glue", "--task", "SST-2", "--data_dir", i["sst"]),
+        "finetune ner": finetune("ner", "--train", i["conll"]),
+        "finetune ner --features": finetune("ner", "--train", i["conll"], "--features", "last_hidden"),
+        "finetune coref": finetune("coref", "--train", i["coref"]),
+        "finetune swag": finetune("swag", "--train", i["swag"]),
+        "finetune parse": finetune("parse", "--train", i["trees"]),
+        "study": ["study", study, "--output_dir", out],
+        "study --dry-run": ["study", study, "--dry-run", "--probe_steps", "0", "--output_dir", out],
+        "curve": ["curve", t / "run", "--task", "glue", "--glue_task", "SST-2", "--train", i["sst"],
+                  "--output_dir", out],
+        "study --write_config": ["study", "--preset", "table1", "--write_config", out],
+        "predict squad": predict("squad", "qa", "squad", "--output", out),
+        # --null_odds first: argparse checks the options in the order given
+        "predict squad --null_odds": predict("squad", "qa", "squad", "--null_odds", out, "--output", t / "p.json"),
+        "predict mrqa": predict("mrqa", "qa", "mrqa", "--output", out),
+        "predict tacred": predict("tacred", "tacred", "tacred", "--output", out),
+        "predict semeval": predict("semeval", "tacred", "semeval", "--output", out),
+        "predict ner": predict("ner", "ner", "conll", "--output", out),
+        "predict coref": predict("coref", "enc", "coref", "--output", out),
+        "predict swag": predict("swag", "enc", "swag", "--output", out),
+        "predict parse": predict("parse", "enc", "trees", "--output", out),
+        "predict glue": ["predict", "glue", "--task", "SST-2", "--data_dir", i["sst"], "--model", m["sst2"],
+                         "--output_dir", out, "--device", "cpu"],
+    }[name]  # fmt: skip
 
-# name -> (what it writes, argv given the tmp folder, the models and the output path)
-COMMANDS: dict[str, tuple[str, Build]] = {
-    "tokenizer train": ("owned", lambda t, m, out: ["tokenizer", "train", "--corpus", _f(t, "text"), "--vocab_size", "120",
-                                                    "--output_dir", out]),
-    "preprocess": ("owned", lambda t, m, out: ["preprocess", "--corpus", _f(t, "text"), "--tokenizer", m["enc"],
-                                               "--output_dir", out, "--quiet"]),
-    "pretrain": ("owned", lambda t, m, out: ["pretrain", "--corpus", _f(t, "text"), "--output_dir", out, *FT]),
-    "pretrain cloze": ("owned", lambda t, m, out: ["pretrain", "--system", "cloze", "--model", "tiny", "--corpus", _f(t, "text"),
-                                                   "--output_dir", out, *FT]),
-    "finetune squad": ("owned", lambda t, m, out: _finetune("squad", "--train_file", _f(t, "squad"))(t, m, out)),
-    "finetune mrqa": ("owned", lambda t, m, out: _finetune("mrqa", "--train_file", _f(t, "mrqa"))(t, m, out)),
-    "finetune tacred": ("owned", lambda t, m, out: _finetune("tacred", "--train", _f(t, "tacred"))(t, m, out)),
-    "finetune semeval": ("owned", lambda t, m, out: _finetune("semeval", "--train", _f(t, "semeval"))(t, m, out)),
-    "finetune glue": ("owned", lambda t, m, out: _finetune("glue", "--task", "SST-2", "--data_dir", _f(t, "sst"))(t, m, out)),
-    "finetune ner": ("owned", lambda t, m, out: _finetune("ner", "--train", _f(t, "conll"))(t, m, out)),
-    "finetune ner --features": ("owned", lambda t, m, out: _finetune("ner", "--train", _f(t, "conll"),
-                                                                     "--features", "last_hidden")(t, m, out)),
-    "finetune coref": ("owned", lambda t, m, out: _finetune("coref", "--train", _f(t, "coref"))(t, m, out)),
-    "finetune swag": ("owned", lambda t, m, out: _finetune("swag", "--train", _f(t, "swag"))(t, m, out)),
-    "finetune parse": ("owned", lambda t, m, out: _finetune("parse", "--train", _f(t, "trees"))(t, m, out)),
-    "study": ("owned", lambda t, m, out: ["study", _study_file(t, m), "--output_dir", out]),
-    "study --dry-run": ("owned", lambda t, m, out: ["study", _study_file(t, m), "--dry-run",
-                                                    "--probe_steps", "0", "--output_dir", out]),
-    "curve": ("owned", lambda t, m, out: ["curve", t / "run", "--task", "glue", "--glue_task", "SST-2",
-                                          "--train", _f(t, "sst"), "--output_dir", out]),
-    "study --write_config": ("file", lambda t, m, out: ["study", "--preset", "table1", "--write_config", out]),
-    "predict squad": ("file", lambda t, m, out: ["predict", "squad", "--model", m["qa"], "--data", _f(t, "squad"),
-                                                 "--output", out, "--device", "cpu"]),
-    "predict squad --null_odds": ("file", lambda t, m, out: ["predict", "squad", "--model", m["qa"], "--data",
-                                                             _f(t, "squad"), "--null_odds", out, "--output",
-                                                             t / "p.json", "--device", "cpu"]),
-    "predict mrqa": ("file", lambda t, m, out: ["predict", "mrqa", "--model", m["qa"], "--data", _f(t, "mrqa"),
-                                                "--output", out, "--device", "cpu"]),
-    "predict tacred": ("file", lambda t, m, out: ["predict", "tacred", "--model", m["tacred"], "--data",
-                                                  _f(t, "tacred"), "--output", out, "--device", "cpu"]),
-    "predict semeval": ("file", lambda t, m, out: ["predict", "semeval", "--model", m["tacred"], "--data",
-                                                   _f(t, "semeval"), "--output", out, "--device", "cpu"]),
-    "predict ner": ("file", lambda t, m, out: ["predict", "ner", "--model", m["ner"], "--data", _f(t, "conll"),
-                                               "--output", out, "--device", "cpu"]),
-    "predict coref": ("file", lambda t, m, out: ["predict", "coref", "--model", m["enc"], "--data", _f(t, "coref"),
-                                                 "--output", out, "--device", "cpu"]),
-    "predict swag": ("file", lambda t, m, out: ["predict", "swag", "--model", m["enc"], "--data", _f(t, "swag"),
-                                                "--output", out, "--device", "cpu"]),
-    "predict parse": ("file", lambda t, m, out: ["predict", "parse", "--model", m["enc"], "--data", _f(t, "trees"),
-                                                 "--output", out, "--device", "cpu"]),
-    "predict glue": ("collect", lambda t, m, out: ["predict", "glue", "--task", "SST-2", "--data_dir", _f(t, "sst"),
-                                                   "--model", m["sst2"], "--output_dir", out, "--device", "cpu"]),
-}  # fmt: skip
 
 # case -> (the kinds it applies to, what the message says)
 CASES = {
@@ -131,7 +129,7 @@ CASES = {
 
 PARAMS = [
     pytest.param(name, case, id=f"{name}-{case}".replace(" ", "_"))
-    for name, (kind, _) in COMMANDS.items()
+    for name, kind in KINDS.items()
     for case, (kinds, _) in CASES.items()
     if kind in kinds
 ]
@@ -153,8 +151,9 @@ def _no_work(monkeypatch):
 
 
 @pytest.mark.parametrize("name, case", PARAMS)
-def test_every_command_refuses_a_bad_output_before_any_work(tmp_path, models, cli_error, monkeypatch, _no_work, name, case):  # noqa: F811
-    kind, build = COMMANDS[name]
+def test_every_command_refuses_a_bad_output_before_any_work(
+    tmp_path, models, cli_error, monkeypatch, _no_work, name, case  # noqa: F811 - models is the imported fixture
+):
     afile = tmp_path / "afile"
     afile.write_text("keep me\n")
     notes = tmp_path / "notes"
@@ -164,7 +163,7 @@ def test_every_command_refuses_a_bad_output_before_any_work(tmp_path, models, cl
     out = {"a file": afile, "a folder": tmp_path / "adir", "under a file": afile / "x",
            "a folder of other files": notes, "unwritable": tmp_path / "ro" / "out"}[case]  # fmt: skip
     (tmp_path / "ro").mkdir()
-    argv = build(tmp_path / "in", models, out)
+    argv = _argv(name, tmp_path / "in", models, out)
     if case == "unwritable":
         # tests run as root, who may write anywhere but a read-only mount: the refusal is simulated where
         # the check asks the system, creating a file there (as test_output.py does)
@@ -184,7 +183,7 @@ def test_every_command_that_writes_is_covered():
     from spanbert.cli import COMMANDS as CLI_COMMANDS
     from spanbert.cli import TASKS
 
-    covered = {name.split(" --")[0] for name in COMMANDS}
+    covered = {name.split(" --")[0] for name in KINDS}
     assert {f"finetune {t}" for t in TASKS} <= covered
     assert {f"predict {t}" for t in TASKS} <= covered
     writers = {"tokenizer": "tokenizer train", "preprocess": "preprocess", "pretrain": "pretrain", "study": "study",

@@ -1713,7 +1713,8 @@ def _parser(prog: str) -> argparse.ArgumentParser:
                    help="CPU threads of every cell (default 0: the cores other processes, other shards included, leave free)")
     p.add_argument("--seeds", type=int, help="override the number of fine-tuning seeds")
     p.add_argument("--budget_tokens", "--budget-tokens", type=int, help="override the pre-training budget in tokens")
-    p.add_argument("--write_config", "--write-config", type=output_file, help="write the study (e.g. a preset) as YAML to this file and stop")
+    p.add_argument("--write_config", "--write-config", type=output_file,
+                   help="write the study (e.g. a preset) as YAML to this file and stop")
     p.add_argument("--allow_long_run", "--allow-long-run", action="store_true",
                    help="start a study whose fine-tuning is estimated at more than a week on this machine anyway; "
                         "passed to every cell's command, whose own plan is refused over a week without it")

@@ -525,7 +525,8 @@ def cli(action: str, task_name: str, argv: list[str], prog: str) -> int:
             "--split", choices=("test", "dev"), default="test", help="which split to predict (default: test)"
         )
         parser.add_argument(
-            "--output_dir", required=True, type=output_folder, help="folder for the submission files (CoLA.tsv, MNLI-m.tsv, ...)"
+            "--output_dir", required=True, type=output_folder,
+            help="folder for the submission files (CoLA.tsv, MNLI-m.tsv, ...)",
         )
         add_inference_arguments(parser, "sequences")
         args = parser.parse_args(argv)

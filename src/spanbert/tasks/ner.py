@@ -340,7 +340,9 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
     parser.add_argument("--data", required=True, help="CoNLL-2003 file (tags optional for predict)")
     if action == "predict":
         parser.add_argument("--model", required=True, help="folder saved by `spanbert finetune ner`")
-        parser.add_argument("--output", required=True, type=output_file, help="CoNLL file to write: word [gold] predicted")
+        parser.add_argument(
+            "--output", required=True, type=output_file, help="CoNLL file to write: word [gold] predicted"
+        )
         add_inference_arguments(parser, "sequences")
         args = parser.parse_args(argv)
         check_model(args.model)

@@ -671,7 +671,8 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
                             "line): scored with EVALB too")  # fmt: skip
         source.add_argument("--text", action="append", help="a raw sentence to parse (repeatable)")
         parser.add_argument(
-            "--output", type=output_file, help="file to write, one tree a line in input order (default with --text: stdout)"
+            "--output", type=output_file,
+            help="file to write, one tree a line in input order (default with --text: stdout)",
         )
         parser.add_argument("--tags", choices=("input", "predicted"), default="input",
                             help="POS tags of the output trees: the input's (default; --text has none, so predicted) "
