@@ -1314,6 +1314,7 @@ def main(argv: list[str], prog: str = "spanbert pretrain") -> int:
     if sequences and not named_options(args, "TrainingArguments", ("max_tokens_per_batch",)):
         train_defaults["max_tokens_per_batch"] = 0
     targs = build(TrainingArguments, defaults=train_defaults)
+    check_output_dir(targs)  # the output contract, as soon as the folder is known: before any work
     masking = build(MaskingConfig)
     print0(preset_line(quick, cfg, targs))
     named_schedule = named_options(args, "TrainingArguments", ("max_steps", "warmup_steps", "warmup_ratio"))

@@ -45,7 +45,7 @@ import numpy as np
 from spanbert import cost, distributed
 from spanbert.config import ArgumentParser
 from spanbert.errors import SpanBertError
-from spanbert.utils import atomic_dir, atomic_write, remove_debris
+from spanbert.utils import atomic_dir, atomic_write, check_output, output_file, remove_debris
 
 # ---------------------------------------------------------------------------------------------
 # What a study is
@@ -866,6 +866,22 @@ def check_finished(cells: list[Cell]) -> None:
                 f"{marker}: found a finished cell '{cell.label}' run with other settings ({' '.join(diff)}), "
                 f"expected the study's; use a new output_dir for a changed study, or remove {cell.dir} to redo it"
             )
+
+
+STUDY_NAMES = frozenset({".lock", "study.json", "shared", "pretrain", "finetune", "summary", "models", "curve.md",
+                         "curve.csv", "curve.png"})  # fmt: skip
+"""What a study (or a curve) writes at the top of its output_dir: the lock, the plan, the shared corpus,
+the cells, the summary; a curve's exported checkpoints and its table and plot."""
+
+
+def holds_a_study(folder: Path) -> bool:
+    """Whether ``folder`` holds something an earlier study or curve wrote (`STUDY_NAMES`, a shard's lock,
+    a hidden temporary): the output contract's "an earlier output of this command" (`check_output`).
+    Such a folder is resumed; a folder of only other files is refused, before any work."""
+    return any(
+        p.name in STUDY_NAMES or p.name.startswith(".lock.") or (p.name.startswith(".") and ".tmp" in p.name)
+        for p in folder.iterdir()
+    )
 
 
 @contextlib.contextmanager
@@ -1697,7 +1713,8 @@ def _parser(prog: str) -> argparse.ArgumentParser:
                    help="CPU threads of every cell (default 0: the cores other processes, other shards included, leave free)")
     p.add_argument("--seeds", type=int, help="override the number of fine-tuning seeds")
     p.add_argument("--budget_tokens", "--budget-tokens", type=int, help="override the pre-training budget in tokens")
-    p.add_argument("--write_config", "--write-config", help="write the study (e.g. a preset) as YAML to this file and stop")
+    p.add_argument("--write_config", "--write-config", type=output_file,
+                   help="write the study (e.g. a preset) as YAML to this file and stop")
     p.add_argument("--allow_long_run", "--allow-long-run", action="store_true",
                    help="start a study whose fine-tuning is estimated at more than a week on this machine anyway; "
                         "passed to every cell's command, whose own plan is refused over a week without it")
@@ -1745,6 +1762,8 @@ def main(argv: list[str], prog: str = "spanbert study") -> int:
         distributed.print0(f"wrote {args.write_config}; run it with: spanbert study {args.write_config}")
         return 0
     study = study_from_dict(data, where)
+    # the output contract before any work, a dry run's too: it plans cells into this folder
+    check_output(study.output_dir, folder=True, ours=holds_a_study)
     distributed.init_distributed(distributed.resolve_device("auto"))
     if args.dry_run:
         distributed.print0(dry_run(study, args.probe_steps))
@@ -1866,7 +1885,7 @@ def curve_main(argv: list[str], prog: str = "spanbert curve") -> int:
         options[key.strip().lstrip("-")] = _option_value(value)
     task = TaskSpec(args.task, train=args.train, dev=args.dev, glue_task=args.glue_task, folds=args.fold,
                     learning_rates=[args.learning_rate], options=options)  # fmt: skip
-    out = Path(args.output_dir or run / f"curve-{task.name}")
+    out = check_output(args.output_dir or run / f"curve-{task.name}", folder=True, ours=holds_a_study)
     # everything the arguments decide is checked before a checkpoint is exported (issue 22.13): the
     # run, then the task, its files, the grid and the seeds, with the run's final model standing in for
     # the exported ones

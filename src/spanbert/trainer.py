@@ -48,6 +48,7 @@ from spanbert import threads
 from spanbert.errors import SpanBertError
 from spanbert.utils import (
     atomic_write,
+    check_output,
     close_inherited_sockets,
     configure_malloc,
     fsync_dir,
@@ -950,13 +951,41 @@ def load_training_state(path: Path, model: nn.Module, optimizer, scheduler, scal
     return int(state["step"])
 
 
+RUN_NAMES = frozenset({"latest", "log.jsonl", "tensorboard", "best", "config.json", "final", "data", "sweep.json",
+                       "sweep", "feature_cache", "log.txt"})  # fmt: skip
+"""What a spanbert run writes in its output_dir, at any stage: the loop's checkpoints pointer, log, TensorBoard
+events and best weights; a saved model (config.json) or a pre-training export (final/); pre-training's
+prepared corpus (data/); a sweep's summary and runs; feature-based NER's cache; and the log the study
+writes into a cell's folder before the cell's command starts (log.txt). `checkpoint-N`, moved-aside logs
+(log.jsonl.K, tensorboard.K) and hidden temporaries (`.NAME.tmp-*`, `.NAME.old-*`) count too."""
+
+
+def holds_a_run(folder: Path) -> bool:
+    """Whether ``folder`` holds something an earlier spanbert run wrote (`RUN_NAMES`): the output
+    contract's test of "an earlier output of this command" for a training folder."""
+    for p in folder.iterdir():
+        name = p.name
+        if name in RUN_NAMES or name.startswith(("checkpoint-", ".checkpoint-", "log.jsonl.", "tensorboard.")):
+            return True
+        if name.startswith(".") and (".tmp-" in name or ".old-" in name or name.endswith(".tmp")):
+            return True  # debris of a killed run (`remove_debris` clears it at the start)
+    return False
+
+
 def check_output_dir(args: TrainingArguments) -> None:
-    """Refuse an output_dir that already holds a run (a `latest` pointer, a `checkpoint-*` folder or
-    a saved model's config.json) unless --resume or --overwrite_output_dir is given (contract 3)."""
-    if args.resume or args.overwrite_output_dir:
-        return
-    out = Path(args.output_dir)
-    if not out.is_dir():
+    """The output contract of a training run (`spanbert.utils.check_output`), checked by every command that
+    trains before any work, and again by `train`. Refused, each with one error naming the folder:
+
+    - output_dir is a file, lies under a file, or cannot be written;
+    - output_dir holds files, none of which a run writes (`holds_a_run`: a folder of the user's notes,
+      data or another program's output), whatever the flags: nothing there is ever deleted or mixed in;
+    - output_dir holds an earlier run (a `latest` pointer, a `checkpoint-*` folder or a saved model's
+      config.json) and neither --resume nor --overwrite_output_dir is given (contract 3). A run killed
+      before its first checkpoint (only its log.jsonl) may start again.
+
+    An empty or missing folder is fine; checking creates nothing."""
+    out = check_output(args.output_dir, folder=True, ours=holds_a_run)
+    if args.resume or args.overwrite_output_dir or not out.is_dir():
         return
     found = None
     if (out / "latest").exists():

@@ -125,6 +125,24 @@ def check_output(path: str | os.PathLike, folder: bool, ours: Callable[[Path], b
     return path
 
 
+def output_file(value: str) -> str:
+    """The argparse ``type`` of an option naming a file the command writes (``--output``,
+    ``--write_config``): the output contract (`check_output`) is checked as the option is parsed, so
+    a bad path is refused before the command reads a model or a line of data."""
+    check_output(value, folder=False)
+    return value
+
+
+def output_folder(value: str) -> str:
+    """The argparse ``type`` of an option naming a folder the command fills with files of its own
+    names beside whatever is there (``predict glue --output_dir``: one submission file per split):
+    only a file in the way and an unwritable location are refused, a folder of other files is normal.
+    A folder a command owns as a whole (a training run, a study) is checked by that command instead,
+    with its rule of what an earlier output of its own looks like (`check_output`'s ``ours``)."""
+    check_output(value, folder=True)
+    return value
+
+
 @contextlib.contextmanager
 def atomic_dir(path: str | os.PathLike, overwrite: bool = True) -> Iterator[Path]:
     """Yield a fresh temporary directory beside ``path``; on success it replaces ``path``.

@@ -149,8 +149,10 @@ def named_schedule(args: argparse.Namespace) -> bool:
 
 
 def check_output_dir(targs: TrainingArguments) -> None:
-    """Refuse to train into a folder that already holds a run, unless --resume / --overwrite_output_dir
-    (contract 3; the check itself is `spanbert.trainer.check_output_dir`). Call it before any work."""
+    """The output contract of a fine-tuning folder (`spanbert.trainer.check_output_dir`: a file in the way,
+    an unwritable place or a folder of only other files refused; an earlier run refused unless --resume /
+    --overwrite_output_dir, contract 3), and an earlier sweep's summary likewise. Every task's finetune
+    calls it as soon as its `TrainingArguments` are built, before any work."""
     from spanbert import trainer
 
     check = getattr(trainer, "check_output_dir", None)

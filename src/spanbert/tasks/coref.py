@@ -34,7 +34,7 @@ from torch import Tensor, nn
 from spanbert import threads
 from spanbert.config import ArgumentParser
 from spanbert.errors import DataError, SpanBertError, decode_utf8
-from spanbert.utils import atomic_write
+from spanbert.utils import atomic_write, output_file
 
 Span = tuple[int, int]  # inclusive (start, end) word or sub-token indices
 
@@ -1480,7 +1480,7 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         source = parser.add_mutually_exclusive_group(required=True)
         source.add_argument("--data", help="CoNLL-2012 file or folder to resolve")
         source.add_argument("--text", help="raw text: prints its clusters as JSON with character offsets")
-        parser.add_argument("--output", help="CoNLL-2012 file to write (with --data)")
+        parser.add_argument("--output", type=output_file, help="CoNLL-2012 file to write (with --data)")
         parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default: auto)")
         parser.add_argument("--disable_tqdm", action="store_true", help="hide the progress bar")
         args = parser.parse_args(argv)

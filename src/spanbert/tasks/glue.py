@@ -29,7 +29,7 @@ from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics.classification import accuracy, binary_f1, matthews_corrcoef, pearson, spearman
 from spanbert.tasks.common import add_inference_arguments, match_by_id
-from spanbert.utils import atomic_write
+from spanbert.utils import atomic_write, output_folder
 from spanbert.trainer import eval_size
 
 STSB_RANGE = (0.0, 5.0)
@@ -525,7 +525,8 @@ def cli(action: str, task_name: str, argv: list[str], prog: str) -> int:
             "--split", choices=("test", "dev"), default="test", help="which split to predict (default: test)"
         )
         parser.add_argument(
-            "--output_dir", required=True, help="folder for the submission files (CoLA.tsv, MNLI-m.tsv, ...)"
+            "--output_dir", required=True, type=output_folder,
+            help="folder for the submission files (CoLA.tsv, MNLI-m.tsv, ...)",
         )
         add_inference_arguments(parser, "sequences")
         args = parser.parse_args(argv)

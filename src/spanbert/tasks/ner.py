@@ -46,6 +46,7 @@ from spanbert.tasks.conll import (  # noqa: F401 -- the data side of the task, p
     write_predictions,
 )
 from spanbert.trainer import eval_size
+from spanbert.utils import output_file
 
 # ---------------------------------------------------------------------------------------------
 # Fine-tuning, prediction, CLI
@@ -339,7 +340,9 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
     parser.add_argument("--data", required=True, help="CoNLL-2003 file (tags optional for predict)")
     if action == "predict":
         parser.add_argument("--model", required=True, help="folder saved by `spanbert finetune ner`")
-        parser.add_argument("--output", required=True, help="CoNLL file to write: word [gold] predicted")
+        parser.add_argument(
+            "--output", required=True, type=output_file, help="CoNLL file to write: word [gold] predicted"
+        )
         add_inference_arguments(parser, "sequences")
         args = parser.parse_args(argv)
         check_model(args.model)

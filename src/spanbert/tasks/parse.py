@@ -45,6 +45,7 @@ from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.tasks.classification import FeatureDataset
 from spanbert.tasks.common import selection_defaults, warn_unseen
 from spanbert.tasks.trees import Tree, read_trees
+from spanbert.utils import output_file
 
 CHAIN = "+"
 """Joins the labels of a collapsed unary chain (outermost first): ``S+VP``. No PTB label has a ``+``."""
@@ -670,7 +671,8 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
                             "line): scored with EVALB too")  # fmt: skip
         source.add_argument("--text", action="append", help="a raw sentence to parse (repeatable)")
         parser.add_argument(
-            "--output", help="file to write, one tree a line in input order (default with --text: stdout)"
+            "--output", type=output_file,
+            help="file to write, one tree a line in input order (default with --text: stdout)",
         )
         parser.add_argument("--tags", choices=("input", "predicted"), default="input",
                             help="POS tags of the output trees: the input's (default; --text has none, so predicted) "

@@ -41,6 +41,7 @@ from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics import squad as squad_metrics
 from spanbert.tasks.common import add_inference_arguments, selection_defaults
 from spanbert.tasks.layers import scaled
+from spanbert.utils import output_file
 
 # ---------------------------------------------------------------------------------------------
 # Readers
@@ -1459,13 +1460,15 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
             help="fine-tuned QA model folder (spanbert finetune, or a HF BertForQuestionAnswering)",
         )
         parser.add_argument("--data", help=f"questions to answer, {fmt} (or --question with --context)")
-        parser.add_argument("--output", help="predictions file to write: {question_id: answer text} (with --data)")
+        parser.add_argument("--output", type=output_file,
+                            help="predictions file to write: {question_id: answer text} (with --data)")
         parser.add_argument("--question", help="one question in raw text, answered from --context or --context_file: "
                             "prints {answer, score, start, end} as JSON (start/end: character offsets in the context)")  # fmt: skip
         parser.add_argument("--context", help="the raw text --question is answered from")
         parser.add_argument("--context_file", help="a UTF-8 text file holding the context of --question")
         parser.add_argument(
-            "--null_odds", help="where to write the null-score differences (default: null_odds.json beside --output)"
+            "--null_odds", type=output_file,
+            help="where to write the null-score differences (default: null_odds.json beside --output)",
         )
         parser.add_argument("--articles", help="only these articles, a slice start:stop")
         parser.add_argument(

@@ -46,7 +46,7 @@ from spanbert.tasks.common import (
     selection_summary,
     warn_unseen,
 )
-from spanbert.utils import atomic_write
+from spanbert.utils import atomic_write, output_file
 from spanbert.trainer import eval_size
 
 TACRED_LABEL = re.compile(r"^(no_relation|(per|org):[a-z_/]+)$")
@@ -645,7 +645,7 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
     parser.add_argument("--data", required=True, help="TACRED .json or SemEval-2010 .TXT file")
     if action == "predict":
         parser.add_argument("--model", required=True, help="folder of a model saved by `spanbert finetune`")
-        parser.add_argument("--output", required=True, help="predictions file to write")
+        parser.add_argument("--output", required=True, type=output_file, help="predictions file to write")
         add_inference_arguments(parser, "sequences")
         args = parser.parse_args(argv)
         start_distributed(args.device)

@@ -32,7 +32,7 @@ from spanbert.config import ArgumentParser
 from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.tasks.common import add_inference_arguments, selection_defaults
-from spanbert.utils import atomic_write
+from spanbert.utils import atomic_write, output_file
 
 NUM_CHOICES = 4
 ENDINGS = tuple(f"ending{k}" for k in range(NUM_CHOICES))
@@ -459,7 +459,7 @@ def cli(action: str, task_name: str, argv: list[str], prog: str) -> int:
     parser.add_argument("--data", required=True, help="SWAG CSV file (val.csv, or test.csv for predict)")
     if action == "predict":
         parser.add_argument("--model", required=True, help="folder saved by `spanbert finetune swag`")
-        parser.add_argument("--output", required=True, help="CSV to write: video-id,fold-ind,label")
+        parser.add_argument("--output", required=True, type=output_file, help="CSV to write: video-id,fold-ind,label")
         add_inference_arguments(parser, "examples")
         args = parser.parse_args(argv)
         check_model(args.model)
