@@ -29,7 +29,8 @@ from torch import Tensor, nn
 
 from spanbert.config import FinetuneHabits
 from spanbert.errors import SpanBertError
-from spanbert.model import Dropout
+from spanbert.checkpoints import save_folder
+from spanbert.dropout import Dropout
 
 MODEL_TYPE = "cloze-two-tower"
 SYSTEMS = ("cloze", "bilm", "cloze-bilm")
@@ -556,19 +557,15 @@ class TwoTowerModel(nn.Module):
     # -------------------------------------------------------------- saving
     def save_pretrained(self, path: str | Path, tokenizer: Any = None, extra: dict[str, Any] | None = None) -> None:
         """Write an HF-like folder: config.json ("model_type": "cloze-two-tower"), model.safetensors and
-        the tokenizer files (config.json last, each file atomically)."""
-        from spanbert.model import save_checkpoint
-
-        path = Path(path)
-        if tokenizer is not None:
-            save_tokenizer(tokenizer, path)
+        the tokenizer files (`save_tokenizer`), as one atomic folder (`spanbert.checkpoints.save_folder`:
+        it replaces an earlier model's folder whole and refuses a folder of other files)."""
         config_json = {
             "model_type": MODEL_TYPE,
             "architectures": ["TwoTowerModel"],
             **dataclasses.asdict(self.config),
             "spanbert": dict(extra or {}),
         }
-        save_checkpoint(path, self.state_dict(), config_json)
+        save_folder(path, self.state_dict(), config_json, tokenizer=tokenizer)
 
 
 # ---------------------------------------------------------------------------------------------

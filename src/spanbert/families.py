@@ -11,7 +11,9 @@ supplies to the shared heads (`Family.habits`), not a second pipeline.
 Checkpoints say which family they hold in config.json's ``model_type`` (``"bert"``, or
 ``"cloze-two-tower"``); a folder without it (HF BERT, Google's and SpanBERT's ``bert_config.json``
 releases, a fairseq state dict) is BERT, as it always was. ``FAMILIES`` maps model_type to its
-`FamilySpec`, as transformers' ``AutoModel`` maps it to a class.
+`FamilySpec`, as transformers' ``AutoModel`` maps it to a class. A family's row also says how its
+folders are read, checked and written (`spanbert.checkpoints` holds the layouts): the functions here
+dispatch on the row and never on a family's name, so a family with another weights layout adds a row.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor, nn
 
-from spanbert import cloze, model
+from spanbert import checkpoints, cloze, model
 from spanbert.config import BertConfig, FinetuneHabits
 from spanbert.errors import SpanBertError
 from spanbert.hub import resolve_model
@@ -84,6 +86,21 @@ class FamilySpec:
     """(config.json dict, tokenizer) -> the tokenizer framed for the family (`Family.frame`, without weights)."""
     prefix: str
     """The family's part of a task model's architecture name (``Bert`` -> ``BertForQuestionAnswering``)."""
+    load: Callable[[Path], tuple[dict[str, Any], dict[str, Tensor]]]
+    """folder -> (config.json dict, state dict in the family's own key names): every weights layout
+    the family reads (BERT: HF, Google's and SpanBERT's releases, fairseq, shards, .bin)."""
+    check: Callable[[Path], None]
+    """folder -> None; fails, naming the file, where `load` would (no weights, a broken header), without
+    reading a tensor: what a command checks before it writes anything."""
+    load_encoder_state: Callable[[nn.Module, dict[str, Tensor], str], None]
+    """(encoder, its own keys from `encoder_state`, source) -> None: loads them, or an error naming
+    ``source`` when they do not fit (BERT: a missing pooler stays freshly initialised)."""
+    save: Callable[[Path, dict[str, Tensor], dict[str, Any], Any], None]
+    """(folder, state dict, config.json dict, tokenizer or None) -> None: writes a task model's files into a
+    run folder, in place beside the run's other outputs (`spanbert.checkpoints.save_checkpoint`)."""
+    bare_task_folders: bool = False
+    """A folder whose config.json has no ``architectures`` may still hold a task model, its weights
+    decide (HF BERT folders written without the key); otherwise such a folder holds no task head."""
 
 
 def _bert_from_config(raw: dict[str, Any], add_pooling_layer: bool, source: str) -> nn.Module:
@@ -95,13 +112,31 @@ def _bert_habits(raw: dict[str, Any], source: str) -> FinetuneHabits:
     return FinetuneHabits(init_std=cfg.initializer_range, head_dropout=cfg.hidden_dropout_prob)
 
 
+def _load_strict(encoder: nn.Module, own: dict[str, Tensor], source: str) -> None:
+    """Every weight of the encoder from ``own``, nothing else."""
+    missing, unexpected = encoder.load_state_dict(own, strict=False)
+    if missing or unexpected:
+        raise SpanBertError(
+            f"{source}: weights do not match a {encoder.model_type} encoder; missing {missing[:5]}, unexpected {unexpected[:5]}"
+        )
+
+
+def _save_hf(path: Path, state: dict[str, Tensor], config_json: dict[str, Any], tokenizer: Any) -> None:
+    checkpoints.save_checkpoint(path, state, config_json, tokenizer=tokenizer)
+
+
 FAMILIES: dict[str, FamilySpec] = {
     "bert": FamilySpec(
         from_config=_bert_from_config,
-        encoder_state=model.encoder_state_dict,
+        encoder_state=checkpoints.encoder_state_dict,
         habits=_bert_habits,
         frame=lambda raw, tok: tok,
         prefix="Bert",
+        load=checkpoints.load_checkpoint,
+        check=checkpoints.check_checkpoint,
+        load_encoder_state=lambda encoder, own, source: encoder.load_bert_state(own, source=source),
+        save=_save_hf,
+        bare_task_folders=True,
     ),
     cloze.MODEL_TYPE: FamilySpec(
         from_config=lambda raw, pooled, source: cloze.encoder_from_config(raw, source),
@@ -109,9 +144,15 @@ FAMILIES: dict[str, FamilySpec] = {
         habits=lambda raw, source: cloze.FINETUNE_HABITS,
         frame=lambda raw, tok: cloze.frame_tokenizer(cloze.config_from_json(raw), tok),
         prefix="TwoTower",
+        load=checkpoints.load_safetensors_checkpoint,
+        check=checkpoints.check_safetensors_checkpoint,
+        load_encoder_state=_load_strict,
+        save=_save_hf,
     ),
 }
-"""config.json ``model_type`` -> family. Any other model_type (or none) reads as BERT."""
+"""config.json ``model_type`` -> family. Any other model_type (or none) reads as `DEFAULT_FAMILY`."""
+DEFAULT_FAMILY = "bert"
+"""The family of a folder whose config.json names none of `FAMILIES` (every BERT release predates the key)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -125,10 +166,10 @@ def read_config(path: str | Path) -> dict[str, Any]:
     path = resolve_model(path)
     if not path.is_dir():
         raise SpanBertError(f"{path}: model folder not found, expected a folder with config.json and weights")
-    cfg_path = model.config_path(path)
+    cfg_path = checkpoints.config_path(path)
     if not cfg_path.is_file():
         raise SpanBertError(f"{path}: no config.json or bert_config.json, expected a model folder")
-    raw = model.read_json(cfg_path, "a JSON object of model settings")
+    raw = checkpoints.read_json(cfg_path, "a JSON object of model settings")
     if not isinstance(raw, dict):
         raise SpanBertError(f"{cfg_path}: found a JSON {type(raw).__name__}, expected a JSON object of model settings")
     return raw
@@ -137,7 +178,7 @@ def read_config(path: str | Path) -> dict[str, Any]:
 def family_name(raw: dict[str, Any]) -> str:
     """The `FAMILIES` key of a config.json dict: its model_type when it names a family, else bert."""
     kind = raw.get("model_type")
-    return kind if isinstance(kind, str) and kind in FAMILIES else "bert"
+    return kind if isinstance(kind, str) and kind in FAMILIES else DEFAULT_FAMILY
 
 
 def family_of(path: str | Path) -> str:
@@ -150,30 +191,24 @@ def habits_of(path: str | Path) -> FinetuneHabits:
     needs before it parses its options, to show and use the family's defaults."""
     path = resolve_model(path)
     raw = read_config(path)
-    return FAMILIES[family_name(raw)].habits(raw, str(model.config_path(path)))
+    return FAMILIES[family_name(raw)].habits(raw, str(checkpoints.config_path(path)))
 
 
 def num_layers_of(path: str | Path) -> int:
-    """`Family.num_layers` of the checkpoint in ``path``, from its config.json (BERT: the weights are
-    checked to be there too, `spanbert.model.check_checkpoint`); nothing is loaded."""
+    """`Family.num_layers` of the checkpoint in ``path``, from its config.json; the weights are checked
+    to be there and readable (`FamilySpec.check`), nothing is loaded."""
     path = resolve_model(path)
     raw = read_config(path)
-    if family_name(raw) == "bert":
-        return model.check_checkpoint(path).num_hidden_layers
+    spec = FAMILIES[family_name(raw)]
+    spec.check(path)
     with torch.device("meta"):  # the sizes only: no memory, no initialisation
-        return encoder_from_config(raw, False, str(model.config_path(path))).num_layers
+        return spec.from_config(raw, False, str(checkpoints.config_path(path))).num_layers
 
 
 def load_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict[str, Tensor]]:
     """(config.json dict, state dict) of any family's folder (pre-trained or fine-tuned)."""
     path = resolve_model(path)
-    raw = read_config(path)
-    if family_name(raw) == "bert":
-        return model.load_checkpoint(path)  # HF, Google/SpanBERT releases, fairseq, sharded, .bin
-    weights = Path(path) / "model.safetensors"
-    if not weights.is_file():
-        raise SpanBertError(f"{path}: no weights (expected model.safetensors)")
-    return raw, model.read_safetensors(weights)
+    return FAMILIES[family_name(read_config(path))].load(path)
 
 
 def encoder_from_config(raw: dict[str, Any], add_pooling_layer: bool = True, source: str = "config.json") -> nn.Module:
@@ -186,16 +221,13 @@ def load_encoder(path: str | Path, add_pooling_layer: bool = False) -> nn.Module
     """The encoder of any family's checkpoint folder (pre-trained, or a fine-tuned task folder whose head
     is dropped), in eval mode: a loaded model predicts; `spanbert.trainer.train` switches to train().
 
-    BERT: every layout `spanbert.model.load_checkpoint` reads; a checkpoint without a pooler (the SpanBERT
-    release) gets a freshly initialised one when ``add_pooling_layer``.
+    Every layout the family's `FamilySpec.load` reads (BERT: `spanbert.checkpoints.load_checkpoint`'s); a
+    BERT checkpoint without a pooler (the SpanBERT release) gets a freshly initialised one when
+    ``add_pooling_layer``.
     """
     path = resolve_model(path)
-    raw = read_config(path)
-    name = family_name(raw)
-    if name == "bert":
-        return model.Encoder.from_pretrained(path, add_pooling_layer=add_pooling_layer)
-    _, state = load_checkpoint(path)
-    encoder = encoder_from_config(raw, add_pooling_layer, str(model.config_path(path)))
+    raw, state = load_checkpoint(path)
+    encoder = encoder_from_config(raw, add_pooling_layer, str(checkpoints.config_path(path)))
     load_encoder_state(encoder, state, str(path))
     return encoder.eval()
 
@@ -203,15 +235,8 @@ def load_encoder(path: str | Path, add_pooling_layer: bool = False) -> nn.Module
 def load_encoder_state(encoder: nn.Module, state: dict[str, Tensor], source: str) -> None:
     """Load a checkpoint's encoder weights (pre-trained or fine-tuned names) into ``encoder``; every
     weight must fit (BERT: a missing pooler stays freshly initialised, as `Encoder.load_bert_state`)."""
-    own = FAMILIES[encoder.model_type].encoder_state(state)
-    if encoder.model_type == "bert":
-        encoder.load_bert_state(own, source=source)
-        return
-    missing, unexpected = encoder.load_state_dict(own, strict=False)
-    if missing or unexpected:
-        raise SpanBertError(
-            f"{source}: weights do not match a {encoder.model_type} encoder; missing {missing[:5]}, unexpected {unexpected[:5]}"
-        )
+    spec = FAMILIES[encoder.model_type]
+    spec.load_encoder_state(encoder, spec.encoder_state(state), source)
 
 
 def load_tokenizer(path: str | Path, tokenizer_dir: str | Path | None = None) -> Any:
@@ -252,7 +277,7 @@ def save_task_model(
             config_json.setdefault("spanbert", {}).update(v)
         else:
             config_json[k] = v
-    model.save_checkpoint(output_dir, task_model.state_dict(), config_json, tokenizer=tokenizer)
+    FAMILIES[task_model.bert.model_type].save(Path(output_dir), task_model.state_dict(), config_json, tokenizer)
 
 
 def check_task_folder(path: str | Path, architectures: tuple[str, ...], needs: str) -> dict[str, Any]:
@@ -262,7 +287,7 @@ def check_task_folder(path: str | Path, architectures: tuple[str, ...], needs: s
     finetune glue")."""
     raw = read_config(path)
     found = raw.get("architectures")
-    if found is None and family_name(raw) == "bert" and "spanbert" not in raw:
+    if found is None and FAMILIES[family_name(raw)].bare_task_folders and "spanbert" not in raw:
         return raw  # a HF folder written without architectures: its weights decide (the loader checks them)
     held = found[0] if isinstance(found, list) and found and isinstance(found[0], str) else None
     if held not in architectures:

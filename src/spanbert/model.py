@@ -1,4 +1,4 @@
-"""The BERT encoder, the pre-training heads (MLM, SBO, NSP) and checkpoint I/O, in one file.
+"""The BERT family: the encoder (and its causal variant) and the pre-training heads (MLM, SBO, NSP).
 
 Parameter names are those of HF `BertModel` / `BertForPreTraining`, so checkpoints move both ways with
 no remapping. Three things make it faster than the HF implementation on the same work:
@@ -8,13 +8,16 @@ no remapping. Three things make it faster than the HF implementation on the same
   (`Unpad`), and on CPU attention too, a sequence at a time (`SelfAttention._ragged`);
 - the MLM and SBO heads run only at the masked positions (15% of tokens) instead of producing
   vocabulary logits for every token, which dominates the cost of a small model's pre-training step.
+
+How a folder of weights is read and written (every BERT layout, key renames, atomic saves) is
+`spanbert.checkpoints`; its public names stay importable from here (`load_checkpoint`,
+`save_checkpoint`, `check_checkpoint`, `config_path`, `SBO_FILE`, ...), as is `Dropout`
+(`spanbert.dropout`, which task heads share).
 """
 
 from __future__ import annotations
 
-import json
 import math
-import pickle
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,10 +26,29 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from spanbert.checkpoints import (
+    _ENCODER_PREFIXES,  # noqa: F401 -- re-exported: an old private name
+    CONFIG_FILES,  # noqa: F401 -- re-exported
+    SBO_FILE,  # noqa: F401 -- re-exported
+    check_checkpoint,  # noqa: F401 -- re-exported
+    config_path,
+    describe_checkpoint,
+    encoder_state_dict,
+    head_weights,
+    load_checkpoint,
+    load_pretraining_checkpoint,
+    read_json,  # noqa: F401 -- re-exported
+    read_safetensors,  # noqa: F401 -- re-exported
+    save_checkpoint,  # noqa: F401 -- re-exported
+    save_folder,
+    split_pretraining_state,
+    unplaced_weights,
+)
 from spanbert.config import BertConfig, FinetuneHabits
+from spanbert.distributed import eprint0
+from spanbert.dropout import Dropout, cpu_keep_mask  # noqa: F401 -- re-exported: the old home of both
 from spanbert.errors import SpanBertError
 from spanbert.hub import resolve_model
-from spanbert.utils import atomic_write, publish_file, temporary_file
 
 # ---------------------------------------------------------------------------------------------
 # Encoder
@@ -41,43 +63,6 @@ def _act(name: str):
         return F.relu
     raise SpanBertError(f"unsupported hidden_act {name!r}")
 
-
-class Dropout(nn.Module):
-    """Dropout whose CPU masks are drawn 16 bits at a time.
-
-    PyTorch's CPU `bernoulli_` draws one Mersenne-Twister number per element and dominates the cost
-    of attention dropout (~4x a softmax over the same tensor). Here one 64-bit draw gives four 16-bit
-    uniforms: an element is dropped with probability ceil(p * 65536) / 65536 (0.100006 for p = 0.1) and
-    kept ones are scaled by the exact inverse keep rate, so the layer stays unbiased. The draws come
-    from torch's global generator, so seeding and checkpoint resume work as with `nn.Dropout`. On
-    other devices this is `F.dropout`.
-    """
-
-    def __init__(self, p: float):
-        super().__init__()
-        self.p = p
-
-    def forward(self, x: Tensor) -> Tensor:
-        if not self.training or self.p == 0.0:
-            return x
-        if x.device.type != "cpu" or torch.compiler.is_compiling():
-            return F.dropout(x, self.p, True)
-        return x * cpu_keep_mask(x.shape, self.p).to(x.dtype) * (65536.0 / (65536 - _drop_threshold(self.p)))
-
-    def extra_repr(self) -> str:
-        return f"p={self.p}"
-
-
-def _drop_threshold(p: float) -> int:
-    return min(65536, math.ceil(p * 65536))
-
-
-def cpu_keep_mask(shape: torch.Size | tuple[int, ...], p: float) -> Tensor:
-    """Boolean keep-mask, True with probability 1 - ceil(p * 65536) / 65536, from 16-bit uniforms."""
-    n = math.prod(shape)
-    words = torch.empty((n + 3) // 4, dtype=torch.int64, device="cpu").random_(-(2**63), 2**63 - 1)  # 64 random bits each
-    u = words.view(torch.int16)[:n]  # uniform over [-32768, 32767]
-    return (u >= -32768 + _drop_threshold(p)).view(shape)
 
 
 class Embeddings(nn.Module):
@@ -468,9 +453,11 @@ class Encoder(nn.Module):
         self.load_state_dict({k: v for k, v in state.items() if k in own}, strict=False)
 
     def save_pretrained(self, path: str | Path, tokenizer: Any = None) -> None:
-        """Write `config.json` + `model.safetensors` (+ tokenizer files) that `BertModel` loads."""
+        """Write `config.json` + `model.safetensors` (+ tokenizer files) that `BertModel` loads, as one
+        atomic folder (`spanbert.checkpoints.save_folder`: it replaces an earlier model's folder whole
+        and refuses a folder of other files)."""
         config_json = {**self.config.to_hf_dict(), "architectures": ["BertModel"]}
-        save_checkpoint(path, self.state_dict(), config_json, tokenizer=tokenizer)
+        save_folder(path, self.state_dict(), config_json, tokenizer=tokenizer)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -634,16 +621,17 @@ class SpanBertForPreTraining(nn.Module):
     def save_pretrained(self, path: str | Path, tokenizer: Any = None, extra: dict | None = None) -> None:
         """HF layout: `bert.*` + `cls.predictions.*` (+ `cls.seq_relationship.*`) in model.safetensors,
         loadable by `BertForMaskedLM` / `BertForPreTraining`; the SBO head beside it in
-        `span_boundary_head.safetensors` so that transformers loads the main file without warnings."""
-        state = self.state_dict()
-        main = {k: v for k, v in state.items() if not k.startswith("cls.span_predictions.")}
-        sbo = {k: v for k, v in state.items() if k.startswith("cls.span_predictions.")}
+        `span_boundary_head.safetensors` so that transformers loads the main file without warnings.
+        One atomic folder (`spanbert.checkpoints.save_folder`): a model without an SBO head saved over
+        one with it leaves no SBO file behind."""
+        main, extra_files = split_pretraining_state(self.state_dict())
+        sbo = bool(extra_files)
         arch = "BertForPreTraining" if self.cls.seq_relationship is not None else "BertForMaskedLM"
         if self.config.is_decoder:  # §5.1 LTR: `cls.predictions` is then a next-token head, HF's causal BERT
             arch = "BertLMHeadModel"
         config_json = {**self.config.to_hf_dict(), "architectures": [arch]}
         spanbert_meta = {
-            "sbo": bool(sbo),
+            "sbo": sbo,
             "nsp": self.cls.seq_relationship is not None,
             "sbo_position_dim": self.cls.span_predictions.position_embeddings.embedding_dim if sbo else None,
             "mlm_weight": self.mlm_weight,
@@ -651,7 +639,7 @@ class SpanBertForPreTraining(nn.Module):
             **(extra or {}),
         }
         config_json["spanbert"] = spanbert_meta
-        save_checkpoint(path, main, config_json, tokenizer=tokenizer, extra_files={SBO_FILE: sbo} if sbo else None)
+        save_folder(path, main, config_json, tokenizer=tokenizer, extra_files=extra_files)
 
     @classmethod
     def from_pretrained(
@@ -678,11 +666,8 @@ class SpanBertForPreTraining(nn.Module):
         loaded is reported on stderr.
         """
         path = resolve_model(path)
-        config_json, state = load_checkpoint(path)
+        config_json, state = load_pretraining_checkpoint(path)
         meta = config_json.get("spanbert", {})
-        sbo_path = Path(path) / SBO_FILE
-        if sbo_path.exists():
-            state.update(_read_safetensors(sbo_path))
         has_sbo = any(k.startswith("cls.span_predictions.") for k in state)
         has_nsp = any(k.startswith("cls.seq_relationship.") for k in state)
         sbo = meta.get("sbo", has_sbo) if sbo is None else sbo
@@ -695,13 +680,7 @@ class SpanBertForPreTraining(nn.Module):
         config = BertConfig.from_hf_dict(config_json, source=str(config_path(path)))
         model = cls(config, sbo=sbo, nsp=nsp, sbo_position_dim=dim, **kwargs)
         model.bert.load_bert_state(encoder_state_dict(state), source=str(path))
-        heads = {k[len("cls.") :]: v for k, v in state.items() if k.startswith("cls.")}
-        # decoders are tied to the word embeddings (§2), in ours and in the fairseq span head
-        heads.pop("predictions.decoder.weight", None)
-        heads.pop("span_predictions.decoder.weight", None)
-        bias = heads.pop("predictions.decoder.bias", None)
-        if bias is not None and "predictions.bias" not in heads:
-            heads["predictions.bias"] = bias
+        heads = head_weights(state)  # `cls.*` in the heads' names, tied decoders dropped
         notes = []
         own = model.cls.state_dict()
         key = "span_predictions.position_embeddings.weight"
@@ -716,12 +695,7 @@ class SpanBertForPreTraining(nn.Module):
                 f"span boundary head: the checkpoint's position table has {src.shape[0]} rows, this model "
                 f"{rows}; rows 0-{n - 1} loaded, {kept} (spans longer than {n} tokens were never trained)"
             )
-        ignored = sorted(f"cls.{k}" for k in heads if k not in own)
-        ignored += sorted(
-            k for k in state if not k.startswith(("cls.", "bert.", *_ENCODER_PREFIXES)) and not k.endswith("position_ids")
-        )
-        if model.bert.pooler is None:
-            ignored += sorted(k for k in state if k.startswith(("pooler.", "bert.pooler.")))
+        ignored = sorted(f"cls.{k}" for k in heads if k not in own) + unplaced_weights(state, model.bert.pooler is not None)
         if ignored:
             notes.append(f"ignored {len(ignored)} weight(s) of {path} that this model has no place for: {ignored[:8]}"
                          f"{' ...' if len(ignored) > 8 else ''}")
@@ -747,315 +721,13 @@ class SpanBertForPreTraining(nn.Module):
             ]
             notes.append(f"{path} has no weights for {', '.join(heads_fresh)}: freshly initialised")
         if notes:
-            from spanbert.distributed import eprint0
-
             for note in notes:
                 eprint0(f"note: {note}")
         return model.eval()  # as transformers: a loaded model predicts; `trainer.train` switches to train()
 
 
-SBO_FILE = "span_boundary_head.safetensors"
 _HEAD_PREFIX = {"mlm": "predictions.", "sbo": "span_predictions.", "nsp": "seq_relationship."}
 _HEAD_NAME = {"mlm": "the masked-LM head", "sbo": "the span boundary head", "nsp": "the next-sentence head"}
-
-
-def describe_checkpoint(config_json: dict[str, Any], state: dict[str, Tensor]) -> str:
-    """What a checkpoint holds, for messages: ``BertForSequenceClassification (glue SST-2): the encoder
-    + classifier.*``. The weights decide (a config's ``architectures`` may be missing or wrong)."""
-    arch = config_json.get("architectures")
-    name = arch[0] if isinstance(arch, list) and arch and isinstance(arch[0], str) else "weights"
-    meta = config_json.get("spanbert")
-    task = [meta.get(k) for k in ("task", "glue_task") if isinstance(meta, dict) and isinstance(meta.get(k), str)]
-    if task:
-        name += f" (fine-tuned: {' '.join(task)})"
-    parts = []
-    for key in state:
-        k = key[len("bert.") :] if key.startswith("bert.") else key
-        if k.startswith(_ENCODER_PREFIXES):
-            part = "the encoder"
-        else:
-            pieces = k.split(".")
-            part = ".".join(pieces[:2] if pieces[0] == "cls" and len(pieces) > 2 else pieces[:1]) + ".*"
-        if part not in parts:
-            parts.append(part)
-    return f"{name}: {' + '.join(parts) if parts else 'no weights'}"
-
-# ---------------------------------------------------------------------------------------------
-# Checkpoint I/O in the HF layout
-
-_ENCODER_PREFIXES = ("embeddings.", "encoder.", "pooler.")
-
-
-def encoder_state_dict(state: dict[str, Tensor]) -> dict[str, Tensor]:
-    """The encoder's weights out of any BERT state dict: `bert.` prefix stripped, heads dropped."""
-    out = {}
-    for k, v in state.items():
-        if k.startswith("bert."):
-            k = k[len("bert.") :]
-        if k.startswith(_ENCODER_PREFIXES) and not k.endswith(("position_ids", "token_type_ids")):
-            out[k] = v
-    return out
-
-
-def _legacy_name(key: str) -> str:
-    # TF-converted and early pytorch-pretrained-bert checkpoints name LayerNorm parameters gamma/beta.
-    if key.endswith(".gamma"):
-        key = key[: -len(".gamma")] + ".weight"
-    elif key.endswith(".beta"):
-        key = key[: -len(".beta")] + ".bias"
-    return _fairseq_name(key)
-
-
-# The fairseq-era SpanBERT model (facebookresearch/SpanBERT pretraining/fairseq/models/pair_bert.py):
-# the whole BertForPreTraining sits under `decoder.` (fairseq's FairseqLanguageModel) and the span
-# boundary head is `cls.pair_target_predictions` = position_embeddings (max_pair_targets x 200) ->
-# mlp_layer_norm (linear1, GELU, layer_norm1, linear2, GELU, layer_norm2) -> tied decoder + bias,
-# the same computation as our `SpanBoundaryHead` on cat(left, right, position) in the same order.
-_FAIRSEQ_SPAN_HEAD = "cls.pair_target_predictions."
-_FAIRSEQ_SPAN_NAMES = {
-    "mlp_layer_norm.linear1.": "dense1.",
-    "mlp_layer_norm.layer_norm1.": "LayerNorm1.",
-    "mlp_layer_norm.linear2.": "dense2.",
-    "mlp_layer_norm.layer_norm2.": "LayerNorm2.",
-}
-
-
-def _fairseq_name(key: str) -> str:
-    """A fairseq-era SpanBERT key in our names: `decoder.` dropped (the released fine-tuning code's
-    `from_pretrained` does the same), the span head renamed onto `cls.span_predictions.*`."""
-    if key.startswith("decoder."):
-        key = key[len("decoder.") :]
-    if key.startswith(_FAIRSEQ_SPAN_HEAD):
-        rest = key[len(_FAIRSEQ_SPAN_HEAD) :]
-        for old, new in _FAIRSEQ_SPAN_NAMES.items():
-            if rest.startswith(old):
-                rest = new + rest[len(old) :]
-                break
-        key = "cls.span_predictions." + rest
-    return key
-
-
-def _read_safetensors(path: Path) -> dict[str, Tensor]:
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    try:
-        return load_file(str(path))
-    except (SafetensorError, OSError, ValueError, RuntimeError) as e:  # truncated, corrupt, not safetensors
-        raise SpanBertError(f"{path}: found {_first_line(e)}, expected a safetensors weights file") from None
-
-
-def read_safetensors(path: Path) -> dict[str, Tensor]:
-    """The tensors of a safetensors file; a broken file is an error naming it."""
-    return _read_safetensors(Path(path))
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return text[0] if text else type(e).__name__
-
-
-def read_json(path: Path, expected: str) -> Any:
-    """A JSON file, or a SpanBertError naming it (and the line of a syntax error)."""
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise SpanBertError(f"{path}: cannot read: {e.strerror or e}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = raw[: e.start].count(b"\n") + 1
-        raise SpanBertError(f"{path}:{line}: found byte 0x{raw[e.start]:02x} that is not UTF-8, expected {expected}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise SpanBertError(f"{path}:{e.lineno}: found invalid JSON ({e.msg}), expected {expected}") from None
-
-
-def _read_torch_bin(path: Path) -> dict[str, Tensor]:
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:
-        if "weights only" not in str(e).lower():  # not a pickle at all (random bytes, a text file)
-            raise SpanBertError(f"{path}: found {_first_line(e)}, expected a PyTorch checkpoint") from None
-        raise SpanBertError(
-            f"{path}: refused to load: the pickle holds objects other than tensors "
-            f"(spanbert never runs an unrestricted unpickle, which can execute code). "
-            f"Convert the checkpoint to safetensors in a trusted environment. Detail: {str(e).splitlines()[0]}"
-            + _fairseq_hint(path, str(e))
-        ) from None
-    except Exception as e:  # noqa: BLE001 -- torch.load raises KeyError, RuntimeError, EOFError... on a bad file
-        raise SpanBertError(f"{path}: found {type(e).__name__}: {_first_line(e)}, expected a PyTorch checkpoint") from None
-    if isinstance(state, dict) and "model" in state and isinstance(state["model"], dict):
-        state = state["model"]  # fairseq-style {"model": state_dict, ...}
-    if not isinstance(state, dict) or not all(isinstance(v, Tensor) for v in state.values()):
-        found = type(state).__name__
-        if isinstance(state, dict):
-            k, v = next((k, v) for k, v in state.items() if not isinstance(v, Tensor))
-            found = f"{k!r}: {type(v).__name__}"
-        raise SpanBertError(f"{path}: found {found}, expected a state dict of tensors")
-    return state
-
-
-def _fairseq_hint(path: Path, error: str) -> str:
-    # fairseq training checkpoints pickle the run's argparse.Namespace beside {"model": state_dict}
-    if "argparse" not in error and "fairseq" not in error:
-        return ""
-    return (
-        f". If it is a fairseq training checkpoint (the run's arguments beside the weights), extract the "
-        f"weights once, in a trusted environment: python -c \"import torch; torch.save(torch.load("
-        f"'{path.name}', weights_only=False)['model'], 'pytorch_model.bin')\" and put bert_config.json beside it"
-    )
-
-
-def check_checkpoint(path: str | Path) -> BertConfig:
-    """The checkpoint's `BertConfig`; fails now, with the file named, on what `load_checkpoint` would
-    fail on later: no folder, a bad config.json, no weights, an unreadable safetensors header. Reads no
-    tensors (commands call it before they write anything; a `pytorch_model.bin` is only checked to exist)."""
-    path = resolve_model(path)
-    config = BertConfig.from_hf_dict(_checked_config(path))
-    st = path / "model.safetensors"
-    if st.exists():
-        from safetensors import SafetensorError, safe_open
-
-        try:
-            with safe_open(str(st), framework="pt") as f:
-                f.keys()
-        except (SafetensorError, OSError, ValueError, RuntimeError) as e:
-            raise SpanBertError(f"{st}: found {_first_line(e)}, expected a safetensors weights file") from None
-    elif not any((path / name).exists() for name in ("model.safetensors.index.json", "pytorch_model.bin")):
-        raise _no_weights(path)
-    return config
-
-
-# HF's name first; `bert_config.json` is the original Google BERT and SpanBERT release name (the
-# released fine-tuning code reads either, in this order).
-CONFIG_FILES = ("config.json", "bert_config.json")
-
-
-def config_path(path: str | Path) -> Path:
-    """The config file a checkpoint folder is read with: `config.json`, else `bert_config.json`."""
-    path = resolve_model(path)
-    for name in CONFIG_FILES:
-        if (path / name).is_file():
-            return path / name
-    return path / CONFIG_FILES[0]
-
-
-def _tf_checkpoint_files(path: Path) -> list[str]:
-    return sorted(p.name for p in path.glob("*.ckpt*") if p.is_file())
-
-
-def _no_weights(path: Path) -> SpanBertError:
-    """The error for a folder without weights we read, naming what it holds instead."""
-    tf = _tf_checkpoint_files(path)
-    if tf:
-        stem = tf[0].split(".ckpt")[0] + ".ckpt"
-        return SpanBertError(
-            f"{path}: found TensorFlow checkpoint files ({', '.join(tf[:3])}), expected PyTorch weights "
-            f"(model.safetensors or pytorch_model.bin): spanbert does not read TensorFlow checkpoints. "
-            f"Convert once with transformers 4.x and TensorFlow installed: transformers-cli convert "
-            f"--model_type bert --tf_checkpoint {path / stem} --config {config_path(path)} "
-            f"--pytorch_dump_output {path / 'pytorch_model.bin'} (transformers 5 removed the command), "
-            f"or download the PyTorch weights of the same model (e.g. bert-base-cased on the HF hub)"
-        )
-    fairseq = sorted(p.name for p in path.glob("checkpoint*.pt"))
-    hint = (
-        f"; found fairseq training checkpoint(s) {fairseq[:3]}: extract the weights once, in a trusted "
-        f"environment: python -c \"import torch; torch.save(torch.load('{fairseq[0]}', weights_only=False)"
-        f"['model'], 'pytorch_model.bin')\""
-        if fairseq
-        else ""
-    )
-    return SpanBertError(f"{path}: no weights (expected model.safetensors or pytorch_model.bin){hint}")
-
-
-def _checked_config(path: Path) -> dict[str, Any]:
-    """config.json (or bert_config.json) of a checkpoint folder, read and checked as a BERT config."""
-    if not path.is_dir():
-        raise SpanBertError(f"{path}: checkpoint folder not found (expected a folder with config.json and weights)")
-    cfg_path = config_path(path)
-    if not cfg_path.exists():
-        raise SpanBertError(
-            f"{path}: no config.json or bert_config.json (a BERT checkpoint folder has one of them + model weights)"
-        )
-    config_json = read_json(cfg_path, "a JSON object of BERT settings")
-    BertConfig.from_hf_dict(config_json, source=str(cfg_path))
-    return config_json
-
-
-def load_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict[str, Tensor]]:
-    """Read the config and the weights of a checkpoint folder -> (config dict, state dict).
-
-    Config: `config.json`, else `bert_config.json` (Google's and SpanBERT's original releases).
-    Weights: `model.safetensors`, sharded `model.safetensors.index.json`, or `pytorch_model.bin`
-    (read with `torch.load(weights_only=True)`; a fairseq `{"model": state_dict}` is unwrapped).
-    Keys come back in our (HF) names: LayerNorm `gamma`/`beta` -> `weight`/`bias`, a fairseq
-    `decoder.` prefix dropped and its span head `cls.pair_target_predictions.*` renamed to
-    `cls.span_predictions.*` (docs/architecture.md, "Checkpoint layouts"). TensorFlow checkpoints
-(`bert_model.ckpt.*`) are not read: the error says how to convert them.
-    """
-    path = resolve_model(path)
-    config_json = _checked_config(path)  # checked before reading gigabytes of weights
-    if (path / "model.safetensors").exists():
-        state = _read_safetensors(path / "model.safetensors")
-    elif (path / "model.safetensors.index.json").exists():
-        index_path = path / "model.safetensors.index.json"
-        index = read_json(index_path, 'a JSON object {"weight_map": {name: shard file}}')
-        weight_map = index.get("weight_map") if isinstance(index, dict) else None
-        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
-            raise SpanBertError(f'{index_path}: found no "weight_map" of shard file names, expected {{"weight_map": {{name: file}}}}')
-        state = {}
-        for shard in sorted(set(weight_map.values())):
-            if not (path / shard).is_file():
-                raise SpanBertError(f"{index_path}: found shard {shard!r}, expected it in {path} (it is missing)")
-            state.update(_read_safetensors(path / shard))
-    elif (path / "pytorch_model.bin").exists():
-        state = _read_torch_bin(path / "pytorch_model.bin")
-    else:
-        raise _no_weights(path)
-    return config_json, {_legacy_name(k): v for k, v in state.items()}
-
-
-def save_checkpoint(
-    path: str | Path,
-    state_dict: dict[str, Tensor],
-    config_json: dict[str, Any],
-    tokenizer: Any = None,
-    extra_files: dict[str, dict[str, Tensor]] | None = None,
-) -> None:
-    """Write a HF-format folder: weights first, `config.json` last, each file atomically.
-
-    Other files already in the folder (training checkpoints, logs) are left alone. Tensors that share
-    storage (tied weights) are written once.
-    """
-    from safetensors.torch import save_file
-
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    files = {"model.safetensors": state_dict, **(extra_files or {})}
-    for name, state in files.items():
-        tensors, seen = {}, set()
-        for k, v in state.items():
-            key = (v.untyped_storage().data_ptr(), v.storage_offset(), tuple(v.shape))
-            if key in seen:
-                continue
-            seen.add(key)
-            tensors[k] = v.detach().to("cpu").contiguous().clone()
-        # safetensors writes through a path: write beside the target (a name `is_debris` knows), fsync,
-        # give it the umask's permissions (safetensors creates 0600), then rename over it
-        tmp = temporary_file(path / name)
-        try:
-            save_file(tensors, str(tmp), metadata={"format": "pt"})
-            publish_file(tmp, path / name)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-    if tokenizer is not None:
-        tokenizer.save(path)
-    with atomic_write(path / "config.json") as f:
-        json.dump(config_json, f, indent=2, sort_keys=True)
-        f.write("\n")
 
 
 def flops_per_token(config: BertConfig, seq_len: int, mask_rate: float = 0.15, sbo: bool = True) -> float:
@@ -1069,6 +741,7 @@ def flops_per_token(config: BertConfig, seq_len: int, mask_rate: float = 0.15, s
 
 
 __all__ = [
+    "Dropout",
     "Encoder",
     "SpanBertForPreTraining",
     "SpanBoundaryHead",
@@ -1077,6 +750,7 @@ __all__ = [
     "check_checkpoint",
     "config_path",
     "save_checkpoint",
+    "SBO_FILE",
     "encoder_state_dict",
     "flops_per_token",
 ]

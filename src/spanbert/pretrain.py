@@ -1189,9 +1189,11 @@ def pretrain_cloze(cfg: Any, args: Any, masking: Any = None, model_overrides: di
 
 
 def _export_two_tower(model: cloze.TwoTowerModel, tok: Any, final: Path, system: str, metrics: dict[str, float]) -> None:
-    model.save_pretrained(final, tokenizer=tok, extra={"system": system})
-    with atomic_write(final / "train_metrics.json") as f:
-        f.write(json.dumps(metrics, indent=2) + "\n")
+    # as `_export`: written beside `final` and swapped in whole, so a kill leaves the old export or the
+    # new one, never new weights beside an old config.json and old metrics
+    with atomic_dir(final) as tmp:
+        model.save_pretrained(tmp, tokenizer=tok, extra={"system": system})
+        (tmp / "train_metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
 
 
 def _parser(prog: str, defaults: dict[str, Any], cfg_defaults: dict[str, Any]) -> argparse.ArgumentParser:

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from spanbert import threads
+from spanbert import families, threads
 from spanbert.config import ArgumentParser
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.utils import atomic_write, output_file
@@ -724,11 +724,9 @@ class CorefModel(nn.Module):
 
     def __init__(self, bert_config: Any, config: CorefConfig, encoder: nn.Module | None = None):
         super().__init__()
-        from spanbert.model import Encoder
-
         self.config = config
         # any family (`spanbert.families`); ``bert_config`` builds a BERT encoder when none is given
-        self.bert = encoder if encoder is not None else Encoder(bert_config, add_pooling_layer=False)
+        self.bert = encoder if encoder is not None else families.encoder_from_config(bert_config.to_hf_dict(), add_pooling_layer=False)
         h, fs, c = self.bert.hidden_size, config.feature_size, config
         self.span_dim = d = 3 * h + fs  # [x_start, x_end, head attention, width embedding]
         self.dropout = nn.Dropout(c.dropout)
@@ -1094,13 +1092,10 @@ NEEDS = "a coreference model (spanbert finetune coref)"
 
 
 def _architectures() -> tuple[str, ...]:
-    from spanbert import families
-
     return (ARCHITECTURE, *(a for a in families.architectures("ForCoreference") if a != "BertForCoreference"))
 
 
 def save_coref_model(model: CorefModel, output_dir: str | Path, tokenizer: Any) -> None:
-    from spanbert import families
     from spanbert.tasks.common import save_finetuned
 
     name = ARCHITECTURE if model.bert.model_type == "bert" else families.architecture(model.bert, "ForCoreference")
@@ -1111,15 +1106,12 @@ def save_coref_model(model: CorefModel, output_dir: str | Path, tokenizer: Any) 
 
 def check_model(model_dir: str | Path) -> None:
     """Refuse, before any data is read, a folder that holds no coreference model."""
-    from spanbert import families
-
     families.check_task_folder(model_dir, _architectures(), NEEDS)
 
 
 def load_coref_model(model_dir: str | Path) -> tuple[CorefModel, Any]:
     """A model saved by `save_coref_model` (``spanbert finetune coref``, any family), in eval mode, and its
     tokenizer framed for its family."""
-    from spanbert import families
     from spanbert.tasks.common import load_finetuned
 
     check_model(model_dir)

@@ -28,6 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from spanbert.distributed import print0
+from spanbert.dropout import Dropout
 from spanbert.errors import SpanBertError
 from spanbert.tasks.layers import CRF, ScalarMix, set_dropout
 
@@ -67,8 +68,6 @@ class CrfTagger(nn.Module):
     def __init__(self, encoder: nn.Module, num_tags: int, stacking: str = "finetune", projection_dim: int = 200,
                  lstm_hidden_size: int = 200, dropout: float = 0.3):  # fmt: skip
         super().__init__()
-        from spanbert.model import Dropout
-
         if stacking not in ("finetune", "frozen"):
             raise SpanBertError(f"--stacking: found {stacking!r}, expected finetune or frozen")
         self.bert, self.stacking = encoder, stacking

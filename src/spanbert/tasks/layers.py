@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from spanbert.errors import SpanBertError
-from spanbert.model import Dropout
+from spanbert.dropout import Dropout
 
 
 def output_layer(encoder: nn.Module, in_features: int, num_labels: int, dropout: float | None = None

@@ -37,8 +37,10 @@ import torch
 from torch import Tensor, nn
 
 from spanbert import threads
+from spanbert.checkpoints import save_checkpoint
 from spanbert.config import ArgumentParser
 from spanbert.distributed import print0
+from spanbert.dropout import Dropout
 from spanbert.errors import DataError, SpanBertError
 
 MODEL_TYPE = "spanbert-ner-features"
@@ -270,8 +272,6 @@ class FeatureTagger(nn.Module):
         lstm_layers: int = 2, dropout: float = 0.1,
     ):  # fmt: skip
         super().__init__()
-        from spanbert.model import Dropout
-
         self.mode = mode
         if mode == "weighted":
             self.layer_weights = nn.Parameter(torch.zeros(num_inputs))
@@ -456,7 +456,6 @@ def train_head(
 def save_head(model: FeatureTagger, out: Path, choice: str, labels: list[str], settings: dict[str, Any]) -> None:
     """config.json (``model_type`` `MODEL_TYPE`, id2label, the encoder and feature settings) and
     model.safetensors (the head's weights only; the encoder stays where ``settings["encoder"]`` says)."""
-    from spanbert.model import save_checkpoint
     from spanbert.tasks.classification import label_config
 
     mode, layers = choice_layers(choice, settings["num_layers"])

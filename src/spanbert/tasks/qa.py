@@ -603,10 +603,9 @@ class SpanBertForQuestionAnswering(nn.Module):
 
     def __init__(self, config: Any = None, encoder: nn.Module | None = None, bilstm: bool = False):
         super().__init__()
-        from spanbert.model import Encoder
         from spanbert.tasks.layers import apply_encoder_dropout, output_layer
 
-        self.bert = encoder if encoder is not None else Encoder(config, add_pooling_layer=False)  # any family
+        self.bert = encoder if encoder is not None else families.encoder_from_config(config.to_hf_dict(), add_pooling_layer=False)  # any family
         self.config = self.bert.config
         H = self.bert.hidden_size
         # PyTorch's LSTM initialisation (uniform in ±1/sqrt(H/2)); the paper says only "randomly initialized"
