@@ -4,11 +4,13 @@ before any work, and nothing on disk changes."""
 
 from __future__ import annotations
 
-import tempfile
+import os
+import subprocess
 
 import pytest
 
 from spanbert.errors import SpanBertError
+from spanbert import utils
 from spanbert.utils import check_output
 
 
@@ -45,11 +47,22 @@ def test_refused_outputs(tmp_path, make, folder, contains):
 
 
 def test_an_unwritable_location_is_refused(tmp_path, monkeypatch):
-    # root may write anywhere that is not a read-only mount, so the refusal is simulated where the
-    # check asks the system: creating a file there
-    def refuse(*a, **k):
-        raise PermissionError(13, "Permission denied")
-
-    monkeypatch.setattr(tempfile, "TemporaryFile", refuse)
-    with pytest.raises(SpanBertError, match=r"not writable \(Permission denied\); expected a writable location"):
+    # root may write anywhere but a read-only mount, so the refusal is simulated where the check asks
+    # the system (access(2))
+    monkeypatch.setattr(utils, "writable", lambda folder: False)
+    with pytest.raises(SpanBertError, match=r"not writable \(no permission, or a read-only file system\); expected"):
         check_output(tmp_path / "ro" / "preds.json", folder=False)
+    assert not (tmp_path / "ro").exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="mounts a read-only tmpfs: needs root")
+def test_a_read_only_mount_is_refused(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro", "tmpfs", str(ro)], capture_output=True).returncode != 0:
+        pytest.skip("this machine does not let the test mount a file system")
+    try:
+        with pytest.raises(SpanBertError, match="not writable"):
+            check_output(ro / "out", folder=True)
+    finally:
+        subprocess.run(["umount", str(ro)], check=True)

@@ -10,11 +10,12 @@ no case gets as far as reading them (`_no_work` makes sure), so the whole file r
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 import pytest
 from test_malformed_tasks import CONLL, SQUAD, SST, TACRED, models  # noqa: F401 - models is the fixture
+
+from spanbert import utils
 
 # What each command writes: "owned" a folder it owns as a whole (a run, a corpus, a vocabulary, a study),
 # "file" one file, "collect" a folder it adds files of its own names to (GLUE submission TSVs).
@@ -124,7 +125,7 @@ CASES = {
     "a folder": (("file",), "found a folder, expected a file name for the output"),
     "under a file": (("owned", "collect", "file"), "found a file at"),
     "a folder of other files": (("owned",), "found a folder holding other files (notes.txt)"),
-    "unwritable": (("owned", "collect", "file"), "not writable (Permission denied); expected a writable location"),
+    "unwritable": (("owned", "collect", "file"), "not writable (no permission, or a read-only file system); expected a writable location"),
 }
 
 PARAMS = [
@@ -166,11 +167,8 @@ def test_every_command_refuses_a_bad_output_before_any_work(
     argv = _argv(name, tmp_path / "in", models, out)
     if case == "unwritable":
         # tests run as root, who may write anywhere but a read-only mount: the refusal is simulated where
-        # the check asks the system, creating a file there (as test_output.py does)
-        def refuse(*a, **k):
-            raise PermissionError(13, "Permission denied")
-
-        monkeypatch.setattr(tempfile, "TemporaryFile", refuse)
+        # the check asks the system (as test_output.py does)
+        monkeypatch.setattr(utils, "writable", lambda folder: False)
     err = cli_error(argv, names=f"{out}: ", contains=CASES[case][1], out=tmp_path)
     assert len(err.strip().splitlines()) == 1, err  # one line, nothing else
     assert afile.read_text() == "keep me\n" and (notes / "notes.txt").read_text() == "keep me too\n"

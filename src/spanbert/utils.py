@@ -117,12 +117,19 @@ def check_output(path: str | os.PathLike, folder: bool, ours: Callable[[Path], b
                 f"output of this command; choose another output folder (nothing was changed)"
             )
         existing = path if path.is_dir() else path.parent
-    try:  # the only sure test of "can write here" (os.access says yes to root on a read-only mount)
-        with tempfile.TemporaryFile(dir=existing):
-            pass
-    except OSError as e:
-        raise SpanBertError(f"{path}: found {existing} not writable ({e.strerror}); expected a writable location") from None
+    if not writable(existing):
+        raise SpanBertError(
+            f"{path}: found {existing} not writable (no permission, or a read-only file system); "
+            "expected a writable location"
+        )
     return path
+
+
+def writable(folder: Path) -> bool:
+    """Whether this process may create files in ``folder``. access(2) knows read-only mounts and what
+    root may do, and creates nothing: under torchrun every rank checks its outputs and only rank 0
+    writes (a probe file would be a write by every rank)."""
+    return os.access(folder, os.W_OK | os.X_OK)
 
 
 def output_file(value: str) -> str:
