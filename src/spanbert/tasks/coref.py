@@ -45,7 +45,7 @@ from spanbert.tasks.common import (
     write_once,
 )
 from spanbert.tasks import common
-from spanbert.tasks.spec import DevSplit, TaskSpec, task_cli
+from spanbert.tasks.spec import RESULTS_FILE, DevSplit, TaskSpec, task_cli
 from spanbert.utils import atomic_write, output_file
 
 Span = tuple[int, int]  # inclusive (start, end) word or sub-token indices
@@ -1403,7 +1403,7 @@ def finetune_coref(
         save_coref_model(model, output_dir, tokenizer)
         if dev_docs:
             write_conll(output_dir / "dev_predictions.conll", dev_docs, chosen["predictions"])
-        with atomic_write(output_dir / "finetune_results.json") as f:
+        with atomic_write(output_dir / RESULTS_FILE) as f:
             json.dump(summary, f, indent=2, sort_keys=True)
             f.write("\n")
 

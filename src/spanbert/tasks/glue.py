@@ -37,7 +37,7 @@ from spanbert.tasks.common import (
     start_distributed,
     task_parser,
 )
-from spanbert.tasks.spec import DevSplit, TaskSpec, task_cli
+from spanbert.tasks.spec import RESULTS_FILE, DevSplit, TaskSpec, task_cli
 from spanbert.utils import atomic_write, output_folder
 from spanbert.trainer import eval_size
 
@@ -425,7 +425,7 @@ def finetune_glue(
     def write() -> None:
         for split, exs in dev.items():
             write_submission(out / _dev_name(task, split), exs, pred[split])
-        C.write_json(out / "dev_results.json", metrics)
+        C.write_json(out / RESULTS_FILE, metrics)
 
     write_once(write)
     return metrics

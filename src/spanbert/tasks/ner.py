@@ -46,7 +46,7 @@ from spanbert.tasks.common import (
     warn_unseen,
     write_once,
 )
-from spanbert.tasks.spec import DevSplit, TaskSpec, task_cli
+from spanbert.tasks.spec import RESULTS_FILE, DevSplit, TaskSpec, task_cli
 from spanbert.tasks.conll import (  # noqa: F401 -- the data side of the task, public names of this module
     _TAG,
     NerSentence,
@@ -154,7 +154,7 @@ def finetune_ner(
         save()
         if dev:
             write_predictions(out / "dev_predictions.txt", dev, pred)
-            C.write_json(out / "dev_results.json", metrics)
+            C.write_json(out / RESULTS_FILE, metrics)
 
     write_once(write)
     return metrics

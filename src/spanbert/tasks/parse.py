@@ -59,7 +59,7 @@ from spanbert.tasks.common import (
     warn_unseen,
     write_once,
 )
-from spanbert.tasks.spec import TaskSpec, task_cli
+from spanbert.tasks.spec import RESULTS_FILE, TaskSpec, task_cli
 from spanbert.tasks.trees import Tree, read_trees, tokenize, write_trees
 from spanbert.utils import output_file
 
@@ -576,7 +576,7 @@ def finetune_parse(
         save_finetuned(model, out, tokenizer, families.architecture(encoder, TASK), {"spanbert": settings})
         if dev_trees:
             write_trees(out / "dev_predictions.txt", predicted)
-            write_json(out / "dev_results.json", metrics)
+            write_json(out / RESULTS_FILE, metrics)
 
     write_once(write)
     return metrics

@@ -50,7 +50,7 @@ from spanbert.tasks.common import (
     task_parser,
     write_once,
 )
-from spanbert.tasks.spec import DevSplit, TaskSpec, task_cli
+from spanbert.tasks.spec import RESULTS_FILE, DevSplit, TaskSpec, task_cli
 from spanbert.tasks.layers import scaled
 from spanbert.utils import output_file
 
@@ -1205,7 +1205,7 @@ def finetune_qa(
             write_json(out / "dev_predictions.json", results["predictions"])
             if cfg.version_2_with_negative:
                 write_json(out / "dev_null_odds.json", results["null_odds"])
-            write_json(out / "eval_results.json", metrics)
+            write_json(out / RESULTS_FILE, metrics)
 
     write_once(write)
     print0(f"saved the fine-tuned model to {out}")

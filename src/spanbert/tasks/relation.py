@@ -53,7 +53,7 @@ from spanbert.tasks.common import (
     warn_unseen,
     write_once,
 )
-from spanbert.tasks.spec import DevSplit, TaskSpec, task_cli
+from spanbert.tasks.spec import RESULTS_FILE, DevSplit, TaskSpec, task_cli
 from spanbert.utils import atomic_write
 from spanbert.trainer import eval_size
 
@@ -565,7 +565,7 @@ def finetune_relation(
         C.save_model(model, out, tokenizer, "sequence", labels, meta)
         if dev:
             write_predictions(task, dev, pred, out / "dev_predictions.txt")
-            C.write_json(out / "dev_results.json", metrics)
+            C.write_json(out / RESULTS_FILE, metrics)
 
     write_once(write)
     return metrics

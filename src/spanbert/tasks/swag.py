@@ -42,7 +42,7 @@ from spanbert.tasks.common import (
     task_parser,
     write_once,
 )
-from spanbert.tasks.spec import DevSplit, TaskSpec, task_cli
+from spanbert.tasks.spec import RESULTS_FILE, DevSplit, TaskSpec, task_cli
 from spanbert.utils import atomic_write
 
 NUM_CHOICES = 4
@@ -361,7 +361,7 @@ def finetune_swag(
     save_finetuned(model, out, tokenizer, families.architecture(model.bert, "ForMultipleChoice"), {"spanbert": meta})
     if dev:
         write_once(lambda: write_predictions(out / "dev_predictions.csv", dev, pred))
-        write_json(out / "dev_results.json", metrics)
+        write_json(out / RESULTS_FILE, metrics)
     return metrics
 
 
