@@ -447,7 +447,7 @@ def test_tiny_model_overfits_two_litbank_documents_via_cli(tmp_path, capsys):
             "--report_to", "none", "--disable_tqdm", "--save_steps", "0", "--logging_steps", "1000",
         ])  # fmt: skip
         assert rc == 0
-        summary = json.loads((out_dir / "finetune_results.json").read_text())
+        summary = json.loads((out_dir / "dev_results.json").read_text())
         assert summary["conll_f1"] >= 90, summary
 
         capsys.readouterr()
@@ -587,7 +587,7 @@ def test_two_processes_write_one_model_and_agree_on_dev(tiny_run, tmp_path, dept
     assert scores[0] and scores[0] == scores[1]
     assert ranks[0]["selected_step"] == ranks[1]["selected_step"] in (2, 4)  # chosen alike on both ranks
     files = sorted(p.name for p in (tmp_path / "model").iterdir())
-    assert "model.safetensors" in files and "dev_predictions.conll" in files and "finetune_results.json" in files
+    assert "model.safetensors" in files and "dev_predictions.conll" in files and "dev_results.json" in files
     assert not [f for f in files if "tmp" in f], files  # no temporary left by a second writer
     assert proc.stdout.count("singletons:") == 1, proc.stdout  # messages once
 
@@ -781,7 +781,7 @@ def test_the_best_dev_evaluation_is_the_model_saved(tiny_run, tmp_path, monkeypa
     monkeypatch.setattr(coref, "evaluate_clusters", peaking)
     out = tmp_path / "run"
     assert main(finetune_argv(tiny_run, out, "--eval_steps", "1", "--save_steps", "1", "--dropout", "0")) == 0
-    summary = json.loads((out / "finetune_results.json").read_text())
+    summary = json.loads((out / "dev_results.json").read_text())
     assert summary["selected_step"] == 2 and summary["selected_by"] == "conll_f1"
     assert summary["conll_f1"] == 30.0 and [h["step"] for h in summary["dev_history"]] == [1, 2, 3]
     assert "selected the model of step 2" in capsys.readouterr().out

@@ -112,13 +112,13 @@ def test_squad_v2_two_processes_match_one(tmp_path):
     _same_weights(outs["one"], outs["two"])
     for name, out in outs.items():
         saved = json.loads((out / "config.json").read_text())["spanbert"]
-        chosen = json.loads((out / "eval_results.json").read_text())["null_score_diff_threshold"]
+        chosen = json.loads((out / "dev_results.json").read_text())["null_score_diff_threshold"]
         assert saved["version_2_with_negative"] is True
         assert saved["null_score_diff_threshold"] == chosen, name  # the value chosen on dev is the one saved
     t1, t2 = (json.loads((outs[n] / "config.json").read_text())["spanbert"]["null_score_diff_threshold"]
               for n in ("one", "two"))  # fmt: skip
     # the model was selected on dev (an evaluation at every one of the 4 steps): the same step in both
-    steps = [_selected_step(outs[n], "eval_results.json", "f1") for n in ("one", "two")]
+    steps = [_selected_step(outs[n], "dev_results.json", "f1") for n in ("one", "two")]
     assert steps[0] == steps[1]
     assert t1 == pytest.approx(t2, abs=1e-4)
     p1, p2 = (json.loads((outs[n] / "dev_predictions.json").read_text()) for n in ("one", "two"))

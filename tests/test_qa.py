@@ -558,7 +558,7 @@ def test_v2_threshold_is_chosen_on_dev_saved_and_applied(tok, tmp_path: Path, ca
     config = json.loads((out / "config.json").read_text())
     saved = config["spanbert"]["null_score_diff_threshold"]
     assert config["spanbert"]["version_2_with_negative"] is True
-    results = json.loads((out / "eval_results.json").read_text())
+    results = json.loads((out / "dev_results.json").read_text())
     assert results["null_score_diff_threshold"] == saved
     # 10 dev evaluations an epoch (here every step); the model, its threshold and its dev scores are
     # those of the evaluation with the best F1 (the earliest of equal ones)
@@ -699,7 +699,7 @@ def test_sweep_tries_the_appendix_b_grid_and_keeps_the_best(tok, tmp_path: Path)
     assert all(r["selected_step"] == 1 and r["selected_by"] == "f1" for r in summary["runs"])
     assert [p.relative_to(out) for p in out.rglob("model.safetensors")] == [Path("model.safetensors")]
     assert not list(out.rglob("checkpoint-*")) and not list(out.rglob("best"))
-    assert json.loads((out / "eval_results.json").read_text())["f1"] == summary["best"]["dev_score"]
+    assert json.loads((out / "dev_results.json").read_text())["f1"] == summary["best"]["dev_score"]
 
 
 def test_evaluate_subset_prints_one_summary_line_and_disable_tqdm_is_quiet(tok, tmp_path: Path, capsys) -> None:

@@ -2,8 +2,8 @@
 
 Modules are imported only when their command runs, so `spanbert --help` answers at once.
 Every command function has the signature ``main(argv: list[str], prog: str) -> int``; the task
-commands (`finetune`, `predict`, `evaluate`) take the task name as their first argument and call
-``spanbert.tasks.<module>.cli(action, task, argv, prog)``.
+commands (`finetune`, `predict`, `evaluate`) take the task name as their first argument and run the
+task's `TaskSpec` from the registry `spanbert.tasks.TASKS` (`spanbert.tasks.spec.run_action`).
 """
 
 from __future__ import annotations
@@ -13,19 +13,11 @@ import importlib
 import sys
 
 from spanbert.errors import SpanBertError
+from spanbert.tasks import TASKS as _TASKS
+from spanbert.tasks.spec import run_action
 
-# task -> (module, one-line description)
-TASKS: dict[str, tuple[str, str]] = {
-    "squad": ("spanbert.tasks.qa", "extractive QA, SQuAD v1.1/v2.0 JSON"),
-    "mrqa": ("spanbert.tasks.qa", "extractive QA, MRQA jsonl(.gz)"),
-    "tacred": ("spanbert.tasks.relation", "relation extraction, TACRED JSON, entity masking"),
-    "semeval": ("spanbert.tasks.relation", "relation classification, SemEval-2010 Task 8"),
-    "glue": ("spanbert.tasks.glue", "GLUE sentence(-pair) classification and regression (--task)"),
-    "ner": ("spanbert.tasks.ner", "named entity recognition, CoNLL-2003 IOB"),
-    "coref": ("spanbert.tasks.coref", "coreference resolution, CoNLL-2012 format"),
-    "swag": ("spanbert.tasks.swag", "multiple choice, SWAG CSV (BERT §4.4)"),
-    "parse": ("spanbert.tasks.parse", "constituency parsing, Penn Treebank trees, EVALB F1 (cloze paper §6.2.2)"),
-}
+# the task registry (name -> TaskSpec, each loaded when its task runs): `spanbert.tasks.TASKS`
+TASKS = _TASKS
 
 # command -> (module, function, one-line description)
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -79,7 +71,7 @@ def _usage() -> str:
 def _task_usage(action: str) -> str:
     width = max(map(len, TASKS))
     lines = [f"usage: spanbert {action} <task> [options]", "", "tasks:"]
-    lines += [f"  {name:<{width}}  {desc}" for name, (_, desc) in TASKS.items()]
+    lines += [f"  {name:<{width}}  {TASKS[name].description}" for name in TASKS]
     return "\n".join(lines)
 
 
@@ -114,8 +106,7 @@ def _run(argv: list[str]) -> int:
                 f"spanbert {command}: found unknown task {task!r}{_did_you_mean(task, list(TASKS))}; "
                 f"expected one of: {', '.join(TASKS)}"
             )
-        module = importlib.import_module(TASKS[task][0])
-        return int(module.cli(command, task, rest[1:], f"spanbert {command} {task}") or 0)
+        return run_action(TASKS[task], command, rest[1:], f"spanbert {command} {task}")
     module_name, func_name, _ = COMMANDS[command]
     func = getattr(importlib.import_module(module_name), func_name)
     return int(func(rest, f"spanbert {command}") or 0)

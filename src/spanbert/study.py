@@ -45,6 +45,8 @@ import numpy as np
 from spanbert import cost, distributed
 from spanbert.config import ArgumentParser
 from spanbert.errors import SpanBertError
+from spanbert.tasks import TASKS
+from spanbert.tasks.spec import OLD_RESULTS_FILES
 from spanbert.utils import atomic_dir, atomic_write, check_output, output_file, remove_debris
 
 # ---------------------------------------------------------------------------------------------
@@ -123,8 +125,18 @@ class Study:
         return max(1, math.ceil(self.budget_tokens / (self.batch_size * self.max_seq_length)))
 
 
-TASK_NAMES = ("squad", "mrqa", "semeval", "tacred", "glue", "ner", "coref", "swag", "parse")
-TEST_TASKS = ("ner", "semeval", "tacred", "parse")  # whose `evaluate` scores a labelled file with a model
+# Every per-task fact (names, option classes, headline metric, results file, how dev is split, how a
+# model is scored on held-out data) comes from the task registry `spanbert.tasks.TASKS`.
+
+
+def _head(t: TaskSpec) -> list[str]:
+    """The task name and the options that pick a sub-task, as every command of a cell starts."""
+    return [t.task, *(["--task", t.glue_task] if t.glue_task else [])]
+
+
+def _test_tasks() -> list[str]:
+    """Tasks whose `evaluate` scores a labelled file with a model (a study's test: file)."""
+    return [name for name in TASKS if TASKS[name].scores_test]
 
 
 def _check_type(value: Any, tp: Any) -> bool:
@@ -247,12 +259,14 @@ def check_study(study: Study, where: str, at: Callable[..., str] | None = None) 
             raise SpanBertError(f"{at(name)}: {name}: found {getattr(study, name)!r}, expected an integer >= 1")
     columns = []
     for i, t in enumerate(study.tasks):
-        if t.task not in TASK_NAMES:
+        if t.task not in TASKS:
             raise SpanBertError(
-                f"{at('tasks', i, 'task')}: tasks: found task {t.task!r}, expected one of: {', '.join(TASK_NAMES)}"
+                f"{at('tasks', i, 'task')}: tasks: found task {t.task!r}, expected one of: {', '.join(TASKS)}"
             )
         if t.task == "glue" and not t.glue_task:
             raise SpanBertError(f"{at('tasks', i)}: tasks: glue needs glue_task (e.g. SST-2)")
+        if t.glue_task and t.task != "glue":
+            raise SpanBertError(f"{at('tasks', i, 'glue_task')}: tasks: {t.name}: found glue_task, expected it for glue only")
         columns.append(t.name)
         litbank = t.task == "coref" and Path(t.train).is_dir()
         if litbank != bool(t.folds):
@@ -270,11 +284,11 @@ def check_study(study: Study, where: str, at: Callable[..., str] | None = None) 
         for key, path in (("train", t.train), ("dev", t.dev), ("test", t.test)):
             if path and not Path(path).exists():
                 raise SpanBertError(f"{at('tasks', i, key)}: tasks: {t.name}: {path}: no such file or folder")
-        if t.test and t.task not in TEST_TASKS:
+        if t.test and not TASKS[t.task].scores_test:
             raise SpanBertError(
                 f"{at('tasks', i, 'test')}: tasks: {t.name}: found a test file, expected none: a test split is "
                 f"scored for "
-                f"{', '.join(TEST_TASKS)} (SQuAD, GLUE and coref score their dev sets)"
+                f"{', '.join(_test_tasks())} (the others score halves of their dev sets)"
             )
         if not t.learning_rates or any(
             not isinstance(lr, (int, float)) or isinstance(lr, bool) or not lr > 0 for lr in t.learning_rates
@@ -344,7 +358,7 @@ def check_task_options(t: TaskSpec, at: Callable[..., str]) -> None:
             )
     if not t.options:
         return
-    head = [t.task, *(["--task", t.glue_task] if t.task == "glue" else [])]
+    head = _head(t)
     code, text, _ = _finetune_help(head)
     flags = set(re.findall(r"(?<![\w-])--[\w-]+", text))
     if code != 0 or not flags:
@@ -365,7 +379,7 @@ def check_task_options(t: TaskSpec, at: Callable[..., str]) -> None:
     from spanbert.trainer import TrainingArguments
 
     configs = [TrainingArguments] + [
-        getattr(importlib.import_module(module), name) for module, name in TASK_CONFIGS.get(t.task, ())
+        getattr(importlib.import_module(module), name) for module, name in TASKS[t.task].configs
     ]
     for key, value in t.options.items():
         for cls in configs:
@@ -377,16 +391,6 @@ def check_task_options(t: TaskSpec, at: Callable[..., str]) -> None:
         last = next((x for x in reversed(err.splitlines()) if x.strip()), "")
         last = last.split("error: ", 1)[-1]
         raise SpanBertError(f"{at('options')}: tasks: {t.name}: options: {last}")
-
-
-# The dataclasses (module, name) whose fields a task's `spanbert finetune` parser also takes as options.
-TASK_CONFIGS = {
-    "squad": [("spanbert.tasks.qa", "QAConfig")],
-    "mrqa": [("spanbert.tasks.qa", "QAConfig")],
-    "coref": [("spanbert.tasks.coref", "CorefConfig")],
-    "parse": [("spanbert.tasks.parse", "ParseConfig")],
-    "ner": [("spanbert.tasks.ner_features", "HeadConfig"), ("spanbert.tasks.crf_tagger", "CrfTaggerConfig")],
-}
 
 
 def load_study(path: str | Path) -> Study:
@@ -590,11 +594,9 @@ def _finetune_argv(study: Study, t: TaskSpec, model: Path, lr: float, seed: int,
         # the cells select on the selection half of dev when the other half is held out (issue 23.10);
         # a folder whose cells finished before that keeps selecting on the whole dev set
         h = None if study_is_legacy(study) else heldout_plan(study, t)
-        dev = h.select if h is not None else t.dev
-        data = {
-            "glue": {"task": t.glue_task, "data_dir": h.select if h is not None else t.train},
-            "coref": {"train": t.train, "dev": dev},
-        }.get(t.task, {"train_file": t.train, "validation_file": dev})
+        # a GLUE task is its folder (train's, or the selection half's when dev is split): no dev of its own
+        dev = h.select if h is not None else ("" if t.glue_task else t.dev)
+        data = {**({"task": t.glue_task} if t.glue_task else {}), **TASKS[t.task].finetune_data(t.train, dev)}
     options = dict(t.options)
     if fold is None and h is not None and h.source == "dev half":
         options.pop(_dev_restriction(t)[0], None)  # already applied to the halves
@@ -602,24 +604,13 @@ def _finetune_argv(study: Study, t: TaskSpec, model: Path, lr: float, seed: int,
     return ["finetune", t.task, *_options(opts)]
 
 
-# The dev score a fine-tuning command leaves in its output folder: (file, key), on the 0-100 scale.
-DEV_RESULTS = {
-    "squad": ("eval_results.json", "f1"),
-    "mrqa": ("eval_results.json", "f1"),
-    "glue": ("dev_results.json", "score"),
-    "ner": ("dev_results.json", "f1"),
-    "semeval": ("dev_results.json", "f1"),
-    "tacred": ("dev_results.json", "f1"),
-    "coref": ("finetune_results.json", "conll_f1"),
-    "swag": ("dev_results.json", "accuracy"),
-    "parse": ("dev_results.json", "f1"),
-}
-
-
 def read_dev_score(task: str, cell_dir: Path) -> tuple[float, dict[str, Any]]:
-    """(headline dev score, every number of the results file) of a finished fine-tuning cell."""
-    name, key = DEV_RESULTS[task]
-    path = cell_dir / name
+    """(headline dev score, every number of the results file) of a finished fine-tuning cell (the task's
+    `TaskSpec.results_file`, or the name an older run wrote it under), on the 0-100 scale."""
+    spec = TASKS[task]
+    key = spec.metric
+    path = next((p for p in (cell_dir / n for n in (spec.results_file, *OLD_RESULTS_FILES)) if p.is_file()),
+                cell_dir / spec.results_file)  # fmt: skip
     try:
         results = json.loads(path.read_text())
     except (OSError, ValueError) as e:
@@ -974,17 +965,7 @@ class HeldOut:
     """The data every cell is scored on afterwards."""
 
 
-# the dev file formats a dev half is cut from: task -> (file suffix of the halves, kind of record)
-_SPLIT_KINDS = {
-    "squad": (".json", "squad-articles"),
-    "mrqa": (".jsonl", "jsonl-after-header"),
-    "glue": ("", "glue-rows"),
-    "swag": (".csv", "rows-after-header"),
-    "ner": (".txt", "blank-line-blocks"),
-    "semeval": (".txt", "blank-line-blocks"),
-    "tacred": (".json", "json-list"),
-    "coref": (".conll", "conll-documents"),
-}
+# the dev file formats a dev half is cut from: each task's `TaskSpec.dev_split` (suffix, kind of record)
 
 
 def heldout_dir(study: Study, t: TaskSpec) -> Path:
@@ -999,7 +980,8 @@ def heldout_plan(study: Study, t: TaskSpec, fold: int | None = None) -> HeldOut 
         return HeldOut("test", str(folder / "dev.conll"), str(folder / "test.conll"))
     if t.test:
         return HeldOut("test", t.dev, t.test)
-    if t.task not in _SPLIT_KINDS:
+    split = TASKS[t.task].dev_split
+    if split is None:
         return None
     if t.task == "glue":
         from spanbert.tasks.glue import GLUE_TASKS, glue_task
@@ -1007,7 +989,7 @@ def heldout_plan(study: Study, t: TaskSpec, fold: int | None = None) -> HeldOut 
         spec = glue_task(t.glue_task)
         if spec.dev != GLUE_TASKS["SST-2"].dev or spec.headerless or not (Path(t.train) / "dev.tsv").is_file():
             return None  # MNLI's two dev files, CoLA's raw release: not split (said in the table)
-    suffix = _SPLIT_KINDS[t.task][0]
+    suffix = split.suffix
     d = heldout_dir(study, t)
     return HeldOut("dev half", str(d / f"select{suffix}"), str(d / f"heldout{suffix}"))
 
@@ -1052,9 +1034,8 @@ def _dev_restriction(t: TaskSpec) -> tuple[str, Any]:
     """(option, value) of a task option that restricts dev (SQuAD/MRQA ``validation_articles``, GLUE
     ``max_eval_examples``), else ("", None). With a dev half it is applied before the split, so both
     halves come from the part of dev the user chose, and it is left out of the cells' options."""
-    for key in {"squad": ("validation_articles",), "mrqa": ("validation_articles",), "glue": ("max_eval_examples",)}.get(
-        t.task, ()
-    ):
+    split = TASKS[t.task].dev_split
+    for key in split.restriction if split else ():
         if t.options.get(key) not in (None, ""):
             return key, t.options[key]
     return "", None
@@ -1071,7 +1052,7 @@ def split_dev(study: Study, t: TaskSpec) -> None:
     if done.is_file():
         return
     out.mkdir(parents=True, exist_ok=True)
-    kind = _SPLIT_KINDS[t.task][1]
+    kind = TASKS[t.task].dev_split.kind
     dev = Path(t.train) / "dev.tsv" if t.task == "glue" else Path(t.dev)
     head: Any
     if kind == "squad-articles":
@@ -1112,7 +1093,7 @@ def split_dev(study: Study, t: TaskSpec) -> None:
                             f"selection half and a held-out half (or give a test: file)") from None  # fmt: skip
     for name, idx in zip(("select", "heldout"), halves):
         part = [records[i] for i in idx]
-        suffix = _SPLIT_KINDS[t.task][0]
+        suffix = TASKS[t.task].dev_split.suffix
         if kind == "glue-rows":
             folder = out / name
             folder.mkdir(exist_ok=True)
@@ -1139,17 +1120,7 @@ def score_heldout(cell: Cell, t: TaskSpec, h: HeldOut) -> dict[str, Any]:
     evaluation printed, the headline under "score"."""
     d = cell.dir
     log = d / "heldout_log.txt"
-    if t.task in ("squad", "mrqa"):
-        preds = d / "heldout_predictions.json"
-        steps = [["predict", t.task, "--model", str(d), "--data", h.heldout, "--output", str(preds), "--disable_tqdm"],
-                 ["evaluate", t.task, "--data", h.heldout, "--predictions", str(preds)]]  # fmt: skip
-    elif t.task == "coref":
-        steps = [["predict", "coref", "--model", str(d), "--data", h.heldout, "--output", str(d / "heldout.conll"),
-                  "--disable_tqdm"]]  # fmt: skip
-    elif t.task == "glue":
-        steps = [["evaluate", "glue", "--task", t.glue_task, "--data_dir", h.heldout, "--model", str(d), "--disable_tqdm"]]
-    else:
-        steps = [["evaluate", t.task, "--data", h.heldout, "--model", str(d), "--disable_tqdm"]]
+    steps = TASKS[t.task].heldout_commands(str(d), h.heldout, _head(t))
     text = ""
     for argv in steps:
         start = distributed.on_main(lambda: log.stat().st_size if log.is_file() else 0)
@@ -1160,7 +1131,7 @@ def score_heldout(cell: Cell, t: TaskSpec, h: HeldOut) -> dict[str, Any]:
             raise SpanBertError(f"study: scoring {cell.label} on {h.heldout} failed: {last}; see {log}")
         text = distributed.on_main(lambda s=start: log.read_bytes()[s:].decode("utf-8", errors="replace"))
     numbers = _last_json(text)
-    key = DEV_RESULTS[t.task][1]
+    key = TASKS[t.task].metric
     for k in (key, f"eval_{key}", f"test_{key}"):
         if k in numbers:
             return {"score": numbers[k], **numbers}
@@ -1310,7 +1281,7 @@ def score_tests(study: Study, results: dict) -> None:
                 marker = d / "test.json"
                 if not distributed.on_main(marker.is_file):
                     log = d / "test_log.txt"
-                    argv = ["evaluate", t.task, "--data", t.test, "--model", str(d), "--disable_tqdm"]
+                    argv = ["evaluate", *_head(t), "--data", t.test, "--model", str(d), "--disable_tqdm"]
                     buf = io.StringIO()
                     with contextlib.redirect_stdout(buf):
                         code, last = _run_command(argv, log)
@@ -1320,7 +1291,7 @@ def score_tests(study: Study, results: dict) -> None:
                     numbers = _last_json(text)
                     distributed.on_main(lambda m=marker, n=numbers: _write_json(m, n))
                 numbers = distributed.on_main(lambda m=marker: json.loads(m.read_text()))
-                key = DEV_RESULTS[t.task][1]
+                key = TASKS[t.task].metric
                 tests.append(float(numbers.get(key, float("nan"))))
             cell["test"] = tests
 
@@ -1520,7 +1491,7 @@ def _plots(study: Study, results: dict, summary: Path) -> None:
         fig, ax = plt.subplots(figsize=(max(4, 1.2 * len(names)), 3.5))
         ax.bar(range(len(names)), [m for m, _ in stats], yerr=[sd for _, sd in stats], capsize=4)
         ax.set_xticks(range(len(names)), names, rotation=20, fontsize=8)
-        ax.set_ylabel(f"dev {DEV_RESULTS[t.task][1]}")
+        ax.set_ylabel(f"dev {TASKS[t.task].metric}")
         ax.set_title(f"{t.name}: mean ± std over {study.seeds} seeds")
         fig.tight_layout()
         fig.savefig(summary / f"task_{t.name}.png", dpi=120)
@@ -1853,7 +1824,7 @@ def _curve_parser(prog: str) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("run", help="a `spanbert pretrain` output folder (checkpoint-N/ and final/)")
-    p.add_argument("--task", required=True, choices=TASK_NAMES, help="the fine-tuning task")
+    p.add_argument("--task", required=True, choices=list(TASKS), help="the fine-tuning task")
     p.add_argument("--train", required=True, help="training file (glue: the task folder; coref: LitBank folder or file)")
     p.add_argument("--dev", default="", help="dev file (not for glue)")
     p.add_argument("--glue_task", "--glue-task", default="", help="glue only: SST-2, CoLA, MRPC, STS-B, RTE")
@@ -1902,7 +1873,7 @@ def curve_main(argv: list[str], prog: str = "spanbert curve") -> int:
     results = collect(study)
 
     def write() -> str:
-        metric = DEV_RESULTS[task.task][1]
+        metric = TASKS[task.task].metric
         rows = [["step", f"dev {metric} mean", "std", "seeds"]]
         md = [f"| pre-training step | dev {metric} (mean ± std over {args.seeds} seeds) |", "|---|---|"]
         points = []

@@ -1,1 +1,56 @@
-"""One module per task family: reader, features, head, decoding and CLI."""
+"""One module per task family: reader, features, head, decoding, and its `TaskSpec`s.
+
+`TASKS` is the registry the CLI and the study read: task name -> `spec.TaskSpec`. An entry is the
+module that exports the spec (``SPECS[name]``), imported on first use, so listing the task names
+(``spanbert --help``) imports no task file and no torch. A new task is one file plus one line in
+`_MODULES` (or, from Python, ``TASKS["name"] = spec``): docs/architecture.md, "Adding a task".
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator, MutableMapping
+
+from spanbert.tasks.spec import TaskSpec
+
+# task -> the module whose SPECS holds it
+_MODULES: dict[str, str] = {
+    "squad": "spanbert.tasks.qa",
+    "mrqa": "spanbert.tasks.qa",
+    "tacred": "spanbert.tasks.relation",
+    "semeval": "spanbert.tasks.relation",
+    "glue": "spanbert.tasks.glue",
+    "ner": "spanbert.tasks.ner",
+    "coref": "spanbert.tasks.coref",
+    "swag": "spanbert.tasks.swag",
+    "parse": "spanbert.tasks.parse",
+}
+
+
+class Registry(MutableMapping[str, TaskSpec]):
+    """name -> `TaskSpec`; an entry given as a module path is loaded (``module.SPECS[name]``) when read."""
+
+    def __init__(self, entries: dict[str, str | TaskSpec]) -> None:
+        self._entries: dict[str, str | TaskSpec] = dict(entries)
+
+    def __getitem__(self, name: str) -> TaskSpec:
+        entry = self._entries[name]
+        if isinstance(entry, str):
+            entry = importlib.import_module(entry).SPECS[name]
+            self._entries[name] = entry
+        return entry
+
+    def __setitem__(self, name: str, spec: str | TaskSpec) -> None:
+        self._entries[name] = spec
+
+    def __delitem__(self, name: str) -> None:
+        del self._entries[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+TASKS = Registry(_MODULES)

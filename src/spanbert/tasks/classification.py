@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from spanbert.errors import DataError, SpanBertError
+from spanbert.tasks import common
 from spanbert.tasks.layers import apply_encoder_dropout, output_layer, scaled
 
 IGNORE_INDEX = -100
@@ -425,51 +426,10 @@ def finetune(
     return finetune_selected(model, train_features, args, pad_id, predict, score).predictions
 
 
-def run_finetune_cli(
-    args: Any, defaults: dict[str, Any], run_one: Callable[[Any], dict[str, float]], metric: str
-) -> int:
-    """The ``finetune`` action of every task: one run, or the Appendix B ``--sweep`` keeping the best.
-
-    ``run_one(training_arguments)`` fine-tunes, saves into ``training_arguments.output_dir`` and
-    returns the dev metrics; ``metric`` names the one the sweep maximises.
-    """
-    from spanbert.distributed import print0
-    from spanbert.tasks.common import (
-        SELECTION_KEYS,
-        cell_arguments,
-        check_output_dir,
-        start_distributed,
-        sweep,
-        sweep_grid,
-        training_arguments,
-    )
-
-    targs = training_arguments(args, defaults)
-    check_output_dir(targs)  # before reading any data (a sweep: the top folder)
-    start_distributed(targs.device)
-    if not getattr(args, "sweep", False):
-        metrics = run_one(targs)
-        print0(f"saved the fine-tuned model to {targs.output_dir}")
-        if "selected_step" in metrics:
-            print0(f"the saved model is that of step {metrics['selected_step']} (best dev {metrics['selected_by']})")
-        print_metrics(metrics)
-        return 0
-
-    metric = targs.metric_for_best_model or metric  # the runs are compared on the score that selects within each
-    if targs.metric_for_best_model and not targs.greater_is_better:
-        raise SpanBertError("--sweep keeps the run with the highest dev score: found --greater_is_better false, "
-                            "expected a metric where higher is better")  # fmt: skip
-
-    def one(lr: float, batch_size: int, run_dir: Path) -> dict[str, Any]:
-        metrics = run_one(cell_arguments(targs, lr, batch_size, run_dir))
-        if metric not in metrics:
-            raise SpanBertError(f"--sweep keeps the best run on the dev set: pass --dev (no {metric!r} was computed)")
-        return {"dev_score": metrics[metric], **{k: metrics[k] for k in SELECTION_KEYS if k in metrics}}
-
-    summary = sweep(one, targs.output_dir, resume=targs.resume, **sweep_grid(args.model))
-    print0(f"best run copied to {targs.output_dir}")
-    print_metrics(summary["best"])
-    return 0
+# the finetune skeleton and the metrics printer live in `tasks.common` with the rest of the shared
+# command line; their old names here are kept for callers
+run_finetune_cli = common.run_finetune
+print_metrics = common.print_metrics
 
 
 def write_json(path: str | Path, data: Any) -> None:
@@ -477,10 +437,3 @@ def write_json(path: str | Path, data: Any) -> None:
     from spanbert.tasks.common import write_json as _write_json
 
     _write_json(path, data)
-
-
-def print_metrics(metrics: dict[str, Any]) -> None:
-    """Metrics as JSON on stdout (what `spanbert evaluate` prints), once under torchrun."""
-    from spanbert.distributed import print0
-
-    print0(json.dumps(metrics, indent=2, sort_keys=True))

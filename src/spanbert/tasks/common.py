@@ -33,6 +33,7 @@ from torch import nn
 
 from spanbert import distributed, families
 from spanbert.config import (
+    ArgumentParser,
     add_dataclass_arguments,
     check_unknown_overrides,
     dataclass_from_args,
@@ -105,6 +106,96 @@ def add_inference_arguments(parser: argparse.ArgumentParser, unit: str, with_mod
     parser.add_argument("--threads", type=int, default=0, metavar="N",
                         help="CPU threads (default 0: the cores other processes leave free, re-measured every second; "
                              "OMP_NUM_THREADS also fixes it)")  # fmt: skip
+
+
+def task_parser(prog: str, doc: str | None) -> ArgumentParser:
+    """The parser of one task command: ``prog`` and the first paragraph of the task file's docstring."""
+    return ArgumentParser(prog=prog, description=(doc or "").split("\n\n")[0])
+
+
+def add_predict_arguments(parser: argparse.ArgumentParser, model_help: str, output_help: str, unit: str) -> None:
+    """--model (required), --output (required, checked by the output contract) and the inference options:
+    the options of every `predict` that reads one data file and writes one predictions file."""
+    from spanbert.utils import output_file
+
+    parser.add_argument("--model", required=True, help=model_help)
+    parser.add_argument("--output", required=True, type=output_file, help=output_help)
+    add_inference_arguments(parser, unit)
+
+
+def add_scoring_source(parser: argparse.ArgumentParser, predictions_help: str, unit: str, nargs: str | None = None) -> None:
+    """--predictions FILE or --model DIR (predict, then score), and the inference options: the options of
+    every `evaluate` that scores either a predictions file or a model."""
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--predictions", nargs=nargs, help=predictions_help)
+    group.add_argument("--model", help="fine-tuned model folder: predict, then score")
+    add_inference_arguments(parser, unit, with_model=True)
+
+
+def finetune_command(
+    prog: str,
+    doc: str | None,
+    argv: list[str],
+    add_options: Callable[[argparse.ArgumentParser], None],
+    defaults: dict[str, Any],
+    run_one: Callable[[argparse.Namespace, TrainingArguments], dict[str, Any]],
+    metric: str,
+    configs: Sequence[type] = (),
+    check: Callable[[argparse.Namespace], None] | None = None,
+) -> int:
+    """The `finetune` action of a task: its own options (``add_options``), then --model, --config and every
+    `TrainingArguments` option under ``defaults``; parsed with the ``--config`` YAML (``configs``: the
+    task's option dataclasses); ``check(args)`` refuses what the task cannot run; then `run_finetune`
+    (one run, or the Appendix B ``--sweep``, compared on ``metric``)."""
+    parser = task_parser(prog, doc)
+    add_options(parser)
+    add_finetune_arguments(parser, defaults)
+    args = parse_task_args(parser, argv, configs)
+    if check is not None:
+        check(args)
+    return run_finetune(args, defaults, lambda targs: run_one(args, targs), metric)
+
+
+def run_finetune(
+    args: Any, defaults: dict[str, Any], run_one: Callable[[Any], dict[str, float]], metric: str
+) -> int:
+    """One run, or the Appendix B ``--sweep`` keeping the best: the output checks, the process group, the
+    summary line and the metrics as JSON, shared by every task's `finetune`.
+
+    ``run_one(training_arguments)`` fine-tunes, saves into ``training_arguments.output_dir`` and
+    returns the dev metrics; ``metric`` names the one the sweep maximises.
+    """
+    targs = training_arguments(args, defaults)
+    check_output_dir(targs)  # before reading any data (a sweep: the top folder)
+    start_distributed(targs.device)
+    if not getattr(args, "sweep", False):
+        metrics = run_one(targs)
+        distributed.print0(f"saved the fine-tuned model to {targs.output_dir}")
+        if "selected_step" in metrics:
+            distributed.print0(f"the saved model is that of step {metrics['selected_step']} (best dev {metrics['selected_by']})")
+        print_metrics(metrics)
+        return 0
+
+    metric = targs.metric_for_best_model or metric  # the runs are compared on the score that selects within each
+    if targs.metric_for_best_model and not targs.greater_is_better:
+        raise SpanBertError("--sweep keeps the run with the highest dev score: found --greater_is_better false, "
+                            "expected a metric where higher is better")  # fmt: skip
+
+    def one(lr: float, batch_size: int, run_dir: Path) -> dict[str, Any]:
+        metrics = run_one(cell_arguments(targs, lr, batch_size, run_dir))
+        if metric not in metrics:
+            raise SpanBertError(f"--sweep keeps the best run on the dev set: pass --dev (no {metric!r} was computed)")
+        return {"dev_score": metrics[metric], **{k: metrics[k] for k in SELECTION_KEYS if k in metrics}}
+
+    summary = sweep(one, targs.output_dir, resume=targs.resume, **sweep_grid(args.model))
+    distributed.print0(f"best run copied to {targs.output_dir}")
+    print_metrics(summary["best"])
+    return 0
+
+
+def print_metrics(metrics: dict[str, Any]) -> None:
+    """Metrics as JSON on stdout (what `spanbert evaluate` prints), once under torchrun."""
+    distributed.print0(json.dumps(metrics, indent=2, sort_keys=True))
 
 
 def parse_task_args(

@@ -32,8 +32,20 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from spanbert import families, threads
-from spanbert.config import ArgumentParser
-from spanbert.errors import DataError, SpanBertError, decode_utf8
+from spanbert.config import dataclass_from_args, parse_key_values
+from spanbert.distributed import eprint0, print0
+from spanbert.errors import DataError, SpanBertError, decode_utf8, utf8_argument
+from spanbert.tasks.common import (
+    add_finetune_arguments,
+    parse_task_args,
+    predict_sharded,
+    print_metrics,
+    start_distributed,
+    task_parser,
+    write_once,
+)
+from spanbert.tasks import common
+from spanbert.tasks.spec import RESULTS_FILE, DevSplit, TaskSpec, task_cli
 from spanbert.utils import atomic_write, output_file
 
 Span = tuple[int, int]  # inclusive (start, end) word or sub-token indices
@@ -1391,7 +1403,7 @@ def finetune_coref(
         save_coref_model(model, output_dir, tokenizer)
         if dev_docs:
             write_conll(output_dir / "dev_predictions.conll", dev_docs, chosen["predictions"])
-        with atomic_write(output_dir / "finetune_results.json") as f:
+        with atomic_write(output_dir / RESULTS_FILE) as f:
             json.dump(summary, f, indent=2, sort_keys=True)
             f.write("\n")
 
@@ -1418,98 +1430,93 @@ def _add_coref_arguments(parser: argparse.ArgumentParser) -> None:
     add_dataclass_arguments(group, CorefConfig)
 
 
-def cli(action: str, task: str, argv: list[str], prog: str) -> int:
-    """``spanbert {finetune,predict,evaluate} coref ...``."""
-    from spanbert.config import dataclass_from_args, parse_key_values
-    from spanbert.distributed import eprint0, print0
+def _finetune(task: str, argv: list[str], prog: str) -> int:
+    """``spanbert finetune coref ...``: one run (no --sweep), the released presets under the options."""
+    parser = task_parser(prog, __doc__)
+    parser.add_argument(
+        "--train", required=True, help="CoNLL-2012 file or folder of *.conll[.gz] files to train on"
+    )
+    parser.add_argument(
+        "--dev",
+        help="CoNLL-2012 file or folder scored during training (every --eval_steps, or --evals_per_epoch times "
+        "an epoch) and at the end; the model of the best --metric_for_best_model (conll_f1) is kept",
+    )
+    parser.add_argument(
+        "--preset",
+        choices=sorted(COREF_PRESETS),
+        help="the released SpanBERT coreference settings (mandarjoshi90/coref experiments.conf): spanbert_base "
+        "(segments 384, encoder 2e-5, task 1e-4) or spanbert_large (512, 1e-5, 3e-4), with Adam eps 1e-6, "
+        "dev evaluation every 1000 steps, ...; options given on the command line or in --config win",
+    )
+    parser.add_argument("--max_eval_examples", type=int, help="use only the first N dev documents")
+    _add_coref_arguments(parser)
+    add_finetune_arguments(parser, DEFAULTS)
+    args = parse_task_args(parser, argv, configs=(CorefConfig,))  # --config YAML, strict
+    preset = COREF_PRESETS[args.preset] if args.preset else {"training": {}, "coref": {}}
+    if args.sweep:
+        raise SpanBertError(
+            "--sweep runs the Appendix B grid of the classification/QA tasks; for coreference set "
+            "--learning_rate (task layers, 1e-4 ... 3e-4) and --encoder_learning_rate (1e-5 / 2e-5) instead"
+        )
+    overrides = list(args.overrides or [])
+    coref_keys = set(CorefConfig.__dataclass_fields__)
+    kv = parse_key_values(overrides)
+    args.overrides = [o for o, k in zip(overrides, kv) if k not in coref_keys]
+    # defaults < preset < --config YAML < --flags < key=value
+    targs = common.training_arguments(args, {**DEFAULTS, **preset["training"]})
+    config = dataclass_from_args(
+        CorefConfig, args, defaults=preset["coref"],
+        overrides=[o for o, k in zip(overrides, kv) if k in coref_keys],
+    )  # fmt: skip
+    summary = finetune_coref(args.model, args.train, args.dev, targs, config, args.tokenizer, args.max_eval_examples)
+    print_metrics(summary)
+    return 0
 
-    parser = ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
-    if action == "finetune":
-        from spanbert.tasks.common import add_finetune_arguments, parse_task_args, training_arguments
 
-        parser.add_argument(
-            "--train", required=True, help="CoNLL-2012 file or folder of *.conll[.gz] files to train on"
-        )
-        parser.add_argument(
-            "--dev",
-            help="CoNLL-2012 file or folder scored during training (every --eval_steps, or --evals_per_epoch times "
-            "an epoch) and at the end; the model of the best --metric_for_best_model (conll_f1) is kept",
-        )
-        parser.add_argument(
-            "--preset",
-            choices=sorted(COREF_PRESETS),
-            help="the released SpanBERT coreference settings (mandarjoshi90/coref experiments.conf): spanbert_base "
-            "(segments 384, encoder 2e-5, task 1e-4) or spanbert_large (512, 1e-5, 3e-4), with Adam eps 1e-6, "
-            "dev evaluation every 1000 steps, ...; options given on the command line or in --config win",
-        )
-        parser.add_argument("--max_eval_examples", type=int, help="use only the first N dev documents")
-        _add_coref_arguments(parser)
-        add_finetune_arguments(parser, DEFAULTS)
-        args = parse_task_args(parser, argv, configs=(CorefConfig,))  # --config YAML, strict
-        preset = COREF_PRESETS[args.preset] if args.preset else {"training": {}, "coref": {}}
-        if args.sweep:
-            raise SpanBertError(
-                "--sweep runs the Appendix B grid of the classification/QA tasks; for coreference set "
-                "--learning_rate (task layers, 1e-4 ... 3e-4) and --encoder_learning_rate (1e-5 / 2e-5) instead"
-            )
-        overrides = list(args.overrides or [])
-        coref_keys = set(CorefConfig.__dataclass_fields__)
-        kv = parse_key_values(overrides)
-        args.overrides = [o for o, k in zip(overrides, kv) if k not in coref_keys]
-        # defaults < preset < --config YAML < --flags < key=value
-        targs = training_arguments(args, {**DEFAULTS, **preset["training"]})
-        config = dataclass_from_args(
-            CorefConfig, args, defaults=preset["coref"],
-            overrides=[o for o, k in zip(overrides, kv) if k in coref_keys],
-        )  # fmt: skip
-        summary = finetune_coref(
-            args.model, args.train, args.dev, targs, config, args.tokenizer, args.max_eval_examples
-        )
-        print0(json.dumps(summary, indent=2, sort_keys=True))
+def _predict(task: str, argv: list[str], prog: str) -> int:
+    """``spanbert predict coref (--data CONLL --output OUT | --text TEXT)``."""
+    parser = task_parser(prog, __doc__)
+    parser.add_argument("--model", required=True, help="folder of a model saved by `spanbert finetune coref`")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--data", help="CoNLL-2012 file or folder to resolve")
+    source.add_argument("--text", help="raw text: prints its clusters as JSON with character offsets")
+    parser.add_argument("--output", type=output_file, help="CoNLL-2012 file to write (with --data)")
+    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default: auto)")
+    parser.add_argument("--disable_tqdm", action="store_true", help="hide the progress bar")
+    args = parser.parse_args(argv)
+    if args.data is not None and not args.output:
+        parser.error("--output OUT.conll is required with --data")
+    if args.text is not None:
+        args.text = utf8_argument(args.text, "--text")
+    device = start_distributed(args.device)
+    docs = read_documents(args.data) if args.data is not None else []  # bad data fails before loading
+    predictor = CorefPredictor.from_pretrained(args.model, device=str(device))
+    if args.text is not None:
+        print0(json.dumps({"clusters": predictor.predict_text(args.text)}, indent=2, ensure_ascii=False))
         return 0
-    if action == "predict":
-        parser.add_argument("--model", required=True, help="folder of a model saved by `spanbert finetune coref`")
-        source = parser.add_mutually_exclusive_group(required=True)
-        source.add_argument("--data", help="CoNLL-2012 file or folder to resolve")
-        source.add_argument("--text", help="raw text: prints its clusters as JSON with character offsets")
-        parser.add_argument("--output", type=output_file, help="CoNLL-2012 file to write (with --data)")
-        parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default: auto)")
-        parser.add_argument("--disable_tqdm", action="store_true", help="hide the progress bar")
-        args = parser.parse_args(argv)
-        if args.data is not None and not args.output:
-            parser.error("--output OUT.conll is required with --data")
-        if args.text is not None:
-            from spanbert.errors import utf8_argument
+    t0 = time.perf_counter()
+    # each rank resolves its share of the documents; rank 0 writes them all
+    predictions = predict_sharded(
+        len(docs), lambda idx: predictor.predict_documents([docs[i] for i in idx], not args.disable_tqdm)
+    )
+    seconds = time.perf_counter() - t0
+    write_once(lambda: write_conll(args.output, docs, predictions))
+    eprint0(f"wrote {len(docs)} documents to {args.output} ({len(docs) / seconds:.2f} documents/s)")
+    if any(d.clusters for d in docs):
+        print_metrics(evaluate_clusters(docs, predictions))
+    return 0
 
-            args.text = utf8_argument(args.text, "--text")
-        from spanbert.tasks.common import predict_sharded, start_distributed, write_once
 
-        device = start_distributed(args.device)
-        docs = read_documents(args.data) if args.data is not None else []  # bad data fails before loading
-        predictor = CorefPredictor.from_pretrained(args.model, device=str(device))
-        if args.text is not None:
-            print0(json.dumps({"clusters": predictor.predict_text(args.text)}, indent=2, ensure_ascii=False))
-            return 0
-        t0 = time.perf_counter()
-        # each rank resolves its share of the documents; rank 0 writes them all
-        predictions = predict_sharded(
-            len(docs), lambda idx: predictor.predict_documents([docs[i] for i in idx], not args.disable_tqdm)
-        )
-        seconds = time.perf_counter() - t0
-        write_once(lambda: write_conll(args.output, docs, predictions))
-        eprint0(f"wrote {len(docs)} documents to {args.output} ({len(docs) / seconds:.2f} documents/s)")
-        if any(d.clusters for d in docs):
-            print0(json.dumps(evaluate_clusters(docs, predictions), indent=2, sort_keys=True))
-        return 0
-    if action == "evaluate":
-        parser.add_argument("--gold", required=True, help="gold CoNLL-2012 file or folder (the key)")
-        parser.add_argument(
-            "--predictions", required=True, help="CoNLL-2012 file written by `spanbert predict coref` (the response)"
-        )
-        args = parser.parse_args(argv)
-        print0(json.dumps(evaluate_files(args.gold, args.predictions), indent=2, sort_keys=True))
-        return 0
-    raise SpanBertError(f"unknown action {action!r} for coref; expected finetune, predict or evaluate")
+def _evaluate(task: str, argv: list[str], prog: str) -> int:
+    """``spanbert evaluate coref --gold KEY --predictions RESPONSE``: MUC, B3, CEAF-e and their mean."""
+    parser = task_parser(prog, __doc__)
+    parser.add_argument("--gold", required=True, help="gold CoNLL-2012 file or folder (the key)")
+    parser.add_argument(
+        "--predictions", required=True, help="CoNLL-2012 file written by `spanbert predict coref` (the response)"
+    )
+    args = parser.parse_args(argv)
+    print_metrics(evaluate_files(args.gold, args.predictions))
+    return 0
 
 
 def evaluate_files(gold: str | Path, predictions: str | Path) -> dict[str, float]:
@@ -1539,3 +1546,25 @@ def evaluate_files(gold: str | Path, predictions: str | Path) -> dict[str, float
     scores = evaluate_clusters(key_docs, [resp[d.doc_id].clusters for d in key_docs])
     scores["documents"] = len(key_docs)
     return scores
+
+
+SPECS = {
+    "coref": TaskSpec(
+        name="coref",
+        description="coreference resolution, CoNLL-2012 format",
+        finetune=_finetune,
+        predict=_predict,
+        evaluate=_evaluate,
+        metric="conll_f1",
+        data="CoNLL-2012 files or folders of *.conll[.gz] (OntoNotes, LitBank)",
+        configs=(("spanbert.tasks.coref", "CorefConfig"),),
+        dev_split=DevSplit(".conll", "conll-documents"),
+        data_options=lambda train, dev: {"train": train, "dev": dev},
+        # predicting gold documents prints their scores: one command scores the model
+        heldout_steps=lambda head, model, data: [
+            ["predict", *head, "--model", model, "--data", data, "--output", str(Path(model) / "heldout.conll"),
+             "--disable_tqdm"]
+        ],
+    )
+}
+cli = task_cli(SPECS)

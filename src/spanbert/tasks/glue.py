@@ -24,11 +24,20 @@ from typing import Any
 
 import numpy as np
 
-from spanbert.config import ArgumentParser
 from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics.classification import accuracy, binary_f1, matthews_corrcoef, pearson, spearman
-from spanbert.tasks.common import add_inference_arguments, match_by_id
+from spanbert.tasks.common import (
+    add_inference_arguments,
+    add_scoring_source,
+    family_defaults,
+    finetune_command,
+    match_by_id,
+    print_metrics,
+    start_distributed,
+    task_parser,
+)
+from spanbert.tasks.spec import RESULTS_FILE, DevSplit, TaskSpec, task_cli
 from spanbert.utils import atomic_write, output_folder
 from spanbert.trainer import eval_size
 
@@ -416,7 +425,7 @@ def finetune_glue(
     def write() -> None:
         for split, exs in dev.items():
             write_submission(out / _dev_name(task, split), exs, pred[split])
-        C.write_json(out / "dev_results.json", metrics)
+        C.write_json(out / RESULTS_FILE, metrics)
 
     write_once(write)
     return metrics
@@ -489,65 +498,77 @@ def _task_from_argv(argv: list[str]) -> GlueTask | None:
     return glue_task(known.task) if known.task else None
 
 
-def cli(action: str, task_name: str, argv: list[str], prog: str) -> int:
-    """``spanbert {finetune,predict,evaluate} glue --task NAME --data_dir DIR ...``."""
-    from spanbert.tasks import classification as C
-    from spanbert.tasks.common import parse_task_args, start_distributed
+def _parser(prog: str) -> argparse.ArgumentParser:
+    """The options every GLUE action starts with: which task, and its folder."""
+    parser = task_parser(prog, __doc__)
+    _add_task_options(parser)
+    return parser
 
-    task = _task_from_argv(argv)
-    parser = ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+
+def _add_task_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", required=True, help=f"GLUE task: {', '.join(GLUE_TASKS)}")
     parser.add_argument(
         "--data_dir", required=True, help="the task's folder of GLUE tsv files (train.tsv, dev.tsv, test.tsv)"
     )
-    if action == "finetune":
-        from spanbert.tasks.common import add_finetune_arguments, family_defaults
 
-        defaults = family_defaults(argv, default_arguments(task or GLUE_TASKS["RTE"]))
+
+def _finetune(task_name: str, argv: list[str], prog: str) -> int:
+    """``spanbert finetune glue --task NAME --data_dir DIR ...``."""
+    task = _task_from_argv(argv)
+
+    def add_options(parser: argparse.ArgumentParser) -> None:
+        _add_task_options(parser)
         parser.add_argument(
             "--max_seq_length", type=int, default=128, help="tokens per input (default: 128, Appendix B)"
         )
         parser.add_argument("--max_train_examples", type=int, help="use only the first N training examples")
         parser.add_argument("--max_eval_examples", type=int, help="use only the first N examples of each dev split")
-        add_finetune_arguments(parser, defaults)
-        args = parse_task_args(parser, argv)
 
-        def run_one(targs: Any) -> dict[str, float]:
-            return finetune_glue(
-                task, args.model, args.data_dir, targs, args.tokenizer, args.max_seq_length,
-                args.max_train_examples, args.max_eval_examples,
-            )  # fmt: skip
+    def run_one(args: argparse.Namespace, targs: Any) -> dict[str, float]:
+        return finetune_glue(
+            task, args.model, args.data_dir, targs, args.tokenizer, args.max_seq_length,
+            args.max_train_examples, args.max_eval_examples,
+        )  # fmt: skip
 
-        return C.run_finetune_cli(args, defaults, run_one, metric="score")
-    if action == "predict":
-        parser.add_argument("--model", required=True, help="folder saved by `spanbert finetune glue`")
-        parser.add_argument(
-            "--split", choices=("test", "dev"), default="test", help="which split to predict (default: test)"
-        )
-        parser.add_argument(
-            "--output_dir", required=True, type=output_folder,
-            help="folder for the submission files (CoLA.tsv, MNLI-m.tsv, ...)",
-        )
-        add_inference_arguments(parser, "sequences")
-        args = parser.parse_args(argv)
-        check_model(task, args.model)
-        start_distributed(args.device)
-        if args.split == "test":
-            outputs = {name: (file,) for name, file in task.test.items()}
-        else:
-            outputs = {_dev_name(task, s): files for s, files in task.dev.items()}
-        for name, files in outputs.items():
-            if name == "AX.tsv" and not (Path(args.data_dir) / files[0]).exists():
-                continue  # the diagnostic set is optional
-            examples = read_split(task, args.data_dir, files, labelled=False)
-            pred = predict_glue(task, args.model, examples, args.batch_size, args.device, not args.disable_tqdm)
-            write_submission(Path(args.output_dir) / name, examples, pred)
-            print0(f"wrote {len(pred)} predictions to {Path(args.output_dir) / name}")
-        return 0
-    group = parser.add_mutually_exclusive_group(required=True)
-    group.add_argument("--predictions", nargs="+", help="dev predictions (submission format), one file per dev split")
-    group.add_argument("--model", help="fine-tuned model folder: predict the dev splits, then score")
-    add_inference_arguments(parser, "sequences", with_model=True)
+    defaults = family_defaults(argv, default_arguments(task or GLUE_TASKS["RTE"]))
+    return finetune_command(prog, __doc__, argv, add_options, defaults, run_one, metric="score")
+
+
+def _predict(task_name: str, argv: list[str], prog: str) -> int:
+    """``spanbert predict glue --task NAME --data_dir DIR --model M --output_dir OUT``: submission files."""
+    task = _task_from_argv(argv)
+    parser = _parser(prog)
+    parser.add_argument("--model", required=True, help="folder saved by `spanbert finetune glue`")
+    parser.add_argument(
+        "--split", choices=("test", "dev"), default="test", help="which split to predict (default: test)"
+    )
+    parser.add_argument(
+        "--output_dir", required=True, type=output_folder,
+        help="folder for the submission files (CoLA.tsv, MNLI-m.tsv, ...)",
+    )
+    add_inference_arguments(parser, "sequences")
+    args = parser.parse_args(argv)
+    check_model(task, args.model)
+    start_distributed(args.device)
+    if args.split == "test":
+        outputs = {name: (file,) for name, file in task.test.items()}
+    else:
+        outputs = {_dev_name(task, s): files for s, files in task.dev.items()}
+    for name, files in outputs.items():
+        if name == "AX.tsv" and not (Path(args.data_dir) / files[0]).exists():
+            continue  # the diagnostic set is optional
+        examples = read_split(task, args.data_dir, files, labelled=False)
+        pred = predict_glue(task, args.model, examples, args.batch_size, args.device, not args.disable_tqdm)
+        write_submission(Path(args.output_dir) / name, examples, pred)
+        print0(f"wrote {len(pred)} predictions to {Path(args.output_dir) / name}")
+    return 0
+
+
+def _evaluate(task_name: str, argv: list[str], prog: str) -> int:
+    """``spanbert evaluate glue --task NAME --data_dir DIR (--predictions F ... | --model M)``."""
+    task = _task_from_argv(argv)
+    parser = _parser(prog)
+    add_scoring_source(parser, "dev predictions (submission format), one file per dev split", "sequences", nargs="+")
     args = parser.parse_args(argv)
     if args.model:
         check_model(task, args.model)
@@ -566,5 +587,25 @@ def cli(action: str, task_name: str, argv: list[str], prog: str) -> int:
             else read_submission(args.predictions[k], exs, task)
         )
     gold = {s: [e.label for e in exs] for s, exs in dev.items()}
-    C.print_metrics({**score_splits(task, gold, pred), "examples": sum(map(len, gold.values()))})
+    print_metrics({**score_splits(task, gold, pred), "examples": sum(map(len, gold.values()))})
     return 0
+
+
+SPECS = {
+    "glue": TaskSpec(
+        name="glue",
+        description="GLUE sentence(-pair) classification and regression (--task)",
+        finetune=_finetune,
+        predict=_predict,
+        evaluate=_evaluate,
+        metric="score",
+        data="a GLUE task folder (train.tsv, dev.tsv, test.tsv)",
+        dev_split=DevSplit("", "glue-rows", restriction=("max_eval_examples",)),
+        # the study's cells name the task folder (the selection half's, when dev is split)
+        data_options=lambda train, dev: {"data_dir": dev or train},
+        heldout_steps=lambda head, model, data: [
+            ["evaluate", *head, "--data_dir", data, "--model", model, "--disable_tqdm"]
+        ],
+    )
+}
+cli = task_cli(SPECS)

@@ -28,10 +28,25 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from spanbert.config import ArgumentParser
 from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError
-from spanbert.tasks.common import add_inference_arguments, selection_defaults, selection_summary, warn_unseen
+from spanbert.config import add_dataclass_arguments, dataclass_from_args
+from spanbert.tasks import crf_tagger as CT
+from spanbert.tasks import ner_features as NF
+from spanbert.tasks.common import (
+    add_predict_arguments,
+    add_scoring_source,
+    family_defaults,
+    finetune_command,
+    print_metrics,
+    selection_defaults,
+    selection_summary,
+    start_distributed,
+    task_parser,
+    warn_unseen,
+    write_once,
+)
+from spanbert.tasks.spec import RESULTS_FILE, DevSplit, TaskSpec, task_cli
 from spanbert.tasks.conll import (  # noqa: F401 -- the data side of the task, public names of this module
     _TAG,
     NerSentence,
@@ -46,7 +61,6 @@ from spanbert.tasks.conll import (  # noqa: F401 -- the data side of the task, p
     write_predictions,
 )
 from spanbert.trainer import eval_size
-from spanbert.utils import output_file
 
 # ---------------------------------------------------------------------------------------------
 # Fine-tuning, prediction, CLI
@@ -140,7 +154,7 @@ def finetune_ner(
         save()
         if dev:
             write_predictions(out / "dev_predictions.txt", dev, pred)
-            C.write_json(out / "dev_results.json", metrics)
+            C.write_json(out / RESULTS_FILE, metrics)
 
     write_once(write)
     return metrics
@@ -267,15 +281,19 @@ def _tagger_in_argv(argv: list[str]) -> str:
         return "linear"
 
 
-def cli(action: str, task: str, argv: list[str], prog: str) -> int:
-    """``spanbert {finetune,predict,evaluate} ner ...``."""
-    from spanbert.tasks import classification as C
-    from spanbert.tasks.common import parse_task_args, start_distributed, write_once
+def _finetune(task: str, argv: list[str], prog: str) -> int:
+    """``spanbert finetune ner ...``: the linear or biLSTM-CRF tagger, or with --features BERT's
+    feature-based NER (its own command line, `ner_features.finetune_cli`)."""
+    if _wants_features(argv):
+        return NF.finetune_cli(argv, prog)
+    tagger = _tagger_in_argv(argv)
+    if tagger == "bilstm-crf":
+        argv = CT.renamed(argv)
+    defaults = family_defaults(argv, DEFAULTS)
+    if tagger == "bilstm-crf":  # §4, §6.2.1: its own rates, batch and epochs; one evaluation an epoch
+        defaults = {**defaults, **CT.TRAINING_DEFAULTS, "evals_per_epoch": 1, "metric_for_best_model": None}
 
-    parser = ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
-    if action == "finetune":
-        from spanbert.tasks.common import add_finetune_arguments
-
+    def add_options(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
             "--train_file", "--train", dest="train", required=True, help="CoNLL-2003 training file (word POS chunk TAG)"
         )
@@ -289,22 +307,11 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         parser.add_argument("--max_train_examples", type=int, help="use only the first N training sentences")
         parser.add_argument("--max_eval_examples", type=int, help="use only the first N dev sentences")
         add_document_context_argument(parser)
-        from spanbert.config import add_dataclass_arguments, dataclass_from_args
-        from spanbert.tasks import ner_features as NF
-
-        if _wants_features(argv):
-            return NF.finetune_cli(argv, prog)
         # listed for --help; they take effect only with --features (a frozen encoder + biLSTM, Table 7)
         add_dataclass_arguments(
             parser.add_argument_group("feature-based NER (BERT §5.3 Table 7; with --features, whose training "
                                       "defaults differ: see docs/tasks.md)"), NF.HeadConfig,
         )  # fmt: skip
-        from spanbert.tasks import crf_tagger as CT
-        from spanbert.tasks.common import family_defaults
-
-        tagger = _tagger_in_argv(argv)
-        if tagger == "bilstm-crf":
-            argv = CT.renamed(argv)
         parser.add_argument(
             "--tagger", choices=TAGGERS, default=None,
             help="the head: linear (BERT §5.3: softmax on each word's first sub-token) or bilstm-crf (two-tower "
@@ -313,11 +320,10 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         )  # fmt: skip
         add_dataclass_arguments(parser.add_argument_group("biLSTM-CRF tagger (with --tagger bilstm-crf)"),
                                 CT.CrfTaggerConfig)  # fmt: skip
-        defaults = family_defaults(argv, DEFAULTS)
-        if tagger == "bilstm-crf":  # §4, §6.2.1: its own rates, batch and epochs; one evaluation an epoch
-            defaults = {**defaults, **CT.TRAINING_DEFAULTS, "evals_per_epoch": 1, "metric_for_best_model": None}
-        add_finetune_arguments(parser, defaults)
-        args = parse_task_args(parser, argv, configs=[NF.HeadConfig, CT.CrfTaggerConfig])
+
+    crf: dict[str, Any] = {}
+
+    def check(args: argparse.Namespace) -> None:  # before any output is checked or data read
         stray = sorted(f"--{f.name}" for f in dataclasses.fields(NF.HeadConfig) if f.name in vars(args))
         if stray:
             raise SpanBertError(f"found {', '.join(stray)} without --features; expected them with --features only")
@@ -328,38 +334,41 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         if tagger == "bilstm-crf" and args.sweep:
             raise SpanBertError("--sweep: the biLSTM-CRF tagger has no grid here; the paper tuned (head, encoder) "
                                 "rate pairs: run --learning_rate / --encoder_learning_rate once per pair")  # fmt: skip
-        crf = dataclass_from_args(CT.CrfTaggerConfig, args)
+        crf["config"] = dataclass_from_args(CT.CrfTaggerConfig, args)
 
-        def run_one(targs: Any) -> dict[str, Any]:
-            return finetune_ner(
-                args.model, args.train, args.dev, targs, args.tokenizer, args.max_seq_length,
-                args.max_train_examples, args.max_eval_examples, args.document_context, tagger, crf,
-            )  # fmt: skip
+    def run_one(args: argparse.Namespace, targs: Any) -> dict[str, Any]:
+        return finetune_ner(
+            args.model, args.train, args.dev, targs, args.tokenizer, args.max_seq_length,
+            args.max_train_examples, args.max_eval_examples, args.document_context, tagger, crf["config"],
+        )  # fmt: skip
 
-        return C.run_finetune_cli(args, defaults, run_one, metric="f1")
+    return finetune_command(prog, __doc__, argv, add_options, defaults, run_one, metric="f1",
+                            configs=[NF.HeadConfig, CT.CrfTaggerConfig], check=check)  # fmt: skip
+
+
+def _predict(task: str, argv: list[str], prog: str) -> int:
+    """``spanbert predict ner ...``."""
+    parser = task_parser(prog, __doc__)
     parser.add_argument("--data", required=True, help="CoNLL-2003 file (tags optional for predict)")
-    if action == "predict":
-        parser.add_argument("--model", required=True, help="folder saved by `spanbert finetune ner`")
-        parser.add_argument(
-            "--output", required=True, type=output_file, help="CoNLL file to write: word [gold] predicted"
-        )
-        add_inference_arguments(parser, "sequences")
-        args = parser.parse_args(argv)
-        check_model(args.model)
-        start_distributed(args.device)
-        sentences = read_conll(args.data, require_tags=False)
-        pred = predict_ner(args.model, sentences, args.batch_size, args.device, not args.disable_tqdm)
-        write_once(lambda: write_predictions(args.output, sentences, pred))
-        print0(f"wrote tags for {len(pred)} sentences to {args.output}")
-        if all(s.tags for s in sentences):
-            C.print_metrics(score(sentences, pred))
-        return 0
-    group = parser.add_mutually_exclusive_group(required=True)
-    group.add_argument(
-        "--predictions", help="file written by `spanbert predict ner` (predicted tag in the last column)"
-    )
-    group.add_argument("--model", help="fine-tuned model folder: predict, then score")
-    add_inference_arguments(parser, "sequences", with_model=True)
+    add_predict_arguments(parser, "folder saved by `spanbert finetune ner`", "CoNLL file to write: word [gold] predicted",
+                          "sequences")  # fmt: skip
+    args = parser.parse_args(argv)
+    check_model(args.model)
+    start_distributed(args.device)
+    sentences = read_conll(args.data, require_tags=False)
+    pred = predict_ner(args.model, sentences, args.batch_size, args.device, not args.disable_tqdm)
+    write_once(lambda: write_predictions(args.output, sentences, pred))
+    print0(f"wrote tags for {len(pred)} sentences to {args.output}")
+    if all(s.tags for s in sentences):
+        print_metrics(score(sentences, pred))
+    return 0
+
+
+def _evaluate(task: str, argv: list[str], prog: str) -> int:
+    """``spanbert evaluate ner ...``."""
+    parser = task_parser(prog, __doc__)
+    parser.add_argument("--data", required=True, help="CoNLL-2003 file (tags optional for predict)")
+    add_scoring_source(parser, "file written by `spanbert predict ner` (predicted tag in the last column)", "sequences")
     args = parser.parse_args(argv)
     if args.model:
         check_model(args.model)
@@ -370,5 +379,22 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         if args.model
         else read_predictions(args.predictions, sentences)
     )
-    C.print_metrics({**score(sentences, pred), "sentences": len(sentences)})
+    print_metrics({**score(sentences, pred), "sentences": len(sentences)})
     return 0
+
+
+SPECS = {
+    "ner": TaskSpec(
+        name="ner",
+        description="named entity recognition, CoNLL-2003 IOB",
+        finetune=_finetune,
+        predict=_predict,
+        evaluate=_evaluate,
+        metric="f1",
+        data="CoNLL-2003 files (word POS chunk TAG)",
+        configs=(("spanbert.tasks.ner_features", "HeadConfig"), ("spanbert.tasks.crf_tagger", "CrfTaggerConfig")),
+        dev_split=DevSplit(".txt", "blank-line-blocks"),
+        scores_test=True,
+    )
+}
+cli = task_cli(SPECS)

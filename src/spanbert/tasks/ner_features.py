@@ -42,6 +42,7 @@ from spanbert.config import ArgumentParser
 from spanbert.distributed import print0
 from spanbert.dropout import Dropout
 from spanbert.errors import DataError, SpanBertError
+from spanbert.tasks.spec import RESULTS_FILE
 
 MODEL_TYPE = "spanbert-ner-features"
 """``model_type`` of a saved feature-based tagger's config.json (how `predict_ner` recognises one)."""
@@ -551,7 +552,7 @@ def finetune_features(
             save_head(model, run_dir, c, labels, settings)
             if dev:
                 write_predictions(run_dir / "dev_predictions.txt", dev, pred)
-                write_json(run_dir / "dev_results.json", metrics)
+                write_json(run_dir / RESULTS_FILE, metrics)
 
         write_once(write)
         results[c] = metrics

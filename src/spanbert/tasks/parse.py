@@ -28,6 +28,7 @@ fine-tuning rate) and 8e-4 (K&K 2018's Adam rate for a parser trained from scrat
 
 from __future__ import annotations
 
+import argparse
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -40,11 +41,26 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from spanbert.config import ArgumentParser
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.tasks.classification import FeatureDataset
-from spanbert.tasks.common import selection_defaults, warn_unseen
-from spanbert.tasks.trees import Tree, read_trees
+from spanbert.config import add_dataclass_arguments, dataclass_from_args
+from spanbert.distributed import eprint0, print0
+from spanbert.metrics.evalb import EvalbAbort, evalb, summary_text
+from spanbert.tasks.common import (
+    add_inference_arguments,
+    add_scoring_source,
+    family_defaults,
+    finetune_command,
+    model_in_argv,
+    print_metrics,
+    selection_defaults,
+    start_distributed,
+    task_parser,
+    warn_unseen,
+    write_once,
+)
+from spanbert.tasks.spec import RESULTS_FILE, TaskSpec, task_cli
+from spanbert.tasks.trees import Tree, read_trees, tokenize, write_trees
 from spanbert.utils import output_file
 
 CHAIN = "+"
@@ -560,7 +576,7 @@ def finetune_parse(
         save_finetuned(model, out, tokenizer, families.architecture(encoder, TASK), {"spanbert": settings})
         if dev_trees:
             write_trees(out / "dev_predictions.txt", predicted)
-            write_json(out / "dev_results.json", metrics)
+            write_json(out / RESULTS_FILE, metrics)
 
     write_once(write)
     return metrics
@@ -629,20 +645,12 @@ def read_predicted_lines(path: str | Path, expected: int, gold: str | Path) -> l
     return lines
 
 
-def cli(action: str, task: str, argv: list[str], prog: str) -> int:
-    """``spanbert {finetune,predict,evaluate} parse ...``."""
-    from spanbert.config import add_dataclass_arguments, dataclass_from_args
-    from spanbert.distributed import eprint0, print0
-    from spanbert.tasks import classification as C
-    from spanbert.tasks.common import add_inference_arguments, start_distributed, write_once
-    from spanbert.tasks.trees import tokenize, write_trees
+def _finetune(task: str, argv: list[str], prog: str) -> int:
+    """``spanbert finetune parse ...``."""
+    encoder_lr, parser_lr = family_rates(model_in_argv(argv))
+    defaults = {**family_defaults(argv, DEFAULTS), "learning_rate": parser_lr}
 
-    parser = ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
-    if action == "finetune":
-        from spanbert.tasks.common import add_finetune_arguments, family_defaults, model_in_argv, parse_task_args
-
-        encoder_lr, parser_lr = family_rates(model_in_argv(argv))
-        defaults = {**family_defaults(argv, DEFAULTS), "learning_rate": parser_lr}
+    def add_options(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--train_file", "--train", dest="train", required=True,
                             help="training trees: a PTB .mrg file, a folder of them, or one tree a line")  # fmt: skip
         parser.add_argument("--validation_file", "--dev", dest="dev",
@@ -650,71 +658,81 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         parser.add_argument("--max_train_examples", type=int, help="use only the first N training trees")
         parser.add_argument("--max_eval_examples", type=int, help="use only the first N dev trees")
         add_dataclass_arguments(parser.add_argument_group("parser"), ParseConfig)
-        add_finetune_arguments(parser, defaults)
-        args = parse_task_args(parser, argv, configs=[ParseConfig])
+
+    chosen: dict[str, ParseConfig] = {}
+
+    def check(args: argparse.Namespace) -> None:  # before any output is checked or data read
         if args.sweep:
             raise SpanBertError("--sweep: found it for parse, expected none: the Appendix B grid is an encoder grid; "
                                 "parse has two rates (--learning_rate for the parser, --encoder_learning_rate)")  # fmt: skip
         config = dataclass_from_args(ParseConfig, args)
         if config.encoder_learning_rate < 0:
             config = ParseConfig(**{**asdict(config), "encoder_learning_rate": encoder_lr})
+        chosen["config"] = config
 
-        def run_one(targs: Any) -> dict[str, Any]:
-            return finetune_parse(args.model, args.train, args.dev, targs, config, args.tokenizer,
-                                  args.max_train_examples, args.max_eval_examples)  # fmt: skip
+    def run_one(args: argparse.Namespace, targs: Any) -> dict[str, Any]:
+        return finetune_parse(args.model, args.train, args.dev, targs, chosen["config"], args.tokenizer,
+                              args.max_train_examples, args.max_eval_examples)  # fmt: skip
 
-        return C.run_finetune_cli(args, defaults, run_one, metric="f1")
-    if action == "predict":
-        parser.add_argument("--model", required=True, help="folder saved by `spanbert finetune parse`")
-        source = parser.add_mutually_exclusive_group(required=True)
-        source.add_argument("--data", help="trees to parse again (their words; a .mrg file, a folder or one tree a "
-                            "line): scored with EVALB too")  # fmt: skip
-        source.add_argument("--text", action="append", help="a raw sentence to parse (repeatable)")
-        parser.add_argument(
-            "--output", type=output_file,
-            help="file to write, one tree a line in input order (default with --text: stdout)",
-        )
-        parser.add_argument("--tags", choices=("input", "predicted"), default="input",
-                            help="POS tags of the output trees: the input's (default; --text has none, so predicted) "
-                            "or the parser's tagger")  # fmt: skip
-        add_inference_arguments(parser, "sentences")
-        args = parser.parse_args(argv)
-        if args.data and not args.output:
-            raise SpanBertError("--output: found none with --data, expected the file to write the trees to")
-        device = start_distributed(args.device)
-        if args.data:
-            gold = read_trees(args.data)
-            sentences, sources = [t.words() for t in gold.trees], gold.sources
-            tags = [t.tags() if args.tags == "input" else None for t in gold.trees]
-        else:
-            sentences = [tokenize(t) for t in args.text]
-            for k, words in enumerate(sentences):
-                if not words:
-                    raise SpanBertError(f"--text: found an empty sentence (number {k + 1}); expected words")
-            sources, tags = [("--text", k + 1) for k in range(len(sentences))], [None] * len(sentences)
-        model, tokenizer = load_parser(args.model, str(device))
-        if args.data:
-            warn_unseen_labels(args.data, gold.trees, model.labels, f"the training trees of {args.model}")
-        t0 = time.perf_counter()
-        parsed = parse_sentences(model, tokenizer, sentences, tags, sources, args.batch_size, not args.disable_tqdm)
-        seconds = time.perf_counter() - t0
-        if args.output:
-            write_once(lambda: write_trees(args.output, parsed.trees))
-            print0(f"wrote {len(parsed.trees)} trees to {args.output}")
-        else:
-            for t in parsed.trees:
-                print0(str(t))
-        eprint0(f"parsed {len(sentences)} sentences in {seconds:.2f}s ({len(sentences) / max(seconds, 1e-9):.1f} "
-                f"sentences/s; decoding {parsed.decode_seconds:.2f}s)")  # fmt: skip
-        if args.data:
-            C.print_metrics(evalb_scores(gold.trees, [str(t) for t in parsed.trees]))
-        return 0
+    return finetune_command(prog, __doc__, argv, add_options, defaults, run_one, metric="f1", configs=[ParseConfig],
+                            check=check)  # fmt: skip
+
+
+def _predict(task: str, argv: list[str], prog: str) -> int:
+    """``spanbert predict parse (--data TREES | --text SENTENCE ...) ...``."""
+    parser = task_parser(prog, __doc__)
+    parser.add_argument("--model", required=True, help="folder saved by `spanbert finetune parse`")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--data", help="trees to parse again (their words; a .mrg file, a folder or one tree a "
+                        "line): scored with EVALB too")  # fmt: skip
+    source.add_argument("--text", action="append", help="a raw sentence to parse (repeatable)")
+    parser.add_argument(
+        "--output", type=output_file,
+        help="file to write, one tree a line in input order (default with --text: stdout)",
+    )
+    parser.add_argument("--tags", choices=("input", "predicted"), default="input",
+                        help="POS tags of the output trees: the input's (default; --text has none, so predicted) "
+                        "or the parser's tagger")  # fmt: skip
+    add_inference_arguments(parser, "sentences")
+    args = parser.parse_args(argv)
+    if args.data and not args.output:
+        raise SpanBertError("--output: found none with --data, expected the file to write the trees to")
+    device = start_distributed(args.device)
+    if args.data:
+        gold = read_trees(args.data)
+        sentences, sources = [t.words() for t in gold.trees], gold.sources
+        tags = [t.tags() if args.tags == "input" else None for t in gold.trees]
+    else:
+        sentences = [tokenize(t) for t in args.text]
+        for k, words in enumerate(sentences):
+            if not words:
+                raise SpanBertError(f"--text: found an empty sentence (number {k + 1}); expected words")
+        sources, tags = [("--text", k + 1) for k in range(len(sentences))], [None] * len(sentences)
+    model, tokenizer = load_parser(args.model, str(device))
+    if args.data:
+        warn_unseen_labels(args.data, gold.trees, model.labels, f"the training trees of {args.model}")
+    t0 = time.perf_counter()
+    parsed = parse_sentences(model, tokenizer, sentences, tags, sources, args.batch_size, not args.disable_tqdm)
+    seconds = time.perf_counter() - t0
+    if args.output:
+        write_once(lambda: write_trees(args.output, parsed.trees))
+        print0(f"wrote {len(parsed.trees)} trees to {args.output}")
+    else:
+        for t in parsed.trees:
+            print0(str(t))
+    eprint0(f"parsed {len(sentences)} sentences in {seconds:.2f}s ({len(sentences) / max(seconds, 1e-9):.1f} "
+            f"sentences/s; decoding {parsed.decode_seconds:.2f}s)")  # fmt: skip
+    if args.data:
+        print_metrics(evalb_scores(gold.trees, [str(t) for t in parsed.trees]))
+    return 0
+
+
+def _evaluate(task: str, argv: list[str], prog: str) -> int:
+    """``spanbert evaluate parse --data GOLD (--predictions TREES | --model DIR)``: EVALB."""
+    parser = task_parser(prog, __doc__)
     parser.add_argument("--data", required=True, help="gold trees: a .mrg file, a folder of them or one tree a line")
-    group = parser.add_mutually_exclusive_group(required=True)
-    group.add_argument("--predictions", help="predicted trees, one a line in the gold order (`spanbert predict parse`)")
-    group.add_argument("--model", help="fine-tuned parser folder: parse the gold sentences, then score")
+    add_scoring_source(parser, "predicted trees, one a line in the gold order (`spanbert predict parse`)", "sentences")
     parser.add_argument("--summary", action="store_true", help="also print EVALB's '=== Summary ===' block (stderr)")
-    add_inference_arguments(parser, "sentences", with_model=True)
     args = parser.parse_args(argv)
     gold = read_trees(args.data)
     if args.model:
@@ -726,8 +744,6 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         lines = [str(t) for t in parsed.trees]
     else:
         lines = read_predicted_lines(args.predictions, len(gold.trees), args.data)
-    from spanbert.metrics.evalb import EvalbAbort, evalb, summary_text
-
     try:
         result = evalb([str(t) for t in gold.trees], lines)
     except EvalbAbort as e:
@@ -738,5 +754,21 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         eprint0(f"note: {len(errors)} error sentence(s) not scored, as EVALB: {shown}")
     if args.summary:
         eprint0(summary_text(result).rstrip("\n"))
-    C.print_metrics(result.metrics())
+    print_metrics(result.metrics())
     return 0
+
+
+SPECS = {
+    "parse": TaskSpec(
+        name="parse",
+        description="constituency parsing, Penn Treebank trees, EVALB F1 (cloze paper §6.2.2)",
+        finetune=_finetune,
+        predict=_predict,
+        evaluate=_evaluate,
+        metric="f1",
+        data="Penn Treebank trees (.mrg files, a folder of them, or one tree a line)",
+        configs=(("spanbert.tasks.parse", "ParseConfig"),),
+        scores_test=True,
+    )
+}
+cli = task_cli(SPECS)

@@ -19,10 +19,12 @@ Prediction (`run_prediction`) reduces each batch to one best span per window at 
 
 from __future__ import annotations
 
+import argparse
 import functools
 import gzip
 import json
 import math
+import warnings
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -35,11 +37,20 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from spanbert import families
-from spanbert.config import ArgumentParser
-from spanbert.distributed import print0
+from spanbert.config import add_dataclass_arguments, dataclass_from_args
+from spanbert.distributed import eprint0, print0
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics import squad as squad_metrics
-from spanbert.tasks.common import add_inference_arguments, selection_defaults
+from spanbert.tasks.common import (
+    add_inference_arguments,
+    family_defaults,
+    finetune_command,
+    selection_defaults,
+    start_distributed,
+    task_parser,
+    write_once,
+)
+from spanbert.tasks.spec import RESULTS_FILE, DevSplit, TaskSpec, task_cli
 from spanbert.tasks.layers import scaled
 from spanbert.utils import output_file
 
@@ -1194,7 +1205,7 @@ def finetune_qa(
             write_json(out / "dev_predictions.json", results["predictions"])
             if cfg.version_2_with_negative:
                 write_json(out / "dev_null_odds.json", results["null_odds"])
-            write_json(out / "eval_results.json", metrics)
+            write_json(out / RESULTS_FILE, metrics)
 
     write_once(write)
     print0(f"saved the fine-tuned model to {out}")
@@ -1379,27 +1390,15 @@ def _raw_text_request(args: Any) -> str | None:
     return decode_utf8(path.read_bytes(), path)
 
 
-def cli(action: str, task: str, argv: list[str], prog: str) -> int:
-    """``spanbert {finetune,predict,evaluate} {squad,mrqa} ...``."""
-    from spanbert.config import add_dataclass_arguments, dataclass_from_args
+def _format(task: str) -> str:
+    return "SQuAD v1.1/v2.0 JSON (.json or .json.gz)" if task == "squad" else "MRQA .jsonl or .jsonl.gz"
 
-    parser = ArgumentParser(prog=prog, description=(__doc__ or "").split("\n\n")[0])
-    fmt = "SQuAD v1.1/v2.0 JSON (.json or .json.gz)" if task == "squad" else "MRQA .jsonl or .jsonl.gz"
-    if action == "finetune":
-        from spanbert.tasks.common import (
-            SELECTION_KEYS,
-            add_finetune_arguments,
-            cell_arguments,
-            check_output_dir,
-            family_defaults,
-            parse_task_args,
-            start_distributed,
-            sweep,
-            sweep_grid,
-            training_arguments,
-        )
 
-        defaults = family_defaults(argv, DEFAULTS)
+def _finetune(task: str, argv: list[str], prog: str) -> int:
+    """``spanbert finetune {squad,mrqa} ...``."""
+    fmt = _format(task)
+
+    def add_options(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--train_file", required=True, help=f"training data, {fmt}")
         parser.add_argument(
             "--validation_file", help="dev data scored --evals_per_epoch times an epoch and at the end: the model of the "
@@ -1414,119 +1413,132 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         parser.add_argument("--max_eval_examples", type=int, help="use only the first N dev questions (after "
                             "--validation_articles) for the evaluations during training")  # fmt: skip
         add_dataclass_arguments(parser.add_argument_group("QA"), QAConfig, exclude=("null_score_diff_threshold",))
-        add_finetune_arguments(parser, defaults)
-        args = parse_task_args(parser, argv, configs=(QAConfig,))
-        cfg = dataclass_from_args(QAConfig, args)
-        targs = training_arguments(args, defaults)
-        check_output_dir(targs)  # before any reading or featurizing (a sweep: the top folder)
-        start_distributed(targs.device)
 
-        metric = targs.metric_for_best_model or "f1"  # runs are compared on the score that selects within each
+    chosen: dict[str, QAConfig] = {}
 
-        def run_one(lr: float, bs: int, run_dir: Path) -> dict[str, Any]:
-            metrics = finetune_qa(
-                task, args.model, args.train_file, args.validation_file, cell_arguments(targs, lr, bs, run_dir), cfg,
-                args.tokenizer, args.drop_ids, args.train_articles, args.validation_articles, args.max_train_examples,
-                args.max_eval_examples,
-            )  # fmt: skip
-            if metric not in metrics:
-                raise SpanBertError(f"--sweep compares the runs on dev {metric!r}; the evaluation has no such score")
-            return {"dev_score": metrics[metric], **{k: metrics[k] for k in SELECTION_KEYS if k in metrics}}
+    def check(args: argparse.Namespace) -> None:  # before any output is checked or data read
+        if args.sweep and not args.validation_file:
+            raise SpanBertError("--sweep keeps the best run on dev: pass --validation_file")
+        chosen["config"] = dataclass_from_args(QAConfig, args)
 
-        if args.sweep:
-            if not args.validation_file:
-                raise SpanBertError("--sweep keeps the best run on dev: pass --validation_file")
-            if targs.metric_for_best_model and not targs.greater_is_better:
-                raise SpanBertError("--sweep keeps the run with the highest dev score: found --greater_is_better "
-                                    "false, expected a metric where higher is better")  # fmt: skip
-            summary = sweep(run_one, targs.output_dir, resume=targs.resume, **sweep_grid(args.model))
-            print0(json.dumps(summary["best"], indent=2))
-        else:
-            metrics = finetune_qa(
-                task, args.model, args.train_file, args.validation_file, targs, cfg, args.tokenizer, args.drop_ids,
-                args.train_articles, args.validation_articles, args.max_train_examples, args.max_eval_examples,
-            )  # fmt: skip
-            if "selected_step" in metrics:
-                step, by = metrics["selected_step"], metrics["selected_by"]
-                print0(f"the saved model is that of step {step} (best dev {by})")
-            if metrics:
-                print0(json.dumps(metrics, indent=2))
+    def run_one(args: argparse.Namespace, targs: Any) -> dict[str, Any]:
+        return finetune_qa(
+            task, args.model, args.train_file, args.validation_file, targs, chosen["config"], args.tokenizer,
+            args.drop_ids, args.train_articles, args.validation_articles, args.max_train_examples,
+            args.max_eval_examples,
+        )  # fmt: skip
+
+    defaults = family_defaults(argv, DEFAULTS)
+    return finetune_command(prog, __doc__, argv, add_options, defaults, run_one, metric="f1", configs=(QAConfig,),
+                            check=check)  # fmt: skip
+
+
+def _predict(task: str, argv: list[str], prog: str) -> int:
+    """``spanbert predict {squad,mrqa} (--data FILE --output PREDS | --question Q --context C)``."""
+    fmt = _format(task)
+    parser = task_parser(prog, __doc__)
+    parser.add_argument(
+        "--model",
+        required=True,
+        help="fine-tuned QA model folder (spanbert finetune, or a HF BertForQuestionAnswering)",
+    )
+    parser.add_argument("--data", help=f"questions to answer, {fmt} (or --question with --context)")
+    parser.add_argument("--output", type=output_file,
+                        help="predictions file to write: {question_id: answer text} (with --data)")
+    parser.add_argument("--question", help="one question in raw text, answered from --context or --context_file: "
+                        "prints {answer, score, start, end} as JSON (start/end: character offsets in the context)")  # fmt: skip
+    parser.add_argument("--context", help="the raw text --question is answered from")
+    parser.add_argument("--context_file", help="a UTF-8 text file holding the context of --question")
+    parser.add_argument(
+        "--null_odds", type=output_file,
+        help="where to write the null-score differences (default: null_odds.json beside --output)",
+    )
+    parser.add_argument("--articles", help="only these articles, a slice start:stop")
+    parser.add_argument(
+        "--null_score_diff_threshold", type=float, help="override the threshold saved with the model"
+    )
+    add_inference_arguments(parser, "windows")
+    args = parser.parse_args(argv)
+    context = _raw_text_request(args)  # checked before the model loads
+    start_distributed(args.device)
+    model, tokenizer, cfg = load_qa_model(args.model)
+    if args.null_score_diff_threshold is not None:
+        cfg = QAConfig(**{**_config_dict(cfg), "null_score_diff_threshold": args.null_score_diff_threshold})
+    if context is not None:
+        print0(json.dumps(answer_with(model, tokenizer, cfg, args.question, context, args.device), ensure_ascii=False))
         return 0
-    if action == "predict":
-        parser.add_argument(
-            "--model",
-            required=True,
-            help="fine-tuned QA model folder (spanbert finetune, or a HF BertForQuestionAnswering)",
-        )
-        parser.add_argument("--data", help=f"questions to answer, {fmt} (or --question with --context)")
-        parser.add_argument("--output", type=output_file,
-                            help="predictions file to write: {question_id: answer text} (with --data)")
-        parser.add_argument("--question", help="one question in raw text, answered from --context or --context_file: "
-                            "prints {answer, score, start, end} as JSON (start/end: character offsets in the context)")  # fmt: skip
-        parser.add_argument("--context", help="the raw text --question is answered from")
-        parser.add_argument("--context_file", help="a UTF-8 text file holding the context of --question")
-        parser.add_argument(
-            "--null_odds", type=output_file,
-            help="where to write the null-score differences (default: null_odds.json beside --output)",
-        )
-        parser.add_argument("--articles", help="only these articles, a slice start:stop")
-        parser.add_argument(
-            "--null_score_diff_threshold", type=float, help="override the threshold saved with the model"
-        )
-        add_inference_arguments(parser, "windows")
-        args = parser.parse_args(argv)
-        context = _raw_text_request(args)  # checked before the model loads
-        from spanbert.tasks.common import start_distributed, write_once
+    data = read_qa(args.data, task).select_articles(args.articles)
+    decoded = run_prediction(
+        model, data, tokenizer, cfg, args.batch_size, args.device, progress=not args.disable_tqdm
+    )
+    out = Path(args.output)
+    null_path = Path(args.null_odds) if args.null_odds else out.parent / "null_odds.json"
 
-        start_distributed(args.device)
-        model, tokenizer, cfg = load_qa_model(args.model)
-        if args.null_score_diff_threshold is not None:
-            cfg = QAConfig(**{**_config_dict(cfg), "null_score_diff_threshold": args.null_score_diff_threshold})
-        if context is not None:
-            print0(json.dumps(answer_with(model, tokenizer, cfg, args.question, context, args.device), ensure_ascii=False))
-            return 0
-        data = read_qa(args.data, task).select_articles(args.articles)
-        decoded = run_prediction(
-            model, data, tokenizer, cfg, args.batch_size, args.device, progress=not args.disable_tqdm
+    def write() -> None:
+        write_json(out, decoded.predictions)
+        if cfg.version_2_with_negative:
+            write_json(null_path, decoded.null_odds)
+
+    write_once(write)
+    print0(
+        f"wrote {len(decoded.predictions)} predictions to {out}"
+        + (f" and {null_path}" if cfg.version_2_with_negative else "")
+    )
+    return 0
+
+
+def _evaluate(task: str, argv: list[str], prog: str) -> int:
+    """``spanbert evaluate {squad,mrqa} --data GOLD --predictions PREDS``: the official scores."""
+    fmt = _format(task)
+    parser = task_parser(prog, __doc__)
+    parser.add_argument("--data", required=True, help=f"gold data, {fmt}")
+    parser.add_argument("--predictions", required=True, help="predictions file {question_id: answer text}")
+    parser.add_argument(
+        "--na-prob",
+        "--na_prob",
+        dest="na_prob",
+        help="SQuAD 2.0: no-answer scores {question_id: number} (null_odds.json)",
+    )
+    parser.add_argument("--na-prob-thresh", "--na_prob_thresh", dest="na_prob_thresh", type=float, default=1.0,
+                        help="SQuAD 2.0: score as no-answer where the --na-prob value exceeds this (official default: 1.0)")  # fmt: skip
+    parser.add_argument("--articles", help="only these articles, a slice start:stop")
+    args = parser.parse_args(argv)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        metrics = evaluate_files(
+            task, args.data, args.predictions, args.na_prob, args.articles, args.na_prob_thresh
         )
-        out = Path(args.output)
-        null_path = Path(args.null_odds) if args.null_odds else out.parent / "null_odds.json"
+    for w in caught:  # one summary line (N of M questions have no prediction), not one per question
+        eprint0(f"warning: {w.message}")
+    print0(json.dumps(metrics, indent=2))
+    return 0
 
-        def write() -> None:
-            write_json(out, decoded.predictions)
-            if cfg.version_2_with_negative:
-                write_json(null_path, decoded.null_odds)
 
-        write_once(write)
-        print0(
-            f"wrote {len(decoded.predictions)} predictions to {out}"
-            + (f" and {null_path}" if cfg.version_2_with_negative else "")
-        )
-        return 0
-    if action == "evaluate":
-        parser.add_argument("--data", required=True, help=f"gold data, {fmt}")
-        parser.add_argument("--predictions", required=True, help="predictions file {question_id: answer text}")
-        parser.add_argument(
-            "--na-prob",
-            "--na_prob",
-            dest="na_prob",
-            help="SQuAD 2.0: no-answer scores {question_id: number} (null_odds.json)",
-        )
-        parser.add_argument("--na-prob-thresh", "--na_prob_thresh", dest="na_prob_thresh", type=float, default=1.0,
-                            help="SQuAD 2.0: score as no-answer where the --na-prob value exceeds this (official default: 1.0)")  # fmt: skip
-        parser.add_argument("--articles", help="only these articles, a slice start:stop")
-        args = parser.parse_args(argv)
-        import warnings
+def _heldout_steps(head: list[str], model: str, data: str) -> list[list[str]]:
+    """Predict the held-out questions into the model folder, then score them."""
+    preds = str(Path(model) / "heldout_predictions.json")
+    return [["predict", *head, "--model", model, "--data", data, "--output", preds, "--disable_tqdm"],
+            ["evaluate", *head, "--data", data, "--predictions", preds]]  # fmt: skip
 
-        from spanbert.distributed import eprint0
 
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            metrics = evaluate_files(
-                task, args.data, args.predictions, args.na_prob, args.articles, args.na_prob_thresh
-            )
-        for w in caught:  # one summary line (N of M questions have no prediction), not one per question
-            eprint0(f"warning: {w.message}")
-        print0(json.dumps(metrics, indent=2))
-        return 0
-    raise SpanBertError(f"{prog}: unknown action {action!r}; expected finetune, predict or evaluate")
+SPECS = {
+    name: TaskSpec(
+        name=name,
+        description=description,
+        finetune=_finetune,
+        predict=_predict,
+        evaluate=_evaluate,
+        metric="f1",
+        data=_format(name),
+        configs=(("spanbert.tasks.qa", "QAConfig"),),
+        dev_split=split,
+        heldout_steps=_heldout_steps,
+    )
+    for name, description, split in (
+        ("squad", "extractive QA, SQuAD v1.1/v2.0 JSON",
+         DevSplit(".json", "squad-articles", restriction=("validation_articles",))),
+        ("mrqa", "extractive QA, MRQA jsonl(.gz)",
+         DevSplit(".jsonl", "jsonl-after-header", restriction=("validation_articles",))),
+    )
+}  # fmt: skip
+cli = task_cli(SPECS)

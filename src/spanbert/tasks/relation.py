@@ -25,6 +25,7 @@ nouns: replacing them (``mask``) would remove most of what decides the relation.
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import json
 import re
@@ -35,18 +36,25 @@ from typing import Any
 
 import numpy as np
 
-from spanbert.config import ArgumentParser
 from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics.classification import NO_RELATION, semeval_official, tacred_prf
 from spanbert.tasks.common import (
-    add_inference_arguments,
+    add_predict_arguments,
+    add_scoring_source,
+    family_defaults,
+    finetune_command,
     match_by_id,
+    print_metrics,
     selection_defaults,
     selection_summary,
+    start_distributed,
+    task_parser,
     warn_unseen,
+    write_once,
 )
-from spanbert.utils import atomic_write, output_file
+from spanbert.tasks.spec import RESULTS_FILE, DevSplit, TaskSpec, task_cli
+from spanbert.utils import atomic_write
 from spanbert.trainer import eval_size
 
 TACRED_LABEL = re.compile(r"^(no_relation|(per|org):[a-z_/]+)$")
@@ -557,7 +565,7 @@ def finetune_relation(
         C.save_model(model, out, tokenizer, "sequence", labels, meta)
         if dev:
             write_predictions(task, dev, pred, out / "dev_predictions.txt")
-            C.write_json(out / "dev_results.json", metrics)
+            C.write_json(out / RESULTS_FILE, metrics)
 
     write_once(write)
     return metrics
@@ -603,22 +611,12 @@ def _predict_from_dir(
     return examples, predict_relations(model, tokenizer, meta, labels, examples, data, batch_size, progress=progress)
 
 
-def cli(action: str, task: str, argv: list[str], prog: str) -> int:
-    """``spanbert {finetune,predict,evaluate} {tacred,semeval} ...``."""
-    from spanbert.tasks.common import parse_task_args, start_distributed
+def _finetune(task: str, argv: list[str], prog: str) -> int:
+    """``spanbert finetune {tacred,semeval} ...``."""
 
-    parser = ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
-    if action == "finetune":
-        from spanbert.tasks.classification import run_finetune_cli
-        from spanbert.tasks.common import add_finetune_arguments
-
-        parser.add_argument(
-            "--train_file",
-            "--train",
-            dest="train",
-            required=True,
-            help="training file: TACRED .json, or a SemEval-2010 .TXT",
-        )
+    def add_options(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--train_file", "--train", dest="train", required=True,
+                            help="training file: TACRED .json, or a SemEval-2010 .TXT")  # fmt: skip
         parser.add_argument(
             "--validation_file", "--dev", dest="dev", help="dev file scored during and after training (same formats)"
         )
@@ -629,45 +627,39 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
         )
         parser.add_argument("--max_train_examples", type=int, help="use only the first N training examples")
         parser.add_argument("--max_eval_examples", type=int, help="use only the first N dev examples")
-        from spanbert.tasks.common import family_defaults
 
-        defaults = family_defaults(argv, {**DEFAULTS, "output_dir": f"runs/{task}"})
-        add_finetune_arguments(parser, defaults)
-        args = parse_task_args(parser, argv)
+    def run_one(args: argparse.Namespace, targs: Any) -> dict[str, float]:
+        return finetune_relation(
+            task, args.model, args.train, args.dev, targs, args.tokenizer, args.entity_mode,
+            args.max_seq_length, args.max_train_examples, args.max_eval_examples,
+        )  # fmt: skip
 
-        def run_one(targs: Any) -> dict[str, float]:
-            return finetune_relation(
-                task, args.model, args.train, args.dev, targs, args.tokenizer, args.entity_mode,
-                args.max_seq_length, args.max_train_examples, args.max_eval_examples,
-            )  # fmt: skip
+    defaults = family_defaults(argv, {**DEFAULTS, "output_dir": f"runs/{task}"})
+    return finetune_command(prog, __doc__, argv, add_options, defaults, run_one, metric="f1")
 
-        return run_finetune_cli(args, defaults, run_one, metric="f1")
+
+def _predict(task: str, argv: list[str], prog: str) -> int:
+    """``spanbert predict {tacred,semeval} ...``."""
+    parser = task_parser(prog, __doc__)
     parser.add_argument("--data", required=True, help="TACRED .json or SemEval-2010 .TXT file")
-    if action == "predict":
-        parser.add_argument("--model", required=True, help="folder of a model saved by `spanbert finetune`")
-        parser.add_argument("--output", required=True, type=output_file, help="predictions file to write")
-        add_inference_arguments(parser, "sequences")
-        args = parser.parse_args(argv)
-        start_distributed(args.device)
-        examples, pred = _predict_from_dir(
-            task, args.model, args.data, args.batch_size, args.device, not args.disable_tqdm
-        )
-        from spanbert.tasks.common import write_once
-
-        write_once(lambda: write_predictions(task, examples, pred, args.output))
-        print0(f"wrote {len(pred)} predictions to {args.output}")
-        if all(ex.relation is not None for ex in examples):
-            from spanbert.tasks.classification import print_metrics
-
-            print_metrics(score(task, [ex.relation for ex in examples], pred))
-        return 0
-    group = parser.add_mutually_exclusive_group(required=True)
-    group.add_argument("--predictions", help="predictions file written by `spanbert predict`")
-    group.add_argument("--model", help="fine-tuned model folder: predict, then score")
-    add_inference_arguments(parser, "sequences", with_model=True)
+    add_predict_arguments(parser, "folder of a model saved by `spanbert finetune`", "predictions file to write",
+                          "sequences")  # fmt: skip
     args = parser.parse_args(argv)
-    from spanbert.tasks.classification import print_metrics
+    start_distributed(args.device)
+    examples, pred = _predict_from_dir(task, args.model, args.data, args.batch_size, args.device, not args.disable_tqdm)
+    write_once(lambda: write_predictions(task, examples, pred, args.output))
+    print0(f"wrote {len(pred)} predictions to {args.output}")
+    if all(ex.relation is not None for ex in examples):
+        print_metrics(score(task, [ex.relation for ex in examples], pred))
+    return 0
 
+
+def _evaluate(task: str, argv: list[str], prog: str) -> int:
+    """``spanbert evaluate {tacred,semeval} ...``."""
+    parser = task_parser(prog, __doc__)
+    parser.add_argument("--data", required=True, help="TACRED .json or SemEval-2010 .TXT file")
+    add_scoring_source(parser, "predictions file written by `spanbert predict`", "sequences")
+    args = parser.parse_args(argv)
     if args.model:
         start_distributed(args.device)
         examples, pred = _predict_from_dir(
@@ -681,3 +673,25 @@ def cli(action: str, task: str, argv: list[str], prog: str) -> int:
     gold = [ex.relation for ex in examples]
     print_metrics({**score(task, gold, pred), "examples": len(gold), "label_counts": dict(Counter(gold))})
     return 0
+
+
+SPECS = {
+    name: TaskSpec(
+        name=name,
+        description=description,
+        finetune=_finetune,
+        predict=_predict,
+        evaluate=_evaluate,
+        metric="f1",
+        data=data,
+        dev_split=split,
+        scores_test=True,
+    )
+    for name, description, data, split in (
+        ("tacred", "relation extraction, TACRED JSON, entity masking", "TACRED train/dev/test .json",
+         DevSplit(".json", "json-list")),
+        ("semeval", "relation classification, SemEval-2010 Task 8", "SemEval-2010 Task 8 .TXT files",
+         DevSplit(".txt", "blank-line-blocks")),
+    )
+}  # fmt: skip
+cli = task_cli(SPECS)

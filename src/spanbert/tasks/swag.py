@@ -17,6 +17,7 @@ are a CSV ``video-id,fold-ind,label`` in the input's order (label = the predicte
 
 from __future__ import annotations
 
+import argparse
 import csv
 import io
 from dataclasses import dataclass
@@ -28,11 +29,21 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from spanbert.config import ArgumentParser
 from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError, decode_utf8
-from spanbert.tasks.common import add_inference_arguments, selection_defaults
-from spanbert.utils import atomic_write, output_file
+from spanbert.tasks.common import (
+    add_predict_arguments,
+    add_scoring_source,
+    family_defaults,
+    finetune_command,
+    print_metrics,
+    selection_defaults,
+    start_distributed,
+    task_parser,
+    write_once,
+)
+from spanbert.tasks.spec import RESULTS_FILE, DevSplit, TaskSpec, task_cli
+from spanbert.utils import atomic_write
 
 NUM_CHOICES = 4
 ENDINGS = tuple(f"ending{k}" for k in range(NUM_CHOICES))
@@ -350,7 +361,7 @@ def finetune_swag(
     save_finetuned(model, out, tokenizer, families.architecture(model.bert, "ForMultipleChoice"), {"spanbert": meta})
     if dev:
         write_once(lambda: write_predictions(out / "dev_predictions.csv", dev, pred))
-        write_json(out / "dev_results.json", metrics)
+        write_json(out / RESULTS_FILE, metrics)
     return metrics
 
 
@@ -427,16 +438,10 @@ def read_predictions(path: str | Path, examples: list[SwagExample]) -> list[int]
 # CLI
 
 
-def cli(action: str, task_name: str, argv: list[str], prog: str) -> int:
-    """``spanbert {finetune,predict,evaluate} swag ...``."""
-    from spanbert.tasks import classification as C
-    from spanbert.tasks.common import parse_task_args, start_distributed, write_once
+def _finetune(task: str, argv: list[str], prog: str) -> int:
+    """``spanbert finetune swag ...``."""
 
-    parser = ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
-    if action == "finetune":
-        from spanbert.tasks.common import add_finetune_arguments, family_defaults
-
-        defaults = family_defaults(argv, DEFAULTS)
+    def add_options(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--train_file", "--train", dest="train", required=True, help="SWAG train.csv")
         parser.add_argument(
             "--validation_file", "--dev", dest="dev", help="SWAG val.csv: accuracy during and after training"
@@ -446,35 +451,40 @@ def cli(action: str, task_name: str, argv: list[str], prog: str) -> int:
         )
         parser.add_argument("--max_train_examples", type=int, help="use only the first N training examples")
         parser.add_argument("--max_eval_examples", type=int, help="use only the first N dev examples")
-        add_finetune_arguments(parser, defaults)
-        args = parse_task_args(parser, argv)
 
-        def run_one(targs: Any) -> dict[str, Any]:
-            return finetune_swag(
-                args.model, args.train, args.dev, targs, args.tokenizer, args.max_seq_length,
-                args.max_train_examples, args.max_eval_examples,
-            )  # fmt: skip
+    def run_one(args: argparse.Namespace, targs: Any) -> dict[str, Any]:
+        return finetune_swag(
+            args.model, args.train, args.dev, targs, args.tokenizer, args.max_seq_length,
+            args.max_train_examples, args.max_eval_examples,
+        )  # fmt: skip
 
-        return C.run_finetune_cli(args, defaults, run_one, metric="accuracy")
+    defaults = family_defaults(argv, DEFAULTS)
+    return finetune_command(prog, __doc__, argv, add_options, defaults, run_one, metric="accuracy")
+
+
+def _predict(task: str, argv: list[str], prog: str) -> int:
+    """``spanbert predict swag ...``."""
+    parser = task_parser(prog, __doc__)
     parser.add_argument("--data", required=True, help="SWAG CSV file (val.csv, or test.csv for predict)")
-    if action == "predict":
-        parser.add_argument("--model", required=True, help="folder saved by `spanbert finetune swag`")
-        parser.add_argument("--output", required=True, type=output_file, help="CSV to write: video-id,fold-ind,label")
-        add_inference_arguments(parser, "examples")
-        args = parser.parse_args(argv)
-        check_model(args.model)
-        examples = read_swag(args.data)
-        start_distributed(args.device)
-        pred = predict_swag(args.model, examples, args.batch_size, args.device, not args.disable_tqdm)
-        write_once(lambda: write_predictions(args.output, examples, pred))
-        print0(f"wrote predictions for {len(pred)} examples to {args.output}")
-        if examples and all(e.label is not None for e in examples):
-            C.print_metrics(score([e.label for e in examples], pred))
-        return 0
-    group = parser.add_mutually_exclusive_group(required=True)
-    group.add_argument("--predictions", help="CSV written by `spanbert predict swag`")
-    group.add_argument("--model", help="fine-tuned model folder: predict, then score")
-    add_inference_arguments(parser, "examples", with_model=True)
+    add_predict_arguments(parser, "folder saved by `spanbert finetune swag`", "CSV to write: video-id,fold-ind,label",
+                          "examples")  # fmt: skip
+    args = parser.parse_args(argv)
+    check_model(args.model)
+    examples = read_swag(args.data)
+    start_distributed(args.device)
+    pred = predict_swag(args.model, examples, args.batch_size, args.device, not args.disable_tqdm)
+    write_once(lambda: write_predictions(args.output, examples, pred))
+    print0(f"wrote predictions for {len(pred)} examples to {args.output}")
+    if examples and all(e.label is not None for e in examples):
+        print_metrics(score([e.label for e in examples], pred))
+    return 0
+
+
+def _evaluate(task: str, argv: list[str], prog: str) -> int:
+    """``spanbert evaluate swag ...``."""
+    parser = task_parser(prog, __doc__)
+    parser.add_argument("--data", required=True, help="SWAG CSV file (val.csv, or test.csv for predict)")
+    add_scoring_source(parser, "CSV written by `spanbert predict swag`", "examples")
     args = parser.parse_args(argv)
     if args.model:
         check_model(args.model)
@@ -484,5 +494,20 @@ def cli(action: str, task_name: str, argv: list[str], prog: str) -> int:
         pred = predict_swag(args.model, examples, args.batch_size, args.device, not args.disable_tqdm)
     else:
         pred = read_predictions(args.predictions, examples)
-    C.print_metrics(score([e.label for e in examples], pred))
+    print_metrics(score([e.label for e in examples], pred))
     return 0
+
+
+SPECS = {
+    "swag": TaskSpec(
+        name="swag",
+        description="multiple choice, SWAG CSV (BERT §4.4)",
+        finetune=_finetune,
+        predict=_predict,
+        evaluate=_evaluate,
+        metric="accuracy",
+        data="SWAG train.csv / val.csv",
+        dev_split=DevSplit(".csv", "rows-after-header"),
+    )
+}
+cli = task_cli(SPECS)

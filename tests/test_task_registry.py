@@ -1,0 +1,207 @@
+"""The task interface: a task is one `TaskSpec` in `spanbert.tasks.TASKS`.
+
+The toy task below (does a sentence have an even number of words?) is written here, in the test, the
+way docs/architecture.md ("Adding a task") says a task file is written, and registered from here: the
+CLI's finetune, predict and evaluate and a study cell then run it, with no other file edited.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from spanbert.cli import main
+from spanbert.config import model_config
+from spanbert.model import Encoder
+from spanbert.tasks import TASKS
+from spanbert.tasks import classification as C
+from spanbert.tasks.common import (
+    add_predict_arguments,
+    add_scoring_source,
+    finetune_command,
+    load_tokenizer_for,
+    print_metrics,
+    selection_defaults,
+    start_distributed,
+    task_parser,
+    write_json,
+)
+from spanbert.tasks.spec import RESULTS_FILE, DevSplit, TaskSpec
+
+# ----------------------------------------------------------------------------- the toy task file
+
+LABELS = ["odd", "even"]
+
+
+def read_sentences(path: str) -> list[tuple[str, str | None]]:
+    """One sentence a line, then a tab and its label (optional)."""
+    rows = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        text, _, label = line.partition("\t")
+        rows.append((text, label or None))
+    return rows
+
+
+def features(rows: list[tuple[str, str | None]], tokenizer: Any) -> list[dict[str, Any]]:
+    out = []
+    for text, label in rows:
+        ids, types, _ = C.pair_input(tokenizer.cls_id, tokenizer.sep_id, tokenizer.encode(text).ids, None, 32)
+        f: dict[str, Any] = {"input_ids": ids, "token_type_ids": types}
+        if label is not None:
+            f["labels"] = np.int64(LABELS.index(label))
+        out.append(f)
+    return out
+
+
+def predict(model_dir: str, rows: list[tuple[str, str | None]]) -> list[str]:
+    model, _, tokenizer = C.load_model("sequence", model_dir)
+    return [LABELS[int(np.argmax(x))] for x in C.predict_logits(model, features(rows, tokenizer), tokenizer.pad_id)]
+
+
+def score(gold: list[str | None], pred: list[str]) -> dict[str, float]:
+    return {"accuracy": 100.0 * sum(g == p for g, p in zip(gold, pred)) / len(gold)}
+
+
+def finetune_parity(model_dir: str, train: str, dev: str, targs: Any) -> dict[str, Any]:
+    tokenizer = load_tokenizer_for(model_dir)
+    train_rows, dev_rows = read_sentences(train), read_sentences(dev)
+    model = C.build_model("sequence", model_dir, len(LABELS), seed=targs.seed)
+    dev_features = features(dev_rows, tokenizer)
+
+    def predict_dev(m: Any) -> list[str]:
+        return [LABELS[int(np.argmax(x))] for x in C.predict_logits(m, dev_features, tokenizer.pad_id)]
+
+    done = C.finetune_selected(model, features(train_rows, tokenizer), targs, tokenizer.pad_id, predict_dev,
+                               lambda p: score([r[1] for r in dev_rows], p))  # fmt: skip
+    C.save_model(model, targs.output_dir, tokenizer, "sequence", LABELS, {"task": "parity"})
+    metrics = score([r[1] for r in dev_rows], done.predictions)
+    write_json(Path(targs.output_dir) / RESULTS_FILE, metrics)
+    return metrics
+
+
+def _finetune(task: str, argv: list[str], prog: str) -> int:
+    def add_options(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--train_file", required=True, help="sentences with labels")
+        parser.add_argument("--validation_file", help="dev sentences with labels")
+
+    defaults = {"output_dir": "runs/parity", **selection_defaults("accuracy")}
+    return finetune_command(prog, __doc__, argv, add_options, defaults,
+                            lambda args, targs: finetune_parity(args.model, args.train_file, args.validation_file, targs),
+                            metric="accuracy")  # fmt: skip
+
+
+def _predict(task: str, argv: list[str], prog: str) -> int:
+    parser = task_parser(prog, __doc__)
+    parser.add_argument("--data", required=True)
+    add_predict_arguments(parser, "fine-tuned parity model", "one label a line", "sentences")
+    args = parser.parse_args(argv)
+    start_distributed(args.device)
+    Path(args.output).write_text("".join(p + "\n" for p in predict(args.model, read_sentences(args.data))))
+    return 0
+
+
+def _evaluate(task: str, argv: list[str], prog: str) -> int:
+    parser = task_parser(prog, __doc__)
+    parser.add_argument("--data", required=True)
+    add_scoring_source(parser, "labels written by predict", "sentences")
+    args = parser.parse_args(argv)
+    rows = read_sentences(args.data)
+    pred = predict(args.model, rows) if args.model else Path(args.predictions).read_text().split()
+    print_metrics(score([r[1] for r in rows], pred))
+    return 0
+
+
+SPEC = TaskSpec(
+    name="parity",
+    description="toy: does a sentence have an even number of words?",
+    finetune=_finetune,
+    predict=_predict,
+    evaluate=_evaluate,
+    metric="accuracy",
+    data="one sentence a line, a tab, odd or even",
+    dev_split=DevSplit(".txt", "rows-after-header"),
+    scores_test=True,
+)
+
+# ----------------------------------------------------------------------------- the tests
+
+WORDS = "the cat sat on a mat and dog ran far".split()
+
+
+def _write(path: Path, n: int, seed: int) -> Path:
+    rng = np.random.default_rng(seed)
+    lines = []
+    for _ in range(n):
+        k = int(rng.integers(1, 8))
+        lines.append(" ".join(rng.choice(WORDS, k)) + "\t" + LABELS[k % 2 == 0])
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def parity(monkeypatch, tmp_path):
+    monkeypatch.setitem(TASKS._entries, "parity", SPEC)  # the one registry entry, undone after the test
+    from spanbert.tokenization import train_tokenizer
+
+    tok = train_tokenizer(None, 120, texts=[" ".join(WORDS)] * 20, show_progress=False)
+    torch.manual_seed(0)
+    Encoder(model_config("tiny", vocab_size=tok.vocab_size, max_position_embeddings=64)).save_pretrained(
+        tmp_path / "encoder", tokenizer=tok
+    )
+    return tmp_path
+
+
+TRAIN = ["--max_steps", "2", "--per_device_train_batch_size", "4", "--device", "cpu", "--disable_tqdm",
+         "--report_to", "none", "--save_steps", "0", "--logging_steps", "1000", "--warmup_steps", "0"]  # fmt: skip
+
+
+def test_every_task_has_a_spec_with_its_facts():
+    for name in TASKS:
+        spec = TASKS[name]
+        assert spec.name == name and spec.description and spec.metric and spec.results_file == RESULTS_FILE
+        for module, cls in spec.configs:
+            assert isinstance(getattr(__import__(module, fromlist=[cls]), cls), type)
+
+
+def test_a_task_registered_from_a_test_runs_through_the_cli(parity, capsys):
+    d = parity
+    train, dev = _write(d / "train.txt", 24, 0), _write(d / "dev.txt", 8, 1)
+    out = d / "out"
+    assert main(["finetune", "parity", "--model", str(d / "encoder"), "--train_file", str(train),
+                 "--validation_file", str(dev), "--output_dir", str(out), *TRAIN]) == 0  # fmt: skip
+    assert "accuracy" in json.loads((out / RESULTS_FILE).read_text())
+    preds = d / "preds.txt"
+    assert main(["predict", "parity", "--model", str(out), "--data", str(dev), "--output", str(preds)]) == 0
+    assert len(preds.read_text().split()) == 8
+    capsys.readouterr()
+    assert main(["evaluate", "parity", "--data", str(dev), "--predictions", str(preds)]) == 0
+    by_file = json.loads(capsys.readouterr().out)
+    assert main(["evaluate", "parity", "--data", str(dev), "--model", str(out), "--disable_tqdm"]) == 0
+    assert json.loads(capsys.readouterr().out) == by_file
+    # the task list of `spanbert finetune` comes from the registry
+    assert main(["finetune"]) == 2
+    assert "parity" in capsys.readouterr().out
+
+
+def test_a_registered_task_runs_as_a_study_cell(parity, capsys):
+    from spanbert import study as S
+
+    d = parity
+    train, dev, test = _write(d / "train.txt", 24, 0), _write(d / "dev.txt", 8, 1), _write(d / "test.txt", 8, 2)
+    st = S.Study(systems=[S.SystemSpec("enc", checkpoint=str(d / "encoder"))],
+                 tasks=[S.TaskSpec("parity", train=str(train), dev=str(dev), test=str(test),
+                                   options={"max_steps": 2, "per_device_train_batch_size": 4, "report_to": "none"})],
+                 seeds=1, output_dir=str(d / "study"))  # fmt: skip
+    S.check_study(st, "study")
+    cells = [c for c in S.plan(st) if c.kind != "pretrain"]
+    assert len(cells) == 1
+    S.run_cell(cells[0], st)
+    result = json.loads((cells[0].dir / "result.json").read_text())
+    assert 0 <= result["dev"] <= 100 and result["heldout_source"] == "test"
+    assert 0 <= result["heldout"] <= 100
