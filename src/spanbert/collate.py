@@ -8,6 +8,9 @@ head's loss by them).
 
 from __future__ import annotations
 
+import torch
+from torch.utils.data import DataLoader
+
 import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -35,7 +38,6 @@ def collate_pretrain(
     but are not scored), so every shape but (B, T) is fixed; with ``pad_to`` T is fixed too.
     ``attention_mask`` is left out when no sequence is padded.
     """
-    import torch
 
     B = len(items)
     lens = np.array([len(it["input_ids"]) for it in items])
@@ -138,8 +140,6 @@ def pretrain_dataloader(
     drop_last: bool = False,
 ):
     """A torch DataLoader over ``dataset``: seeded shuffling, worker processes, pinned memory on CUDA."""
-    import torch
-    from torch.utils.data import DataLoader
 
     if pin_memory is None:
         pin_memory = torch.cuda.is_available()
@@ -161,7 +161,6 @@ def pretrain_dataloader(
 def cloze_collate(items: list[dict[str, np.ndarray]], pad_id: int, pad_to: int | None = None) -> dict[str, Any]:
     """The two-tower batch (`samplers.ClozeBlocks` items): pad to the longest item (or ``pad_to``):
     ``input_ids`` (B, T) and ``attention_mask`` (B, T)."""
-    import torch
 
     T = max(len(x["input_ids"]) for x in items)
     T = max(T, pad_to or 0)
