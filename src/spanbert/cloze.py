@@ -16,6 +16,10 @@ from the paper and from the released fairseq code.
 
 from __future__ import annotations
 
+from safetensors.torch import load_file
+from spanbert.config import replace_checked
+from spanbert.tokenization import load_tokenizer
+
 import dataclasses
 import json
 import math
@@ -182,7 +186,6 @@ def parse_model_spec(spec: str) -> tuple[str, dict[str, str]]:
 
 def cloze_config(spec: str, **fields_: Any) -> ClozeConfig:
     """The `ClozeConfig` of a preset spec (`parse_model_spec`), then ``fields_`` (vocab and special ids)."""
-    from spanbert.config import replace_checked
 
     name, overrides = parse_model_spec(spec)
     cfg = ClozeConfig(**{**CLOZE_PRESETS[name], **fields_})
@@ -902,9 +905,7 @@ def build_model(cfg: ClozeConfig, tok: Any) -> TwoTowerModel:
 
 def load_two_tower(path: str | Path) -> tuple[TwoTowerModel, Any]:
     """(model in eval mode, tokenizer) from a folder written by `TwoTowerModel.save_pretrained`."""
-    from safetensors.torch import load_file
 
-    from spanbert.tokenization import load_tokenizer
 
     path = Path(path)
     cfg_path = path / "config.json"

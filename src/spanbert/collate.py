@@ -8,6 +8,9 @@ head's loss by them).
 
 from __future__ import annotations
 
+import torch
+from torch.utils.data import DataLoader
+
 import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -35,7 +38,6 @@ def collate_pretrain(
     but are not scored), so every shape but (B, T) is fixed; with ``pad_to`` T is fixed too.
     ``attention_mask`` is left out when no sequence is padded.
     """
-    import torch
 
     B = len(items)
     lens = np.array([len(it["input_ids"]) for it in items])
@@ -138,8 +140,6 @@ def pretrain_dataloader(
     drop_last: bool = False,
 ):
     """A torch DataLoader over ``dataset``: seeded shuffling, worker processes, pinned memory on CUDA."""
-    import torch
-    from torch.utils.data import DataLoader
 
     if pin_memory is None:
         pin_memory = torch.cuda.is_available()
@@ -156,3 +156,18 @@ def pretrain_dataloader(
         persistent_workers=num_workers > 0,
         collate_fn=make_collate(dataset.pad_id, max_predictions, pad_to),
     )
+
+
+def cloze_collate(items: list[dict[str, np.ndarray]], pad_id: int, pad_to: int | None = None) -> dict[str, Any]:
+    """The two-tower batch (`samplers.ClozeBlocks` items): pad to the longest item (or ``pad_to``):
+    ``input_ids`` (B, T) and ``attention_mask`` (B, T)."""
+
+    T = max(len(x["input_ids"]) for x in items)
+    T = max(T, pad_to or 0)
+    ids = torch.full((len(items), T), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(items), T), dtype=torch.long)
+    for r, x in enumerate(items):
+        n = len(x["input_ids"])
+        ids[r, :n] = torch.from_numpy(np.asarray(x["input_ids"], dtype=np.int64))
+        mask[r, :n] = 1
+    return {"input_ids": ids, "attention_mask": mask}

@@ -13,6 +13,10 @@ file, the line and the key: a typo must never train at the default value.
 
 from __future__ import annotations
 
+import difflib
+import sys
+import yaml
+
 import argparse
 import ast
 import dataclasses
@@ -391,7 +395,6 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 
 def _read_yaml(path: str | Path) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:
     """(the mapping, the 1-based line of each top-level key and section key) of a YAML config file."""
-    import yaml
 
     path = Path(path)
     try:
@@ -595,7 +598,6 @@ def _action_kind(action: argparse.Action) -> str:
 
 
 def _did_you_mean(key: str, valid: Sequence[str]) -> str:
-    import difflib
 
     close = difflib.get_close_matches(key, list(valid), n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
@@ -613,8 +615,6 @@ class ArgumentParser(argparse.ArgumentParser):
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> tuple[argparse.Namespace, list[str]]:
-        import sys
-
         args = list(sys.argv[1:] if args is None else args)
         return super().parse_known_args(self._respell(args), namespace)
 
@@ -646,7 +646,6 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def _suggest(self, name: str) -> str:
         """`` (did you mean '--learning_rate'?)`` for ``--learnig-rate``, in the declared spelling."""
-        import difflib
 
         declared = {_canonical(o): o for o in reversed(self._long_options())}
         close = difflib.get_close_matches(_canonical(name), list(declared), n=1)

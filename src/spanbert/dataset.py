@@ -8,6 +8,9 @@ the masks stored at preprocess time (`spanbert.static_masks`; epoch e reads copy
 
 from __future__ import annotations
 
+import dataclasses
+import torch
+
 import hashlib
 import os
 import threading
@@ -123,7 +126,6 @@ class PretrainDataset:
         if max_span_length is not None:
             masking_overrides["max_span_len"] = max_span_length
         if masking_overrides:
-            import dataclasses
 
             valid = {f.name for f in dataclasses.fields(MaskingConfig)}
             unknown = sorted(set(masking_overrides) - valid)
@@ -143,7 +145,6 @@ class PretrainDataset:
         self.special_ids = tuple(int(i) for i in tok.special_ids())
         self.sampler = UnigramSampler(self.corpus.unigram_counts(), self.special_ids)
         # The epoch lives in shared memory so that persistent DataLoader workers see `set_epoch` too.
-        import torch
 
         self._epoch = torch.zeros(1, dtype=torch.long).share_memory_()
         self.static: dict[str, Any] | None = None

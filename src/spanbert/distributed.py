@@ -15,6 +15,9 @@ All of them are plain no-ops in a single process (no process group needed).
 
 from __future__ import annotations
 
+from datetime import timedelta
+from spanbert.utils import write_line
+
 import atexit
 import gc
 import os
@@ -148,7 +151,6 @@ def _exit_barrier(wait: bool) -> None:
     rank is counted (a failed rank counts: nobody waits for one that has stopped), at most
     `EXIT_BARRIER_TIMEOUT` seconds. The store, not a collective: it cannot pair with a collective that
     another rank is still in."""
-    from datetime import timedelta
 
     try:
         store = dist.distributed_c10d._get_default_store()
@@ -317,7 +319,6 @@ def eprint0(*args: Any, **kwargs: Any) -> None:
 
 
 def _print_line(*args: Any, sep: str = " ", end: str = "\n", file: Any = None, flush: bool = True) -> None:
-    from spanbert.utils import write_line
 
     write_line(sep.join(map(str, args)), file=file, end=end)
 

@@ -18,6 +18,8 @@ dispatch on the row and never on a family's name, so a family with another weigh
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,9 +29,12 @@ import torch
 from torch import Tensor, nn
 
 from spanbert import checkpoints, cloze, model
-from spanbert.config import BertConfig, FinetuneHabits
+from spanbert.collate import pretrain_target_counts
+from spanbert.config import BertConfig, FinetuneHabits, model_config
+from spanbert.distributed import print0
 from spanbert.errors import SpanBertError
 from spanbert.hub import resolve_model
+from spanbert.tokenization import load_tokenizer_for, train_tokenizer
 
 
 class Family(Protocol):
@@ -73,6 +78,54 @@ class Family(Protocol):
 
 
 @dataclass(frozen=True)
+class Pretraining:
+    """What a family's pre-training needs (`FamilySpec.pretraining`). `spanbert.pretrain.pretrain` runs
+    the same steps for every system (plan, prepare the data, build, cut the blocks, train, export) and
+    calls these where the family matters; the system's sampler (`spanbert.samplers.SAMPLERS`) cuts the
+    blocks and batches them."""
+
+    samplers: tuple[str, ...]
+    """The samplers whose items the family's pre-training model reads."""
+    masked: bool
+    """Whether its systems take the masking options (a `MaskingConfig` is checked and kept by a resume)."""
+    config: Callable[..., Any]
+    """(model preset, vocab_size=, max_seq_length=, objectives=, causal=, init_config=, overrides=) -> the
+    model's config, planned before the vocabulary exists (the plan's cost is estimated from it)."""
+    check: Callable[..., None]
+    """(planned config, system=, masking=, init_from=, causal=, max_seq_length=, max_predictions=) -> None:
+    the family's refusals, before any work."""
+    training_args: Callable[[Any, Any], Any]
+    """(planned config, TrainingArguments) -> the arguments the family trains with (two-tower §5.2's
+    Nesterov schedule)."""
+    flops_per_token: Callable[[Any, int, tuple[str, ...]], float]
+    """(config, block length, objectives) -> training FLOPs per token (the plan's cost)."""
+    sizes: Callable[[Any], tuple[int, int]]
+    """config -> (layers, hidden size), for the plan's warning."""
+    vocabulary: Callable[[list, int, Path, Any], None]
+    """(corpus files, vocab_size, folder, planned config) -> None: trains the family's vocabulary into
+    folder (BERT: cased WordPiece; two-tower: byte-level BPE or words, as the config's input)."""
+    frame: Callable[[Any], Any]
+    """tokenizer -> the tokenizer the family pre-trains with (two-tower: + <s>, </s>, <sep>)."""
+    data_spec: Callable[[Any, str | None], dict[str, Any]]
+    """(planned config, masking scheme) -> what else shaped the prepared data (`prepared.json`)."""
+    build: Callable[..., nn.Module]
+    """(planned config, tokenizer, init_from=, objectives=, mlm_weight=, sbo_weight=) -> the model, its
+    `forward` returning ``loss`` and ``loss_terms``."""
+    count_targets: Callable[[nn.Module, tuple[str, ...]], Callable[[dict[str, Any]], dict[str, int]]]
+    """(model, objectives) -> batch -> real targets of each loss term (the trainer's weights)."""
+    metrics: dict[str, tuple[str, ...]]
+    """Loss term -> the held-out metrics averaged over its targets."""
+    run_config: Callable[[dict[str, Any], dict[str, Any] | None, Any], dict[str, Any]]
+    """(PretrainConfig fields, MaskingConfig fields or None, model config) -> the settings a resume keeps."""
+    describe: Callable[[nn.Module], str]
+    """model -> its size, in words (the line `spanbert pretrain` prints)."""
+    export_extra: Callable[[str, str | None], dict[str, Any]]
+    """(system, masking scheme or None) -> the keys the exported config.json records."""
+    next_steps: Callable[[Path, tuple[str, ...]], list[str]]
+    """(exported folder, objectives) -> what to run next, printed after the export."""
+
+
+@dataclass(frozen=True)
 class FamilySpec:
     """How to build and load one family (one row of `FAMILIES`)."""
 
@@ -98,6 +151,8 @@ class FamilySpec:
     save: Callable[[Path, dict[str, Tensor], dict[str, Any], Any], None]
     """(folder, state dict, config.json dict, tokenizer or None) -> None: writes a task model's files into a
     run folder, in place beside the run's other outputs (`spanbert.checkpoints.save_checkpoint`)."""
+    pretraining: Pretraining | None = None
+    """How the family pre-trains (`spanbert pretrain`); None: it is only loaded and fine-tuned."""
     bare_task_folders: bool = False
     """A folder whose config.json has no ``architectures`` may still hold a task model, its weights
     decide (HF BERT folders written without the key); otherwise such a folder holds no task head."""
@@ -125,6 +180,198 @@ def _save_hf(path: Path, state: dict[str, Tensor], config_json: dict[str, Any], 
     checkpoints.save_checkpoint(path, state, config_json, tokenizer=tokenizer)
 
 
+# ---------------------------------------------------------------------------------------------
+# Pre-training (`Pretraining`): BERT's heads (MLM, SBO, NSP; the causal LM of ltr) and the two-tower's
+
+
+def _bert_config(name: str, *, vocab_size: int, max_seq_length: int, objectives: tuple[str, ...], causal: bool,
+                 init_config: BertConfig | None, overrides: dict[str, Any] | None) -> BertConfig:  # fmt: skip
+    if init_config is not None:  # --init_from: the architecture is the checkpoint's
+        return init_config
+    return model_config(name, vocab_size=vocab_size, max_position_embeddings=max(512, max_seq_length), is_decoder=causal)
+
+
+def _bert_check(config: BertConfig, *, system: str, masking: str | None, init_from: str | None, causal: bool,
+                max_seq_length: int, max_predictions: int | None) -> None:  # fmt: skip
+    if config is None:
+        return  # every BERT check needs the planned model
+    if config.is_decoder != causal:  # a causal encoder under a bidirectional objective, or the reverse
+        raise SpanBertError(
+            f"--init_from: found a {'causal' if config.is_decoder else 'bidirectional'} checkpoint "
+            f"({init_from}, is_decoder {config.is_decoder}), expected a "
+            f"{'causal' if causal else 'bidirectional'} one for --system {system}"
+        )
+    if causal and max_predictions is not None and max_predictions < max_seq_length - 1:
+        raise SpanBertError(
+            f"--max_predictions: found {max_predictions}, expected at least --max_seq_length - 1 "
+            f"({max_seq_length - 1}) for --system {system}: every token is a target"
+        )
+    if max_seq_length > config.max_position_embeddings:
+        raise SpanBertError(
+            f"--max_seq_length: found {max_seq_length}, expected at most the model's "
+            f"{config.max_position_embeddings} positions ({init_from})"
+        )
+
+
+def _bert_flops(config: BertConfig, seq_len: int, objectives: tuple[str, ...]) -> float:
+    rate = 1.0 if config.is_decoder else 0.15  # the LM head runs on every token
+    return model.flops_per_token(config, seq_len, mask_rate=rate, sbo="sbo" in objectives)
+
+
+def _bert_vocabulary(files: list, vocab_size: int, folder: Path, config: BertConfig) -> None:
+    print0(f"training a {vocab_size}-token cased WordPiece vocabulary on the corpus")
+    train_tokenizer(files, vocab_size=vocab_size, output_dir=folder, show_progress=False)
+
+
+def _bert_build(config: BertConfig, tok: Any, *, init_from: str | None, objectives: tuple[str, ...],
+                mlm_weight: float, sbo_weight: float) -> nn.Module:  # fmt: skip
+    heads = dict(sbo="sbo" in objectives, nsp="nsp" in objectives, mlm_weight=mlm_weight, sbo_weight=sbo_weight)
+    if init_from:
+        pre = model.SpanBertForPreTraining.from_pretrained(init_from, **heads)
+        if pre.config.vocab_size < tok.vocab_size:
+            raise SpanBertError(
+                f"{init_from}: vocabulary of {pre.config.vocab_size} is smaller than the tokenizer's "
+                f"{tok.vocab_size}; use the checkpoint's own tokenizer"
+            )
+        return pre
+    return model.SpanBertForPreTraining(dataclasses.replace(config, vocab_size=tok.vocab_size), **heads)
+
+
+def bert_heads(objectives: tuple[str, ...]) -> tuple[str, ...]:
+    """The `SpanBertForPreTraining` loss terms of a system's objectives (ltr's next-token LM is the MLM head)."""
+    return ("mlm",) + (("sbo",) if "sbo" in objectives else ()) + (("nsp",) if "nsp" in objectives else ())
+
+
+def bert_target_counts(batch: dict[str, Any], heads: tuple[str, ...] = ("mlm", "sbo", "nsp")) -> dict[str, int]:
+    """Real targets of each of ``heads`` in a pre-training batch: `collate.pretrain_target_counts`,
+    restricted to the heads the model has."""
+    return {k: v for k, v in pretrain_target_counts(batch).items() if k in heads}
+
+
+def _bert_counts(pre: nn.Module, objectives: tuple[str, ...]) -> Callable[[dict[str, Any]], dict[str, int]]:
+    return functools.partial(bert_target_counts, heads=bert_heads(objectives))
+
+
+def _bert_run_config(options: dict[str, Any], masking: dict[str, Any] | None, config: Any) -> dict[str, Any]:
+    return {
+        # block_packing="fixed" is left out: checkpoints from before the option had those blocks and no key
+        "PretrainConfig": {
+            k: v
+            for k, v in options.items()
+            if k != "num_proc" and not (k == "block_packing" and v == "fixed")
+            # nor the settings of runs before these options (recipe paper, sequence batching)
+            and not (k == "recipe" and v == "paper") and not (k == "tokens_per_update" and v == 0)
+            and not (k == "seq_length_schedule" and v is None)
+            and not (k == "static_masks" and v == "auto")
+        },
+        "MaskingConfig": masking,
+    }
+
+
+def _bert_next_steps(final: Path, objectives: tuple[str, ...]) -> list[str]:
+    lines = [f"\nsaved the model to {final} (HF layout: config.json, model.safetensors, tokenizer files)"]
+    text = "The {MASK*3} is used to define a function."
+    if "sbo" in objectives:
+        lines += ["next: fill a masked span with the MLM or the span boundary head:",
+                  f'  spanbert fill --model {final} --text "{text}" --head sbo']  # fmt: skip
+    elif "mlm" in objectives:  # no span boundary head: --head sbo would be refused
+        # (a causal model's head predicts the next token, not a [MASK]: no fill hint)
+        lines += ["next: fill masked tokens with the MLM head:", f'  spanbert fill --model {final} --text "{text}" --head mlm']
+    lines.append(f"  or fine-tune it: spanbert finetune squad --model {final} --train_file ... --validation_file ...")
+    return lines
+
+
+BERT_PRETRAINING = Pretraining(
+    samplers=("single", "nsp", "causal"),
+    masked=True,
+    config=_bert_config,
+    check=_bert_check,
+    training_args=lambda config, args: args,
+    flops_per_token=_bert_flops,
+    sizes=lambda config: (config.num_hidden_layers, config.hidden_size),
+    vocabulary=_bert_vocabulary,
+    frame=lambda tok: tok,
+    data_spec=lambda config, scheme: {"candidates": {"named_entity": "entities", "noun_phrase": "noun_phrases"}.get(scheme)},
+    build=_bert_build,
+    count_targets=_bert_counts,
+    metrics={"mlm": ("mlm_loss", "mlm_acc"), "sbo": ("sbo_loss", "sbo_acc"), "nsp": ("nsp_loss", "nsp_acc")},
+    run_config=_bert_run_config,
+    describe=lambda pre: f"{pre.config.num_hidden_layers} layers x {pre.config.hidden_size}",
+    export_extra=lambda system, scheme: {"system": system, "masking": scheme or "none"},
+    next_steps=_bert_next_steps,
+)
+
+
+def _two_tower_config(name: str, *, vocab_size: int, max_seq_length: int, objectives: tuple[str, ...],
+                      causal: bool, init_config: Any, overrides: dict[str, Any] | None) -> cloze.ClozeConfig:  # fmt: skip
+    config = cloze.cloze_config(name, objective="-".join(objectives))  # cloze, bilm, cloze-bilm
+    if overrides:
+        config = dataclasses.replace(config, **overrides)
+        config.__post_init__()
+    return config
+
+
+def _two_tower_check(config: cloze.ClozeConfig, *, system: str, masking: str | None, init_from: str | None,
+                     causal: bool, max_seq_length: int, max_predictions: int | None) -> None:  # fmt: skip
+    if masking is not None:
+        raise SpanBertError(f"--masking: found {masking!r}, expected none: the two-tower systems mask nothing (§3)")
+    if init_from:
+        raise SpanBertError(f"--init_from: found {init_from!r}, expected none: continuing a two-tower run is --resume")
+
+
+def _two_tower_args(config: cloze.ClozeConfig, args: Any) -> Any:
+    if config.optimizer != "nesterov":
+        return args
+    if args.learning_rate != cloze.PAPER_PEAK_LR:
+        print0(f"note: optimizer=nesterov runs §5.2's schedule, peak rate {cloze.PAPER_PEAK_LR:g} (not --learning_rate {args.learning_rate:g})")
+    return cloze.paper_training_arguments(args)
+
+
+def _two_tower_vocabulary(files: list, vocab_size: int, folder: Path, config: cloze.ClozeConfig) -> None:
+    kind = "bpe" if config.input == "bpe" else "words"
+    print0(f"training a {vocab_size}-type {'byte-level BPE' if kind == 'bpe' else 'word'} vocabulary on the corpus")
+    cloze.train_cloze_tokenizer(files, vocab_size, kind, output_dir=folder)
+
+
+def _two_tower_describe(lm: nn.Module) -> str:
+    c = lm.config
+    n_params = sum(p.numel() for p in lm.parameters())
+    return f"two-tower, {c.input} input, {c.optimizer}: {c.num_layers} blocks per tower x {c.d_model}, {n_params / 1e6:.1f}M parameters"
+
+
+def _two_tower_next_steps(final: Path, objectives: tuple[str, ...]) -> list[str]:
+    return [
+        f"\nsaved the model to {final} (config.json with model_type {cloze.MODEL_TYPE!r}, model.safetensors, tokenizer files)",
+        f"  fine-tune it on any task, e.g.: spanbert finetune glue --task SST-2 --data_dir ../shared/data/glue/SST-2 "
+        f"--model {final} --output_dir runs/sst2-two-tower",
+    ]
+
+
+TWO_TOWER_PRETRAINING = Pretraining(
+    samplers=("cloze",),
+    masked=False,
+    config=_two_tower_config,
+    check=_two_tower_check,
+    training_args=_two_tower_args,
+    flops_per_token=lambda config, seq_len, objectives: cloze.flops_per_token(config, seq_len),
+    sizes=lambda config: (config.num_layers, config.d_model),
+    vocabulary=_two_tower_vocabulary,
+    frame=cloze.with_boundary_tokens,
+    data_spec=lambda config, scheme: {"kind": "bpe" if config.input == "bpe" else "words"},
+    build=lambda config, tok, **_: cloze.build_model(config, tok),
+    count_targets=lambda lm, objectives: functools.partial(cloze.count_targets, objective=lm.config.objective),
+    metrics={"cloze": ("cloze_loss", "cloze_acc"), "bilm_fwd": ("bilm_fwd_loss", "bilm_fwd_acc"),
+             "bilm_bwd": ("bilm_bwd_loss", "bilm_bwd_acc")},  # fmt: skip
+    run_config=lambda options, masking, config: {
+        "PretrainConfig": {k: v for k, v in options.items() if k != "num_proc"},
+        "ClozeConfig": dataclasses.asdict(config),
+    },
+    describe=_two_tower_describe,
+    export_extra=lambda system, scheme: {"system": system},
+    next_steps=_two_tower_next_steps,
+)
+
+
 FAMILIES: dict[str, FamilySpec] = {
     "bert": FamilySpec(
         from_config=_bert_from_config,
@@ -136,6 +383,7 @@ FAMILIES: dict[str, FamilySpec] = {
         check=checkpoints.check_checkpoint,
         load_encoder_state=lambda encoder, own, source: encoder.load_bert_state(own, source=source),
         save=_save_hf,
+        pretraining=BERT_PRETRAINING,
         bare_task_folders=True,
     ),
     cloze.MODEL_TYPE: FamilySpec(
@@ -148,6 +396,7 @@ FAMILIES: dict[str, FamilySpec] = {
         check=checkpoints.check_safetensors_checkpoint,
         load_encoder_state=_load_strict,
         save=_save_hf,
+        pretraining=TWO_TOWER_PRETRAINING,
     ),
 }
 """config.json ``model_type`` -> family. Any other model_type (or none) reads as `DEFAULT_FAMILY`."""
@@ -242,8 +491,6 @@ def load_encoder_state(encoder: nn.Module, state: dict[str, Tensor], source: str
 def load_tokenizer(path: str | Path, tokenizer_dir: str | Path | None = None) -> Any:
     """The tokenizer saved with a checkpoint (or the one given), framed for the checkpoint's family
     (reads config.json, no weights): ``cls_id``/``mid_id``/``sep_id`` are the family's markers."""
-    from spanbert.tokenization import load_tokenizer_for
-
     path = resolve_model(path)
     raw = read_config(path)
     return FAMILIES[family_name(raw)].frame(raw, load_tokenizer_for(path, tokenizer_dir))

@@ -10,6 +10,15 @@ the command line (`main`).
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+import warnings
+from pydoc_data.topics import topics
+from spanbert.config import add_dataclass_arguments, dataclass_from_args, field_docs
+from spanbert.distributed import print0
+from spanbert.masking import add_replace_probs_arguments
+from spanbert.utils import progress_bar
+
 import argparse
 import collections
 import dataclasses
@@ -511,7 +520,6 @@ def _write_static_sets(corpus: TokenCorpus, static: StaticMaskingConfig, progres
 def _progress_bar(enabled: bool, total_bytes: int):
     if not enabled:
         return None
-    from spanbert.utils import progress_bar
 
     return progress_bar(
         unit="tok", unit_scale=True, desc=f"preprocess ({total_bytes / 1e6:.1f} MB)", file=sys.stderr, mininterval=0.5
@@ -585,7 +593,6 @@ def write_static_masks(
     dtype = np.dtype(np.uint16 if small else np.int32)
     bar = None
     if progress:
-        from spanbert.utils import progress_bar
 
         bar = progress_bar(total=n * dupe_factor, unit="ex", desc=f"static masks ({max_seq_length} tokens)", file=sys.stderr)
     counts, masked, tokens = [], 0, 0
@@ -638,7 +645,6 @@ def builtin_corpus(path: str | os.PathLike, include_module_docs: bool = False) -
     ``pydoc_data.topics`` (79 documents, ~465k characters), optionally plus the docstrings of the
     standard-library modules. Plain text, one paragraph per line, a blank line between documents.
     """
-    from pydoc_data.topics import topics
 
     docs = [topics[k] for k in sorted(topics)]
     if include_module_docs:
@@ -665,9 +671,6 @@ def builtin_corpus(path: str | os.PathLike, include_module_docs: bool = False) -
 
 
 def _stdlib_docstrings() -> list[str]:
-    import importlib
-    import pkgutil
-    import warnings
 
     out = []
     names = sorted(m.name for m in pkgutil.iter_modules() if not m.name.startswith("_"))
@@ -767,7 +770,6 @@ def main(argv: list[str], prog: str = "spanbert preprocess") -> int:
         progress=not args.quiet,
         static=static,
     )
-    from spanbert.distributed import print0
 
     c = TokenCorpus(out)
     print0(f"wrote {c.num_tokens:,} tokens in {c.num_docs:,} documents, {len(c.meta['shards'])} shard(s) to {out}")
@@ -781,8 +783,6 @@ def main(argv: list[str], prog: str = "spanbert preprocess") -> int:
 
 def _add_static_arguments(p: argparse.ArgumentParser) -> None:
     """Google BERT's static masking options (`StaticMaskingConfig`; the masking ones are `MaskingConfig`'s)."""
-    from spanbert.config import add_dataclass_arguments, field_docs
-    from spanbert.masking import add_replace_probs_arguments
 
     g = p.add_argument_group(
         "static masking (Google BERT's create_pretraining_data.py; only with --dupe_factor N > 0)"
@@ -815,7 +815,6 @@ def _add_static_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _static_from_args(args: argparse.Namespace) -> StaticMaskingConfig | None:
-    from spanbert.config import dataclass_from_args
 
     if args.dupe_factor == 0:
         d = StaticMaskingConfig()

@@ -30,7 +30,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from spanbert import cloze, cost, data, distributed
+from spanbert import cloze, cost, data, distributed, tokenization
+from spanbert.checkpoints import check_checkpoint
 from spanbert.cloze import parse_model_spec
 from spanbert.config import (
     MODEL_PRESETS,
@@ -41,12 +42,25 @@ from spanbert.config import (
     check_yaml,
     dataclass_from_args,
     model_config,
+    parse_key_values,
 )
 from spanbert.distributed import eprint0, print0
-from spanbert.errors import SpanBertError
+from spanbert.errors import SpanBertError, utf8_argument
+from spanbert.families import BERT_PRETRAINING, FAMILIES, TWO_TOWER_PRETRAINING, Pretraining, bert_target_counts
+from spanbert.hub import resolve_model
 from spanbert.masking import SCHEMES, MaskingConfig, add_replace_probs_arguments
-from spanbert.tokenization import load_tokenizer
-from spanbert.trainer import TrainingArguments, check_output_dir, predict_batches, train
+from spanbert.model import SpanBertForPreTraining
+from spanbert.samplers import SAMPLERS, CausalLMBlocks, ClozeBlocks, Cut, HeldOut, Sampler  # noqa: F401 -- old homes
+from spanbert.collate import cloze_collate  # noqa: F401 -- its old home
+from spanbert.tokenization import load_tokenizer, load_tokenizer_for
+from spanbert.trainer import (
+    TrainingArguments,
+    check_output_dir,
+    find_resume_checkpoint,
+    predict_batches,
+    token_batches,
+    train,
+)
 from spanbert.utils import atomic_dir, atomic_write
 
 
@@ -373,10 +387,42 @@ ASSUMED_FLOPS, LONG_PLAN_SECONDS = cost.ASSUMED_FLOPS, cost.LONG_PLAN_SECONDS
 
 
 def _resolve_system(cfg: PretrainConfig) -> tuple[str, str, bool, float]:
+    """A BERT-family system as (masking scheme, "single" | "nsp", sbo, short_seq_prob), the user's
+    overrides applied (kept for callers of the earlier API; `resolve` gives every system's)."""
     if cfg.system not in SYSTEMS:
         raise SpanBertError(f"--system: found unknown system {cfg.system!r}, expected one of: {', '.join(SYSTEMS)}")
     scheme, mode, sbo, short = SYSTEMS[cfg.system]
     return cfg.masking or scheme, mode, sbo, short if cfg.short_seq_prob is None else cfg.short_seq_prob
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A system resolved once, at the start of `pretrain`, and passed down: its family's pre-training
+    row, its sampler, the masking scheme and NSP short-sequence probability in force."""
+
+    system: System
+    family: Pretraining
+    sampler: Sampler
+    scheme: str | None  # None: nothing is masked (ltr, the two-tower systems)
+    short_seq_prob: float
+
+    @property
+    def causal(self) -> bool:
+        return self.system.sampler == "causal"
+
+
+def resolve(cfg: PretrainConfig) -> Resolved:
+    """The family row, sampler, masking scheme and short-sequence probability of ``cfg``'s system."""
+    system = SYSTEM_PRESETS[cfg.system]
+    family = FAMILIES[system.family].pretraining
+    if family is None or system.sampler not in family.samplers:
+        raise SpanBertError(f"--system {cfg.system}: family {system.family} does not pre-train with sampler {system.sampler}")
+    sampler = SAMPLERS[system.sampler]
+    # a system that masks nothing reads the BERT default's scheme where its family keeps a MaskingConfig
+    # (the run's settings: ltr's checkpoints record subword), and none otherwise
+    scheme = cfg.masking or system.masking or ("subword" if family.masked else None)
+    short = system.short_seq_prob if cfg.short_seq_prob is None else cfg.short_seq_prob
+    return Resolved(system, family, sampler, scheme, short)
 
 
 def check_masking(masking: MaskingConfig) -> None:
@@ -419,13 +465,12 @@ class _Sources:
     preprocessed: bool
     tokenizer: str | None  # a tokenizer folder to use instead of training one
     init_config: BertConfig | None  # the --init-from checkpoint's architecture
+    init_from: str | None = None  # the --init-from folder, resolved once (a hub name: its snapshot)
 
 
 def check_sources(cfg: PretrainConfig) -> _Sources:
     """Check the corpus, tokenizer and checkpoint paths (and a preprocessed corpus's files) exist and
-    are readable; nothing is written."""
-    from spanbert.tokenization import corpus_files
-
+    are readable; nothing is written. A hub name for --init-from is resolved here, once."""
     corpus = Path(cfg.corpus) if cfg.corpus else None
     preprocessed = corpus is not None and _looks_preprocessed(corpus)
     tokenizer = cfg.tokenizer
@@ -433,15 +478,12 @@ def check_sources(cfg: PretrainConfig) -> _Sources:
         raise SpanBertError(
             f"{tokenizer}: found no tokenizer.json or vocab.txt, expected a tokenizer folder (--tokenizer)"
         )
-    init_config = None
+    init_config = init_from = None
     if cfg.init_from:
-        from spanbert.hub import resolve_model
-        from spanbert.model import check_checkpoint
-
-        init_config = check_checkpoint(cfg.init_from)  # config.json checked, weights present; no tensor read
-        folder = str(resolve_model(cfg.init_from))  # a hub name: its snapshot holds the vocabulary
-        if tokenizer is None and data.has_tokenizer(folder):
-            tokenizer = folder
+        init_from = str(resolve_model(cfg.init_from))  # a hub name: its snapshot holds the vocabulary
+        init_config = check_checkpoint(init_from)  # config.json checked, weights present; no tensor read
+        if tokenizer is None and data.has_tokenizer(init_from):
+            tokenizer = init_from
     if preprocessed:
         corpus_data = data.TokenCorpus(corpus)  # checks meta.json and every array's size
         corpus_data.unigram_counts()
@@ -453,17 +495,17 @@ def check_sources(cfg: PretrainConfig) -> _Sources:
                 )
             tokenizer = str(tok_dir)
     elif corpus is not None:
-        corpus_files([corpus])  # exists, and a folder holds text files
-    return _Sources(corpus, preprocessed, tokenizer, init_config)
+        tokenization.corpus_files([corpus])  # exists, and a folder holds text files
+    return _Sources(corpus, preprocessed, tokenizer, init_config, init_from)
 
 
-def plan_flops(config: BertConfig, cfg: PretrainConfig, args: TrainingArguments, steps: int, sbo: bool) -> float:
-    """Training FLOPs of the whole plan: `flops_per_token` x tokens per step x steps (full blocks, or
-    a full token budget)."""
-    from spanbert.model import flops_per_token
-
-    rate = 1.0 if cfg.system in CAUSAL_SYSTEMS else 0.15  # the LM head runs on every token
-    return flops_per_token(config, cfg.max_seq_length, mask_rate=rate, sbo=sbo) * _tokens_per_step(cfg, args) * steps
+def plan_flops(config: Any, cfg: PretrainConfig, args: TrainingArguments, steps: int, sbo: bool) -> float:
+    """Training FLOPs of the whole plan: the family's `flops_per_token` x tokens per step x steps (full
+    blocks, or a full token budget)."""
+    system = SYSTEM_PRESETS[cfg.system]
+    objectives = tuple(o for o in system.objectives if o != "sbo") + (("sbo",) if sbo else ())
+    per_token = FAMILIES[system.family].pretraining.flops_per_token(config, cfg.max_seq_length, objectives)
+    return per_token * _tokens_per_step(cfg, args) * steps
 
 
 def _tokens_per_step(cfg: PretrainConfig, args: TrainingArguments) -> int:
@@ -500,7 +542,7 @@ def refuse_long_plan(flops: float, steps: int, args: TrainingArguments, device: 
 
 
 def check_plan(
-    config: BertConfig, cfg: PretrainConfig, args: TrainingArguments, steps: int, sbo: bool, device: torch.device
+    config: Any, cfg: PretrainConfig, args: TrainingArguments, steps: int, sbo: bool, device: torch.device
 ) -> str | None:
     """`refuse_long_plan`, then `plan_warning`."""
     refuse_long_plan(plan_flops(config, cfg, args, steps, sbo), steps, args, device)
@@ -508,16 +550,17 @@ def check_plan(
 
 
 def plan_warning(
-    config: BertConfig, cfg: PretrainConfig, args: TrainingArguments, steps: int, sbo: bool, device: torch.device
+    config: Any, cfg: PretrainConfig, args: TrainingArguments, steps: int, sbo: bool, device: torch.device
 ) -> str | None:
     """A warning line when the plan is enormous for this machine (base or larger on CPU, or an
     estimated time over a day), with the estimate and how to make it smaller; else None."""
     flops = plan_flops(config, cfg, args, steps, sbo)
     rate, seconds = _plan_seconds(flops, device)
-    big_on_cpu = device.type == "cpu" and config.hidden_size >= MODEL_PRESETS["base"]["hidden_size"]
+    layers, hidden = FAMILIES[SYSTEM_PRESETS[cfg.system].family].pretraining.sizes(config)
+    big_on_cpu = device.type == "cpu" and hidden >= MODEL_PRESETS["base"]["hidden_size"]
     if seconds < LONG_PLAN_SECONDS and not big_on_cpu:
         return None
-    size = f"{config.num_hidden_layers} layers x {config.hidden_size}"
+    size = f"{layers} layers x {hidden}"
     return (
         f"warning: this plan is very large for this machine: {size}, {steps:,} steps of "
         f"{_tokens_per_step(cfg, args):,} tokens = {flops:.2g} FLOPs, {_human(seconds)} on {device.type} "
@@ -556,27 +599,38 @@ def reuse_prepared(work_dir: Path, spec: dict[str, Any], args: TrainingArguments
     return str(work_dir / "preprocessed"), str(work_dir / "tokenizer")
 
 
-def prepare_data(cfg: PretrainConfig, args: TrainingArguments, sources: _Sources) -> tuple[str, str]:
+def plan_model(cfg: PretrainConfig, run: Resolved, init_config: Any = None, overrides: dict[str, Any] | None = None) -> Any:
+    """The model config of ``cfg``'s system before the vocabulary exists (the family's `config`)."""
+    return run.family.config(
+        cfg.model, vocab_size=cfg.vocab_size, max_seq_length=cfg.max_seq_length, objectives=run.system.objectives,
+        causal=run.causal, init_config=init_config, overrides=overrides,
+    )  # fmt: skip
+
+
+def prepare_data(
+    cfg: PretrainConfig, args: TrainingArguments, sources: _Sources, run: Resolved | None = None, planned: Any = None
+) -> tuple[str, str]:
     """(preprocessed corpus folder, tokenizer folder) of the run, preparing them if needed.
 
     Runs on one process (rank 0, `distributed.on_main`); every rank then loads the tokenizer from
     the returned folder, so the ids trained on, every resume and the exported vocab.txt are the same
-    file. A raw-text corpus and the tokenizer are prepared once into ``output_dir/data`` (atomically:
-    a run killed mid-way leaves no `data/`, and the next run prepares it again); a resumed run reuses
-    them and never retrains the tokenizer.
+    file. A raw-text corpus and the family's vocabulary (`Pretraining.vocabulary`) are prepared once
+    into ``output_dir/data`` (atomically: a run killed mid-way leaves no `data/`, and the next run
+    prepares it again); a resumed run reuses them and never retrains the tokenizer.
     """
     if sources.preprocessed:
         return str(sources.corpus), str(sources.tokenizer)
-    scheme, _, _, _ = _resolve_system(cfg)
-    candidates = {"named_entity": "entities", "noun_phrase": "noun_phrases"}.get(scheme)
+    run = run or resolve(cfg)
+    planned = planned if planned is not None else plan_model(cfg, run, sources.init_config)
     work_dir = Path(args.output_dir) / "data"
-    spec = dict(corpus=cfg.corpus, tokenizer=sources.tokenizer, vocab_size=cfg.vocab_size, candidates=candidates)
+    spec = dict(corpus=cfg.corpus, tokenizer=sources.tokenizer, vocab_size=cfg.vocab_size)
+    spec.update(run.family.data_spec(planned, run.scheme))
     reused = reuse_prepared(work_dir, spec, args)
     if reused is not None:
         return reused
     created = [d for d in (work_dir.parent, *work_dir.parent.parents) if not d.exists()]
     try:
-        _prepare_into(work_dir, cfg, args, sources, spec, candidates)
+        _prepare_into(work_dir, cfg.vocab_size, cfg.num_proc, args.disable_tqdm, sources, spec, run.family, planned)
     except BaseException:
         # a failed preparation leaves nothing: atomic_dir removed its temporary folder, and the run
         # folders it created for it go too (only while empty)
@@ -590,28 +644,25 @@ def prepare_data(cfg: PretrainConfig, args: TrainingArguments, sources: _Sources
 
 
 def _prepare_into(
-    work_dir: Path, cfg: PretrainConfig, args: TrainingArguments, sources: _Sources, spec: dict, candidates: str | None
-) -> None:
-    from spanbert.tokenization import train_tokenizer
-
+    work_dir: Path, vocab_size: int, num_proc: int, quiet: bool, sources: _Sources, spec: dict, family: Pretraining,
+    planned: Any,
+) -> None:  # fmt: skip
     with atomic_dir(work_dir) as tmp:
         files = corpus_files(sources, tmp, work_dir)
         if sources.tokenizer:
-            tok = load_tokenizer(sources.tokenizer)
-            tok.save(tmp / "tokenizer")
+            family.frame(load_tokenizer(sources.tokenizer)).save(tmp / "tokenizer")
         else:
-            print0(f"training a {cfg.vocab_size}-token cased WordPiece vocabulary on the corpus")
             try:
-                train_tokenizer(files, vocab_size=cfg.vocab_size, output_dir=tmp / "tokenizer", show_progress=False)
+                family.vocabulary(files, vocab_size, tmp / "tokenizer", planned)
             except SpanBertError as e:
                 if any(str(f) in str(e) for f in files):
                     raise
                 raise SpanBertError(f"{', '.join(map(str, files))}: {e}") from None  # name the corpus
         # preprocess with the tokenizer as saved, the one every rank will load
         data.preprocess(
-            files, load_tokenizer(tmp / "tokenizer"), tmp / "preprocessed", num_workers=cfg.num_proc,
-            candidates=candidates, progress=not args.disable_tqdm,
-        )
+            files, load_tokenizer(tmp / "tokenizer"), tmp / "preprocessed", num_workers=num_proc,
+            candidates=spec.get("candidates"), progress=not quiet,
+        )  # fmt: skip
         with atomic_write(tmp / "prepared.json") as f:
             json.dump(spec, f, indent=2)
 
@@ -626,74 +677,19 @@ def prepare_corpus(cfg: PretrainConfig, work_dir: Path, tokenizer_dir: str | Non
     return Path(corpus_dir), load_tokenizer(tok_dir)
 
 
-class _Blocks(torch.utils.data.Dataset):
-    """A contiguous range of a pre-training dataset's items, passing `set_epoch` through."""
-
-    def __init__(self, dataset, start: int, stop: int, fixed_epoch: int | None = None):
-        self.dataset, self.start, self.stop = dataset, start, stop
-        if fixed_epoch is not None:
-            dataset.set_epoch(fixed_epoch)
-
-    def __len__(self) -> int:
-        return self.stop - self.start
-
-    def __getitem__(self, i: int):
-        return self.dataset[self.start + i]
-
-    def set_epoch(self, epoch: int) -> None:
-        self.dataset.set_epoch(epoch)
-
-
-class CausalLMBlocks(torch.utils.data.Dataset):
-    """BERT §5.1 "LTR & No NSP": the single-sequence blocks of a `data.PretrainDataset`, unmasked, with
-    every position i labelled with token i+1 (a standard left-to-right LM predicts every token; the
-    last position, [SEP], has no target). Items have `collate_pretrain`'s layout, so the MLM head
-    (`cls.predictions`) of a causal model becomes the next-token head and the trainer, the target
-    counts and the held-out evaluation work unchanged (`mlm_loss` is then the next-token loss)."""
-
-    def __init__(self, dataset):
-        if dataset.nsp:
-            raise SpanBertError("the left-to-right LM reads single-sequence blocks, not NSP pairs")
-        self.dataset = dataset
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def lengths(self):
-        return self.dataset.lengths()  # the same blocks: [CLS] block [SEP]
-
-    def set_epoch(self, epoch: int) -> None:
-        self.dataset.set_epoch(epoch)  # nothing is random here; kept for the trainer's contract
-
-    def __getitem__(self, index: int) -> dict[str, Any]:
-        import numpy as np
-
-        ds = self.dataset
-        start, end = ds.blocks[index].tolist()
-        body, _ = ds.corpus.tokens(start, end)
-        ids = np.concatenate(([ds.cls_id], body, [ds.sep_id])).astype(np.int64)  # (T,) [CLS] block [SEP]
-        labels = np.full(len(ids), -100, dtype=np.int64)
-        labels[:-1] = ids[1:]  # (T,) position i predicts token i+1 from positions <= i
-        empty = np.zeros(0, dtype=np.int64)
-        return {
-            "input_ids": ids,
-            "labels": labels,
-            "token_type_ids": np.zeros(len(ids), dtype=np.int64),
-            "sbo_positions": empty,
-            "sbo_left": empty,
-            "sbo_right": empty,
-            "sbo_rel": empty,
-        }
+# The samplers live in `spanbert.samplers`; their earlier names here stay importable.
+_Blocks = HeldOut
 
 
 def uses_static_masks(cfg: PretrainConfig, corpus: Any) -> bool:
     """Whether the run reads the corpus's stored masks (`PretrainConfig.static_masks`; ``corpus`` a
-    `data.TokenCorpus`). auto: when the corpus has some and the system masks (not ltr); on: always
-    (an error for ltr, which masks nothing, and later for a corpus without them)."""
+    `data.TokenCorpus`). auto: when the corpus has some and the system masks (not ltr, not the
+    two-tower systems); on: always (an error for a system that masks nothing, and later for a corpus
+    without them)."""
 
     if cfg.static_masks == "off":
         return False
-    if cfg.system in CAUSAL_SYSTEMS:
+    if not SAMPLERS[SYSTEM_PRESETS[cfg.system].sampler].masks:
         if cfg.static_masks == "on":
             raise SpanBertError(
                 f"--static_masks on: found --system {cfg.system}, expected a masked-LM system (the left-to-right "
@@ -704,58 +700,54 @@ def uses_static_masks(cfg: PretrainConfig, corpus: Any) -> bool:
 
 
 def build_datasets(
-    cfg: PretrainConfig, corpus_dir: Path | str, tok: Any, seed: int, masking: MaskingConfig | None = None
-):
-    """(training set, held-out set or None), split by whole documents (`data.held_out_documents`).
+    cfg: PretrainConfig, corpus_dir: Path | str, tok: Any, seed: int, masking: MaskingConfig | None = None,
+    run: Resolved | None = None,
+):  # fmt: skip
+    """(training set, held-out set or None) of the system's sampler, split by whole documents
+    (`data.held_out_documents`).
 
     Each set draws blocks, NSP pairs and NSP "random next" segments from its own documents only, so
     no held-out text is trained on. The held-out set keeps epoch 0's masks: the same examples at
-    every evaluation. A causal system (ltr) gets the same blocks as `CausalLMBlocks`. With static
-    masks (`uses_static_masks`) the training set reads the examples and masks stored in the corpus
-    (`data.PretrainDataset(static=True)`, which refuses a set made with other settings); the held-out
-    set is masked as always.
+    every evaluation. With static masks (`uses_static_masks`) the training set reads the examples and
+    masks stored in the corpus (`data.PretrainDataset(static=True)`, which refuses a set made with
+    other settings); the held-out set is masked as always. ``tok`` is the family's framed tokenizer.
     """
-
-    scheme, mode, _, short = _resolve_system(cfg)
-    masking = dataclasses.replace(masking or MaskingConfig(), scheme=scheme)
-    kwargs = dict(max_seq_length=cfg.max_seq_length, mode=mode, seed=seed, short_seq_prob=short, masking=masking)
-    kwargs["block_packing"] = cfg.block_packing
+    run = run or resolve(cfg)
+    if run.family.masked:
+        masking = dataclasses.replace(masking or MaskingConfig(), scheme=run.scheme)
+    cut = Cut(cfg.max_seq_length, cfg.block_packing, seed, masking, run.short_seq_prob)
     corpus = data.TokenCorpus(corpus_dir)
-    static = uses_static_masks(cfg, corpus)
     n_docs = corpus.num_docs
-    min_docs = 2 if mode == "nsp" else 1  # NSP's random next segment comes from another document
     split = n_docs
     if cfg.max_eval_blocks:
+        min_docs = run.sampler.min_docs  # NSP's random next segment comes from another document
         split = data.held_out_documents(corpus.doc_bounds, cfg.eval_fraction, min_docs, min_docs)
-    wrap = CausalLMBlocks if cfg.system in CAUSAL_SYSTEMS else (lambda d: d)
-    train_set = wrap(data.PretrainDataset(corpus, tok, documents=(0, split), static=static, **kwargs))
+    train_set = run.sampler.build(corpus, tok, (0, split), dataclasses.replace(cut, static=uses_static_masks(cfg, corpus)))
     eval_set = None
     if split < n_docs:
-        held_out = wrap(data.PretrainDataset(corpus, tok, documents=(split, n_docs), **kwargs))
+        held_out = run.sampler.build(corpus, tok, (split, n_docs), cut)
         if len(held_out):
-            eval_set = _Blocks(held_out, 0, min(len(held_out), cfg.max_eval_blocks), fixed_epoch=0)
+            eval_set = HeldOut(held_out, 0, min(len(held_out), cfg.max_eval_blocks), fixed_epoch=0)
     return train_set, eval_set
 
 
-# loss_terms / target-count key of each head, and the metrics averaged over its targets
-HEAD_METRICS = {"mlm": ("mlm_loss", "mlm_acc"), "sbo": ("sbo_loss", "sbo_acc"), "nsp": ("nsp_loss", "nsp_acc")}
+# loss_terms / target-count key of each BERT head, and the metrics averaged over its targets (each
+# family's table: `Pretraining.metrics`)
+HEAD_METRICS = BERT_PRETRAINING.metrics
+CLOZE_TERM_METRICS = TWO_TOWER_PRETRAINING.metrics
+target_counts = bert_target_counts
 
 
-def target_counts(batch: dict[str, Any], heads: tuple[str, ...] = ("mlm", "sbo", "nsp")) -> dict[str, int]:
-    """Real targets of each of ``heads`` in a pre-training batch (contract 1's `count_targets`):
-    `data.pretrain_target_counts`, restricted to the heads the model has."""
-
-    return {k: v for k, v in data.pretrain_target_counts(batch).items() if k in heads}
-
-
-def make_eval_fn(eval_set, batch_size: int, collate, count_targets=None, precision: str = "auto"):
-    """``evaluate(model, step)``: held-out MLM/SBO/NSP loss and accuracy, each averaged over its
-    targets (a batch's mean weighs by its target count), not over batches.
+def make_eval_fn(eval_set, batch_size: int, collate, count_targets=None, precision: str = "auto", metrics=None):
+    """``evaluate(model, step)``: held-out loss and accuracy of each loss term (``metrics``: term ->
+    metric names, BERT's heads by default), each averaged over its targets (a batch's mean weighs by
+    its target count), not over batches.
 
     Called on every rank (contract 7): each rank predicts its share (`distributed.shard_range`), the
     sums are gathered, and every rank returns the same numbers.
     """
     count_targets = count_targets or target_counts
+    metrics = metrics or HEAD_METRICS
 
     def evaluate(model, step: int) -> dict[str, float]:
         share = list(distributed.shard_range(len(eval_set)))
@@ -771,7 +763,7 @@ def make_eval_fn(eval_set, batch_size: int, collate, count_targets=None, precisi
                 for head, n in count_targets(batch).items():
                     if n <= 0:
                         continue  # no targets: the model's mean is 0 or NaN and weighs nothing
-                    for key in HEAD_METRICS.get(head, ()):
+                    for key in metrics.get(head, ()):
                         if key in out:
                             sums[key] = sums.get(key, 0.0) + float(out[key]) * n
                             weights[key] = weights.get(key, 0) + n
@@ -790,44 +782,54 @@ def make_eval_fn(eval_set, batch_size: int, collate, count_targets=None, precisi
     return evaluate
 
 
+def cloze_eval_fn(eval_set: Any, batch_size: int, collate_fn: Callable, objective: str, precision: str = "auto"):
+    """`make_eval_fn` with the two-tower terms of ``objective`` (kept for callers of the earlier API)."""
+    count = functools.partial(cloze.count_targets, objective=objective)
+    return make_eval_fn(eval_set, batch_size, collate_fn, count, precision, CLOZE_TERM_METRICS)
+
+
 def run_config_of(cfg: PretrainConfig, masking: MaskingConfig) -> dict[str, Any]:
-    """The settings a resume must keep (contract 2): everything but the worker count. As JSON values
-    (tuples become lists), so that it compares equal to its copy read back from a checkpoint."""
-    config = {
-        # block_packing="fixed" is left out: checkpoints from before the option had those blocks and no key
-        "PretrainConfig": {
-            k: v
-            for k, v in dataclasses.asdict(cfg).items()
-            if k != "num_proc" and not (k == "block_packing" and v == "fixed")
-            # nor the settings of runs before these options (recipe paper, sequence batching)
-            and not (k == "recipe" and v == "paper") and not (k == "tokens_per_update" and v == 0)
-            and not (k == "seq_length_schedule" and v is None)
-            and not (k == "static_masks" and v == "auto")
-        },
-        "MaskingConfig": dataclasses.asdict(masking),
-    }
-    return json.loads(json.dumps(config))
+    """The settings a BERT-family resume must keep (contract 2): everything but the worker count. As
+    JSON values (tuples become lists), so that it compares equal to its copy read back from a checkpoint."""
+    return json.loads(json.dumps(BERT_PRETRAINING.run_config(dataclasses.asdict(cfg), dataclasses.asdict(masking), None)))
 
 
-def pretrain(cfg: PretrainConfig, args: TrainingArguments, masking: MaskingConfig | None = None) -> Path:
-    """Run a pre-training job end to end; returns the folder of the exported HF-format model.
+def pretrain(
+    cfg: PretrainConfig, args: TrainingArguments, masking: MaskingConfig | None = None,
+    model_overrides: dict[str, Any] | None = None,
+) -> Path:  # fmt: skip
+    """Run a pre-training job end to end, the same steps for every system; returns the folder of the
+    exported model.
 
-    Every option and input is checked before any work; the corpus and tokenizer are prepared once
-    (rank 0) and read from disk by every rank (`prepare_data`).
+    1. resolve the system once (`resolve`: family row, sampler, masking scheme) and check every option
+       and input before any work (the family's `check`, the plan's cost);
+    2. prepare the corpus and the family's vocabulary once (rank 0, `prepare_data`), read from disk by
+       every rank;
+    3. build the family's model (`Pretraining.build`) and cut the blocks with the system's sampler
+       (`build_datasets`);
+    4. train with the one loop (`trainer.train`), one call per stage of a length schedule;
+    5. export ``output_dir/<output_name>`` atomically, with the family's config.json keys.
+
+    ``model_overrides`` sets the family's model config fields directly (tests: the two-tower's dropout 0).
     """
-    from spanbert.model import SpanBertForPreTraining
-
     cfg.__post_init__()  # a config edited after construction is checked again
-    if SYSTEM_PRESETS[cfg.system].family == cloze.MODEL_TYPE:  # the two-tower model (Baevski et al. 2019)
-        return pretrain_cloze(cfg, args, masking)
+    run = resolve(cfg)
+    family, system = run.family, run.system
+    checks = dict(
+        system=cfg.system, masking=cfg.masking, init_from=cfg.init_from, causal=run.causal,
+        max_seq_length=cfg.max_seq_length, max_predictions=cfg.max_predictions,
+    )  # fmt: skip
+    family.check(None, **checks)  # what the options alone decide (None: no model config yet)
     if cfg.recipe == "released" and not (args.decay_all_parameters and args.lr_scheduler_type == "polynomial"):
         eprint0(
             "note: --recipe released sets only the loss normalisation here; the command line also sets "
             f"{RECIPES['released']} (spanbert.pretrain.RECIPES)"
         )
-    scheme, mode, sbo, _ = _resolve_system(cfg)
-    masking = dataclasses.replace(masking or MaskingConfig(), scheme=scheme)
-    check_masking(masking)
+    if family.masked:
+        masking = dataclasses.replace(masking or MaskingConfig(), scheme=run.scheme)
+        check_masking(masking)
+    else:
+        masking = None  # the family masks nothing
     if cfg.pad_to is not None and cfg.pad_to < cfg.max_seq_length:
         raise SpanBertError(f"--pad_to: found {cfg.pad_to}, expected at least --max_seq_length ({cfg.max_seq_length})")
     if cfg.seq_length_schedule and args.max_steps <= 0:
@@ -838,61 +840,32 @@ def pretrain(cfg: PretrainConfig, args: TrainingArguments, masking: MaskingConfi
     args = apply_batching(cfg, args, distributed.world_size())  # tokens_per_update -> accumulation
     check_output_dir(args)  # contract 3: a previous run is refused before any work
     sources = check_sources(cfg)
-    causal = cfg.system in CAUSAL_SYSTEMS
-    planned = sources.init_config or model_config(
-        cfg.model, vocab_size=cfg.vocab_size, max_position_embeddings=max(512, cfg.max_seq_length), is_decoder=causal
-    )
-    if planned.is_decoder != causal:  # a causal encoder under a bidirectional objective, or the reverse
-        raise SpanBertError(
-            f"--init_from: found a {'causal' if planned.is_decoder else 'bidirectional'} checkpoint "
-            f"({cfg.init_from}, is_decoder {planned.is_decoder}), expected a "
-            f"{'causal' if causal else 'bidirectional'} one for --system {cfg.system}"
-        )
-    if causal and cfg.max_predictions is not None and cfg.max_predictions < cfg.max_seq_length - 1:
-        raise SpanBertError(
-            f"--max_predictions: found {cfg.max_predictions}, expected at least --max_seq_length - 1 "
-            f"({cfg.max_seq_length - 1}) for --system {cfg.system}: every token is a target"
-        )
-    if cfg.max_seq_length > planned.max_position_embeddings:
-        raise SpanBertError(
-            f"--max_seq_length: found {cfg.max_seq_length}, expected at most the model's "
-            f"{planned.max_position_embeddings} positions ({cfg.init_from})"
-        )
+    planned = plan_model(cfg, run, sources.init_config, model_overrides)
+    family.check(planned, **checks)  # and what needs the planned model (its positions, causal or not)
+    args = family.training_args(planned, args)
+    sbo = "sbo" in system.objectives
     if args.max_steps > 0:  # before the vocabulary, the corpus and any file (an epoch's length is known later)
         warning = check_plan(planned, cfg, args, args.max_steps, sbo, device)
         if warning:
             eprint0(warning)
 
-    corpus_dir, tok_dir = distributed.on_main(lambda: prepare_data(cfg, args, sources))
-    tok = load_tokenizer(tok_dir)  # from disk on every rank: the file that is exported
+    corpus_dir, tok_dir = distributed.on_main(lambda: prepare_data(cfg, args, sources, run, planned))
+    tok = family.frame(load_tokenizer(tok_dir))  # from disk on every rank: the file that is exported
 
     torch.manual_seed(args.seed)
-    heads = ("mlm",) + (("sbo",) if sbo else ()) + (("nsp",) if mode == "nsp" else ())
-    if cfg.init_from:
-        model = SpanBertForPreTraining.from_pretrained(
-            cfg.init_from, sbo=sbo, nsp=mode == "nsp", mlm_weight=cfg.mlm_weight, sbo_weight=cfg.sbo_weight
-        )
-        if model.config.vocab_size < tok.vocab_size:
-            raise SpanBertError(
-                f"{cfg.init_from}: vocabulary of {model.config.vocab_size} is smaller than the tokenizer's "
-                f"{tok.vocab_size}; use the checkpoint's own tokenizer"
-            )
-    else:
-        mcfg = model_config(
-            cfg.model, vocab_size=tok.vocab_size, max_position_embeddings=max(512, cfg.max_seq_length), is_decoder=causal
-        )
-        model = SpanBertForPreTraining(
-            mcfg, sbo=sbo, nsp=mode == "nsp", mlm_weight=cfg.mlm_weight, sbo_weight=cfg.sbo_weight
-        )
-    train_set, eval_set = build_datasets(cfg, corpus_dir, tok, args.seed, masking)
-    run_config = run_config_of(cfg, masking)
+    model = family.build(
+        planned, tok, init_from=sources.init_from, objectives=system.objectives, mlm_weight=cfg.mlm_weight,
+        sbo_weight=cfg.sbo_weight,
+    )  # fmt: skip
+    train_set, eval_set = build_datasets(cfg, corpus_dir, tok, args.seed, masking, run)
+    run_config = json.loads(json.dumps(family.run_config(
+        dataclasses.asdict(cfg), dataclasses.asdict(masking) if masking else None, model.config
+    )))  # fmt: skip
     static = getattr(train_set, "static", None)
     if static is not None:
         # which stored masks the run reads: a resume on a corpus re-made with other copies is refused
         run_config["StaticMasks"] = {"dupe_factor": static["dupe_factor"], "seed": static["seed"]}
     if args.max_steps <= 0:  # the length of an epoch is known only now
-        from spanbert.trainer import token_batches
-
         if args.max_tokens_per_batch:  # an epoch is the same number of token batches every epoch
             units = len(token_batches(train_set.lengths(), args.max_tokens_per_batch, args.seed, 0))
             G = args.gradient_accumulation_steps * distributed.world_size()
@@ -903,18 +876,20 @@ def pretrain(cfg: PretrainConfig, args: TrainingArguments, masking: MaskingConfi
         if warning:
             eprint0(warning)
     collate = functools.partial(
-        _collate, pad_id=tok.pad_id, max_predictions=cfg.max_predictions, pad_to=cfg.pad_to
+        _collate, pad_id=tok.pad_id, max_predictions=cfg.max_predictions, pad_to=cfg.pad_to, collate=run.sampler.collate
     )
-    count = functools.partial(target_counts, heads=heads)
-    eval_fn = None
-    if eval_set is not None:
-        eval_fn = make_eval_fn(eval_set, args.per_device_eval_batch_size, collate, count, args.precision)
-    objective = "left-to-right LM, every token" if causal else f"{scheme} masking"
+    count = family.count_targets(model, system.objectives)
+
+    def evaluation(held_out):
+        if held_out is None:
+            return None
+        return make_eval_fn(held_out, args.per_device_eval_batch_size, collate, count, args.precision, family.metrics)
+
+    eval_fn = evaluation(eval_set)
     print0(
-        f"pre-training {cfg.system} ({objective}, {'two segments + NSP' if mode == 'nsp' else 'single sequence'}"
-        f"{' + SBO' if sbo else ''}), model {cfg.model if not cfg.init_from else cfg.init_from}: "
-        f"{model.config.num_hidden_layers} layers x {model.config.hidden_size}, {len(train_set)} blocks of "
-        f"<= {cfg.max_seq_length} tokens, {len(eval_set) if eval_set else 0} held out"
+        f"pre-training {cfg.system} ({_objective_line(run)}), model {cfg.init_from or cfg.model}: "
+        f"{family.describe(model)}, {len(train_set)} blocks of <= {cfg.max_seq_length} tokens, "
+        f"{len(eval_set) if eval_set else 0} held out"
     )
     print0(f"{batching_line(cfg, args, distributed.world_size())}; {cfg.recipe} optimisation")
     if static is not None:
@@ -938,8 +913,8 @@ def pretrain(cfg: PretrainConfig, args: TrainingArguments, masking: MaskingConfi
         stage_set, stage_eval = train_set, eval_fn  # the final length's, built above
         if length != cfg.max_seq_length:
             stage_cfg = dataclasses.replace(cfg, max_seq_length=length, seq_length_schedule=None)
-            stage_set, held_out = build_datasets(stage_cfg, corpus_dir, tok, args.seed, masking)
-            stage_eval = held_out and make_eval_fn(held_out, args.per_device_eval_batch_size, collate, count, args.precision)
+            stage_set, held_out = build_datasets(stage_cfg, corpus_dir, tok, args.seed, masking, run)
+            stage_eval = evaluation(held_out)
         if len(stages) > 1:
             print0(f"sequence length {length} for steps {begin + 1}-{end} ({len(stage_set)} blocks)")
         stage_args = args if len(stages) == 1 else dataclasses.replace(
@@ -958,242 +933,75 @@ def pretrain(cfg: PretrainConfig, args: TrainingArguments, masking: MaskingConfi
             break  # the user's --stop_at_step
     final = Path(args.output_dir) / cfg.output_name
     if result.global_step >= (args.max_steps if args.max_steps > 0 else 0):
-        distributed.on_main(lambda: _export(model, tok, final, cfg, "none" if causal else scheme, result.metrics))
+        extra = family.export_extra(cfg.system, None if run.causal else run.scheme)
+        distributed.on_main(lambda: export(model, tok, final, extra, result.metrics))
     return final
+
+
+def _objective_line(run: Resolved) -> str:
+    """What the system trains, in words: its objective, its sequences and heads."""
+    s = run.system
+    if not run.family.masked:
+        return "+".join(s.objectives) + ", nothing masked"
+    objective = "left-to-right LM, every token" if run.causal else f"{run.scheme} masking"
+    sbo = " + SBO" if "sbo" in s.objectives else ""
+    return f"{objective}, {'two segments + NSP' if s.sampler == 'nsp' else 'single sequence'}{sbo}"
 
 
 def _resume_step(output_dir: str) -> int:
     """The step of the checkpoint `--resume` will continue from."""
-    from spanbert.trainer import find_resume_checkpoint
-
     ckpt, _ = find_resume_checkpoint(output_dir)
     return int(ckpt.name.rsplit("-", 1)[-1])
 
 
-def _collate(items, pad_id: int, max_predictions: int | None, pad_to: int | None):
+def _collate(items, pad_id: int, max_predictions: int | None, pad_to: int | None, collate: Callable = data.collate_pretrain):
+    """The run's batches: the sampler's collate with the run's padding (one module-level function, so a
+    test can watch every batch)."""
+    return collate(items, pad_id=pad_id, max_predictions=max_predictions, pad_to=pad_to)
 
-    return data.collate_pretrain(items, pad_id=pad_id, max_predictions=max_predictions, pad_to=pad_to)
+
+def export(model: nn.Module, tok: Any, final: Path, extra: dict[str, Any], metrics: dict[str, float]) -> None:
+    """Write the pre-trained model (any family's `save_pretrained`) with its tokenizer and training
+    metrics into ``final``: written beside it and swapped in whole, so a kill leaves the old export or
+    the new one, never new weights beside an old config.json and old metrics."""
+    with atomic_dir(final) as tmp:
+        model.save_pretrained(tmp, tokenizer=tok, extra=extra)
+        (tmp / "train_metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
 
 
 def _export(model, tok, final: Path, cfg: PretrainConfig, scheme: str, metrics: dict[str, float]) -> None:
-
-    # written beside `final` and swapped in whole: a kill leaves the old export or the new, never a mix
-    with atomic_dir(final) as tmp:
-        model.save_pretrained(tmp, tokenizer=tok, extra={"system": cfg.system, "masking": scheme})
-        (tmp / "train_metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-
-
-# ---------------------------------------------------------------------------------------------
-# The two-tower systems (--system cloze | bilm | cloze-bilm): the same pipeline with the two-tower
-# family's sampler (blocks wrapped in <s> ... </s>, nothing masked) and objectives (spanbert/cloze.py)
-
-# ---------------------------------------------------------------------------------------------
-# pre-training data: blocks of the corpus wrapped in <s> ... </s>
-
-
-class ClozeBlocks(torch.utils.data.Dataset):
-    """Blocks of documents [d0, d1) of a `TokenCorpus`, each wrapped in boundary markers (§3: "samples
-    are prepended and appended with sample boundary markers"). No masking, no randomness: every
-    token of a block is a target, so an item is the same in every epoch."""
-
-    def __init__(self, corpus: Any, documents: tuple[int, int], max_seq_length: int, bos_id: int, eos_id: int,
-                 packing: str = "sentences", limit: int | None = None):  # fmt: skip
-        bounds = corpus.doc_bounds[documents[0] : documents[1]]
-        if packing == "sentences":
-            blocks = data.sentence_blocks(bounds, corpus.para_starts, corpus.tokens, max_seq_length - 2)
-        else:
-            blocks = data.single_segment_blocks(bounds, max_seq_length - 2)
-        self.corpus, self.blocks = corpus, blocks[:limit] if limit is not None else blocks  # (N, 2)
-        self.bos_id, self.eos_id = bos_id, eos_id
-
-    def __len__(self) -> int:
-        return len(self.blocks)
-
-    def lengths(self) -> np.ndarray:
-        """(N,) tokens of each item, markers included (the trainer's token-budget batching)."""
-        return (self.blocks[:, 1] - self.blocks[:, 0] + 2).astype(np.int64)
-
-    def __getitem__(self, i: int) -> dict[str, np.ndarray]:
-        s, e = self.blocks[i].tolist()
-        ids, _ = self.corpus.tokens(s, e)
-        return {"input_ids": np.concatenate([[self.bos_id], ids.astype(np.int64), [self.eos_id]])}
-
-
-def cloze_collate(items: list[dict[str, np.ndarray]], pad_id: int, pad_to: int | None = None) -> dict[str, Tensor]:
-    """Pad to the longest item (or ``pad_to``): ``input_ids`` (B, T) and ``attention_mask`` (B, T)."""
-    T = max(len(x["input_ids"]) for x in items)
-    T = max(T, pad_to or 0)
-    ids = torch.full((len(items), T), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(items), T), dtype=torch.long)
-    for r, x in enumerate(items):
-        n = len(x["input_ids"])
-        ids[r, :n] = torch.from_numpy(np.asarray(x["input_ids"], dtype=np.int64))
-        mask[r, :n] = 1
-    return {"input_ids": ids, "attention_mask": mask}
-
-
-CLOZE_TERM_METRICS = {"cloze": ("cloze_loss", "cloze_acc"), "bilm_fwd": ("bilm_fwd_loss", "bilm_fwd_acc"),
-                "bilm_bwd": ("bilm_bwd_loss", "bilm_bwd_acc")}  # fmt: skip
-
-
-def cloze_eval_fn(eval_set: Any, batch_size: int, collate_fn: Callable, objective: str, precision: str = "auto"):
-    """``evaluate(model, step)``: held-out loss and accuracy of each term, averaged over its targets
-    (not over batches); each rank scores its share, sums are gathered, every rank returns the same."""
-    def evaluate(model: nn.Module, step: int) -> dict[str, float]:
-        sums: dict[str, float] = {}
-        weights: dict[str, int] = {}
-        share = list(distributed.shard_range(len(eval_set)))
-        if share:
-            subset = torch.utils.data.Subset(eval_set, share)
-            device = next(model.parameters()).device
-            for batch, out in predict_batches(model, subset, batch_size, collate_fn, device=device,
-                                              precision=precision, disable_tqdm=True):  # fmt: skip
-                for term, n in cloze.count_targets(batch, objective).items():
-                    for key in CLOZE_TERM_METRICS[term] if n > 0 else ():
-                        sums[key] = sums.get(key, 0.0) + float(out[key]) * n
-                        weights[key] = weights.get(key, 0) + n
-        total: dict[str, float] = {}
-        count: dict[str, int] = {}
-        for part_sums, part_weights in distributed.all_gather_objects((sums, weights)):
-            for k, v in part_sums.items():
-                total[k] = total.get(k, 0.0) + v
-                count[k] = count.get(k, 0) + part_weights[k]
-        results = {k: total[k] / count[k] for k in sorted(total) if count.get(k)}
-        if results:
-            eprint0(f"held-out at step {step}: " + " ".join(f"{k} {v:.4f}" for k, v in results.items()))
-        return results
-
-    return evaluate
-
-
-
-# ---------------------------------------------------------------------------------------------
-# spanbert pretrain --system cloze | bilm | cloze-bilm
-
-
-def prepare_cloze_data(cfg: Any, args: Any, sources: Any, kind: str) -> tuple[str, str]:
-    """(preprocessed corpus folder, tokenizer folder), prepared once into ``output_dir/data`` (rank 0,
-    atomically) with a tokenizer trained for the input ``kind`` (bpe / words), or the given ones.
-    A resumed run reuses them (and refuses different data settings)."""
-    if sources.preprocessed:
-        return str(sources.corpus), str(sources.tokenizer)
-    work_dir = Path(args.output_dir) / "data"
-    spec = dict(corpus=cfg.corpus, tokenizer=sources.tokenizer, vocab_size=cfg.vocab_size, kind=kind)
-    reused = reuse_prepared(work_dir, spec, args)
-    if reused is not None:
-        return reused
-    with atomic_dir(work_dir) as tmp:
-        files = corpus_files(sources, tmp, work_dir)
-        if sources.tokenizer:
-            cloze.with_boundary_tokens(load_tokenizer(sources.tokenizer)).save(tmp / "tokenizer")
-        else:
-            what = "byte-level BPE" if kind == "bpe" else "word"
-            print0(f"training a {cfg.vocab_size}-type {what} vocabulary on the corpus")
-            cloze.train_cloze_tokenizer(files, cfg.vocab_size, kind, output_dir=tmp / "tokenizer")
-        data.preprocess(files, load_tokenizer(tmp / "tokenizer"), tmp / "preprocessed", num_workers=cfg.num_proc,
-                        progress=not args.disable_tqdm)  # fmt: skip
-        with atomic_write(tmp / "prepared.json") as f:
-            json.dump(spec, f, indent=2)
-    return str(work_dir / "preprocessed"), str(work_dir / "tokenizer")
-
-
-def build_cloze_datasets(
-    cfg: Any, corpus_dir: str | Path, model_cfg: cloze.ClozeConfig
-) -> tuple[ClozeBlocks, ClozeBlocks | None]:
-    """(training blocks, held-out blocks or None), split by whole documents (`data.held_out_documents`)."""
-    corpus = data.TokenCorpus(corpus_dir)
-    split = corpus.num_docs
-    if cfg.max_eval_blocks:
-        split = data.held_out_documents(corpus.doc_bounds, cfg.eval_fraction)
-    make = functools.partial(ClozeBlocks, corpus, max_seq_length=cfg.max_seq_length, bos_id=model_cfg.bos_id,
-                             eos_id=model_cfg.eos_id, packing=cfg.block_packing)  # fmt: skip
-    train_set = make((0, split))
-    eval_set = make((split, corpus.num_docs), limit=cfg.max_eval_blocks) if split < corpus.num_docs else None
-    return train_set, eval_set if eval_set is not None and len(eval_set) else None
-
-
-def pretrain_cloze(cfg: Any, args: Any, masking: Any = None, model_overrides: dict[str, Any] | None = None) -> Path:
-    """`spanbert pretrain --system cloze|bilm|cloze-bilm`: prepare the data, build the two-tower model of
-    ``cfg.model`` (a `CLOZE_PRESETS` name, optionally ``:field=value,...``), train it with the one
-    training loop, export it to ``output_dir/<output_name>``. Returns that folder.
-
-    ``cfg`` is a `spanbert.pretrain.PretrainConfig` and ``args`` a `TrainingArguments`;
-    ``model_overrides`` sets `ClozeConfig` fields directly (tests: dropout 0). ``masking`` must be
-    unset: the two-tower model masks nothing.
-    """
-    cfg.__post_init__()
-    if cfg.system not in CLOZE_SYSTEMS:
-        raise SpanBertError(f"--system: found {cfg.system!r}, expected one of: {', '.join(CLOZE_SYSTEMS)}")
-    if cfg.masking is not None:
-        raise SpanBertError(f"--masking: found {cfg.masking!r}, expected none: the two-tower systems mask nothing (§3)")
-    if cfg.init_from:
-        raise SpanBertError(
-            f"--init_from: found {cfg.init_from!r}, expected none: continuing a two-tower run is --resume"
-        )
-    if cfg.pad_to is not None and cfg.pad_to < cfg.max_seq_length:
-        raise SpanBertError(f"--pad_to: found {cfg.pad_to}, expected at least --max_seq_length ({cfg.max_seq_length})")
-    model_cfg = cloze.cloze_config(cfg.model, objective=cfg.system)
-    if model_overrides:
-        model_cfg = dataclasses.replace(model_cfg, **model_overrides)
-        model_cfg.__post_init__()
-    device = distributed.resolve_device(args.device)
-    distributed.init_distributed(device)
-    args = apply_batching(cfg, args, distributed.world_size())
-    if model_cfg.optimizer == "nesterov":
-        if args.learning_rate != cloze.PAPER_PEAK_LR:
-            print0(f"note: optimizer=nesterov runs §5.2's schedule, peak rate {cloze.PAPER_PEAK_LR:g} (not --learning_rate {args.learning_rate:g})")
-        args = cloze.paper_training_arguments(args)
-    check_output_dir(args)
-    sources = check_sources(cfg)
-    if args.max_steps > 0:  # before the vocabulary and the corpus (the vocabulary size is the preset's)
-        flops = cloze.flops_per_token(model_cfg, cfg.max_seq_length) * _tokens_per_step(cfg, args) * args.max_steps
-        refuse_long_plan(flops, args.max_steps, args, device)
-    kind = "bpe" if model_cfg.input == "bpe" else "words"
-    corpus_dir, tok_dir = distributed.on_main(lambda: prepare_cloze_data(cfg, args, sources, kind))
-    tok = cloze.with_boundary_tokens(load_tokenizer(tok_dir))
-
-    torch.manual_seed(args.seed)
-    model = cloze.build_model(model_cfg, tok)
-    model_cfg = model.config
-    train_set, eval_set = build_cloze_datasets(cfg, corpus_dir, model_cfg)
-    coll = functools.partial(cloze_collate, pad_id=model_cfg.pad_id, pad_to=cfg.pad_to)
-    count = functools.partial(cloze.count_targets, objective=model_cfg.objective)
-    eval_fn = None
-    if eval_set is not None:
-        eval_fn = cloze_eval_fn(eval_set, args.per_device_eval_batch_size, coll, model_cfg.objective, args.precision)
-    n_params = sum(p.numel() for p in model.parameters())
-    print0(
-        f"pre-training {cfg.system} (two-tower, {model_cfg.input} input, {model_cfg.optimizer}), model {cfg.model}: "
-        f"{model_cfg.num_layers} blocks per tower x {model_cfg.d_model}, {n_params / 1e6:.1f}M parameters, "
-        f"{len(train_set)} blocks of <= {cfg.max_seq_length} tokens, {len(eval_set) if eval_set else 0} held out; "
-        + batching_line(cfg, args, distributed.world_size())
-    )
-    run_config = json.loads(json.dumps({
-        "PretrainConfig": {k: v for k, v in dataclasses.asdict(cfg).items() if k != "num_proc"},
-        "ClozeConfig": dataclasses.asdict(model_cfg),
-    }))  # fmt: skip
-    model.train()
-    result = train(model, train_set, args, collate_fn=coll, eval_fn=eval_fn, count_targets=count,
-                   run_config=run_config, cost_warning=False)  # fmt: skip
-    final = Path(args.output_dir) / cfg.output_name
-    if result.global_step >= (args.max_steps if args.max_steps > 0 else 0):
-        distributed.on_main(lambda: _export_two_tower(model, tok, final, cfg.system, result.metrics))
-        print0(
-            f"\nsaved the model to {final} (config.json with model_type {cloze.MODEL_TYPE!r}, model.safetensors, tokenizer files)"
-        )
-        print0(
-            f"  fine-tune it on any task, e.g.: spanbert finetune glue --task SST-2 --data_dir ../shared/data/glue/SST-2 "
-            f"--model {final} --output_dir runs/sst2-two-tower"
-        )
-    return final
+    export(model, tok, final, {"system": cfg.system, "masking": scheme}, metrics)
 
 
 def _export_two_tower(model: cloze.TwoTowerModel, tok: Any, final: Path, system: str, metrics: dict[str, float]) -> None:
-    # as `_export`: written beside `final` and swapped in whole, so a kill leaves the old export or the
-    # new one, never new weights beside an old config.json and old metrics
-    with atomic_dir(final) as tmp:
-        model.save_pretrained(tmp, tokenizer=tok, extra={"system": system})
-        (tmp / "train_metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    export(model, tok, final, {"system": system}, metrics)
+
+
+# ---------------------------------------------------------------------------------------------
+# The earlier two-tower entry points: the one pipeline above, kept under their names
+
+
+def pretrain_cloze(cfg: Any, args: Any, masking: Any = None, model_overrides: dict[str, Any] | None = None) -> Path:
+    """`pretrain` for --system cloze | bilm | cloze-bilm (kept for callers of the earlier API)."""
+    cfg.__post_init__()
+    if cfg.system not in CLOZE_SYSTEMS:
+        raise SpanBertError(f"--system: found {cfg.system!r}, expected one of: {', '.join(CLOZE_SYSTEMS)}")
+    return pretrain(cfg, args, masking, model_overrides)
+
+
+def prepare_cloze_data(cfg: Any, args: Any, sources: Any, kind: str) -> tuple[str, str]:
+    """`prepare_data` for a two-tower system (``kind``, bpe or words, is now read from the model preset)."""
+    return prepare_data(cfg, args, sources)
+
+
+def build_cloze_datasets(cfg: Any, corpus_dir: str | Path, model_cfg: cloze.ClozeConfig):
+    """(training blocks, held-out blocks or None) of a two-tower system (`build_datasets`)."""
+    class _Ids:  # the markers' ids, as the framed tokenizer gives them
+        def token_to_id(self, t: str) -> int:
+            return {"<s>": model_cfg.bos_id, "</s>": model_cfg.eos_id}[t]
+
+    return build_datasets(cfg, corpus, _Ids(), 0)
+
 
 
 def _parser(prog: str, defaults: dict[str, Any], cfg_defaults: dict[str, Any]) -> argparse.ArgumentParser:
@@ -1238,7 +1046,6 @@ def quick_start_in_force(args: argparse.Namespace) -> bool:
 def named_options(args: argparse.Namespace, section: str, keys: tuple[str, ...]) -> set[str]:
     """Which of ``keys`` the user named: as a flag, a key=value override or in the YAML file's
     ``section`` (flat YAML keys are sorted into their sections by `check_yaml`)."""
-    from spanbert.config import parse_key_values
 
     named = {k for k in keys if k in vars(args)}
     named |= set(parse_key_values(args.overrides)) & set(keys)
@@ -1324,17 +1131,10 @@ def main(argv: list[str], prog: str = "spanbert pretrain") -> int:
     if note:
         print0(note)
     final = pretrain(cfg, targs, masking)
-    if final.exists() and cfg.system not in CLOZE_SYSTEMS:  # pretrain_cloze prints its own next steps
-        _, _, sbo, _ = _resolve_system(cfg)
-        print0(f"\nsaved the model to {final} (HF layout: config.json, model.safetensors, tokenizer files)")
-        if sbo:
-            print0("next: fill a masked span with the MLM or the span boundary head:")
-            print0(f'  spanbert fill --model {final} --text "The {{MASK*3}} is used to define a function." --head sbo')
-        elif cfg.system not in CAUSAL_SYSTEMS:  # no span boundary head: --head sbo would be refused
-            # (a causal model's head predicts the next token, not a [MASK]: no fill hint)
-            print0("next: fill masked tokens with the MLM head:")
-            print0(f'  spanbert fill --model {final} --text "The {{MASK*3}} is used to define a function." --head mlm')
-        print0(f"  or fine-tune it: spanbert finetune squad --model {final} --train_file ... --validation_file ...")
+    if final.exists():
+        system = SYSTEM_PRESETS[cfg.system]
+        for line in FAMILIES[system.family].pretraining.next_steps(final, system.objectives):
+            print0(line)
     return 0
 
 
@@ -1413,9 +1213,6 @@ def fill_main(argv: list[str], prog: str = "spanbert fill") -> int:
     p.add_argument("--tokenizer", default=None, help="tokenizer folder when the model has none")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     args = p.parse_args(argv)
-    from spanbert.errors import utf8_argument
-    from spanbert.model import SpanBertForPreTraining
-    from spanbert.tokenization import load_tokenizer_for
 
     # what the arguments alone decide is checked before a model is read
     text = utf8_argument(args.text, "--text")

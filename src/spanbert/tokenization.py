@@ -22,6 +22,10 @@ punctuation, every punctuation mark is a word of its own: ``"Broncos'"`` is the 
 
 from __future__ import annotations
 
+import tokenizers
+from spanbert.hub import resolve_model
+from spanbert.utils import progress_bar
+
 import copy
 import gzip
 import heapq
@@ -61,7 +65,6 @@ class Encoded:
 
 
 def _hf():
-    import tokenizers
 
     return tokenizers
 
@@ -367,7 +370,6 @@ class Tokenizer:
 def load_tokenizer_for(model_dir: str | Path, tokenizer_dir: str | Path | None = None):
     """The tokenizer saved with a checkpoint, or the one given; a clear error when there is none. A hub
     name that is no local folder is read from its hub snapshot (`spanbert.hub.resolve_model`)."""
-    from spanbert.hub import resolve_model
 
     model_dir = resolve_model(model_dir)
     if not Path(model_dir).is_dir():
@@ -626,7 +628,6 @@ def learn_wordpiece_vocab(
     heapq.heapify(heap)
     bar = None
     if show_progress:
-        from spanbert.utils import progress_bar
 
         bar = progress_bar(total=max(0, vocab_size - len(vocab)), desc="merges", unit=" tokens", dynamic_ncols=True)
     while len(vocab) < vocab_size and heap:
@@ -718,7 +719,6 @@ def train_tokenizer(
         total = sum(p.stat().st_size for p in paths)
         lines: Iterable[str] = _iter_training_lines(paths)
         if show_progress:
-            from spanbert.utils import progress_bar
 
             lines = progress_bar(lines, desc="counting words", unit=" lines", dynamic_ncols=True)
         counts = count_words(lines, pipeline.normalizer, pipeline.pre_tokenizer)

@@ -16,6 +16,10 @@ and step s takes [s*M, (s+1)*M) of them, M = processes x accumulation.
 
 from __future__ import annotations
 
+from spanbert import cost, threads
+from spanbert.cost import finetune_warning
+from spanbert.utils import atomic_dir, progress_bar
+
 import functools
 import json
 import math
@@ -44,7 +48,6 @@ from spanbert.distributed import (  # noqa: F401 - distributed_env, init_distrib
     print0,
     resolve_device,
 )
-from spanbert import threads
 from spanbert.errors import SpanBertError
 from spanbert.utils import (
     atomic_write,
@@ -552,7 +555,6 @@ def _trainable_params(model: nn.Module) -> int:
 def _cost_warning(model: nn.Module, dataset: Any, epochs: float, device: torch.device, world: int) -> str | None:
     """`cost.finetune_warning` for ``epochs`` passes over ``dataset``: its token count from ``lengths()``
     or from the ``input_ids`` of up to 64 examples; the model's weights outside its embedding tables."""
-    from spanbert.cost import finetune_warning
 
     mean_tokens = _mean_tokens(dataset)
     if mean_tokens is None:
@@ -600,7 +602,6 @@ def plan_finetuning(
     (``dev``; None when there is no evaluation or no token count). With ``args.max_eval_share`` and
     no ``eval_steps``, evals_per_epoch is lowered to the largest number whose evaluations take at most
     that share of the training time (at least 1); without token counts the schedule is kept."""
-    from spanbert import cost
 
     per_epoch, epochs = args.evals_per_epoch, total / epoch_steps
     mean = _mean_tokens(dataset)
@@ -1181,7 +1182,6 @@ def _announce_plan(
     """Print the plan (rank 0), the note of a lowered schedule and the day warning; refuse a plan over a
     week (not on --resume: that run was started); return the evaluations per epoch to use. Estimated
     once on rank 0 (its thread count) and shared, so every rank evaluates at the same steps."""
-    from spanbert import cost
 
     def decide() -> tuple[int, Any, str | None]:
         chosen = plan_finetuning(
@@ -1354,7 +1354,6 @@ def train(
     logger = _Logger(output_dir, rank == 0, args.report_to == "tensorboard", resume_step)
     bar = None
     if rank == 0 and not args.disable_tqdm:
-        from spanbert.utils import progress_bar
 
         bar = progress_bar(total=total, initial=step, desc="train", unit="step", dynamic_ncols=True)
     window: dict[str, list[float]] = {}
@@ -1637,7 +1636,6 @@ BEST_DIR = "best"
 
 def save_best_weights(output_dir: Path, model: nn.Module, info: dict[str, Any]) -> None:
     """``output_dir/best/``: the weights (state.pt) and ``best.json`` (step, score, metrics), atomically."""
-    from spanbert.utils import atomic_dir
 
     with atomic_dir(output_dir / BEST_DIR) as tmp:
         torch.save(_unwrap(model).state_dict(), tmp / "state.pt")
@@ -1695,7 +1693,6 @@ def predict_batches(
     was_training = model.training
     model.eval()
     loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate_fn)
-    from spanbert.utils import progress_bar
 
     try:
         with flush_denormals(), torch.no_grad():

@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import socket
+import stat
+import time
+from tqdm.auto import tqdm as auto_tqdm
+from tqdm.std import tqdm as std_tqdm
+
 import contextlib
 import functools
 import os
@@ -199,8 +207,6 @@ def _exchange(a: Path, b: Path) -> bool:
     if not sys.platform.startswith("linux"):
         return False
     try:
-        import ctypes
-
         libc = ctypes.CDLL(None, use_errno=True)
         renameat2 = libc.renameat2
     except (OSError, AttributeError):
@@ -258,8 +264,6 @@ def close_inherited_sockets() -> int:
     worker checks every 5 s), and the other ranks wait on them instead of stopping at once. Workers
     talk to their parent through pipes and Unix sockets, never TCP, so nothing of theirs is closed.
     """
-    import socket
-    import stat
 
     closed = 0
     try:
@@ -294,9 +298,6 @@ def _glibc() -> Any:
     global _libc
     if _libc is None:
         try:
-            import ctypes
-            import ctypes.util
-
             lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
             _libc = lib if hasattr(lib, "malloc_trim") and hasattr(lib, "mallopt") else False
         except OSError:
@@ -352,7 +353,6 @@ def trim_heap(min_interval: float = 2.0) -> bool:
     most every 2 s — every step or two of a real run, a few % of the quick start.
     """
     global _last_trim
-    import time
 
     now = time.monotonic()
     if now - _last_trim < min_interval:
@@ -382,11 +382,10 @@ def progress_bar(iterable: Iterable | None = None, **tqdm_kwargs: Any) -> Any:
     one long line. tqdm.auto's choice (a notebook widget inside Jupyter) is kept where it is not the
     plain text bar.
     """
-    from tqdm.auto import tqdm as auto
 
     stream = tqdm_kwargs.get("file") or sys.stderr
-    if _is_terminal(stream) or any(c.__module__ == "tqdm.notebook" for c in auto.__mro__):
-        return auto(iterable, **tqdm_kwargs)
+    if _is_terminal(stream) or any(c.__module__ == "tqdm.notebook" for c in auto_tqdm.__mro__):
+        return auto_tqdm(iterable, **tqdm_kwargs)
     return _line_progress_class()(iterable, **tqdm_kwargs)
 
 
@@ -399,9 +398,8 @@ def _is_terminal(stream: Any) -> bool:
 
 @functools.cache
 def _line_progress_class() -> type:
-    from tqdm.std import tqdm
 
-    class LineProgress(tqdm):
+    class LineProgress(std_tqdm):
         """tqdm that writes its own text (``str(bar)``: ``train:  33%|███▎      | 400/1200 [01:02<02:04,
         6.4step/s, loss=...]``) as a newline-terminated line, never a carriage return: at most one line
         every `LINE_INTERVAL_S` seconds (however often tqdm refreshes, e.g. on ``set_postfix``), and a
@@ -409,8 +407,6 @@ def _line_progress_class() -> type:
         loop) writes that last line only if it wrote any: a short loop adds nothing to the log."""
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
-            import time
-
             self._interval = kwargs.pop("line_interval", LINE_INTERVAL_S)
             self._last_line_t = time.time()
             self._lines = 0
@@ -420,15 +416,11 @@ def _line_progress_class() -> type:
             self._last_n = getattr(self, "n", 0)  # the starting point (a resumed run's step) is no news
 
         def display(self, msg: str | None = None, pos: int | None = None) -> bool:
-            import time
-
             if msg is None and time.time() - self._last_line_t >= self._interval:
                 self._write_line()
             return True
 
         def _write_line(self) -> None:
-            import time
-
             text = self.__str__().strip()
             if text and self.n != self._last_n:
                 self.fp.write(text + "\n")
