@@ -227,3 +227,23 @@ def test_moved_names_stay_importable_from_model():
     from spanbert.dropout import Dropout, cpu_keep_mask
 
     assert model.Dropout is Dropout and model.cpu_keep_mask is cpu_keep_mask
+
+
+def test_a_json_file_is_read_once_per_version(tmp_path, monkeypatch):
+    # a command reads a model's config.json from its habits, the loader and the tokenizer: once is enough
+    import os
+    from pathlib import Path
+
+    from spanbert import checkpoints
+
+    f = tmp_path / "config.json"
+    f.write_text('{"a": [1]}')
+    reads = []
+    real = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda self: reads.append(self.name) or real(self))
+    first = checkpoints.read_json(f, "settings")
+    first["a"].append(2)  # a caller's change stays its own
+    assert checkpoints.read_json(f, "settings") == {"a": [1]} and reads == ["config.json"]
+    f.write_text('{"a": [1, 2, 3]}')
+    os.utime(f, ns=(1, 1))  # another version of the file: read again
+    assert checkpoints.read_json(f, "settings") == {"a": [1, 2, 3]} and len(reads) == 2

@@ -16,6 +16,7 @@ say per family which of these readers and writers it uses (`families.FamilySpec`
 
 from __future__ import annotations
 
+import copy
 import json
 import pickle
 import re
@@ -163,8 +164,28 @@ def _first_line(e: BaseException) -> str:
     return text[0] if text else type(e).__name__
 
 
+_JSON: dict[tuple[str, int, int], Any] = {}  # `read_json`'s parsed files, by (path, mtime, size)
+
+
 def read_json(path: Path, expected: str) -> Any:
-    """A JSON file, or a SpanBertError naming it (and the line of a syntax error)."""
+    """A JSON file, or a SpanBertError naming it (and the line of a syntax error).
+
+    Read once per version of the file: a command asks for a model's config.json from several places
+    (its family's habits, the loader, the tokenizer), so the parsed object is kept by (path, mtime,
+    size) and each caller gets its own copy (callers may change theirs). Errors are not kept."""
+    try:
+        st = path.stat()
+    except OSError as e:
+        raise SpanBertError(f"{path}: cannot read: {e.strerror or e}") from None
+    key = (str(path), st.st_mtime_ns, st.st_size)
+    if key not in _JSON:
+        if len(_JSON) >= 64:
+            _JSON.clear()
+        _JSON[key] = _parse_json(path, expected)
+    return copy.deepcopy(_JSON[key])
+
+
+def _parse_json(path: Path, expected: str) -> Any:
     try:
         raw = path.read_bytes()
     except OSError as e:

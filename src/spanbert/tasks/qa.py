@@ -1207,8 +1207,7 @@ def finetune_qa(
                 write_json(out / "dev_null_odds.json", results["null_odds"])
             write_json(out / RESULTS_FILE, metrics)
 
-    write_once(write)
-    print0(f"saved the fine-tuned model to {out}")
+    write_once(write)  # the command says where it saved (`common.run_finetune`), as for every task
     return metrics
 
 
