@@ -153,7 +153,7 @@ def run_spanbert(args, model: Path, train: Path, dev: Path, out: Path, evaluate_
     for kind in (clock.seconds, clock.cpu):
         kind["training"] = kind.pop("training+eval") - kind["evaluation"]
     if evaluate_during:
-        return clock, json.loads((out / "eval_results.json").read_text())
+        return clock, json.loads((out / "dev_results.json").read_text())
     # the same final evaluation as transformers does, from the saved folder: predict + score
     buf = io.StringIO()
     with clock.phase("total"), clock.phase("evaluation"), contextlib.redirect_stdout(buf):
