@@ -26,6 +26,7 @@ Every name below was importable from the single-file `spanbert.study` and still 
 
 from __future__ import annotations
 
+from spanbert.errors import SpanBertError  # tests expect `S.SpanBertError`, as the single file exposed it
 from spanbert.study.cells import (
     check_finished,
     is_done,
@@ -70,7 +71,6 @@ from spanbert.study.spec import (
 )
 from spanbert.study.stats import Comparison, mean_std, paired_comparison, t_quantile_975
 from spanbert.study.summary import collect, comparisons, heldout_notes, score_tests, summarize, table
-from spanbert.errors import SpanBertError  # tests raise-check `S.SpanBertError`, as the single file exposed it
 
 __all__ = [
     "ASSUMED_EPOCHS", "CHARS_PER_TOKEN", "HELDOUT_SEED", "PRESET_SYSTEMS", "PROBE_SAMPLE_CHARS", "STUDY_NAMES",

@@ -110,7 +110,6 @@ def read_dev_score(task: str, cell_dir: Path) -> tuple[float, dict[str, Any]]:
 
 def _prepare_litbank(root: Path, fold: int, out: Path) -> None:
     """train/dev/test.conll of one fold of LitBank's ten-fold split (the ids files name the documents)."""
-
     if (out / "done").is_file():
         return
     out.mkdir(parents=True, exist_ok=True)
@@ -131,7 +130,6 @@ def is_done(cell: Cell) -> bool:
 
 def _prepare_shared(study: Study) -> None:
     """One tokenizer and one preprocessed corpus for every system (rank 0; the others wait)."""
-
     shared = shared_dir(study)
     done = shared / "prepared.json"
     if all(s.checkpoint for s in study.systems):
@@ -186,7 +184,8 @@ def _prepare_shared(study: Study) -> None:
 
 
 def candidate_kinds(s: SystemSpec) -> list[str]:
-
+    """The candidate spans a system's masking needs from `spanbert preprocess --candidates`: none, entity or
+    noun_phrase."""
     scheme = s.options.get("masking") or SYSTEM_PRESETS[s.name].masking
     return {"named_entity": ["entity"], "noun_phrase": ["noun_phrase"]}.get(scheme, [])
 
@@ -317,7 +316,6 @@ def study_lock(output_dir: str | Path, shard: tuple[int, int] = (0, 1)) -> Any:
     no stale lock is ever left to remove. Shards of one study (``--shard I/N``, one process per device)
     share the folder lock and each holds its own shard's: shards run side by side, the same shard
     twice or a whole study beside a shard does not. Rank 0 holds it for a torchrun group."""
-
     out = Path(output_dir)
     held: list[Any] = []
 

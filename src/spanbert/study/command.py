@@ -20,7 +20,16 @@ from spanbert.study.cells import run_study, study_lock
 from spanbert.study.estimate import dry_run, finetune_estimate
 from spanbert.study.layout import holds_a_study
 from spanbert.study.runner import write_csv
-from spanbert.study.spec import PRESET_SYSTEMS, Study, SystemSpec, TaskSpec, check_study, item_lines, preset, study_from_dict
+from spanbert.study.spec import (
+    PRESET_SYSTEMS,
+    Study,
+    SystemSpec,
+    TaskSpec,
+    check_study,
+    item_lines,
+    preset,
+    study_from_dict,
+)
 from spanbert.study.stats import mean_std
 from spanbert.study.summary import collect, summarize
 from spanbert.tasks import TASKS
@@ -134,7 +143,6 @@ def main(argv: list[str], prog: str = "spanbert study") -> int:
 def run_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
     """The complete `checkpoint-N` folders of a finished pre-training run, by step; an error naming the
     folder when it is not a finished run or keeps none (checked before anything is exported)."""
-
     final = run_dir / "final"
     if not (final / "config.json").is_file():
         raise SpanBertError(f"{run_dir}: found no final/config.json, expected a finished `spanbert pretrain` run")
@@ -154,7 +162,6 @@ def run_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
 def export_checkpoints(run_dir: Path, out: Path) -> list[tuple[int, Path]]:
     """Every complete `checkpoint-N` of a pre-training run as a model folder ``out/step-N`` (exported
     once, with the tokenizer and heads of the run's `final/`); returns [(step, folder)] by step."""
-
     checkpoints = run_checkpoints(run_dir)
     final = run_dir / "final"
     tokenizer = load_tokenizer_for(final)
@@ -199,7 +206,6 @@ def _curve_parser(prog: str) -> argparse.ArgumentParser:
 
 
 def _option_value(text: str) -> Any:
-
     return yaml.safe_load(text)
 
 

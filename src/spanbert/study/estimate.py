@@ -64,7 +64,6 @@ def _probe_corpus(study: Study, tmp: Path) -> tuple[str, str]:
     """(preprocessed corpus folder, what it is) for the probe, writing only under ``tmp``: the study's
     shared corpus when an earlier run prepared it, the study's own corpus when it is already
     preprocessed, else a sample of the first ``PROBE_SAMPLE_CHARS`` characters tokenized here."""
-
     shared = shared_dir(study)
     if (shared / "prepared.json").is_file() and is_preprocessed(shared / "corpus"):
         return str(shared / "corpus"), "the study's prepared corpus"
@@ -100,7 +99,6 @@ def _probe(study: Study, cell: Cell, steps: int) -> tuple[float, str]:
     after the first (the first pays for start-up): a step's nominal tokens over the median logged
     tokens/s. Everything it writes is in a temporary folder: a dry run leaves the study's folder as
     it was (no vocabulary trained, no corpus preprocessed there)."""
-
     with tempfile.TemporaryDirectory() as tmp:
         corpus, what = distributed.on_main(lambda: _probe_corpus(study, Path(tmp)))
         argv = list(cell.argv)
@@ -141,7 +139,6 @@ def finetune_estimate(
     examples, else the training file's size / `CHARS_PER_TOKEN`; times its ``num_train_epochs``
     (`ASSUMED_EPOCHS` when unnamed); through the encoder of the study's model size
     (`cost.encoder_params`), on this machine (`cost.machine_flops`). Reads file sizes only."""
-
     device_type = device_type or ("cuda" if torch.cuda.is_available() else "cpu")
     threads = threads or torch.get_num_threads()
     size = MODEL_PRESETS.get(study.model, MODEL_PRESETS["base"])

@@ -165,7 +165,6 @@ def split_dev(study: Study, t: TaskSpec) -> None:
         records = [r if isinstance(r, list) or r.endswith("\n") else r + eol for r in records]
     key, value = dev_restriction(t)
     if key == "validation_articles":  # the user's slice of dev, then its halves
-
         records = records[_parse_slice(str(value))]
     elif key == "max_eval_examples":
         records = records[: int(value)]

@@ -18,7 +18,6 @@ from spanbert.utils import atomic_write
 
 def run_command(argv: list[str], log: Path) -> tuple[int, str]:
     """Run one `spanbert` command in this process with its output in ``log``; (exit code, last line)."""
-
     log.parent.mkdir(parents=True, exist_ok=True)
     name = log.name if distributed.is_main() else f"{log.stem}.rank{distributed.rank()}{log.suffix}"
     with open(log.parent / name, "a", encoding="utf-8") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
@@ -31,7 +30,6 @@ def run_command(argv: list[str], log: Path) -> tuple[int, str]:
         except KeyboardInterrupt:
             raise
         except Exception as e:  # noqa: BLE001 - a failed cell is reported with its log, the study stops
-
             traceback.print_exc()
             print(f"error: {type(e).__name__}: {e}", flush=True)
             code = 1

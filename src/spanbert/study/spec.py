@@ -130,7 +130,6 @@ def _build(cls: type, data: Any, where: str | Callable[..., str]) -> Any:
     commands' YAML is (`spanbert.config.convert_value`: ``1e-4``, which YAML 1.1 reads as a string, is
     the number a user meant; ``[1e-4]`` a list of numbers); errors name ``where``, or ``where(key)``:
     the file and the key's line."""
-
     at = where if callable(where) else (lambda *key: where)
     if not isinstance(data, dict):
         raise SpanBertError(f"{at()}: found {type(data).__name__}, expected a mapping of {cls.__name__} fields")
@@ -182,7 +181,6 @@ def study_from_dict(data: dict[str, Any], where: str = "study") -> Study:
 def item_lines(path: Path) -> dict[tuple[str, ...], int]:
     """The 1-based line of each item of the ``systems`` and ``tasks`` lists and of each key inside an
     item (``("tasks", "0", "learning_rates")``): `spanbert.config`'s reader knows only mapping keys."""
-
     try:
         node = yaml.compose(path.read_bytes().decode("utf-8"), Loader=yaml.SafeLoader)
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
@@ -284,7 +282,6 @@ def _finetune_help(argv: list[str]) -> tuple[int, str, str]:
     """(exit code, stdout, stderr) of ``spanbert finetune ARGV --help`` run in this process: argparse
     converts every option given before ``--help`` (so a bad value is refused) and then prints the
     usage, without reading a file or building a model."""
-
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
@@ -339,7 +336,6 @@ def check_task_options(t: TaskSpec, at: Callable[..., str]) -> None:
             )
     # values: the dataclass options (training and the task's configs) as their YAML reader converts
     # them, the parser's own (typed, with choices) by argparse before `--help`
-
     configs = [TrainingArguments] + [
         getattr(importlib.import_module(module), name) for module, name in TASKS[t.task].configs
     ]
@@ -356,7 +352,7 @@ def check_task_options(t: TaskSpec, at: Callable[..., str]) -> None:
 
 
 def load_study(path: str | Path) -> Study:
-
+    """The study of a YAML file, checked (`study_from_dict`); errors name the file and the line."""
     data, lines = _read_yaml(path)
     return study_from_dict({**data, "__lines__": {**lines, **item_lines(Path(path))}}, str(path))
 
