@@ -20,6 +20,7 @@ from test_pretrain import synthetic_docs
 from test_qa import synthetic_squad
 
 from spanbert import study as S
+from spanbert.study import heldout
 from spanbert.cli import main
 
 # ---------------------------------------------------------------------------------------------
@@ -444,7 +445,7 @@ def test_two_studies_on_one_folder_do_not_both_run(tmp_path, cli_error):
 def test_the_lock_of_a_killed_study_is_released(tmp_path):
     out = tmp_path / "out"
     code = f"from spanbert import study as S\nimport time\nwith S.study_lock({str(out)!r}):\n    print('held', flush=True)\n    time.sleep(60)\n"
-    env = {**os.environ, "PYTHONPATH": str(Path(S.__file__).parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(S.__file__).parents[2])}
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
     try:
         assert proc.stdout.readline().strip() == "held"
@@ -563,7 +564,7 @@ def test_a_tiny_study_scores_every_cell_on_the_held_out_half(tmp_path, capsys):
         for k in ("heldout", "heldout_source", "heldout_data", "heldout_results"):
             info.pop(k)
         marker.write_text(json.dumps(info))
-    S._LEGACY.clear()
+    heldout._LEGACY.clear()
     assert main(["study", str(f), "--only", "summary"]) == 0
     table = (out / "summary" / "table.md").read_text()
     assert "none: cells finished before held-out scoring" in table and "| mine | – (dev " in table, table

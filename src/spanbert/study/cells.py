@@ -1,0 +1,359 @@
+"""The cells of a study: planning them (every pre-training cell, then every system x task x learning
+rate x seed (x fold) fine-tuning cell), running them in this process through the same code as the
+CLI commands, and what makes a study resumable and shardable.
+
+A cell is finished when its marker exists (`cell.json` for pre-training, `result.json` for
+fine-tuning); a killed study started again skips finished cells and resumes the interrupted one
+(pre-training continues from its last checkpoint with --resume). Under `torchrun` every pre-training
+cell is one distributed run; fine-tuning cells can be spread over processes with `--shard I/N`. One
+study at a time holds a folder (`study_lock`), and a finished cell must have run the command the
+study plans for it (`check_finished`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from spanbert import distributed
+from spanbert.data import is_preprocessed, tokenizer_dir_of
+from spanbert.errors import SpanBertError
+from spanbert.pretrain import SYSTEM_PRESETS
+from spanbert.study.heldout import dev_restriction, heldout_plan, score_heldout, split_dev, study_is_legacy
+from spanbert.study.layout import Cell, finetune_cell_dir, litbank_fold_dir, model_dir, shared_dir
+from spanbert.study.runner import flat_numbers, run_command, write_json
+from spanbert.study.spec import Study, SystemSpec, TaskSpec, options_argv
+from spanbert.tasks import TASKS
+from spanbert.tasks.coref import read_conll, write_conll
+from spanbert.tasks.spec import OLD_RESULTS_FILES
+from spanbert.trainer import latest_checkpoint
+from spanbert.utils import atomic_write, progress_bar
+
+
+def plan(study: Study) -> list[Cell]:
+    """Every cell of the study in the order they run: pre-training, then fine-tuning."""
+    out = Path(study.output_dir)
+    cells: list[Cell] = []
+    corpus = str(shared_dir(study) / "corpus")
+    world = distributed.world_size()
+    per_device = study.batch_size // (world * study.gradient_accumulation_steps)
+    for s in study.systems:
+        if s.checkpoint:
+            continue
+        opts = {
+            "system": s.name,
+            "corpus": corpus,
+            "model": study.model,
+            "max_seq_length": study.max_seq_length,
+            "max_steps": study.pretrain_steps,
+            "per_device_train_batch_size": max(1, per_device),
+            "gradient_accumulation_steps": study.gradient_accumulation_steps,
+            "disable_tqdm": True,
+            **study.pretrain_options,
+            **s.options,
+        }
+        cells.append(Cell("pretrain", s.name, out / "pretrain" / s.name, ["pretrain", *options_argv(opts)]))
+    for s in study.systems:
+        for t in study.tasks:
+            for lr in t.learning_rates:
+                for seed in range(study.seeds):
+                    for fold in t.folds or [None]:
+                        d = finetune_cell_dir(study, s.name, t.name, lr, seed, fold)
+                        argv = _finetune_argv(study, t, model_dir(study, s), lr, seed, fold)
+                        cells.append(Cell("finetune", s.name, d, argv, t.name, lr, seed, fold))
+    return cells
+
+
+def _finetune_argv(study: Study, t: TaskSpec, model: Path, lr: float, seed: int, fold: int | None) -> list[str]:
+    h = None
+    if fold is not None:
+        folder = litbank_fold_dir(study, fold)
+        data = {"train": str(folder / "train.conll"), "dev": str(folder / "dev.conll")}
+    else:
+        # the cells select on the selection half of dev when the other half is held out (issue 23.10);
+        # a folder whose cells finished before that keeps selecting on the whole dev set
+        h = None if study_is_legacy(study) else heldout_plan(study, t)
+        # a GLUE task is its folder (train's, or the selection half's when dev is split): no dev of its own
+        dev = h.select if h is not None else ("" if t.glue_task else t.dev)
+        data = {**({"task": t.glue_task} if t.glue_task else {}), **TASKS[t.task].finetune_data(t.train, dev)}
+    options = dict(t.options)
+    if fold is None and h is not None and h.source == "dev half":
+        options.pop(dev_restriction(t)[0], None)  # already applied to the halves
+    opts = {**data, "model": str(model), "learning_rate": lr, "seed": seed, "disable_tqdm": True, **options}
+    return ["finetune", t.task, *options_argv(opts)]
+
+
+def read_dev_score(task: str, cell_dir: Path) -> tuple[float, dict[str, Any]]:
+    """(headline dev score, every number of the results file) of a finished fine-tuning cell (the task's
+    `TaskSpec.results_file`, or the name an older run wrote it under), on the 0-100 scale."""
+    spec = TASKS[task]
+    key = spec.metric
+    path = next((p for p in (cell_dir / n for n in (spec.results_file, *OLD_RESULTS_FILES)) if p.is_file()),
+                cell_dir / spec.results_file)  # fmt: skip
+    try:
+        results = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise SpanBertError(f"{path}: cannot read the cell's dev results ({e}); remove {cell_dir} to redo it") from None
+    flat = flat_numbers(results)
+    for k in (key, f"dev_{key}", f"eval_{key}"):
+        if k in flat:
+            return flat[k], flat
+    raise SpanBertError(f"{path}: found no {key!r} among {sorted(flat)[:12]}, expected the task's headline score")
+
+
+def _prepare_litbank(root: Path, fold: int, out: Path) -> None:
+    """train/dev/test.conll of one fold of LitBank's ten-fold split (the ids files name the documents)."""
+    if (out / "done").is_file():
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    for split in ("train", "dev", "test"):
+        ids = (root / "tenfold_splits" / str(fold) / f"{split}.ids").read_text().split()
+        files = [root / "conll" / i.replace(".tsv", ".conll.gz") for i in ids]
+        write_conll(out / f"{split}.conll", [d for f in files for d in read_conll(f)])
+    (out / "done").write_text("ok\n")
+
+
+def _marker(cell: Cell) -> Path:
+    return cell.dir / ("cell.json" if cell.kind == "pretrain" else "result.json")
+
+
+def is_done(cell: Cell) -> bool:
+    return _marker(cell).is_file()
+
+
+def _prepare_shared(study: Study) -> None:
+    """One tokenizer and one preprocessed corpus for every system (rank 0; the others wait)."""
+    shared = shared_dir(study)
+    done = shared / "prepared.json"
+    if all(s.checkpoint for s in study.systems):
+        return
+    wanted = {"corpus": study.corpus, "tokenizer": study.tokenizer, "vocab_size": study.vocab_size}
+    if done.is_file():
+        had = json.loads(done.read_text()).get("settings", wanted)
+        if had != wanted:
+            raise SpanBertError(
+                f"{done}: found the shared corpus made with {had}, expected {wanted}; use a new output_dir "
+                f"for another corpus or vocabulary"
+            )
+        return
+    needs_candidates = sorted(
+        {k for s in study.systems if not s.checkpoint for k in candidate_kinds(s)}
+    )
+    steps: list[tuple[str, list[str]]] = []
+    corpus = Path(study.corpus)
+    if is_preprocessed(corpus):
+        tok = study.tokenizer or str(tokenizer_dir_of(corpus))
+        if not needs_candidates and not study.tokenizer:
+            # already what we need: link it instead of re-tokenizing
+            distributed.print0(f"study: using the preprocessed corpus {corpus}")
+            shared.mkdir(parents=True, exist_ok=True)
+            link = shared / "corpus"
+            if not link.exists():
+                link.symlink_to(corpus.resolve(), target_is_directory=True)
+            with atomic_write(done) as f:
+                f.write(json.dumps({"corpus": str(corpus), "settings": wanted}) + "\n")
+            return
+        raise SpanBertError(
+            f"{corpus}: found a preprocessed corpus, expected raw text when a tokenizer or candidate spans are "
+            f"needed (pass the text files as corpus)"
+        )
+    tok = study.tokenizer
+    if not tok:
+        tok = str(shared / "tokenizer")
+        if not (Path(tok) / "vocab.txt").is_file():
+            steps.append(("tokenizer", ["tokenizer", "train", "--corpus", study.corpus, "--vocab_size",
+                                        str(study.vocab_size), "--output_dir", tok, "--disable_tqdm"]))  # fmt: skip
+    pre = ["preprocess", "--corpus", study.corpus, "--tokenizer", tok, "--output_dir", str(shared / "corpus"), "--quiet"]
+    if needs_candidates:
+        pre += ["--candidates", ",".join(needs_candidates)]
+    steps.append(("preprocess", pre))
+    for name, argv in steps:
+        distributed.print0(f"study: {name} (log: {shared / (name + '.log')})")
+        code, last = run_command(argv, shared / f"{name}.log")
+        if code != 0:
+            raise SpanBertError(f"study: the shared {name} step failed ({last}); see {shared / (name + '.log')}")
+    with atomic_write(done) as f:
+        f.write(json.dumps({"corpus": study.corpus, "tokenizer": tok, "settings": wanted}) + "\n")
+
+
+def candidate_kinds(s: SystemSpec) -> list[str]:
+    """The candidate spans a system's masking needs from `spanbert preprocess --candidates`: none, entity or
+    noun_phrase."""
+    scheme = s.options.get("masking") or SYSTEM_PRESETS[s.name].masking
+    return {"named_entity": ["entity"], "noun_phrase": ["noun_phrase"]}.get(scheme, [])
+
+
+def run_cell(cell: Cell, study: Study, allow_long_run: bool = False) -> None:
+    """Run one unfinished cell; a pre-training cell killed earlier resumes from its checkpoint."""
+    argv = list(cell.argv)
+    argv += ["--output_dir", str(cell.dir)] + (["--allow_long_run"] if allow_long_run else [])
+    if cell.kind == "pretrain":
+        resumable = distributed.on_main(lambda: latest_checkpoint(cell.dir) is not None)
+        if resumable:
+            argv.append("--resume")
+        elif cell.dir.exists():
+            argv += ["--overwrite_output_dir", "true"]
+    elif cell.dir.exists():
+        argv += ["--overwrite_output_dir", "true"]  # a fine-tuning cell killed midway starts over
+    t0 = time.perf_counter()
+    code, last = run_command(argv, cell.dir / "log.txt")
+    if code != 0:
+        raise SpanBertError(f"study: cell '{cell.label}' failed (exit {code}): {last}; its log: {cell.dir / 'log.txt'}")
+    seconds = time.perf_counter() - t0
+    if cell.kind == "pretrain":
+        info = {"system": cell.system, "seconds": seconds, "steps": study.pretrain_steps,
+                "budget_tokens": study.budget_tokens, "argv": argv}  # fmt: skip
+    else:
+        task = next(t for t in study.tasks if t.name == cell.task)
+        score, numbers = read_dev_score(task.task, cell.dir)
+        info = {"system": cell.system, "task": cell.task, "learning_rate": cell.lr, "seed": cell.seed, "fold": cell.fold,
+                "dev": score, "dev_results": numbers, "seconds": seconds, "argv": argv}  # fmt: skip
+        _drop_training_state(cell.dir)
+        if not study_is_legacy(study):
+            h = heldout_plan(study, task, cell.fold)
+            held = score_heldout(cell, task, h) if h is not None else None
+            info |= {"heldout_source": h.source if h else None, "heldout": held["score"] if held else None,
+                     "heldout_data": h.heldout if h else None, "heldout_results": held}  # fmt: skip
+            if held is not None and h.source == "test" and cell.fold is None:
+                # the same numbers `score_tests` would compute for the selected models: not run twice
+                distributed.on_main(lambda: write_json(cell.dir / "test.json", {k: v for k, v in held.items() if k != "score"}))
+
+    def write() -> None:
+        with atomic_write(_marker(cell)) as f:
+            f.write(json.dumps(info, indent=2) + "\n")
+
+    distributed.on_main(write)
+
+
+def _drop_training_state(cell_dir: Path) -> None:
+    """A finished fine-tuning cell keeps its model and results, not its optimizer state (disk stays bounded)."""
+
+    def drop() -> None:
+        for p in cell_dir.glob("checkpoint-*"):
+            shutil.rmtree(p, ignore_errors=True)
+        (cell_dir / "latest").unlink(missing_ok=True)
+        shutil.rmtree(cell_dir / "best", ignore_errors=True)
+
+    distributed.on_main(drop)
+
+
+def run_study(
+    study: Study, only: str = "all", shard: tuple[int, int] = (0, 1), allow_long_run: bool = False
+) -> list[Cell]:
+    """Run every unfinished cell (those of this shard); returns the plan. ``allow_long_run`` passes
+    --allow_long_run to every cell's command."""
+    cells = plan(study)
+    todo = [c for c in cells if only == "all" or c.kind == only]
+    if shard[1] > 1:
+        if only != "finetune":
+            raise SpanBertError("--shard: found it without --only finetune, expected the pre-training cells to run "
+                                "first (--only pretrain, under torchrun if you like) and the shards to split fine-tuning")  # fmt: skip
+        todo = todo[shard[0] :: shard[1]]
+    # refused before anything is written: a changed study must not overwrite the study.json of the
+    # cells that were run (issue 22.13)
+    distributed.on_main(lambda: check_finished(cells))
+    Path(study.output_dir).mkdir(parents=True, exist_ok=True)
+    distributed.on_main(lambda: _write_plan(study, cells))
+    if only in ("all", "pretrain"):
+        distributed.on_main(lambda: _prepare_shared(study))
+    for t in study.tasks:
+        for fold in t.folds:
+            distributed.on_main(lambda t=t, fold=fold: _prepare_litbank(Path(t.train), fold, litbank_fold_dir(study, fold)))
+        if not study_is_legacy(study) and only in ("all", "finetune"):
+            distributed.on_main(lambda t=t: split_dev(study, t))
+
+    done_before = distributed.on_main(lambda: [is_done(c) for c in todo])
+    bar = progress_bar(total=len(todo), initial=sum(done_before), desc="study", unit="cell", disable=not distributed.is_main())
+    for cell, done in zip(todo, done_before):
+        if done:
+            continue
+        if cell.kind == "finetune":
+            system = next(s for s in study.systems if s.name == cell.system)
+            if not distributed.on_main(lambda s=system: (model_dir(study, s) / "config.json").is_file()):
+                raise SpanBertError(f"study: {cell.label}: the model {model_dir(study, system)} does not exist yet; "
+                                    f"run the pre-training cells first (--only pretrain)")  # fmt: skip
+        bar.set_postfix_str(cell.label)
+        run_cell(cell, study, allow_long_run)
+        bar.update(1)
+        if distributed.is_main():
+            bar.write(f"done: {cell.label} ({cell.dir})")
+    bar.close()
+    return cells
+
+
+def check_finished(cells: list[Cell]) -> None:
+    """A finished cell must have run the command this study plans for it: a study file changed after
+    some cells finished (another budget, other task options) would otherwise mix results silently.
+    Adding systems, tasks, learning rates or seeds only adds cells and is fine."""
+    for cell in cells:
+        marker = _marker(cell)
+        if not marker.is_file():
+            continue
+        try:
+            ran = json.loads(marker.read_text()).get("argv") or []
+        except (OSError, ValueError):
+            raise SpanBertError(f"{marker}: unreadable; remove {cell.dir} to redo the cell") from None
+        if ran[: len(cell.argv)] != cell.argv:
+            diff = sorted(set(ran[: len(cell.argv)]) ^ set(cell.argv))[:6]
+            raise SpanBertError(
+                f"{marker}: found a finished cell '{cell.label}' run with other settings ({' '.join(diff)}), "
+                f"expected the study's; use a new output_dir for a changed study, or remove {cell.dir} to redo it"
+            )
+
+
+@contextlib.contextmanager
+def study_lock(output_dir: str | Path, shard: tuple[int, int] = (0, 1)) -> Any:
+    """Hold OUT/.lock while a study runs in ``output_dir``, so two `spanbert study` processes never run
+    (and overwrite) the same cells: a second one is refused at once with the holder's pid. The lock is
+    `fcntl.flock`, which the kernel releases when the process ends, a crash or kill -9 included, so
+    no stale lock is ever left to remove. Shards of one study (``--shard I/N``, one process per device)
+    share the folder lock and each holds its own shard's: shards run side by side, the same shard
+    twice or a whole study beside a shard does not. Rank 0 holds it for a torchrun group."""
+    out = Path(output_dir)
+    held: list[Any] = []
+
+    def take(name: str, mode: int, what: str) -> None:
+        f = open(out / name, "a+", encoding="utf-8")  # noqa: SIM115 - held until the study ends
+        try:
+            fcntl.flock(f, mode | fcntl.LOCK_NB)
+        except OSError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            f.close()
+            raise SpanBertError(
+                f"{out}: found {what} already running on this folder ({holder}), expected one at a time; wait for "
+                f"it to finish (or stop it) and run again, or use another --output_dir"
+            ) from None
+        held.append(f)
+        if mode == fcntl.LOCK_EX:  # only the exclusive holder names itself: shared holders would race
+            f.seek(0)
+            f.truncate()
+            f.write(f"spanbert study, pid {os.getpid()}\n")
+            f.flush()
+
+    def take_all() -> None:
+        out.mkdir(parents=True, exist_ok=True)
+        if shard[1] == 1:
+            take(".lock", fcntl.LOCK_EX, "another `spanbert study`")
+        else:
+            take(".lock", fcntl.LOCK_SH, "a whole `spanbert study` (not a shard)")
+            take(f".lock.shard{shard[0]}of{shard[1]}", fcntl.LOCK_EX, f"shard {shard[0]}/{shard[1]}")
+
+    try:
+        distributed.on_main(take_all)
+        yield
+    finally:
+        for f in held:
+            f.close()
+
+
+def _write_plan(study: Study, cells: list[Cell]) -> None:
+    with atomic_write(Path(study.output_dir) / "study.json") as f:
+        f.write(json.dumps({"study": asdict(study), "cells": [str(c.dir) for c in cells]}, indent=2, default=str) + "\n")

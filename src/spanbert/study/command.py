@@ -1,0 +1,276 @@
+"""The commands: `spanbert study` (`main`: a study file or preset, its checks, the cost, the lock, the
+cells, the summary) and `spanbert curve` (`curve_main`: fine-tune from every checkpoint of a
+pre-training run, BERT Appendix C.1, Figure 5)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from spanbert import cost, distributed
+from spanbert.config import ArgumentParser, _read_yaml
+from spanbert.errors import SpanBertError
+from spanbert.model import SpanBertForPreTraining
+from spanbert.study.cells import run_study, study_lock
+from spanbert.study.estimate import dry_run, finetune_estimate
+from spanbert.study.layout import holds_a_study
+from spanbert.study.runner import write_csv
+from spanbert.study.spec import (
+    PRESET_SYSTEMS,
+    Study,
+    SystemSpec,
+    TaskSpec,
+    check_study,
+    item_lines,
+    preset,
+    study_from_dict,
+)
+from spanbert.study.stats import mean_std
+from spanbert.study.summary import collect, summarize
+from spanbert.tasks import TASKS
+from spanbert.tasks.common import load_tokenizer_for
+from spanbert.trainer import _ckpt_step, _complete
+from spanbert.utils import atomic_dir, atomic_write, check_output, output_file, remove_debris
+
+
+def _parser(prog: str) -> argparse.ArgumentParser:
+    p = ArgumentParser(
+        prog=prog,
+        description="Rerun the paper's comparisons (Table 1: BERT baselines vs SpanBERT; Table 6: masking "
+        "schemes; Table 7: NSP / single sequence / SBO) on a corpus, budget and tasks of your choice. "
+        "Every cell is its own folder; a killed study resumes where it stopped.",
+        epilog="examples:\n  spanbert study --preset table1 --scale tiny --dry-run\n"
+        "  spanbert study --preset table1 --scale tiny --output_dir runs/study-table1\n"
+        "  spanbert study my_study.yaml --only summary",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("study", nargs="?", help="the study's YAML file (see docs/study.md); or use --preset")
+    p.add_argument("--preset", choices=sorted(PRESET_SYSTEMS), help="one of the paper's comparisons instead of a file")
+    p.add_argument("--scale", default="tiny", choices=("tiny", "small", "base"),
+                   help="preset size: tiny (CPU smoke test, < 1 h on 2 cores), small, base (GPU) (default: tiny)")
+    p.add_argument("--data_root", "--data-root", default="../shared/data", help="presets: the data folder (default: ../shared/data)")
+    p.add_argument("--output_dir", "--output-dir", help="where the cells and the summary go (default: the study's, or runs/study-PRESET-SCALE)")
+    p.add_argument("--dry-run", "--dry_run", action="store_true", help="print the plan and its cost; run nothing")
+    p.add_argument("--probe_steps", "--probe-steps", type=int, default=20,
+                   help="with --dry-run: time this many pre-training steps to estimate the cost (0: no probe)")
+    p.add_argument("--only", choices=("all", "pretrain", "finetune", "summary"), default="all",
+                   help="run only these cells (summary: only collect finished cells)")
+    p.add_argument("--shard", default="0/1", help="I/N: this process runs every N-th fine-tuning cell, from the I-th (parallel devices)")
+    p.add_argument("--threads", type=int, default=0, metavar="N",
+                   help="CPU threads of every cell (default 0: the cores other processes, other shards included, leave free)")
+    p.add_argument("--seeds", type=int, help="override the number of fine-tuning seeds")
+    p.add_argument("--budget_tokens", "--budget-tokens", type=int, help="override the pre-training budget in tokens")
+    p.add_argument("--write_config", "--write-config", type=output_file,
+                   help="write the study (e.g. a preset) as YAML to this file and stop")
+    p.add_argument("--allow_long_run", "--allow-long-run", action="store_true",
+                   help="start a study whose fine-tuning is estimated at more than a week on this machine anyway; "
+                        "passed to every cell's command, whose own plan is refused over a week without it")
+    return p  # fmt: skip
+
+
+def _shard(text: str) -> tuple[int, int]:
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise SpanBertError(f"--shard: found {text!r}, expected I/N (e.g. 0/4)") from None
+    if not (n >= 1 and 0 <= i < n):
+        raise SpanBertError(f"--shard: found {text!r}, expected 0 <= I < N")
+    return i, n
+
+
+def main(argv: list[str], prog: str = "spanbert study") -> int:
+    args = _parser(prog).parse_args(argv)
+    if bool(args.study) == bool(args.preset):
+        raise SpanBertError("found " + ("both a study file and --preset" if args.study else "neither a study file nor --preset")
+                            + ", expected exactly one")  # fmt: skip
+    shard = _shard(args.shard)
+    if args.preset:
+        data = preset(args.preset, args.scale, args.data_root)
+        data["output_dir"] = args.output_dir or f"runs/study-{args.preset}-{args.scale}"
+        where = f"--preset {args.preset} --scale {args.scale}"
+    else:
+        data, lines = _read_yaml(args.study)
+        data = {**data, "__lines__": {**lines, **item_lines(Path(args.study))}}
+        if args.output_dir:
+            data["output_dir"] = args.output_dir
+        where = args.study
+    if args.seeds is not None:
+        data["seeds"] = args.seeds
+    if args.budget_tokens is not None:
+        data["budget_tokens"] = args.budget_tokens
+    if args.write_config:
+        data.pop("__lines__", None)
+        with atomic_write(args.write_config) as f:
+            yaml.safe_dump(data, f, sort_keys=False)
+        distributed.print0(f"wrote {args.write_config}; run it with: spanbert study {args.write_config}")
+        return 0
+    study = study_from_dict(data, where)
+    # the output contract before any work, a dry run's too: it plans cells into this folder
+    check_output(study.output_dir, folder=True, ours=holds_a_study)
+    distributed.init_distributed(distributed.resolve_device("auto"))
+    if args.dry_run:
+        distributed.print0(dry_run(study, args.probe_steps))
+        return 0
+    if args.only in ("all", "finetune"):
+        line, large = distributed.on_main(lambda: finetune_estimate(study))  # one decision, rank 0's machine
+        week = distributed.on_main(lambda: finetune_estimate(study, over=cost.LONG_RUN_SECONDS)[1])
+        if week and not args.allow_long_run:
+            raise SpanBertError(f"this study's fine-tuning would take more than a week on this machine ({line}); "
+                                "make it smaller (fewer tasks, seeds or learning rates, max_train_examples, "
+                                "num_train_epochs), or pass --allow_long_run to start it anyway")  # fmt: skip
+        if large:  # said before the first cell runs; every cell's own `finetune` warns again in its log
+            distributed.eprint0(f"warning: this study's fine-tuning is very large for this machine; {line}")
+    with study_lock(study.output_dir, shard):
+        if args.only != "summary":
+            run_study(study, args.only, shard, args.allow_long_run)
+        if shard[1] > 1:
+            distributed.print0(f"shard {shard[0]}/{shard[1]} finished; when every shard has: spanbert study ... --only summary")
+            return 0
+        summary = summarize(study)
+    if distributed.is_main():
+        text = (summary / "table.md").read_text()
+        print(text)
+        print(f"summary: {summary}/ (table.md, table.csv, comparisons.md, *.png)")
+        print(f"next: read {summary / 'comparisons.md'} to see which differences the seeds support")
+    return 0
+
+
+def run_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
+    """The complete `checkpoint-N` folders of a finished pre-training run, by step; an error naming the
+    folder when it is not a finished run or keeps none (checked before anything is exported)."""
+    final = run_dir / "final"
+    if not (final / "config.json").is_file():
+        raise SpanBertError(f"{run_dir}: found no final/config.json, expected a finished `spanbert pretrain` run")
+    found = [
+        (int(_ckpt_step(p)), p)
+        for p in sorted((p for p in run_dir.glob("checkpoint-*") if _ckpt_step(p) is not None), key=_ckpt_step)
+        if _complete(p) is None
+    ]
+    if not found:
+        raise SpanBertError(
+            f"{run_dir}: found no complete checkpoint-N folder, expected the checkpoints of the run (pre-train "
+            f"with --save_steps N --save_total_limit M to keep M of them; the last is the final model)"
+        )
+    return found
+
+
+def export_checkpoints(run_dir: Path, out: Path) -> list[tuple[int, Path]]:
+    """Every complete `checkpoint-N` of a pre-training run as a model folder ``out/step-N`` (exported
+    once, with the tokenizer and heads of the run's `final/`); returns [(step, folder)] by step."""
+    checkpoints = run_checkpoints(run_dir)
+    final = run_dir / "final"
+    tokenizer = load_tokenizer_for(final)
+    remove_debris(out)  # what a killed export left (`.step-N.tmp-*`): the step is exported again
+    models: list[tuple[int, Path]] = []
+    for step, ckpt in checkpoints:
+        target = out / f"step-{step}"
+        if not (target / "config.json").is_file():
+            model = SpanBertForPreTraining.from_pretrained(final)
+            state = torch.load(ckpt / "state.pt", map_location="cpu", weights_only=True)
+            model.load_state_dict(state["model"])
+            with atomic_dir(target) as tmp:  # whole or absent: a killed curve redoes the step
+                model.save_pretrained(tmp, tokenizer=tokenizer)
+        models.append((step, target))
+    return models
+
+
+def _curve_parser(prog: str) -> argparse.ArgumentParser:
+    p = ArgumentParser(
+        prog=prog,
+        description="Fine-tune from every saved checkpoint of a pre-training run and draw the score against "
+        "the pre-training step (BERT Appendix C.1, Figure 5): when is a (continued) pre-training run good "
+        "enough? Keep the checkpoints when pre-training (--save_total_limit, e.g. 100). Resumable like a study.",
+        epilog="example:\n  spanbert curve runs/spanbert-small --task glue --glue_task SST-2 "
+        "--train ../shared/data/glue/SST-2 --learning_rate 3e-4 --option max_train_examples=2000",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("run", help="a `spanbert pretrain` output folder (checkpoint-N/ and final/)")
+    p.add_argument("--task", required=True, choices=list(TASKS), help="the fine-tuning task")
+    p.add_argument("--train", required=True, help="training file (glue: the task folder; coref: LitBank folder or file)")
+    p.add_argument("--dev", default="", help="dev file (not for glue)")
+    p.add_argument("--glue_task", "--glue-task", default="", help="glue only: SST-2, CoLA, MRPC, STS-B, RTE")
+    p.add_argument("--fold", type=int, action="append", default=[], help="coref on LitBank: a fold of the ten-fold split")
+    p.add_argument("--learning_rate", "--learning-rate", type=float, default=3e-5, help="fine-tuning learning rate")
+    p.add_argument("--seeds", type=int, default=1, help="fine-tuning seeds per checkpoint (default: 1)")
+    p.add_argument("--threads", type=int, default=0, metavar="N",
+                   help="CPU threads (default 0: the cores other processes leave free, re-measured every second)")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a further `spanbert finetune TASK` option (repeatable), e.g. num_train_epochs=1")
+    p.add_argument("--output_dir", "--output-dir", help="default: RUN/curve-TASK")
+    return p  # fmt: skip
+
+
+def _option_value(text: str) -> Any:
+    return yaml.safe_load(text)
+
+
+def curve_main(argv: list[str], prog: str = "spanbert curve") -> int:
+    args = _curve_parser(prog).parse_args(argv)
+    run = Path(args.run)
+    options = {}
+    for item in args.option:
+        if "=" not in item:
+            raise SpanBertError(f"--option: found {item!r}, expected KEY=VALUE")
+        key, value = item.split("=", 1)
+        options[key.strip().lstrip("-")] = _option_value(value)
+    task = TaskSpec(args.task, train=args.train, dev=args.dev, glue_task=args.glue_task, folds=args.fold,
+                    learning_rates=[args.learning_rate], options=options)  # fmt: skip
+    out = check_output(args.output_dir or run / f"curve-{task.name}", folder=True, ours=holds_a_study)
+    # everything the arguments decide is checked before a checkpoint is exported (issue 22.13): the
+    # run, then the task, its files, the grid and the seeds, with the run's final model standing in for
+    # the exported ones
+    run_checkpoints(run)
+    check_study(Study(systems=[SystemSpec("final", checkpoint=str(run / "final"))], tasks=[task], seeds=args.seeds,
+                      output_dir=str(out)), prog)  # fmt: skip
+    distributed.init_distributed(distributed.resolve_device("auto"))
+    with study_lock(out):
+        models = distributed.on_main(lambda: [(s, str(p)) for s, p in export_checkpoints(run, out / "models")])
+        study = Study(systems=[SystemSpec(f"step-{s}", checkpoint=p) for s, p in models], tasks=[task],
+                      seeds=args.seeds, output_dir=str(out))  # fmt: skip
+        check_study(study, prog)
+        run_study(study)
+    results = collect(study)
+
+    def write() -> str:
+        metric = TASKS[task.task].metric
+        rows = [["step", f"dev {metric} mean", "std", "seeds"]]
+        md = [f"| pre-training step | dev {metric} (mean ± std over {args.seeds} seeds) |", "|---|---|"]
+        points = []
+        for step, _ in models:
+            r = results.get(f"step-{step}", {}).get(task.name)
+            if not r:
+                continue
+            m, sd = mean_std(r["scores"])
+            points.append((step, m, sd))
+            rows.append([str(step), f"{m:.4f}", f"{sd:.4f}", str(len(r["scores"]))])
+            md.append(f"| {step:,} | {m:.1f} ± {sd:.1f} |")
+        with atomic_write(out / "curve.md") as f:
+            f.write("\n".join(md) + "\n")
+        write_csv(out / "curve.csv", rows)
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+
+            fig, ax = plt.subplots(figsize=(6, 4))
+            ax.errorbar([p[0] for p in points], [p[1] for p in points], yerr=[p[2] for p in points], marker="o", capsize=3)
+            ax.set_xlabel("pre-training step")
+            ax.set_ylabel(f"{task.name} dev {metric}")
+            ax.set_title(f"{run.name}: fine-tuning score vs pre-training")
+            fig.tight_layout()
+            fig.savefig(out / "curve.png", dpi=120)
+            plt.close(fig)
+        except ImportError:
+            print("note: no curve.png (pip install 'spanbert[plot]' for matplotlib)", file=sys.stderr)
+        return "\n".join(md)
+
+    text = distributed.on_main(write)
+    distributed.print0(text)
+    distributed.print0(f"curve: {out}/curve.md, curve.csv, curve.png")
+    return 0

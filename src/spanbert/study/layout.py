@@ -1,0 +1,78 @@
+"""What a study's folder holds and where: a cell (one `spanbert pretrain` or `finetune` run) and its
+folder, the shared corpus, the models, LitBank's folds, the held-out halves, and the names a study
+writes at the top of its output_dir (the output contract's "an earlier output of this command").
+
+    OUT/shared/tokenizer, OUT/shared/corpus        one vocabulary and one preprocessed corpus for all
+    OUT/pretrain/<system>/                         `spanbert pretrain` with an equal budget of tokens
+    OUT/finetune/<system>/<task>/lr<lr>_seed<s>/   `spanbert finetune <task>` (best dev checkpoint)
+    OUT/summary/                                   table.md, table.csv, comparisons.md/.csv, *.png
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from spanbert.study.spec import Study, SystemSpec, TaskSpec
+
+
+@dataclass
+class Cell:
+    kind: str  # "pretrain" or "finetune"
+    system: str
+    dir: Path
+    argv: list[str]
+    task: str = ""
+    lr: float = 0.0
+    seed: int = 0
+    fold: int | None = None
+
+    @property
+    def label(self) -> str:
+        if self.kind == "pretrain":
+            return f"pretrain {self.system}"
+        fold = "" if self.fold is None else f" / fold {self.fold}"
+        return f"finetune {self.system} / {self.task} / lr {self.lr:g} / seed {self.seed}{fold}"
+
+
+def shared_dir(study: Study) -> Path:
+    return Path(study.output_dir) / "shared"
+
+
+def model_dir(study: Study, system: SystemSpec) -> Path:
+    if system.checkpoint:
+        return Path(system.checkpoint)
+    return Path(study.output_dir) / "pretrain" / system.name / "final"
+
+
+def _lr_name(lr: float) -> str:
+    return f"lr{lr:g}"
+
+
+def finetune_cell_dir(study: Study, system: str, task: str, lr: float, seed: int, fold: int | None = None) -> Path:
+    suffix = "" if fold is None else f"_fold{fold}"
+    return Path(study.output_dir) / "finetune" / system / task / f"{_lr_name(lr)}_seed{seed}{suffix}"
+
+
+def litbank_fold_dir(study: Study, fold: int) -> Path:
+    return shared_dir(study) / "litbank" / f"fold{fold}"
+
+
+def heldout_dir(study: Study, t: TaskSpec) -> Path:
+    return shared_dir(study) / "heldout" / t.name
+
+
+STUDY_NAMES = frozenset({".lock", "study.json", "shared", "pretrain", "finetune", "summary", "models", "curve.md",
+                         "curve.csv", "curve.png"})  # fmt: skip
+"""What a study (or a curve) writes at the top of its output_dir: the lock, the plan, the shared corpus,
+the cells, the summary; a curve's exported checkpoints and its table and plot."""
+
+
+def holds_a_study(folder: Path) -> bool:
+    """Whether ``folder`` holds something an earlier study or curve wrote (`STUDY_NAMES`, a shard's lock,
+    a hidden temporary): the output contract's "an earlier output of this command" (`check_output`).
+    Such a folder is resumed; a folder of only other files is refused, before any work."""
+    return any(
+        p.name in STUDY_NAMES or p.name.startswith(".lock.") or (p.name.startswith(".") and ".tmp" in p.name)
+        for p in folder.iterdir()
+    )

@@ -1,0 +1,445 @@
+"""What a study is: the YAML schema (`Study`, `SystemSpec`, the study's `TaskSpec`), every check made
+before any work (names, sizes, grids, files, each task's options against its own `spanbert finetune`
+parser), and the presets of the paper's three comparisons at three scales.
+
+Every per-task fact (names, option classes, headline metric, results file, how dev is split, how a
+model is scored on held-out data) comes from the task registry `spanbert.tasks.TASKS`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import importlib
+import io
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from spanbert import cli
+from spanbert.config import MODEL_PRESETS, _read_yaml, convert_value
+from spanbert.errors import SpanBertError
+from spanbert.pretrain import SYSTEM_PRESETS
+from spanbert.tasks import TASKS
+from spanbert.tasks.glue import _FALLBACK, GLUE_TASKS
+from spanbert.trainer import TrainingArguments
+
+
+@dataclass
+class TaskSpec:
+    """One downstream task of a study."""
+
+    task: str
+    """squad, mrqa, semeval, tacred, glue, ner, coref, swag or parse (the `spanbert finetune` task names)."""
+    name: str = ""
+    """Column name in the table (default: the GLUE task name, else the task)."""
+    train: str = ""
+    """Training file (or, for glue, the task folder)."""
+    dev: str = ""
+    """Dev file: fine-tuning selects the best checkpoint and the learning rate on it."""
+    test: str = ""
+    """Optional test file, scored only with the selected models (ner, semeval, tacred, parse)."""
+    glue_task: str = ""
+    """glue only: SST-2, CoLA, MRPC, STS-B, RTE, ..."""
+    folds: list[int] = field(default_factory=list)
+    """coref on LitBank (train: the litbank_coref folder): the folds of its ten-fold split to run (e.g.
+    [0], or 0..9); a seed's score is the mean over the folds. Empty for a task given as train/dev files."""
+    learning_rates: list[float] = field(default_factory=lambda: [3e-5])
+    """The learning-rate grid (Appendix B: 1e-5 … 5e-5 for most tasks)."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Further `spanbert finetune <task>` options, e.g. {num_train_epochs: 2, max_train_examples: 2000}."""
+
+    def __post_init__(self) -> None:
+        self.name = self.name or (self.glue_task if self.task == "glue" and self.glue_task else self.task)
+
+
+@dataclass
+class SystemSpec:
+    """One row of the table: a pre-training system of `spanbert pretrain`, or an existing checkpoint."""
+
+    name: str
+    """Row name; also the --system of `spanbert pretrain` unless checkpoint is given."""
+    checkpoint: str = ""
+    """An existing model folder (e.g. your own BERT): no pre-training cell, fine-tuned as it is."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Further `spanbert pretrain` options for this system only (e.g. {masking: whole_word})."""
+
+
+@dataclass
+class Study:
+    systems: list[SystemSpec]
+    tasks: list[TaskSpec]
+    corpus: str = ""
+    """Raw text files/folders, or a `spanbert preprocess` folder (with its tokenizer)."""
+    tokenizer: str = ""
+    """An existing tokenizer folder or vocab.txt shared by every system; default: trained on the corpus."""
+    vocab_size: int = 28996
+    """Size of the vocabulary trained on the corpus when no tokenizer is given."""
+    model: str = "tiny"
+    """Model size preset of every pre-training cell: tiny, small, base, large."""
+    budget_tokens: int = 2_000_000
+    """Pre-training budget of every system, in tokens (steps = budget / (global batch × max_seq_length))."""
+    max_seq_length: int = 128
+    """Pre-training block length."""
+    batch_size: int = 32
+    """Pre-training sequences per optimizer step (global; per device = this / processes / accumulation)."""
+    gradient_accumulation_steps: int = 1
+    """Pre-training micro-batches per step."""
+    pretrain_options: dict[str, Any] = field(default_factory=dict)
+    """Further `spanbert pretrain` options for every system (learning_rate, warmup_steps, ...)."""
+    seeds: int = 3
+    """Fine-tuning seeds per task and learning rate (the table's mean ± std is over them)."""
+    output_dir: str = "runs/study"
+    """Where every cell and the summary go."""
+
+    @property
+    def pretrain_steps(self) -> int:
+        return max(1, math.ceil(self.budget_tokens / (self.batch_size * self.max_seq_length)))
+
+
+def task_head(t: TaskSpec) -> list[str]:
+    """The task name and the options that pick a sub-task, as every command of a cell starts."""
+    return [t.task, *(["--task", t.glue_task] if t.glue_task else [])]
+
+
+def _test_tasks() -> list[str]:
+    """Tasks whose `evaluate` scores a labelled file with a model (a study's test: file)."""
+    return [name for name in TASKS if TASKS[name].scores_test]
+
+
+def _check_type(value: Any, tp: Any) -> bool:
+    if tp in (int,):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if tp in (float,):
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if tp in (str,):
+        return isinstance(value, str)
+    return True
+
+
+_NESTED = {"systems", "tasks"}  # Study's lists of SystemSpec / TaskSpec, built before Study itself
+
+
+def _build(cls: type, data: Any, where: str | Callable[..., str]) -> Any:
+    """``cls(**data)`` with every key known and every value converted to its field's type as the other
+    commands' YAML is (`spanbert.config.convert_value`: ``1e-4``, which YAML 1.1 reads as a string, is
+    the number a user meant; ``[1e-4]`` a list of numbers); errors name ``where``, or ``where(key)``:
+    the file and the key's line."""
+    at = where if callable(where) else (lambda *key: where)
+    if not isinstance(data, dict):
+        raise SpanBertError(f"{at()}: found {type(data).__name__}, expected a mapping of {cls.__name__} fields")
+    known = {f.name: f for f in fields(cls)}
+    out = {}
+    for key, value in data.items():
+        if key not in known:
+            raise SpanBertError(f"{at(key)}: found unknown key {key!r}, expected one of: {', '.join(known)}")
+        if cls is Study and key in _NESTED:
+            out[key] = value
+        elif str(known[key].type).startswith("dict"):
+            if not isinstance(value, dict):
+                raise SpanBertError(f"{at(key)}: {key}: found {value!r}, expected a mapping of option: value")
+            out[key] = value
+        else:
+            out[key] = convert_value(cls, key, value, source=at(key))
+    try:
+        return cls(**out)
+    except TypeError as e:
+        raise SpanBertError(f"{at()}: {e}") from None
+
+
+def study_from_dict(data: dict[str, Any], where: str = "study") -> Study:
+    """Check a study description (the YAML's content) and build it; every error names ``where`` (and
+    the line, when ``data["__lines__"]`` maps key paths to lines, as `load_study` gives them)."""
+    data = dict(data)
+    lines = data.pop("__lines__", {})
+
+    def at(*key: Any) -> str:
+        # the line of the key, else of the closest enclosing item or key that has one
+        key = tuple(map(str, key))
+        while key and key not in lines:
+            key = key[:-1]
+        return f"{where}:{lines[key]}" if key else where
+
+    for key in ("systems", "tasks"):
+        if not isinstance(data.get(key), list) or not data[key]:
+            raise SpanBertError(f"{at(key)}: found {data.get(key)!r} for {key}, expected a non-empty list")
+    systems = []
+    for i, item in enumerate(data.pop("systems")):
+        item = {"name": item} if isinstance(item, str) else item
+        systems.append(_build(SystemSpec, item, lambda *k, i=i: at("systems", i, *k)))
+    tasks = [_build(TaskSpec, item, lambda *k, i=i: at("tasks", i, *k)) for i, item in enumerate(data.pop("tasks"))]
+    study = _build(Study, {**data, "systems": systems, "tasks": tasks}, at)
+    check_study(study, where, at)
+    return study
+
+
+def item_lines(path: Path) -> dict[tuple[str, ...], int]:
+    """The 1-based line of each item of the ``systems`` and ``tasks`` lists and of each key inside an
+    item (``("tasks", "0", "learning_rates")``): `spanbert.config`'s reader knows only mapping keys."""
+    try:
+        node = yaml.compose(path.read_bytes().decode("utf-8"), Loader=yaml.SafeLoader)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return {}  # the config reader has already said what is wrong with the file
+    lines: dict[tuple[str, ...], int] = {}
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value in node.value:
+            if str(key_node.value) in _NESTED and isinstance(value, yaml.SequenceNode):
+                for i, item in enumerate(value.value):
+                    lines[(str(key_node.value), str(i))] = item.start_mark.line + 1
+                    if isinstance(item, yaml.MappingNode):
+                        for k, _ in item.value:
+                            lines[(str(key_node.value), str(i), str(k.value))] = k.start_mark.line + 1
+    return lines
+
+
+def check_study(study: Study, where: str, at: Callable[..., str] | None = None) -> None:
+    """Everything that can be checked before any work: names, sizes, grids, files. ``at(*key)`` names
+    ``where`` with the line of a key (``at("tasks", 0, "train")``), as `study_from_dict` passes it."""
+    at = at or (lambda *key: where)
+
+    names = [s.name for s in study.systems]
+    if len(set(names)) != len(names):
+        raise SpanBertError(f"{at('systems')}: systems: found a name twice in {names}, expected distinct names")
+    for i, s in enumerate(study.systems):
+        if not s.checkpoint and s.name not in SYSTEM_PRESETS:
+            raise SpanBertError(
+                f"{at('systems', i)}: systems: found {s.name!r}, expected a `spanbert pretrain --system` "
+                f"({', '.join(SYSTEM_PRESETS)}) or an entry with checkpoint: FOLDER"
+            )
+        if s.checkpoint and not Path(s.checkpoint).is_dir():
+            raise SpanBertError(
+                f"{at('systems', i, 'checkpoint')}: systems: {s.name}: checkpoint {s.checkpoint!r} is not a folder"
+            )
+    if any(not s.checkpoint for s in study.systems) and not study.corpus:
+        raise SpanBertError(
+            f"{at('corpus')}: corpus: found none, expected the pre-training corpus (text or preprocessed folder)"
+        )
+    if study.model not in MODEL_PRESETS:
+        raise SpanBertError(f"{at('model')}: model: found {study.model!r}, expected one of: {', '.join(MODEL_PRESETS)}")
+    for name in ("budget_tokens", "max_seq_length", "batch_size", "gradient_accumulation_steps", "seeds", "vocab_size"):
+        if getattr(study, name) < 1:
+            raise SpanBertError(f"{at(name)}: {name}: found {getattr(study, name)!r}, expected an integer >= 1")
+    columns = []
+    for i, t in enumerate(study.tasks):
+        if t.task not in TASKS:
+            raise SpanBertError(
+                f"{at('tasks', i, 'task')}: tasks: found task {t.task!r}, expected one of: {', '.join(TASKS)}"
+            )
+        if t.task == "glue" and not t.glue_task:
+            raise SpanBertError(f"{at('tasks', i)}: tasks: glue needs glue_task (e.g. SST-2)")
+        if t.glue_task and t.task != "glue":
+            raise SpanBertError(f"{at('tasks', i, 'glue_task')}: tasks: {t.name}: found glue_task, expected it for glue only")
+        columns.append(t.name)
+        litbank = t.task == "coref" and Path(t.train).is_dir()
+        if litbank != bool(t.folds):
+            raise SpanBertError(
+                f"{at('tasks', i, 'folds')}: tasks: {t.name}: found folds {t.folds} with train {t.train!r}, "
+                f"expected folds (e.g. [0]) "
+                f"exactly when train is the LitBank folder (with tenfold_splits/)"
+            )
+        if litbank and (not (Path(t.train) / "tenfold_splits").is_dir() or any(not 0 <= k <= 9 for k in t.folds)):
+            raise SpanBertError(
+                f"{at('tasks', i, 'folds')}: tasks: {t.name}: expected {t.train}/tenfold_splits/ and folds in 0..9"
+            )
+        if not t.train or (t.task != "glue" and not t.dev and not litbank):
+            raise SpanBertError(f"{at('tasks', i)}: tasks: {t.name}: found no train/dev data, expected both paths")
+        for key, path in (("train", t.train), ("dev", t.dev), ("test", t.test)):
+            if path and not Path(path).exists():
+                raise SpanBertError(f"{at('tasks', i, key)}: tasks: {t.name}: {path}: no such file or folder")
+        if t.test and not TASKS[t.task].scores_test:
+            raise SpanBertError(
+                f"{at('tasks', i, 'test')}: tasks: {t.name}: found a test file, expected none: a test split is "
+                f"scored for "
+                f"{', '.join(_test_tasks())} (the others score halves of their dev sets)"
+            )
+        if not t.learning_rates or any(
+            not isinstance(lr, (int, float)) or isinstance(lr, bool) or not lr > 0 for lr in t.learning_rates
+        ):
+            raise SpanBertError(
+                f"{at('tasks', i, 'learning_rates')}: tasks: {t.name}: learning_rates: found {t.learning_rates!r}, "
+                "expected positive numbers"
+            )
+    if len(set(columns)) != len(columns):
+        raise SpanBertError(
+            f"{at('tasks')}: tasks: found the column {columns} twice, expected distinct names (set name:)"
+        )
+    for i, t in enumerate(study.tasks):
+        check_task_options(t, lambda *k, i=i: at("tasks", i, *k))
+
+
+# Options a study sets itself for every fine-tuning cell: one in a task's `options` would silently
+# relabel the cells (a learning rate that is not the grid's) or break the harness (another output).
+STUDY_SET_OPTIONS = ("model", "learning_rate", "seed", "output_dir", "overwrite_output_dir", "resume", "sweep",
+                     "train_file", "validation_file", "train", "dev", "task", "data_dir")  # fmt: skip
+
+
+def _finetune_help(argv: list[str]) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of ``spanbert finetune ARGV --help`` run in this process: argparse
+    converts every option given before ``--help`` (so a bad value is refused) and then prints the
+    usage, without reading a file or building a model."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli._run(["finetune", *argv, "--help"])
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 2
+        except SpanBertError as e:
+            print(f"error: {e}", file=err)
+            code = 2
+    return int(code or 0), out.getvalue(), err.getvalue()
+
+
+def check_task_options(t: TaskSpec, at: Callable[..., str]) -> None:
+    """What a task's cells would be refused for, found before any cell runs: the GLUE task name and its
+    files, and every key and value of ``options`` against the task's own `spanbert finetune` parser."""
+    if t.task == "glue":
+        known = {k.lower().replace("-", ""): k for k in GLUE_TASKS}
+        name = known.get(t.glue_task.lower().replace("-", ""))
+        if name is None:
+            raise SpanBertError(
+                f"{at('glue_task')}: tasks: {t.name}: found glue_task {t.glue_task!r}, expected one of: "
+                f"{', '.join(GLUE_TASKS)}"
+            )
+        spec = GLUE_TASKS[name]
+        for f in [*spec.train, *(f for files in spec.dev.values() for f in files)]:
+            paths = [Path(t.train) / f, *(Path(t.train) / g for g in _FALLBACK.get((name, f), ()))]
+            if not any(p.is_file() for p in paths):
+                raise SpanBertError(
+                    f"{at('train')}: tasks: {t.name}: found no {f} in {t.train}, expected the {name} folder of GLUE "
+                    f"(train.tsv and its dev file)"
+                )
+    for key in t.options:
+        if key.replace("-", "_") in STUDY_SET_OPTIONS:
+            raise SpanBertError(
+                f"{at('options')}: tasks: {t.name}: options: found {key!r}, expected none of "
+                f"{', '.join(STUDY_SET_OPTIONS)}: the study sets them for every cell (learning rates: learning_rates:)"
+            )
+    if not t.options:
+        return
+    head = task_head(t)
+    code, text, _ = _finetune_help(head)
+    flags = set(re.findall(r"(?<![\w-])--[\w-]+", text))
+    if code != 0 or not flags:
+        raise SpanBertError(f"{at('task')}: tasks: {t.name}: `spanbert finetune {t.task} --help` failed")
+    for key in t.options:
+        if f"--{key}" not in flags:
+            near = difflib.get_close_matches(f"--{key}", sorted(flags), n=1)
+            hint = f" (did you mean {near[0][2:]!r}?)" if near else ""
+            raise SpanBertError(
+                f"{at('options')}: tasks: {t.name}: options: found {key!r}, expected an option of "
+                f"`spanbert finetune {t.task}`{hint}"
+            )
+    # values: the dataclass options (training and the task's configs) as their YAML reader converts
+    # them, the parser's own (typed, with choices) by argparse before `--help`
+    configs = [TrainingArguments] + [
+        getattr(importlib.import_module(module), name) for module, name in TASKS[t.task].configs
+    ]
+    for key, value in t.options.items():
+        for cls in configs:
+            if key in {f.name for f in fields(cls)}:
+                convert_value(cls, key, value, source=f"{at('options')}: tasks: {t.name}: options")
+                break
+    code, _, err = _finetune_help([*head, *options_argv(t.options)])
+    if code != 0:
+        last = next((x for x in reversed(err.splitlines()) if x.strip()), "")
+        last = last.split("error: ", 1)[-1]
+        raise SpanBertError(f"{at('options')}: tasks: {t.name}: options: {last}")
+
+
+def load_study(path: str | Path) -> Study:
+    """The study of a YAML file, checked (`study_from_dict`); errors name the file and the line."""
+    data, lines = _read_yaml(path)
+    return study_from_dict({**data, "__lines__": {**lines, **item_lines(Path(path))}}, str(path))
+
+
+def options_argv(opts: dict[str, Any]) -> list[str]:
+    argv: list[str] = []
+    for key, value in opts.items():
+        if isinstance(value, bool):
+            argv += [f"--{key}", "true" if value else "false"]
+        elif isinstance(value, (list, tuple)):
+            argv += [f"--{key}", *map(str, value)]
+        elif value is not None:
+            argv += [f"--{key}", str(value)]
+    return argv
+
+
+PRESET_SYSTEMS = {
+    "table1": ["google-bert", "bert", "bert-1seq", "spanbert"],
+    "table6": ["mask-subword", "mask-whole-word", "mask-named-entity", "mask-noun-phrase", "mask-span"],
+    "table7": ["span-2seq-nsp", "span-1seq", "span-1seq-sbo"],
+}
+
+
+def preset(table: str, scale: str, data_root: str = "../shared/data") -> dict[str, Any]:
+    """The study description of a preset (a dict as the YAML would hold it)."""
+    if table not in PRESET_SYSTEMS:
+        raise SpanBertError(f"--preset: found {table!r}, expected one of: {', '.join(PRESET_SYSTEMS)}")
+    if scale not in ("tiny", "small", "base"):
+        raise SpanBertError(f"--scale: found {scale!r}, expected tiny, small or base")
+    d = data_root.rstrip("/")
+    squad = {
+        "task": "squad",
+        "train": f"{d}/squad/train-v1.1.rebuilt.json.gz",
+        "dev": f"{d}/squad/dev-v1.1.json",
+    }
+    sst = {"task": "glue", "glue_task": "SST-2", "train": f"{d}/glue/SST-2"}
+    litbank = {"task": "coref", "name": "LitBank", "train": f"{d}/litbank_coref", "folds": [0]}
+    if scale == "tiny":
+        # A smoke test of the harness on 2 CPU cores in well under an hour: a few minutes of
+        # pre-training per system, small slices of two tasks. Not evidence of anything.
+        return {
+            "corpus": f"{d}/pretrain-corpus/enwiki-2015-00.txt.gz",
+            "vocab_size": 8000,
+            "model": "tiny",
+            "budget_tokens": 1_000_000,
+            "max_seq_length": 128,
+            "batch_size": 32,
+            "pretrain_options": {"learning_rate": 1e-3, "warmup_steps": 25, "max_eval_blocks": 64},
+            "seeds": 2,
+            "systems": PRESET_SYSTEMS[table],
+            "tasks": [
+                {**squad, "learning_rates": [3e-4], "options": {
+                    "max_train_examples": 1500, "validation_articles": ":4", "num_train_epochs": 1,
+                    "max_seq_length": 192, "per_device_train_batch_size": 32}},
+                {**sst, "learning_rates": [3e-4], "options": {
+                    "max_train_examples": 1500, "num_train_epochs": 1, "per_device_train_batch_size": 32}},
+            ],
+        }  # fmt: skip
+    if scale == "small":
+        return {
+            "corpus": f"{d}/pretrain-corpus",
+            "vocab_size": 28996,
+            "model": "small",
+            "budget_tokens": 50_000_000,
+            "max_seq_length": 256,
+            "batch_size": 64,
+            "pretrain_options": {"learning_rate": 5e-4, "warmup_steps": 300},
+            "seeds": 3,
+            "systems": PRESET_SYSTEMS[table],
+            "tasks": [
+                {**squad, "learning_rates": [1e-4, 3e-4], "options": {"num_train_epochs": 2, "max_seq_length": 384}},
+                {**litbank, "learning_rates": [1e-4], "options": {"num_train_epochs": 10}},
+            ],
+        }  # fmt: skip
+    return {  # base: the paper's model size with a GPU-sized budget
+        "corpus": f"{d}/pretrain-corpus",
+        "vocab_size": 28996,
+        "model": "base",
+        "budget_tokens": 2_000_000_000,
+        "max_seq_length": 512,
+        "batch_size": 256,
+        "pretrain_options": {"learning_rate": 1e-4, "warmup_steps": 10000},
+        "seeds": 5,
+        "systems": PRESET_SYSTEMS[table],
+        "tasks": [
+            {**squad, "learning_rates": [1e-5, 2e-5, 3e-5, 5e-5], "options": {"num_train_epochs": 4}},
+            {**litbank, "learning_rates": [2e-5], "options": {"num_train_epochs": 20}},
+            {**sst, "learning_rates": [1e-5, 2e-5, 3e-5, 5e-5], "options": {"num_train_epochs": 3}},
+        ],
+    }
