@@ -171,11 +171,13 @@ def main(argv: list[str] | None = None) -> int:
             raise
         exit_after_peer_failure(line)
     finally:
-        from spanbert.distributed import mark_failed, shutdown
-
-        if code != 0:
-            mark_failed()  # the other ranks may wait for this one in a collective: leave without waiting
-        shutdown()
+        # only `spanbert.distributed` joins a process group: a command that never imported it (`--help`,
+        # a usage error) has none to leave, and importing it here would load torch for nothing
+        distributed = sys.modules.get("spanbert.distributed")
+        if distributed is not None:
+            if code != 0:
+                distributed.mark_failed()  # the other ranks may wait for this one in a collective: leave at once
+            distributed.shutdown()
 
 
 if __name__ == "__main__":

@@ -18,7 +18,17 @@ from __future__ import annotations
 
 from safetensors.torch import load_file
 from spanbert.config import replace_checked
-from spanbert.tokenization import load_tokenizer
+from spanbert.tokenization import (
+    SPECIAL_TOKENS,
+    UNK,
+    Tokenizer,
+    _build_pipeline,
+    _hf,
+    _iter_training_lines,
+    corpus_files,
+    count_words,
+    load_tokenizer,
+)
 
 import dataclasses
 import json
@@ -824,17 +834,6 @@ def train_cloze_tokenizer(
     trainer is not bit-reproducible across processes (ties in hash-map order, see docs/tokenizer.md):
     the run's tokenizer is therefore trained once, on rank 0, saved with the run and reused on resume.
     """
-    from spanbert.tokenization import (
-        SPECIAL_TOKENS,
-        UNK,
-        Tokenizer,
-        _build_pipeline,
-        _hf,
-        _iter_training_lines,
-        corpus_files,
-        count_words,
-    )
-
     t = _hf()
     specials = list(SPECIAL_TOKENS) + list(BOUNDARY_TOKENS)
     if vocab_size < len(specials) + 1:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 
 class SpanBertError(Exception):
     """A mistake in the user's input or configuration (not a bug in spanbert)."""
@@ -45,8 +47,6 @@ def utf8_argument(value: str, option: str) -> str:
         value.encode("utf-8")
         return value
     except UnicodeEncodeError:
-        import os
-
         data = os.fsencode(value)  # the argument's bytes as the shell passed them
         try:
             data.decode("utf-8")

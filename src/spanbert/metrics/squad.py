@@ -27,6 +27,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from spanbert.errors import SpanBertError
+
 _PUNCT = set(string.punctuation)  # ASCII only, as in the official scripts
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 
@@ -255,8 +257,6 @@ def evaluate_v2(
     qid_to_has_ans = make_qid_to_has_ans(dataset)
     has_ans_qids = [k for k, v in qid_to_has_ans.items() if v]
     no_ans_qids = [k for k, v in qid_to_has_ans.items() if not v]
-    from spanbert.errors import SpanBertError
-
     unanswered = [q for q in qid_to_has_ans if q not in preds]
     if unanswered:
         # the official script stops with a KeyError in its HasAns/NoAns breakdown; say why instead

@@ -28,9 +28,22 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from spanbert import families
+from spanbert.distributed import is_main
 from spanbert.errors import DataError, SpanBertError
 from spanbert.tasks import common
+from spanbert.tasks.common import (
+    KeepBest,
+    load_encoder,
+    load_task_model,
+    predict_sharded,
+    save_finetuned,
+    seed_dropout,
+    seed_init,
+    write_json as _write_json,
+)
 from spanbert.tasks.layers import apply_encoder_dropout, output_layer, scaled
+from spanbert.trainer import predict_batches, train
 
 IGNORE_INDEX = -100
 """Label of positions without a target (special tokens, non-first sub-tokens), as in HF."""
@@ -275,8 +288,6 @@ def build_model(
     With ``seed`` (``--seed``) the new weights (head, pooler, grown embeddings) are the same in every
     run and on every rank, and each rank then gets its own dropout stream.
     """
-    from spanbert.tasks.common import load_encoder, seed_dropout, seed_init
-
     cls, _, pooled = HEADS[kind]
     if seed is not None:
         seed_init(seed)
@@ -295,9 +306,6 @@ def load_model(
     """A fine-tuned model saved by `save_model` (any family) -> (model in eval mode on ``device``,
     config.json dict, framed tokenizer). ``device``: cpu, cuda, cuda:N, mps or auto. A folder holding
     another kind of model is refused before anything is read (``needs`` says what the command needs)."""
-    from spanbert import families
-    from spanbert.tasks.common import load_task_model
-
     cls, task, pooled = HEADS[kind]
     source = str(Path(model_dir) / "config.json")
 
@@ -314,9 +322,6 @@ def save_model(
     model: nn.Module, output_dir: str | Path, tokenizer: Any, kind: str, labels: list[str] | None, spanbert: dict
 ) -> None:
     """Save in the HF layout (config.json with id2label/label2id, model.safetensors, tokenizer files)."""
-    from spanbert import families
-    from spanbert.tasks.common import save_finetuned
-
     architecture = families.architecture(model.bert, HEADS[kind][1])
     save_finetuned(model, output_dir, tokenizer, architecture, {**label_config(labels), "spanbert": spanbert})
 
@@ -337,10 +342,6 @@ def predict_logits(
     Under torchrun each rank predicts its share and every rank returns all logits (contract 7), so
     call it on every rank.
     """
-    from spanbert.distributed import is_main
-    from spanbert.tasks.common import predict_sharded
-    from spanbert.trainer import predict_batches
-
     quiet = not progress or not is_main()  # one bar under torchrun, none with --disable_tqdm
 
     def predict(indices) -> list[np.ndarray]:
@@ -392,9 +393,6 @@ def finetune_selected(
     ``eval_size`` (`spanbert.trainer.eval_size` of the dev features) lets the trainer estimate an
     evaluation, print it in the plan and lower the evaluations of a short run (`trainer.plan_finetuning`).
     """
-    from spanbert.tasks.common import KeepBest
-    from spanbert.trainer import train
-
     if not train_features:
         raise SpanBertError("no training examples")
 
@@ -434,6 +432,4 @@ print_metrics = common.print_metrics
 
 def write_json(path: str | Path, data: Any) -> None:
     """Pretty JSON, atomically, written once under torchrun (`spanbert.tasks.common.write_json`)."""
-    from spanbert.tasks.common import write_json as _write_json
-
     _write_json(path, data)

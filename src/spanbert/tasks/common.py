@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import shutil
 from collections import Counter
@@ -31,7 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from spanbert import distributed, families
+from spanbert import distributed, families, trainer
 from spanbert.config import (
     ArgumentParser,
     add_dataclass_arguments,
@@ -39,9 +40,11 @@ from spanbert.config import (
     dataclass_from_args,
     load_yaml,
     parse_args_with_config,
+    parse_key_values,
 )
 from spanbert.errors import DataError, SpanBertError
-from spanbert.trainer import TrainingArguments
+from spanbert.trainer import BEST_DIR, TrainingArguments, latest_checkpoint, resolve_device, steps_per_epoch
+from spanbert.utils import atomic_write, output_file
 
 T = TypeVar("T")
 
@@ -116,8 +119,6 @@ def task_parser(prog: str, doc: str | None) -> ArgumentParser:
 def add_predict_arguments(parser: argparse.ArgumentParser, model_help: str, output_help: str, unit: str) -> None:
     """--model (required), --output (required, checked by the output contract) and the inference options:
     the options of every `predict` that reads one data file and writes one predictions file."""
-    from spanbert.utils import output_file
-
     parser.add_argument("--model", required=True, help=model_help)
     parser.add_argument("--output", required=True, type=output_file, help=output_help)
     add_inference_arguments(parser, unit)
@@ -229,8 +230,6 @@ def training_arguments(args: argparse.Namespace, defaults: dict[str, Any] | None
 def _named(args: argparse.Namespace) -> set[str]:
     """The options the user named: flags and ``--config`` YAML keys (both reach ``args``,
     `parse_task_args`) and key=value overrides."""
-    from spanbert.config import parse_key_values
-
     return set(vars(args)) | set(parse_key_values(getattr(args, "overrides", None) or []))
 
 
@@ -244,8 +243,6 @@ def check_output_dir(targs: TrainingArguments) -> None:
     an unwritable place or a folder of only other files refused; an earlier run refused unless --resume /
     --overwrite_output_dir, contract 3), and an earlier sweep's summary likewise. Every task's finetune
     calls it as soon as its `TrainingArguments` are built, before any work."""
-    from spanbert import trainer
-
     check = getattr(trainer, "check_output_dir", None)
     if check is not None:
         check(targs)
@@ -314,8 +311,6 @@ def seed_dropout(seed: int) -> None:
 
 def write_json(path: str | Path, data: Any) -> None:
     """Pretty JSON, atomically, written once (rank 0)."""
-    from spanbert.utils import atomic_write
-
     def write() -> None:
         with atomic_write(path, encoding="utf-8") as f:
             json.dump(data, f, indent=2, sort_keys=True, ensure_ascii=False)
@@ -461,8 +456,6 @@ def load_task_model(
     tokenizer framed for its family). ``build(encoder, config_json)`` puts the task's head on an encoder
     of the saved family and sizes; the folder is refused before anything is read when its config.json
     names none of ``architectures`` (``needs`` says what the command needs), and every weight must fit."""
-    from spanbert.trainer import resolve_device
-
     families.check_task_folder(model_dir, architectures, needs)
     config_json, state, tokenizer = load_finetuned(model_dir)
     source = str(Path(model_dir) / "config.json")
@@ -540,10 +533,6 @@ class KeepBest:
 def planned_steps(train_examples: int, args: TrainingArguments) -> int:
     """The optimizer steps of a whole run, as `spanbert.trainer.train` computes them when it batches by
     sequence count (the task datasets have no token lengths for ``max_tokens_per_batch``)."""
-    import math
-
-    from spanbert.trainer import steps_per_epoch
-
     world = distributed.distributed_env()[1]
     G = args.per_device_train_batch_size * args.gradient_accumulation_steps * world
     if args.max_steps > 0:
@@ -566,8 +555,6 @@ SELECTION_KEYS = ("selected_step", "selected_by")
 def cell_arguments(targs: TrainingArguments, learning_rate: float, batch_size: int, run_dir: Path) -> TrainingArguments:
     """The training arguments of one sweep cell. With --resume a cell that has no checkpoint yet
     starts fresh (the sweep skips the finished cells; only the interrupted one resumes)."""
-    from spanbert.trainer import latest_checkpoint
-
     resume = targs.resume and latest_checkpoint(run_dir) is not None
     return dataclasses.replace(
         targs,
@@ -588,8 +575,6 @@ def prune_run(run_dir: Path, keep_weights: bool) -> None:
     """Bounded disk for a finished sweep run: remove its resumable checkpoints (optimizer state),
     ``latest`` and ``best/`` (the selected weights are the saved model); without ``keep_weights`` also
     the saved model's weights. Its small results (config, dev scores, predictions, log) stay."""
-    from spanbert.trainer import BEST_DIR
-
     for p in run_dir.glob("checkpoint-*"):
         if p.is_dir():
             shutil.rmtree(p, ignore_errors=True)
@@ -621,8 +606,6 @@ def sweep(
 
     Under torchrun every rank runs every training run; the best run is chosen once (rank 0) and the
     files are pruned, moved and written once."""
-    from spanbert.utils import atomic_write
-
     output_dir = Path(output_dir)
     summary_path = output_dir / SWEEP_SUMMARY
 

@@ -20,6 +20,8 @@ import numpy as np
 
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics.classification import conlleval
+from spanbert.tasks.classification import IGNORE_INDEX
+from spanbert.tasks.common import percent
 from spanbert.utils import atomic_write
 
 _TAG = re.compile(r"^(O|[BIES]-\S+)$")
@@ -130,8 +132,6 @@ def ner_features(
     carries label -100, so the loss and the predictions are on the piece's own words only. The
     document is a run of consecutive sentences with the same ``document`` index.
     """
-    from spanbert.tasks.classification import IGNORE_INDEX
-
     budget = max_seq_length - 2
     features = []
     all_pieces: list[list[list[int]]] = []  # sentence -> word -> its WordPiece ids
@@ -210,8 +210,6 @@ def decode(
 def score(sentences: list[NerSentence], pred: list[list[str]]) -> dict[str, Any]:
     """conlleval's entity-level precision / recall / F1 and per-type scores, x100 (0-100, as the
     conlleval script prints them)."""
-    from spanbert.tasks.common import percent
-
     return percent(conlleval([s.tags for s in sentences], pred))
 
 

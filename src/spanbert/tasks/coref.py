@@ -31,22 +31,30 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from spanbert import families, threads
-from spanbert.config import dataclass_from_args, parse_key_values
-from spanbert.distributed import eprint0, print0
+from spanbert import distributed, families, threads, trainer
+from spanbert.config import add_dataclass_arguments, dataclass_from_args, parse_key_values
+from spanbert.distributed import broadcast_object, eprint0, is_main, print0, resolve_device
 from spanbert.errors import DataError, SpanBertError, decode_utf8, utf8_argument
+from spanbert.metrics.coref import evaluate_documents
 from spanbert.tasks.common import (
     add_finetune_arguments,
+    check_output_dir,
+    load_encoder,
+    load_finetuned,
+    load_tokenizer_for,
     parse_task_args,
     predict_sharded,
     print_metrics,
+    save_finetuned,
+    seed_dropout,
+    seed_init,
     start_distributed,
     task_parser,
     write_once,
 )
 from spanbert.tasks import common
 from spanbert.tasks.spec import RESULTS_FILE, DevSplit, TaskSpec, task_cli
-from spanbert.utils import atomic_write, output_file
+from spanbert.utils import atomic_write, output_file, progress_bar
 
 Span = tuple[int, int]  # inclusive (start, end) word or sub-token indices
 
@@ -1037,8 +1045,6 @@ class CorefPredictor:
     """
 
     def __init__(self, model: CorefModel, tokenizer: Any, device: str | torch.device = "auto"):
-        from spanbert.distributed import resolve_device
-
         self.model = model
         self.tokenizer = tokenizer
         self.device = device if isinstance(device, torch.device) else resolve_device(device)
@@ -1062,11 +1068,7 @@ class CorefPredictor:
         return decode_clusters(out, f.word_map, self.model.predicts_singletons)
 
     def predict_documents(self, docs: Sequence[CorefDocument], progress: bool = True) -> list[list[list[Span]]]:
-        from spanbert.utils import progress_bar
-
         out = []
-        from spanbert.distributed import is_main
-
         for doc in progress_bar(docs, desc="predict", unit="doc", disable=not progress or not is_main(), leave=False):
             out.append(self.predict_features(featurize(doc, self.tokenizer, self.model.config.max_seq_length)))
         return out
@@ -1108,8 +1110,6 @@ def _architectures() -> tuple[str, ...]:
 
 
 def save_coref_model(model: CorefModel, output_dir: str | Path, tokenizer: Any) -> None:
-    from spanbert.tasks.common import save_finetuned
-
     name = ARCHITECTURE if model.bert.model_type == "bert" else families.architecture(model.bert, "ForCoreference")
     save_finetuned(
         model, output_dir, tokenizer, name, {"spanbert": {"task": "coref", "coref": asdict(model.config)}}
@@ -1124,8 +1124,6 @@ def check_model(model_dir: str | Path) -> None:
 def load_coref_model(model_dir: str | Path) -> tuple[CorefModel, Any]:
     """A model saved by `save_coref_model` (``spanbert finetune coref``, any family), in eval mode, and its
     tokenizer framed for its family."""
-    from spanbert.tasks.common import load_finetuned
-
     check_model(model_dir)
     config_json, state, tokenizer = load_finetuned(model_dir)
     settings = config_json.get("spanbert", {}).get("coref")
@@ -1157,8 +1155,6 @@ def load_coref_model(model_dir: str | Path) -> tuple[CorefModel, Any]:
 def evaluate_clusters(
     docs: Sequence[CorefDocument], predictions: Sequence[Sequence[Sequence[Span]]]
 ) -> dict[str, float]:
-    from spanbert.metrics.coref import evaluate_documents
-
     return evaluate_documents([d.clusters for d in docs], predictions)
 
 
@@ -1224,8 +1220,6 @@ COREF_PRESETS: dict[str, dict[str, dict[str, Any]]] = {
 def _featurize_all(
     docs: Sequence[CorefDocument], tokenizer: Any, max_seq_length: int, desc: str, progress: bool = True
 ) -> list[CorefFeatures]:
-    from spanbert.utils import progress_bar
-
     bar = progress_bar(docs, desc=desc, unit="doc", leave=False, disable=not progress)
     return [featurize(d, tokenizer, max_seq_length) for d in bar]
 
@@ -1276,20 +1270,6 @@ def finetune_coref(
     Under torchrun every rank trains on its share of the documents; dev documents are split across
     the ranks and their predictions gathered, so every rank returns the same scores; rank 0 writes.
     """
-    from spanbert import distributed
-    from spanbert.distributed import broadcast_object, is_main, print0
-    from spanbert.tasks.common import (
-        check_output_dir,
-        load_encoder,
-        load_tokenizer_for,
-        predict_sharded,
-        seed_dropout,
-        seed_init,
-        start_distributed,
-        write_once,
-    )
-    from spanbert.trainer import steps_per_epoch, train
-
     check_output_dir(targs)  # an existing run is refused before any work
     if targs.per_device_train_batch_size != 1:
         raise SpanBertError(
@@ -1361,7 +1341,7 @@ def finetune_coref(
     # the task layers at --learning_rate with task_weight_decay, each set clipped to max_grad_norm apart.
     task_prefixes = [f"{name}." for name, _ in model.named_children() if name != "bert"]
     t0 = time.perf_counter()
-    result = train(
+    result = trainer.train(
         model, dataset, targs, collate_fn=collate_document,
         lr_by_prefix={"bert.": config.encoder_learning_rate}, eval_fn=predict_dev if dev_docs else None,
         run_config={"task": "coref", "coref": asdict(config)},  # compared on --resume
@@ -1379,7 +1359,7 @@ def finetune_coref(
     # the trainer loads the best weights only at the planned end (not after an earlier --stop_at_step)
     world = distributed.world_size()
     planned = targs.max_steps if targs.max_steps > 0 else math.ceil(
-        targs.num_train_epochs * steps_per_epoch(len(dataset), targs.gradient_accumulation_steps * world, world)
+        targs.num_train_epochs * trainer.steps_per_epoch(len(dataset), targs.gradient_accumulation_steps * world, world)
     )
     selected = result.best_step if metric and result.global_step == planned else None
     if dev_docs:
@@ -1424,8 +1404,6 @@ def _predict_again(model: nn.Module, predict_dev: Any, step: int) -> None:
 
 
 def _add_coref_arguments(parser: argparse.ArgumentParser) -> None:
-    from spanbert.config import add_dataclass_arguments
-
     group = parser.add_argument_group("coreference model")
     add_dataclass_arguments(group, CorefConfig)
 

@@ -27,10 +27,14 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from spanbert.distributed import print0
+from spanbert import trainer
+from spanbert.distributed import is_main, print0, world_size
 from spanbert.dropout import Dropout
 from spanbert.errors import SpanBertError
+from spanbert.tasks.classification import IGNORE_INDEX, FeatureDataset
+from spanbert.tasks.common import predict_sharded
 from spanbert.tasks.layers import CRF, ScalarMix, set_dropout
+from spanbert.trainer import predict_batches, train
 
 TASK = "ForCrfTagging"
 """The task part of the saved architecture name (``BertForCrfTagging``, ``TwoTowerForCrfTagging``)."""
@@ -159,8 +163,6 @@ class WordCollator:
         self.pad_id = pad_id
 
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, Tensor]:
-        from spanbert.tasks.classification import IGNORE_INDEX
-
         B = len(features)
         T = max(len(f["input_ids"]) for f in features)
         W = max(1, max(len(f["first_token"]) for f in features))
@@ -189,10 +191,6 @@ def predict_tags(model: nn.Module, features: list[dict[str, Any]], pad_id: int, 
                  progress: bool = False) -> tuple[list[np.ndarray], float | None]:  # fmt: skip
     """(Viterbi tag ids of each feature's words, mean NLL per feature or None without labels). Under
     torchrun each rank runs its share and every rank gets everything (call it on every rank)."""
-    from spanbert.distributed import is_main
-    from spanbert.tasks.common import predict_sharded
-    from spanbert.trainer import predict_batches
-
     def run(indices: Sequence[int]) -> list[tuple[np.ndarray, float | None]]:
         items = [features[i] for i in indices]
         res: list[tuple[np.ndarray, float | None]] = []
@@ -230,9 +228,6 @@ def train_with_early_stopping(model: nn.Module, dataset: Any, args: Any, collate
     each epoch is a ``stop_at_step`` job continued with ``resume`` (the schedule stays that of all the
     epochs, as in the paper), the dev loss is evaluated once per epoch and the best epoch is kept with
     ``metric_for_best_model``. Returns the last `spanbert.trainer.TrainResult`."""
-    from spanbert import trainer
-    from spanbert.distributed import world_size
-
     if args.max_tokens_per_batch:
         raise SpanBertError("--max_tokens_per_batch: early stopping counts epochs in batches of sentences; "
                             "expected 0 (use --per_device_train_batch_size) or --early_stopping false")  # fmt: skip
@@ -271,9 +266,6 @@ def finetune(model: CrfTagger, train_features: list[dict[str, Any]], dev: list[A
              ) -> tuple[dict[str, Any], list[list[str]]]:  # fmt: skip
     """Train the tagger (early stopping on the dev loss when there is a dev set and ``config.early_stopping``);
     returns (dev metrics with ``loss``, dev predictions), both empty without a dev set."""
-    from spanbert.tasks.classification import FeatureDataset
-    from spanbert.trainer import train
-
     def eval_fn(m: nn.Module, step: int) -> dict[str, float]:
         tag_ids, loss = predict_tags(m, dev_features, pad_id, args.per_device_eval_batch_size)
         scores = score(dev, words_to_tags(dev, dev_features, tag_ids, labels))

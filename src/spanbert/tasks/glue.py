@@ -16,6 +16,7 @@ Scores are reported x100 (0-100), as the GLUE leaderboard and the paper's Table 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -24,18 +25,26 @@ from typing import Any
 
 import numpy as np
 
+from spanbert import families
 from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics.classification import accuracy, binary_f1, matthews_corrcoef, pearson, spearman
+from spanbert.tasks.classification import pair_input
+from spanbert.tasks import classification as C
 from spanbert.tasks.common import (
     add_inference_arguments,
     add_scoring_source,
     family_defaults,
     finetune_command,
+    load_tokenizer_for,
     match_by_id,
+    percent,
     print_metrics,
+    selection_defaults,
+    selection_summary,
     start_distributed,
     task_parser,
+    write_once,
 )
 from spanbert.tasks.spec import RESULTS_FILE, DevSplit, TaskSpec, task_cli
 from spanbert.utils import atomic_write, output_folder
@@ -225,8 +234,6 @@ def glue_features(
 ) -> list[dict[str, Any]]:
     """``[CLS] a [SEP] (b [SEP])`` ids and token types, pairs cut longest-first to ``max_seq_length``, in
     the tokenizer's family framing (the two-tower model: ``<s> a <sep> b </s>``)."""
-    from spanbert.tasks.classification import pair_input
-
     enc_a = tokenizer.encode_batch([e.text_a for e in examples])
     enc_b = tokenizer.encode_batch([e.text_b for e in examples]) if task.text_b else [None] * len(examples)
     label2id = {l: i for i, l in enumerate(task.labels)} if task.labels else None
@@ -246,8 +253,6 @@ def glue_metrics(task: GlueTask, gold: list[str], pred: list[str]) -> dict[str, 
     """The leaderboard metrics of one dev split, plus ``score``: the task's single number in the GLUE
     average (the mean of the two metrics for MRPC, QQP and STS-B). All x100 (0-100), as the
     leaderboard shows them."""
-    from spanbert.tasks.common import percent
-
     return percent(_glue_metrics(task, gold, pred))
 
 
@@ -292,8 +297,6 @@ def labels_of(task: GlueTask, logits: list[np.ndarray]) -> list[str]:
 def write_submission(path: str | Path, examples: list[GlueExample], labels: list[str]) -> None:
     """GLUE submission format: header ``index<TAB>prediction``, one row per example (written once
     under torchrun)."""
-    from spanbert.tasks.common import write_once
-
     def write() -> None:
         with atomic_write(path, encoding="utf-8") as f:
             f.write("index\tprediction\n")
@@ -363,8 +366,6 @@ def default_arguments(task: GlueTask) -> dict[str, Any]:
     """Appendix B: lr in {5e-6..5e-5} (2e-5 without --sweep), batch 32, 10 epochs, CoLA 4; the model of
     the best dev ``score`` of 10 evaluations an epoch is kept (the released run_glue.py: its
     EVAL_METRICS are the same numbers, MNLI on matched dev)."""
-    from spanbert.tasks.common import selection_defaults
-
     return dict(
         output_dir=f"runs/glue-{task.name}",
         learning_rate=2e-5,
@@ -386,9 +387,6 @@ def finetune_glue(
     max_eval_examples: int | None = None,
 ) -> dict[str, float]:
     """Fine-tune on ``data_dir``'s train split, score every dev split, save to ``args.output_dir``."""
-    from spanbert.tasks import classification as C
-    from spanbert.tasks.common import selection_summary, write_once
-
     out = Path(args.output_dir)
     selected = None
     train = read_split(task, data_dir, task.train)[:max_train_examples]
@@ -399,8 +397,6 @@ def finetune_glue(
         C.write_json(out / MAJORITY_FILE, {"task": task.name, "label": majority, "train_examples": len(train)})
         pred = {s: [majority] * len(g) for s, g in gold.items()}
     else:
-        from spanbert.tasks.common import load_tokenizer_for
-
         tokenizer = load_tokenizer_for(model_dir, tokenizer_dir)
         train_features = glue_features(task, train, tokenizer, max_seq_length)
         dev_features = {s: glue_features(task, exs, tokenizer, max_seq_length, False) for s, exs in dev.items()}
@@ -440,12 +436,8 @@ def predict_glue(
     progress: bool = True,
 ) -> list[str]:  # fmt: skip
     """Labels for ``examples`` from a folder saved by `finetune_glue` (or WNLI's majority class)."""
-    from spanbert.tasks import classification as C
-
     model_dir = Path(model_dir)
     if (model_dir / MAJORITY_FILE).exists():
-        import json
-
         path = model_dir / MAJORITY_FILE
         try:
             label = json.loads(path.read_text(encoding="utf-8"))["label"]
@@ -478,8 +470,6 @@ NEEDS = "a GLUE model (spanbert finetune glue)"
 def check_model(task: GlueTask, model_dir: str | Path) -> None:
     """Refuse, before any data is read, a folder that holds no model for ``task``: a pre-trained-only
     folder, another task's model, or a GLUE model of another GLUE task."""
-    from spanbert import families
-
     if (Path(model_dir) / MAJORITY_FILE).exists():
         return
     raw = families.check_task_folder(model_dir, families.architectures("ForSequenceClassification"), NEEDS)

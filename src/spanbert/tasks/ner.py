@@ -28,17 +28,26 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from spanbert import families
 from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError
-from spanbert.config import add_dataclass_arguments, dataclass_from_args
+from spanbert.config import add_dataclass_arguments, dataclass_from_args, load_yaml
 from spanbert.tasks import crf_tagger as CT
 from spanbert.tasks import ner_features as NF
+from spanbert.tasks import classification as C
 from spanbert.tasks.common import (
     add_predict_arguments,
     add_scoring_source,
     family_defaults,
     finetune_command,
+    load_encoder,
+    load_task_model,
+    load_tokenizer_for,
+    model_in_argv,
     print_metrics,
+    save_finetuned,
+    seed_dropout,
+    seed_init,
     selection_defaults,
     selection_summary,
     start_distributed,
@@ -93,17 +102,6 @@ def finetune_ner(
     """Fine-tune a tagger (``tagger``: linear or bilstm-crf; None = the family's default) and save it in
     ``args.output_dir``; returns dev conlleval scores. ``document_context`` (§5.3, on by default as in the
     paper) is saved in config.json for prediction; ``crf`` is the `CrfTaggerConfig` of the biLSTM-CRF."""
-    from spanbert import families
-    from spanbert.tasks import classification as C
-    from spanbert.tasks import crf_tagger as CT
-    from spanbert.tasks.common import (
-        load_encoder,
-        load_tokenizer_for,
-        seed_dropout,
-        seed_init,
-        write_once,
-    )
-
     tagger = tagger or families.habits_of(model_dir).tagger
     if tagger not in TAGGERS:
         raise SpanBertError(f"--tagger: found {tagger!r}, expected one of {', '.join(TAGGERS)}")
@@ -167,19 +165,12 @@ NEEDS = "a NER model (spanbert finetune ner)"
 def save_tagger(model: Any, out: Path, tokenizer: Any, architecture: str, labels: list[str],
                 settings: dict[str, Any]) -> None:  # fmt: skip
     """Save a tagger whose head is not one of `classification`'s (the biLSTM-CRF)."""
-    from spanbert.tasks import classification as C
-    from spanbert.tasks.common import save_finetuned
-
     save_finetuned(model, out, tokenizer, architecture, {**C.label_config(labels), "spanbert": settings})
 
 
 def check_model(model_dir: str | Path) -> dict[str, Any]:
     """config.json of a NER model folder; anything else (a pre-trained-only folder, a GLUE model) is
     refused before any data is read."""
-    from spanbert import families
-    from spanbert.tasks import crf_tagger as CT
-    from spanbert.tasks import ner_features as NF
-
     if NF.is_feature_model(model_dir):
         return {}
     accepted = families.architectures("ForTokenClassification") + families.architectures(CT.TASK)
@@ -196,12 +187,6 @@ def predict_ner(
 ) -> list[list[str]]:  # fmt: skip
     """Tags for every word of ``sentences`` with a model saved by `finetune_ner`. With ``source`` (the
     data file), gold tags the model never saw in training are a warning (they count as misses)."""
-    from spanbert import families
-    from spanbert.tasks import classification as C
-    from spanbert.tasks import crf_tagger as CT
-    from spanbert.tasks import ner_features as NF
-    from spanbert.tasks.common import load_task_model
-
     if NF.is_feature_model(model_dir):  # a biLSTM on frozen features (`finetune ner --features`)
         return NF.predict(model_dir, sentences, batch_size, device, progress, source)
     raw = check_model(model_dir)
@@ -247,8 +232,6 @@ def _wants_features(argv: list[str]) -> bool:
     if known.features:
         return True
     if known.config:
-        from spanbert.config import load_yaml
-
         data = load_yaml(known.config)
         return any(k == "features" or (isinstance(v, dict) and "features" in v) for k, v in data.items())
     return False
@@ -257,9 +240,6 @@ def _wants_features(argv: list[str]) -> bool:
 def _tagger_in_argv(argv: list[str]) -> str:
     """The tagger a ``finetune ner`` command line asks for: ``--tagger`` (or ``tagger:`` in its ``--config``
     YAML), else the ``--model`` family's default (linear when the folder cannot be read yet)."""
-    from spanbert import families
-    from spanbert.tasks.common import model_in_argv
-
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--tagger")
     pre.add_argument("--config")
@@ -267,8 +247,6 @@ def _tagger_in_argv(argv: list[str]) -> str:
     if known.tagger:
         return known.tagger
     if known.config:
-        from spanbert.config import load_yaml
-
         for k, v in load_yaml(known.config).items():
             if k == "tagger" and isinstance(v, str):
                 return v

@@ -34,15 +34,51 @@ from typing import Any
 
 import numpy as np
 import torch
+from safetensors.torch import load_file
 from torch import Tensor, nn
 
-from spanbert import threads
+from spanbert import families, threads
 from spanbert.checkpoints import save_checkpoint
-from spanbert.config import ArgumentParser
-from spanbert.distributed import print0
+from spanbert.config import ArgumentParser, add_dataclass_arguments, dataclass_from_args
+from spanbert.distributed import is_main, print0
 from spanbert.dropout import Dropout
 from spanbert.errors import DataError, SpanBertError
+from spanbert.tasks import common
+from spanbert.tasks.classification import (
+    IGNORE_INDEX,
+    Collator,
+    label_config,
+    labels_from_config,
+    print_metrics,
+    token_outputs,
+    write_json,
+)
+from spanbert.tasks.common import (
+    KeepBest,
+    add_finetune_arguments,
+    check_output_dir,
+    load_encoder,
+    load_tokenizer_for,
+    parse_task_args,
+    predict_sharded,
+    seed_dropout,
+    seed_init,
+    selection_summary,
+    start_distributed,
+    warn_unseen,
+    write_once,
+)
+from spanbert.tasks.conll import (
+    add_document_context_argument,
+    label_list,
+    ner_features,
+    read_conll,
+    score,
+    write_predictions,
+)
 from spanbert.tasks.spec import RESULTS_FILE
+from spanbert.trainer import predict_batches, resolve_device, train
+from spanbert.utils import atomic_dir, progress_bar
 
 MODEL_TYPE = "spanbert-ner-features"
 """``model_type`` of a saved feature-based tagger's config.json (how `predict_ner` recognises one)."""
@@ -133,11 +169,6 @@ def extract(
     """Write ``encoder``'s activation of each layer in ``layers`` at the first sub-token of every word
     into ``outputs[k][word]`` (arrays of shape (words, H), flat over the sentences in order: see
     `word_offsets`). ``only``: encode just these sentences (their neighbours still give context)."""
-    from spanbert.utils import progress_bar
-
-    from spanbert.tasks.classification import Collator
-    from spanbert.tasks.conll import ner_features
-
     feats = ner_features(list(sentences), tokenizer, None, max_seq_length, document_context=document_context)
     if only is not None:
         feats = [f for f in feats if f["sentence"] in only]
@@ -206,8 +237,6 @@ def cached_features(
     """The features of ``sentences`` (read from ``data_path``) under ``model_dir``: read from
     ``cache_dir`` when a folder with the same key is there, else extracted once (rank 0 under
     torchrun, the others wait) and written atomically (a killed run leaves no half cache)."""
-    from spanbert.tasks.common import load_tokenizer_for, write_once
-
     key_fields = {
         "version": CACHE_VERSION,
         "encoder": encoder_fingerprint(model_dir),
@@ -222,10 +251,6 @@ def cached_features(
     folder = Path(cache_dir) / f"{Path(data_path).name}-{key}"
 
     def build() -> None:
-        from spanbert.tasks.common import load_encoder
-        from spanbert.trainer import resolve_device
-        from spanbert.utils import atomic_dir
-
         if (folder / "meta.json").is_file():
             print0(f"read the cached features of {data_path} from {folder} (the encoder is not run)")
             return
@@ -295,8 +320,6 @@ class FeatureTagger(nn.Module):
         return features[:, :, 0]  # (B, W, H)
 
     def forward(self, features: Tensor, lengths: Tensor, labels: Tensor | None = None) -> dict[str, Tensor]:
-        from spanbert.tasks.classification import token_outputs
-
         x = self.dropout(self.mix(features))  # (B, W, D)
         W = x.shape[1]
         packed = nn.utils.rnn.pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
@@ -328,8 +351,6 @@ class SentenceFeatures(torch.utils.data.Dataset):
 
 def collate(items: list[dict[str, Any]]) -> dict[str, Tensor]:
     """Pad sentences to the longest: ``features`` (B, W, k, H), ``lengths`` (B,), ``labels`` (B, W)."""
-    from spanbert.tasks.classification import IGNORE_INDEX
-
     lengths = [len(x["features"]) for x in items]
     k, H = items[0]["features"].shape[1:]
     feats = torch.zeros((len(items), max(lengths), k, H), dtype=torch.float32)  # (B, W, k, H)
@@ -347,10 +368,6 @@ def collate(items: list[dict[str, Any]]) -> dict[str, Tensor]:
 def predict_tags(model: nn.Module, dataset: SentenceFeatures, labels: list[str], batch_size: int = 64,
                  progress: bool = False) -> list[list[str]]:  # fmt: skip
     """The tag of every word of the dataset's sentences (argmax, no CRF as §5.3); sharded under torchrun."""
-    from spanbert.distributed import is_main
-    from spanbert.tasks.common import predict_sharded
-    from spanbert.trainer import predict_batches
-
     device = next(model.parameters()).device
 
     def run(indices: Sequence[int]) -> list[list[str]]:
@@ -424,10 +441,6 @@ def train_head(
 ) -> tuple[FeatureTagger, dict[str, Any], list[list[str]] | None]:
     """Train one randomly initialised tagger on one feature choice; returns (model holding the
     selected weights, dev metrics with the selected step, dev predictions of that model)."""
-    from spanbert.tasks.common import KeepBest, seed_dropout, seed_init, selection_summary
-    from spanbert.tasks.conll import score
-    from spanbert.trainer import train
-
     mode, layers = choice_layers(choice, train_store.num_layers)
     seed_init(args.seed)
     model = FeatureTagger(mode, len(layers), train_store.meta["hidden_size"], len(labels), head.lstm_hidden_size,
@@ -457,8 +470,6 @@ def train_head(
 def save_head(model: FeatureTagger, out: Path, choice: str, labels: list[str], settings: dict[str, Any]) -> None:
     """config.json (``model_type`` `MODEL_TYPE`, id2label, the encoder and feature settings) and
     model.safetensors (the head's weights only; the encoder stays where ``settings["encoder"]`` says)."""
-    from spanbert.tasks.classification import label_config
-
     mode, layers = choice_layers(choice, settings["num_layers"])
     config = {
         "model_type": MODEL_TYPE,
@@ -471,8 +482,6 @@ def save_head(model: FeatureTagger, out: Path, choice: str, labels: list[str], s
 
 def is_feature_model(model_dir: str | Path | None) -> bool:
     """True when ``model_dir`` holds a tagger saved by `finetune_features`."""
-    from spanbert import families
-
     if model_dir is None or not Path(model_dir).is_dir():
         return False
     try:
@@ -498,11 +507,6 @@ def finetune_features(
     ``head.features``. One choice saves into ``args.output_dir``; several into
     ``args.output_dir/<choice>/``, with ``features_results.json`` (dev scores of every choice) on top.
     Returns {choice: dev metrics}."""
-    from spanbert import families
-    from spanbert.tasks.classification import write_json
-    from spanbert.tasks.common import write_once
-    from spanbert.tasks.conll import label_list, read_conll, write_predictions
-
     choices = parse_choices(head.features)
     # every choice must fit the encoder's depth: checked from its config.json before any feature is
     # extracted, not after an hour of filling the cache (issue 22.13)
@@ -515,8 +519,6 @@ def finetune_features(
     label2id = {l: i for i, l in enumerate(labels)}
     train_labels = _labels_of(train, label2id)
     if dev:
-        from spanbert.tasks.common import warn_unseen
-
         warn_unseen(dev_path, [t for s in dev for t in s.tags], labels, "tag", f"the training file {train_path}")
     out = Path(args.output_dir)
     cache = Path(head.feature_cache) if head.feature_cache else out / "feature_cache"
@@ -575,12 +577,6 @@ def predict(
 ) -> list[list[str]]:  # fmt: skip
     """Tags with a tagger saved by `finetune_features`: the input is encoded with the encoder it names
     (checked against the fingerprint saved at training), only the layers it uses, in memory."""
-    from safetensors.torch import load_file
-
-    from spanbert.tasks.classification import labels_from_config
-    from spanbert.tasks.common import load_encoder, load_tokenizer_for
-    from spanbert.trainer import resolve_device
-
     config_file, weights = Path(model_dir) / "config.json", Path(model_dir) / "model.safetensors"
     try:
         config, state = json.loads(config_file.read_text(encoding="utf-8")), load_file(str(weights))
@@ -596,8 +592,6 @@ def predict(
     if encoder_fingerprint(s["encoder"]) != s["encoder_fingerprint"]:
         raise SpanBertError(f"{config_file}: the encoder {s['encoder']} changed since this tagger was trained on it")
     if source is not None:
-        from spanbert.tasks.common import warn_unseen
-
         warn_unseen(source, [t for sent in sentences for t in (sent.tags or [])], labels, "tag",
                     f"the training tags of {model_dir}")  # fmt: skip
     dev = resolve_device(device)
@@ -620,17 +614,6 @@ def predict(
 
 def finetune_cli(argv: list[str], prog: str) -> int:
     """``spanbert finetune ner --features CHOICES ...``."""
-    from spanbert.config import add_dataclass_arguments, dataclass_from_args
-    from spanbert.tasks.classification import print_metrics
-    from spanbert.tasks.common import (
-        add_finetune_arguments,
-        check_output_dir,
-        parse_task_args,
-        start_distributed,
-        training_arguments,
-    )
-    from spanbert.tasks.conll import add_document_context_argument
-
     parser = ArgumentParser(prog=f"{prog} --features", description=__doc__.split("\n\n")[0])
     parser.add_argument("--train_file", "--train", dest="train", required=True, help="CoNLL-2003 training file")
     parser.add_argument("--validation_file", "--dev", dest="dev", help="CoNLL-2003 dev file (selects the best epoch)")
@@ -647,7 +630,7 @@ def finetune_cli(argv: list[str], prog: str) -> int:
     parse_choices(head.features)  # a bad choice fails before any work
     if head.feature_dtype not in ("float32", "float16"):
         raise SpanBertError(f"--feature_dtype: found {head.feature_dtype!r}, expected float32 or float16")
-    targs = training_arguments(args, DEFAULTS)
+    targs = common.training_arguments(args, DEFAULTS)
     check_output_dir(targs)
     start_distributed(targs.device)
     results = finetune_features(

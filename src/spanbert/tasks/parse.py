@@ -41,26 +41,37 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from spanbert import families
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.tasks.classification import FeatureDataset
 from spanbert.config import add_dataclass_arguments, dataclass_from_args
-from spanbert.distributed import eprint0, print0
+from spanbert.distributed import eprint0, is_main, print0
 from spanbert.metrics.evalb import EvalbAbort, evalb, summary_text
 from spanbert.tasks.common import (
+    KeepBest,
     add_inference_arguments,
     add_scoring_source,
     family_defaults,
     finetune_command,
+    load_encoder,
+    load_task_model,
     model_in_argv,
+    predict_sharded,
     print_metrics,
+    save_finetuned,
+    seed_dropout,
+    seed_init,
     selection_defaults,
+    selection_summary,
     start_distributed,
     task_parser,
     warn_unseen,
+    write_json,
     write_once,
 )
 from spanbert.tasks.spec import RESULTS_FILE, TaskSpec, task_cli
-from spanbert.tasks.trees import Tree, read_trees, tokenize, write_trees
+from spanbert.tasks.trees import Tree, _parse, read_trees, tokenize, write_trees
+from spanbert.trainer import predict_batches, train as run_training
 from spanbert.utils import output_file
 
 CHAIN = "+"
@@ -422,10 +433,6 @@ def predict_trees(
 ) -> Parsed:  # fmt: skip
     """The trees of ``sentences`` in order. ``tags[k]`` (the input's tags) is kept on the output when
     given, else the tagger's prediction. Under torchrun each rank parses its share (every rank gets all)."""
-    from spanbert.distributed import is_main
-    from spanbert.tasks.common import predict_sharded
-    from spanbert.trainer import predict_batches
-
     device = next(model.parameters()).device
     decode = [0.0]
 
@@ -486,8 +493,6 @@ FAMILY_RATES: dict[str, tuple[float, float]] = {
 def family_rates(model_dir: str | Path | None) -> tuple[float, float]:
     """(encoder, parser) learning rates of the family in ``model_dir`` (BERT's when unreadable: the load
     reports the folder's problem later)."""
-    from spanbert import families
-
     try:
         name = families.family_of(model_dir) if model_dir is not None else "bert"
     except SpanBertError:
@@ -498,8 +503,6 @@ def family_rates(model_dir: str | Path | None) -> tuple[float, float]:
 def evalb_scores(gold: Sequence[Tree], predicted_lines: Sequence[str]) -> dict[str, Any]:
     """EVALB (COLLINS.prm) figures of predicted lines against gold trees: the All summary, and the
     len<=40 one with that prefix. F1 etc. on EVALB's 0-100 scale."""
-    from spanbert.metrics.evalb import evalb
-
     return evalb([str(t) for t in gold], predicted_lines).metrics()
 
 
@@ -515,20 +518,6 @@ def finetune_parse(
 ) -> dict[str, Any]:  # fmt: skip
     """Train a chart parser on the trees of ``train_path`` and save it in ``targs.output_dir`` with its
     dev predictions and EVALB scores (the model of the best dev F1 when ``metric_for_best_model``)."""
-    from spanbert import families
-    from spanbert.tasks.common import (
-        KeepBest,
-        load_encoder,
-        save_finetuned,
-        seed_dropout,
-        seed_init,
-        selection_summary,
-        write_json,
-        write_once,
-    )
-    from spanbert.tasks.trees import write_trees
-    from spanbert.trainer import train as run_training
-
     train = read_trees(train_path)
     dev = read_trees(dev_path) if dev_path else None
     train_trees, train_sources = train.trees[:max_train_examples], train.sources[:max_train_examples]
@@ -584,9 +573,6 @@ def finetune_parse(
 
 def load_parser(model_dir: str | Path, device: str = "cpu") -> tuple[ChartParser, Any]:
     """(parser in eval mode on ``device``, its tokenizer) of a folder saved by `finetune_parse`."""
-    from spanbert import families
-    from spanbert.tasks.common import load_task_model
-
     def build(encoder: nn.Module, config_json: dict[str, Any]) -> nn.Module:
         s = config_json.get("spanbert", {})
         try:
@@ -618,8 +604,6 @@ def read_predicted_lines(path: str | Path, expected: int, gold: str | Path) -> l
     """The lines of a predictions file, one tree a line, checked: as many as the gold trees, each one
     well-formed tree (an empty line is kept: EVALB counts it as a skip sentence). No cleaning: EVALB
     sees the labels, tags and wrappers as the file has them."""
-    from spanbert.tasks.trees import _parse
-
     path = Path(path)
     try:
         lines = decode_utf8(path.read_bytes(), path, "predicted trees in UTF-8, one a line").splitlines()

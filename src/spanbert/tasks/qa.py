@@ -27,7 +27,7 @@ import math
 import warnings
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -35,24 +35,36 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from spanbert import families
-from spanbert.config import add_dataclass_arguments, dataclass_from_args
-from spanbert.distributed import eprint0, print0
-from spanbert.errors import DataError, SpanBertError, decode_utf8
+from spanbert.config import add_dataclass_arguments, dataclass_from_args, replace_checked
+from spanbert.distributed import eprint0, is_main, print0
+from spanbert.errors import DataError, SpanBertError, decode_utf8, utf8_argument
 from spanbert.metrics import squad as squad_metrics
 from spanbert.tasks.common import (
+    KeepBest,
     add_inference_arguments,
+    check_output_dir,
     family_defaults,
     finetune_command,
+    load_encoder,
+    load_finetuned,
+    load_tokenizer_for,
+    predict_sharded,
+    save_finetuned,
+    seed_dropout,
+    seed_init,
     selection_defaults,
+    selection_summary,
     start_distributed,
     task_parser,
     write_once,
 )
 from spanbert.tasks.spec import RESULTS_FILE, DevSplit, TaskSpec, task_cli
-from spanbert.tasks.layers import scaled
-from spanbert.utils import output_file
+from spanbert.tasks.layers import apply_encoder_dropout, output_layer, scaled
+from spanbert.trainer import eval_size, predict_batches, train
+from spanbert.utils import atomic_write, output_file, progress_bar
 
 # ---------------------------------------------------------------------------------------------
 # Readers
@@ -422,15 +434,11 @@ def tokenize_data(
     Contexts that no example refers to (articles left out by `QAData.select_articles`) are skipped
     and get empty arrays.
     """
-    from spanbert.utils import progress_bar
-
     empty_ids, empty_offsets = np.zeros(0, dtype=np.int32), np.zeros((0, 2), dtype=np.int64)
     c_ids: list[np.ndarray] = [empty_ids] * len(data.contexts)
     c_offsets: list[np.ndarray] = [empty_offsets] * len(data.contexts)
     q_ids: list[np.ndarray] = []
     used = sorted({e.context_index for e in data.examples})
-    from spanbert.distributed import is_main
-
     quiet = not progress or not is_main()  # one bar under torchrun, none with --disable_tqdm
     with progress_bar(total=len(used) + len(data.examples), desc="tokenize", unit="text", disable=quiet) as bar:
         for i in range(0, len(used), batch_size):
@@ -614,8 +622,6 @@ class SpanBertForQuestionAnswering(nn.Module):
 
     def __init__(self, config: Any = None, encoder: nn.Module | None = None, bilstm: bool = False):
         super().__init__()
-        from spanbert.tasks.layers import apply_encoder_dropout, output_layer
-
         self.bert = encoder if encoder is not None else families.encoder_from_config(config.to_hf_dict(), add_pooling_layer=False)  # any family
         self.config = self.bert.config
         H = self.bert.hidden_size
@@ -654,8 +660,6 @@ class SpanBertForQuestionAnswering(nn.Module):
 def _run_bilstm(lstm: nn.LSTM, hidden: Tensor, attention_mask: Tensor | None) -> Tensor:
     """The biLSTM over each sequence's real tokens only (packed: the backward direction starts at the
     last real token, not at padding); padded positions come back as zeros. (B, T, H) -> (B, T, H)."""
-    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
-
     if attention_mask is None:
         return lstm(hidden)[0]
     lengths = attention_mask.sum(1).cpu()  # (B,) right padding
@@ -866,8 +870,6 @@ DEFAULTS: dict[str, Any] = dict(
 
 
 def _config_dict(cfg: QAConfig) -> dict[str, Any]:
-    from dataclasses import asdict
-
     return asdict(cfg)
 
 
@@ -895,10 +897,6 @@ def _map_windows(
     """``reduce(i, start_logits, end_logits)`` of every window ``i``, in feature order, computed batch by
     batch (windows sorted by length to limit padding; each batch's logits are dropped once reduced).
     Under torchrun each rank reduces its share and every rank returns all of them (contract 7)."""
-    from spanbert.distributed import is_main
-    from spanbert.tasks.common import predict_sharded
-    from spanbert.trainer import predict_batches
-
     def collate(items):
         return collate_qa(items, pad_id)
 
@@ -1051,9 +1049,6 @@ def answer_with(
 
 def write_json(path: str | Path, obj: Any) -> None:
     """Pretty JSON, atomically, written once under torchrun (rank 0)."""
-    from spanbert.tasks.common import write_once
-    from spanbert.utils import atomic_write
-
     def write() -> None:
         with atomic_write(path, encoding="utf-8") as f:
             json.dump(obj, f, indent=2, ensure_ascii=False)
@@ -1087,20 +1082,6 @@ def finetune_qa(
     the no-answer threshold is chosen on dev at each evaluation; the selected one is saved in
     config.json. Returns the dev metrics (``"f1"`` is the score the sweep compares).
     """
-    from spanbert.tasks.common import (
-        KeepBest,
-        check_output_dir,
-        load_encoder,
-        load_tokenizer_for,
-        save_finetuned,
-        seed_dropout,
-        seed_init,
-        selection_summary,
-        start_distributed,
-        write_once,
-    )
-    from spanbert.trainer import eval_size, train
-
     check_output_dir(targs)  # before any reading or featurizing
     start_distributed(targs.device)
     tokenizer = load_tokenizer_for(model_dir, tokenizer_dir)
@@ -1226,8 +1207,6 @@ def check_model(model_dir: str | Path) -> None:
 def load_qa_model(model_dir: str | Path) -> tuple[SpanBertForQuestionAnswering, Any, QAConfig]:
     """A fine-tuned QA model (ours, any family, or a HF `BertForQuestionAnswering` folder), its tokenizer
     (framed for its family) and settings."""
-    from spanbert.tasks.common import load_finetuned
-
     check_model(model_dir)
     config_json, state, tokenizer = load_finetuned(model_dir)
     source = Path(model_dir) / "config.json"
@@ -1239,8 +1218,6 @@ def load_qa_model(model_dir: str | Path) -> tuple[SpanBertForQuestionAnswering, 
     saved = config_json.get("spanbert", {})
     if not isinstance(saved, dict):
         raise DataError(source, f"found spanbert {saved!r:.60}; expected a mapping of QA settings")
-    from spanbert.config import replace_checked
-
     names = {f for f in QAConfig.__dataclass_fields__}
     cfg = replace_checked(QAConfig(), {k: v for k, v in saved.items() if k in names}, source=str(source))
     encoder = families.encoder_from_config(config_json, add_pooling_layer=False, source=str(source))
@@ -1353,8 +1330,6 @@ def _check_prediction_ids(
             predictions_file, f"found {len(preds)} predictions and no id among them that is a question of "
             f"{data_file} ({shown}); expected the predictions of that data file",
         )  # fmt: skip
-    import warnings
-
     warnings.warn(
         f"{len(extra)} of {len(preds)} predictions are for question ids not in {data_file}; ignored, as the "
         f"official script does ({shown})", stacklevel=2,
@@ -1364,8 +1339,6 @@ def _check_prediction_ids(
 def _raw_text_request(args: Any) -> str | None:
     """The context of a ``--question`` (from --context or --context_file), or None for a --data run;
     refuses a mix of the two ways or half of one."""
-    from spanbert.errors import utf8_argument
-
     raw = [o for o in ("question", "context", "context_file") if getattr(args, o) is not None]
     if not raw:
         missing = [f"--{o}" for o in ("data", "output") if getattr(args, o) is None]

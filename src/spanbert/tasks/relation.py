@@ -39,12 +39,15 @@ import numpy as np
 from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics.classification import NO_RELATION, semeval_official, tacred_prf
+from spanbert.tasks import classification as C
 from spanbert.tasks.common import (
     add_predict_arguments,
     add_scoring_source,
     family_defaults,
     finetune_command,
+    load_tokenizer_for,
     match_by_id,
+    percent,
     print_metrics,
     selection_defaults,
     selection_summary,
@@ -419,8 +422,6 @@ def score(task: str, gold: list[str], pred: list[str]) -> dict[str, Any]:
 
     TACRED with no positive prediction keeps the official scorer's precision of 100 and says so in
     a ``note``."""
-    from spanbert.tasks.common import percent
-
     if task == "semeval":
         official = semeval_official(gold, pred)
         return percent({"f1": official["macro_f1"], **official})
@@ -524,9 +525,6 @@ def finetune_relation(
     ``dev_results.json`` beside the model. A dev relation that the training examples never show is a
     warning (the model cannot predict it; the official scorer counts those examples as misses).
     """
-    from spanbert.tasks import classification as C
-    from spanbert.tasks.common import load_tokenizer_for, write_once
-
     mode = entity_mode or ("mark" if task == "semeval" else "mask")
     train = read_relation_file(train_path, task=task)[:max_train_examples]
     dev = read_relation_file(dev_path, task=task)[:max_eval_examples] if dev_path else []
@@ -576,8 +574,6 @@ def predict_relations(
     source: str = "data", batch_size: int = 64, progress: bool = False,
 ) -> list[str]:  # fmt: skip
     """The predicted relation of every example (argmax of the classifier)."""
-    from spanbert.tasks import classification as C
-
     features, _ = relation_features(
         examples, tokenizer, meta["entity_markers"], meta["entity_mode"], None, meta["max_seq_length"], source
     )
@@ -589,8 +585,6 @@ def _predict_from_dir(
     task: str, model_dir: str, data: str, batch_size: int, device: str = "cpu", progress: bool = True,
     check_gold: bool = False,
 ) -> tuple[list[RelationExample], list[str]]:  # fmt: skip
-    from spanbert.tasks import classification as C
-
     model, config_json, tokenizer = C.load_model(
         "sequence", model_dir, device, needs=f"a {task} model (spanbert finetune {task})"
     )

@@ -29,20 +29,36 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from spanbert.distributed import print0
+from spanbert import families
+from spanbert.distributed import is_main, print0
 from spanbert.errors import DataError, SpanBertError, decode_utf8
+from spanbert.metrics.classification import accuracy
+from spanbert.tasks.classification import FeatureDataset, pair_input
 from spanbert.tasks.common import (
+    KeepBest,
     add_predict_arguments,
     add_scoring_source,
     family_defaults,
     finetune_command,
+    load_encoder,
+    load_task_model,
+    load_tokenizer_for,
+    percent,
+    predict_sharded,
     print_metrics,
+    save_finetuned,
+    seed_dropout,
+    seed_init,
     selection_defaults,
+    selection_summary,
     start_distributed,
     task_parser,
+    write_json,
     write_once,
 )
+from spanbert.tasks.layers import apply_encoder_dropout, output_layer, scaled
 from spanbert.tasks.spec import RESULTS_FILE, DevSplit, TaskSpec, task_cli
+from spanbert.trainer import predict_batches, train
 from spanbert.utils import atomic_write
 
 NUM_CHOICES = 4
@@ -144,8 +160,6 @@ def swag_features(
 ) -> list[dict[str, Any]]:
     """Four ``[CLS] sent1 [SEP] sent2 ending_k [SEP]`` sequences per example, pairs cut longest-first
     to ``max_seq_length`` (BERT's ``_truncate_seq_pair``). Each feature holds lists of four arrays."""
-    from spanbert.tasks.classification import pair_input
-
     texts = sorted({e.context for e in examples} | {f"{e.start} {x}".strip() for e in examples for x in e.endings})
     ids = dict(zip(texts, (enc.ids for enc in tokenizer.encode_batch(texts))))
     out = []
@@ -199,8 +213,6 @@ class MultipleChoice(nn.Module):
 
     def __init__(self, encoder: nn.Module, dropout: float | None = None):
         super().__init__()
-        from spanbert.tasks.layers import apply_encoder_dropout, output_layer
-
         self.bert = encoder
         apply_encoder_dropout(encoder)
         # classifier: Linear(S, 1), as the family initialises output layers
@@ -216,8 +228,6 @@ class MultipleChoice(nn.Module):
         B, C, T = input_ids.shape
         flat = lambda x: None if x is None else x.reshape(B * C, T)  # noqa: E731
         hidden = self.bert(flat(input_ids), attention_mask=flat(attention_mask), token_type_ids=flat(token_type_ids))
-        from spanbert.tasks.layers import scaled
-
         sentence = self.bert.sentence(hidden, flat(attention_mask), flat(input_ids))  # (B*C, S)
         logits = self.classifier(self.dropout(scaled(sentence, self.output_scale))).view(B, C)  # (B, C): a score per choice
         out = {"logits": logits}
@@ -229,8 +239,6 @@ class MultipleChoice(nn.Module):
 
 def build_model(model_dir: str | Path, seed: int | None = None) -> MultipleChoice:
     """A fresh choice-scoring vector (and pooler, when the checkpoint has none) on a pre-trained encoder."""
-    from spanbert.tasks.common import load_encoder, seed_dropout, seed_init
-
     if seed is not None:
         seed_init(seed)
     model = MultipleChoice(load_encoder(model_dir, add_pooling_layer=True))
@@ -244,8 +252,6 @@ NEEDS = "a SWAG model (spanbert finetune swag)"
 
 def check_model(model_dir: str | Path) -> None:
     """Refuse, before any data is read, a folder that holds no SWAG model."""
-    from spanbert import families
-
     raw = families.check_task_folder(model_dir, families.architectures("ForMultipleChoice"), NEEDS)
     settings = raw.get("spanbert") if isinstance(raw.get("spanbert"), dict) else {}
     if settings.get("task") != "swag":
@@ -257,9 +263,6 @@ def check_model(model_dir: str | Path) -> None:
 def load_model(model_dir: str | Path, device: str = "cpu") -> tuple[MultipleChoice, dict[str, Any], Any]:
     """A model saved by `finetune_swag` (any family) -> (model in eval mode on ``device``, config.json
     dict, framed tokenizer)."""
-    from spanbert import families
-    from spanbert.tasks.common import load_task_model
-
     check_model(model_dir)
     return load_task_model(
         model_dir, lambda encoder, raw: MultipleChoice(encoder), families.architectures("ForMultipleChoice"), NEEDS,
@@ -271,10 +274,6 @@ def predict_logits(
     model: nn.Module, features: list[dict[str, Any]], pad_id: int, batch_size: int = 64, progress: bool = False
 ) -> list[np.ndarray]:
     """(4,) logits per feature, in order; each rank predicts its share (call it on every rank)."""
-    from spanbert.distributed import is_main
-    from spanbert.tasks.common import predict_sharded
-    from spanbert.trainer import predict_batches
-
     quiet = not progress or not is_main()
     device = next(model.parameters()).device
 
@@ -296,9 +295,6 @@ def predict_logits(
 
 def score(gold: list[int], pred: list[int]) -> dict[str, Any]:
     """Accuracy x100 and the number of examples."""
-    from spanbert.metrics.classification import accuracy
-    from spanbert.tasks.common import percent
-
     return {**percent({"accuracy": accuracy(gold, pred)}), "examples": len(gold)}
 
 
@@ -318,17 +314,6 @@ def finetune_swag(
 ) -> dict[str, Any]:
     """Fine-tune on ``train_path``, select on ``dev_path`` (when given), save to ``args.output_dir``;
     returns the dev metrics of the saved model (and writes them and its dev predictions there)."""
-    from spanbert.tasks.classification import FeatureDataset
-    from spanbert.tasks.common import (
-        KeepBest,
-        load_tokenizer_for,
-        save_finetuned,
-        selection_summary,
-        write_json,
-        write_once,
-    )
-    from spanbert.trainer import train
-
     out = Path(args.output_dir)
     train_examples = read_swag(train_path, labelled=True)[:max_train_examples]
     dev = read_swag(dev_path, labelled=True)[:max_eval_examples] if dev_path else []
@@ -356,8 +341,6 @@ def finetune_swag(
         pred, selected = keeper.chosen(model, args, result, len(train_features))
         metrics = {**score(gold, pred), **selection_summary(selected, args)}
     meta = {"task": "swag", "max_seq_length": max_seq_length}
-    from spanbert import families
-
     save_finetuned(model, out, tokenizer, families.architecture(model.bert, "ForMultipleChoice"), {"spanbert": meta})
     if dev:
         write_once(lambda: write_predictions(out / "dev_predictions.csv", dev, pred))

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from spanbert.errors import DataError, SpanBertError, decode_utf8
+from spanbert.utils import atomic_write
 
 WRAPPERS = ("", "TOP", "ROOT")
 """Labels of the outer bracket that wraps a whole tree (LDC: none; parsers: TOP; Stanford: ROOT)."""
@@ -209,8 +210,6 @@ def read_trees(path: str | Path, do_clean: bool = True) -> TreeFile:
 
 def write_trees(path: str | Path, trees: list[Tree]) -> None:
     """One tree a line (``(TOP ...)``), atomically: the file EVALB and `read_trees` read."""
-    from spanbert.utils import atomic_write
-
     with atomic_write(path, encoding="utf-8") as f:
         for t in trees:
             f.write(f"{t}\n")
