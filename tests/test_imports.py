@@ -23,7 +23,6 @@ OPTIONAL = ("transformers", "spacy", "matplotlib", "tensorboard", "torch.utils.t
 LAZY_MODULES = (
     "spanbert/__init__.py",  # `spanbert.Encoder` & co. on first use: `import spanbert` imports no torch
     "spanbert/cli.py",  # `spanbert --help` imports no task and no torch; commands load their module on use
-    "spanbert/study",  # study.py is being split into a package (issue 30): its imports are checked then
 )
 """Modules allowed imports inside functions, each for the reason given."""
 
