@@ -110,11 +110,15 @@ def test_threads_option_is_read_before_the_command_parses():
 def test_every_model_command_applies_the_policy(monkeypatch):
     seen = []
     monkeypatch.setattr(threads, "configure", lambda n=0: seen.append(n) or "")
+    from spanbert.tasks import TASKS
+    from spanbert.tasks.spec import TaskSpec
+
     run = lambda *a: 0  # noqa: E731 - the command itself is not under test
-    fake = types.SimpleNamespace(main=run, fill_main=run, curve_main=run, cli=run)
+    fake = types.SimpleNamespace(main=run, fill_main=run, curve_main=run)
     monkeypatch.setattr(cli.importlib, "import_module", lambda name: fake)
+    monkeypatch.setitem(TASKS, "toy", TaskSpec("toy", "a task that does nothing", run, run, run, "f1", "none"))
     for command in cli.COMPUTE:
-        task = ["glue"] if command in cli.TASK_ACTIONS else []
+        task = ["toy"] if command in cli.TASK_ACTIONS else []
         seen.clear()
         assert cli._run([command, *task, "--threads", "3"]) == 0
         assert seen == [3], command
