@@ -64,7 +64,7 @@ def _usage() -> str:
         "commands:",
     ]
     lines += [f"  {name:<{width}}  {desc}" for name, (_, _, desc) in COMMANDS.items()]
-    lines += ["", "quick start:  spanbert pretrain     (tiny model, bundled corpus, CPU; its time: README)"]
+    lines += ["", "quick start:  spanbert pretrain     (tiny model, bundled corpus, CPU)"]
     return "\n".join(lines)
 
 
