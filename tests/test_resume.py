@@ -186,13 +186,13 @@ def test_resave_keeps_latest_complete_at_every_instant(tmp_path, monkeypatch):
                 raise KeyboardInterrupt("killed")
             return real_replace(a, b)
 
-        monkeypatch.setattr(trainer_mod.os, "replace", flaky)
+        monkeypatch.setattr(os, "replace", flaky)
         try:
             train(Net(), Regression(), args(out, resume=True))
             finished = True
         except KeyboardInterrupt:
             finished = False
-        monkeypatch.setattr(trainer_mod.os, "replace", real_replace)
+        monkeypatch.setattr(os, "replace", real_replace)
         ckpt = latest_checkpoint(out)
         assert ckpt is not None, f"latest broken after a kill at rename {k}"
         assert params_of_checkpoint(ckpt) == expected
