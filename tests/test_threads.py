@@ -136,3 +136,16 @@ def test_training_takes_threads_from_its_arguments(tmp_path):
 
     assert TrainingArguments().threads == 0
     assert "threads" in SAFE_TO_CHANGE  # a resumed run may use another count
+
+
+@pytest.mark.parametrize("action", ["predict", "evaluate"])
+def test_every_task_that_runs_a_model_takes_threads(action, capsys):
+    # `--threads` is read before the command parses (cli._threads_option); each parser must accept it
+    from spanbert.tasks import TASKS
+
+    for name in TASKS:
+        with pytest.raises(SystemExit):
+            cli._run([action, name, "--help"])
+        text = capsys.readouterr().out
+        if "--model" in text:  # runs a model (evaluate coref scores two files and runs none)
+            assert "--threads" in text, f"{action} {name}"
