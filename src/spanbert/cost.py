@@ -113,6 +113,10 @@ class FinetunePlan:
     eval_seconds: float = 0.0
     """All evaluations together."""
     eval_examples: int = 0
+    params: int = 0
+    """The weights the estimate counts (trainable, outside the embedding tables)."""
+    train_tokens: float = 0.0
+    """Training tokens over the whole run (every epoch)."""
 
     def line(self) -> str:
         """"plan: 94 steps (1 epoch), about 5 min of training + 4 min of evaluation (1 evaluation of

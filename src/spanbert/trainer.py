@@ -565,17 +565,6 @@ def _trainable_params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad and id(p) not in embedding)
 
 
-def _cost_warning(model: nn.Module, dataset: Any, epochs: float, device: torch.device, world: int) -> str | None:
-    """`cost.finetune_warning` for ``epochs`` passes over ``dataset``: its token count from ``lengths()``
-    or from the ``input_ids`` of up to 64 examples; the model's weights outside its embedding tables."""
-
-    mean_tokens = _mean_tokens(dataset)
-    if mean_tokens is None:
-        return None  # no token count to estimate from
-    tokens = epochs * len(dataset) * mean_tokens
-    return finetune_warning(_trainable_params(model), tokens, device.type, torch.get_num_threads(), world)
-
-
 @dataclass(frozen=True)
 class EvalSize:
     """What one evaluation pass reads, for the plan's estimate: the dev examples as the user counts them
@@ -621,10 +610,10 @@ def plan_finetuning(
     if mean is None:
         return per_epoch, cost.FinetunePlan(total, epochs, device_type, None), None
     rate = cost.machine_flops(device_type, threads) * max(1, world)
-    params = _trainable_params(model)
-    train_s = cost.training_flops(params, epochs * len(dataset) * mean) / rate
+    params, tokens = _trainable_params(model), epochs * len(dataset) * mean
+    train_s = cost.training_flops(params, tokens) / rate
     if dev is None:
-        return per_epoch, cost.FinetunePlan(total, epochs, device_type, train_s), None
+        return per_epoch, cost.FinetunePlan(total, epochs, device_type, train_s, params=params, train_tokens=tokens), None
     pass_s = cost.evaluation_flops(params, dev.tokens) / rate
 
     def count(n: int) -> int:
@@ -643,7 +632,8 @@ def plan_finetuning(
             )
             per_epoch = chosen
     n = count(per_epoch)
-    return per_epoch, cost.FinetunePlan(total, epochs, device_type, train_s, n, n * pass_s, dev.examples), note
+    plan = cost.FinetunePlan(total, epochs, device_type, train_s, n, n * pass_s, dev.examples, params, tokens)
+    return per_epoch, plan, note
 
 
 LONG_FINETUNE_HINT = (
@@ -715,23 +705,24 @@ def _announce_plan(
     week (not on --resume: that run was started); return the evaluations per epoch to use. Estimated
     once on rank 0 (its thread count) and shared, so every rank evaluates at the same steps."""
 
-    def decide() -> tuple[int, Any, str | None]:
-        chosen = plan_finetuning(
-            model, dataset, args, epoch_steps, total, device.type, torch.get_num_threads(), world, dev
-        )
-        error = cost.long_run_error(chosen[1].seconds, device.type, "this fine-tuning", LONG_FINETUNE_HINT)
+    def decide() -> tuple[int, Any, str | None, str | None]:
+        threads = torch.get_num_threads()
+        per_epoch, plan, note = plan_finetuning(model, dataset, args, epoch_steps, total, device.type, threads, world, dev)
+        error = cost.long_run_error(plan.seconds, device.type, "this fine-tuning", LONG_FINETUNE_HINT)
         if error and not (args.allow_long_run or args.resume):
-            raise SpanBertError(f"{error}; {chosen[1].line()}")
-        return chosen
+            raise SpanBertError(f"{error}; {plan.line()}")
+        # the day warning from the plan's own count of weights and tokens (no second pass over the data)
+        warning = None
+        if plan.train_seconds is not None and not args.resume:
+            warning = finetune_warning(plan.params, plan.train_tokens, device.type, threads, world)
+        return per_epoch, plan, note, warning
 
-    per_epoch, plan, note = on_main(decide)
+    per_epoch, plan, note, warning = on_main(decide)
     print0(plan.line())
     if note:
         print0(note)
-    if not args.resume:
-        warning = _cost_warning(model, dataset, total / epoch_steps, device, world)
-        if warning:
-            eprint0(warning)
+    if warning:
+        eprint0(warning)
     return per_epoch
 
 
