@@ -149,3 +149,13 @@ def test_every_task_that_runs_a_model_takes_threads(action, capsys):
         text = capsys.readouterr().out
         if "--model" in text:  # runs a model (evaluate coref scores two files and runs none)
             assert "--threads" in text, f"{action} {name}"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["pretrain", "--threads", "-1"], ["predict", "ner", "--model", "m", "--data", "d", "--output", "o", "--threads", "-2"],
+     ["study", "--preset", "table1", "--threads", "x"]],
+)
+def test_a_negative_or_non_numeric_thread_count_is_refused(argv, cli_error, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cli_error(argv, contains="--threads", out=tmp_path)

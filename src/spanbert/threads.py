@@ -17,6 +17,7 @@ turns the measurement off. Outside Linux (no /proc) the count stays torch's defa
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import time
@@ -75,6 +76,26 @@ def _tree_jiffies(pid: int) -> int:
         total += ticks.get(p, 0)
         todo += children.get(p, [])
     return total
+
+
+def add_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup, scope: str = "") -> None:
+    """``--threads N`` for a command's parser (the command line reads it early too: `cli._threads_option`);
+    ``scope`` says what it applies to when that is not the whole command (a study's cells)."""
+    parser.add_argument(
+        "--threads", type=_thread_count, default=0, metavar="N",
+        help=f"CPU threads{scope} (default 0: the cores other processes leave free, re-measured every "
+        "second; OMP_NUM_THREADS also fixes it)",
+    )  # fmt: skip
+
+
+def _thread_count(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"found {text!r}, expected a whole number >= 0 (0: follow the free cores)")
+    return n
 
 
 @dataclass

@@ -221,6 +221,7 @@ class TrainingArguments:
             "eval_steps": 0,
             "evals_per_epoch": 0,
             "dataloader_num_workers": 0,
+            "threads": 0,
         }
         for name, lo in at_least.items():
             v = getattr(self, name)

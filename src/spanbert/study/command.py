@@ -12,7 +12,7 @@ from typing import Any
 import torch
 import yaml
 
-from spanbert import cost, distributed
+from spanbert import cost, distributed, threads
 from spanbert.config import ArgumentParser, _read_yaml
 from spanbert.errors import SpanBertError
 from spanbert.model import SpanBertForPreTraining
@@ -61,8 +61,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--only", choices=("all", "pretrain", "finetune", "summary"), default="all",
                    help="run only these cells (summary: only collect finished cells)")
     p.add_argument("--shard", default="0/1", help="I/N: this process runs every N-th fine-tuning cell, from the I-th (parallel devices)")
-    p.add_argument("--threads", type=int, default=0, metavar="N",
-                   help="CPU threads of every cell (default 0: the cores other processes, other shards included, leave free)")
+    threads.add_option(p, " of every cell (other shards count as other processes)")
     p.add_argument("--seeds", type=int, help="override the number of fine-tuning seeds")
     p.add_argument("--budget_tokens", "--budget-tokens", type=int, help="override the pre-training budget in tokens")
     p.add_argument("--write_config", "--write-config", type=output_file,
@@ -197,8 +196,7 @@ def _curve_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--fold", type=int, action="append", default=[], help="coref on LitBank: a fold of the ten-fold split")
     p.add_argument("--learning_rate", "--learning-rate", type=float, default=3e-5, help="fine-tuning learning rate")
     p.add_argument("--seeds", type=int, default=1, help="fine-tuning seeds per checkpoint (default: 1)")
-    p.add_argument("--threads", type=int, default=0, metavar="N",
-                   help="CPU threads (default 0: the cores other processes leave free, re-measured every second)")
+    threads.add_option(p)
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="a further `spanbert finetune TASK` option (repeatable), e.g. num_train_epochs=1")
     p.add_argument("--output_dir", "--output-dir", help="default: RUN/curve-TASK")

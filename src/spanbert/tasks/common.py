@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from spanbert import distributed, families, trainer
+from spanbert import distributed, families, threads, trainer
 from spanbert.config import (
     ArgumentParser,
     add_dataclass_arguments,
@@ -106,9 +106,7 @@ def add_inference_arguments(parser: argparse.ArgumentParser, unit: str, with_mod
     parser.add_argument("--batch_size", type=int, default=64, help=f"{unit} per batch{when} (default: 64)")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (default: auto)")
     parser.add_argument("--disable_tqdm", action="store_true", help="hide the progress bars")
-    parser.add_argument("--threads", type=int, default=0, metavar="N",
-                        help="CPU threads (default 0: the cores other processes leave free, re-measured every second; "
-                             "OMP_NUM_THREADS also fixes it)")  # fmt: skip
+    threads.add_option(parser)
 
 
 def task_parser(prog: str, doc: str | None) -> ArgumentParser:

@@ -1461,8 +1461,7 @@ def _predict(task: str, argv: list[str], prog: str) -> int:
     parser.add_argument("--output", type=output_file, help="CoNLL-2012 file to write (with --data)")
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default: auto)")
     parser.add_argument("--disable_tqdm", action="store_true", help="hide the progress bar")
-    parser.add_argument("--threads", type=int, default=0, metavar="N",
-                        help="CPU threads (default 0: the cores other processes leave free, re-measured every document)")  # fmt: skip
+    threads.add_option(parser)
     args = parser.parse_args(argv)
     if args.data is not None and not args.output:
         parser.error("--output OUT.conll is required with --data")
