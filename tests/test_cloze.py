@@ -331,6 +331,16 @@ def test_pretrain_each_system_end_to_end(text, tmp_path, system):
     assert any(k.endswith(key) for r in log for k in r)
 
 
+def test_the_earlier_dataset_builder_still_builds_two_tower_blocks(prepared):
+    # `build_cloze_datasets` is kept for callers of the API before the one pipeline (issue 30)
+    from spanbert import cloze
+    from spanbert.pretrain import build_cloze_datasets
+
+    cfg, _ = job(prepared, prepared)
+    train_set, eval_set = build_cloze_datasets(cfg, prepared, cloze.cloze_config("tiny", objective="cloze"))
+    assert len(train_set) > 0 and eval_set is not None and len(eval_set) > 0
+
+
 def test_pretrain_char_cnn_words(text, tmp_path):
     spec = "tiny:input=char_cnn,char_dim=8,char_filters=[[1;8];[2;8];[3;8]]"
     cfg, args = job(text, tmp_path / "run", model=spec, max_steps=2)

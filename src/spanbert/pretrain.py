@@ -1000,7 +1000,7 @@ def build_cloze_datasets(cfg: Any, corpus_dir: str | Path, model_cfg: cloze.Cloz
         def token_to_id(self, t: str) -> int:
             return {"<s>": model_cfg.bos_id, "</s>": model_cfg.eos_id}[t]
 
-    return build_datasets(cfg, corpus, _Ids(), 0)
+    return build_datasets(cfg, corpus_dir, _Ids(), 0)
 
 
 
