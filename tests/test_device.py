@@ -412,7 +412,6 @@ def test_bf16_autocast_loss_is_within_tolerance_of_fp32(name):
 
 def test_the_checks_catch_a_tensor_made_on_the_cpu(meta_nonzero):
     """Each check fails on the bug it is for: a mask made inside forward without device=."""
-
     class Stray(EncoderLoss):
         def forward(self, input_ids, attention_mask=None, token_type_ids=None):
             h = self.bert(input_ids, attention_mask, token_type_ids)  # (B, T, H)
@@ -427,7 +426,6 @@ def test_the_checks_catch_a_tensor_made_on_the_cpu(meta_nonzero):
 
 def test_meta_refuses_a_host_sync():
     """`.item()` inside forward (a GPU stall) cannot run on meta."""
-
     class Syncs(EncoderLoss):
         def forward(self, input_ids, attention_mask=None, token_type_ids=None):
             out = super().forward(input_ids, attention_mask, token_type_ids)

@@ -9,11 +9,11 @@ import re
 from pathlib import Path
 
 import pytest
+from test_qa import _pretrained, _write, synthetic_squad, tok  # noqa: F401 - tok is a fixture
 
 from spanbert import cost
 from spanbert.cli import main
 from spanbert.trainer import eval_schedule, evaluations
-from test_qa import _pretrained, _write, synthetic_squad, tok  # noqa: F401 - tok is a fixture
 
 
 @pytest.mark.parametrize("eval_steps,per_epoch,epoch_steps,total", [

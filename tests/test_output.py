@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from spanbert.errors import SpanBertError
 from spanbert import utils
+from spanbert.errors import SpanBertError
 from spanbert.utils import check_output
 
 

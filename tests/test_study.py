@@ -20,8 +20,8 @@ from test_pretrain import synthetic_docs
 from test_qa import synthetic_squad
 
 from spanbert import study as S
-from spanbert.study import heldout
 from spanbert.cli import main
+from spanbert.study import heldout
 
 # ---------------------------------------------------------------------------------------------
 # statistics

@@ -16,8 +16,22 @@ from the paper and from the released fairseq code.
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
 from safetensors.torch import load_file
-from spanbert.config import replace_checked
+from torch import Tensor, nn
+
+from spanbert.checkpoints import save_folder
+from spanbert.config import FinetuneHabits, replace_checked
+from spanbert.dropout import Dropout
+from spanbert.errors import SpanBertError
 from spanbert.tokenization import (
     SPECIAL_TOKENS,
     UNK,
@@ -29,22 +43,6 @@ from spanbert.tokenization import (
     count_words,
     load_tokenizer,
 )
-
-import dataclasses
-import json
-import math
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Literal
-
-import torch
-import torch.nn.functional as F
-from torch import Tensor, nn
-
-from spanbert.config import FinetuneHabits
-from spanbert.errors import SpanBertError
-from spanbert.checkpoints import save_folder
-from spanbert.dropout import Dropout
 
 MODEL_TYPE = "cloze-two-tower"
 SYSTEMS = ("cloze", "bilm", "cloze-bilm")
@@ -196,7 +194,6 @@ def parse_model_spec(spec: str) -> tuple[str, dict[str, str]]:
 
 def cloze_config(spec: str, **fields_: Any) -> ClozeConfig:
     """The `ClozeConfig` of a preset spec (`parse_model_spec`), then ``fields_`` (vocab and special ids)."""
-
     name, overrides = parse_model_spec(spec)
     cfg = ClozeConfig(**{**CLOZE_PRESETS[name], **fields_})
     for key, value in overrides.items():

@@ -8,14 +8,13 @@ head's loss by them).
 
 from __future__ import annotations
 
-import torch
-from torch.utils.data import DataLoader
-
 import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch
+from torch.utils.data import DataLoader
 
 from spanbert.errors import SpanBertError
 from spanbert.masking import IGNORE_INDEX

@@ -13,17 +13,15 @@ file, the line and the key: a typo must never train at the default value.
 
 from __future__ import annotations
 
-import difflib
-import sys
-import yaml
-
 import argparse
 import ast
 import dataclasses
+import difflib
 import functools
 import inspect
 import json
 import math
+import sys
 import textwrap
 import types
 import typing
@@ -31,6 +29,8 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TypeVar
+
+import yaml
 
 from spanbert.errors import SpanBertError
 
@@ -395,7 +395,6 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 
 def _read_yaml(path: str | Path) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:
     """(the mapping, the 1-based line of each top-level key and section key) of a YAML config file."""
-
     path = Path(path)
     try:
         text = path.read_bytes().decode("utf-8")
@@ -646,7 +645,6 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def _suggest(self, name: str) -> str:
         """`` (did you mean '--learning_rate'?)`` for ``--learnig-rate``, in the declared spelling."""
-
         declared = {_canonical(o): o for o in reversed(self._long_options())}
         close = difflib.get_close_matches(_canonical(name), list(declared), n=1)
         return f" (did you mean {declared[close[0]]!r}?)" if close else ""

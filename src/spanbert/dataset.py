@@ -9,14 +9,13 @@ the masks stored at preprocess time (`spanbert.static_masks`; epoch e reads copy
 from __future__ import annotations
 
 import dataclasses
-import torch
-
 import hashlib
 import os
 import threading
 from typing import Any, Literal
 
 import numpy as np
+import torch
 
 from spanbert.blocks import BLOCK_PACKINGS, nsp_pairs, sentence_blocks, single_segment_blocks
 from spanbert.corpus import TokenCorpus

@@ -15,9 +15,6 @@ All of them are plain no-ops in a single process (no process group needed).
 
 from __future__ import annotations
 
-from datetime import timedelta
-from spanbert.utils import write_line
-
 import atexit
 import gc
 import os
@@ -25,12 +22,14 @@ import socket
 import sys
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any, NoReturn, TypeVar
 
 import torch
 import torch.distributed as dist
 
 from spanbert.errors import SpanBertError
+from spanbert.utils import write_line
 
 T = TypeVar("T")
 

@@ -17,7 +17,6 @@ How a folder of weights is read and written (every BERT layout, key renames, ato
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any

@@ -10,37 +10,33 @@ the command line (`main`).
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-import warnings
-from pydoc_data.topics import topics
-from spanbert.config import add_dataclass_arguments, dataclass_from_args, field_docs
-from spanbert.distributed import print0
-from spanbert.masking import add_replace_probs_arguments
-from spanbert.utils import progress_bar
-
 import argparse
 import collections
 import dataclasses
+import importlib
 import json
 import multiprocessing as mp
 import os
+import pkgutil
 import re
 import sys
 import time
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from pydoc_data.topics import topics
 from typing import Any
 
 import numpy as np
 
 from spanbert.blocks import BLOCK_PACKINGS, held_out_documents
-from spanbert.config import ArgumentParser
+from spanbert.config import ArgumentParser, add_dataclass_arguments, dataclass_from_args, field_docs
 from spanbert.corpus import CANDIDATE_KINDS, FORMAT, STATIC_FORMAT, TokenCorpus
 from spanbert.dataset import PretrainDataset
+from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError
-from spanbert.masking import IGNORE_INDEX, SCHEMES, MaskingConfig
+from spanbert.masking import IGNORE_INDEX, SCHEMES, MaskingConfig, add_replace_probs_arguments
 from spanbert.static_masks import StaticMaskingConfig, static_mask_sets, static_settings
 from spanbert.tokenization import (
     MAX_LINE_BYTES,
@@ -52,7 +48,7 @@ from spanbert.tokenization import (
     load_tokenizer,
     parse_jsonl_text,
 )
-from spanbert.utils import atomic_dir, atomic_write, check_output, close_inherited_sockets
+from spanbert.utils import atomic_dir, atomic_write, check_output, close_inherited_sockets, progress_bar
 
 # spaCy entity labels that are numbers, not names (§6.1 "non-numerical named entity mentions").
 NUMERIC_ENTITY_LABELS = frozenset({"DATE", "TIME", "PERCENT", "MONEY", "QUANTITY", "ORDINAL", "CARDINAL"})
@@ -783,7 +779,6 @@ def main(argv: list[str], prog: str = "spanbert preprocess") -> int:
 
 def _add_static_arguments(p: argparse.ArgumentParser) -> None:
     """Google BERT's static masking options (`StaticMaskingConfig`; the masking ones are `MaskingConfig`'s)."""
-
     g = p.add_argument_group(
         "static masking (Google BERT's create_pretraining_data.py; only with --dupe_factor N > 0)"
     )

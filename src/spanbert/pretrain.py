@@ -26,13 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from spanbert import cloze, cost, data, distributed, tokenization
 from spanbert.checkpoints import check_checkpoint
 from spanbert.cloze import parse_model_spec
+from spanbert.collate import cloze_collate  # noqa: F401 -- its old home
 from spanbert.config import (
     MODEL_PRESETS,
     ArgumentParser,
@@ -41,7 +41,6 @@ from spanbert.config import (
     check_unknown_overrides,
     check_yaml,
     dataclass_from_args,
-    model_config,
     parse_key_values,
 )
 from spanbert.distributed import eprint0, print0
@@ -51,7 +50,6 @@ from spanbert.hub import resolve_model
 from spanbert.masking import SCHEMES, MaskingConfig, add_replace_probs_arguments
 from spanbert.model import SpanBertForPreTraining
 from spanbert.samplers import SAMPLERS, CausalLMBlocks, ClozeBlocks, Cut, HeldOut, Sampler  # noqa: F401 -- old homes
-from spanbert.collate import cloze_collate  # noqa: F401 -- its old home
 from spanbert.tokenization import load_tokenizer, load_tokenizer_for
 from spanbert.trainer import (
     TrainingArguments,

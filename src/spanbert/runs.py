@@ -528,7 +528,6 @@ BEST_DIR = "best"
 
 def save_best_weights(output_dir: Path, model: nn.Module, info: dict[str, Any]) -> None:
     """``output_dir/best/``: the weights (state.pt) and ``best.json`` (step, score, metrics), atomically."""
-
     with atomic_dir(output_dir / BEST_DIR) as tmp:
         torch.save(_unwrap(model).state_dict(), tmp / "state.pt")
         (tmp / "best.json").write_text(json.dumps(info, indent=2) + "\n")

@@ -22,10 +22,6 @@ punctuation, every punctuation mark is a word of its own: ``"Broncos'"`` is the 
 
 from __future__ import annotations
 
-import tokenizers
-from spanbert.hub import resolve_model
-from spanbert.utils import progress_bar
-
 import copy
 import gzip
 import heapq
@@ -37,11 +33,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import tokenizers
 
 from spanbert.config import ArgumentParser
 from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError
-from spanbert.utils import atomic_write, check_output
+from spanbert.hub import resolve_model
+from spanbert.utils import atomic_write, check_output, progress_bar
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = [PAD, UNK, CLS, SEP, MASK]
@@ -65,7 +63,6 @@ class Encoded:
 
 
 def _hf():
-
     return tokenizers
 
 

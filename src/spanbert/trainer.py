@@ -310,7 +310,6 @@ T = TypeVar("T")
 
 def _with_flushed_denormals(fn: Callable[..., T]) -> Callable[..., T]:
     """Run ``fn`` inside `flush_denormals` (one signature, one docstring: the decorated function's)."""
-
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> T:
         with flush_denormals():

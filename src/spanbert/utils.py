@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
-import socket
-import stat
-import time
-from tqdm.auto import tqdm as auto_tqdm
-from tqdm.std import tqdm as std_tqdm
-
-import contextlib
 import functools
 import os
 import shutil
+import socket
+import stat
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
+
+from tqdm.auto import tqdm as auto_tqdm
+from tqdm.std import tqdm as std_tqdm
 
 from spanbert.errors import SpanBertError
 

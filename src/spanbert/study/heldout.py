@@ -31,7 +31,6 @@ from spanbert.tasks.glue import GLUE_TASKS, glue_task
 from spanbert.tasks.qa import _parse_slice
 from spanbert.utils import atomic_write
 
-
 HELDOUT_SEED = 23
 """The seed of the dev split: fixed, so every system, learning rate and seed is scored on the same half."""
 

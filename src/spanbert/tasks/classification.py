@@ -17,7 +17,6 @@ module holds the rest once, for every model family (`spanbert.families`):
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +39,8 @@ from spanbert.tasks.common import (
     save_finetuned,
     seed_dropout,
     seed_init,
+)
+from spanbert.tasks.common import (
     write_json as _write_json,
 )
 from spanbert.tasks.layers import apply_encoder_dropout, output_layer, scaled

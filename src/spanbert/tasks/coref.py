@@ -36,6 +36,7 @@ from spanbert.config import add_dataclass_arguments, dataclass_from_args, parse_
 from spanbert.distributed import broadcast_object, eprint0, is_main, print0, resolve_device
 from spanbert.errors import DataError, SpanBertError, decode_utf8, utf8_argument
 from spanbert.metrics.coref import evaluate_documents
+from spanbert.tasks import common
 from spanbert.tasks.common import (
     add_finetune_arguments,
     check_output_dir,
@@ -52,7 +53,6 @@ from spanbert.tasks.common import (
     task_parser,
     write_once,
 )
-from spanbert.tasks import common
 from spanbert.tasks.spec import RESULTS_FILE, DevSplit, TaskSpec, task_cli
 from spanbert.utils import atomic_write, output_file, progress_bar
 

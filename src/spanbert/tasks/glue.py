@@ -29,8 +29,8 @@ from spanbert import families
 from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics.classification import accuracy, binary_f1, matthews_corrcoef, pearson, spearman
-from spanbert.tasks.classification import pair_input
 from spanbert.tasks import classification as C
+from spanbert.tasks.classification import pair_input
 from spanbert.tasks.common import (
     add_inference_arguments,
     add_scoring_source,
@@ -47,8 +47,8 @@ from spanbert.tasks.common import (
     write_once,
 )
 from spanbert.tasks.spec import RESULTS_FILE, DevSplit, TaskSpec, task_cli
-from spanbert.utils import atomic_write, output_folder
 from spanbert.trainer import eval_size
+from spanbert.utils import atomic_write, output_folder
 
 STSB_RANGE = (0.0, 5.0)
 """STS-B similarity scores lie in [0, 5]."""

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from spanbert.errors import SpanBertError
 from spanbert.dropout import Dropout
+from spanbert.errors import SpanBertError
 
 
 def output_layer(encoder: nn.Module, in_features: int, num_labels: int, dropout: float | None = None

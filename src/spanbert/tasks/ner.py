@@ -29,12 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from spanbert import families
+from spanbert.config import add_dataclass_arguments, dataclass_from_args, load_yaml
 from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError
-from spanbert.config import add_dataclass_arguments, dataclass_from_args, load_yaml
+from spanbert.tasks import classification as C
 from spanbert.tasks import crf_tagger as CT
 from spanbert.tasks import ner_features as NF
-from spanbert.tasks import classification as C
 from spanbert.tasks.common import (
     add_predict_arguments,
     add_scoring_source,
@@ -55,7 +55,6 @@ from spanbert.tasks.common import (
     warn_unseen,
     write_once,
 )
-from spanbert.tasks.spec import RESULTS_FILE, DevSplit, TaskSpec, task_cli
 from spanbert.tasks.conll import (  # noqa: F401 -- the data side of the task, public names of this module
     _TAG,
     NerSentence,
@@ -69,6 +68,7 @@ from spanbert.tasks.conll import (  # noqa: F401 -- the data side of the task, p
     score,
     write_predictions,
 )
+from spanbert.tasks.spec import RESULTS_FILE, DevSplit, TaskSpec, task_cli
 from spanbert.trainer import eval_size
 
 # ---------------------------------------------------------------------------------------------

@@ -42,11 +42,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from spanbert import families
-from spanbert.errors import DataError, SpanBertError, decode_utf8
-from spanbert.tasks.classification import FeatureDataset
 from spanbert.config import add_dataclass_arguments, dataclass_from_args
 from spanbert.distributed import eprint0, is_main, print0
+from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics.evalb import EvalbAbort, evalb, summary_text
+from spanbert.tasks.classification import FeatureDataset
 from spanbert.tasks.common import (
     KeepBest,
     add_inference_arguments,
@@ -71,7 +71,8 @@ from spanbert.tasks.common import (
 )
 from spanbert.tasks.spec import RESULTS_FILE, TaskSpec, task_cli
 from spanbert.tasks.trees import Tree, _parse, read_trees, tokenize, write_trees
-from spanbert.trainer import predict_batches, train as run_training
+from spanbert.trainer import predict_batches
+from spanbert.trainer import train as run_training
 from spanbert.utils import output_file
 
 CHAIN = "+"

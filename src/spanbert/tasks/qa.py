@@ -61,8 +61,8 @@ from spanbert.tasks.common import (
     task_parser,
     write_once,
 )
-from spanbert.tasks.spec import RESULTS_FILE, DevSplit, TaskSpec, task_cli
 from spanbert.tasks.layers import apply_encoder_dropout, output_layer, scaled
+from spanbert.tasks.spec import RESULTS_FILE, DevSplit, TaskSpec, task_cli
 from spanbert.trainer import eval_size, predict_batches, train
 from spanbert.utils import atomic_write, output_file, progress_bar
 

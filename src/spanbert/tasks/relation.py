@@ -57,8 +57,8 @@ from spanbert.tasks.common import (
     write_once,
 )
 from spanbert.tasks.spec import RESULTS_FILE, DevSplit, TaskSpec, task_cli
-from spanbert.utils import atomic_write
 from spanbert.trainer import eval_size
+from spanbert.utils import atomic_write
 
 TACRED_LABEL = re.compile(r"^(no_relation|(per|org):[a-z_/]+)$")
 """A TACRED relation name: ``no_relation`` or ``per:...`` / ``org:...`` (the 42 labels' shape)."""
