@@ -88,11 +88,6 @@ def _ckpt_step(p: Path) -> int | None:
     return int(tail) if p.name.startswith("checkpoint-") and tail.isdigit() else None
 
 
-def _fsync_file(path: Path) -> None:
-    with open(path, "rb") as f:
-        os.fsync(f.fileno())
-
-
 def _point_latest(output_dir: Path, name: str) -> None:
     with atomic_write(output_dir / "latest") as f:
         f.write(name + "\n")

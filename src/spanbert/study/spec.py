@@ -112,16 +112,6 @@ def _test_tasks() -> list[str]:
     return [name for name in TASKS if TASKS[name].scores_test]
 
 
-def _check_type(value: Any, tp: Any) -> bool:
-    if tp in (int,):
-        return isinstance(value, int) and not isinstance(value, bool)
-    if tp in (float,):
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if tp in (str,):
-        return isinstance(value, str)
-    return True
-
-
 _NESTED = {"systems", "tasks"}  # Study's lists of SystemSpec / TaskSpec, built before Study itself
 
 
