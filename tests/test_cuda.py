@@ -38,14 +38,24 @@ def _case_on(name: str, device: str):
     return model.to(device).eval(), on(batch, device)
 
 
+def _gradients_in_eval(model: torch.nn.Module):
+    """A context for a backward pass through a model in eval mode (dropout off, so the GPU and CPU
+    losses are the same function): cuDNN's RNN backward refuses eval mode ("can only be called in
+    training mode"), so a model with an LSTM (qa-bilstm, the CRF tagger) runs on PyTorch's own RNN
+    kernels instead. Training, in train mode, uses cuDNN (test_task_and_two_tower_training_steps)."""
+    has_rnn = any(isinstance(m, torch.nn.RNNBase) for m in model.modules())
+    return torch.backends.cudnn.flags(enabled=not has_rnn)
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_every_model_gives_the_cpu_loss_on_the_gpu(name):
     model, batch = _case_on(name, "cpu")
     with torch.no_grad():
         ref = float(model(**batch)["loss"])
     model, batch = model.cuda(), on(batch, "cuda")
-    out = model(**batch)
-    out["loss"].backward()
+    with _gradients_in_eval(model):
+        out = model(**batch)
+        out["loss"].backward()
     got = float(out["loss"].detach())
     assert abs(got - ref) <= GPU_RTOL * abs(ref) + 1e-4, f"cuda {got:.6f} vs cpu {ref:.6f}"
     for n, p in model.named_parameters():
@@ -58,9 +68,10 @@ def test_bf16_on_the_gpu_is_within_tolerance_of_fp32(name):
     model, batch = _case_on(name, "cuda")
     with torch.no_grad():
         ref = float(model(**batch)["loss"])
-    with torch.autocast("cuda", dtype=torch.bfloat16):
-        out = model(**batch)
-    out["loss"].backward()
+    with _gradients_in_eval(model):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out = model(**batch)
+        out["loss"].backward()
     got = float(out["loss"].detach())
     assert abs(got - ref) <= BF16_RTOL * abs(ref) + BF16_ATOL, f"bf16 {got:.5f} vs fp32 {ref:.5f}"
     for n, p in model.named_parameters():
@@ -172,7 +183,9 @@ class CudaSyncs:
     def __exit__(self, *exc):
         self.active = False
         self._caught.__exit__(*exc)
-        self.calls = [str(w.message) for w in self._log if "synchroniz" in str(w.message)]
+        # "called a synchronizing CUDA operation": one warning per sync. The mode's own notice ("...
+        # is a prototype feature", once a process, at its first use) is no sync.
+        self.calls = [str(w.message) for w in self._log if "called a synchronizing" in str(w.message)]
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
