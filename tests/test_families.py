@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from spanbert import cloze, families
+from spanbert import cloze, families, modernbert
 from spanbert.cli import main
 from spanbert.config import model_config
 from spanbert.errors import SpanBertError
 from spanbert.model import Encoder
 
-FAMILY_NAMES = ("bert", "ltr", "two-tower")
+FAMILY_NAMES = ("bert", "ltr", "two-tower", "modernbert")
 WORDS = "the a movie film plot was very good bad great awful Mary John Paris Berlin saw met in at said".split()
 PEOPLE, PLACES = ["Mary", "John"], ["Paris", "Berlin"]
 
@@ -49,6 +49,15 @@ def models(tmp_path_factory) -> dict[str, Path]:
     lm = cloze.build_model(cloze.cloze_config("tiny", d_model=32, num_heads=2, ffn_dim=64, final_heads=2), bpe)
     lm.save_pretrained(root / "two-tower", tokenizer=bpe)
     out["two-tower"] = root / "two-tower"
+    from spanbert.tokenization import train_byte_level_tokenizer
+
+    bbpe = train_byte_level_tokenizer(None, 400, texts=texts)
+    torch.manual_seed(0)
+    ids = dict(pad_token_id=bbpe.pad_id, cls_token_id=bbpe.cls_id, sep_token_id=bbpe.sep_id)
+    # local window 8: the 64-token tasks run local layers (chunked beyond 4 x 4 tokens)
+    cfg = modernbert.modernbert_config("tiny", vocab_size=bbpe.vocab_size, local_attention=8, **ids)
+    modernbert.Encoder(cfg).save_pretrained(root / "modernbert", tokenizer=bbpe)
+    out["modernbert"] = root / "modernbert"
     return out
 
 
@@ -70,7 +79,8 @@ def saved_family(folder: Path) -> str:
     return families.family_of(folder)
 
 
-EXPECTED = {"bert": "bert", "ltr": "bert", "two-tower": cloze.MODEL_TYPE}
+EXPECTED = {"bert": "bert", "ltr": "bert", "two-tower": cloze.MODEL_TYPE, "modernbert": modernbert.MODEL_TYPE}
+PREFIX = {"bert": ("Bert", "SpanBert"), "ltr": ("Bert", "SpanBert"), "two-tower": "TwoTower", "modernbert": "SpanbertModernBert"}
 
 
 # ---------------------------------------------------------------------------------------------- the protocol
@@ -322,7 +332,7 @@ def test_every_family_through_every_task(models, name, task, tmp_path, capsys):
         return
     assert config["model_type"] == EXPECTED[name]
     arch = config["architectures"][0]
-    assert arch.startswith("TwoTower" if name == "two-tower" else ("Bert", "SpanBert"))
+    assert arch.startswith(PREFIX[name])
     if name == "ltr":
         assert config["is_decoder"] is True  # §5.1: the left-to-right constraint is kept at fine-tuning
     run(predict, capsys)

@@ -39,6 +39,7 @@ from spanbert.tokenization import (
     _build_pipeline,
     _hf,
     _iter_training_lines,
+    byte_level_bpe,
     corpus_files,
     count_words,
     load_tokenizer,
@@ -847,18 +848,7 @@ def train_cloze_tokenizer(
     else:
         lines = list(texts)
     if kind == "bpe":
-        hf = t.Tokenizer(t.models.BPE(unk_token=UNK))
-        hf.normalizer = t.normalizers.NFC()
-        hf.pre_tokenizer = t.pre_tokenizers.ByteLevel(add_prefix_space=False)
-        hf.decoder = t.decoders.ByteLevel()
-        trainer = t.trainers.BpeTrainer(
-            vocab_size=vocab_size,
-            special_tokens=specials,
-            show_progress=False,
-            initial_alphabet=t.pre_tokenizers.ByteLevel.alphabet(),
-        )
-        hf.train_from_iterator(lines, trainer=trainer)
-        hf.add_special_tokens(specials)
+        hf = byte_level_bpe(lines, vocab_size, specials)
     elif kind == "words":
         pipe = t.Tokenizer(t.models.WordLevel(vocab={UNK: 0}, unk_token=UNK))
         _build_pipeline(pipe, False)

@@ -28,13 +28,13 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor, nn
 
-from spanbert import checkpoints, cloze, model
+from spanbert import checkpoints, cloze, model, modernbert
 from spanbert.collate import pretrain_target_counts
 from spanbert.config import BertConfig, FinetuneHabits, model_config
 from spanbert.distributed import print0
 from spanbert.errors import SpanBertError
 from spanbert.hub import resolve_model
-from spanbert.tokenization import load_tokenizer_for, train_tokenizer
+from spanbert.tokenization import load_tokenizer_for, train_byte_level_tokenizer, train_tokenizer
 
 
 class Family(Protocol):
@@ -123,6 +123,8 @@ class Pretraining:
     """(system, masking scheme or None) -> the keys the exported config.json records."""
     next_steps: Callable[[Path, tuple[str, ...]], list[str]]
     """(exported folder, objectives) -> what to run next, printed after the export."""
+    init_config: Callable[[str], Any] = lambda folder: None
+    """--init_from folder -> the checkpoint's architecture, its weights checked present (no tensor read)."""
 
 
 @dataclass(frozen=True)
@@ -299,6 +301,7 @@ BERT_PRETRAINING = Pretraining(
     describe=lambda pre: f"{pre.config.num_hidden_layers} layers x {pre.config.hidden_size}",
     export_extra=lambda system, scheme: {"system": system, "masking": scheme or "none"},
     next_steps=_bert_next_steps,
+    init_config=checkpoints.check_checkpoint,
 )
 
 
@@ -372,6 +375,84 @@ TWO_TOWER_PRETRAINING = Pretraining(
 )
 
 
+def _modernbert_config(name: str, *, vocab_size: int, max_seq_length: int, objectives: tuple[str, ...], causal: bool,
+                       init_config: Any, overrides: dict[str, Any] | None) -> modernbert.ModernBertConfig:  # fmt: skip
+    if init_config is not None:  # --init_from: the architecture is the checkpoint's
+        return init_config
+    return modernbert.modernbert_config(name, vocab_size=vocab_size, **(overrides or {}))
+
+
+def _modernbert_check(config: Any, *, system: str, masking: str | None, init_from: str | None, causal: bool,
+                      max_seq_length: int, max_predictions: int | None) -> None:  # fmt: skip
+    if causal:
+        raise SpanBertError(f"--system {system}: found a left-to-right system, expected a bidirectional one for --family modernbert")
+    if config is not None and max_seq_length > config.max_position_embeddings:
+        raise SpanBertError(
+            f"--max_seq_length: found {max_seq_length}, expected at most the model's "
+            f"{config.max_position_embeddings} positions (max_position_embeddings)"
+        )
+
+
+def _modernbert_vocabulary(files: list, vocab_size: int, folder: Path, config: Any) -> None:
+    print0(f"training a {vocab_size}-token byte-level BPE vocabulary on the corpus (BERT's special tokens, as ModernBERT's)")
+    train_byte_level_tokenizer(files, vocab_size, output_dir=folder)
+
+
+def _modernbert_build(config: Any, tok: Any, *, init_from: str | None, objectives: tuple[str, ...],
+                      mlm_weight: float, sbo_weight: float) -> nn.Module:  # fmt: skip
+    heads = dict(sbo="sbo" in objectives, mlm_weight=mlm_weight, sbo_weight=sbo_weight)
+    if init_from:
+        pre = modernbert.ModernBertForPreTraining.from_pretrained(init_from, **heads)
+        if pre.config.vocab_size < tok.vocab_size:
+            raise SpanBertError(
+                f"{init_from}: vocabulary of {pre.config.vocab_size} is smaller than the tokenizer's "
+                f"{tok.vocab_size}; use the checkpoint's own tokenizer"
+            )
+        return pre
+    ids = dict(pad_token_id=tok.pad_id, cls_token_id=tok.cls_id, bos_token_id=tok.cls_id, sep_token_id=tok.sep_id,
+               eos_token_id=tok.sep_id)  # fmt: skip
+    return modernbert.ModernBertForPreTraining(dataclasses.replace(config, vocab_size=tok.vocab_size, **ids), **heads)
+
+
+def _modernbert_init_config(folder: str) -> modernbert.ModernBertConfig:
+    checkpoints.check_safetensors_checkpoint(Path(folder))
+    return modernbert.ModernBertConfig.from_hf_dict(read_config(folder), source=str(checkpoints.config_path(Path(folder))))
+
+
+def _modernbert_next_steps(final: Path, objectives: tuple[str, ...]) -> list[str]:
+    return [
+        f"\nsaved the model to {final} (transformers' ModernBertForMaskedLM layout: config.json, model.safetensors, "
+        "tokenizer files)",
+        f"  fine-tune it on any task, e.g.: spanbert finetune squad --model {final} --train_file ... --validation_file ...",
+    ]
+
+
+MODERNBERT_PRETRAINING = Pretraining(
+    samplers=("single",),
+    masked=True,
+    config=_modernbert_config,
+    check=_modernbert_check,
+    training_args=lambda config, args: args,
+    flops_per_token=lambda config, seq_len, objectives: modernbert.flops_per_token(config, seq_len, sbo="sbo" in objectives),
+    sizes=lambda config: (config.num_hidden_layers, config.hidden_size),
+    vocabulary=_modernbert_vocabulary,
+    frame=lambda tok: tok,
+    data_spec=lambda config, scheme: {
+        "kind": "byte-level-bpe",
+        "candidates": {"named_entity": "entities", "noun_phrase": "noun_phrases"}.get(scheme),
+    },
+    build=_modernbert_build,
+    count_targets=_bert_counts,
+    metrics={"mlm": ("mlm_loss", "mlm_acc"), "sbo": ("sbo_loss", "sbo_acc")},
+    run_config=_bert_run_config,
+    describe=lambda pre: f"ModernBERT, {pre.config.num_hidden_layers} layers x {pre.config.hidden_size} "
+    f"(global every {pre.config.global_attn_every_n_layers}, local window {pre.config.local_attention})",
+    export_extra=lambda system, scheme: {"system": system, "masking": scheme or "none"},
+    next_steps=_modernbert_next_steps,
+    init_config=_modernbert_init_config,
+)
+
+
 FAMILIES: dict[str, FamilySpec] = {
     "bert": FamilySpec(
         from_config=_bert_from_config,
@@ -397,6 +478,20 @@ FAMILIES: dict[str, FamilySpec] = {
         load_encoder_state=_load_strict,
         save=_save_hf,
         pretraining=TWO_TOWER_PRETRAINING,
+    ),
+    modernbert.MODEL_TYPE: FamilySpec(
+        from_config=lambda raw, pooled, source: modernbert.Encoder(
+            modernbert.ModernBertConfig.from_hf_dict(raw, source=source), add_pooling_layer=pooled
+        ),
+        encoder_state=modernbert.encoder_state,
+        habits=lambda raw, source: modernbert.family_habits(modernbert.ModernBertConfig.from_hf_dict(raw, source=source)),
+        frame=lambda raw, tok: tok,
+        prefix="SpanbertModernBert",
+        load=checkpoints.load_safetensors_checkpoint,
+        check=checkpoints.check_safetensors_checkpoint,
+        load_encoder_state=modernbert.load_encoder_state,
+        save=_save_hf,
+        pretraining=MODERNBERT_PRETRAINING,
     ),
 }
 """config.json ``model_type`` -> family. Any other model_type (or none) reads as `DEFAULT_FAMILY`."""

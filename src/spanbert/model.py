@@ -526,7 +526,7 @@ class PreTrainingHeads(nn.Module):
         self.seq_relationship = nn.Linear(config.hidden_size, 2) if nsp else None
 
 
-def _ce_and_acc(logits: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
+def ce_and_acc(logits: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
     """Mean cross-entropy and accuracy over the targets (labels != -100). With no target both are 0,
     the loss still attached to the graph so the head's parameters get (zero) gradients, as DDP needs.
     Sum / max(count, 1) rather than a branch on the count: no host sync in the training step."""
@@ -591,7 +591,7 @@ class SpanBertForPreTraining(nn.Module):
             logits = self.cls.predictions(flat[mlm_positions], emb)  # (N, V): masked positions only
             out["mlm_logits"] = logits
             if mlm_labels is not None:
-                out["mlm_loss"], out["mlm_acc"] = _ce_and_acc(logits, mlm_labels)
+                out["mlm_loss"], out["mlm_acc"] = ce_and_acc(logits, mlm_labels)
                 terms["mlm"] = self.mlm_weight * out["mlm_loss"]
                 loss = loss + terms["mlm"]
         if self.cls.span_predictions is not None and sbo_positions is not None and sbo_left is not None:
@@ -600,14 +600,14 @@ class SpanBertForPreTraining(nn.Module):
             logits = self.cls.span_predictions(flat[sbo_left], flat[sbo_right], sbo_rel, emb)  # (M, V)
             out["sbo_logits"] = logits
             if sbo_labels is not None:
-                out["sbo_loss"], out["sbo_acc"] = _ce_and_acc(logits, sbo_labels)
+                out["sbo_loss"], out["sbo_acc"] = ce_and_acc(logits, sbo_labels)
                 terms["sbo"] = self.sbo_weight * out["sbo_loss"]
                 loss = loss + terms["sbo"]
         if self.cls.seq_relationship is not None:
             nsp_logits = self.cls.seq_relationship(self.bert.pool(hidden))  # (B, 2)
             out["nsp_logits"] = nsp_logits
             if next_sentence_label is not None:
-                out["nsp_loss"], out["nsp_acc"] = _ce_and_acc(nsp_logits, next_sentence_label)
+                out["nsp_loss"], out["nsp_acc"] = ce_and_acc(nsp_logits, next_sentence_label)
                 terms["nsp"] = out["nsp_loss"]
                 loss = loss + terms["nsp"]
         if mlm_labels is not None or next_sentence_label is not None:

@@ -231,6 +231,8 @@ def _tokenize_chunk(docs: list[tuple[list[str], str, int, bool]]) -> _ChunkResul
     para_lens = np.fromiter((len(e.ids) for e in encs), dtype=np.int64, count=len(encs))
     ids = np.fromiter((i for e in encs for i in e.ids), dtype=np.int32, count=int(para_lens.sum()))
     starts = tok.word_starts_of(ids)
+    # a paragraph's first token starts a word (byte-level BPE writes no leading space there)
+    starts[(np.cumsum(para_lens) - para_lens)[para_lens > 0]] = True
     per_doc = np.array([len(d[0]) for d in docs], dtype=np.int64)
     # the parts of one document (`_Doc.continues`) count as one; the first may go on with the last
     # document of the chunk before, which `_ShardWriter.add` joins

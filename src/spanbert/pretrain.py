@@ -29,8 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from spanbert import cloze, cost, data, distributed, tokenization
-from spanbert.checkpoints import check_checkpoint
+from spanbert import cloze, cost, data, distributed, modernbert, tokenization
 from spanbert.cloze import parse_model_spec
 from spanbert.collate import cloze_collate  # noqa: F401 -- its old home
 from spanbert.config import (
@@ -45,7 +44,14 @@ from spanbert.config import (
 )
 from spanbert.distributed import eprint0, print0
 from spanbert.errors import SpanBertError, utf8_argument
-from spanbert.families import BERT_PRETRAINING, FAMILIES, TWO_TOWER_PRETRAINING, Pretraining, bert_target_counts
+from spanbert.families import (
+    BERT_PRETRAINING,
+    FAMILIES,
+    TWO_TOWER_PRETRAINING,
+    Pretraining,
+    bert_target_counts,
+    family_of,
+)
 from spanbert.hub import resolve_model
 from spanbert.masking import SCHEMES, MaskingConfig, add_replace_probs_arguments
 from spanbert.model import SpanBertForPreTraining
@@ -70,7 +76,8 @@ class System:
     and ``objectives`` the losses summed per target."""
 
     family: str
-    """bert (spanbert/model.py, with causal attention for ltr) or cloze-two-tower (spanbert/cloze.py)."""
+    """bert (spanbert/model.py, with causal attention for ltr), cloze-two-tower (spanbert/cloze.py) or
+    modernbert (spanbert/modernbert.py); ``--family`` puts a system's objectives on another family."""
     sampler: str
     """single (one block, §3.3), nsp (two segments + NSP label), causal (every next token), cloze (<s> block </s>)."""
     masking: str | None
@@ -79,6 +86,8 @@ class System:
     """mlm, sbo, nsp (BERT heads); lm (left-to-right); cloze, bilm (two-tower §6.3)."""
     short_seq_prob: float = 0.0
     """NSP pairs: probability of a shorter target length (Google BERT: 0.1)."""
+    mask_prob: float | None = None
+    """The masking budget when --mask_prob is left at its default (None: MaskingConfig's 15%)."""
 
 
 SYSTEM_PRESETS: dict[str, System] = {
@@ -103,6 +112,8 @@ SYSTEM_PRESETS: dict[str, System] = {
     "cloze": System("cloze-two-tower", "cloze", None, ("cloze",)),
     "bilm": System("cloze-two-tower", "cloze", None, ("bilm",)),
     "cloze-bilm": System("cloze-two-tower", "cloze", None, ("cloze", "bilm")),
+    # ModernBERT's own recipe (Warner et al. 2024, §2.2): MLM alone, 30% of the tokens masked, single sequences
+    "modernbert-mlm": System("modernbert", "single", "subword", ("mlm",), mask_prob=0.3),
 }
 """Every ``--system``: the paper's (§4.2, §5, §6), BERT's LTR baseline and the two-tower systems."""
 
@@ -113,6 +124,21 @@ SYSTEMS: dict[str, tuple[str, str, bool, float]] = {
     for name, s in SYSTEM_PRESETS.items()
     if s.family == "bert"
 }
+FAMILY_CHOICES = ("bert", cloze.MODEL_TYPE, "modernbert")
+"""--family values: the families that pre-train (`spanbert.families.FAMILIES` rows with `pretraining`)."""
+
+
+_SAMPLER_WORDS = {"single": "single-sequence blocks", "nsp": "two-segment blocks with NSP",
+                  "causal": "left-to-right blocks", "cloze": "two-tower cloze blocks"}  # fmt: skip
+
+
+def system_of(cfg: PretrainConfig) -> System:
+    """``cfg``'s system, on ``--family`` when one is named (the system's objectives, sampler and
+    masking on that family's model; `resolve` checks that the family reads the system's sampler)."""
+    system = SYSTEM_PRESETS[cfg.system]
+    return dataclasses.replace(system, family=cfg.family) if cfg.family else system
+
+
 # Systems whose encoder is causal (config.json `is_decoder: true`), kept so at fine-tuning (§5.1)
 CAUSAL_SYSTEMS = frozenset(n for n, s in SYSTEM_PRESETS.items() if s.sampler == "causal")
 # The two-tower systems (spanbert/cloze.py)
@@ -131,8 +157,10 @@ class PretrainConfig:
 
     system: str = "spanbert"
     """Paper system: spanbert, bert, bert-1seq (BERT's "No NSP"), google-bert, mask-{subword,whole-word,named-entity,noun-phrase,span}, span-2seq-nsp, span-1seq, span-1seq-sbo; ltr (BERT §5.1's left-to-right LM, causal attention); the two-tower model (docs/cloze.md): cloze, bilm, cloze-bilm."""
+    family: str | None = None
+    """Model family: the system's own when not given (bert; cloze-two-tower for cloze, bilm, cloze-bilm; modernbert for modernbert-mlm), or modernbert to put the system's objectives on the ModernBERT architecture (RoPE, GeGLU, local/global attention, 8,192-token context: spanbert, bert-1seq, span-1seq, span-1seq-sbo, modernbert-mlm, and --masking for the masking ablations on single sequences)."""
     model: str = "base"
-    """Model size preset: tiny, small, base, large (the quick start uses tiny); for --system cloze/bilm/cloze-bilm one of tiny, small, cnn_base, cnn_large, bpe_large, optionally followed by :field=value,... (docs/cloze.md)."""
+    """Model size preset: tiny, small, base, large (the quick start uses tiny; with --family modernbert ModernBERT's presets of those names); for --system cloze/bilm/cloze-bilm one of tiny, small, cnn_base, cnn_large, bpe_large, optionally followed by :field=value,... (docs/cloze.md)."""
     corpus: str | None = None
     """Text files or folders (plain text, blank line between documents, or JSONL with a text field), or a `spanbert preprocess` output folder. Default: the English reference text every Python installation carries (pydoc topics)."""
     tokenizer: str | None = None
@@ -177,12 +205,20 @@ class PretrainConfig:
     def __post_init__(self) -> None:
         # Each field alone; checks that involve the model or the data are in `pretrain` (a config is
         # built field by field from presets, YAML and flags, so a pair may be briefly inconsistent).
-        if self.system not in SYSTEMS and self.system not in CLOZE_SYSTEMS:
+        if self.system not in SYSTEM_PRESETS:
             raise SpanBertError(
-                f"--system: found unknown system {self.system!r}, expected one of: {', '.join([*SYSTEMS, *CLOZE_SYSTEMS])}"
+                f"--system: found unknown system {self.system!r}, expected one of: {', '.join(SYSTEM_PRESETS)}"
             )
-        if self.system in CLOZE_SYSTEMS:  # two-tower presets (spanbert.cloze.CLOZE_PRESETS[:field=value,...])
+        if self.family is not None and self.family not in FAMILY_CHOICES:
+            raise SpanBertError(f"--family: found {self.family!r}, expected one of: {', '.join(FAMILY_CHOICES)}")
+        family = system_of(self).family
+        if family == cloze.MODEL_TYPE:  # two-tower presets (spanbert.cloze.CLOZE_PRESETS[:field=value,...])
             parse_model_spec(self.model)
+        elif family == modernbert.MODEL_TYPE:
+            if self.model not in modernbert.PRESETS:
+                raise SpanBertError(
+                    f"--model: found unknown ModernBERT preset {self.model!r}, expected one of: {', '.join(modernbert.PRESETS)}"
+                )
         elif self.model not in MODEL_PRESETS:
             raise SpanBertError(
                 f"--model: found unknown model preset {self.model!r}, expected one of: {', '.join(MODEL_PRESETS)}"
@@ -411,10 +447,14 @@ class Resolved:
 
 def resolve(cfg: PretrainConfig) -> Resolved:
     """The family row, sampler, masking scheme and short-sequence probability of ``cfg``'s system."""
-    system = SYSTEM_PRESETS[cfg.system]
+    system = system_of(cfg)
     family = FAMILIES[system.family].pretraining
     if family is None or system.sampler not in family.samplers:
-        raise SpanBertError(f"--system {cfg.system}: family {system.family} does not pre-train with sampler {system.sampler}")
+        fits = [n for n, s in SYSTEM_PRESETS.items() if family is not None and s.sampler in family.samplers]
+        raise SpanBertError(
+            f"--system {cfg.system}: found a system of {_SAMPLER_WORDS[system.sampler]}, which the "
+            f"{system.family} family does not pre-train on; expected one of: {', '.join(fits)}"
+        )
     sampler = SAMPLERS[system.sampler]
     # a system that masks nothing reads the BERT default's scheme where its family keeps a MaskingConfig
     # (the run's settings: ltr's checkpoints record subword), and none otherwise
@@ -479,7 +519,15 @@ def check_sources(cfg: PretrainConfig) -> _Sources:
     init_config = init_from = None
     if cfg.init_from:
         init_from = str(resolve_model(cfg.init_from))  # a hub name: its snapshot holds the vocabulary
-        init_config = check_checkpoint(init_from)  # config.json checked, weights present; no tensor read
+        family = system_of(cfg).family
+        found = family_of(init_from)
+        if found != family:
+            raise SpanBertError(
+                f"--init_from: found a {found} checkpoint ({init_from}), expected a {family} one for --system "
+                f"{cfg.system}{' --family ' + cfg.family if cfg.family else ''}"
+            )
+        # config.json checked, weights present; no tensor read
+        init_config = FAMILIES[family].pretraining.init_config(init_from)
         if tokenizer is None and data.has_tokenizer(init_from):
             tokenizer = init_from
     if preprocessed:
@@ -500,7 +548,7 @@ def check_sources(cfg: PretrainConfig) -> _Sources:
 def plan_flops(config: Any, cfg: PretrainConfig, args: TrainingArguments, steps: int, sbo: bool) -> float:
     """Training FLOPs of the whole plan: the family's `flops_per_token` x tokens per step x steps (full
     blocks, or a full token budget)."""
-    system = SYSTEM_PRESETS[cfg.system]
+    system = system_of(cfg)
     objectives = tuple(o for o in system.objectives if o != "sbo") + (("sbo",) if sbo else ())
     per_token = FAMILIES[system.family].pretraining.flops_per_token(config, cfg.max_seq_length, objectives)
     return per_token * _tokens_per_step(cfg, args) * steps
@@ -554,7 +602,7 @@ def plan_warning(
     estimated time over a day), with the estimate and how to make it smaller; else None."""
     flops = plan_flops(config, cfg, args, steps, sbo)
     rate, seconds = _plan_seconds(flops, device)
-    layers, hidden = FAMILIES[SYSTEM_PRESETS[cfg.system].family].pretraining.sizes(config)
+    layers, hidden = FAMILIES[system_of(cfg).family].pretraining.sizes(config)
     big_on_cpu = device.type == "cpu" and hidden >= MODEL_PRESETS["base"]["hidden_size"]
     if seconds < LONG_PLAN_SECONDS and not big_on_cpu:
         return None
@@ -825,6 +873,8 @@ def pretrain(
         )
     if family.masked:
         masking = dataclasses.replace(masking or MaskingConfig(), scheme=run.scheme)
+        if system.mask_prob is not None and masking.mask_prob == MaskingConfig.mask_prob:  # the system's budget
+            masking = dataclasses.replace(masking, mask_prob=system.mask_prob)
         check_masking(masking)
     else:
         masking = None  # the family masks nothing
@@ -1130,7 +1180,7 @@ def main(argv: list[str], prog: str = "spanbert pretrain") -> int:
         print0(note)
     final = pretrain(cfg, targs, masking)
     if final.exists():
-        system = SYSTEM_PRESETS[cfg.system]
+        system = system_of(cfg)
         for line in FAMILIES[system.family].pretraining.next_steps(final, system.objectives):
             print0(line)
     return 0

@@ -18,6 +18,11 @@ words"). As in BERT's whole-word masking, a token starts a word iff it does not 
 a whole word is such a token plus its ``##`` continuations. Because BERT's pre-tokenizer splits off
 punctuation, every punctuation mark is a word of its own: ``"Broncos'"`` is the two words
 ``Broncos`` and ``'``, and ``"3.5"`` is ``3``, ``.``, ``5``.
+
+Byte-level BPE (ModernBERT's and the two-tower model's vocabularies) has no ``##``: a word's leading
+space is part of its first token (``Ġman``). There a token starts a word iff it begins with a space
+(or another whitespace byte), begins with an ASCII punctuation mark (a word of its own, as in BERT),
+or is the first token of an encoded text; ``man`` after ``Ġhu`` continues ``human``.
 """
 
 from __future__ import annotations
@@ -145,10 +150,14 @@ class Tokenizer:
         other markers gives its own through `framed` (the two-tower model: ``<s> a <sep> b </s>``)."""
         vocab = hf_tokenizer.get_vocab(with_added_tokens=True)
         self.vocab_size: int = max(vocab.values()) + 1
-        # (V,) bool: ids that begin with "##" (continuation pieces); lets `word_starts_of(ids)` be one lookup.
+        self._byte_level = _is_byte_level(hf_tokenizer)
+        # (V,) bool: ids of continuation pieces; lets `word_starts_of(ids)` be one lookup.
         self._is_continuation = np.zeros(self.vocab_size, dtype=bool)
+        specials = set(SPECIAL_TOKENS)
         for token, i in vocab.items():
-            if token.startswith("##"):
+            if self._byte_level:
+                self._is_continuation[i] = bool(token) and token not in specials and token[0] not in _BYTE_LEVEL_STARTS
+            elif token.startswith("##"):
                 self._is_continuation[i] = True
 
     # ------------------------------------------------------------------ loading and saving
@@ -220,9 +229,9 @@ class Tokenizer:
 
     @property
     def byte_level(self) -> bool:
-        """True for a byte-level BPE tokenizer (the two-tower model's): a word's leading space is part
-        of its first token (``Ġman``), so words must be encoded as they appear in running text."""
-        return type(self.hf.pre_tokenizer).__name__ == "ByteLevel"
+        """True for a byte-level BPE tokenizer (ModernBERT's, the two-tower model's): a word's leading
+        space is part of its first token (``Ġman``), so words must be encoded as they appear in running text."""
+        return self._byte_level
 
     def save(self, directory: str | os.PathLike) -> None:
         """Write vocab.txt, tokenizer.json, tokenizer_config.json and special_tokens_map.json.
@@ -269,6 +278,8 @@ class Tokenizer:
         for key, token in (("bos_token", "<s>"), ("eos_token", "</s>"), ("sep_token", "<sep>")):
             if self.hf.token_to_id(token) is not None:
                 names[key] = token
+        if "sep_token" not in names:  # BERT's framing (ModernBERT's vocabulary): [CLS] a [SEP]
+            names.update(cls_token=CLS, sep_token=SEP, mask_token=MASK)
         config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 512, **names}
         with atomic_write(directory / "tokenizer_config.json", encoding="utf-8") as f:
             json.dump(config, f, indent=2)
@@ -317,7 +328,12 @@ class Tokenizer:
         word_ids = None
         if with_word_ids:
             word_ids = np.asarray([-1 if w is None else w for w in enc.word_ids], dtype=np.int64)
-        return Encoded(ids, offsets, self.word_starts_of(ids), word_ids)
+        starts = self.word_starts_of(ids)
+        if len(starts):
+            starts[0] = True  # a text's first token starts a word (byte-level: it has no leading space)
+            if word_ids is not None:  # pre-split words: each one's first token, whatever its bytes
+                starts[1:] |= (word_ids[1:] != word_ids[:-1]) & (word_ids[1:] >= 0)
+        return Encoded(ids, offsets, starts, word_ids)
 
     def encode(self, text: str) -> Encoded:
         """Tokenize one text; no special tokens. Offsets are character positions in ``text``."""
@@ -391,6 +407,69 @@ def load_tokenizer(path: str | os.PathLike, do_lower_case: bool | None = None) -
     if not p.exists():
         raise SpanBertError(f"tokenizer path {p} does not exist; expected a directory with tokenizer.json or vocab.txt")
     return Tokenizer.from_dir(p, do_lower_case=do_lower_case)
+
+
+_BYTE_LEVEL_STARTS = frozenset("ĠĊĉčĂ") | frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
+"""First characters of a byte-level token that starts a word: whitespace bytes as the byte-level
+alphabet writes them (space Ġ, newline Ċ, tab ĉ, carriage return č, vertical tab Ă) and ASCII
+punctuation, which BERT's pre-tokenizer makes a word of its own."""
+
+
+def _is_byte_level(hf_tokenizer) -> bool:
+    """A byte-level pre-tokenizer, alone or in a sequence (ModernBERT's tokenizer.json has a sequence)."""
+    spec = json.loads(hf_tokenizer.to_str()).get("pre_tokenizer") or {}
+    parts = spec.get("pretokenizers", [spec]) if spec.get("type") == "Sequence" else [spec]
+    return any(isinstance(p, dict) and p.get("type") == "ByteLevel" for p in parts)
+
+
+def byte_level_bpe(lines: Iterable[str], vocab_size: int, specials: Sequence[str]):
+    """A byte-level BPE `tokenizers.Tokenizer` trained on ``lines`` (NFC-normalised, no prefix space,
+    every byte in the alphabet), ``specials`` first: ids 0..len(specials)-1."""
+    t = _hf()
+    hf = t.Tokenizer(t.models.BPE(unk_token=UNK))
+    hf.normalizer = t.normalizers.NFC()
+    hf.pre_tokenizer = t.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    hf.decoder = t.decoders.ByteLevel()
+    trainer = t.trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(specials),
+        show_progress=False,
+        initial_alphabet=t.pre_tokenizers.ByteLevel.alphabet(),
+    )
+    hf.train_from_iterator(lines, trainer=trainer)
+    hf.add_special_tokens(list(specials))
+    return hf
+
+
+def train_byte_level_tokenizer(
+    files: Sequence[str | os.PathLike] | None,
+    vocab_size: int,
+    output_dir: str | os.PathLike | None = None,
+    texts: Iterable[str] | None = None,
+) -> Tokenizer:
+    """A byte-level BPE vocabulary with BERT's five special tokens ([PAD] = 0, [UNK], [CLS], [SEP],
+    [MASK]) and BERT's framing (``[CLS] a [SEP] (b [SEP])``): the kind of vocabulary ModernBERT uses
+    (OLMo's byte-level BPE with BERT's special tokens), trained on the corpus. HF's BPE trainer is not
+    bit-reproducible across processes (docs/tokenizer.md): pre-training trains it once, on rank 0."""
+    if vocab_size < len(SPECIAL_TOKENS) + 257:
+        raise SpanBertError(
+            f"--vocab_size: found {vocab_size}, expected at least {len(SPECIAL_TOKENS) + 257} "
+            f"({len(SPECIAL_TOKENS)} special tokens + the 256 bytes + 1 merge)"
+        )
+    if output_dir is not None:
+        check_output(output_dir, folder=True, ours=lambda d: (d / "tokenizer.json").is_file())
+    if texts is None:
+        lines = list(_iter_training_lines(corpus_files(files or [])))
+        if not lines:
+            raise SpanBertError(f"{', '.join(map(str, files or []))}: found no text, expected a corpus to train the vocabulary on")
+    else:
+        lines = list(texts)
+    hf = byte_level_bpe(lines, vocab_size, SPECIAL_TOKENS)
+    _add_post_processor(hf)
+    tok = Tokenizer(hf)
+    if output_dir is not None:
+        tok.save(output_dir)
+    return tok
 
 
 # ---------------------------------------------------------------------- training

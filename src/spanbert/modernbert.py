@@ -1,0 +1,751 @@
+"""The ModernBERT family (Warner et al., 2024): the encoder and its pre-training heads, one file.
+
+ModernBERT is a pre-LayerNorm encoder without bias terms, with rotary position embeddings (RoPE), a
+GeGLU feed-forward, and attention that alternates between global layers (every
+``global_attn_every_n_layers``-th, RoPE base ``global_rope_theta``) and sliding-window local layers
+(each token sees ``local_attention // 2`` tokens either side, RoPE base ``local_rope_theta``); its
+context is 8,192 tokens. Config fields and parameter names are transformers' `ModernBertModel` /
+`ModernBertForMaskedLM`, so folders move both ways with no remapping (docs/architecture.md).
+
+What SpanBERT puts on it: span masking, the span boundary objective (the same `SpanBoundaryHead` as
+the BERT family, over ModernBERT's final states) and single-sequence blocks, through the one
+pre-training pipeline (`spanbert pretrain --family modernbert --system spanbert`).
+
+Speed, as the BERT family: padding is never computed on. A padded batch runs its token-wise layers
+on the real tokens only (`spanbert.model.Unpad`), and on CPU attention too, one sequence at a time;
+RoPE positions restart at each sequence, which is what transformers computes for right-padded rows.
+Local layers cost linear time in the sequence length: queries are cut into chunks of
+``local_attention`` tokens, each attending to its own chunk and ``local_attention // 2`` tokens either
+side (`local_attention_chunked`), instead of a (T, T) band mask whose cost grows with T^2. Attention
+itself is `F.scaled_dot_product_attention` (FlashAttention / memory-efficient kernels on a GPU).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from spanbert.checkpoints import SBO_FILE, read_json, read_safetensors, save_folder
+from spanbert.config import BertConfig, FinetuneHabits, _json_item, _json_kind, _type_hints, _type_name
+from spanbert.distributed import eprint0
+from spanbert.dropout import Dropout
+from spanbert.errors import SpanBertError
+from spanbert.model import SpanBoundaryHead, Unpad, ce_and_acc
+
+MODEL_TYPE = "modernbert"
+GLOBAL, LOCAL = "full_attention", "sliding_attention"
+"""transformers' names of the two kinds of layer (config.json ``layer_types``)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Config
+
+
+@dataclass
+class ModernBertConfig:
+    """transformers' `ModernBertConfig` fields (those that shape the model), ModernBERT-base's defaults."""
+
+    vocab_size: int = 50368
+    hidden_size: int = 768
+    intermediate_size: int = 1152
+    num_hidden_layers: int = 22
+    num_attention_heads: int = 12
+    hidden_activation: str = "gelu"
+    max_position_embeddings: int = 8192
+    initializer_range: float = 0.02
+    initializer_cutoff_factor: float = 2.0
+    norm_eps: float = 1e-5
+    norm_bias: bool = False
+    pad_token_id: int = 50283
+    eos_token_id: int = 50282
+    bos_token_id: int = 50281
+    cls_token_id: int = 50281
+    sep_token_id: int = 50282
+    global_rope_theta: float = 160000.0
+    local_rope_theta: float = 10000.0
+    global_attn_every_n_layers: int = 3
+    """Layer i is global when i % n == 0 (unless ``layer_types`` says otherwise)."""
+    local_attention: int = 128
+    """The local layers' whole window: each token sees local_attention // 2 tokens either side."""
+    attention_bias: bool = False
+    attention_dropout: float = 0.0
+    embedding_dropout: float = 0.0
+    mlp_bias: bool = False
+    mlp_dropout: float = 0.0
+    decoder_bias: bool = True
+    classifier_pooling: str = "cls"
+    """The sentence vector: the first token's state (cls) or the mean of the real tokens' (mean)."""
+    classifier_dropout: float = 0.0
+    classifier_bias: bool = False
+    classifier_activation: str = "gelu"
+    layer_types: tuple[str, ...] = ()
+    """GLOBAL or LOCAL per layer; empty: from global_attn_every_n_layers."""
+
+    def __post_init__(self) -> None:
+        if not self.layer_types:
+            n = self.global_attn_every_n_layers
+            self.layer_types = tuple(GLOBAL if i % n == 0 else LOCAL for i in range(self.num_hidden_layers))
+        self.layer_types = tuple(self.layer_types)
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    def to_hf_dict(self) -> dict[str, Any]:
+        """The config.json that transformers' `ModernBertConfig` reads, in both of its spellings: 4.x's
+        (global_attn_every_n_layers, global_rope_theta, local_rope_theta) and 5.x's (layer_types,
+        rope_parameters), which agree."""
+        d = dataclasses.asdict(self)
+        d["layer_types"] = list(self.layer_types)
+        d.update(
+            model_type=MODEL_TYPE,
+            rope_parameters={
+                GLOBAL: {"rope_type": "default", "rope_theta": self.global_rope_theta},
+                LOCAL: {"rope_type": "default", "rope_theta": self.local_rope_theta},
+            },
+            tie_word_embeddings=True,
+        )
+        return d
+
+    @classmethod
+    def from_hf_dict(cls, d: dict[str, Any], source: str = "") -> ModernBertConfig:
+        """Read a config.json written by transformers 4.x or 5.x (or by spanbert); unknown keys are
+        ignored, every known one is type-checked, and ``source`` starts every error message."""
+        where = f"{source}: " if source else ""
+        if not isinstance(d, dict):
+            raise SpanBertError(f"{where}found a JSON {_json_kind(d)}, expected a JSON object of ModernBERT settings")
+        hints = _type_hints(cls)
+        kwargs: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            value = d.get(f.name)
+            if value is None or f.name == "layer_types":
+                continue
+            tp = hints[f.name]
+            if tp is int:
+                ok = isinstance(value, int) and not isinstance(value, bool)
+            elif tp is float:
+                ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            elif tp is bool:
+                ok = isinstance(value, bool)
+            else:
+                ok = isinstance(value, str)
+            if not ok:
+                raise SpanBertError(f"{where}found {_json_item(f.name, value)}, expected {_type_name(tp)}")
+            kwargs[f.name] = value
+        rope = d.get("rope_parameters") or {}
+        if not isinstance(rope, dict):
+            raise SpanBertError(f"{where}found {_json_item('rope_parameters', rope)}, expected a JSON object")
+        for kind, key in ((GLOBAL, "global_rope_theta"), (LOCAL, "local_rope_theta")):
+            part = rope.get(kind) or {}
+            if part.get("rope_type", "default") != "default":
+                raise SpanBertError(
+                    f"{where}found rope_parameters.{kind}.rope_type {part['rope_type']!r}, expected 'default' "
+                    "(scaled RoPE variants are not implemented)"
+                )
+            if part.get("rope_theta") is not None:
+                kwargs[key] = float(part["rope_theta"])
+        types = d.get("layer_types")
+        if types is not None:
+            if not (isinstance(types, list) and all(t in (GLOBAL, LOCAL) for t in types)):
+                raise SpanBertError(f"{where}found {_json_item('layer_types', types)}, expected a list of {GLOBAL!r} / {LOCAL!r}")
+            kwargs["layer_types"] = tuple(types)
+        for k in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                  "max_position_embeddings", "local_attention", "global_attn_every_n_layers"):  # fmt: skip
+            if k in kwargs and kwargs[k] < 1:
+                raise SpanBertError(f"{where}found {_json_item(k, kwargs[k])}, expected a positive integer")
+        for k in ("attention_dropout", "embedding_dropout", "mlp_dropout", "classifier_dropout"):
+            if k in kwargs and not 0 <= kwargs[k] < 1:
+                raise SpanBertError(f"{where}found {_json_item(k, kwargs[k])}, expected a probability in [0, 1)")
+        for k in ("hidden_activation", "classifier_activation"):
+            if kwargs.get(k) not in (None, *ACTIVATIONS):
+                raise SpanBertError(f"{where}found {_json_item(k, kwargs[k])}, expected one of {', '.join(ACTIVATIONS)}")
+        if kwargs.get("classifier_pooling") not in (None, "cls", "mean"):
+            raise SpanBertError(f"{where}found {_json_item('classifier_pooling', kwargs['classifier_pooling'])}, expected cls or mean")
+        config = cls(**kwargs)
+        if config.hidden_size % config.num_attention_heads or config.head_dim % 2:
+            raise SpanBertError(
+                f"{where}found hidden_size {config.hidden_size} and num_attention_heads {config.num_attention_heads}, "
+                "expected a hidden size divisible by the number of heads into an even head size (RoPE rotates pairs)"
+            )
+        if len(config.layer_types) != config.num_hidden_layers:
+            raise SpanBertError(
+                f"{where}found {len(config.layer_types)} layer_types, expected one per layer ({config.num_hidden_layers})"
+            )
+        return config
+
+
+ACTIVATIONS = {
+    "gelu": F.gelu,  # exact (erf) GELU, transformers' ACT2FN["gelu"]
+    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "relu": F.relu,
+    "silu": F.silu,
+}
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # tests and the CPU quick start: three layers, so one global layer and two local ones
+    "tiny": dict(hidden_size=64, num_hidden_layers=3, num_attention_heads=2, intermediate_size=96, local_attention=64),
+    # CPU experiments and benchmarks: the BERT family's small width (256), ModernBERT's proportions
+    "small": dict(hidden_size=256, num_hidden_layers=6, num_attention_heads=4, intermediate_size=384),
+    # ModernBERT-base and -large (Warner et al. 2024, Table 4)
+    "base": dict(hidden_size=768, num_hidden_layers=22, num_attention_heads=12, intermediate_size=1152),
+    "large": dict(hidden_size=1024, num_hidden_layers=28, num_attention_heads=16, intermediate_size=2624),
+}
+
+
+def modernbert_config(name: str, **overrides: Any) -> ModernBertConfig:
+    """The `ModernBertConfig` of a named preset (tiny, small, base, large), with field overrides."""
+    if name not in PRESETS:
+        raise SpanBertError(f"--model: found unknown ModernBERT preset {name!r}, expected one of {', '.join(PRESETS)}")
+    return ModernBertConfig(**{**PRESETS[name], **overrides})
+
+
+# ---------------------------------------------------------------------------------------------
+# Rotary position embeddings and attention
+
+
+def rope_tables(theta: float, head_dim: int, length: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """cos, sin (length, head_dim) fp32 of positions 0..length-1 (transformers' default RoPE: the
+    frequencies repeated over the two halves of the head)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float, device=device) / head_dim))
+    freqs = torch.arange(length, dtype=torch.float, device=device)[:, None] * inv_freq  # (L, hs/2)
+    emb = torch.cat((freqs, freqs), dim=-1)  # (L, hs)
+    return emb.cos(), emb.sin()
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate (..., T, nh, hs) by position; cos/sin (T, 1, hs). In fp32, as transformers (a bf16
+    rotation would lose the position of late tokens), back in x's dtype."""
+    xf = x.float()
+    x1, x2 = xf.chunk(2, dim=-1)
+    return (xf * cos + torch.cat((-x2, x1), dim=-1) * sin).to(x.dtype)
+
+
+def _sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float) -> Tensor:
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+
+
+def local_attention_chunked(q: Tensor, k: Tensor, v: Tensor, half: int, key_mask: Tensor | None, dropout_p: float = 0.0) -> Tensor:
+    """Sliding-window attention, |query - key| <= ``half``, in time linear in T: (B, nh, T, hs) each
+    -> (B, nh, T, hs). ``key_mask`` (B, T) bool: False keys get no weight (a padded grid).
+
+    Queries go in chunks of c = 2 * half; chunk j attends to keys [j c - half, (j + 1) c + half), a
+    (c, c + 2 half) block of which the band is kept. Work: T (c + 2 half) scores instead of T^2. Every
+    query row keeps its own key (the diagonal), so no row is empty: a padded query far from any real
+    token gets a finite, unused value instead of a NaN that would reach the gradients."""
+    B, nh, T, hs = q.shape
+    c = 2 * half
+    n = -(-T // c)
+    Tp = n * c
+    qp = F.pad(q, (0, 0, 0, Tp - T))  # (B, nh, Tp, hs)
+    kp = F.pad(k, (0, 0, half, Tp - T + half))  # (B, nh, Tp + 2 half, hs)
+    vp = F.pad(v, (0, 0, half, Tp - T + half))
+    w = c + 2 * half
+    # (B, nh, n, w, hs) windows of keys, chunks moved into the batch: (B n, nh, ., hs)
+    kc = kp.unfold(2, w, c).transpose(-1, -2).transpose(1, 2).reshape(B * n, nh, w, hs)
+    vc = vp.unfold(2, w, c).transpose(-1, -2).transpose(1, 2).reshape(B * n, nh, w, hs)
+    qc = qp.view(B, nh, n, c, hs).transpose(1, 2).reshape(B * n, nh, c, hs)
+    a = torch.arange(c, device=q.device)
+    b = torch.arange(w, device=q.device)
+    band = (b[None, :] - a[:, None] >= 0) & (b[None, :] - a[:, None] <= 2 * half)  # (c, w): |query - key| <= half
+    key_pos = torch.arange(n, device=q.device)[:, None] * c - half + b  # (n, w) global key positions
+    valid = (key_pos >= 0) & (key_pos < T)  # (n, w)
+    if key_mask is not None:
+        km = F.pad(key_mask, (half, Tp - T + half)).unfold(1, w, c)  # (B, n, w)
+        valid = valid & km
+    else:
+        valid = valid.expand(B, n, w)
+    mask = band & valid.reshape(B * n, 1, 1, w)  # (B n, 1, c, w)
+    mask = mask | (b[None, :] - a[:, None] == half)  # the diagonal: every row has a key
+    out = _sdpa(qc, kc, vc, mask, dropout_p)  # (B n, nh, c, hs)
+    return out.view(B, n, nh, c, hs).transpose(1, 2).reshape(B, nh, Tp, hs)[:, :, :T]
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, half: int | None, key_mask: Tensor | None, dropout_p: float = 0.0) -> Tensor:
+    """Global (``half`` None) or local attention, (B, nh, T, hs) -> (B, nh, T, hs); ``key_mask`` (B, T) bool."""
+    T = q.shape[2]
+    if half is None or T <= half + 1:  # every key is inside every window: a global layer
+        mask = None if key_mask is None else key_mask[:, None, None, :]
+        return _sdpa(q, k, v, mask, dropout_p)
+    if T <= 4 * half:  # a short sequence: one band mask is cheaper than the chunks' copies
+        i = torch.arange(T, device=q.device)
+        band = (i[:, None] - i[None, :]).abs() <= half  # (T, T)
+        mask = band if key_mask is None else (band & key_mask[:, None, None, :]) | torch.eye(T, dtype=torch.bool, device=q.device)
+        return _sdpa(q, k, v, mask, dropout_p)
+    return local_attention_chunked(q, k, v, half, key_mask, dropout_p)
+
+
+class Layout:
+    """How one batch is laid out, computed once a forward pass: unpadded (`spanbert.model.Unpad`) or
+    the whole grid, each token's RoPE position, and the RoPE tables of the two bases."""
+
+    def __init__(self, config: ModernBertConfig, input_ids: Tensor, attention_mask: Tensor | None):
+        B, T = input_ids.shape
+        self.B, self.T = B, T
+        self.unpad = None
+        dev = input_ids.device
+        if attention_mask is not None:
+            unpad = Unpad(attention_mask, config.hidden_size)
+            if unpad.index.numel() != B * T or torch.compiler.is_compiling():
+                self.unpad = unpad
+        if self.unpad is None:
+            pos = None  # positions 0..T-1 of every row: the tables' first T rows
+        else:
+            # the position of each real token in its row (right padding: 0..L-1)
+            pos = (attention_mask.ne(0).long().cumsum(1) - 1).reshape(-1)[self.unpad.index]  # (N,)
+        self.key_mask = None if self.unpad is None or self.unpad.ragged else attention_mask.bool()
+        self.tables: dict[float, tuple[Tensor, Tensor]] = {}
+        for theta in {config.global_rope_theta, config.local_rope_theta}:
+            cos, sin = rope_tables(theta, config.head_dim, T, dev)
+            if pos is not None:
+                cos, sin = cos[pos], sin[pos]  # (N, hs)
+            self.tables[theta] = cos[:, None, :], sin[:, None, :]  # (T or N, 1, hs)
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModernBertConfig, layer_id: int):
+        super().__init__()
+        H = config.hidden_size
+        self.n_head, self.head_dim = config.num_attention_heads, config.head_dim
+        self.Wqkv = nn.Linear(H, 3 * H, bias=config.attention_bias)
+        self.Wo = nn.Linear(H, H, bias=config.attention_bias)
+        self.out_drop = Dropout(config.attention_dropout)
+        self.dropout_p = config.attention_dropout
+        local = config.layer_types[layer_id] == LOCAL
+        self.half = config.local_attention // 2 if local else None  # None: a global layer
+        self.theta = config.local_rope_theta if local else config.global_rope_theta
+
+    def forward(self, x: Tensor, layout: Layout) -> Tensor:
+        """(B, T, H) or, unpadded, (N, H) -> the same shape."""
+        nh, hs = self.n_head, self.head_dim
+        qkv = self.Wqkv(x).unflatten(-1, (3, nh, hs))  # (B, T, 3, nh, hs) or (N, 3, nh, hs)
+        q, k, v = qkv.unbind(-3)
+        cos, sin = layout.tables[self.theta]
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        p = self.dropout_p if self.training else 0.0
+        unpad = layout.unpad
+        if unpad is not None and unpad.ragged:  # CPU: each sequence over its own real tokens
+            out = []
+            start = 0
+            for L in unpad.lengths:
+                if L:
+                    s = slice(start, start + L)
+                    y = attend(*(t[s].transpose(0, 1)[None] for t in (q, k, v)), self.half, None, p)  # (1, nh, L, hs)
+                    out.append(y[0].transpose(0, 1).reshape(L, nh * hs))
+                start += L
+            y = torch.cat(out) if out else x.new_zeros(0, nh * hs)
+        else:
+            if unpad is not None:  # a padded grid for the attention alone (GPU)
+                q, k, v = (unpad.pad(t.reshape(-1, nh * hs)).unflatten(-1, (nh, hs)) for t in (q, k, v))
+            y = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), self.half, layout.key_mask, p)
+            y = y.transpose(1, 2).flatten(-2)  # (B, T, H)
+            if unpad is not None:
+                y = unpad.gather(y)
+        return self.out_drop(self.Wo(y))
+
+
+class MLP(nn.Module):
+    """GeGLU: Wo(act(x Wi_in) * (x Wi_gate)); Wi holds both halves, as transformers."""
+
+    def __init__(self, config: ModernBertConfig):
+        super().__init__()
+        self.Wi = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=config.mlp_bias)
+        self.act = ACTIVATIONS[config.hidden_activation]
+        self.drop = Dropout(config.mlp_dropout)
+        self.Wo = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        a, gate = self.Wi(x).chunk(2, dim=-1)
+        return self.Wo(self.drop(self.act(a) * gate))
+
+
+class Layer(nn.Module):
+    """Pre-LN: x + attn(norm(x)), then x + mlp(norm(x)); the first layer's input is the embeddings'
+    own norm, so its attn_norm is the identity (transformers' layout)."""
+
+    def __init__(self, config: ModernBertConfig, layer_id: int):
+        super().__init__()
+        norm = lambda: nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)  # noqa: E731
+        self.attn_norm = nn.Identity() if layer_id == 0 else norm()
+        self.attn = Attention(config, layer_id)
+        self.mlp_norm = norm()
+        self.mlp = MLP(config)
+
+    def forward(self, x: Tensor, layout: Layout) -> Tensor:
+        x = x + self.attn(self.attn_norm(x), layout)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class Embeddings(nn.Module):
+    def __init__(self, config: ModernBertConfig):
+        super().__init__()
+        self.tok_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=_pad_idx(config))
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)
+        self.drop = Dropout(config.embedding_dropout)
+
+    def forward(self, input_ids: Tensor) -> Tensor:
+        return self.drop(self.norm(self.tok_embeddings(input_ids)))
+
+
+def _pad_idx(config: ModernBertConfig) -> int | None:
+    return config.pad_token_id if 0 <= config.pad_token_id < config.vocab_size else None
+
+
+class PredictionHead(nn.Module):
+    """dense -> act -> norm: the transform before the MLM decoder, and the sentence head of
+    transformers' classification models (which load it from the MLM checkpoint)."""
+
+    def __init__(self, config: ModernBertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size, bias=config.classifier_bias)
+        self.act = ACTIVATIONS[config.classifier_activation]
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.norm(self.act(self.dense(x)))
+
+
+def init_weights(module: nn.Module, config: ModernBertConfig) -> None:
+    """transformers' ModernBERT initialisation: truncated normals (cut at initializer_cutoff_factor
+    std), std initializer_range for inputs and initializer_range / sqrt(2 L) for the outputs that feed
+    the residual stream (Wo) and the prediction head; zero biases, unit norms."""
+    std_in = config.initializer_range
+    std_out = config.initializer_range / math.sqrt(2.0 * config.num_hidden_layers)
+    cut = config.initializer_cutoff_factor
+
+    def trunc(weight: Tensor, std: float) -> None:
+        nn.init.trunc_normal_(weight, mean=0.0, std=std, a=-cut * std, b=cut * std)
+
+    for name, m in module.named_modules():
+        if isinstance(m, nn.Linear):
+            trunc(m.weight, std_out if name.endswith(("Wo", "dense")) else std_in)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            trunc(m.weight, std_in)
+        elif isinstance(m, nn.LayerNorm):
+            nn.init.ones_(m.weight)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+
+class Encoder(nn.Module):
+    """A ModernBERT encoder whose `state_dict()` is transformers' `ModernBertModel`'s (+ ``head.*``, the
+    sentence head, when built with ``add_pooling_layer``). It implements the family protocol
+    (`spanbert.families.Family`): every task fine-tunes it through the same commands as BERT.
+
+    `encoder(input_ids, attention_mask=None)` returns the final states (B, T, H), zeros at padding.
+    """
+
+    model_type = MODEL_TYPE
+
+    def __init__(self, config: ModernBertConfig, add_pooling_layer: bool = True):
+        super().__init__()
+        self.config = config
+        self.embeddings = Embeddings(config)
+        self.layers = nn.ModuleList(Layer(config, i) for i in range(config.num_hidden_layers))
+        self.final_norm = nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)
+        self.head = PredictionHead(config) if add_pooling_layer else None
+        self.gradient_checkpointing = False
+        init_weights(self, config)
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        output_hidden_states: bool = False,
+    ) -> Tensor | tuple[Tensor, ...]:
+        """Final states (B, T, H); with ``output_hidden_states`` the embeddings' output and every
+        layer's, num_layers + 1 tensors, the last after the final norm (the usual return value).
+        ``token_type_ids`` are ignored: ModernBERT has no segment embeddings."""
+        T = input_ids.shape[1]
+        if T > self.config.max_position_embeddings:
+            raise SpanBertError(
+                f"sequence of {T} tokens is longer than max_position_embeddings={self.config.max_position_embeddings}"
+            )
+        layout = Layout(self.config, input_ids, attention_mask)
+        x = self.embeddings(input_ids)  # (B, T, H)
+        if layout.unpad is not None:
+            x = layout.unpad.gather(x)  # (N, H): the real tokens only
+        states = [x] if output_hidden_states else None
+        for layer in self.layers:
+            if self.gradient_checkpointing and self.training:
+                x = torch.utils.checkpoint.checkpoint(layer, x, layout, use_reentrant=False)
+            else:
+                x = layer(x, layout)
+            if states is not None:
+                states.append(x)
+        x = self.final_norm(x)
+        if states is not None:
+            states[-1] = x
+            return tuple(layout.unpad.pad(h) for h in states) if layout.unpad is not None else tuple(states)
+        return layout.unpad.pad(x) if layout.unpad is not None else x
+
+    def set_gradient_checkpointing(self, enabled: bool = True) -> None:
+        """Recompute each layer's activations in the backward pass: less memory, ~30% more compute."""
+        self.gradient_checkpointing = enabled
+
+    # ----------------------------------------------------------------- the family protocol
+    @property
+    def hidden_size(self) -> int:
+        return self.config.hidden_size
+
+    @property
+    def sentence_size(self) -> int:
+        return self.config.hidden_size
+
+    @property
+    def num_layers(self) -> int:
+        return self.config.num_hidden_layers
+
+    @property
+    def max_positions(self) -> int:
+        """The longest input: RoPE has no table, the context ModernBERT was trained for."""
+        return self.config.max_position_embeddings
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    @property
+    def habits(self) -> FinetuneHabits:
+        return family_habits(self.config)
+
+    def sentence(self, hidden: Tensor, attention_mask: Tensor | None = None, input_ids: Tensor | None = None) -> Tensor:
+        """transformers' classification pooling: the first token's state (``classifier_pooling`` cls) or
+        the mean over the real tokens (mean), then the head (dense, act, norm): (B, T, H) -> (B, H)."""
+        if self.head is None:
+            raise SpanBertError("this encoder was built without a sentence head (add_pooling_layer=False)")
+        if self.config.classifier_pooling == "mean":
+            if attention_mask is None:
+                pooled = hidden.mean(1)
+            else:
+                m = attention_mask.to(hidden.dtype)[..., None]  # (B, T, 1)
+                pooled = (hidden * m).sum(1) / m.sum(1).clamp(min=1)
+        else:
+            pooled = hidden[:, 0]
+        return self.head(pooled)
+
+    def frame(self, tokenizer: Any) -> Any:
+        """``[CLS] a [SEP] (b [SEP])``, as ModernBERT's own tokenizer frames its inputs."""
+        return tokenizer
+
+    def config_json(self) -> dict[str, Any]:
+        return self.config.to_hf_dict()
+
+    def resize_token_embeddings(self, vocab_size: int) -> None:
+        """Grow the token embeddings to ``vocab_size`` rows (new rows initialised as the family does)."""
+        old = self.embeddings.tok_embeddings
+        if vocab_size <= old.num_embeddings:
+            return
+        new = nn.Embedding(vocab_size, old.embedding_dim, padding_idx=old.padding_idx)
+        new.to(device=old.weight.device, dtype=old.weight.dtype)
+        std, cut = self.config.initializer_range, self.config.initializer_cutoff_factor
+        with torch.no_grad():
+            nn.init.trunc_normal_(new.weight, std=std, a=-cut * std, b=cut * std)
+            new.weight[: old.num_embeddings] = old.weight
+        self.embeddings.tok_embeddings = new
+        self.config.vocab_size = vocab_size
+
+
+    def save_pretrained(self, path: str | Path, tokenizer: Any = None) -> None:
+        """A folder transformers' `ModernBertModel` loads (config.json, model.safetensors, the
+        tokenizer), written as one atomic folder (`spanbert.checkpoints.save_folder`)."""
+        config_json = {**self.config.to_hf_dict(), "architectures": ["ModernBertModel"]}
+        save_folder(path, self.state_dict(), config_json, tokenizer=tokenizer)
+
+
+def family_habits(config: ModernBertConfig) -> FinetuneHabits:
+    """transformers' ModernBERT task heads: the output layer drawn with std hidden_size^-0.5 after
+    dropout classifier_dropout (0 in the released models); BERT's schedule and clipping."""
+    return FinetuneHabits(init_std=config.hidden_size**-0.5, head_dropout=config.classifier_dropout)
+
+
+def encoder_state(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """The encoder's keys of any ModernBERT state dict: `ModernBertModel` (as is), the MLM or a
+    transformers task model (``model.`` prefix, ``head.*`` kept: the sentence head, as transformers
+    loads it), spanbert's task models (``bert.`` prefix); decoder, classifier and SBO dropped."""
+    out = {}
+    for k, v in state.items():
+        for prefix in ("bert.", "model."):
+            if k.startswith(prefix):
+                k = k[len(prefix) :]
+                break
+        if k.startswith(("embeddings.", "layers.", "final_norm.", "head.")):
+            out[k] = v
+    return out
+
+
+def load_encoder_state(encoder: Encoder, own: dict[str, Tensor], source: str) -> None:
+    """Every encoder weight from ``own``; a missing sentence head (a bare `ModernBertModel` folder)
+    stays freshly initialised, as transformers does for its classification models."""
+    want = encoder.state_dict()
+    missing = sorted(k for k in want if k not in own and not k.startswith("head."))
+    unknown = sorted(k for k in own if k not in want and not k.startswith("head."))
+    if missing or unknown:
+        raise SpanBertError(
+            f"{source}: weights do not match a ModernBERT encoder; missing {missing[:5]}"
+            f"{' ...' if len(missing) > 5 else ''}, unexpected {unknown[:5]}{' ...' if len(unknown) > 5 else ''}"
+        )
+    for k, v in own.items():
+        if k in want and tuple(v.shape) != tuple(want[k].shape):
+            raise SpanBertError(f"{source}: {k} has shape {tuple(v.shape)}, config says {tuple(want[k].shape)}")
+    encoder.load_state_dict({k: v for k, v in own.items() if k in want}, strict=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pre-training: MLM (transformers' `ModernBertForMaskedLM` names) + SpanBERT's span boundary objective
+
+
+class TiedDecoder(nn.Module):
+    """transformers' ``decoder``: its weight is the token embeddings (tied, not stored), its bias its own."""
+
+    def __init__(self, config: ModernBertConfig):
+        super().__init__()
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size)) if config.decoder_bias else None
+
+
+def _sbo_shape(config: ModernBertConfig) -> BertConfig:
+    """The sizes `SpanBoundaryHead` reads (it is the BERT family's head, §3.2: GELU + LayerNorm)."""
+    return BertConfig(vocab_size=config.vocab_size, hidden_size=config.hidden_size, num_attention_heads=1,
+                      max_position_embeddings=config.max_position_embeddings, layer_norm_eps=config.norm_eps)  # fmt: skip
+
+
+class ModernBertForPreTraining(nn.Module):
+    """The encoder (``model``), the MLM head (``head`` + ``decoder``, transformers' names) and,
+    for SpanBERT, the span boundary head (``span_predictions``). The batch and the loss are
+    `spanbert.model.SpanBertForPreTraining`'s: MLM and SBO at the masked positions only, one term
+    each per masked token (§3.2)."""
+
+    def __init__(self, config: ModernBertConfig, sbo: bool = True, mlm_weight: float = 1.0, sbo_weight: float = 1.0,
+                 sbo_position_dim: int = 200):  # fmt: skip
+        super().__init__()
+        self.config = config
+        self.model = Encoder(config, add_pooling_layer=False)
+        self.head = PredictionHead(config)
+        self.decoder = TiedDecoder(config)
+        self.span_predictions = SpanBoundaryHead(_sbo_shape(config), sbo_position_dim) if sbo else None
+        init_weights(self.head, config)
+        if self.span_predictions is not None:
+            init_weights(self.span_predictions, config)
+        self.mlm_weight, self.sbo_weight = mlm_weight, sbo_weight
+
+    @property
+    def bert(self) -> Encoder:
+        """The encoder under the name the BERT family's pre-training model gives it."""
+        return self.model
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        mlm_positions: Tensor | None = None,
+        mlm_labels: Tensor | None = None,
+        sbo_positions: Tensor | None = None,
+        sbo_labels: Tensor | None = None,
+        sbo_left: Tensor | None = None,
+        sbo_right: Tensor | None = None,
+        sbo_rel: Tensor | None = None,
+        next_sentence_label: Tensor | None = None,
+    ) -> dict[str, Tensor]:
+        if next_sentence_label is not None:
+            raise SpanBertError("ModernBERT pre-trains on single sequences: it has no next-sentence head")
+        hidden = self.model(input_ids, attention_mask)  # (B, T, H)
+        flat = hidden.reshape(-1, hidden.shape[-1])  # (B*T, H)
+        emb = self.model.embeddings.tok_embeddings.weight  # (V, H), the tied decoder
+        out: dict[str, Tensor] = {"hidden_states": hidden}
+        loss = hidden.new_zeros((), dtype=torch.float32)
+        terms: dict[str, Tensor] = {}
+        if mlm_positions is not None:
+            logits = F.linear(self.head(flat[mlm_positions]), emb, self.decoder.bias)  # (N, V): masked positions only
+            out["mlm_logits"] = logits
+            if mlm_labels is not None:
+                out["mlm_loss"], out["mlm_acc"] = ce_and_acc(logits, mlm_labels)
+                terms["mlm"] = self.mlm_weight * out["mlm_loss"]
+                loss = loss + terms["mlm"]
+        if self.span_predictions is not None and sbo_positions is not None and sbo_left is not None:
+            logits = self.span_predictions(flat[sbo_left], flat[sbo_right], sbo_rel, emb)  # (M, V)
+            out["sbo_logits"] = logits
+            if sbo_labels is not None:
+                out["sbo_loss"], out["sbo_acc"] = ce_and_acc(logits, sbo_labels)
+                terms["sbo"] = self.sbo_weight * out["sbo_loss"]
+                loss = loss + terms["sbo"]
+        if mlm_labels is not None:
+            out["loss"] = loss
+            out["loss_terms"] = terms
+        return out
+
+    def save_pretrained(self, path: str | Path, tokenizer: Any = None, extra: dict | None = None) -> None:
+        """A folder that transformers opens as `ModernBertForMaskedLM` (model.safetensors: ``model.*``,
+        ``head.*``, ``decoder.bias``; the decoder weight is the tied embeddings), the span boundary
+        head beside it in `SBO_FILE`; one atomic folder (`spanbert.checkpoints.save_folder`)."""
+        state = self.state_dict()
+        main = {k: v for k, v in state.items() if not k.startswith("span_predictions.")}
+        sbo = {k: v for k, v in state.items() if k.startswith("span_predictions.")}
+        config_json = {**self.config.to_hf_dict(), "architectures": ["ModernBertForMaskedLM"]}
+        config_json["spanbert"] = {
+            "sbo": bool(sbo),
+            "sbo_position_dim": self.span_predictions.position_embeddings.embedding_dim if sbo else None,
+            "mlm_weight": self.mlm_weight,
+            "sbo_weight": self.sbo_weight,
+            **(extra or {}),
+        }
+        save_folder(path, main, config_json, tokenizer=tokenizer, extra_files={SBO_FILE: sbo} if sbo else None)
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, sbo: bool = True, **kwargs: Any) -> ModernBertForPreTraining:
+        """Continue from a ModernBERT folder (`--init_from`: transformers' MLM or bare model, or ours):
+        the encoder must load whole; MLM and span boundary heads it lacks start fresh, said on stderr."""
+        from_dir = Path(path)
+        raw = _read_config(from_dir)
+        config = ModernBertConfig.from_hf_dict(raw, source=str(from_dir / "config.json"))
+        state = read_safetensors(from_dir / "model.safetensors")
+        if (from_dir / SBO_FILE).is_file():
+            state.update(read_safetensors(from_dir / SBO_FILE))
+        pre = cls(config, sbo=sbo, **kwargs)
+        own = {k[len("model."):] if k.startswith("model.") else k: v for k, v in state.items()}
+        load_encoder_state(pre.model, {k: v for k, v in own.items() if k.startswith(("embeddings.", "layers.", "final_norm."))},
+                           str(from_dir))  # fmt: skip
+        heads = {k: v for k, v in state.items() if k.startswith(("head.", "decoder.bias", "span_predictions."))}
+        missing, _ = pre.load_state_dict(heads, strict=False)
+        fresh = sorted({k.split(".")[0] for k in missing if not k.startswith("model.")})
+        if fresh:
+            eprint0(f"note: {path} has no weights for {', '.join(fresh)}: freshly initialised")
+        return pre.eval()
+
+
+def _read_config(folder: Path) -> dict[str, Any]:
+    return read_json(folder / "config.json", "a JSON object of model settings")
+
+
+def flops_per_token(config: ModernBertConfig, seq_len: int, mask_rate: float = 0.15, sbo: bool = True) -> float:
+    """Training FLOPs per token of the useful work (3x the forward matmuls). Attention scores cost
+    2 x 2 x keys x H a token, keys = seq_len in a global layer and the window in a local one."""
+    H, I, V = config.hidden_size, config.intermediate_size, config.vocab_size
+    local_keys = min(seq_len, config.local_attention + 1)
+    attn = sum(2 * 2 * (seq_len if t == GLOBAL else local_keys) * H for t in config.layer_types)
+    per_layer = 2 * (4 * H * H + 3 * H * I)  # Wqkv + Wo, Wi (H -> 2I) + Wo (I -> H)
+    heads = mask_rate * (2 * H * H + 2 * H * V)
+    if sbo:
+        heads += mask_rate * (2 * (2 * H + 200) * H + 2 * H * H + 2 * H * V)
+    return 3 * (config.num_hidden_layers * per_layer + attn + heads)
+
+
+__all__ = [
+    "MODEL_TYPE",
+    "ModernBertConfig",
+    "Encoder",
+    "ModernBertForPreTraining",
+    "modernbert_config",
+    "local_attention_chunked",
+    "flops_per_token",
+]
