@@ -30,6 +30,7 @@ import pytest
 import torch
 from torch import nn
 
+from spanbert import modernbert
 from spanbert.config import BertConfig, model_config
 from spanbert.model import Encoder, SpanBertForPreTraining
 
@@ -138,6 +139,29 @@ class EncoderLoss(nn.Module):
         else:
             h = self.bert(input_ids, attention_mask, token_type_ids)  # (B, T, H)
         pooled = self.bert.pool(h, attention_mask)  # (B, H): [CLS], or the last real token when causal
+        return {"loss": h.float().pow(2).mean() + pooled.float().pow(2).mean()}
+
+
+def modern(local_attention: int = 4, **kw: Any) -> modernbert.ModernBertConfig:
+    """A tiny ModernBERT with dropout on: local window 4, so batches longer than 8 tokens run the
+    chunked local attention; pad id 0 as the collators'."""
+    base = dict(vocab_size=V, pad_token_id=0, cls_token_id=1, sep_token_id=2, attention_dropout=0.1,
+                embedding_dropout=0.1, mlp_dropout=0.1, local_attention=local_attention)  # fmt: skip
+    torch.manual_seed(0)
+    return modernbert.modernbert_config("tiny", **{**base, **kw})
+
+
+class ModernBertLoss(nn.Module):
+    """The ModernBERT encoder with a loss on every layer's states and on its sentence vector."""
+
+    def __init__(self, config: modernbert.ModernBertConfig):
+        super().__init__()
+        self.bert = modernbert.Encoder(config)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None) -> dict[str, torch.Tensor]:
+        states = self.bert(input_ids, attention_mask, output_hidden_states=True)
+        h = torch.stack(states).sum(0)  # (B, T, H)
+        pooled = self.bert.sentence(states[-1], attention_mask, input_ids)
         return {"loss": h.float().pow(2).mean() + pooled.float().pow(2).mean()}
 
 
@@ -377,6 +401,13 @@ CASES: dict[str, Callable[[], tuple[nn.Module, dict[str, Any]]]] = {
     "cloze-ner-frozen-scalar-mix": lambda: cloze_heads_case("frozen"),
     "feature-ner-tagger-weighted": lambda: feature_tagger_case("weighted"),
     "feature-ner-tagger-concat": lambda: feature_tagger_case("concat"),
+    "modernbert-padded": lambda: (ModernBertLoss(modern()), token_batch(PADDED)),
+    "modernbert-full": lambda: (ModernBertLoss(modern()), token_batch(FULL)),
+    "modernbert-mean-pooling": lambda: (ModernBertLoss(modern(classifier_pooling="mean")), token_batch(PADDED)),
+    "modernbert-pretrain-mlm-sbo": lambda: (modernbert.ModernBertForPreTraining(modern(), sbo_position_dim=8),
+                                            pretrain_batch(FULL)),
+    "modernbert-pretrain-mlm-sbo-padded": lambda: (modernbert.ModernBertForPreTraining(modern(), sbo_position_dim=8),
+                                                   pretrain_batch(PADDED)),
 }
 
 META_REFUSED = {

@@ -90,8 +90,7 @@ class ModernBertConfig:
 
     def __post_init__(self) -> None:
         if not self.layer_types:
-            n = self.global_attn_every_n_layers
-            self.layer_types = tuple(GLOBAL if i % n == 0 else LOCAL for i in range(self.num_hidden_layers))
+            self.layer_types = _every_n(self.global_attn_every_n_layers, self.num_hidden_layers)
         self.layer_types = tuple(self.layer_types)
 
     @property
@@ -104,6 +103,8 @@ class ModernBertConfig:
         rope_parameters), which agree."""
         d = dataclasses.asdict(self)
         d["layer_types"] = list(self.layer_types)
+        if _every_n(self.global_attn_every_n_layers, self.num_hidden_layers) != self.layer_types:
+            del d["global_attn_every_n_layers"]  # a pattern 4.x cannot spell: only layer_types says it
         d.update(
             model_type=MODEL_TYPE,
             rope_parameters={
@@ -168,6 +169,11 @@ class ModernBertConfig:
                 raise SpanBertError(f"{where}found {_json_item(k, kwargs[k])}, expected one of {', '.join(ACTIVATIONS)}")
         if kwargs.get("classifier_pooling") not in (None, "cls", "mean"):
             raise SpanBertError(f"{where}found {_json_item('classifier_pooling', kwargs['classifier_pooling'])}, expected cls or mean")
+        if "layer_types" in kwargs and "global_attn_every_n_layers" not in kwargs:  # 5.x: the n that spells it
+            L = len(kwargs["layer_types"])
+            kwargs["global_attn_every_n_layers"] = next(
+                (n for n in range(1, L + 1) if _every_n(n, L) == kwargs["layer_types"]), cls.global_attn_every_n_layers
+            )
         config = cls(**kwargs)
         if config.hidden_size % config.num_attention_heads or config.head_dim % 2:
             raise SpanBertError(
@@ -179,6 +185,11 @@ class ModernBertConfig:
                 f"{where}found {len(config.layer_types)} layer_types, expected one per layer ({config.num_hidden_layers})"
             )
         return config
+
+
+def _every_n(n: int, layers: int) -> tuple[str, ...]:
+    """Layer types of a model whose every n-th layer (from the first) is global."""
+    return tuple(GLOBAL if i % n == 0 else LOCAL for i in range(layers))
 
 
 ACTIVATIONS = {

@@ -1,0 +1,303 @@
+"""The ModernBERT family (issue 31): transformers' `ModernBertModel` / `ModernBertForMaskedLM` parity both
+ways, both config spellings, the chunked local attention against a dense band, byte-level word starts,
+and pre-training with SpanBERT's objectives through the one pipeline (resume exact, two processes = one).
+Every task through every family is tests/test_families.py; device placement and bf16, test_device.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from spanbert import families, model, modernbert
+from spanbert.cli import main
+from spanbert.errors import SpanBertError
+from spanbert.tokenization import train_byte_level_tokenizer
+
+transformers = pytest.importorskip("transformers")
+
+TEXTS = ["The human ran to the river, and the river ran on.", "Mary met John in Paris; they talked about rivers."] * 40
+
+
+def hf_config(**kw):
+    base = dict(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
+                local_attention=16, global_attn_every_n_layers=2, pad_token_id=0, bos_token_id=2, eos_token_id=3,
+                cls_token_id=2, sep_token_id=3, global_rope_theta=160000.0, local_rope_theta=10000.0)  # fmt: skip
+    return transformers.ModernBertConfig(**{**base, **kw})
+
+
+def padded_batch(B: int, T: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, 300, (B, T), generator=g)
+    mask = torch.ones(B, T, dtype=torch.long)
+    for b in range(1, B):
+        mask[b, T - (b * T) // (B + 1) :] = 0  # right padding of several lengths
+    return ids, mask
+
+
+@pytest.fixture(params=["grid", "ragged"])
+def attention_path(request, monkeypatch):
+    """The two ways a padded batch is attended: the padded grid with a key mask (GPU), or one sequence
+    at a time over its real tokens (CPU, when it saves work): forced either way."""
+    if request.param == "grid":
+        monkeypatch.setattr(model, "RAGGED_DEVICES", ())
+    else:
+        monkeypatch.setattr(model, "RAGGED_SAVING", 1.0)
+        monkeypatch.setattr(model, "RAGGED_MIN_WORK", 0.0)
+    return request.param
+
+
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+@pytest.mark.parametrize("T", [12, 40, 100])  # global only for short rows; band mask; chunked local attention
+def test_hidden_states_equal_transformers_on_a_padded_batch(impl, T, attention_path):
+    torch.manual_seed(0)
+    hf = transformers.ModernBertModel(hf_config(attn_implementation=impl)).eval()
+    ours = modernbert.Encoder(modernbert.ModernBertConfig.from_hf_dict(hf.config.to_dict()), add_pooling_layer=False)
+    ours.load_state_dict(hf.state_dict())  # the same names: no remapping
+    ours.eval()
+    ids, mask = padded_batch(3, T)
+    with torch.no_grad():
+        ref = hf(ids, attention_mask=mask, output_hidden_states=True)
+        got = ours(ids, mask, output_hidden_states=True)
+        unpadded = ours(ids)
+        ref_unpadded = hf(ids).last_hidden_state
+    keep = mask.bool()
+    assert len(got) == len(ref.hidden_states) == 5
+    for a, b in zip(ref.hidden_states, got):
+        assert (a - b)[keep].abs().max() <= 1e-4
+    assert (ref.last_hidden_state - got[-1])[keep].abs().max() <= 1e-4
+    assert torch.all(got[-1][~keep] == 0)  # padding is never computed on: zeros there
+    assert (ref_unpadded - unpadded).abs().max() <= 1e-4
+
+
+@pytest.mark.parametrize("T,half", [(9, 2), (33, 4), (64, 8), (70, 8), (130, 16)])
+def test_chunked_local_attention_equals_a_dense_band(T, half):
+    torch.manual_seed(T)
+    q, k, v = (torch.randn(2, 3, T, 8) for _ in range(3))
+    key_mask = torch.ones(2, T, dtype=torch.bool)
+    key_mask[1, T - T // 3 :] = False
+    i = torch.arange(T)
+    band = (i[:, None] - i[None, :]).abs() <= half
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=band & key_mask[:, None, None, :])
+    got = modernbert.local_attention_chunked(q, k, v, half, key_mask)
+    real = key_mask[:, None, :, None].expand_as(ref)  # rows of real queries (padded rows are unused)
+    assert torch.allclose(got[real], ref[real], atol=1e-5)
+    assert torch.isfinite(got).all()  # every row keeps a key: no NaN even where a row is only padding
+
+
+def test_local_attention_costs_linear_time_in_the_sequence():
+    """The chunked path's score tensor grows with T (chunks of 2 x half against 4 x half keys), not T^2."""
+    seen = []
+    real = modernbert._sdpa
+
+    def spy(q, k, v, mask, p):
+        seen.append(q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2])
+        return real(q, k, v, mask, p)
+
+    for T in (256, 512):
+        seen.clear()
+        modernbert._sdpa = spy
+        try:
+            q = torch.randn(1, 2, T, 8)
+            modernbert.attend(q, q, q, 8, None)
+        finally:
+            modernbert._sdpa = real
+        assert seen == [T * 2 * (4 * 8)]  # B n nh c w = T nh w
+
+
+def test_both_config_spellings_read_the_same_and_ours_round_trips():
+    old = {"model_type": "modernbert", "vocab_size": 300, "hidden_size": 64, "intermediate_size": 96,
+           "num_hidden_layers": 4, "num_attention_heads": 4, "global_attn_every_n_layers": 2,
+           "global_rope_theta": 80000.0, "local_rope_theta": 5000.0, "local_attention": 16}  # fmt: skip
+    new = {k: v for k, v in old.items() if not k.endswith("rope_theta") and k != "global_attn_every_n_layers"}
+    new["layer_types"] = ["full_attention", "sliding_attention"] * 2
+    new["rope_parameters"] = {"full_attention": {"rope_type": "default", "rope_theta": 80000.0},
+                              "sliding_attention": {"rope_type": "default", "rope_theta": 5000.0}}  # fmt: skip
+    a, b = modernbert.ModernBertConfig.from_hf_dict(old), modernbert.ModernBertConfig.from_hf_dict(new)
+    assert a == b and a.layer_types == ("full_attention", "sliding_attention") * 2
+    assert modernbert.ModernBertConfig.from_hf_dict(a.to_hf_dict()) == a
+    hf = transformers.ModernBertConfig(**{k: v for k, v in a.to_hf_dict().items() if k != "model_type"})
+    assert list(hf.layer_types) == list(a.layer_types)
+    assert hf.rope_parameters["sliding_attention"]["rope_theta"] == 5000.0
+
+
+@pytest.mark.parametrize(
+    "change,text",
+    [
+        ({"hidden_size": 66}, "divisible by the number of heads"),
+        ({"layer_types": ["full_attention"]}, "expected one per layer"),
+        ({"layer_types": ["global"] * 4}, "expected a list of"),
+        ({"rope_parameters": {"full_attention": {"rope_type": "yarn", "rope_theta": 1.0}}}, "not implemented"),
+        ({"local_attention": "128"}, "local_attention"),
+        ({"classifier_pooling": "max"}, "expected cls or mean"),
+    ],
+)
+def test_a_bad_config_is_a_clear_error(change, text):
+    raw = {"vocab_size": 300, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 4,
+           "num_attention_heads": 4, **change}  # fmt: skip
+    with pytest.raises(SpanBertError, match=text) as e:
+        modernbert.ModernBertConfig.from_hf_dict(raw, source="cfg.json")
+    assert str(e.value).startswith("cfg.json: ")
+
+
+@pytest.fixture(scope="module")
+def hf_folder(tmp_path_factory) -> Path:
+    """A folder written by transformers (`ModernBertForMaskedLM.save_pretrained`) with a byte-level vocabulary."""
+    folder = tmp_path_factory.mktemp("hf-modernbert")
+    tok = train_byte_level_tokenizer(None, 300, texts=TEXTS)
+    torch.manual_seed(0)
+    cfg = hf_config(vocab_size=tok.vocab_size, pad_token_id=tok.pad_id, cls_token_id=tok.cls_id, sep_token_id=tok.sep_id,
+                    bos_token_id=tok.cls_id, eos_token_id=tok.sep_id)  # fmt: skip
+    transformers.ModernBertForMaskedLM(cfg).save_pretrained(folder)
+    tok.save(folder)
+    return folder
+
+
+def test_a_transformers_folder_loads_through_the_one_loader(hf_folder):
+    assert families.family_of(hf_folder) == "modernbert"
+    encoder = families.load_encoder(hf_folder, add_pooling_layer=True)
+    hf = transformers.ModernBertForMaskedLM.from_pretrained(hf_folder).eval()
+    ids, mask = padded_batch(2, 30)
+    with torch.no_grad():
+        ref = hf.model(ids, attention_mask=mask).last_hidden_state
+        got = encoder(ids, mask)
+    assert (ref - got)[mask.bool()].abs().max() <= 1e-4
+    # the sentence head is the MLM head's transform, as transformers' classification models load it
+    assert torch.equal(encoder.head.dense.weight, hf.head.dense.weight)
+    tok = families.load_tokenizer(hf_folder)
+    assert tok.byte_level and (tok.cls_id, tok.sep_id) == (hf.config.cls_token_id, hf.config.sep_token_id)
+
+
+def test_byte_level_word_starts_mark_words_not_pieces():
+    tok = train_byte_level_tokenizer(None, 300, texts=TEXTS)
+    enc = tok.encode("The humans ran, unhurried.")
+    pieces = tok.convert_ids_to_tokens(enc.ids)
+    words, current = [], ""
+    for piece, start in zip(pieces, enc.word_starts):
+        if start and current:
+            words.append(current)
+            current = ""
+        current += piece.replace("Ġ", " ")
+    words.append(current)
+    assert [w.strip() for w in words] == ["The", "humans", "ran", ",", "unhurried", "."]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory) -> Path:
+    """`spanbert pretrain --family modernbert --system spanbert`: a tiny run, exported."""
+    out = tmp_path_factory.mktemp("pre") / "run"
+    corpus = out.parent / "corpus.txt"
+    corpus.write_text("\n\n".join(" ".join(TEXTS[i : i + 3]) for i in range(0, 60, 3)))
+    assert main(["pretrain", "--family", "modernbert", "--system", "spanbert", "--model", "tiny", "--corpus", str(corpus),
+                 "--vocab_size", "320", "--max_seq_length", "64", "--per_device_train_batch_size", "4", "--max_steps", "3",
+                 "--tokens_per_update", "0", "--gradient_accumulation_steps", "1", "--warmup_steps", "0", "--save_steps", "0",
+                 "--num_proc", "0", "--device", "cpu", "--disable_tqdm", "--report_to", "none", "--output_dir", str(out),
+                 "--threads", "1"]) == 0  # fmt: skip
+    return out / "final"
+
+
+def test_an_exported_model_opens_in_transformers_with_equal_logits(exported):
+    config = json.loads((exported / "config.json").read_text())
+    assert config["model_type"] == "modernbert" and config["architectures"] == ["ModernBertForMaskedLM"]
+    assert config["spanbert"]["system"] == "spanbert" and config["spanbert"]["sbo"] is True
+    assert (exported / model.SBO_FILE).is_file()  # beside model.safetensors: transformers loads that alone
+    hf = transformers.AutoModelForMaskedLM.from_pretrained(exported).eval()
+    assert type(hf).__name__ == "ModernBertForMaskedLM"
+    tok = transformers.AutoTokenizer.from_pretrained(exported)
+    enc = tok(["The human ran to the river.", "Mary met John"], padding=True, return_tensors="pt")
+    assert tok.convert_ids_to_tokens(enc["input_ids"][0])[0] == "[CLS]"
+    ours = modernbert.ModernBertForPreTraining.from_pretrained(exported)
+    B, T = enc["input_ids"].shape
+    with torch.no_grad():
+        ref = hf(**enc).logits
+        got = ours(enc["input_ids"], enc["attention_mask"], mlm_positions=torch.arange(B * T))["mlm_logits"].view(B, T, -1)
+    assert (ref - got)[enc["attention_mask"].bool()].abs().max() <= 1e-4
+    # and the loader reads it as an encoder for every task
+    assert families.load_encoder(exported).model_type == "modernbert"
+
+
+def _pretrain_argv(corpus: Path, out: Path, steps: int, *extra: str) -> list[str]:
+    return ["pretrain", "--family", "modernbert", "--system", "spanbert", "--model", "tiny", "--corpus", str(corpus),
+            "--vocab_size", "320", "--max_seq_length", "48", "--per_device_train_batch_size", "2",
+            "--gradient_accumulation_steps", "1", "--tokens_per_update", "0", "--warmup_steps", "0", "--save_steps", "2",
+            "--max_steps", str(steps), "--num_proc", "0", "--device", "cpu", "--disable_tqdm", "--report_to", "none",
+            "--max_eval_blocks", "0", "--output_dir", str(out), *extra]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
+    path.write_text("\n\n".join(" ".join(TEXTS[i : i + 4]) for i in range(0, 80, 4)))
+    return path
+
+
+def test_resume_is_bit_exact(corpus, tmp_path):
+    """4 steps straight == 2 steps, then --resume to 4: data order, masks and optimizer state come back exactly."""
+    assert main(_pretrain_argv(corpus, tmp_path / "a", 4)) == 0
+    assert main(_pretrain_argv(corpus, tmp_path / "b", 4, "--stop_at_step", "2")) == 0  # as if killed at step 2
+    assert main(_pretrain_argv(corpus, tmp_path / "b", 4, "--resume")) == 0
+    a, b = (load_file(str(tmp_path / x / "final" / "model.safetensors")) for x in "ab")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+DDP = r"""
+import sys
+from spanbert.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow
+def test_two_processes_equal_one(corpus, tmp_path):
+    """torchrun 2 x gloo with the accumulation halved computes the one-process updates."""
+    script = tmp_path / "ddp.py"
+    script.write_text(DDP)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    one = _pretrain_argv(corpus, tmp_path / "one", 3)
+    one[one.index("--gradient_accumulation_steps") + 1] = "2"
+    assert main(one) == 0
+    two = _pretrain_argv(corpus, tmp_path / "two", 3)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script), *two]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    a, b = (load_file(str(tmp_path / x / "final" / "model.safetensors")) for x in ("one", "two"))
+    for k in a:
+        assert torch.allclose(a[k], b[k], atol=1e-5), k
+
+
+def test_a_two_segment_system_is_refused_on_modernbert(tmp_path, cli_error):
+    cli_error(["pretrain", "--family", "modernbert", "--system", "bert", "--model", "tiny", "--output_dir",
+               str(tmp_path / "o")], contains="expected one of: spanbert, bert-1seq")  # fmt: skip
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_modernbert_recipe_masks_thirty_percent(corpus, tmp_path):
+    from spanbert import pretrain
+
+    cfg = pretrain.PretrainConfig(system="modernbert-mlm", model="tiny")
+    assert pretrain.system_of(cfg).family == "modernbert" and pretrain.system_of(cfg).mask_prob == 0.3
+    out = tmp_path / "mlm"
+    argv = _pretrain_argv(corpus, out, 1)
+    argv[argv.index("--system") + 1] = "modernbert-mlm"
+    argv[argv.index("--save_steps") + 1] = "1"
+    assert main(argv) == 0
+    config = json.loads((out / "final" / "config.json").read_text())
+    assert config["spanbert"]["sbo"] is False and config["spanbert"]["system"] == "modernbert-mlm"
+    state = json.loads((out / "checkpoint-1" / "trainer_state.json").read_text())
+    assert state["run_config"]["MaskingConfig"]["mask_prob"] == 0.3
+
+
+def test_flops_count_local_layers_by_their_window():
+    cfg = modernbert.modernbert_config("base", vocab_size=50368)
+    short, long = modernbert.flops_per_token(cfg, 512), modernbert.flops_per_token(cfg, 8192)
+    # 1 in 3 layers is global: the per-token cost grows with T for those alone
+    per_global = 3 * 2 * 2 * cfg.hidden_size
+    assert long - short == pytest.approx(per_global * (8192 - 512) * cfg.layer_types.count("full_attention"))
+    assert np.isfinite(short)
