@@ -35,6 +35,8 @@ SMOKE = {
     "preprocess_memory.py": ("peak main MB", "pretrain-corpus", True),
     "memory.py": ("peak ratio ours/transformers:", "", True),
     "allocator.py": ("page faults", "", True),
+    "modernbert_step.py": ("speed-up spanbert (MLM) vs transformers:", "", True),
+    "modernbert_length.py": ("local layer at 512 tokens: spanbert", "", True),
 }
 # not benchmarks of their own: run by another test
 OTHERS = {
