@@ -9,19 +9,22 @@
 # OUT: the argument, else $OUT, else runs/gpu. Settings (environment):
 #   SPANBERT_DATA   the data folder of the study (default ../shared/data): pretrain-corpus/, squad/
 #   BENCH_BATCH     sequences per step of the benchmark (default 32; sequence 512, base, bf16)
+#   MODERNBERT_BATCH  sequences per step of the ModernBERT benchmark (default 16; sequence 2048, base, bf16)
 #   STUDY_TOKENS    pre-training tokens per system of the study (default 20000000, equal for both)
 #   STUDY_EXAMPLES  SQuAD training examples of each fine-tuning cell (default 20000)
 #   PYTHON          the interpreter (default python)
 #
 # Parts: tests.log + tests.xml (pytest -m cuda), bench.log + bench.json (bench/pretrain_step.py:
 # spanbert vs transformers' BertForPreTraining with SDPA, tokens/s, ratio, MFU vs the dense bf16 peak
-# and vs a measured bf16 matmul), study.yaml + study.log + study/ (`spanbert study`: SpanBERT vs
+# and vs a measured bf16 matmul; modernbert_step.log: bench/modernbert_step.py, ModernBERT-base at 2,048
+# tokens vs transformers' ModernBertForMaskedLM; modernbert_length.log + .png: one layer's time and memory
+# against the length up to 8,192, local and global), study.yaml + study.log + study/ (`spanbert study`: SpanBERT vs
 # BERT-1seq, small model, equal tokens, SQuAD 1.1), env.txt (versions, nvidia-smi). A part that fails
 # is reported and the others still run; the exit status is 1 if any failed.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
-usage() { sed -n 2,25p "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n 2,23p "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "error: bench/gpu.sh: $*" >&2; exit 2; }
 
 dry=0
@@ -85,6 +88,18 @@ if want bench; then
     fi
     "$PYTHON" bench/pretrain_step.py "${bench[@]}" --out "$out/bench.json" > "$out/bench.log" 2>&1 || failed+=(bench)
     cat "$out/bench.log"
+    step "ModernBERT step and length curve -> $out/modernbert_step.log, $out/modernbert_length.log"
+    if [ "$dry" = 1 ]; then
+        mstep=(--smoke)
+        mlen=(--smoke)
+    else
+        mstep=(--device cuda --model base --seq 2048 --batch "${MODERNBERT_BATCH:-16}" --dtype bf16)
+        mlen=(--device cuda --dtype bf16 --plot "$out/modernbert_length.png")
+    fi
+    "$PYTHON" bench/modernbert_step.py "${mstep[@]}" > "$out/modernbert_step.log" 2>&1 || failed+=(modernbert-step)
+    cat "$out/modernbert_step.log"
+    "$PYTHON" bench/modernbert_length.py "${mlen[@]}" > "$out/modernbert_length.log" 2>&1 || failed+=(modernbert-length)
+    cat "$out/modernbert_length.log"
 fi
 
 if want study; then
