@@ -142,8 +142,8 @@ class EncoderLoss(nn.Module):
         return {"loss": h.float().pow(2).mean() + pooled.float().pow(2).mean()}
 
 
-def modern(local_attention: int = 4, **kw: Any) -> modernbert.ModernBertConfig:
-    """A tiny ModernBERT with dropout on: local window 4, so batches longer than 8 tokens run the
+def modern(local_attention: int = 2, **kw: Any) -> modernbert.ModernBertConfig:
+    """A tiny ModernBERT with dropout on: local window 2, so batches longer than 8 tokens run the
     chunked local attention; pad id 0 as the collators'."""
     base = dict(vocab_size=V, pad_token_id=0, cls_token_id=1, sep_token_id=2, attention_dropout=0.1,
                 embedding_dropout=0.1, mlp_dropout=0.1, local_attention=local_attention)  # fmt: skip

@@ -55,7 +55,7 @@ def attention_path(request, monkeypatch):
 
 
 @pytest.mark.parametrize("impl", ["eager", "sdpa"])
-@pytest.mark.parametrize("T", [12, 40, 100])  # global only for short rows; band mask; chunked local attention
+@pytest.mark.parametrize("T", [12, 40, 100])  # global only for short rows; band mask; chunked local attention (> 8 x 8)
 def test_hidden_states_equal_transformers_on_a_padded_batch(impl, T, attention_path):
     torch.manual_seed(0)
     hf = transformers.ModernBertModel(hf_config(attn_implementation=impl)).eval()
