@@ -235,3 +235,54 @@ def test_ddp_over_nccl_with_one_process(tmp_path):
         capture_output=True, text=True, env=env, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0 and "ddp ok" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]
+
+
+def _modernbert_pair(T: int = 300):
+    """A ModernBERT with local windows of 64 and a right-padded batch, on the GPU."""
+    from spanbert import modernbert
+
+    torch.manual_seed(0)
+    cfg = modernbert.modernbert_config("tiny", vocab_size=500, local_attention=64, pad_token_id=0)
+    encoder = modernbert.Encoder(cfg).cuda().eval()
+    ids = torch.randint(5, 500, (3, T), device="cuda")
+    mask = torch.ones(3, T, dtype=torch.long, device="cuda")
+    mask[1, T // 2 :] = 0
+    mask[2, 40:] = 0
+    return encoder, ids, mask
+
+
+def test_modernbert_in_bf16_takes_the_packed_flash_path_and_matches_fp32():
+    """bf16 on a GPU: `varlen_attn` over the packed real tokens (sliding windows native) where this
+    PyTorch has it, else the padded grid; either way within the bf16 tolerance of the fp32 grid."""
+    from spanbert import modernbert
+
+    encoder, ids, mask = _modernbert_pair()
+    with torch.no_grad():
+        ref = encoder(ids, mask).float()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            layout = modernbert.Layout(encoder.config, ids, mask, half_precision=True)
+            got = encoder(ids, mask).float()
+    assert layout.varlen == modernbert.VARLEN
+    keep = mask.bool()
+    err = (got - ref)[keep].abs().max().item()
+    assert err <= 0.05 * ref[keep].abs().max().item(), err
+    assert torch.all(got[~keep] == 0)
+    # and training through it: finite gradients everywhere
+    encoder.train()
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        encoder(ids, mask).float().pow(2).mean().backward()
+    assert all(torch.isfinite(p.grad).all() for p in encoder.parameters() if p.grad is not None)
+
+
+def test_modernbert_on_the_gpu_equals_transformers():
+    transformers = pytest.importorskip("transformers")
+    encoder, ids, mask = _modernbert_pair()
+    hf_cfg = transformers.ModernBertConfig(**{k: v for k, v in encoder.config.to_hf_dict().items() if k != "model_type"})
+    hf_cfg._attn_implementation = "sdpa"
+    hf = transformers.ModernBertModel(hf_cfg).cuda().eval()
+    hf.load_state_dict({k: v for k, v in encoder.state_dict().items() if not k.startswith("head.")})
+    with torch.no_grad():
+        ref = hf(ids, attention_mask=mask).last_hidden_state
+        got = encoder(ids, mask)
+    keep = mask.bool()
+    assert (ref - got)[keep].abs().max() <= 5e-4

@@ -23,6 +23,7 @@ itself is `F.scaled_dot_product_attention` (FlashAttention / memory-efficient ke
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,11 @@ from spanbert.distributed import eprint0
 from spanbert.dropout import Dropout
 from spanbert.errors import SpanBertError
 from spanbert.model import SpanBoundaryHead, Unpad, ce_and_acc
+
+try:  # PyTorch's variable-length FlashAttention (CUDA, fp16/bf16); its window_size came in a later release
+    from torch.nn.attention.varlen import varlen_attn
+except ImportError:  # an older torch: the padded grid with SDPA instead
+    varlen_attn = None
 
 MODEL_TYPE = "modernbert"
 GLOBAL, LOCAL = "full_attention", "sliding_attention"
@@ -286,6 +292,19 @@ the 2-core CPU VM (2 x 4 heads x 64, half 64, forward + backward): the band is f
 way only with the chunks."""
 
 
+def _varlen_windows() -> bool:
+    if varlen_attn is None:
+        return False
+    try:
+        return "window_size" in inspect.signature(varlen_attn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+VARLEN = _varlen_windows()
+"""Whether `varlen_attn` (FlashAttention over packed sequences, sliding windows included) is available."""
+
+
 def attend(q: Tensor, k: Tensor, v: Tensor, half: int | None, key_mask: Tensor | None, dropout_p: float = 0.0) -> Tensor:
     """Global (``half`` None) or local attention, (B, nh, T, hs) -> (B, nh, T, hs); ``key_mask`` (B, T) bool."""
     T = q.shape[2]
@@ -301,26 +320,43 @@ def attend(q: Tensor, k: Tensor, v: Tensor, half: int | None, key_mask: Tensor |
 
 
 class Layout:
-    """How one batch is laid out, computed once a forward pass: unpadded (`spanbert.model.Unpad`) or
-    the whole grid, and the RoPE tables of the two bases for the rows attention sees: (T, 1, 1, hs/2)
-    on the grid, (N, 1, 1, hs/2) for the real tokens of a ragged batch (each at its position in its row)."""
+    """How one batch is laid out, computed once a forward pass, and the RoPE tables of the two bases
+    for the rows attention sees. Three ways:
 
-    def __init__(self, config: ModernBertConfig, input_ids: Tensor, attention_mask: Tensor | None):
+    - ``grid``: (B, T) rows, a key mask where padded (RoPE tables (T, 1, 1, hs/2));
+    - ``ragged`` (CPU, padded, when it saves work): the real tokens, attended a sequence at a time;
+    - ``varlen`` (CUDA, half precision, no attention dropout, `varlen_attn` with windows): the real
+      tokens packed, FlashAttention over each sequence, local layers in its native sliding window.
+    The latter two give each real token its position in its row (tables (N, 1, 1, hs/2))."""
+
+    def __init__(self, config: ModernBertConfig, input_ids: Tensor, attention_mask: Tensor | None,
+                 half_precision: bool = False, dropout: bool = False):  # fmt: skip
         B, T = input_ids.shape
+        dev = input_ids.device
         self.unpad = None
         if attention_mask is not None:
             unpad = Unpad(attention_mask, config.hidden_size)
             if unpad.index.numel() != B * T or torch.compiler.is_compiling():
                 self.unpad = unpad
-        ragged = self.unpad is not None and self.unpad.ragged
-        # the grid's key mask (a padded batch attended on the grid, a GPU's way); None without padding
-        self.key_mask = attention_mask.bool() if self.unpad is not None and not ragged else None
+        self.varlen = VARLEN and dev.type == "cuda" and half_precision and not dropout and not torch.compiler.is_compiling()
+        self.ragged = self.unpad is not None and self.unpad.ragged and not self.varlen
+        self.max_len = T
+        self.cu_seqlens = None
         pos = None
-        if ragged:  # the position of each real token in its row (right padding: 0..L-1)
+        if self.varlen:
+            if attention_mask is None:
+                attention_mask = torch.ones(B, T, dtype=torch.long, device=dev)
+            if self.unpad is None:  # no padding: rows of T tokens, packed as they are
+                self.unpad = Unpad(attention_mask, config.hidden_size)
+            lengths = attention_mask.ne(0).sum(1, dtype=torch.int32)  # (B,) on the device: no sync
+            self.cu_seqlens = F.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))  # (B + 1,)
+        # the grid's key mask (a padded batch attended on the grid); None without padding
+        self.key_mask = attention_mask.bool() if self.unpad is not None and not (self.ragged or self.varlen) else None
+        if self.ragged or self.varlen:  # the position of each real token in its row (right padding: 0..L-1)
             pos = (attention_mask.ne(0).long().cumsum(1) - 1).reshape(-1)[self.unpad.index]  # (N,)
         self.tables: dict[float, tuple[Tensor, Tensor]] = {}
         for theta in {config.global_rope_theta, config.local_rope_theta}:
-            cos, sin = rope_tables(theta, config.head_dim, T, input_ids.device)
+            cos, sin = rope_tables(theta, config.head_dim, T, dev)
             if pos is not None:
                 cos, sin = cos[pos], sin[pos]
             self.tables[theta] = cos[:, None, None, :], sin[:, None, None, :]
@@ -343,16 +379,21 @@ class Attention(nn.Module):
         """(B, T, H) or, unpadded, (N, H) -> the same shape."""
         nh, hs = self.n_head, self.head_dim
         unpad = layout.unpad
-        ragged = unpad is not None and unpad.ragged
+        ragged = layout.ragged
         qkv = self.Wqkv(x)  # (B, T, 3H), or (N, 3H) for the N real tokens
-        if unpad is not None and not ragged:
+        if unpad is not None and not (ragged or layout.varlen):
             qkv = unpad.pad(qkv)  # (B, T, 3H): the grid, for attention alone (one re-padding, not three)
         qkv = qkv.unflatten(-1, (3, nh, hs))  # (B, T, 3, nh, hs) or (N, 3, nh, hs)
         cos, sin = layout.tables[self.theta]
         qk = apply_rope(qkv[..., :2, :, :], cos, sin)  # q and k in one rotation
         q, k, v = qk[..., 0, :, :], qk[..., 1, :, :], qkv[..., 2, :, :]
         p = self.dropout_p if self.training else 0.0
-        if ragged:  # CPU: each sequence over its own real tokens
+        if layout.varlen:  # (N, nh, hs) packed; a local layer sees `half` tokens either side
+            window = (self.half, self.half) if self.half is not None else (-1, -1)
+            y = varlen_attn(q.contiguous(), k.contiguous(), v.contiguous(), layout.cu_seqlens, layout.cu_seqlens,
+                            layout.max_len, layout.max_len, window_size=window)  # fmt: skip
+            y = y.reshape(-1, nh * hs)
+        elif ragged:  # CPU: each sequence over its own real tokens
             out = []
             start = 0
             for L in unpad.lengths:
@@ -490,7 +531,13 @@ class Encoder(nn.Module):
             raise SpanBertError(
                 f"sequence of {T} tokens is longer than max_position_embeddings={self.config.max_position_embeddings}"
             )
-        layout = Layout(self.config, input_ids, attention_mask)
+        halves = (torch.float16, torch.bfloat16)
+        half = input_ids.device.type == "cuda" and (
+            (torch.is_autocast_enabled("cuda") and torch.get_autocast_dtype("cuda") in halves)
+            or self.embeddings.tok_embeddings.weight.dtype in halves
+        )  # FlashAttention's varlen kernel computes in half precision only
+        dropout = self.training and self.config.attention_dropout > 0
+        layout = Layout(self.config, input_ids, attention_mask, half_precision=half, dropout=dropout)
         x = self.embeddings(input_ids)  # (B, T, H)
         if layout.unpad is not None:
             x = layout.unpad.gather(x)  # (N, H): the real tokens only
