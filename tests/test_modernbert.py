@@ -301,3 +301,37 @@ def test_flops_count_local_layers_by_their_window():
     per_global = 3 * 2 * 2 * cfg.hidden_size
     assert long - short == pytest.approx(per_global * (8192 - 512) * cfg.layer_types.count("full_attention"))
     assert np.isfinite(short)
+
+
+def _reference_varlen(q, k, v, cu_q, cu_k, max_q, max_k, window_size=(-1, -1)):
+    """`varlen_attn`'s contract on the CPU: each packed sequence attends within itself (and its window)."""
+    half = None if window_size[0] < 0 else window_size[0]
+    bounds = cu_q.tolist()
+    assert cu_k.tolist() == bounds and max_q >= max(b - a for a, b in zip(bounds, bounds[1:]))
+    out = [modernbert.attend(*(t[a:b].transpose(0, 1)[None] for t in (q, k, v)), half, None)[0].transpose(0, 1)
+           for a, b in zip(bounds, bounds[1:])]  # fmt: skip
+    return torch.cat(out)
+
+
+@pytest.mark.parametrize("padded", [True, False])
+def test_the_packed_flash_path_gives_the_grids_states(padded, monkeypatch):
+    """The GPU's varlen path (packed real tokens, cumulative lengths, each token's RoPE position in its
+    row), run on the CPU against `varlen_attn`'s contract: the states of the padded grid."""
+    torch.manual_seed(0)
+    cfg = modernbert.modernbert_config("tiny", vocab_size=300, local_attention=8, pad_token_id=0)
+    encoder = modernbert.Encoder(cfg).eval()
+    ids, mask = padded_batch(3, 50)
+    if not padded:
+        mask = torch.ones_like(mask)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        ref = encoder(ids, mask).float()  # the grid (VARLEN_DEVICES is CUDA's)
+        monkeypatch.setattr(modernbert, "VARLEN", True)
+        monkeypatch.setattr(modernbert, "VARLEN_DEVICES", ("cpu",))
+        calls = []
+        monkeypatch.setattr(modernbert, "varlen_attn", lambda *a, **k: calls.append(k) or _reference_varlen(*a, **k))
+        assert modernbert.Layout(cfg, ids, mask, half_precision=True).varlen
+        got = encoder(ids, mask).float()
+    assert [c["window_size"] for c in calls] == [(-1, -1), (4, 4), (4, 4)]  # global, local, local
+    keep = mask.bool()
+    assert (got - ref)[keep].abs().max() <= 0.02 * ref[keep].abs().max()
+    assert torch.all(got[~keep] == 0)

@@ -303,6 +303,8 @@ def _varlen_windows() -> bool:
 
 VARLEN = _varlen_windows()
 """Whether `varlen_attn` (FlashAttention over packed sequences, sliding windows included) is available."""
+VARLEN_DEVICES = ("cuda",)
+"""Devices whose half-precision batches take `varlen_attn` (its kernels are CUDA's)."""
 
 
 def attend(q: Tensor, k: Tensor, v: Tensor, half: int | None, key_mask: Tensor | None, dropout_p: float = 0.0) -> Tensor:
@@ -338,21 +340,20 @@ class Layout:
             unpad = Unpad(attention_mask, config.hidden_size)
             if unpad.index.numel() != B * T or torch.compiler.is_compiling():
                 self.unpad = unpad
-        self.varlen = VARLEN and dev.type == "cuda" and half_precision and not dropout and not torch.compiler.is_compiling()
+        self.varlen = (VARLEN and dev.type in VARLEN_DEVICES and half_precision and not dropout
+                       and not torch.compiler.is_compiling())  # fmt: skip
         self.ragged = self.unpad is not None and self.unpad.ragged and not self.varlen
         self.max_len = T
         self.cu_seqlens = None
         pos = None
-        if self.varlen:
-            if attention_mask is None:
-                attention_mask = torch.ones(B, T, dtype=torch.long, device=dev)
-            if self.unpad is None:  # no padding: rows of T tokens, packed as they are
-                self.unpad = Unpad(attention_mask, config.hidden_size)
+        if self.varlen and self.unpad is None:  # no padding: the (B, T) rows packed as they are, no sync
+            self.cu_seqlens = torch.arange(0, (B + 1) * T, T, dtype=torch.int32, device=dev)
+        elif self.varlen:
             lengths = attention_mask.ne(0).sum(1, dtype=torch.int32)  # (B,) on the device: no sync
             self.cu_seqlens = F.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))  # (B + 1,)
         # the grid's key mask (a padded batch attended on the grid); None without padding
         self.key_mask = attention_mask.bool() if self.unpad is not None and not (self.ragged or self.varlen) else None
-        if self.ragged or self.varlen:  # the position of each real token in its row (right padding: 0..L-1)
+        if self.unpad is not None and (self.ragged or self.varlen):  # each real token's position in its row
             pos = (attention_mask.ne(0).long().cumsum(1) - 1).reshape(-1)[self.unpad.index]  # (N,)
         self.tables: dict[float, tuple[Tensor, Tensor]] = {}
         for theta in {config.global_rope_theta, config.local_rope_theta}:
@@ -390,9 +391,10 @@ class Attention(nn.Module):
         p = self.dropout_p if self.training else 0.0
         if layout.varlen:  # (N, nh, hs) packed; a local layer sees `half` tokens either side
             window = (self.half, self.half) if self.half is not None else (-1, -1)
-            y = varlen_attn(q.contiguous(), k.contiguous(), v.contiguous(), layout.cu_seqlens, layout.cu_seqlens,
-                            layout.max_len, layout.max_len, window_size=window)  # fmt: skip
-            y = y.reshape(-1, nh * hs)
+            q, k, v = (t.reshape(-1, nh, hs) for t in (q, k, v))  # a batch without padding: (B T, nh, hs)
+            y = varlen_attn(q, k, v, layout.cu_seqlens, layout.cu_seqlens, layout.max_len, layout.max_len,
+                            window_size=window)  # fmt: skip
+            y = y.reshape(*x.shape[:-1], nh * hs)
         elif ragged:  # CPU: each sequence over its own real tokens
             out = []
             start = 0
@@ -531,9 +533,9 @@ class Encoder(nn.Module):
             raise SpanBertError(
                 f"sequence of {T} tokens is longer than max_position_embeddings={self.config.max_position_embeddings}"
             )
-        halves = (torch.float16, torch.bfloat16)
-        half = input_ids.device.type == "cuda" and (
-            (torch.is_autocast_enabled("cuda") and torch.get_autocast_dtype("cuda") in halves)
+        halves, dev = (torch.float16, torch.bfloat16), input_ids.device.type
+        half = dev in VARLEN_DEVICES and (
+            (torch.is_autocast_enabled(dev) and torch.get_autocast_dtype(dev) in halves)
             or self.embeddings.tok_embeddings.weight.dtype in halves
         )  # FlashAttention's varlen kernel computes in half precision only
         dropout = self.training and self.config.attention_dropout > 0
