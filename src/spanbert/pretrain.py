@@ -156,7 +156,7 @@ class PretrainConfig:
     """What to pre-train and on which data. Training-loop options are in TrainingArguments."""
 
     system: str = "spanbert"
-    """Paper system: spanbert, bert, bert-1seq (BERT's "No NSP"), google-bert, mask-{subword,whole-word,named-entity,noun-phrase,span}, span-2seq-nsp, span-1seq, span-1seq-sbo; ltr (BERT §5.1's left-to-right LM, causal attention); the two-tower model (docs/cloze.md): cloze, bilm, cloze-bilm."""
+    """Paper system: spanbert, bert, bert-1seq (BERT's "No NSP"), google-bert, mask-{subword,whole-word,named-entity,noun-phrase,span}, span-2seq-nsp, span-1seq, span-1seq-sbo; ltr (BERT §5.1's left-to-right LM, causal attention); the two-tower model (docs/cloze.md): cloze, bilm, cloze-bilm; modernbert-mlm (ModernBERT's own recipe: MLM alone, 30% masked, docs/modernbert.md)."""
     family: str | None = None
     """Model family: the system's own when not given (bert; cloze-two-tower for cloze, bilm, cloze-bilm; modernbert for modernbert-mlm), or modernbert to put the system's objectives on the ModernBERT architecture (RoPE, GeGLU, local/global attention, 8,192-token context: spanbert, bert-1seq, span-1seq, span-1seq-sbo, modernbert-mlm, and --masking for the masking ablations on single sequences)."""
     model: str = "base"
