@@ -23,6 +23,7 @@ SMOKE = {
     "cloze_step.py": ("two-tower / spanbert: time per token", "", False),
     "pretrain_step.py": ("speed-up spanbert (MLM+SBO) vs transformers:", "", True),
     "qa_step.py": ("ratio spanbert / transformers, identical batches:", "", True),
+    "profile_step.py": ("speed-up spanbert vs transformers:", "", True),
     "finetune_e2e.py": ("ratio end to end transformers / spanbert (no eval):", "", True),
     "coref_throughput.py": ("ours/HF time", "litbank_coref", True),
     "parse_speed.py": ("sentences/s", "ptb_sample", False),

@@ -703,18 +703,20 @@ def add_dataclass_arguments(
         help_text = docs.get(f.name, "")
         help_text = f"{help_text} (default: {default})".replace("%", "%%")
         _, inner = _is_optional(_field_type(cls, f.name))
-        flag = f"--{f.name}"
+        flags = [f"--{f.name}", *_ALIASES.get(f.name, ())]
         if inner is bool:
             parser.add_argument(
-                flag, nargs="?", const="true", default=argparse.SUPPRESS, metavar="BOOL", help=help_text
+                *flags, dest=f.name, nargs="?", const="true", default=argparse.SUPPRESS, metavar="BOOL", help=help_text
             )
         else:
             # the last word names the value (--learning_rate RATE), except where it names the unit
             metavar = _METAVARS.get(f.name, f.name.split("_")[-1].upper())
-            parser.add_argument(flag, default=argparse.SUPPRESS, metavar=metavar, help=help_text)
+            parser.add_argument(*flags, dest=f.name, default=argparse.SUPPRESS, metavar=metavar, help=help_text)
 
 
-_METAVARS = {"evals_per_epoch": "N", "metric_for_best_model": "METRIC"}
+_METAVARS = {"evals_per_epoch": "N", "metric_for_best_model": "METRIC", "precision": "DTYPE"}
+# Other spellings of an option: --dtype is what the benchmarks and issue 32 call --precision.
+_ALIASES = {"precision": ("--dtype",)}
 
 
 def dataclass_from_args(

@@ -33,10 +33,17 @@ class Dropout(nn.Module):
             return x
         if x.device.type != "cpu" or torch.compiler.is_compiling():
             return F.dropout(x, self.p, True)
-        return x * cpu_keep_mask(x.shape, self.p).to(x.dtype) * (65536.0 / (65536 - _drop_threshold(self.p)))
+        # x * bool mask (one pass, the mask kept as bytes for the backward), then the scale in place:
+        # a float copy of the mask was a third pass and 4 bytes an element
+        return torch.mul(x, cpu_keep_mask(x.shape, self.p)).mul_(keep_scale(self.p))
 
     def extra_repr(self) -> str:
         return f"p={self.p}"
+
+
+def keep_scale(p: float) -> float:
+    """1 / the keep rate of `cpu_keep_mask` at ``p``: the factor on kept elements that keeps dropout unbiased."""
+    return 65536.0 / (65536 - _drop_threshold(p))
 
 
 def _drop_threshold(p: float) -> int:
@@ -51,4 +58,4 @@ def cpu_keep_mask(shape: torch.Size | tuple[int, ...], p: float) -> Tensor:
     return (u >= -32768 + _drop_threshold(p)).view(shape)
 
 
-__all__ = ["Dropout", "cpu_keep_mask"]
+__all__ = ["Dropout", "cpu_keep_mask", "keep_scale"]

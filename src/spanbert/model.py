@@ -45,7 +45,7 @@ from spanbert.checkpoints import (
 )
 from spanbert.config import BertConfig, FinetuneHabits
 from spanbert.distributed import eprint0
-from spanbert.dropout import Dropout, cpu_keep_mask  # noqa: F401 -- re-exported: the old home of both
+from spanbert.dropout import Dropout, cpu_keep_mask, keep_scale  # noqa: F401 -- Dropout, cpu_keep_mask re-exported: their old home
 from spanbert.errors import SpanBertError
 from spanbert.hub import resolve_model
 
@@ -184,7 +184,12 @@ class SelfAttention(nn.Module):
                 mask = torch.ones(T, T, dtype=torch.bool, device=scores.device).tril()  # (T, T) key <= query
             if mask is not None:
                 scores = scores.masked_fill(~mask, float("-inf"))
-            return self.attn_dropout(scores.softmax(-1)) @ v
+            # dropout's 1/keep scale goes on the (..., T, hs) output, not the (..., T, T) probabilities:
+            # one pass less over the largest tensor forward and backward
+            probs, p = scores.softmax(-1), self.attn_dropout.p  # (..., T, T)
+            if p == 0.0:
+                return probs @ v
+            return (torch.mul(probs, cpu_keep_mask(probs.shape, p)) @ v).mul_(keep_scale(p))
         return F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0, is_causal=causal
         )
@@ -526,15 +531,49 @@ class PreTrainingHeads(nn.Module):
         self.seq_relationship = nn.Linear(config.hidden_size, 2) if nsp else None
 
 
+class _SummedCrossEntropy(torch.autograd.Function):
+    """Summed cross-entropy over the rows whose label is not -100, and the count of rows whose label has
+    the top score, in one log-softmax pass over (N, V) logits (issue 32.2).
+
+    `F.cross_entropy` + `argmax` read the heads' (N, V) logits six times and write them three: a
+    log-softmax output, a zero-filled (N, V) gradient for `nll_loss`'s backward, then the
+    log-softmax backward; argmax is an unvectorised pass of its own. Here the forward writes the
+    log-softmax once (kept for the backward) and reads it once for the row maxima; the backward turns it
+    into the gradient in place, softmax - one-hot, times the incoming gradient: two passes."""
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
+        lsm = torch.log_softmax(logits.float(), dim=-1)  # (N, V) fp32, also under bf16 autocast
+        keep = labels != -100  # (N,)
+        safe = labels.clamp(min=0)  # -100 -> 0: a valid index, its row weighted 0
+        picked = lsm.gather(1, safe[:, None]).squeeze(1)  # (N,) log p(label)
+        loss = (-picked * keep).sum()  # (-x).sum(): +0.0, not -0.0, over no target
+        correct = ((picked >= lsm.amax(-1)) & keep).sum().float()  # label at the top (ties count)
+        ctx.save_for_backward(lsm, safe, keep)
+        ctx.mark_non_differentiable(correct)
+        return loss, correct
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_loss: Tensor, _grad_correct: Tensor) -> tuple[Tensor, None]:
+        lsm, safe, keep = ctx.saved_tensors
+        grad = lsm.exp_()  # (N, V) softmax, in place: the saved log-softmax is used only here
+        rows = torch.arange(grad.shape[0], device=grad.device)
+        grad[rows, safe] -= 1.0
+        grad.mul_((keep * grad_loss)[:, None])  # rows without a target: 0 (no boolean indexing: no host sync)
+        return grad, None
+
+
 def ce_and_acc(logits: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
     """Mean cross-entropy and accuracy over the targets (labels != -100). With no target both are 0,
     the loss still attached to the graph so the head's parameters get (zero) gradients, as DDP needs.
     Sum / max(count, 1) rather than a branch on the count: no host sync in the training step."""
-    keep = labels != -100  # (N,)
-    count = keep.sum().clamp(min=1)  # not the NaN of a mean over nothing
+    count = (labels != -100).sum().clamp(min=1)  # not the NaN of a mean over nothing
+    if logits.requires_grad and torch.is_grad_enabled():
+        loss, correct = _SummedCrossEntropy.apply(logits, labels)
+        return loss / count, correct.detach() / count
     loss = F.cross_entropy(logits.float(), labels, ignore_index=-100, reduction="sum") / count
-    with torch.no_grad():
-        acc = ((logits.argmax(-1) == labels) & keep).sum() / count
+    acc = ((logits.argmax(-1) == labels) & (labels != -100)).sum() / count
     return loss, acc
 
 

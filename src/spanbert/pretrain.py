@@ -42,7 +42,7 @@ from spanbert.config import (
     dataclass_from_args,
     parse_key_values,
 )
-from spanbert.distributed import eprint0, print0
+from spanbert.distributed import eprint0, print0, resolve_device
 from spanbert.errors import SpanBertError, utf8_argument
 from spanbert.families import (
     BERT_PRETRAINING,
@@ -61,6 +61,7 @@ from spanbert.trainer import (
     TrainingArguments,
     check_output_dir,
     find_resume_checkpoint,
+    precision_text,
     predict_batches,
     token_batches,
     train,
@@ -1113,7 +1114,9 @@ def preset_line(quick: bool, cfg: PretrainConfig, args: TrainingArguments) -> st
         size = f"<= {args.max_tokens_per_batch * args.gradient_accumulation_steps * world:,} tokens"
     else:
         size = f"{batch} x {cfg.max_seq_length} tokens"
-    plan = f"{model}, {length} of {size}, {cfg.recipe} optimisation, output {args.output_dir}"
+    device = resolve_device(args.device)
+    precision = f"on {device.type}, {precision_text(args.precision, device)}"  # issue 32.3: which dtype, and why
+    plan = f"{model}, {length} of {size}, {cfg.recipe} optimisation, {precision}, output {args.output_dir}"
     if quick:
         return (
             f"preset: quick start (tiny SpanBERT on the Python reference manual; {plan}); "

@@ -157,7 +157,8 @@ class TrainingArguments:
     seed: int = 42
     """Seed of the sample order, dropout and initialisation."""
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
-    """Autocast dtype; auto = bf16 on GPUs that support it, else fp16 on GPU, fp32 on CPU."""
+    """Autocast dtype (also --dtype); auto = bf16 on GPUs that support it, else fp16 on GPU; on CPU bf16 where
+    the CPU has native bf16 matrix units (AMX-BF16, AVX512-BF16), else fp32. Weights and checkpoints stay fp32."""
     device: str = "auto"
     """auto (cuda when available), cpu, cuda, cuda:N or mps."""
     dataloader_num_workers: int = 0
@@ -265,10 +266,47 @@ class TrainResult:
 # Distributed setup
 
 
+# CPU flags that mean native bf16 matrix arithmetic: AMX tiles (Sapphire Rapids on) and AVX-512 BF16
+# dot products (Cooper Lake, Zen 4 on). Without them oneDNN emulates bf16 (converts to fp32 and back):
+# measured slower than fp32 on such a CPU (docs/benchmarks.md, "Where the time goes").
+NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags from /proc/cpuinfo (Linux); empty where the file is absent or unreadable."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def native_bf16() -> str | None:
+    """The flag by which this CPU does bf16 matrix arithmetic natively (amx_bf16 or avx512_bf16), or None.
+
+    /proc/cpuinfo's flags first; elsewhere (no /proc) torch's own probe of the CPU."""
+    flags = cpu_flags()
+    found = next((f for f in NATIVE_BF16_FLAGS if f in flags), None)
+    if found or flags:
+        return found
+    probes = (("amx_bf16", "_is_amx_tile_supported"), ("avx512_bf16", "_is_avx512_bf16_supported"))
+    for name, probe in probes:
+        if getattr(torch.cpu, probe, lambda: False)():
+            return name
+    return None
+
+
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype of a precision setting; None = fp32. ``auto``: bf16 on a GPU that supports it
+    (else fp16), bf16 on a CPU with native bf16 matrix units (`native_bf16`), else fp32."""
     if precision == "fp32":
         return None
     if precision == "auto":
+        if device.type == "cpu":
+            return torch.bfloat16 if native_bf16() else None
         if device.type != "cuda":
             return None
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
@@ -277,6 +315,19 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     if device.type != "cuda":
         raise SpanBertError("precision fp16 needs a CUDA device (use bf16 or fp32 on CPU)")
     return torch.float16
+
+
+def precision_text(precision: str, device: torch.device) -> str:
+    """What ``precision`` means on ``device``, for the first line a command prints: "bf16 autocast
+    (native bf16: amx_bf16)", "fp32 (no native bf16 on this CPU)", "fp32 (--dtype fp32)"."""
+    dtype = autocast_dtype(precision, device)
+    name = {None: "fp32", torch.bfloat16: "bf16 autocast", torch.float16: "fp16 autocast"}[dtype]
+    if precision != "auto":
+        return f"{name} (--dtype {precision})"
+    if device.type != "cpu":
+        return name
+    flag = native_bf16()
+    return f"{name} (native bf16: {flag})" if flag else f"{name} (no native bf16 on this CPU; --dtype bf16 emulates it)"
 
 
 _flush_depth = 0
@@ -784,7 +835,7 @@ def train(
     if args.threads:  # also from a --config file, which the command line's early read does not see
         threads.configure(args.threads)
     if device.type == "cpu":
-        print0(threads.describe())
+        print0(f"{threads.describe()}; {precision_text(args.precision, device)}")
     if device.type == "cpu":
         configure_malloc()  # tensors >= 8 MB go back to the system when freed (utils.configure_malloc)
     output_dir = Path(args.output_dir)
