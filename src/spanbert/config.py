@@ -98,24 +98,7 @@ class BertConfig:
             raise SpanBertError(
                 f"{where}found no {', '.join(missing)}, expected the sizes of a BERT encoder ({', '.join(_REQUIRED_SIZES)})"
             )
-        hints = _type_hints(cls)
-        kwargs: dict[str, Any] = {}
-        for f in fields(cls):
-            value = d.get(f.name)
-            if value is None:  # absent or null: the BERT default
-                continue
-            tp = hints[f.name]
-            if tp is int:
-                ok = isinstance(value, int) and not isinstance(value, bool)
-            elif tp is float:
-                ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-            elif tp is bool:
-                ok = isinstance(value, bool)
-            else:
-                ok = isinstance(value, str)
-            if not ok:
-                raise SpanBertError(f"{where}found {_json_item(f.name, value)}, expected {_type_name(tp)}")
-            kwargs[f.name] = value
+        kwargs = typed_fields(cls, d, where)  # absent or null: the BERT default
         for k in (*_REQUIRED_SIZES, "max_position_embeddings", "type_vocab_size"):
             if k in kwargs and kwargs[k] < 1:
                 raise SpanBertError(f"{where}found {_json_item(k, kwargs[k])}, expected a positive integer")
@@ -132,6 +115,31 @@ class BertConfig:
                 f"{kwargs['num_attention_heads']}, expected a hidden size divisible by the number of heads"
             )
         return cls(**kwargs)
+
+
+def typed_fields(cls: type, d: dict[str, Any], where: str, skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The values ``d`` (a config.json dict) gives the int, float, bool and str fields of the dataclass
+    ``cls``, each type-checked (``"hidden_size": "768"`` is an error naming the key, not a crash deep in
+    a model); absent or null keys and those in ``skip`` are left out. ``where`` starts every message."""
+    hints = _type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for f in fields(cls):
+        value = d.get(f.name)
+        if value is None or f.name in skip:
+            continue
+        tp = hints[f.name]
+        if tp is int:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif tp is float:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        elif tp is bool:
+            ok = isinstance(value, bool)
+        else:
+            ok = isinstance(value, str)
+        if not ok:
+            raise SpanBertError(f"{where}found {_json_item(f.name, value)}, expected {_type_name(tp)}")
+        kwargs[f.name] = value
+    return kwargs
 
 
 # A config.json without these describes no encoder: BERT's defaults would silently build the wrong one.

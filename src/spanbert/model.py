@@ -17,7 +17,7 @@ How a folder of weights is read and written (every BERT layout, key renames, ato
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -577,6 +577,49 @@ def ce_and_acc(logits: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
     return loss, acc
 
 
+def masked_heads(
+    out: dict[str, Tensor],
+    hidden: Tensor,
+    mlm: Callable[[Tensor], Tensor],
+    sbo: SpanBoundaryHead | None,
+    embedding: Tensor,
+    mlm_positions: Tensor | None,
+    mlm_labels: Tensor | None,
+    sbo_positions: Tensor | None,
+    sbo_labels: Tensor | None,
+    sbo_left: Tensor | None,
+    sbo_right: Tensor | None,
+    sbo_rel: Tensor | None,
+    mlm_weight: float,
+    sbo_weight: float,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """The MLM and SBO terms of a pre-training batch (§3.2), the same for every family: ``mlm`` maps the
+    (N, H) states at the masked positions to (N, V) logits, the span boundary head reads the states at
+    each target's outside boundaries. Logits, losses and accuracies go into ``out``; returns the
+    weighted sum and the weighted terms (trainer contract 1: each a mean over its own targets, 0 but
+    attached without targets)."""
+    flat = hidden.reshape(-1, hidden.shape[-1])  # (B*T, H)
+    loss = hidden.new_zeros((), dtype=torch.float32)
+    terms: dict[str, Tensor] = {}
+    if mlm_positions is not None:
+        logits = mlm(flat[mlm_positions])  # (N, V): masked positions only
+        out["mlm_logits"] = logits
+        if mlm_labels is not None:
+            out["mlm_loss"], out["mlm_acc"] = ce_and_acc(logits, mlm_labels)
+            terms["mlm"] = mlm_weight * out["mlm_loss"]
+            loss = loss + terms["mlm"]
+    if sbo is not None and sbo_positions is not None and sbo_left is not None:
+        # run on the empty set too: the head's parameters then get zero gradients instead of none,
+        # which DDP requires of every parameter at every step
+        logits = sbo(flat[sbo_left], flat[sbo_right], sbo_rel, embedding)  # (M, V)
+        out["sbo_logits"] = logits
+        if sbo_labels is not None:
+            out["sbo_loss"], out["sbo_acc"] = ce_and_acc(logits, sbo_labels)
+            terms["sbo"] = sbo_weight * out["sbo_loss"]
+            loss = loss + terms["sbo"]
+    return loss, terms
+
+
 class SpanBertForPreTraining(nn.Module):
     """Encoder + MLM head, with the SBO head (SpanBERT) and/or the NSP head (BERT baseline).
 
@@ -619,29 +662,13 @@ class SpanBertForPreTraining(nn.Module):
         next_sentence_label: Tensor | None = None,
     ) -> dict[str, Tensor]:
         hidden = self.bert(input_ids, attention_mask, token_type_ids)  # (B, T, H)
-        flat = hidden.reshape(-1, hidden.shape[-1])  # (B*T, H)
         emb = self.bert.embeddings.word_embeddings.weight  # (V, H), tied decoder (§2)
         out: dict[str, Tensor] = {"hidden_states": hidden}
-        loss = hidden.new_zeros((), dtype=torch.float32)
-        # loss_terms (trainer contract 1): each head's weighted mean over its own targets, 0 (attached)
-        # without targets; the trainer weights them by `data.pretrain_target_counts` across micro-batches
-        terms: dict[str, Tensor] = {}
-        if mlm_positions is not None:
-            logits = self.cls.predictions(flat[mlm_positions], emb)  # (N, V): masked positions only
-            out["mlm_logits"] = logits
-            if mlm_labels is not None:
-                out["mlm_loss"], out["mlm_acc"] = ce_and_acc(logits, mlm_labels)
-                terms["mlm"] = self.mlm_weight * out["mlm_loss"]
-                loss = loss + terms["mlm"]
-        if self.cls.span_predictions is not None and sbo_positions is not None and sbo_left is not None:
-            # run on the empty set too: the head's parameters then get zero gradients instead of
-            # none, which DDP requires of every parameter at every step
-            logits = self.cls.span_predictions(flat[sbo_left], flat[sbo_right], sbo_rel, emb)  # (M, V)
-            out["sbo_logits"] = logits
-            if sbo_labels is not None:
-                out["sbo_loss"], out["sbo_acc"] = ce_and_acc(logits, sbo_labels)
-                terms["sbo"] = self.sbo_weight * out["sbo_loss"]
-                loss = loss + terms["sbo"]
+        loss, terms = masked_heads(
+            out, hidden, lambda h: self.cls.predictions(h, emb), self.cls.span_predictions, emb,
+            mlm_positions, mlm_labels, sbo_positions, sbo_labels, sbo_left, sbo_right, sbo_rel,
+            self.mlm_weight, self.sbo_weight,
+        )  # fmt: skip
         if self.cls.seq_relationship is not None:
             nsp_logits = self.cls.seq_relationship(self.bert.pool(hidden))  # (B, 2)
             out["nsp_logits"] = nsp_logits

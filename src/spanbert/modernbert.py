@@ -34,11 +34,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from spanbert.checkpoints import SBO_FILE, read_json, read_safetensors, save_folder
-from spanbert.config import BertConfig, FinetuneHabits, _json_item, _json_kind, _type_hints, _type_name
+from spanbert.config import BertConfig, FinetuneHabits, _json_item, _json_kind, typed_fields
 from spanbert.distributed import eprint0
 from spanbert.dropout import Dropout
 from spanbert.errors import SpanBertError
-from spanbert.model import SpanBoundaryHead, Unpad, ce_and_acc
+from spanbert.model import SpanBoundaryHead, Unpad, masked_heads
 
 try:  # PyTorch's variable-length FlashAttention (CUDA, fp16/bf16); its window_size came in a later release
     from torch.nn.attention.varlen import varlen_attn
@@ -128,24 +128,7 @@ class ModernBertConfig:
         where = f"{source}: " if source else ""
         if not isinstance(d, dict):
             raise SpanBertError(f"{where}found a JSON {_json_kind(d)}, expected a JSON object of ModernBERT settings")
-        hints = _type_hints(cls)
-        kwargs: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):
-            value = d.get(f.name)
-            if value is None or f.name == "layer_types":
-                continue
-            tp = hints[f.name]
-            if tp is int:
-                ok = isinstance(value, int) and not isinstance(value, bool)
-            elif tp is float:
-                ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-            elif tp is bool:
-                ok = isinstance(value, bool)
-            else:
-                ok = isinstance(value, str)
-            if not ok:
-                raise SpanBertError(f"{where}found {_json_item(f.name, value)}, expected {_type_name(tp)}")
-            kwargs[f.name] = value
+        kwargs = typed_fields(cls, d, where, skip=("layer_types",))
         rope = d.get("rope_parameters") or {}
         if not isinstance(rope, dict):
             raise SpanBertError(f"{where}found {_json_item('rope_parameters', rope)}, expected a JSON object")
@@ -728,25 +711,13 @@ class ModernBertForPreTraining(nn.Module):
         if next_sentence_label is not None:
             raise SpanBertError("ModernBERT pre-trains on single sequences: it has no next-sentence head")
         hidden = self.model(input_ids, attention_mask)  # (B, T, H)
-        flat = hidden.reshape(-1, hidden.shape[-1])  # (B*T, H)
         emb = self.model.embeddings.tok_embeddings.weight  # (V, H), the tied decoder
         out: dict[str, Tensor] = {"hidden_states": hidden}
-        loss = hidden.new_zeros((), dtype=torch.float32)
-        terms: dict[str, Tensor] = {}
-        if mlm_positions is not None:
-            logits = F.linear(self.head(flat[mlm_positions]), emb, self.decoder.bias)  # (N, V): masked positions only
-            out["mlm_logits"] = logits
-            if mlm_labels is not None:
-                out["mlm_loss"], out["mlm_acc"] = ce_and_acc(logits, mlm_labels)
-                terms["mlm"] = self.mlm_weight * out["mlm_loss"]
-                loss = loss + terms["mlm"]
-        if self.span_predictions is not None and sbo_positions is not None and sbo_left is not None:
-            logits = self.span_predictions(flat[sbo_left], flat[sbo_right], sbo_rel, emb)  # (M, V)
-            out["sbo_logits"] = logits
-            if sbo_labels is not None:
-                out["sbo_loss"], out["sbo_acc"] = ce_and_acc(logits, sbo_labels)
-                terms["sbo"] = self.sbo_weight * out["sbo_loss"]
-                loss = loss + terms["sbo"]
+        loss, terms = masked_heads(
+            out, hidden, lambda h: F.linear(self.head(h), emb, self.decoder.bias), self.span_predictions, emb,
+            mlm_positions, mlm_labels, sbo_positions, sbo_labels, sbo_left, sbo_right, sbo_rel,
+            self.mlm_weight, self.sbo_weight,
+        )  # fmt: skip
         if mlm_labels is not None:
             out["loss"] = loss
             out["loss_terms"] = terms
