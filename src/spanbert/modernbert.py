@@ -212,20 +212,24 @@ def modernbert_config(name: str, **overrides: Any) -> ModernBertConfig:
 
 
 def rope_tables(theta: float, head_dim: int, length: int, device: torch.device) -> tuple[Tensor, Tensor]:
-    """cos, sin (length, head_dim / 2) fp32 of positions 0..length-1: transformers' default RoPE, whose
-    tables repeat these over the two halves of the head."""
+    """cos and signed sin (length, head_dim) fp32 of positions 0..length-1: transformers' default RoPE
+    tables (the frequencies repeated over the two halves of the head), the sine negated on the first
+    half so that the rotation is two products and a sum (`apply_rope`)."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float, device=device) / head_dim))
     freqs = torch.arange(length, dtype=torch.float, device=device)[:, None] * inv_freq  # (L, hs/2)
-    return freqs.cos(), freqs.sin()
+    cos, sin = freqs.cos(), freqs.sin()
+    return torch.cat((cos, cos), dim=-1), torch.cat((-sin, sin), dim=-1)
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate (..., hs) by position, cos/sin broadcasting to (..., hs / 2): x * cos + rotate_half(x) * sin
-    written on the halves (x1 cos - x2 sin, x2 cos + x1 sin), the same products and sums as
-    transformers in fewer passes. In fp32 as transformers (a bf16 rotation would blur the position of
-    late tokens), back in x's dtype."""
-    x1, x2 = x.float().chunk(2, dim=-1)
-    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+    """Rotate (..., hs) by position, cos/sin (`rope_tables`) broadcasting to it: transformers'
+    x * cos + rotate_half(x) * sin, with rotate_half(x) = (-x2, x1) written as (x2, x1) against the
+    signed sine: the same products and sums (a negation is exact), on a contiguous copy, in half the
+    passes (measured 3.1 against 7.5 ms for a (4, 512, 2, 4, 64) forward and backward). In fp32 as
+    transformers (a bf16 rotation would blur the position of late tokens), back in x's dtype."""
+    xf = x.float().contiguous()
+    x1, x2 = xf.chunk(2, dim=-1)
+    return (xf * cos + torch.cat((x2, x1), dim=-1) * sin).to(x.dtype)
 
 
 def _sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float) -> Tensor:
@@ -308,11 +312,11 @@ class Layout:
     """How one batch is laid out, computed once a forward pass, and the RoPE tables of the two bases
     for the rows attention sees. Three ways:
 
-    - ``grid``: (B, T) rows, a key mask where padded (RoPE tables (T, 1, 1, hs/2));
+    - ``grid``: (B, T) rows, a key mask where padded (RoPE tables (T, 1, 1, hs));
     - ``ragged`` (CPU, padded, when it saves work): the real tokens, attended a sequence at a time;
     - ``varlen`` (CUDA, half precision, no attention dropout, `varlen_attn` with windows): the real
       tokens packed, FlashAttention over each sequence, local layers in its native sliding window.
-    The latter two give each real token its position in its row (tables (N, 1, 1, hs/2))."""
+    The latter two give each real token its position in its row (tables (N, 1, 1, hs))."""
 
     def __init__(self, config: ModernBertConfig, input_ids: Tensor, attention_mask: Tensor | None,
                  half_precision: bool = False, dropout: bool = False):  # fmt: skip
@@ -367,10 +371,12 @@ class Attention(nn.Module):
         qkv = self.Wqkv(x)  # (B, T, 3H), or (N, 3H) for the N real tokens
         if unpad is not None and not (ragged or layout.varlen):
             qkv = unpad.pad(qkv)  # (B, T, 3H): the grid, for attention alone (one re-padding, not three)
-        qkv = qkv.unflatten(-1, (3, nh, hs))  # (B, T, 3, nh, hs) or (N, 3, nh, hs)
+        # split, not sliced: the backward of a split is one concatenation, a slice's a zero-filled copy
+        qk, v = qkv.split((2 * nh * hs, nh * hs), dim=-1)
         cos, sin = layout.tables[self.theta]
-        qk = apply_rope(qkv[..., :2, :, :], cos, sin)  # q and k in one rotation
-        q, k, v = qk[..., 0, :, :], qk[..., 1, :, :], qkv[..., 2, :, :]
+        qk = apply_rope(qk.unflatten(-1, (2, nh, hs)), cos, sin)  # q and k in one rotation: (.., 2, nh, hs)
+        q, k = qk.unbind(-3)  # each (B, T, nh, hs) or (N, nh, hs)
+        v = v.unflatten(-1, (nh, hs))
         p = self.dropout_p if self.training else 0.0
         if layout.varlen:  # (N, nh, hs) packed; a local layer sees `half` tokens either side
             window = (self.half, self.half) if self.half is not None else (-1, -1)
