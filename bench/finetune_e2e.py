@@ -152,7 +152,7 @@ def run_spanbert(args, model: Path, train: Path, dev: Path, out: Path, evaluate_
     argv += ["--evals_per_epoch", str(args.evals_per_epoch if evaluate_during else 0)]
     with Clock() as clock:
         clock.wrap(qa, "_features_for", "features")
-        for name in ("predict_logits", "decode", "score"):
+        for name in ("predict_logits", "predict_window_spans", "decode", "decode_spans", "score"):
             clock.wrap(qa, name, "evaluation")
         for name in ("save_best_weights", "load_best_weights"):  # the names the trainer calls (bound in its module)
             clock.wrap(trainer, name, "selection")
@@ -347,7 +347,9 @@ def main() -> None:
           f"{time.perf_counter() - t:.2f} s")  # fmt: skip
     for during in (True, False):
         ours, om = run_spanbert(args, model, train, dev, tmp / f"ours-{during}", during)
-        evaluations = ours.calls["predict_logits"] if during else 0  # one forward pass over dev per evaluation
+        # one forward pass over dev per evaluation (fine-tuning's evaluations call one of the two)
+        passes = ours.calls["predict_logits"] + ours.calls["predict_window_spans"]
+        evaluations = passes if during else 0
         hf, hm = run_transformers(args, model, train, dev, tmp / f"hf-{during}", evaluations)
         label = f"with {evaluations} evaluations during training" if during else "no evaluation during training (one at the end)"
         print(f"\n{label}; transformers windows: {hf.windows[0]} train, {hf.windows[1]} dev")
@@ -359,7 +361,7 @@ def main() -> None:
             print(f"{ph:<12} {a:>11.2f} {b:>15.2f} {b / a if a else float('nan'):>6.2f}x   {ca:>16.2f} {cb:>13.2f} "
                   f"{cb / ca if ca else float('nan'):>6.2f}x")  # fmt: skip
         print(f"dev f1: spanbert {om.get('f1', float('nan')):.1f}, transformers {hm['f1']:.1f}")
-        ev = ours.calls["predict_logits"]
+        ev = passes
         a, b, ca, cb = ours.seconds["evaluation"], hf.seconds["evaluation"], ours.cpu["evaluation"], hf.cpu["evaluation"]
         what = "evaluation phase" if during else "final evaluation, in process"
         print(f"{what}: {ev} x {hf.windows[1]} dev windows, spanbert {a / ev:.3f} s each, transformers {b / ev:.3f} s: "
