@@ -10,14 +10,20 @@ process, with and without evaluation during training. Where does the time go?
         --hf_padding longest            # real weights (docs/benchmarks.md); MINILM: an HF BERT folder
     python bench/finetune_e2e.py --smoke                 # seconds: checks it runs (tests/test_bench.py)
 
-Both sides start from one tiny random BERT saved by spanbert (its HF layout is what transformers
+With `--hf_padding longest` transformers pads each batch to its longest window, in the data's order, as
+run_qa.py's `DataCollatorWithPadding` does (spanbert sorts dev windows by length); `max_length` pads
+every window to max_seq_length (run_qa.py's default). Both sides start from one tiny random BERT saved by spanbert (its HF layout is what transformers
 loads) with a vocabulary trained on the data. Each phase is timed: feature building (train and dev),
 training (without the evaluations inside it), evaluation (every evaluation: the forward passes, the
-n-best decoding, the metric), saving. With evaluation during training, transformers evaluates as often
-as spanbert did (`--evals_per_epoch`, spanbert's default 10) and keeps the best weights in memory, as
-spanbert's selection does. Without it, each side trains, saves, then evaluates once. Prints the
-seconds per phase (wall and process CPU) and the ratio transformers / spanbert of the whole (> 1:
-spanbert faster). A first run of each side, on 16 questions, is made before the measured ones and only
+n-best decoding, the metric), selection (keeping the best weights: spanbert writes them to best/ and
+takes them back at the end when they are not the last; transformers clones them in memory), saving.
+With evaluation during training, transformers evaluates as often as spanbert did (`--evals_per_epoch`,
+spanbert's default 10) and keeps the best weights in memory, as spanbert's selection does. Without it,
+each side trains, saves and evaluates once at the end, in the same process (spanbert: `--evals_per_epoch
+0` with the dev file: the features built once, the model in memory). `spanbert predict squad` +
+`evaluate` from the saved folder (a new load of the model and the dev set) is timed apart and compared
+with that one evaluation. Prints the seconds per phase (wall and process CPU), the ratio transformers /
+spanbert of each phase and of the whole (> 1: spanbert faster), and the evaluation ratios on one line. A first run of each side, on 16 questions, is made before the measured ones and only
 its total printed: it pays one-time costs (imports inside spanbert's commands, allocator warm-up) that
 a fine-tuning process pays once.
 """
@@ -133,35 +139,42 @@ def tiny_model(args, train: Path, out: Path) -> Path:
 
 
 def run_spanbert(args, model: Path, train: Path, dev: Path, out: Path, evaluate_during: bool) -> tuple[Clock, dict]:
-    from spanbert import cli
+    from spanbert import cli, trainer
     from spanbert.tasks import qa
 
     argv = ["finetune", "squad", "--model", str(model), "--train_file", str(train), "--output_dir", str(out),
             "--num_train_epochs", str(args.epochs), "--per_device_train_batch_size", str(args.batch_size),
             "--learning_rate", str(args.learning_rate), "--max_seq_length", str(args.max_seq_length),
-            "--doc_stride", str(args.doc_stride), "--disable_tqdm", "--seed", "0", "--device", "cpu"]  # fmt: skip
-    if evaluate_during:
-        argv += ["--validation_file", str(dev), "--evals_per_epoch", str(args.evals_per_epoch)]
+            "--doc_stride", str(args.doc_stride), "--disable_tqdm", "--seed", "0", "--device", "cpu",
+            "--validation_file", str(dev)]  # fmt: skip
+    # without evaluation during training: the one evaluation at the end, in this process (features and
+    # model in memory), as transformers' loop does it
+    argv += ["--evals_per_epoch", str(args.evals_per_epoch if evaluate_during else 0)]
     with Clock() as clock:
         clock.wrap(qa, "_features_for", "features")
-        for name in ("predict_logits", "decode", "score"):
+        for name in ("predict_logits", "predict_window_spans", "decode", "decode_spans", "score"):
             clock.wrap(qa, name, "evaluation")
+        for name in ("save_best_weights", "load_best_weights"):  # the names the trainer calls (bound in its module)
+            clock.wrap(trainer, name, "selection")
         # the names the QA task calls (bound in its module)
         clock.wrap(qa, "train", "training+eval")
         clock.wrap(qa, "save_finetuned", "saving")
         with clock.phase("total"), contextlib.redirect_stdout(io.StringIO()):
             assert cli._run(argv) == 0
     for kind in (clock.seconds, clock.cpu):
-        kind["training"] = kind.pop("training+eval") - kind["evaluation"]
-    if evaluate_during:
-        return clock, json.loads((out / "dev_results.json").read_text())
-    # the same final evaluation as transformers does, from the saved folder: predict + score
-    buf = io.StringIO()
-    with clock.phase("total"), clock.phase("evaluation"), contextlib.redirect_stdout(buf):
-        assert cli._run(["predict", "squad", "--model", str(out), "--data", str(dev), "--output", str(out / "p.json"),
-                         "--disable_tqdm", "--device", "cpu"]) == 0  # fmt: skip
-        assert cli._run(["evaluate", "squad", "--data", str(dev), "--predictions", str(out / "p.json")]) == 0
-    return clock, json.loads(buf.getvalue()[buf.getvalue().rfind("{") :])
+        kind["training"] = kind.pop("training+eval") - kind["evaluation"] - kind["selection"]
+    metrics = json.loads((out / "dev_results.json").read_text())
+    if not evaluate_during:
+        # the final evaluation as a separate command: `spanbert predict squad` loads the saved model and
+        # builds the dev features again; not part of the total (the run above evaluated already)
+        buf = io.StringIO()
+        with clock.phase("predict command"), contextlib.redirect_stdout(buf):
+            assert cli._run(["predict", "squad", "--model", str(out), "--data", str(dev), "--output", str(out / "p.json"),
+                             "--disable_tqdm", "--device", "cpu"]) == 0  # fmt: skip
+            assert cli._run(["evaluate", "squad", "--data", str(dev), "--predictions", str(out / "p.json")]) == 0
+        again = json.loads(buf.getvalue()[buf.getvalue().rfind("{") :])
+        assert again["f1"] == metrics["f1"], (again, metrics)  # the same predictions either way
+    return clock, metrics
 
 
 def run_transformers(args, model: Path, train: Path, dev: Path, out: Path, evaluations: int) -> tuple[Clock, dict]:
@@ -185,7 +198,8 @@ def run_transformers(args, model: Path, train: Path, dev: Path, out: Path, evalu
 
         def featurize(exs, training: bool):
             enc = tok([e[1] for e in exs], [e[2] for e in exs], truncation="only_second", max_length=args.max_seq_length,
-                      stride=stride, return_overflowing_tokens=True, return_offsets_mapping=True, padding=args.hf_padding)  # fmt: skip
+                      stride=stride, return_overflowing_tokens=True, return_offsets_mapping=True,
+                      padding="max_length" if args.hf_padding == "max_length" else False)  # fmt: skip
             starts, ends = [], []
             for i, offsets in enumerate(enc["offset_mapping"]):
                 seq = enc.sequence_ids(i)
@@ -208,8 +222,15 @@ def run_transformers(args, model: Path, train: Path, dev: Path, out: Path, evalu
             tr_enc, st, en = featurize(tr_exs, True)
             dev_enc, _, _ = featurize(dev_exs, False)
             cols = ("input_ids", "token_type_ids", "attention_mask")
-            tr = [torch.tensor(tr_enc[c]) for c in cols] + [torch.tensor(st), torch.tensor(en)]
-            dv = [torch.tensor(dev_enc[c]) for c in cols]
+            tr = [tr_enc[c] for c in cols]
+            labels = torch.tensor(st), torch.tensor(en)
+            dv = [dev_enc[c] for c in cols]
+
+        def batch(rows: list[list[list[int]]], idx) -> dict[str, torch.Tensor]:
+            """The windows ``idx`` padded to the longest of them (DataCollatorWithPadding; windows padded to
+            max_length are all that long already)."""
+            T = max(len(rows[0][i]) for i in idx)
+            return {c: torch.tensor([r[i] + [0] * (T - len(r[i])) for i in idx]) for c, r in zip(cols, rows)}
         torch.manual_seed(0)
         m = BertForQuestionAnswering.from_pretrained(str(model))
         opt = torch.optim.AdamW(m.parameters(), lr=args.learning_rate, weight_decay=0.01)
@@ -223,10 +244,10 @@ def run_transformers(args, model: Path, train: Path, dev: Path, out: Path, evalu
             m.eval()
             with torch.no_grad():
                 s_all, e_all = [], []
-                for i in range(0, len(dv[0]), 64):
-                    o = m(input_ids=dv[0][i : i + 64], token_type_ids=dv[1][i : i + 64], attention_mask=dv[2][i : i + 64])
-                    s_all.append(o.start_logits), e_all.append(o.end_logits)
-                s_all, e_all = torch.cat(s_all).numpy(), torch.cat(e_all).numpy()
+                for i in range(0, len(dv[0]), 64):  # in the data's order, as run_qa.py's eval loader
+                    o = m(**batch(dv, range(i, min(i + 64, len(dv[0])))))
+                    s_all += list(o.start_logits.numpy())  # (T,) each: a window's logits, padding included
+                    e_all += list(o.end_logits.numpy())
             best: dict[str, tuple[float, str]] = {}
             for i in range(len(s_all)):
                 ex = dev_exs[dev_enc["overflow_to_sample_mapping"][i]]
@@ -250,8 +271,7 @@ def run_transformers(args, model: Path, train: Path, dev: Path, out: Path, evalu
             for i in range(0, n, args.batch_size):
                 with clock.phase("training"):
                     idx = perm[i : i + args.batch_size]
-                    o = m(input_ids=tr[0][idx], token_type_ids=tr[1][idx], attention_mask=tr[2][idx],
-                          start_positions=tr[3][idx], end_positions=tr[4][idx])  # fmt: skip
+                    o = m(**batch(tr, idx.tolist()), start_positions=labels[0][idx], end_positions=labels[1][idx])
                     o.loss.backward()
                     torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
                     opt.step(), sched.step(), opt.zero_grad()
@@ -259,10 +279,12 @@ def run_transformers(args, model: Path, train: Path, dev: Path, out: Path, evalu
                 if step in eval_at:
                     with clock.phase("evaluation"):
                         metrics = evaluate()
-                        if metrics["f1"] > best_f1:  # keep the best weights, as spanbert's selection does
+                    if metrics["f1"] > best_f1:  # keep the best weights, as spanbert's selection does
+                        with clock.phase("selection"):
                             best_f1, best_state = metrics["f1"], {k: v.clone() for k, v in m.state_dict().items()}
         if best_state is not None:
-            m.load_state_dict(best_state)
+            with clock.phase("selection"):
+                m.load_state_dict(best_state)
         with clock.phase("saving"):
             m.save_pretrained(out)
             tok.save_pretrained(out)
@@ -290,7 +312,8 @@ def main() -> None:
     p.add_argument("--evals_per_epoch", type=int, default=10)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--hf_padding", choices=("max_length", "longest"), default="max_length",
-                   help="transformers' features: padded to max_seq_length (run_qa.py's default) or to the longest window")  # fmt: skip
+                   help="transformers' windows: padded to max_seq_length (run_qa.py's default) or each batch to its longest "
+                        "window (run_qa.py --pad_to_max_length false)")  # fmt: skip
     p.add_argument("--smoke", action="store_true", help="tiny sizes, seconds: a check that it runs (tests/test_bench.py)")
     args = p.parse_args()
     if args.smoke:
@@ -307,7 +330,7 @@ def main() -> None:
     print(f"SQuAD fine-tuning end to end, {args.data} data, model {args.model or 'preset ' + args.preset}, {args.epochs} epochs, batch "
           f"{args.batch_size}, max_seq_length {args.max_seq_length}, {args.threads} thread(s); torch {torch.__version__}, "
           f"transformers {transformers.__version__}")  # fmt: skip
-    phases = ("features", "training", "evaluation", "saving", "total")
+    phases = ("features", "training", "evaluation", "selection", "saving", "total")
     # a first run of each pays one-time costs (lazy imports, allocator warm-up): timed apart, not compared
     # (on a few questions: the one-time costs do not grow with the data)
     small = []
@@ -324,7 +347,9 @@ def main() -> None:
           f"{time.perf_counter() - t:.2f} s")  # fmt: skip
     for during in (True, False):
         ours, om = run_spanbert(args, model, train, dev, tmp / f"ours-{during}", during)
-        evaluations = ours.calls["predict_logits"] if during else 0  # one forward pass over dev per evaluation
+        # one forward pass over dev per evaluation (fine-tuning's evaluations call one of the two)
+        passes = ours.calls["predict_logits"] + ours.calls["predict_window_spans"]
+        evaluations = passes if during else 0
         hf, hm = run_transformers(args, model, train, dev, tmp / f"hf-{during}", evaluations)
         label = f"with {evaluations} evaluations during training" if during else "no evaluation during training (one at the end)"
         print(f"\n{label}; transformers windows: {hf.windows[0]} train, {hf.windows[1]} dev")
@@ -336,6 +361,15 @@ def main() -> None:
             print(f"{ph:<12} {a:>11.2f} {b:>15.2f} {b / a if a else float('nan'):>6.2f}x   {ca:>16.2f} {cb:>13.2f} "
                   f"{cb / ca if ca else float('nan'):>6.2f}x")  # fmt: skip
         print(f"dev f1: spanbert {om.get('f1', float('nan')):.1f}, transformers {hm['f1']:.1f}")
+        ev = passes
+        a, b, ca, cb = ours.seconds["evaluation"], hf.seconds["evaluation"], ours.cpu["evaluation"], hf.cpu["evaluation"]
+        what = "evaluation phase" if during else "final evaluation, in process"
+        print(f"{what}: {ev} x {hf.windows[1]} dev windows, spanbert {a / ev:.3f} s each, transformers {b / ev:.3f} s: "
+              f"ratio {b / a:.2f}x wall, {cb / ca:.2f}x CPU")  # fmt: skip
+        if not during:
+            a, ca = ours.seconds["predict command"], ours.cpu["predict command"]
+            print(f"spanbert predict + evaluate commands from the saved folder (model and dev set loaded again): "
+                  f"{a:.3f} s; transformers' final evaluation: ratio {b / a:.2f}x wall, {cb / ca:.2f}x CPU")  # fmt: skip
         print(f"ratio end to end transformers / spanbert ({'eval' if during else 'no eval'}): "
               f"{hf.seconds['total'] / ours.seconds['total']:.2f}x wall, {hf.cpu['total'] / ours.cpu['total']:.2f}x CPU")  # fmt: skip
 

@@ -373,6 +373,31 @@ def _reference_decode(data, td, feats, start_logits, end_logits, n_best, max_len
     return qa.Decoded(predictions, null_odds, best_non_null)
 
 
+@pytest.mark.parametrize("n_best_size", [3, 20])
+def test_best_spans_in_batch_is_best_span_in_window_on_every_row(n_best_size: int) -> None:
+    """The vectorised reduction of a batch gives each window's `best_span_in_window` exactly: ties
+    (integer logits), windows shorter than the batch (padding of any value), windows shorter than
+    n_best_size, windows where no span is valid, an empty passage."""
+    rng = np.random.default_rng(0)
+    for trial in range(200):
+        B, T = int(rng.integers(1, 6)), int(rng.integers(4, 40))
+        qlen, mcs = [], []
+        for _ in range(B):
+            q = int(rng.integers(0, T - 3))
+            w = int(rng.integers(0, T - q - 2)) if trial % 7 else T - q - 3  # a full-length row now and then
+            qlen.append(q)
+            mcs.append(rng.random(w) < (0.8 if trial % 5 else 0.0))  # no max-context start at all: no span
+        start = rng.integers(-3, 4, (B, T)).astype(np.float32)  # few distinct values: ties everywhere
+        end = rng.integers(-3, 4, (B, T)).astype(np.float32)
+        for b in range(B):  # padding past the window: anything (here large values a bad gather would pick)
+            start[b, qlen[b] + 3 + len(mcs[b]) :] = 99.0
+            end[b, qlen[b] + 3 + len(mcs[b]) :] = 99.0
+        got = qa.best_spans_in_batch(start, end, qlen, mcs, n_best_size, 4)
+        want = [qa.best_span_in_window(start[b], end[b], qlen[b], mcs[b], n_best_size, 4) for b in range(B)]
+        assert got == want, trial
+    assert qa.best_spans_in_batch(np.zeros((0, 5)), np.zeros((0, 5)), [], [], 20, 30) == []
+
+
 @pytest.mark.parametrize("version_2", [False, True])
 def test_prediction_reduces_each_batch_to_spans_with_the_same_answers(tok, tmp_path: Path, version_2: bool) -> None:
     """`run_prediction` keeps four numbers per window, not its logits: the answers, null odds and best

@@ -21,7 +21,7 @@ import json
 import math
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -1147,7 +1147,8 @@ def train(
     if world > 1:
         dist.barrier()
     if args.metric_for_best_model and best["step"] is not None and step == total:
-        load_best_weights(output_dir, raw_model)
+        if best["step"] != step:  # the last evaluation's weights are the model's already: nothing to read back
+            load_best_weights(output_dir, raw_model)
         print0(
             f"selected the model of step {best['step']} ({args.metric_for_best_model} {best['score']:.4f}, "
             f"best of the evaluations on dev)"
@@ -1230,10 +1231,13 @@ def predict_batches(
     precision: str = "auto",
     desc: str = "predict",
     disable_tqdm: bool = False,
+    batches: Sequence[Sequence[int]] | None = None,
 ) -> Iterator[tuple[Any, dict[str, torch.Tensor]]]:
     """Run ``model`` over ``dataset`` in order, in eval mode without gradients; yield (batch, outputs).
 
     The batch is yielded as collated (on CPU), the outputs as the model returned them (on device).
+    ``batches``: the dataset indices of each batch, in the order to run them (e.g. windows grouped by
+    length, `spanbert.tasks.common.length_batches`); ``batch_size`` is then unused.
     """
     device = device if isinstance(device, torch.device) else resolve_device(device)
     amp_dtype = autocast_dtype(precision, device)
@@ -1242,7 +1246,10 @@ def predict_batches(
     model.to(device)
     was_training = model.training
     model.eval()
-    loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate_fn)
+    if batches is not None:
+        loader = torch.utils.data.DataLoader(dataset, batch_sampler=batches, collate_fn=collate_fn)
+    else:
+        loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate_fn)
 
     try:
         with flush_denormals(), torch.no_grad():

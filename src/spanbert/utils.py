@@ -305,7 +305,12 @@ def _glibc() -> Any:
     return _libc
 
 
-def configure_malloc(mmap_threshold: int = 8 << 20, arena_max: int | None = None) -> bool:
+MMAP_THRESHOLD = 8 << 20
+"""`configure_malloc`'s fixed glibc mmap threshold: an allocation of at least this many bytes is mapped
+afresh (and page-faulted in) each time, a smaller one reuses heap memory."""
+
+
+def configure_malloc(mmap_threshold: int = MMAP_THRESHOLD, arena_max: int | None = None) -> bool:
     """Fix glibc's mmap threshold (and optionally the number of malloc arenas), once per process.
     Returns whether the settings are in force (False off glibc, or when the user set the
     ``MALLOC_*`` / ``GLIBC_TUNABLES`` environment variables, which then win).

@@ -1312,13 +1312,18 @@ def finetune_coref(
     best_eval: dict[str, Any] = {}  # the predictions of the best evaluation so far (the same rule as the trainer)
     history: list[dict[str, float]] = []
 
+    # featurized once, not at every evaluation (`CorefPredictor.predict_documents` featurizes each time)
+    dev_feats = _featurize_all(dev_docs, tokenizer, config.max_seq_length, "featurize dev", progress)
+
+    def predict_shard(predictor: CorefPredictor, idx: Sequence[int]) -> list[list[list[Span]]]:
+        bar = progress_bar(idx, desc="predict", unit="doc", disable=not progress or not is_main(), leave=False)
+        return [predictor.predict_features(dev_feats[i]) for i in bar]
+
     def predict_dev(m: nn.Module, step: int) -> dict[str, float]:
         # contract 7: on every rank, each predicting its share of the documents
         t = time.perf_counter()
         predictor = CorefPredictor(m, tokenizer, device=next(m.parameters()).device)  # type: ignore[arg-type]
-        predictions = predict_sharded(
-            len(dev_docs), lambda idx: predictor.predict_documents([dev_docs[i] for i in idx], progress=progress)
-        )
+        predictions = predict_sharded(len(dev_docs), lambda idx: predict_shard(predictor, idx))
         seconds = time.perf_counter() - t
         scores = evaluate_clusters(dev_docs, predictions)
         last_eval.update(step=step, predictions=predictions, scores=scores, seconds=seconds)

@@ -13,8 +13,9 @@ The pipeline, each step a plain function:
   `read_squad` / `read_mrqa` -> `QAData` (contexts tokenized once, examples with character spans)
   -> `make_features` (windows, max-context flags, start/end labels) -> `SpanBertForQuestionAnswering`
   -> `decode` (n-best, max answer length, null score, threshold) -> `spanbert.metrics.squad`.
-Prediction (`run_prediction`) reduces each batch to one best span per window at once
-(`best_span_in_window`) and decodes those (`decode_spans`): it never holds the whole set's logits.
+Prediction (`run_prediction`, and fine-tuning's evaluations) reduces each batch to one best span per
+window at once (`best_spans_in_batch`, the batch form of `best_span_in_window`) and decodes those
+(`decode_spans`): it never holds the whole set's logits.
 """
 
 from __future__ import annotations
@@ -46,8 +47,10 @@ from spanbert.tasks.common import (
     KeepBest,
     add_inference_arguments,
     check_output_dir,
+    cpu_batch_tokens,
     family_defaults,
     finetune_command,
+    length_batches,
     load_encoder,
     load_finetuned,
     load_tokenizer_for,
@@ -63,7 +66,7 @@ from spanbert.tasks.common import (
 )
 from spanbert.tasks.layers import apply_encoder_dropout, output_layer, scaled
 from spanbert.tasks.spec import RESULTS_FILE, DevSplit, TaskSpec, task_cli
-from spanbert.trainer import eval_size, predict_batches, train
+from spanbert.trainer import eval_size, predict_batches, resolve_device, train
 from spanbert.utils import atomic_write, output_file, progress_bar
 
 # ---------------------------------------------------------------------------------------------
@@ -724,6 +727,52 @@ def best_span_in_window(
     return float(scores.flat[j]), int(S.flat[j]) - p0, int(E.flat[j]) - p0, null
 
 
+def best_spans_in_batch(
+    start_logits: np.ndarray,
+    end_logits: np.ndarray,
+    query_len: Sequence[int],
+    max_context: Sequence[np.ndarray],
+    n_best_size: int = 20,
+    max_answer_length: int = 30,
+) -> list[tuple[float, int, int, float]]:
+    """`best_span_in_window` of every row of a batch at once, with the same numbers: ``start_logits`` /
+    ``end_logits`` (B, T) (each row's padding, past its window, is never read), ``query_len[b]`` and
+    ``max_context[b]`` of row b's window. The top-k and the (k, k) candidate grid of all rows are a few
+    array operations instead of a dozen per window."""
+    B, T = start_logits.shape
+    if B == 0:
+        return []
+    p0 = np.asarray(query_len, dtype=np.int64) + 2  # (B,) first passage position
+    W = np.array([len(m) for m in max_context], dtype=np.int64)  # (B,)
+    past = np.arange(T)[None, :] >= (p0 + W + 1)[:, None]  # (B, T): beyond [CLS] q [SEP] passage [SEP]
+    # past the window: -inf, so a stable sort puts those positions after all of the window's, in the
+    # order `best_span_in_window` finds among the window's own positions
+    sl = np.where(past, -np.inf, np.asarray(start_logits, dtype=np.float64))  # (B, T)
+    el = np.where(past, -np.inf, np.asarray(end_logits, dtype=np.float64))  # (B, T)
+    null = sl[:, 0] + el[:, 0]  # (B,)
+    k = min(n_best_size, T)
+    starts = np.argsort(-sl, axis=1, kind="stable")[:, :k]  # (B, k)
+    ends = np.argsort(-el, axis=1, kind="stable")[:, :k]  # (B, k)
+    S, E = starts[:, :, None], ends[:, None, :]  # (B, k, 1), (B, 1, k)
+    lo, hi = p0[:, None, None], (p0 + W)[:, None, None]
+    ok = (S >= lo) & (S < hi) & (E >= lo) & (E < hi) & (E >= S) & (E - S + 1 <= max_answer_length)  # (B, k, k)
+    # a position past a short window (a row with fewer than k positions) is never a passage token
+    mc = np.zeros((B, max(1, int(W.max()))), dtype=bool)  # (B, W_max) max-context flags, False past W
+    for b, m in enumerate(max_context):
+        mc[b, : len(m)] = m
+    ok &= mc[np.arange(B)[:, None, None], np.clip(S - lo, 0, mc.shape[1] - 1)]  # the start has maximal context
+    scores = np.where(ok, np.take_along_axis(sl, starts, 1)[:, :, None] + np.take_along_axis(el, ends, 1)[:, None, :],
+                      -np.inf).reshape(B, k * k)  # fmt: skip
+    j = scores.argmax(1)  # (B,) the first best in (start rank, end rank) order, as `best_span_in_window`
+    found = ok.reshape(B, k * k).any(1)  # (B,)
+    best = scores[np.arange(B), j]
+    s_best, e_best = starts[np.arange(B), j // k] - p0, ends[np.arange(B), j % k] - p0
+    return [
+        (float(best[b]), int(s_best[b]), int(e_best[b]), float(null[b])) if found[b] else (*NO_SPAN, float(null[b]))
+        for b in range(B)
+    ]
+
+
 def decode(
     data: QAData,
     tok: TokenizedData,
@@ -888,31 +937,36 @@ def _map_windows(
     model: nn.Module,
     features: QAFeatures,
     pad_id: int,
-    reduce: Callable[[int, np.ndarray, np.ndarray], T],
+    reduce: Callable[[list[int], np.ndarray, np.ndarray], list[T]],
     batch_size: int,
     device: str,
     precision: str,
     disable_tqdm: bool,
 ) -> list[T]:
-    """``reduce(i, start_logits, end_logits)`` of every window ``i``, in feature order, computed batch by
-    batch (windows sorted by length to limit padding; each batch's logits are dropped once reduced).
-    Under torchrun each rank reduces its share and every rank returns all of them (contract 7)."""
+    """``reduce(windows, start_logits, end_logits)`` of every batch of windows (their (B, T) logits, one
+    output per window), in feature order; each batch's logits are dropped once reduced. Windows run
+    sorted by length; on CPU a batch holds windows of one length (no padding: the encoder runs no mask
+    and no unpadding) and at most `cpu_batch_tokens` tokens (its activations reuse heap memory), on a
+    GPU up to ``batch_size`` windows padded to their longest. Under torchrun each rank reduces its
+    share and every rank returns all of them (contract 7)."""
+    on_cpu = resolve_device(device).type == "cpu"
+    lengths = [len(ids) for ids in features.input_ids]
+
     def collate(items):
         return collate_qa(items, pad_id)
 
     def predict(indices) -> list[T]:
-        order = sorted(indices, key=lambda i: len(features.input_ids[i]))
-        ds = torch.utils.data.Subset(QAFeatureDataset(features, with_labels=False), order)
+        max_tokens = cpu_batch_tokens(model) if on_cpu else 0
+        batches = length_batches(indices, lengths, batch_size, same_length=on_cpu, max_tokens=max_tokens)
+        ds = QAFeatureDataset(features, with_labels=False)
         got: dict[int, T] = {}
-        k = 0
         quiet = disable_tqdm or not is_main()  # one bar under torchrun
-        for _, out in predict_batches(model, ds, batch_size, collate, device, precision, "predict", quiet):
+        runs = predict_batches(model, ds, batch_size, collate, device, precision, "predict", quiet, batches=batches)
+        for k, (_, out) in enumerate(runs):  # the generator runs to its end: the model's mode is restored
+            windows = batches[k]
             sl = out["start_logits"].float().cpu().numpy()  # (B, T)
             el = out["end_logits"].float().cpu().numpy()  # (B, T)
-            for b in range(sl.shape[0]):
-                i = order[k]
-                got[i] = reduce(i, sl[b], el[b])
-                k += 1
+            got.update(zip(windows, reduce(windows, sl, el)))
             del out, sl, el
         return [got[i] for i in indices]
 
@@ -930,10 +984,10 @@ def predict_logits(
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Start and end logits of every window, in feature order. Call it on every rank under torchrun."""
 
-    def keep(i: int, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        n = len(features.input_ids[i])
-        return start[:n].copy(), end[:n].copy()
+    def keep(windows: list[int], start: np.ndarray, end: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        return [(start[b, : lengths[i]].copy(), end[b, : lengths[i]].copy()) for b, i in enumerate(windows)]
 
+    lengths = [len(ids) for ids in features.input_ids]
     both = _map_windows(model, features, pad_id, keep, batch_size, device, precision, disable_tqdm)
     return [x[0] for x in both], [x[1] for x in both]
 
@@ -950,11 +1004,13 @@ def predict_window_spans(
     max_answer_length: int = 30,
 ) -> list[tuple[float, int, int, float]]:
     """`best_span_in_window` of every window, in feature order: the same windows and batches as
-    `predict_logits`, but each batch's logits are reduced to four numbers per window at once, so
-    memory holds the answers, not the (windows x T) logits of the whole set. Call it on every rank."""
+    `predict_logits`, but each batch's logits are reduced to four numbers per window at once
+    (`best_spans_in_batch`), so memory holds the answers, not the (windows x T) logits of the whole
+    set. Call it on every rank."""
 
-    def best(i: int, start: np.ndarray, end: np.ndarray) -> tuple[float, int, int, float]:
-        return best_span_in_window(start, end, features.query_len[i], features.max_context[i], n_best_size, max_answer_length)
+    def best(windows: list[int], start: np.ndarray, end: np.ndarray) -> list[tuple[float, int, int, float]]:
+        return best_spans_in_batch(start, end, [features.query_len[i] for i in windows],
+                                   [features.max_context[i] for i in windows], n_best_size, max_answer_length)  # fmt: skip
 
     return _map_windows(model, features, pad_id, best, batch_size, device, precision, disable_tqdm)
 
@@ -1125,18 +1181,12 @@ def finetune_qa(
     def eval_fn(m: nn.Module, step: int) -> dict[str, float]:
         assert dev is not None
         nonlocal cfg
-        starts, ends = predict_logits(
-            m,
-            dev_feats,
-            tokenizer.pad_id,
-            targs.per_device_eval_batch_size,
-            targs.device,
-            targs.precision,
-            targs.disable_tqdm,
-        )
-        decoded = decode(
-            dev, dev_tok, dev_feats, starts, ends, cfg.n_best_size, cfg.max_answer_length, cfg.version_2_with_negative
-        )
+        # what `spanbert predict` does (`run_prediction`) on the features built once before training
+        spans = predict_window_spans(
+            m, dev_feats, tokenizer.pad_id, targs.per_device_eval_batch_size, targs.device, targs.precision,
+            targs.disable_tqdm, cfg.n_best_size, cfg.max_answer_length,
+        )  # fmt: skip
+        decoded = decode_spans(dev, dev_tok, dev_feats, spans, cfg.version_2_with_negative)
         metrics: dict[str, Any] = {}
         if cfg.version_2_with_negative:
             # every rank holds the same gathered predictions; the threshold is still chosen once
