@@ -8,6 +8,7 @@ process, with and without evaluation during training. Where does the time go?
     python bench/finetune_e2e.py --data squad --model MINILM --train_examples 128 --dev_articles 1 \
         --dev_examples 16 --epochs 1 --max_seq_length 384 --doc_stride 128 --learning_rate 5e-5 \
         --hf_padding longest            # real weights (docs/benchmarks.md); MINILM: an HF BERT folder
+    python bench/finetune_e2e.py --family modernbert --preset small   # the ModernBERT family, both sides
     python bench/finetune_e2e.py --smoke                 # seconds: checks it runs (tests/test_bench.py)
 
 With `--hf_padding longest` transformers pads each batch to its longest window, in the data's order, as
@@ -126,12 +127,19 @@ def tiny_model(args, train: Path, out: Path) -> Path:
         return Path(args.model)
     from spanbert.config import model_config
     from spanbert.model import SpanBertForPreTraining
-    from spanbert.tokenization import train_tokenizer
+    from spanbert.modernbert import ModernBertForPreTraining, modernbert_config
+    from spanbert.tokenization import train_byte_level_tokenizer, train_tokenizer
 
     texts = [p["context"] for a in json.loads(train.read_text())["data"] for p in a["paragraphs"]]
     texts += [q["question"] for a in json.loads(train.read_text())["data"] for p in a["paragraphs"] for q in p["qas"]]
-    tok = train_tokenizer(None, vocab_size=args.vocab_size, output_dir=out / "tok", texts=texts, show_progress=False)
     torch.manual_seed(0)
+    if args.family == "modernbert":  # its byte-level BPE vocabulary with BERT's special tokens
+        tok = train_byte_level_tokenizer(None, max(args.vocab_size, 300), output_dir=out / "tok", texts=texts)
+        cfg = modernbert_config(args.preset, vocab_size=tok.vocab_size, pad_token_id=tok.pad_id, cls_token_id=tok.cls_id,
+                                sep_token_id=tok.sep_id, bos_token_id=tok.cls_id, eos_token_id=tok.sep_id)  # fmt: skip
+        ModernBertForPreTraining(cfg, sbo=False).save_pretrained(out / "model", tokenizer=tok)
+        return out / "model"
+    tok = train_tokenizer(None, vocab_size=args.vocab_size, output_dir=out / "tok", texts=texts, show_progress=False)
     SpanBertForPreTraining(model_config(args.preset, vocab_size=tok.vocab_size), sbo=False, nsp=False).save_pretrained(
         out / "model", tokenizer=tok
     )
@@ -180,13 +188,13 @@ def run_spanbert(args, model: Path, train: Path, dev: Path, out: Path, evaluate_
 def run_transformers(args, model: Path, train: Path, dev: Path, out: Path, evaluations: int) -> tuple[Clock, dict]:
     """`run_qa.py`'s steps, written out: features with overflowing windows, a plain training loop, n-best
     decoding of (start, end) logits over the windows of each question, `save_pretrained`."""
-    from transformers import BertForQuestionAnswering, BertTokenizerFast, get_linear_schedule_with_warmup
+    from transformers import AutoModelForQuestionAnswering, AutoTokenizer, get_linear_schedule_with_warmup
 
     from spanbert.metrics.squad import evaluate_v1
 
     clock = Clock().__enter__()
     with clock.phase("total"):
-        tok = BertTokenizerFast.from_pretrained(str(model))
+        tok = AutoTokenizer.from_pretrained(str(model))  # BertTokenizerFast, or ModernBERT's fast BPE tokenizer
         train_data, dev_data = json.loads(train.read_text()), json.loads(dev.read_text())
         # transformers' --doc_stride is the overlap of windows; spanbert's the step between them
         context_len = args.max_seq_length - 64 - 3
@@ -221,7 +229,8 @@ def run_transformers(args, model: Path, train: Path, dev: Path, out: Path, evalu
             tr_exs, dev_exs = examples(train_data), examples(dev_data)
             tr_enc, st, en = featurize(tr_exs, True)
             dev_enc, _, _ = featurize(dev_exs, False)
-            cols = ("input_ids", "token_type_ids", "attention_mask")
+            # ModernBERT's models take no token types
+            cols = ("input_ids", "attention_mask") + (("token_type_ids",) if args.family == "bert" else ())
             tr = [tr_enc[c] for c in cols]
             labels = torch.tensor(st), torch.tensor(en)
             dv = [dev_enc[c] for c in cols]
@@ -232,7 +241,7 @@ def run_transformers(args, model: Path, train: Path, dev: Path, out: Path, evalu
             T = max(len(rows[0][i]) for i in idx)
             return {c: torch.tensor([r[i] + [0] * (T - len(r[i])) for i in idx]) for c, r in zip(cols, rows)}
         torch.manual_seed(0)
-        m = BertForQuestionAnswering.from_pretrained(str(model))
+        m = AutoModelForQuestionAnswering.from_pretrained(str(model))  # BertForQuestionAnswering, ModernBertFor...
         opt = torch.optim.AdamW(m.parameters(), lr=args.learning_rate, weight_decay=0.01)
         n = len(tr[0])
         steps_per_epoch = (n + args.batch_size - 1) // args.batch_size
@@ -303,6 +312,8 @@ def main() -> None:
     p.add_argument("--dev_examples", type=int, default=0, help="with --data squad: at most this many dev questions (0: all)")
     p.add_argument("--model", help="start both from this HF BERT folder (e.g. all-MiniLM-L6-v2) instead of a tiny random one")
     p.add_argument("--preset", default="tiny")
+    p.add_argument("--family", choices=("bert", "modernbert"), default="bert",
+                   help="the tiny random model's family (ModernBERT: transformers' ModernBertForQuestionAnswering beside ours)")
     p.add_argument("--vocab_size", type=int, default=1000)
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--batch_size", type=int, default=16)
@@ -327,7 +338,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp())
     train, dev = data_files(args, tmp)
     model = tiny_model(args, train, tmp)
-    print(f"SQuAD fine-tuning end to end, {args.data} data, model {args.model or 'preset ' + args.preset}, {args.epochs} epochs, batch "
+    print(f"SQuAD fine-tuning end to end, {args.data} data, model {args.model or args.family + ' preset ' + args.preset}, {args.epochs} epochs, batch "
           f"{args.batch_size}, max_seq_length {args.max_seq_length}, {args.threads} thread(s); torch {torch.__version__}, "
           f"transformers {transformers.__version__}")  # fmt: skip
     phases = ("features", "training", "evaluation", "selection", "saving", "total")
