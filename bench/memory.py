@@ -250,7 +250,7 @@ def run_predict_hf(a: argparse.Namespace) -> dict:
         with Sampler(0.05) as smp:
             t0 = time.perf_counter()
             data = read_squad(data_path)
-            cfg = QAConfig()
+            cfg = QAConfig(max_seq_length=512, doc_stride=128)  # BERT's windows (unset, they follow the encoder)
             feats = make_features(data, tokenize_data(data, tok, cfg.max_query_length, progress=False),
                                   tok.cls_id, tok.sep_id, cfg.max_seq_length, cfg.doc_stride)  # fmt: skip
             order = sorted(range(len(feats)), key=lambda i: len(feats.input_ids[i]))

@@ -48,7 +48,8 @@ def plan(study: Study) -> list[Cell]:
         if s.checkpoint:
             continue
         opts = {
-            "system": s.name,
+            "system": s.pretrain_system,
+            **({"family": s.family} if s.family else {}),  # absent: the argv of studies before families
             "corpus": corpus,
             "model": study.model,
             "max_seq_length": study.max_seq_length,
@@ -186,7 +187,7 @@ def _prepare_shared(study: Study) -> None:
 def candidate_kinds(s: SystemSpec) -> list[str]:
     """The candidate spans a system's masking needs from `spanbert preprocess --candidates`: none, entity or
     noun_phrase."""
-    scheme = s.options.get("masking") or SYSTEM_PRESETS[s.name].masking
+    scheme = s.options.get("masking") or SYSTEM_PRESETS[s.pretrain_system].masking
     return {"named_entity": ["entity"], "noun_phrase": ["noun_phrase"]}.get(scheme, [])
 
 

@@ -9,6 +9,7 @@ model is scored on held-out data) comes from the task registry `spanbert.tasks.T
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import difflib
 import importlib
 import io
@@ -24,7 +25,8 @@ import yaml
 from spanbert import cli
 from spanbert.config import MODEL_PRESETS, _read_yaml, convert_value
 from spanbert.errors import SpanBertError
-from spanbert.pretrain import SYSTEM_PRESETS
+from spanbert.families import FAMILIES
+from spanbert.pretrain import FAMILY_CHOICES, SYSTEM_PRESETS
 from spanbert.tasks import TASKS
 from spanbert.tasks.glue import _FALLBACK, GLUE_TASKS
 from spanbert.trainer import TrainingArguments
@@ -60,20 +62,37 @@ class TaskSpec:
 
 @dataclass
 class SystemSpec:
-    """One row of the table: a pre-training system of `spanbert pretrain`, or an existing checkpoint."""
+    """One row of the table: a pre-training system of `spanbert pretrain` (on a family), or an existing
+    checkpoint."""
 
     name: str
-    """Row name; also the --system of `spanbert pretrain` unless checkpoint is given."""
+    """Row name; also the --system of `spanbert pretrain` unless system or checkpoint is given."""
     checkpoint: str = ""
     """An existing model folder (e.g. your own BERT): no pre-training cell, fine-tuned as it is."""
     options: dict[str, Any] = field(default_factory=dict)
     """Further `spanbert pretrain` options for this system only (e.g. {masking: whole_word})."""
+    system: str = ""
+    """The `spanbert pretrain --system` of this row when it is not the row's name, so that two rows can
+    pre-train one system, e.g. on two families: {name: spanbert-modernbert, system: spanbert, family: modernbert}."""
+    family: str = ""
+    """The `spanbert pretrain --family`: the model architecture the system's objectives are put on
+    (bert, modernbert, cloze-two-tower); empty: the system's own (bert for the paper's systems)."""
+
+    @property
+    def pretrain_system(self) -> str:
+        return self.system or self.name
 
 
 @dataclass
 class Study:
     systems: list[SystemSpec]
     tasks: list[TaskSpec]
+    families: list[str] = field(default_factory=list)
+    """Cross the systems with these model families (`spanbert pretrain --family`): every system entry
+    that names no family and no checkpoint becomes one row per family, named after the system on its
+    own family (spanbert) and NAME-FAMILY on another (spanbert-modernbert); `study_from_dict` (a study
+    file) expands them. Every row pre-trains on the same corpus, vocabulary and budget of tokens, so
+    the families differ in architecture only."""
     corpus: str = ""
     """Raw text files/folders, or a `spanbert preprocess` folder (with its tokenizer)."""
     tokenizer: str = ""
@@ -164,8 +183,42 @@ def study_from_dict(data: dict[str, Any], where: str = "study") -> Study:
         systems.append(_build(SystemSpec, item, lambda *k, i=i: at("systems", i, *k)))
     tasks = [_build(TaskSpec, item, lambda *k, i=i: at("tasks", i, *k)) for i, item in enumerate(data.pop("tasks"))]
     study = _build(Study, {**data, "systems": systems, "tasks": tasks}, at)
-    check_study(study, where, at)
+    check_study(study, where, at)  # the entries as written, so that errors name their lines
+    if study.families:
+        study.systems = cross_families(study.systems, study.families, lambda *k: at("families", *k))
     return study
+
+
+def own_family(system: str) -> str:
+    """The family a `spanbert pretrain --system` trains when no --family is named."""
+    return SYSTEM_PRESETS[system].family
+
+
+def cross_families(systems: list[SystemSpec], names: list[str], at: Callable[..., str]) -> list[SystemSpec]:
+    """The rows of ``systems`` (checked) crossed with the families ``names`` (`Study.families`): an entry
+    with no family and no checkpoint becomes one row per family, in the families' order; the others
+    stay. Errors (a family that does not pre-train a system, a row name taken twice) name ``at()``."""
+    if len(set(names)) != len(names) or any(n not in FAMILY_CHOICES for n in names):
+        raise SpanBertError(
+            f"{at()}: families: found {names}, expected distinct names among {', '.join(FAMILY_CHOICES)}"
+        )
+    out = []
+    for s in systems:
+        if s.checkpoint or s.family:
+            out.append(s)
+            continue
+        own = own_family(s.pretrain_system)
+        for f in names:
+            name = s.name if f == own else f"{s.name}-{f}"
+            system = s.pretrain_system if name != s.name else s.system  # the renamed row keeps its --system
+            row = dataclasses.replace(s, name=name, system=system, family="" if f == own else f)
+            if row.family:
+                check_family(row, at)
+            out.append(row)
+    rows = [s.name for s in out]
+    if len(set(rows)) != len(rows):
+        raise SpanBertError(f"{at()}: families: found a row name twice in {rows}, expected distinct names")
+    return out
 
 
 def item_lines(path: Path) -> dict[tuple[str, ...], int]:
@@ -196,11 +249,18 @@ def check_study(study: Study, where: str, at: Callable[..., str] | None = None) 
     if len(set(names)) != len(names):
         raise SpanBertError(f"{at('systems')}: systems: found a name twice in {names}, expected distinct names")
     for i, s in enumerate(study.systems):
-        if not s.checkpoint and s.name not in SYSTEM_PRESETS:
+        if s.checkpoint and (s.system or s.family):
             raise SpanBertError(
-                f"{at('systems', i)}: systems: found {s.name!r}, expected a `spanbert pretrain --system` "
+                f"{at('systems', i)}: systems: {s.name}: found checkpoint with {'system' if s.system else 'family'}, "
+                f"expected one of them: a checkpoint is fine-tuned as it is, not pre-trained"
+            )
+        if not s.checkpoint and s.pretrain_system not in SYSTEM_PRESETS:
+            raise SpanBertError(
+                f"{at('systems', i)}: systems: found {s.pretrain_system!r}, expected a `spanbert pretrain --system` "
                 f"({', '.join(SYSTEM_PRESETS)}) or an entry with checkpoint: FOLDER"
             )
+        if s.family and not s.checkpoint:
+            check_family(s, lambda i=i: at("systems", i, "family"))
         if s.checkpoint and not Path(s.checkpoint).is_dir():
             raise SpanBertError(
                 f"{at('systems', i, 'checkpoint')}: systems: {s.name}: checkpoint {s.checkpoint!r} is not a folder"
@@ -260,6 +320,21 @@ def check_study(study: Study, where: str, at: Callable[..., str] | None = None) 
         )
     for i, t in enumerate(study.tasks):
         check_task_options(t, lambda *k, i=i: at("tasks", i, *k))
+
+
+def check_family(s: SystemSpec, at: Callable[..., str]) -> None:
+    """A row's family must pre-train its system (the blocks its sampler cuts), as `spanbert pretrain
+    --family` would refuse it."""
+    if s.family not in FAMILY_CHOICES:
+        raise SpanBertError(f"{at()}: systems: {s.name}: found family {s.family!r}, expected one of: {', '.join(FAMILY_CHOICES)}")
+    pre = FAMILIES[s.family].pretraining
+    sampler = SYSTEM_PRESETS[s.pretrain_system].sampler
+    if pre is None or sampler not in pre.samplers:
+        fits = [n for n, x in SYSTEM_PRESETS.items() if pre is not None and x.sampler in pre.samplers]
+        raise SpanBertError(
+            f"{at()}: systems: {s.name}: found system {s.pretrain_system} ({sampler} blocks) on family {s.family}, "
+            f"expected a system that family pre-trains: {', '.join(fits)}"
+        )
 
 
 # Options a study sets itself for every fine-tuning cell: one in a task's `options` would silently

@@ -433,6 +433,45 @@ def split_into_segments(
     return out
 
 
+BERT_SEGMENT = 384
+"""The segment length an encoder of at most 512 positions gets by default: the released SpanBERT-base
+setting, and this command's default before segments followed the encoder."""
+LONG_SEGMENT_CAP = 8192
+"""The longest segment chosen by default for a long-context encoder: ModernBERT's context, which holds a
+whole LitBank document (at most 3,419 words) in one segment. An encoder of more positions is still read
+in segments of this many sub-tokens, so one training step (at most max_training_segments segments)
+keeps a bounded memory."""
+
+
+def segment_length(max_seq_length: int | None, max_positions: int) -> tuple[int, str]:
+    """(segment length in sub-tokens with [CLS] and [SEP], why it is that): ``max_seq_length`` when the
+    options set it; else 384 (`BERT_SEGMENT`) for an encoder of at most 512 positions (BERT: the released
+    base setting; fewer positions: all of them), and for a longer context the encoder's positions up to
+    `LONG_SEGMENT_CAP`."""
+    if max_seq_length is not None:
+        return max_seq_length, "--max_seq_length"
+    if max_positions <= 512:
+        if max_positions < BERT_SEGMENT:
+            return max_positions, f"the encoder's {max_positions:,} positions"
+        return BERT_SEGMENT, f"SpanBERT-base's setting for an encoder of {max_positions:,} positions"
+    if max_positions > LONG_SEGMENT_CAP:
+        return LONG_SEGMENT_CAP, f"the encoder's {max_positions:,} positions, capped at {LONG_SEGMENT_CAP:,}"
+    return max_positions, "the encoder's context"
+
+
+def segments_line(length: int, why: str, feats: Sequence[CorefFeatures]) -> str:
+    """The one line that says how documents are cut: ``segments: up to 8,192 sub-tokens (the encoder's
+    context): 1 segment a document``, or with several, how many documents are read whole."""
+    counts = [len(f.segments) for f in feats if f.segments]
+    head = f"segments: up to {length:,} sub-tokens ({why})"
+    if not counts:
+        return head
+    lo, hi = min(counts), max(counts)
+    spread = f"{lo} segment{'s' * (lo > 1)}" if lo == hi else f"{lo} to {hi} segments"
+    whole = sum(c == 1 for c in counts)
+    return f"{head}: {spread} a document" + ("" if lo == hi else f", {whole} of {len(counts)} in one segment")
+
+
 def featurize(doc: CorefDocument, tokenizer: Any, max_seq_length: int) -> CorefFeatures:
     """Sub-tokenize ``doc`` and cut it into segments of up to ``max_seq_length`` (with [CLS] and [SEP])."""
     words = doc.words
@@ -677,9 +716,11 @@ class CorefConfig:
     one point of the Appendix B grid (the released values: presets `spanbert_base`, `spanbert_large`).
     """
 
-    max_seq_length: int = 384
+    max_seq_length: int | None = None
     """Segment length in sub-tokens with [CLS] and [SEP] (Appendix B grid 128-512; released SpanBERT:
-    384 base, 512 large)."""
+    384 base, 512 large). Unset: it follows the encoder (`segment_length`): 384 for BERT's 512
+    positions, and for an encoder of a longer context (ModernBERT: 8,192) that context up to 8,192, so
+    that a whole LitBank document is one segment. The value chosen is printed and saved with the model."""
     max_training_segments: int = 3
     """In training, a longer document is cut to a random run of this many segments (memory); also the
     number of segment-distance buckets (released: 3)."""
@@ -744,9 +785,10 @@ class CorefModel(nn.Module):
 
     def __init__(self, bert_config: Any, config: CorefConfig, encoder: nn.Module | None = None):
         super().__init__()
-        self.config = config
         # any family (`spanbert.families`); ``bert_config`` builds a BERT encoder when none is given
         self.bert = encoder if encoder is not None else families.encoder_from_config(bert_config.to_hf_dict(), add_pooling_layer=False)
+        # the segment length is fixed here, so that predictions and the saved config use the same one
+        self.config = config = replace(config, max_seq_length=segment_length(config.max_seq_length, self.bert.max_positions)[0])
         h, fs, c = self.bert.hidden_size, config.feature_size, config
         self.span_dim = d = 3 * h + fs  # [x_start, x_end, head attention, width embedding]
         self.dropout = nn.Dropout(c.dropout)
@@ -1231,9 +1273,9 @@ def check_coref_config(config: CorefConfig) -> None:
     for name in ("max_seq_length", "max_training_segments", "max_span_width", "max_top_antecedents",
                  "max_top_spans", "ffnn_size", "feature_size", "coref_depth"):  # fmt: skip
         value = getattr(config, name)
-        if value < 1:
+        if value is not None and value < 1:  # max_seq_length unset: it follows the encoder
             raise SpanBertError(f"--{name}: found {value}; expected an integer >= 1")
-    if config.max_seq_length < 3:
+    if config.max_seq_length is not None and config.max_seq_length < 3:
         raise SpanBertError(f"--max_seq_length: found {config.max_seq_length}; expected >= 3 ([CLS], a token, [SEP])")
     if config.ffnn_depth < 0:
         raise SpanBertError(f"--ffnn_depth: found {config.ffnn_depth}; expected an integer >= 0")
@@ -1291,14 +1333,17 @@ def finetune_coref(
     # and `CorefDataset`
     seed_init(targs.seed)
     encoder = load_encoder(model_dir)
-    if config.max_seq_length > encoder.max_positions:
+    if config.max_seq_length is not None and config.max_seq_length > encoder.max_positions:
         raise SpanBertError(
             f"--max_seq_length: found {config.max_seq_length}; expected at most the encoder's "
             f"{encoder.max_positions} positions"
         )
+    length, why = segment_length(config.max_seq_length, encoder.max_positions)
+    config = replace(config, max_seq_length=length)  # saved with the model: predict cuts documents the same way
     model = CorefModel(None, config, encoder=encoder)
     seed_dropout(targs.seed)
-    feats = _featurize_all(train_docs, tokenizer, config.max_seq_length, "featurize train", progress)
+    feats = _featurize_all(train_docs, tokenizer, length, "featurize train", progress)
+    print0(segments_line(length, why, feats))
     dataset = CorefDataset(
         feats, config.max_span_width, tokenizer.pad_id, tokenizer.cls_id, tokenizer.sep_id,
         max_training_segments=config.max_training_segments, seed=targs.seed,
@@ -1410,7 +1455,7 @@ def _predict_again(model: nn.Module, predict_dev: Any, step: int) -> None:
 
 def _add_coref_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("coreference model")
-    add_dataclass_arguments(group, CorefConfig)
+    add_dataclass_arguments(group, CorefConfig, defaults={"max_seq_length": "unset, following the encoder"})
 
 
 def _finetune(task: str, argv: list[str], prog: str) -> int:

@@ -880,13 +880,17 @@ def score(data: QAData, predictions: dict[str, str], na_probs: dict[str, float] 
 class QAConfig:
     """Windowing and decoding settings of extractive QA (saved in the fine-tuned model's config.json)."""
 
-    max_seq_length: int = 512
-    """Tokens per input window, [CLS] question [SEP] passage [SEP] (Appendix B: 512)."""
-    doc_stride: int = 128
+    max_seq_length: int | None = None
+    """Tokens per input window, [CLS] question [SEP] passage [SEP] (Appendix B: 512). Unset: it follows
+    the encoder (`window_settings`): 512 for BERT's 512 positions, and for an encoder of a longer
+    context (ModernBERT: 8,192) that context up to 1,024, which holds nearly every SQuAD and MRQA
+    passage in one window. The value chosen is printed and saved with the model."""
+    doc_stride: int | None = None
     """The step: distance in tokens between the starts of consecutive passage windows, as Google's and
     SpanBERT's run_squad.py (Appendix B: 128). Not the overlap that transformers' run_qa.py --doc_stride
     means: its --doc_stride D is spanbert's --doc_stride max_seq_length - question tokens - 3 - D
-    (run_qa's 384 and 128, for a 13-token question: --doc_stride 240)."""
+    (run_qa's 384 and 128, for a 13-token question: --doc_stride 240). Unset: 128 for windows of up
+    to 512 tokens, a quarter of a longer window (BERT's proportion)."""
     max_query_length: int = 64
     """Questions are cut to this many tokens (BERT run_squad.py: 64)."""
     n_best_size: int = 20
@@ -916,6 +920,36 @@ DEFAULTS: dict[str, Any] = dict(
     output_dir="runs/qa",
     **selection_defaults("f1"),  # 10 evaluations an epoch, fewer when they would dominate a short run
 )
+
+
+BERT_WINDOW, BERT_STRIDE = 512, 128
+"""Appendix B's windows and step: what an encoder of at most 512 positions gets by default."""
+LONG_WINDOW_CAP = 1024
+"""The longest window chosen by default for a long-context encoder. SQuAD passages are a paragraph
+(nearly all under 512 tokens; the longest about 850) and MRQA's are cut near 800 tokens, so longer
+windows would add nothing but memory: a batch of 32 windows stays within twice the tokens of BERT's."""
+
+
+def window_settings(cfg: QAConfig, max_positions: int) -> tuple[QAConfig, str]:
+    """``cfg`` with its window length and step chosen where the options left them unset, and the line
+    that says what they are: ``windows: 1,024 tokens, stride 256 (the encoder's 8,192 positions, capped
+    at 1,024; stride a quarter of the window)``. See `QAConfig.max_seq_length` and ``doc_stride``."""
+    length, why = cfg.max_seq_length, "--max_seq_length"
+    if length is None:
+        if max_positions <= BERT_WINDOW:
+            length, why = max_positions, f"the encoder's {max_positions:,} positions"
+        elif max_positions <= LONG_WINDOW_CAP:
+            length, why = max_positions, "the encoder's context"
+        else:
+            length, why = LONG_WINDOW_CAP, f"the encoder's {max_positions:,} positions, capped at {LONG_WINDOW_CAP:,}"
+    stride, stride_why = cfg.doc_stride, "--doc_stride"
+    if stride is None:
+        if length <= BERT_WINDOW:
+            stride, stride_why = BERT_STRIDE, "Appendix B's"
+        else:
+            stride, stride_why = length // 4, "a quarter of the window"
+    line = f"windows: {length:,} tokens, stride {stride:,} ({why}; stride {stride_why})"
+    return QAConfig(**{**asdict(cfg), "max_seq_length": length, "doc_stride": stride}), line
 
 
 def _config_dict(cfg: QAConfig) -> dict[str, Any]:
@@ -1027,6 +1061,7 @@ def run_prediction(
 ) -> Decoded:
     """Answers to every question of ``data``: windows, `predict_window_spans`, `decode_spans`
     (the same predictions as `predict_logits` + `decode`, without holding every window's logits)."""
+    cfg = window_settings(cfg, model.bert.max_positions)[0]  # a no-op for a loaded model's settings
     tok, feats = _features_for(data, tokenizer, cfg, training=False, progress=progress)
     spans = predict_window_spans(
         model, feats, tokenizer.pad_id, batch_size, device, precision, not progress, cfg.n_best_size,
@@ -1068,6 +1103,7 @@ def answer_with(
         path="<text>", format="squad", version_2=cfg.version_2_with_negative, contexts=[context],
         examples=[QAExample(qid="question", question=question, context_index=0, answers=[])], num_articles=1,
     )  # fmt: skip
+    cfg = window_settings(cfg, model.bert.max_positions)[0]  # a no-op for a loaded model's settings
     tok, feats = _features_for(data, tokenizer, cfg, training=False, progress=False)
     starts, ends = predict_logits(model, feats, tokenizer.pad_id, 64, device, precision, disable_tqdm=True)
     spans = [
@@ -1152,12 +1188,6 @@ def finetune_qa(
         data = data.head(max_train_examples)
     if not data.examples:
         raise SpanBertError(f"{train_file}: no training questions left after the article selection / id filter")
-    _, feats = _features_for(data, tokenizer, cfg, training=True, progress=not targs.disable_tqdm)
-    if feats.skipped:
-        print0(
-            f"skipped {len(feats.skipped)} training questions whose answer covers no token (e.g. {feats.skipped[0]})"
-        )
-    print0(f"{len(data.examples)} training questions -> {len(feats)} windows")
 
     seed_init(targs.seed)  # the head's initialisation: the same in every run and on every rank
     encoder = load_encoder(model_dir, add_pooling_layer=False)
@@ -1167,6 +1197,15 @@ def finetune_qa(
         raise SpanBertError(
             f"the tokenizer has {tokenizer.vocab_size} tokens but the model's vocab_size is {encoder.vocab_size}"
         )
+    # the windows follow the encoder's context where the options leave them unset (saved with the model)
+    cfg, windows = window_settings(cfg, encoder.max_positions)
+    print0(windows)
+    _, feats = _features_for(data, tokenizer, cfg, training=True, progress=not targs.disable_tqdm)
+    if feats.skipped:
+        print0(
+            f"skipped {len(feats.skipped)} training questions whose answer covers no token (e.g. {feats.skipped[0]})"
+        )
+    print0(f"{len(data.examples)} training questions -> {len(feats)} windows")
 
     dev = None
     results: dict[str, Any] = {}
@@ -1271,6 +1310,8 @@ def load_qa_model(model_dir: str | Path) -> tuple[SpanBertForQuestionAnswering, 
     names = {f for f in QAConfig.__dataclass_fields__}
     cfg = replace_checked(QAConfig(), {k: v for k, v in saved.items() if k in names}, source=str(source))
     encoder = families.encoder_from_config(config_json, add_pooling_layer=False, source=str(source))
+    # a folder without spanbert's settings (transformers' BertForQuestionAnswering): the encoder's defaults
+    cfg = window_settings(cfg, encoder.max_positions)[0]
     model = SpanBertForQuestionAnswering(encoder=encoder, bilstm=cfg.bilstm)
     families.load_encoder_state(model.bert, state, str(model_dir))
     model.qa_outputs.load_state_dict({"weight": state["qa_outputs.weight"], "bias": state["qa_outputs.bias"]})
@@ -1434,7 +1475,8 @@ def _finetune(task: str, argv: list[str], prog: str) -> int:
         parser.add_argument("--max_train_examples", type=int, help="use only the first N training questions")
         parser.add_argument("--max_eval_examples", type=int, help="use only the first N dev questions (after "
                             "--validation_articles) for the evaluations during training")  # fmt: skip
-        add_dataclass_arguments(parser.add_argument_group("QA"), QAConfig, exclude=("null_score_diff_threshold",))
+        shown = {"max_seq_length": f"{BERT_WINDOW} for BERT, see above", "doc_stride": BERT_STRIDE}  # unset: `window_settings`
+        add_dataclass_arguments(parser.add_argument_group("QA"), QAConfig, shown, exclude=("null_score_diff_threshold",))
 
     chosen: dict[str, QAConfig] = {}
 
