@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 from pathlib import Path
 
 import torch
+from pretrain_step import timeit
 
 from spanbert.modernbert import Encoder, modernbert_config
 
@@ -70,23 +69,14 @@ def measure(model, T: int, device: torch.device, dtype, repeats: int) -> tuple[f
         forward().float().pow(2).mean().backward()
         model.zero_grad(set_to_none=True)
 
-    step()  # warm-up
-    times = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        t = time.perf_counter()
-        step()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t)
+    seconds = timeit(step, device, warmup=1, repeats=repeats)
     peak = None
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
         step()
         peak = torch.cuda.max_memory_allocated(device)
     kept = saved_bytes(lambda: forward().float().pow(2).mean())
-    return statistics.median(times), kept, peak
+    return seconds, kept, peak
 
 
 def main() -> None:

@@ -299,6 +299,10 @@ def test_the_modernbert_recipe_masks_thirty_percent(corpus, tmp_path):
     assert config["spanbert"]["sbo"] is False and config["spanbert"]["system"] == "modernbert-mlm"
     state = json.loads((out / "checkpoint-1" / "trainer_state.json").read_text())
     assert state["run_config"]["MaskingConfig"]["mask_prob"] == 0.3
+    # the recipe's 30% is a default: a --mask_prob the user names wins, the usual 0.15 included
+    assert main([*argv[: argv.index("--output_dir")], "--output_dir", str(tmp_path / "named"), "--mask_prob", "0.15"]) == 0
+    state = json.loads((tmp_path / "named" / "checkpoint-1" / "trainer_state.json").read_text())
+    assert state["run_config"]["MaskingConfig"]["mask_prob"] == 0.15
 
 
 def test_flops_count_local_layers_by_their_window():

@@ -416,6 +416,28 @@ def save_folder(
 SBO_PREFIX = "cls.span_predictions."
 
 
+def load_encoder_weights(
+    module: torch.nn.Module, state: dict[str, Tensor], source: str, family: str, optional: str | None = None
+) -> None:
+    """Load ``state`` (an encoder's own key names) into ``module``: every weight must be there with the
+    module's shape, no other key may be, else one error naming ``source`` and the ``family``. Keys under
+    ``optional`` (BERT's ``pooler.``, ModernBERT's sentence ``head.``) may be absent (they stay freshly
+    initialised) or, when the module has none, present and ignored."""
+    own = module.state_dict()
+    prefix = optional or "\0"  # no key starts with NUL: nothing is optional
+    missing = sorted(k for k in own if k not in state and not k.startswith(prefix))
+    unknown = sorted(k for k in state if k not in own and not k.startswith(prefix))
+    if missing or unknown:
+        raise SpanBertError(
+            f"{source}: weights do not match a {family} encoder; missing {missing[:5]}"
+            f"{' ...' if len(missing) > 5 else ''}, unexpected {unknown[:5]}{' ...' if len(unknown) > 5 else ''}"
+        )
+    for k, v in own.items():
+        if k in state and tuple(state[k].shape) != tuple(v.shape):
+            raise SpanBertError(f"{source}: {k} has shape {tuple(state[k].shape)}, config says {tuple(v.shape)}")
+    module.load_state_dict({k: v for k, v in state.items() if k in own}, strict=False)
+
+
 def split_pretraining_state(state: dict[str, Tensor]) -> tuple[dict[str, Tensor], dict[str, dict[str, Tensor]]]:
     """(model.safetensors's tensors, {other file: tensors}) of a pre-training model's state dict: the
     SBO head (`cls.span_predictions.*`) goes to `SBO_FILE`, so HF's classes load the main file as theirs."""

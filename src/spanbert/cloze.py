@@ -32,6 +32,7 @@ from spanbert.checkpoints import save_folder
 from spanbert.config import FinetuneHabits, replace_checked
 from spanbert.dropout import Dropout
 from spanbert.errors import SpanBertError
+from spanbert.model import grow_embedding
 from spanbert.tokenization import (
     SPECIAL_TOKENS,
     UNK,
@@ -702,13 +703,7 @@ class TwoTowerEncoder(nn.Module):
                 f"adding tokens to a two-tower model with input {cfg.input!r}: found a word vocabulary spelled "
                 "by the character CNN, expected input bpe (the new tokens have no spelling to embed)"
             )
-        old = self.lm.embed_tokens
-        new = nn.Embedding(vocab_size, old.embedding_dim, padding_idx=old.padding_idx)
-        new.to(device=old.weight.device, dtype=old.weight.dtype)
-        with torch.no_grad():
-            new.weight.normal_(0.0, cfg.d_model**-0.5)
-            new.weight[: old.num_embeddings] = old.weight
-        self.lm.embed_tokens = new
+        self.lm.embed_tokens = grow_embedding(self.lm.embed_tokens, vocab_size, lambda w: w.normal_(0.0, cfg.d_model**-0.5))
         cfg.vocab_size = vocab_size
 
 

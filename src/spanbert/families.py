@@ -171,11 +171,7 @@ def _bert_habits(raw: dict[str, Any], source: str) -> FinetuneHabits:
 
 def _load_strict(encoder: nn.Module, own: dict[str, Tensor], source: str) -> None:
     """Every weight of the encoder from ``own``, nothing else."""
-    missing, unexpected = encoder.load_state_dict(own, strict=False)
-    if missing or unexpected:
-        raise SpanBertError(
-            f"{source}: weights do not match a {encoder.model_type} encoder; missing {missing[:5]}, unexpected {unexpected[:5]}"
-        )
+    checkpoints.load_encoder_weights(encoder, own, source, encoder.model_type)
 
 
 def _save_hf(path: Path, state: dict[str, Tensor], config_json: dict[str, Any], tokenizer: Any) -> None:

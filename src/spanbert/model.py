@@ -35,6 +35,7 @@ from spanbert.checkpoints import (
     encoder_state_dict,
     head_weights,
     load_checkpoint,
+    load_encoder_weights,
     load_pretraining_checkpoint,
     read_json,  # noqa: F401 -- re-exported
     read_safetensors,  # noqa: F401 -- re-exported
@@ -283,6 +284,18 @@ def init_weights(module: nn.Module, std: float) -> None:
             nn.init.zeros_(m.bias)
 
 
+def grow_embedding(old: nn.Embedding, vocab_size: int, init: Callable[[Tensor], Any]) -> nn.Embedding:
+    """A copy of ``old`` with ``vocab_size`` rows (on its device, in its dtype): the existing rows
+    unchanged, the new ones drawn by ``init`` (each family's own initialisation), for tokens added
+    after pre-training (relation extraction's entity markers)."""
+    new = nn.Embedding(vocab_size, old.embedding_dim, padding_idx=old.padding_idx)
+    new.to(device=old.weight.device, dtype=old.weight.dtype)
+    with torch.no_grad():
+        init(new.weight)
+        new.weight[: old.num_embeddings] = old.weight
+    return new
+
+
 class Encoder(nn.Module):
     """A BERT encoder whose `state_dict()` is exactly HF `BertModel`'s.
 
@@ -412,15 +425,11 @@ class Encoder(nn.Module):
     def resize_token_embeddings(self, vocab_size: int) -> None:
         """Grow the word embeddings to ``vocab_size`` rows (relation extraction's entity markers); new rows
         drawn as BERT initialises them, existing ids unchanged."""
-        old = self.embeddings.word_embeddings
-        if vocab_size <= old.num_embeddings:
+        if vocab_size <= self.embeddings.word_embeddings.num_embeddings:
             return
-        new = nn.Embedding(vocab_size, old.embedding_dim, padding_idx=old.padding_idx)
-        new.to(device=old.weight.device, dtype=old.weight.dtype)
-        with torch.no_grad():
-            new.weight.normal_(0.0, self.config.initializer_range)
-            new.weight[: old.num_embeddings] = old.weight
-        self.embeddings.word_embeddings = new
+        std = self.config.initializer_range
+        self.embeddings.word_embeddings = grow_embedding(self.embeddings.word_embeddings, vocab_size,
+                                                         lambda w: w.normal_(0.0, std))  # fmt: skip
         self.config.vocab_size = vocab_size
 
     @classmethod
@@ -441,20 +450,7 @@ class Encoder(nn.Module):
 
     def load_bert_state(self, state: dict[str, Tensor], source: str = "checkpoint") -> None:
         """Load encoder weights (keys without `bert.`); a missing pooler is left freshly initialised."""
-        own = self.state_dict()
-        unknown = sorted(k for k in state if k not in own)
-        if self.pooler is None:
-            unknown = [k for k in unknown if not k.startswith("pooler.")]
-        missing = sorted(k for k in own if k not in state and not k.startswith("pooler."))
-        if missing or unknown:
-            raise SpanBertError(
-                f"{source}: weights do not match a BERT encoder; missing {missing[:5]}"
-                f"{' ...' if len(missing) > 5 else ''}, unexpected {unknown[:5]}{' ...' if len(unknown) > 5 else ''}"
-            )
-        for k, v in own.items():
-            if k in state and tuple(state[k].shape) != tuple(v.shape):
-                raise SpanBertError(f"{source}: {k} has shape {tuple(state[k].shape)}, config says {tuple(v.shape)}")
-        self.load_state_dict({k: v for k, v in state.items() if k in own}, strict=False)
+        load_encoder_weights(self, state, source, "BERT", optional="pooler.")
 
     def save_pretrained(self, path: str | Path, tokenizer: Any = None) -> None:
         """Write `config.json` + `model.safetensors` (+ tokenizer files) that `BertModel` loads, as one

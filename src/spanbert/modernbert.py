@@ -33,12 +33,19 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from spanbert.checkpoints import SBO_FILE, read_json, read_safetensors, save_folder
+from spanbert.checkpoints import (
+    SBO_FILE,
+    load_encoder_weights,
+    load_safetensors_checkpoint,
+    read_safetensors,
+    save_folder,
+)
 from spanbert.config import BertConfig, FinetuneHabits, _json_item, _json_kind, typed_fields
 from spanbert.distributed import eprint0
 from spanbert.dropout import Dropout
 from spanbert.errors import SpanBertError
-from spanbert.model import SpanBoundaryHead, Unpad, masked_heads
+from spanbert.hub import resolve_model
+from spanbert.model import SpanBoundaryHead, Unpad, grow_embedding, masked_heads
 
 try:  # PyTorch's variable-length FlashAttention (CUDA, fp16/bf16); its window_size came in a later release
     from torch.nn.attention.varlen import varlen_attn
@@ -600,16 +607,12 @@ class Encoder(nn.Module):
 
     def resize_token_embeddings(self, vocab_size: int) -> None:
         """Grow the token embeddings to ``vocab_size`` rows (new rows initialised as the family does)."""
-        old = self.embeddings.tok_embeddings
-        if vocab_size <= old.num_embeddings:
+        if vocab_size <= self.embeddings.tok_embeddings.num_embeddings:
             return
-        new = nn.Embedding(vocab_size, old.embedding_dim, padding_idx=old.padding_idx)
-        new.to(device=old.weight.device, dtype=old.weight.dtype)
         std, cut = self.config.initializer_range, self.config.initializer_cutoff_factor
-        with torch.no_grad():
-            nn.init.trunc_normal_(new.weight, std=std, a=-cut * std, b=cut * std)
-            new.weight[: old.num_embeddings] = old.weight
-        self.embeddings.tok_embeddings = new
+        self.embeddings.tok_embeddings = grow_embedding(
+            self.embeddings.tok_embeddings, vocab_size, lambda w: nn.init.trunc_normal_(w, std=std, a=-cut * std, b=cut * std)
+        )
         self.config.vocab_size = vocab_size
 
 
@@ -644,18 +647,7 @@ def encoder_state(state: dict[str, Tensor]) -> dict[str, Tensor]:
 def load_encoder_state(encoder: Encoder, own: dict[str, Tensor], source: str) -> None:
     """Every encoder weight from ``own``; a missing sentence head (a bare `ModernBertModel` folder)
     stays freshly initialised, as transformers does for its classification models."""
-    want = encoder.state_dict()
-    missing = sorted(k for k in want if k not in own and not k.startswith("head."))
-    unknown = sorted(k for k in own if k not in want and not k.startswith("head."))
-    if missing or unknown:
-        raise SpanBertError(
-            f"{source}: weights do not match a ModernBERT encoder; missing {missing[:5]}"
-            f"{' ...' if len(missing) > 5 else ''}, unexpected {unknown[:5]}{' ...' if len(unknown) > 5 else ''}"
-        )
-    for k, v in own.items():
-        if k in want and tuple(v.shape) != tuple(want[k].shape):
-            raise SpanBertError(f"{source}: {k} has shape {tuple(v.shape)}, config says {tuple(want[k].shape)}")
-    encoder.load_state_dict({k: v for k, v in own.items() if k in want}, strict=False)
+    load_encoder_weights(encoder, own, source, "ModernBERT", optional="head.")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -694,11 +686,6 @@ class ModernBertForPreTraining(nn.Module):
         if self.span_predictions is not None:
             init_weights(self.span_predictions, config)
         self.mlm_weight, self.sbo_weight = mlm_weight, sbo_weight
-
-    @property
-    def bert(self) -> Encoder:
-        """The encoder under the name the BERT family's pre-training model gives it."""
-        return self.model
 
     def forward(
         self,
@@ -750,26 +737,19 @@ class ModernBertForPreTraining(nn.Module):
     def from_pretrained(cls, path: str | Path, sbo: bool = True, **kwargs: Any) -> ModernBertForPreTraining:
         """Continue from a ModernBERT folder (`--init_from`: transformers' MLM or bare model, or ours):
         the encoder must load whole; MLM and span boundary heads it lacks start fresh, said on stderr."""
-        from_dir = Path(path)
-        raw = _read_config(from_dir)
-        config = ModernBertConfig.from_hf_dict(raw, source=str(from_dir / "config.json"))
-        state = read_safetensors(from_dir / "model.safetensors")
+        raw, state = load_safetensors_checkpoint(path)  # a hub name resolved, as every loader does
+        from_dir = resolve_model(path)
         if (from_dir / SBO_FILE).is_file():
             state.update(read_safetensors(from_dir / SBO_FILE))
-        pre = cls(config, sbo=sbo, **kwargs)
-        own = {k[len("model."):] if k.startswith("model.") else k: v for k, v in state.items()}
-        load_encoder_state(pre.model, {k: v for k, v in own.items() if k.startswith(("embeddings.", "layers.", "final_norm."))},
-                           str(from_dir))  # fmt: skip
+        pre = cls(ModernBertConfig.from_hf_dict(raw, source=str(from_dir / "config.json")), sbo=sbo, **kwargs)
+        # the encoder's keys (an MLM head's `head.*` is ignored: this encoder has no sentence head)
+        load_encoder_state(pre.model, encoder_state(state), str(from_dir))
         heads = {k: v for k, v in state.items() if k.startswith(("head.", "decoder.bias", "span_predictions."))}
         missing, _ = pre.load_state_dict(heads, strict=False)
         fresh = sorted({k.split(".")[0] for k in missing if not k.startswith("model.")})
         if fresh:
             eprint0(f"note: {path} has no weights for {', '.join(fresh)}: freshly initialised")
         return pre.eval()
-
-
-def _read_config(folder: Path) -> dict[str, Any]:
-    return read_json(folder / "config.json", "a JSON object of model settings")
 
 
 def flops_per_token(config: ModernBertConfig, seq_len: int, mask_rate: float = 0.15, sbo: bool = True) -> float:

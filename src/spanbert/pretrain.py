@@ -88,7 +88,7 @@ class System:
     short_seq_prob: float = 0.0
     """NSP pairs: probability of a shorter target length (Google BERT: 0.1)."""
     mask_prob: float | None = None
-    """The masking budget when --mask_prob is left at its default (None: MaskingConfig's 15%)."""
+    """The system's default masking budget (--mask_prob; None: MaskingConfig's 15%)."""
 
 
 SYSTEM_PRESETS: dict[str, System] = {
@@ -131,6 +131,11 @@ FAMILY_CHOICES = ("bert", cloze.MODEL_TYPE, "modernbert")
 
 _SAMPLER_WORDS = {"single": "single-sequence blocks", "nsp": "two-segment blocks with NSP",
                   "causal": "left-to-right blocks", "cloze": "two-tower cloze blocks"}  # fmt: skip
+
+
+def system_masking(system: System) -> dict[str, Any]:
+    """The `MaskingConfig` defaults a system sets (modernbert-mlm: 30% masked); options override them."""
+    return {} if system.mask_prob is None else {"mask_prob": system.mask_prob}
 
 
 def system_of(cfg: PretrainConfig) -> System:
@@ -873,9 +878,7 @@ def pretrain(
             f"{RECIPES['released']} (spanbert.pretrain.RECIPES)"
         )
     if family.masked:
-        masking = dataclasses.replace(masking or MaskingConfig(), scheme=run.scheme)
-        if system.mask_prob is not None and masking.mask_prob == MaskingConfig.mask_prob:  # the system's budget
-            masking = dataclasses.replace(masking, mask_prob=system.mask_prob)
+        masking = dataclasses.replace(masking or MaskingConfig(**system_masking(system)), scheme=run.scheme)
         check_masking(masking)
     else:
         masking = None  # the family masks nothing
@@ -1175,7 +1178,7 @@ def main(argv: list[str], prog: str = "spanbert pretrain") -> int:
         train_defaults["max_tokens_per_batch"] = 0
     targs = build(TrainingArguments, defaults=train_defaults)
     check_output_dir(targs)  # the output contract, as soon as the folder is known: before any work
-    masking = build(MaskingConfig)
+    masking = build(MaskingConfig, defaults=system_masking(system_of(cfg)))  # a flag or YAML key still wins
     print0(preset_line(quick, cfg, targs))
     named_schedule = named_options(args, "TrainingArguments", ("max_steps", "warmup_steps", "warmup_ratio"))
     targs, note = scale_warmup(targs, train_defaults, named_schedule)
