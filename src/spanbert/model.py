@@ -795,10 +795,17 @@ def flops_per_token(config: BertConfig, seq_len: int, mask_rate: float = 0.15, s
     """Training FLOPs per token of the useful work (forward + backward = 3x forward matmul FLOPs)."""
     H, L, I, V = config.hidden_size, config.num_hidden_layers, config.intermediate_size, config.vocab_size
     per_layer = 2 * (4 * H * H + 2 * H * I) + 2 * 2 * seq_len * H  # projections + QK^T and AV
+    return 3 * (L * per_layer + head_flops(H, V, mask_rate, sbo))
+
+
+def head_flops(hidden: int, vocab: int, mask_rate: float, sbo: bool) -> float:
+    """Forward FLOPs per token of the pre-training heads at the masked positions (``mask_rate`` of the
+    tokens): MLM's transform and tied decoder, and SBO's two-layer MLP (200-d positions) and decoder."""
+    H, V = hidden, vocab
     heads = mask_rate * (2 * H * H + 2 * H * V)
     if sbo:
         heads += mask_rate * (2 * (2 * H + 200) * H + 2 * H * H + 2 * H * V)
-    return 3 * (L * per_layer + heads)
+    return heads
 
 
 __all__ = [

@@ -45,7 +45,7 @@ from spanbert.distributed import eprint0
 from spanbert.dropout import Dropout
 from spanbert.errors import SpanBertError
 from spanbert.hub import resolve_model
-from spanbert.model import SpanBoundaryHead, Unpad, grow_embedding, masked_heads
+from spanbert.model import SpanBoundaryHead, Unpad, grow_embedding, head_flops, masked_heads
 
 try:  # PyTorch's variable-length FlashAttention (CUDA, fp16/bf16); its window_size came in a later release
     from torch.nn.attention.varlen import varlen_attn
@@ -759,10 +759,7 @@ def flops_per_token(config: ModernBertConfig, seq_len: int, mask_rate: float = 0
     local_keys = min(seq_len, config.local_attention + 1)
     attn = sum(2 * 2 * (seq_len if t == GLOBAL else local_keys) * H for t in config.layer_types)
     per_layer = 2 * (4 * H * H + 3 * H * I)  # Wqkv + Wo, Wi (H -> 2I) + Wo (I -> H)
-    heads = mask_rate * (2 * H * H + 2 * H * V)
-    if sbo:
-        heads += mask_rate * (2 * (2 * H + 200) * H + 2 * H * H + 2 * H * V)
-    return 3 * (config.num_hidden_layers * per_layer + attn + heads)
+    return 3 * (config.num_hidden_layers * per_layer + attn + head_flops(H, V, mask_rate, sbo))
 
 
 __all__ = [
