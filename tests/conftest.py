@@ -72,13 +72,11 @@ def adamw_grads(monkeypatch) -> list[dict[int, torch.Tensor]]:
 
 # ---------------------------------------------------------------------------------------------
 # `--precision auto` is bf16 on a CPU with native bf16 matrix units (issue 32.3). The suite's tolerances
-# are fp32's, so every test sees a CPU without them unless it says otherwise
-# (tests/test_cpu_precision.py patches `cpu_flags` itself); subprocesses see the real CPU.
+# are fp32's, so every test, and every process a test starts (torchrun, the CLI in a subprocess),
+# sees a CPU without them unless it says otherwise (tests/test_cpu_precision.py patches `cpu_flags`).
 
 
 @pytest.fixture(autouse=True)
 def _cpu_without_native_bf16(monkeypatch):
-    import spanbert.trainer
-
-    monkeypatch.setattr(spanbert.trainer, "cpu_flags", lambda: {"fpu", "avx2"})
+    monkeypatch.setenv("SPANBERT_CPU_FLAGS", "fpu avx2")
 

@@ -5,6 +5,8 @@ fp32. The CPU's flags are patched (`spanbert.trainer.cpu_flags`), so every machi
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -93,3 +95,14 @@ def test_a_short_run_in_auto_bf16_stays_near_fp32_and_saves_fp32(monkeypatch, tm
     assert all(p.dtype == torch.float32 for p in got.parameters())
     state = torch.load(tmp_path / "auto" / "checkpoint-4" / "state.pt", weights_only=False)
     assert {v.dtype for v in state["model"].values() if v.is_floating_point()} == {torch.float32}
+
+
+def test_the_flags_can_be_set_for_a_process_and_its_children(monkeypatch):
+    """SPANBERT_CPU_FLAGS decides, so a process started by a test (torchrun) sees the suite's CPU."""
+    monkeypatch.setenv("SPANBERT_CPU_FLAGS", "avx512f amx_bf16")
+    assert native_bf16() == "amx_bf16"
+    monkeypatch.setenv("SPANBERT_CPU_FLAGS", "avx512f")
+    assert native_bf16() is None
+    code = "from spanbert.trainer import native_bf16; print(native_bf16())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "None"

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -273,15 +274,23 @@ NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 
 
 def cpu_flags() -> set[str]:
-    """The CPU's feature flags from /proc/cpuinfo (Linux); empty where the file is absent or unreadable."""
+    """The CPU's feature flags: ``SPANBERT_CPU_FLAGS`` (space-separated) when set, which child processes
+    inherit too (the test suite's CPU without native bf16), else /proc/cpuinfo's (Linux; read once a
+    process); empty where neither says."""
+    forced = os.environ.get("SPANBERT_CPU_FLAGS")
+    return set(forced.split()) if forced is not None else set(_proc_cpu_flags())
+
+
+@functools.cache
+def _proc_cpu_flags() -> frozenset[str]:
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             for line in f:
                 if line.startswith(("flags", "Features")):
-                    return set(line.split(":", 1)[1].split())
+                    return frozenset(line.split(":", 1)[1].split())
     except OSError:
         pass
-    return set()
+    return frozenset()
 
 
 def native_bf16() -> str | None:
