@@ -417,7 +417,8 @@ punctuation, which BERT's pre-tokenizer makes a word of its own."""
 
 def _is_byte_level(hf_tokenizer) -> bool:
     """A byte-level pre-tokenizer, alone or in a sequence (ModernBERT's tokenizer.json has a sequence)."""
-    spec = json.loads(hf_tokenizer.to_str()).get("pre_tokenizer") or {}
+    pre = hf_tokenizer.pre_tokenizer
+    spec = json.loads(pre.__getstate__()) if pre is not None else {}  # its own JSON, not the whole vocabulary's
     parts = spec.get("pretokenizers", [spec]) if spec.get("type") == "Sequence" else [spec]
     return any(isinstance(p, dict) and p.get("type") == "ByteLevel" for p in parts)
 
