@@ -346,3 +346,19 @@ def test_the_packed_flash_path_gives_the_grids_states(padded, monkeypatch):
     keep = mask.bool()
     assert (got - ref)[keep].abs().max() <= 0.02 * ref[keep].abs().max()
     assert torch.all(got[~keep] == 0)
+
+
+def test_a_malformed_modernbert_folder_is_a_clean_error(tmp_path, cli_error):
+    """--init_from a ModernBERT folder whose config.json has a string size: one error line naming the
+    file and the key, exit 2, before anything is written."""
+    folder = tmp_path / "bad"
+    folder.mkdir()
+    raw = {"model_type": "modernbert", "vocab_size": 300, "hidden_size": "64", "intermediate_size": 96,
+           "num_hidden_layers": 3, "num_attention_heads": 2}  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(raw))
+    from safetensors.torch import save_file
+
+    save_file({"x": torch.zeros(1)}, str(folder / "model.safetensors"))
+    cli_error(["pretrain", "--family", "modernbert", "--system", "spanbert", "--model", "tiny", "--init_from", str(folder),
+               "--output_dir", str(tmp_path / "out")], names=folder / "config.json", contains="hidden_size")  # fmt: skip
+    assert not (tmp_path / "out").exists()
