@@ -38,6 +38,7 @@ SMOKE = {
     "allocator.py": ("page faults", "", True),
     "modernbert_step.py": ("speed-up spanbert (MLM) vs transformers:", "", True),
     "modernbert_length.py": ("local layer at 512 tokens: spanbert", "", True),
+    "attention_core.py": ("ratio transformers / spanbert:", "", False),
 }
 # not benchmarks of their own: run by another test
 OTHERS = {

@@ -97,15 +97,17 @@ def test_padding_does_not_change_real_tokens():
 def test_ragged_attention_equals_the_masked_grid(monkeypatch, causal, train):
     """On CPU a padded batch attends a sequence at a time (`SelfAttention._ragged`): the same outputs
     and gradients as the masked (B, T, T) grid, for the bidirectional and the causal encoder, in eval
-    and in training mode (the math path with dropout, here p = 0 so the two can be compared)."""
+    and in training mode (`spanbert.attention`'s CPU dropout path, every element kept here so that the
+    two can be compared)."""
+    import spanbert.attention as sa
     import spanbert.model as sm
 
     torch.manual_seed(0)
     enc = Encoder(tiny(is_decoder=causal, attention_probs_dropout_prob=0.0, hidden_dropout_prob=0.0))
     enc.train(train)
-    for layer in enc.encoder.layer:  # the explicit math path, as attention dropout > 0 takes it
+    for layer in enc.encoder.layer:  # the CPU dropout path, as attention dropout > 0 takes it
         layer.attention.self.dropout_p = 0.1 if train else 0.0
-        layer.attention.self.attn_dropout.p = 0.0
+    monkeypatch.setattr(sa, "keep_from", lambda p: -32768)  # every uniform keeps its element
     lengths = [9, 3, 0, 6]  # an empty row too
     ids = torch.randint(5, V, (4, 9))
     mask = (torch.arange(9)[None] < torch.tensor(lengths)[:, None]).long()

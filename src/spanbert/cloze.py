@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 from torch import Tensor, nn
 
+from spanbert.attention import attention
 from spanbert.checkpoints import save_folder
 from spanbert.config import FinetuneHabits, replace_checked
 from spanbert.dropout import Dropout
@@ -272,7 +273,7 @@ class Attention(nn.Module):
         k, v = torch.cat([zero, k], dim=2), torch.cat([zero, v], dim=2)  # (B, h, 1 + Tk, hd)
         mask = torch.cat([allowed.new_ones(B, Tq, 1), allowed], dim=2)[:, None]  # (B, 1, Tq, 1 + Tk)
         p = self.dropout if self.training else 0.0
-        out = F.scaled_dot_product_attention(qh, k, v, attn_mask=mask, dropout_p=p)  # (B, h, Tq, hd)
+        out = attention(qh, k, v, mask, p)  # (B, h, Tq, hd)
         return self.out_proj(out.transpose(1, 2).reshape(B, Tq, h * hd))
 
 

@@ -52,10 +52,22 @@ def _drop_threshold(p: float) -> int:
 
 def cpu_keep_mask(shape: torch.Size | tuple[int, ...], p: float) -> Tensor:
     """Boolean keep-mask, True with probability 1 - ceil(p * 65536) / 65536, from 16-bit uniforms."""
-    n = math.prod(shape)
-    words = torch.empty((n + 3) // 4, dtype=torch.int64, device="cpu").random_(-(2**63), 2**63 - 1)  # 64 random bits each
-    u = words.view(torch.int16)[:n]  # uniform over [-32768, 32767]
-    return (u >= -32768 + _drop_threshold(p)).view(shape)
+    return (int16_uniforms(math.prod(shape)) >= keep_from(p)).view(shape)
 
 
-__all__ = ["Dropout", "cpu_keep_mask", "keep_scale"]
+def int16_uniforms(n: int, words: Tensor | None = None) -> Tensor:
+    """``n`` uniforms over the int16 range, four from each 64-bit draw of torch's global generator.
+
+    ``words``: a CPU int64 buffer of at least (n + 3) // 4 elements to draw into (the result views it)."""
+    m = (n + 3) // 4
+    words = torch.empty(m, dtype=torch.int64, device="cpu") if words is None else words[:m]
+    words.random_(-(2**63), 2**63 - 1)  # 64 random bits each
+    return words.view(torch.int16)[:n]  # uniform over [-32768, 32767]
+
+
+def keep_from(p: float) -> int:
+    """The least int16 uniform that keeps an element under dropout ``p`` (`cpu_keep_mask`'s rule)."""
+    return -32768 + _drop_threshold(p)
+
+
+__all__ = ["Dropout", "cpu_keep_mask", "int16_uniforms", "keep_from", "keep_scale"]

@@ -2,8 +2,9 @@
 
 Parameter names are those of HF `BertModel` / `BertForPreTraining`, so checkpoints move both ways with
 no remapping. Three things make it faster than the HF implementation on the same work:
-- attention is `F.scaled_dot_product_attention` over a fused QKV projection, with no mask at all when
-  the batch has no padding;
+- attention is `spanbert.attention.attention` over a fused QKV projection, with no mask at all when
+  the batch has no padding: SDPA, or in training on CPU, where SDPA has no fused kernel with dropout,
+  a chunked attention-with-dropout that keeps its working set in cache;
 - a padded batch does no work on its padding: the token-wise layers run on the real tokens only
   (`Unpad`), and on CPU attention too, a sequence at a time (`SelfAttention._ragged`);
 - the MLM and SBO heads run only at the masked positions (15% of tokens) instead of producing
@@ -25,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from spanbert.attention import attention
 from spanbert.checkpoints import (
     _ENCODER_PREFIXES,  # noqa: F401 -- re-exported: an old private name
     CONFIG_FILES,  # noqa: F401 -- re-exported
@@ -46,7 +48,7 @@ from spanbert.checkpoints import (
 )
 from spanbert.config import BertConfig, FinetuneHabits
 from spanbert.distributed import eprint0
-from spanbert.dropout import Dropout, cpu_keep_mask, keep_scale  # noqa: F401 -- Dropout, cpu_keep_mask re-exported: their old home
+from spanbert.dropout import Dropout, cpu_keep_mask  # noqa: F401 -- Dropout, cpu_keep_mask re-exported: their old home
 from spanbert.errors import SpanBertError
 from spanbert.hub import resolve_model
 
@@ -131,7 +133,6 @@ class SelfAttention(nn.Module):
         self.key = nn.Linear(H, H)
         self.value = nn.Linear(H, H)
         self.dropout_p = config.attention_probs_dropout_prob
-        self.attn_dropout = Dropout(config.attention_probs_dropout_prob)
         # §5.1 LTR baseline: left context only. Without padding the causal mask is SDPA's `is_causal`
         # (or a lower triangle on the explicit path); with padding `Encoder.forward` folds it into `mask`.
         self.causal = config.is_decoder
@@ -175,25 +176,7 @@ class SelfAttention(nn.Module):
 
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
         """softmax(q k^T / sqrt(hs) + mask) v with attention dropout: (..., T, hs) -> (..., T, hs)."""
-        if self.training and self.dropout_p > 0 and q.device.type == "cpu" and not torch.compiler.is_compiling():
-            # SDPA's fused CPU kernels have no dropout, so SDPA would take this same math path, but
-            # with the slow per-element Bernoulli; do it explicitly with the fast CPU dropout. The scale
-            # goes on q (T x hs), not on the scores (T x T): one pass less over the largest tensor.
-            scores = (q * (q.shape[-1] ** -0.5)) @ k.transpose(-2, -1)  # (..., T, T)
-            T = scores.shape[-1]
-            if causal:
-                mask = torch.ones(T, T, dtype=torch.bool, device=scores.device).tril()  # (T, T) key <= query
-            if mask is not None:
-                scores = scores.masked_fill(~mask, float("-inf"))
-            # dropout's 1/keep scale goes on the (..., T, hs) output, not the (..., T, T) probabilities:
-            # one pass less over the largest tensor forward and backward
-            probs, p = scores.softmax(-1), self.attn_dropout.p  # (..., T, T)
-            if p == 0.0:
-                return probs @ v
-            return (torch.mul(probs, cpu_keep_mask(probs.shape, p)) @ v).mul_(keep_scale(p))
-        return F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0, is_causal=causal
-        )
+        return attention(q, k, v, mask, self.dropout_p if self.training else 0.0, causal)
 
 
 class SelfOutput(nn.Module):

@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from spanbert.attention import attention
 from spanbert.checkpoints import (
     SBO_FILE,
     load_encoder_weights,
@@ -240,7 +241,7 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 
 def _sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float) -> Tensor:
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+    return attention(q, k, v, mask, dropout_p)
 
 
 def local_attention_chunked(q: Tensor, k: Tensor, v: Tensor, half: int, key_mask: Tensor | None, dropout_p: float = 0.0) -> Tensor:

@@ -34,6 +34,7 @@ import torch.distributed as dist
 from torch import nn
 
 from spanbert import cost, threads
+from spanbert.attention import release_buffers
 from spanbert.cost import finetune_warning
 from spanbert.distributed import (  # noqa: F401 - distributed_env, init_distributed, resolve_device re-exported
     all_gather_objects,
@@ -1153,6 +1154,7 @@ def train(
         if bar is not None:
             bar.close()
         logger.close()
+        release_buffers()  # the attention core's buffers kept between steps (spanbert.attention)
     if world > 1:
         dist.barrier()
     if args.metric_for_best_model and best["step"] is not None and step == total:
@@ -1219,6 +1221,7 @@ def _run_eval(eval_fn, model: nn.Module, step: int, rank: int, logger: _Logger, 
     """Every rank evaluates (contract 7: eval_fn shards and gathers); rank 0's logger writes."""
     was_training = model.training
     model.eval()
+    release_buffers()  # the training steps' attention buffers, not on top of the evaluation's peak
     try:
         with torch.no_grad():
             results = eval_fn(model, step) or {}
