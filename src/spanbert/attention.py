@@ -101,12 +101,14 @@ class _DropoutAttention(torch.autograd.Function):
             u = int16_uniforms(n * Tq * Tk, words).view(n, Tq, Tk)
             threshold = keep_from(p)
             work, keep = _POOL.take(m, dtype), _POOL.take(m, dtype)  # scores; the mask as 0 / 1
+            wide = _POOL.take(m, acc) if acc != dtype else work  # the scores in fp32 for half inputs
             out = torch.empty(n, Tq, hs, dtype=dtype, device=q.device)
             saved = []  # per chunk: probabilities (acc) and dropped probabilities (dtype, unscaled)
             for i in range(0, n, c):
                 j = min(n, i + c)
                 shape = (j - i, Tq, Tk)
-                s = torch.bmm(qs[i:j], k2[i:j].transpose(1, 2), out=_view(work, shape)).to(acc)
+                s = torch.bmm(qs[i:j], k2[i:j].transpose(1, 2), out=_view(work, shape))
+                s = _view(wide, shape).copy_(s) if wide is not work else s
                 if bias is not None:
                     s.add_(_chunk_bias(bias, i, j, nh))
                 P, Pd = _POOL.take(m, acc), _POOL.take(m, dtype)
@@ -115,7 +117,7 @@ class _DropoutAttention(torch.autograd.Function):
                 torch.bmm(_view(Pd, shape), v2[i:j], out=out[i:j])
                 saved += [P, Pd]
             out.mul_(keep_scale(p))
-            _POOL.give(words, work, keep)
+            _POOL.give(words, work, keep, *([wide] if wide is not work else []))
         ctx.save_for_backward(qs, k2, v2, out)
         ctx.buffers, ctx.chunk, ctx.p, ctx.dtypes = saved, c, p, (q.dtype, k.dtype, v.dtype)
         return out.view(B, nh, Tq, hs)
@@ -139,6 +141,7 @@ class _DropoutAttention(torch.autograd.Function):
             dq, dk, dv = torch.empty_like(qs), torch.empty_like(k2), torch.empty_like(v2)
             c = ctx.chunk
             work = _POOL.take(c * Tq * Tk, dtype)
+            wide = _POOL.take(c * Tq * Tk, acc) if acc != dtype else work  # fp32 for half inputs
             for chunk, i in enumerate(range(0, n, c)):
                 j = min(n, i + c)
                 shape = (j - i, Tq, Tk)
@@ -146,11 +149,12 @@ class _DropoutAttention(torch.autograd.Function):
                 torch.bmm(Pd.transpose(1, 2), dOs[i:j], out=dv[i:j])
                 g = torch.bmm(dOs[i:j], v2[i:j].transpose(1, 2), out=_view(work, shape))  # dL/d(dropped probs)
                 # dL/dscores = Pd * g - P * r (the softmax backward through the mask)
-                ds = g.to(acc).mul_(Pd).addcmul_(P, r[i:j], value=-1).to(dtype)
+                ds = (_view(wide, shape).copy_(g) if wide is not work else g).mul_(Pd).addcmul_(P, r[i:j], value=-1)
+                ds = g.copy_(ds) if wide is not work else ds  # back to the products' dtype, in place
                 torch.bmm(ds, k2[i:j], out=dq[i:j])
                 torch.bmm(ds.transpose(1, 2), qs[i:j], out=dk[i:j])
             dq.mul_(hs**-0.5)
-            _POOL.give(work, *ctx.buffers)
+            _POOL.give(work, *ctx.buffers, *([wide] if wide is not work else []))
             ctx.buffers = None
         qdt, kdt, vdt = ctx.dtypes
         return dq.view_as(grad).to(qdt), dk.view(*grad.shape[:2], Tk, hs).to(kdt), dv.view(*grad.shape[:2], Tk, hs).to(vdt), None, None
