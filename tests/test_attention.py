@@ -144,3 +144,24 @@ def test_the_plain_path_for_small_cores_equals_the_chunked_one(monkeypatch, mask
     got, got_grads = run(lambda q, k, v: sa.attention(q, k, v, m, 0.3), q, k, v)
     assert torch.allclose(got, want, atol=1e-12)
     assert all(torch.allclose(g, w, atol=1e-12) for g, w in zip(got_grads, want_grads))
+
+
+def test_a_second_backward_is_refused_not_read_from_reused_buffers():
+    q, k, v = inputs(2, 2, 8, 8, 4)
+    out = sa.attention(q, k, v, None, 0.3)
+    out.sum().backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="second backward"):
+        out.sum().backward()
+
+
+def test_kept_buffers_are_reused_and_released(monkeypatch):
+    q, k, v = inputs(2, 2, 64, 64, 4, dtype=torch.float32)  # 2 x 2 x 64 x 64 = 16K scores a buffer
+    sa.release_buffers()
+    monkeypatch.setattr(sa._Pool, "MIN_ELEMENTS", 1)  # pool every buffer at this small size
+    run(lambda q, k, v: sa.attention(q, k, v, None, 0.1), q, k, v)
+    kept = sa._POOL.bytes
+    assert kept > 0
+    run(lambda q, k, v: sa.attention(q, k, v, None, 0.1), q, k, v)
+    assert sa._POOL.bytes == kept  # the second step took the first step's buffers and gave them back
+    sa.release_buffers()
+    assert sa._POOL.bytes == 0 and not sa._POOL.free

@@ -25,6 +25,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from spanbert.dropout import int16_uniforms, keep_from, keep_scale
 
@@ -123,6 +124,7 @@ class _DropoutAttention(torch.autograd.Function):
         return out.view(B, nh, Tq, hs)
 
     @staticmethod
+    @once_differentiable  # no double backward: the gradient is computed with in-place passes on kept buffers
     def backward(ctx, grad: Tensor):
         if ctx.buffers is None:
             raise RuntimeError(
