@@ -362,3 +362,32 @@ def test_a_malformed_modernbert_folder_is_a_clean_error(tmp_path, cli_error):
     cli_error(["pretrain", "--family", "modernbert", "--system", "spanbert", "--model", "tiny", "--init_from", str(folder),
                "--output_dir", str(tmp_path / "out")], names=folder / "config.json", contains="hidden_size")  # fmt: skip
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("T", [12, 40, 100])  # global only; band mask; chunked local attention
+def test_attention_dropout_trains_through_the_cpu_dropout_core(T, attention_path, monkeypatch):
+    """With attention_dropout > 0 every layer kind (global, banded local, chunked local) runs
+    `spanbert.attention`'s CPU dropout core in training: reproducible from the seed, finite gradients,
+    different from the eval-mode states, and padding still never computed on."""
+    import spanbert.attention as sa
+
+    monkeypatch.setattr(sa, "FUSED_MIN_ELEMENTS", 0)  # the chunked function even at these tiny sizes
+    torch.manual_seed(0)
+    cfg = modernbert.ModernBertConfig.from_hf_dict(hf_config(attention_dropout=0.2).to_dict())
+    enc = modernbert.Encoder(cfg, add_pooling_layer=False)
+    ids, mask = padded_batch(3, T)
+    keep = mask.bool()
+    outs = []
+    for _ in range(2):
+        torch.manual_seed(1)
+        enc.train().zero_grad()
+        out = enc(ids, mask)
+        (out[keep] ** 2).mean().backward()
+        outs.append((out.detach(), [p.grad.clone() for p in enc.parameters() if p.grad is not None]))
+    assert torch.equal(outs[0][0], outs[1][0])
+    assert all(torch.equal(a, b) for a, b in zip(outs[0][1], outs[1][1]))
+    assert all(torch.isfinite(g).all() for g in outs[0][1])
+    with torch.no_grad():
+        evaluated = enc.eval()(ids, mask)
+    assert not torch.allclose(evaluated[keep], outs[0][0][keep], atol=1e-3)
+    assert torch.all(outs[0][0][~keep] == 0)
