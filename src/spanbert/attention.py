@@ -16,8 +16,8 @@ Mersenne-Twister number an element. `_DropoutAttention` instead:
 - keeps the probabilities and the dropped probabilities for the backward, which uses FlashAttention's
   identity rowsum(dP * P) = rowsum(dO * O) so no (Tq, Tk) reduction is needed.
 
-Measured on the 2-core VM (B 8, 4 heads, T 512, hs 64, forward + backward of one layer's core, fp32):
-see docs/benchmarks.md ("attention core").
+Measured against transformers' training attention with `bench/attention_core.py`: docs/benchmarks.md
+("Second pass: the attention core with dropout").
 """
 
 from __future__ import annotations
@@ -27,10 +27,11 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from spanbert.dropout import int16_uniforms, keep_from, keep_scale
+from spanbert.dropout import cpu_keep_mask, int16_uniforms, keep_from, keep_scale
 
-# Scores a chunk: 1M fp32 elements = 4 MB, with the mask and the dropped copy about one core's L2 and
-# the shared L3's fast part; measured best among 256K / 512K / 1M / 2M on the 2-core VM (docs/benchmarks.md).
+# Scores a chunk: 1M fp32 elements = 4 MB. Forward + backward on the 2-core VM (kept buffers warm, median
+# of 7, 2026-11-26), chunks of 256K / 512K / 1M / 2M scores: 8 x 4 heads x 512^2 66.7 / 61.4 / 60.3 /
+# 69.7 ms, 2 x 12 x 512^2 49.9 / 44.2 / 42.6 / 41.6 ms (docs/benchmarks.md, "Second pass").
 CHUNK_ELEMENTS = 1 << 20
 # Below this many scores (B x nh x Tq x Tk) the chunked function's own Python work outweighs what it
 # saves (the ragged path's short sequences): the same math as plain tensor operations. Measured on the
@@ -50,7 +51,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropo
         if causal:
             Tq, Tk = q.shape[-2], k.shape[-2]
             mask = torch.ones(Tq, Tk, dtype=torch.bool, device=q.device).tril()
-        bias = _additive(mask, q.dtype)
+        bias = _additive(mask)
         if q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2] < FUSED_MIN_ELEMENTS:
             return _plain_dropout_attention(q, k, v, bias, dropout_p)
         return _DropoutAttention.apply(q, k, v, bias, dropout_p)
@@ -61,12 +62,12 @@ def _plain_dropout_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | Non
     """The same computation and the same mask (the same uniforms, in the same order) as plain tensor
     operations that autograd differentiates."""
     scores = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)  # (B, nh, Tq, Tk)
-    probs = (scores if bias is None else scores + bias).softmax(-1, dtype=torch.float32 if scores.dtype in (torch.float16, torch.bfloat16) else None)
-    keep = int16_uniforms(probs.numel()).view(probs.shape) >= keep_from(p)
-    return (torch.mul(probs, keep).to(v.dtype) @ v).mul_(keep_scale(p))
+    half = scores.dtype in (torch.float16, torch.bfloat16)  # the softmax in fp32 then, as autocast's
+    probs = (scores if bias is None else scores + bias).softmax(-1, dtype=torch.float32 if half else None)
+    return (torch.mul(probs, cpu_keep_mask(probs.shape, p)).to(v.dtype) @ v).mul_(keep_scale(p))
 
 
-def _additive(mask: Tensor | None, dtype: torch.dtype) -> Tensor | None:
+def _additive(mask: Tensor | None) -> Tensor | None:
     """A bool mask as 0 / -inf in fp32, (..., Tq, Tk) with at most 4 dims; a float mask as it is."""
     if mask is None:
         return None
