@@ -39,6 +39,7 @@ SMOKE = {
     "modernbert_step.py": ("speed-up spanbert (MLM) vs transformers:", "", True),
     "modernbert_length.py": ("local layer at 512 tokens: spanbert", "", True),
     "attention_core.py": ("ratio transformers / spanbert:", "", False),
+    "dropout_masks.py": ("ratio transformers / spanbert (dropout layer):", "", False),
 }
 # not benchmarks of their own: run by another test
 OTHERS = {

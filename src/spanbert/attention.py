@@ -9,8 +9,9 @@ Mersenne-Twister number an element. `_DropoutAttention` instead:
 
 - walks the (batch x head) slices in chunks of about `CHUNK_ELEMENTS` scores, so a chunk's scores,
   probabilities and mask stay in the core's L2 cache between the passes over them;
-- draws the mask 16 bits an element (`spanbert.dropout`), as one float 0/1 tensor made by a single
-  comparison (a bool mask costs three times as much to apply);
+- draws the mask 16 bits an element from a counter-based generator (`spanbert.dropout`), chunk by
+  chunk, as one float 0/1 tensor made by a single comparison (a bool mask costs three times as much
+  to apply);
 - puts the softmax scale on q and dropout's 1/keep scale on the (Tq, hs) output, not on the
   (Tq, Tk) scores;
 - keeps the probabilities and the dropped probabilities for the backward, which uses FlashAttention's
@@ -27,7 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from spanbert.dropout import cpu_keep_mask, int16_uniforms, keep_from, keep_scale
+from spanbert.dropout import cpu_keep_mask, draw_seed, int16_uniforms, keep_from, keep_scale
 
 # Scores a chunk: 1M fp32 elements = 4 MB. Forward + backward on the 2-core VM (kept buffers warm, median
 # of 7, 2026-11-26), chunks of 256K / 512K / 1M / 2M scores: 8 x 4 heads x 512^2 66.7 / 61.4 / 60.3 /
@@ -40,8 +41,9 @@ CHUNK_ELEMENTS = 1 << 20
 FUSED_MIN_ELEMENTS = 1 << 16
 
 
-def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0,
-              causal: bool = False) -> Tensor:
+def attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0, causal: bool = False
+) -> Tensor:
     """softmax(q k^T / sqrt(hs) + mask) v, with dropout on the probabilities: (B, nh, Tq, hs) -> same.
 
     ``mask``: bool (True = may attend) or additive float, broadcastable to (B, nh, Tq, Tk); ``causal``:
@@ -98,10 +100,10 @@ class _DropoutAttention(torch.autograd.Function):
             v2 = v.to(dtype).reshape(n, Tk, hs)
             c = max(1, min(n, CHUNK_ELEMENTS // (Tq * Tk)))  # slices a chunk
             m = c * Tq * Tk
-            words = _POOL.take((n * Tq * Tk + 3) // 4, torch.int64)
-            # one draw for the whole core, as `Dropout` draws: 16-bit uniforms from 64-bit words
-            u = int16_uniforms(n * Tq * Tk, words).view(n, Tq, Tk)
-            threshold = keep_from(p)
+            # one stream for the whole core, as `Dropout` draws, made chunk by chunk into a kept buffer
+            # (so a chunk's uniforms are still in cache when the mask is made from them)
+            seed, threshold = draw_seed(), keep_from(p)
+            words = _POOL.take(m // 4 + 2, torch.int64)
             work, keep = _POOL.take(m, dtype), _POOL.take(m, dtype)  # scores; the mask as 0 / 1
             wide = _POOL.take(m, acc) if acc != dtype else work  # the scores in fp32 for half inputs
             out = torch.empty(n, Tq, hs, dtype=dtype, device=q.device)
@@ -115,7 +117,8 @@ class _DropoutAttention(torch.autograd.Function):
                     s.add_(_chunk_bias(bias, i, j, nh))
                 P, Pd = _POOL.take(m, acc), _POOL.take(m, dtype)
                 torch.ops.aten._softmax.out(s, -1, False, out=_view(P, shape))
-                torch.mul(_view(P, shape), torch.ge(u[i:j], threshold, out=_view(keep, shape)), out=_view(Pd, shape))
+                u = int16_uniforms((j - i) * Tq * Tk, words, seed, start=i * Tq * Tk).view(shape)
+                torch.mul(_view(P, shape), torch.ge(u, threshold, out=_view(keep, shape)), out=_view(Pd, shape))
                 torch.bmm(_view(Pd, shape), v2[i:j], out=out[i:j])
                 saved += [P, Pd]
             out.mul_(keep_scale(p))
@@ -160,7 +163,13 @@ class _DropoutAttention(torch.autograd.Function):
             _POOL.give(work, *ctx.buffers, *([wide] if wide is not work else []))
             ctx.buffers = None
         qdt, kdt, vdt = ctx.dtypes
-        return dq.view_as(grad).to(qdt), dk.view(*grad.shape[:2], Tk, hs).to(kdt), dv.view(*grad.shape[:2], Tk, hs).to(vdt), None, None
+        return (
+            dq.view_as(grad).to(qdt),
+            dk.view(*grad.shape[:2], Tk, hs).to(kdt),
+            dv.view(*grad.shape[:2], Tk, hs).to(vdt),
+            None,
+            None,
+        )
 
 
 def _view(buf: Tensor, shape: tuple[int, int, int]) -> Tensor:
