@@ -42,6 +42,11 @@ def test_a_stream_drawn_in_pieces_equals_the_stream_drawn_whole():
         assert torch.equal(D.int16_uniforms(stop - start, buf, 42, start=start), whole[start:stop])
 
 
+def test_empty_draws_and_an_empty_dropout_input():
+    assert D.int16_uniforms(0).numel() == 0 and D.int16_uniforms(0, seed=1, start=3).numel() == 0
+    assert D.Dropout(0.1).train()(torch.ones(0, 8)).shape == (0, 8)
+
+
 def test_the_stream_does_not_depend_on_the_thread_count(monkeypatch):
     """The block a pass covers grows with torch's threads; the numbers must not."""
     monkeypatch.setattr(D, "_BLOCK_PER_THREAD", 16)

@@ -65,12 +65,12 @@ def keep_from(p: float) -> int:
 # mix64(seed + (i + 1) * golden-ratio gamma), the seed one 64-bit number drawn from torch's global
 # generator per draw, and each word gives four 16-bit uniforms. Why not torch's own CPU generator
 # (`random_`, a Mersenne Twister): it is sequential and holds the GIL, so its cost does not shrink with
-# threads (51 ms of the small pre-training step on 2 cores, and the same on 16), while mix64 is a few
-# int64 passes that torch runs vectorised on every thread (docs/benchmarks.md, "Third pass").
+# threads (51 ms of the small pre-training step on the 2-core VM), while mix64 is twelve int64 passes
+# that torch runs vectorised on every thread (docs/benchmarks.md, "Third pass").
 _GAMMA = 0x9E3779B97F4A7C15
 _MIX = ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB), (31, None))  # xor-shift, then multiply
 # Words a block, per thread: 64K int64 = 512 KB, in a core's L2 cache across the passes over it. The
-# block does not change the stream, only the speed. 8M uniforms on the 2-core VM: 1 thread 5.0 ms with
+# block does not change the stream, only the speed. 4M uniforms on the 2-core VM: 1 thread 5.0 ms with
 # blocks of 64K words (5.7 with 128K; the Mersenne Twister 4.9), 2 threads 3.0 ms with 128K (3.3 with
 # 64K; the Mersenne Twister 5.0).
 _BLOCK_PER_THREAD = 1 << 16
@@ -80,14 +80,16 @@ _STEPS: Tensor | None = None  # arange(block) * _GAMMA (mod 2^64), read-only, gr
 def draw_seed() -> Tensor:
     """The seed of one draw of `int16_uniforms`: 64 bits from torch's global generator, so seeding,
     per-rank seeds and activation checkpointing's replay of the RNG state apply to the masks. A 0-d
-    tensor, never read into Python: a training step reads no value back from a tensor (tests/test_host_sync.py)."""
+    tensor, not read into Python: a training step reads no value back from a tensor (on a GPU that
+    would wait for the device; tests/test_host_sync.py holds every path to it)."""
     return torch.empty((), dtype=torch.int64, device="cpu").random_(-(1 << 63), (1 << 63) - 1)
 
 
 def int16_uniforms(n: int, out: Tensor | None = None, seed: int | Tensor | None = None, start: int = 0) -> Tensor:
     """``n`` uniforms over the int16 range: elements start .. start + n - 1 of the stream of ``seed``
-    (an int, a 0-d int64 CPU tensor, or a fresh `draw_seed()` when None). Element e is int16 lane e % 4 (in memory order) of SplitMix64
-    word e // 4, so a stream drawn in pieces equals the stream drawn whole.
+    (an int, a 0-d int64 CPU tensor, or a fresh `draw_seed()` when None). Element e is int16 lane
+    e % 4 (in memory order) of SplitMix64 word e // 4, so a stream drawn in pieces equals the stream
+    drawn whole, whatever the thread count.
 
     ``out``: a CPU int64 buffer of at least (start % 4 + n + 3) // 4 elements to draw into (the result
     views it)."""
@@ -97,7 +99,7 @@ def int16_uniforms(n: int, out: Tensor | None = None, seed: int | Tensor | None 
     first, lane = start >> 2, start & 3
     m = (lane + n + 3) >> 2  # words that cover the n elements
     words = torch.empty(m, dtype=torch.int64, device="cpu") if out is None else out[:m]
-    block = min(m, _BLOCK_PER_THREAD * max(1, torch.get_num_threads()))
+    block = max(1, min(m, _BLOCK_PER_THREAD * max(1, torch.get_num_threads())))
     steps = _steps(block)
     tmp = torch.empty(block, dtype=torch.int64, device="cpu")
     for b in range(0, m, block):
