@@ -64,9 +64,14 @@ def measure(shape: tuple[int, int, int, int], p: float, rounds: int) -> dict[str
         "sdpa without dropout (fused kernel)": fwd_bwd(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), shape),
         "the six batched products alone": products(shape),
     }
-    times: dict[str, list[float]] = {name: [] for name in cases}
+    return timed(cases, rounds)
+
+
+def timed(cases: dict, rounds: int) -> dict[str, float]:
+    """Median seconds of each case, the cases alternating round by round (after one warm-up each)."""
     for run in cases.values():
-        run()  # warm-up
+        run()
+    times: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(rounds):
         for name, run in cases.items():
             t = time.perf_counter()

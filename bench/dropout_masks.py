@@ -38,18 +38,8 @@ import spanbert.attention
 import spanbert.dropout
 from spanbert.dropout import Dropout, int16_uniforms
 
-
-def timed(cases: dict, rounds: int) -> dict[str, float]:
-    """Median seconds of each case, the cases alternating round by round (after one warm-up each)."""
-    for run in cases.values():
-        run()
-    times: dict[str, list[float]] = {name: [] for name in cases}
-    for _ in range(rounds):
-        for name, run in cases.items():
-            t = time.perf_counter()
-            run()
-            times[name].append(time.perf_counter() - t)
-    return {name: statistics.median(ts) for name, ts in times.items()}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from attention_core import timed  # noqa: E402  (the sibling benchmark's alternating timer)
 
 
 def random_numbers(n: int, p: float) -> dict:
@@ -93,7 +83,6 @@ def use_generator(fn) -> None:
 
 def step_ab(model: str, task: str, batch: int | None, seq: int, rounds: int) -> dict[str, list[float]]:
     """Seconds a step with each generator, pairs of steps alternating (the order flips every round)."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from profile_step import build, make_step, model_config  # the sibling benchmark's step
 
     cfg = model_config(model)
