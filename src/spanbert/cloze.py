@@ -259,7 +259,7 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(d, inner)
         self.v_proj = nn.Linear(d, inner)
         self.out_proj = nn.Linear(inner, d)
-        self.dropout = dropout
+        self.dropout_p = dropout  # attention-weight dropout (`spanbert.dropout.set_dropout` finds it by name)
 
     def forward(self, q: Tensor, kv: Tensor, allowed: Tensor) -> Tensor:
         """q (B, Tq, Dq), kv (B, Tk, d), allowed (B, Tq, Tk) bool (True = may attend) -> (B, Tq, d)."""
@@ -272,7 +272,7 @@ class Attention(nn.Module):
         zero = k.new_zeros(B, h, 1, hd)
         k, v = torch.cat([zero, k], dim=2), torch.cat([zero, v], dim=2)  # (B, h, 1 + Tk, hd)
         mask = torch.cat([allowed.new_ones(B, Tq, 1), allowed], dim=2)[:, None]  # (B, 1, Tq, 1 + Tk)
-        p = self.dropout if self.training else 0.0
+        p = self.dropout_p if self.training else 0.0
         out = attention(qh, k, v, mask, p)  # (B, h, Tq, hd)
         return self.out_proj(out.transpose(1, 2).reshape(B, Tq, h * hd))
 

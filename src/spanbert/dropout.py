@@ -41,6 +41,20 @@ class Dropout(nn.Module):
         return f"p={self.p}"
 
 
+def set_dropout(module: nn.Module, p: float) -> None:
+    """Set every dropout rate inside ``module`` to ``p``: each `Dropout` (and `nn.Dropout`) layer and
+    each attention module's ``dropout_p`` (the attention-weight rate, a plain float attribute in every
+    family). For a rate used in training only, e.g. pre-training without dropout (Geiping & Goldstein
+    2022) while the saved config keeps the rate fine-tuning starts from."""
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout rate {p} is outside [0, 1)")
+    for m in module.modules():
+        if isinstance(m, (Dropout, nn.Dropout)):
+            m.p = float(p)
+        if isinstance(getattr(m, "dropout_p", None), float):
+            m.dropout_p = float(p)
+
+
 def keep_scale(p: float) -> float:
     """1 / the keep rate of `cpu_keep_mask` at ``p``: the factor on kept elements that keeps dropout unbiased."""
     return 65536.0 / (65536 - _drop_threshold(p))
@@ -127,4 +141,4 @@ def _steps(n: int) -> Tensor:
     return _STEPS
 
 
-__all__ = ["Dropout", "cpu_keep_mask", "draw_seed", "int16_uniforms", "keep_from", "keep_scale"]
+__all__ = ["Dropout", "cpu_keep_mask", "draw_seed", "int16_uniforms", "keep_from", "keep_scale", "set_dropout"]

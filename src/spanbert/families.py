@@ -261,6 +261,7 @@ def _bert_run_config(options: dict[str, Any], masking: dict[str, Any] | None, co
             and not (k == "recipe" and v == "paper") and not (k == "tokens_per_update" and v == 0)
             and not (k == "seq_length_schedule" and v is None)
             and not (k == "static_masks" and v == "auto")
+            and not (k in ("dropout", "max_time") and v is None)
         },
         "MaskingConfig": masking,
     }
@@ -362,7 +363,7 @@ TWO_TOWER_PRETRAINING = Pretraining(
     metrics={"cloze": ("cloze_loss", "cloze_acc"), "bilm_fwd": ("bilm_fwd_loss", "bilm_fwd_acc"),
              "bilm_bwd": ("bilm_bwd_loss", "bilm_bwd_acc")},  # fmt: skip
     run_config=lambda options, masking, config: {
-        "PretrainConfig": {k: v for k, v in options.items() if k != "num_proc"},
+        "PretrainConfig": {k: v for k, v in options.items() if k != "num_proc" and not (k in ("dropout", "max_time") and v is None)},
         "ClozeConfig": dataclasses.asdict(config),
     },
     describe=_two_tower_describe,

@@ -535,7 +535,8 @@ class Encoder(nn.Module):
             (torch.is_autocast_enabled(dev) and torch.get_autocast_dtype(dev) in halves)
             or self.embeddings.tok_embeddings.weight.dtype in halves
         )  # FlashAttention's varlen kernel computes in half precision only
-        dropout = self.training and self.config.attention_dropout > 0
+        # the layers' own rate: `spanbert pretrain --dropout` sets it on the modules, not in the config
+        dropout = self.training and any(layer.attn.dropout_p > 0 for layer in self.layers)
         layout = Layout(self.config, input_ids, attention_mask, half_precision=half, dropout=dropout)
         x = self.embeddings(input_ids)  # (B, T, H)
         if layout.unpad is not None:

@@ -21,6 +21,7 @@ import functools
 import json
 import math
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ import torch
 from torch import nn
 
 from spanbert import cloze, cost, data, distributed, modernbert, tokenization
+from spanbert.budget import TimeBudget, format_duration, parse_duration
 from spanbert.cloze import parse_model_spec
 from spanbert.collate import cloze_collate  # noqa: F401 -- its old home
 from spanbert.config import (
@@ -43,6 +45,7 @@ from spanbert.config import (
     parse_key_values,
 )
 from spanbert.distributed import eprint0, print0, resolve_device
+from spanbert.dropout import set_dropout
 from spanbert.errors import SpanBertError, utf8_argument
 from spanbert.families import (
     BERT_PRETRAINING,
@@ -207,6 +210,12 @@ class PretrainConfig:
     """Worker processes for on-the-fly preprocessing (0 = one per CPU core, at most 8)."""
     output_name: str = "final"
     """Subfolder of output_dir that receives the exported HF-format model."""
+    max_time: str | None = None
+    """A wall-clock budget for the whole command, e.g. 45m, 1h30m (data preparation included): the step speed is measured during the warm-up (--warmup_steps, at least 5, must be named), the total steps are then fixed so that the linear decay ends at the budget, and the run's checkpoints keep that total (--resume continues it; the log prints the --max_steps that reruns it exactly). Replaces --max_steps."""
+    random_init: bool = False
+    """Train nothing: export the freshly initialised model (seeded by --seed) with the vocabulary and heads of the system, the random-init control a pre-trained model is compared with (a study row: {name: random-init, system: spanbert, options: {random_init: true}})."""
+    dropout: float | None = None
+    """Dropout rate during pre-training, for every dropout of the model (embeddings, attention weights, sublayer outputs). Default: the model preset's (BERT 0.1, as the paper; ModernBERT 0). The exported config.json keeps the preset's rate, which fine-tuning starts from. Cramming (Geiping & Goldstein 2022) pre-trains without dropout at small budgets: --dropout 0."""
 
     def __post_init__(self) -> None:
         # Each field alone; checks that involve the model or the data are in `pretrain` (a config is
@@ -274,6 +283,12 @@ class PretrainConfig:
             seq_length_stages(self.seq_length_schedule, self.max_seq_length, 1000)  # the syntax, now
         if self.pad_to is not None and self.pad_to < MIN_SEQ_LENGTH:
             raise SpanBertError(f"--pad_to: found {self.pad_to}, expected at least {MIN_SEQ_LENGTH} (or none)")
+        if self.max_time is not None:
+            parse_duration(self.max_time)  # the syntax, now
+            if self.seq_length_schedule:
+                raise SpanBertError("--max_time: found --seq_length_schedule too, expected one of them (the stages are shares of a known total)")
+        if self.dropout is not None and not 0.0 <= self.dropout < 1.0:  # also rejects NaN
+            raise SpanBertError(f"--dropout: found {self.dropout}, expected a rate in [0, 1)")
         if not self.output_name or Path(self.output_name).name != self.output_name or self.output_name in (".", ".."):
             raise SpanBertError(f"--output_name: found {self.output_name!r}, expected a folder name (no '/')")
 
@@ -864,6 +879,7 @@ def pretrain(
 
     ``model_overrides`` sets the family's model config fields directly (tests: the two-tower's dropout 0).
     """
+    started = time.perf_counter()  # a --max_time budget counts from here, data preparation included
     cfg.__post_init__()  # a config edited after construction is checked again
     run = resolve(cfg)
     family, system = run.family, run.system
@@ -887,6 +903,7 @@ def pretrain(
     if cfg.seq_length_schedule and args.max_steps <= 0:
         raise SpanBertError("--seq_length_schedule: found no --max_steps, expected one (the shares are of the steps)")
     stages = seq_length_stages(cfg.seq_length_schedule, cfg.max_seq_length, args.max_steps)
+    budget = TimeBudget(parse_duration(cfg.max_time), cfg.max_time, started) if cfg.max_time else None
     device = distributed.resolve_device(args.device)
     distributed.init_distributed(device)
     args = apply_batching(cfg, args, distributed.world_size())  # tokens_per_update -> accumulation
@@ -909,6 +926,14 @@ def pretrain(
         planned, tok, init_from=sources.init_from, objectives=system.objectives, mlm_weight=cfg.mlm_weight,
         sbo_weight=cfg.sbo_weight,
     )  # fmt: skip
+    if cfg.random_init:
+        final = Path(args.output_dir) / cfg.output_name
+        extra = {**family.export_extra(cfg.system, None if run.causal else run.scheme), "random_init": True}
+        distributed.on_main(lambda: export(model, tok, final, extra, {}))
+        print0(f"no pre-training (--random_init): the freshly initialised model ({family.describe(model)}, seed {args.seed}) is in {final}")
+        return final
+    if cfg.dropout is not None:
+        set_dropout(model, cfg.dropout)  # pre-training only: the exported config keeps the preset's rate
     train_set, eval_set = build_datasets(cfg, corpus_dir, tok, args.seed, masking, run)
     run_config = json.loads(json.dumps(family.run_config(
         dataclasses.asdict(cfg), dataclasses.asdict(masking) if masking else None, model.config
@@ -917,7 +942,7 @@ def pretrain(
     if static is not None:
         # which stored masks the run reads: a resume on a corpus re-made with other copies is refused
         run_config["StaticMasks"] = {"dupe_factor": static["dupe_factor"], "seed": static["seed"]}
-    if args.max_steps <= 0:  # the length of an epoch is known only now
+    if args.max_steps <= 0 and budget is None:  # the length of an epoch is known only now
         if args.max_tokens_per_batch:  # an epoch is the same number of token batches every epoch
             units = len(token_batches(train_set.lengths(), args.max_tokens_per_batch, args.seed, 0))
             G = args.gradient_accumulation_steps * distributed.world_size()
@@ -979,14 +1004,22 @@ def pretrain(
             model, stage_set, stage_args, collate_fn=collate, eval_fn=stage_eval,
             count_targets=count, run_config=run_config,
             term_weights=released_term_weights if cfg.recipe == "released" else None, cost_warning=False,
+            time_budget=budget,
         )  # fmt: skip
         began, begin = True, end
         if result.global_step < end:
             break  # the user's --stop_at_step
     final = Path(args.output_dir) / cfg.output_name
-    if result.global_step >= (args.max_steps if args.max_steps > 0 else 0):
+    if result.global_step >= (args.max_steps if args.max_steps > 0 else 0) and result.global_step >= result.total_steps:
         extra = family.export_extra(cfg.system, None if run.causal else run.scheme)
         distributed.on_main(lambda: export(model, tok, final, extra, result.metrics))
+        if budget is not None and not args.resume:
+            took = time.perf_counter() - started
+            off = took - budget.seconds
+            print0(
+                f"time budget {budget.text}: the run took {format_duration(took)}, "
+                f"{format_duration(abs(off))} ({abs(off) / budget.seconds:.1%}) {'over' if off > 0 else 'under'} it"
+            )
     return final
 
 
@@ -1181,9 +1214,19 @@ def main(argv: list[str], prog: str = "spanbert pretrain") -> int:
     masking = build(MaskingConfig, defaults=system_masking(system_of(cfg)))  # a flag or YAML key still wins
     print0(preset_line(quick, cfg, targs))
     named_schedule = named_options(args, "TrainingArguments", ("max_steps", "warmup_steps", "warmup_ratio"))
-    targs, note = scale_warmup(targs, train_defaults, named_schedule)
-    if note:
-        print0(note)
+    if cfg.max_time:
+        if "max_steps" in named_schedule:
+            raise SpanBertError(f"--max_time {cfg.max_time}: found --max_steps {targs.max_steps} too, expected one of them")
+        if "warmup_steps" not in named_schedule:
+            raise SpanBertError(
+                f"--max_time {cfg.max_time}: found no --warmup_steps, expected one (at least 5): the step speed is "
+                "measured during the warm-up, which must not depend on the total it decides"
+            )
+        targs = dataclasses.replace(targs, max_steps=-1)  # decided by the budget
+    else:
+        targs, note = scale_warmup(targs, train_defaults, named_schedule)
+        if note:
+            print0(note)
     final = pretrain(cfg, targs, masking)
     if final.exists():
         system = system_of(cfg)

@@ -35,6 +35,7 @@ from torch import nn
 
 from spanbert import cost, threads
 from spanbert.attention import release_buffers
+from spanbert.budget import TimeBudget, total_steps
 from spanbert.cost import finetune_warning
 from spanbert.distributed import (  # noqa: F401 - distributed_env, init_distributed, resolve_device re-exported
     all_gather_objects,
@@ -262,6 +263,8 @@ class TrainResult:
     stop_at_step keeps its last weights (its best is still to be decided)."""
     best_metrics: dict[str, float] = field(default_factory=dict)
     """With metric_for_best_model: the evaluation results of best_step."""
+    total_steps: int = 0
+    """The run's total steps (max_steps, the epochs' steps, or what a time budget decided)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -807,6 +810,7 @@ def train(
     term_weights: Callable[[dict[str, int], dict[str, float], int], dict[str, float]] | None = None,
     cost_warning: bool = True,
     eval_size: EvalSize | None = None,
+    time_budget: TimeBudget | None = None,
 ) -> TrainResult:
     """Train ``model`` on ``train_dataset`` (map-style) and return the final step and metrics.
 
@@ -831,6 +835,12 @@ def train(
     terms: it gets one micro-batch's counts, the step's totals (all micro-batches and ranks) and the
     world size, and returns each term's factor (default: ``counts[k] * world / totals[k]``; the
     released SpanBERT normalisation is `spanbert.pretrain.released_term_weights`).
+
+    ``time_budget`` (`spanbert.budget`): the total is not ``args.max_steps`` but what fits the budget,
+    decided once after the first warm-up steps (`TimeBudget.measure_until`) from their speed and one
+    timed evaluation, on rank 0 for every rank; the warm-up's rates do not depend on the total, so the
+    run equals one given that total from the start. The decision is kept in every checkpoint, and
+    ``--resume`` continues with it (not a new one).
 
     ``cost_warning``: warn (stderr, rank 0) before the first step when the run would take more than a
     day on this machine (`cost.finetune_warning`); pre-training passes False, having warned with its
@@ -865,6 +875,16 @@ def train(
     else:
         epoch_steps = steps_per_epoch(n, b * world * accum)  # >= 1: a short step takes what there is
     total = args.max_steps if args.max_steps > 0 else math.ceil(args.num_train_epochs * epoch_steps)
+    decide_at = 0  # the step after which a time budget fixes the total (0: no decision to make)
+    budget_state: dict[str, Any] | None = None
+    if time_budget is not None:
+        decide_at = time_budget.measure_until(args.warmup_steps)
+        if args.resume:  # the total the resumed run decided, if it got that far
+            budget_state = on_main(lambda: _saved_time_budget(output_dir))
+        if budget_state is not None:
+            total, decide_at = int(budget_state["max_steps"]), 0
+        else:
+            total = max(total, decide_at + 1)  # provisional, until the warm-up's speed is measured
     warmup = args.warmup_steps or math.ceil(args.warmup_ratio * total)
     run_config = json.loads(json.dumps(run_config, default=str)) if run_config is not None else None
     settings = {"args": asdict(args), "run_config": run_config, "world_size": world, "train_examples": n}
@@ -890,12 +910,7 @@ def train(
         raw_model, args.learning_rate, args.weight_decay, lr_by_prefix, weight_decay_by_prefix, args.decay_all_parameters
     )
     optimizer = make_optimizer(groups, args, device)
-    if args.lr_scheduler_type == "cosine":
-        # absolute start and end rates: each group (peak rates differ under lr_by_prefix) its own multiplier
-        lambdas = [cosine_lambda(total, warmup, g["initial_lr"], args.warmup_init_lr, args.min_lr) for g in groups]
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambdas)
-    else:
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(total, warmup, args.lr_scheduler_type))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(total, warmup, groups, args))
     amp_dtype = autocast_dtype(args.precision, device)
     scaler = make_grad_scaler(amp_dtype, device)
     params = [p for g in groups for p in g["params"]]
@@ -947,6 +962,9 @@ def train(
     last: dict[str, float] = {}
     pin = device.type == "cuda"
     extra_state = {"world_size": world, "run_config": run_config, "best": best}
+    if budget_state is not None:
+        extra_state["time_budget"] = budget_state
+    t_step1 = 0.0  # when step 1 ended: the time budget's measurement starts there
     # No host sync inside a step (docs/gpu.md): with fused AdamW and no fp16 scaler, a step with a
     # non-finite loss or gradient is skipped on the device (the optimizer's `found_inf`), and the
     # counts below are read on the host only at logging steps and checkpoints.
@@ -1119,6 +1137,8 @@ def train(
                 window.setdefault("grad_norm", []).append(grad_norm.detach())
                 if bar is not None:
                     bar.update(1)
+                if decide_at and step == 1:
+                    t_step1 = time.perf_counter()
                 if step % max(1, args.logging_steps) == 0 or step == end:
                     settle_skips()
                     dt = time.perf_counter() - t0
@@ -1140,7 +1160,32 @@ def train(
                         else:
                             print(line, flush=True)
                     window, tokens, t0 = {}, 0, time.perf_counter()
-                if eval_fn is not None and is_eval_step(step) and step != total:
+                evaluated = False
+                if decide_at and step == decide_at:
+                    step_s = (time.perf_counter() - t_step1) / max(1, step - 1)
+                    eval_s = 0.0
+                    if eval_fn is not None:  # one evaluation, timed (and logged as any other)
+                        t = time.perf_counter()
+                        _select(_run_eval(eval_fn, raw_model, step, rank, logger, last), step, raw_model, args, best)
+                        eval_s, evaluated = time.perf_counter() - t, True
+                    every = args.eval_steps or (max(1, epoch_steps // args.evals_per_epoch) if args.evals_per_epoch else 0)
+                    if eval_fn is None:
+                        every = -1
+                    budget_state = on_main(functools.partial(_decide_total, time_budget, step, step_s, eval_s, every))
+                    total, decide_at = int(budget_state["max_steps"]), 0
+                    end = min(total, args.stop_at_step) if args.stop_at_step > 0 else total
+                    scheduler.lr_lambdas = _schedule(total, warmup, groups, args)
+                    extra_state["time_budget"] = budget_state
+                    if bar is not None:
+                        bar.total = total
+                        bar.refresh()
+                    print0(
+                        f"time budget {time_budget.text}: {step_s:.2f} s a step over steps 2-{step}"
+                        + (f", {eval_s:.1f} s an evaluation" if eval_fn is not None else "")
+                        + f" -> {total} steps in all (to rerun exactly these steps: --max_steps {total} "
+                        f"--warmup_steps {warmup})"
+                    )
+                if eval_fn is not None and is_eval_step(step) and step != total and not evaluated:
                     _select(_run_eval(eval_fn, raw_model, step, rank, logger, last), step, raw_model, args, best)
                 if args.save_steps and step % args.save_steps == 0 and step != end:
                     checkpoint()
@@ -1170,6 +1215,7 @@ def train(
         metrics=last,
         best_step=best["step"],
         best_metrics=dict(best["metrics"]),
+        total_steps=total,
     )
 
 
@@ -1183,6 +1229,28 @@ def _close_loader(stream: Any) -> None:
     shutdown = getattr(stream, "_shutdown_workers", None)
     if shutdown is not None:
         shutdown()
+
+
+def _schedule(total: int, warmup: int, groups: list[dict[str, Any]], args: TrainingArguments) -> list[Callable[[int], float]]:
+    """The learning-rate multipliers of each parameter group (`LambdaLR`'s ``lr_lambda`` list)."""
+    if args.lr_scheduler_type == "cosine":
+        # absolute start and end rates: each group (peak rates differ under lr_by_prefix) its own multiplier
+        return [cosine_lambda(total, warmup, g["initial_lr"], args.warmup_init_lr, args.min_lr) for g in groups]
+    return [lr_lambda(total, warmup, args.lr_scheduler_type)] * len(groups)
+
+
+def _saved_time_budget(output_dir: Path) -> dict[str, Any] | None:
+    """The time budget's decision kept in the checkpoint a resume starts from, if it was made."""
+    ckpt, _ = find_resume_checkpoint(output_dir)
+    return json.loads((ckpt / "trainer_state.json").read_text()).get("time_budget")
+
+
+def _decide_total(budget: TimeBudget, step: int, step_s: float, eval_s: float, every: int) -> dict[str, Any]:
+    """The time budget's decision at ``step``: the total steps that fit what is left of it."""
+    remaining = budget.remaining()
+    total = total_steps(step, remaining, step_s, eval_s if every else 0.0, max(every, 0))
+    return {"max_time": budget.text, "max_steps": total, "decided_at_step": step, "step_seconds": step_s,
+            "eval_seconds": eval_s, "remaining_seconds": remaining}  # fmt: skip
 
 
 def _shown_lr(optimizer, args: TrainingArguments) -> float:

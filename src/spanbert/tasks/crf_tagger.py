@@ -29,11 +29,11 @@ from torch import Tensor, nn
 
 from spanbert import trainer
 from spanbert.distributed import is_main, print0, world_size
-from spanbert.dropout import Dropout
+from spanbert.dropout import Dropout, set_dropout
 from spanbert.errors import SpanBertError
 from spanbert.tasks.classification import IGNORE_INDEX, FeatureDataset
 from spanbert.tasks.common import predict_sharded
-from spanbert.tasks.layers import CRF, ScalarMix, set_dropout
+from spanbert.tasks.layers import CRF, ScalarMix
 from spanbert.trainer import predict_batches, train
 
 TASK = "ForCrfTagging"

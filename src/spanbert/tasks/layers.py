@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from spanbert.dropout import Dropout
+from spanbert.dropout import Dropout, set_dropout
 from spanbert.errors import SpanBertError
 
 
@@ -42,16 +42,6 @@ def apply_encoder_dropout(encoder: nn.Module) -> None:
     p = encoder.habits.encoder_dropout
     if p is not None:
         set_dropout(encoder, p)
-
-
-def set_dropout(module: nn.Module, p: float) -> None:
-    """Set every dropout rate inside ``module`` to ``p`` (dropout modules and the attention's own
-    rate): §4 turns dropout off in the LM for GLUE and sets it to 0.3 for structured prediction."""
-    for m in module.modules():
-        if isinstance(m, (Dropout, nn.Dropout)):
-            m.p = p
-        elif isinstance(getattr(m, "dropout", None), float):  # spanbert.cloze.Attention keeps a float
-            m.dropout = p
 
 
 class ScalarMix(nn.Module):
