@@ -111,3 +111,27 @@ def test_doc_stride_help_says_step_not_overlap(capsys):
         assert phrase in stride_help, (phrase, stride_help)
     qa_doc = " ".join((SRC.parents[1] / "docs" / "qa.md").read_text().split())
     assert "`--doc_stride` is the *step*" in qa_doc and "is the *overlap*" in qa_doc
+
+
+@pytest.mark.parametrize("command", ["pretrain", "fill", "study", "curve"])
+def test_help_from_the_light_parser_is_the_commands_own(command, capsys):
+    """`spanbert COMMAND --help` prints from a parser built without torch (`cli.HELP_PARSERS`); the command's
+    own `main` parses with the same function, so both print the same help."""
+    import importlib
+
+    from spanbert import cli
+
+    assert command in cli.HELP_PARSERS
+    with pytest.raises(SystemExit) as light:
+        cli.main([command, "--help"])
+    shown = capsys.readouterr().out
+    module, func, _ = cli.COMMANDS[command]
+    with pytest.raises(SystemExit) as own:
+        getattr(importlib.import_module(module), func)(["--help"], f"spanbert {command}")
+    assert light.value.code == own.value.code == 0
+    assert shown == capsys.readouterr().out and shown.startswith(f"usage: spanbert {command}")
+
+
+def test_a_usage_error_before_help_is_the_commands_clean_error(cli_error):
+    # argparse reads left to right: a missing value before --help is an error, from the light parser too
+    cli_error(["pretrain", "--max_steps", "--help"], contains="--max_steps: expected one argument")

@@ -9,10 +9,13 @@
 from __future__ import annotations
 
 import ast
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "spanbert"
 
@@ -23,6 +26,14 @@ OPTIONAL = ("transformers", "spacy", "matplotlib", "tensorboard", "torch.utils.t
 LAZY_MODULES = (
     "spanbert/__init__.py",  # `spanbert.Encoder` & co. on first use: `import spanbert` imports no torch
     "spanbert/cli.py",  # `spanbert --help` imports no task and no torch; commands load their module on use
+    "spanbert/study/__init__.py",  # each name from its module on first use: `spanbert study --help` loads no task
+    # torch where it is used: rank/print0, the thread option and the token dataset serve commands and
+    # parsers that load no torch (`spanbert tokenizer`, `spanbert preprocess`, every `--help`)
+    "spanbert/distributed.py",
+    "spanbert/threads.py",
+    "spanbert/dataset.py",
+    # torch.nn.attention.varlen loads torch._dynamo (about 2 s): imported by the first CUDA batch that uses it
+    "spanbert/modernbert.py",
 )
 """Modules allowed imports inside functions, each for the reason given."""
 
@@ -131,6 +142,52 @@ def test_the_checks_see_what_they_check():
     # and an import inside a function is found, with its line
     _, inner = _imports(SRC / "hub.py")
     assert inner and all(_is_optional(n) for node in inner for n in _targets(node, "spanbert.hub", False))
+
+
+# every command's --help: `spanbert COMMAND --help`, the task list of each task action, and one task's help
+_HELPS = [
+    ["tokenizer", "--help"], ["tokenizer", "train", "--help"], ["preprocess", "--help"], ["pretrain", "--help"],
+    ["fill", "--help"], ["study", "--help"], ["curve", "--help"],
+    ["finetune", "--help"], ["predict", "--help"], ["evaluate", "--help"],
+]  # fmt: skip
+
+
+def _modules_after(argv: list[str]) -> dict[str, object]:
+    """What `spanbert ARGV` leaves in sys.modules, run in a fresh interpreter: the exit code, whether
+    torch and torch._dynamo were imported, and which task modules."""
+    code = (
+        "import sys, contextlib, io, json\n"
+        "import spanbert.cli\n"
+        "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+        "    try:\n"
+        f"        code = spanbert.cli.main({argv!r})\n"
+        "    except SystemExit as e:\n"
+        "        code = e.code\n"
+        "tasks = sorted(m for m in sys.modules if m.startswith('spanbert.tasks.') and m != 'spanbert.tasks.spec')\n"
+        "print(json.dumps({'code': code, 'torch': 'torch' in sys.modules, 'dynamo': 'torch._dynamo' in sys.modules,\n"
+        "                  'tasks': tasks, 'help': out.getvalue()[:200]}))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(SRC.parent)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    return json.loads(out.splitlines()[-1])
+
+
+@pytest.mark.parametrize("argv", _HELPS, ids=" ".join)
+def test_every_commands_help_imports_no_torch_and_no_task(argv):
+    seen = _modules_after(argv)
+    assert seen["code"] == 0 and seen["help"].startswith("usage:"), seen
+    assert not seen["dynamo"] and not seen["torch"] and seen["tasks"] == [], seen
+
+
+@pytest.mark.parametrize("task", ["squad", "tacred", "glue", "ner", "coref", "swag", "parse"])
+def test_a_tasks_help_loads_no_dynamo_and_no_other_task(task):
+    # a task's options come from its module, which loads torch; never torch._dynamo, nor another task's file
+    from spanbert.tasks import _MODULES
+
+    seen = _modules_after(["finetune", task, "--help"])
+    assert seen["code"] == 0 and seen["help"].startswith(f"usage: spanbert finetune {task}"), seen
+    others = set(_MODULES.values()) - {_MODULES[task]}
+    assert not seen["dynamo"] and _MODULES[task] in seen["tasks"] and not others & set(seen["tasks"]), seen
 
 
 def test_help_and_the_registry_import_no_task_and_no_torch():

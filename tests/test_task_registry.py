@@ -169,6 +169,16 @@ def test_every_task_has_a_spec_with_its_facts():
             assert isinstance(getattr(__import__(module, fromlist=[cls]), cls), type)
 
 
+def test_the_task_list_describes_each_task_as_its_spec_does():
+    # `spanbert finetune --help` lists the registry's lines without loading a task: each is its spec's
+    from spanbert.tasks import _DESCRIPTIONS, _MODULES, Registry
+
+    assert set(_DESCRIPTIONS) == set(_MODULES)
+    fresh = Registry(_MODULES, _DESCRIPTIONS)
+    for name in _MODULES:
+        assert fresh.describe(name) == TASKS[name].description, name
+
+
 def test_a_task_registered_from_a_test_runs_through_the_cli(parity, capsys):
     d = parity
     train, dev = _write(d / "train.txt", 24, 0), _write(d / "dev.txt", 8, 1)

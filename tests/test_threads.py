@@ -114,7 +114,9 @@ def test_every_model_command_applies_the_policy(monkeypatch):
     from spanbert.tasks.spec import TaskSpec
 
     run = lambda *a: 0  # noqa: E731 - the command itself is not under test
-    fake = types.SimpleNamespace(main=run, fill_main=run, curve_main=run)
+    parser = lambda prog: types.SimpleNamespace(parse_args=run)  # noqa: E731 - a --help that prints nothing
+    fake = types.SimpleNamespace(main=run, fill_main=run, curve_main=run, pretrain_parser=parser, fill_parser=parser,
+                                 study_parser=parser, curve_parser=parser)  # fmt: skip
     monkeypatch.setattr(cli.importlib, "import_module", lambda name: fake)
     monkeypatch.setitem(TASKS, "toy", TaskSpec("toy", "a task that does nothing", run, run, run, "f1", "none"))
     for command in cli.COMPUTE:

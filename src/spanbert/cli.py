@@ -1,6 +1,8 @@
 """`spanbert <command>`: a plain table from command names to the functions that run them.
 
-Modules are imported only when their command runs, so `spanbert --help` answers at once.
+Modules are imported only when their command runs, so `spanbert --help` answers at once. A command
+whose module loads torch names, in `HELP_PARSERS`, a function that builds its parser without it: its
+``--help`` is printed from that parser (the one the command itself parses with), and answers at once too.
 Every command function has the signature ``main(argv: list[str], prog: str) -> int``; the task
 commands (`finetune`, `predict`, `evaluate`) take the task name as their first argument and run the
 task's `TaskSpec` from the registry `spanbert.tasks.TASKS` (`spanbert.tasks.spec.run_action`).
@@ -22,7 +24,7 @@ TASKS = _TASKS
 # command -> (module, function, one-line description)
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "tokenizer": ("spanbert.tokenization", "main", "train a cased WordPiece vocabulary (tokenizer train)"),
-    "preprocess": ("spanbert.data", "main", "tokenize a text corpus into memory-mapped token arrays"),
+    "preprocess": ("spanbert.preprocess", "main", "tokenize a text corpus into memory-mapped token arrays"),
     "pretrain": ("spanbert.pretrain", "main", "pre-train SpanBERT or a BERT baseline (no arguments: quick start)"),
     "fill": ("spanbert.pretrain", "fill_main", "predict a masked span with the MLM or the SBO head"),
     # the task list comes from TASKS, so that a new task cannot be left out of `spanbert --help`
@@ -31,6 +33,15 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "evaluate": ("", "", "score predictions with the task's official metrics (prints JSON)"),
     "study": ("spanbert.study", "main", "rerun the paper's comparisons (Tables 1, 6, 7): pre-train, fine-tune, tabulate"),
     "curve": ("spanbert.study", "curve_main", "fine-tune from every checkpoint of a pre-training run: score vs step"),
+}
+
+# command -> (module, function) building the command's parser without loading torch: its `--help`. The
+# command's own `main` parses with the same function, so the two helps cannot differ.
+HELP_PARSERS: dict[str, tuple[str, str]] = {
+    "pretrain": ("spanbert.pretrain_config", "pretrain_parser"),
+    "fill": ("spanbert.pretrain_config", "fill_parser"),
+    "study": ("spanbert.study.options", "study_parser"),
+    "curve": ("spanbert.study.options", "curve_parser"),
 }
 
 TASK_ACTIONS = ("finetune", "predict", "evaluate")
@@ -71,7 +82,7 @@ def _usage() -> str:
 def _task_usage(action: str) -> str:
     width = max(map(len, TASKS))
     lines = [f"usage: spanbert {action} <task> [options]", "", "tasks:"]
-    lines += [f"  {name:<{width}}  {TASKS[name].description}" for name in TASKS]
+    lines += [f"  {name:<{width}}  {TASKS.describe(name)}" for name in TASKS]
     return "\n".join(lines)
 
 
@@ -107,6 +118,10 @@ def _run(argv: list[str]) -> int:
                 f"expected one of: {', '.join(TASKS)}"
             )
         return run_action(TASKS[task], command, rest[1:], f"spanbert {command} {task}")
+    if command in HELP_PARSERS and any(a in ("-h", "--help") for a in rest):
+        module_name, func_name = HELP_PARSERS[command]
+        parser = getattr(importlib.import_module(module_name), func_name)(f"spanbert {command}")
+        parser.parse_args(rest)  # prints the help and exits, or stops at an error before the --help
     module_name, func_name, _ = COMMANDS[command]
     func = getattr(importlib.import_module(module_name), func_name)
     return int(func(rest, f"spanbert {command}") or 0)

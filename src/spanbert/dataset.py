@@ -15,7 +15,6 @@ import threading
 from typing import Any, Literal
 
 import numpy as np
-import torch
 
 from spanbert.blocks import BLOCK_PACKINGS, nsp_pairs, sentence_blocks, single_segment_blocks
 from spanbert.corpus import TokenCorpus
@@ -144,6 +143,9 @@ class PretrainDataset:
         self.special_ids = tuple(int(i) for i in tok.special_ids())
         self.sampler = UnigramSampler(self.corpus.unigram_counts(), self.special_ids)
         # The epoch lives in shared memory so that persistent DataLoader workers see `set_epoch` too.
+        # torch is imported here, not above: `spanbert preprocess` imports this module, and its --help
+        # (and a run without static masks) loads no torch.
+        import torch
 
         self._epoch = torch.zeros(1, dtype=torch.long).share_memory_()
         self.static: dict[str, Any] | None = None

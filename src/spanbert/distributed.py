@@ -10,7 +10,9 @@ a run under `torchrun --nproc_per_node N` behaves as one run:
   one every rank uses and saves.
 - `print0(...)`: messages print once, not once per process.
 
-All of them are plain no-ops in a single process (no process group needed).
+All of them are plain no-ops in a single process (no process group needed), and none of them loads
+torch there: `rank`, `print0` and `on_main` serve commands that need no torch (`spanbert tokenizer`,
+`spanbert preprocess`, every `--help`), so torch is imported by the functions that use it.
 """
 
 from __future__ import annotations
@@ -23,15 +25,22 @@ import sys
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, NoReturn, TypeVar
-
-import torch
-import torch.distributed as dist
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from spanbert.errors import SpanBertError
 from spanbert.utils import write_line
 
+if TYPE_CHECKING:
+    import torch
+
 T = TypeVar("T")
+
+
+def _dist() -> Any:
+    """`torch.distributed`, imported when a process group is first asked about (see the module's doc)."""
+    import torch.distributed
+
+    return torch.distributed
 
 
 def distributed_env() -> tuple[int, int, int]:
@@ -54,6 +63,8 @@ def is_main() -> bool:
 
 def resolve_device(name: str = "auto") -> torch.device:
     """The device of this process: ``auto`` is cuda:LOCAL_RANK when CUDA is available, else cpu."""
+    import torch
+
     _, world, local = distributed_env()
     if name == "auto":
         if torch.cuda.is_available():
@@ -74,6 +85,9 @@ def resolve_device(name: str = "auto") -> torch.device:
 
 def init_distributed(device: torch.device | None = None) -> None:
     """Join the process group under torchrun (NCCL on GPU, gloo on CPU); idempotent, no-op alone."""
+    import torch
+
+    dist = _dist()
     if world_size() <= 1 or dist.is_initialized():
         return
     device = device if device is not None else resolve_device("auto")
@@ -136,6 +150,9 @@ def shutdown() -> None:
     before this runs. After an error there is no wait: the others learn of it from the broken group.
     """
     global _peers
+    if "torch.distributed" not in sys.modules:  # never imported: no group was joined
+        return
+    dist = _dist()
     if not (dist.is_available() and dist.is_initialized()):
         return
     gc.collect()
@@ -152,7 +169,7 @@ def _exit_barrier(wait: bool) -> None:
     another rank is still in."""
 
     try:
-        store = dist.distributed_c10d._get_default_store()
+        store = _dist().distributed_c10d._get_default_store()
         store.set_timeout(timedelta(seconds=5))  # a store whose host has gone fails fast
         store.add("spanbert/finished" if wait else "spanbert/failed", 1)
         deadline = time.monotonic() + EXIT_BARRIER_TIMEOUT
@@ -186,7 +203,7 @@ def peer_failure(exc: BaseException | None) -> str | None:
     if not _peers or exc is None:
         return None
     text = str(exc)
-    if not (isinstance(exc, getattr(dist, "DistError", ())) or any(m in text for m in _BROKEN)):
+    if not (isinstance(exc, getattr(_dist(), "DistError", ())) or any(m in text for m in _BROKEN)):
         return None
     me = rank()
     others = [r for r in range(len(_peers)) if r != me]
@@ -244,13 +261,13 @@ def _log_of(peer: dict[str, Any]) -> str:
 
 
 def _active() -> bool:
-    return world_size() > 1 and dist.is_initialized()
+    return world_size() > 1 and _dist().is_initialized()
 
 
 def barrier() -> None:
     """Wait for every rank (no-op in one process)."""
     if _active():
-        dist.barrier()
+        _dist().barrier()
 
 
 def broadcast_object(value: T, src: int = 0) -> T:
@@ -258,7 +275,7 @@ def broadcast_object(value: T, src: int = 0) -> T:
     if not _active():
         return value
     box = [value]
-    dist.broadcast_object_list(box, src=src)
+    _dist().broadcast_object_list(box, src=src)
     return box[0]
 
 
@@ -267,7 +284,7 @@ def all_gather_objects(value: Any) -> list[Any]:
     if not _active():
         return [value]
     out: list[Any] = [None] * world_size()
-    dist.all_gather_object(out, value)
+    _dist().all_gather_object(out, value)
     return out
 
 

@@ -41,19 +41,25 @@ from spanbert.checkpoints import (
     read_safetensors,
     save_folder,
 )
-from spanbert.config import BertConfig, FinetuneHabits, _json_item, _json_kind, typed_fields
+from spanbert.config import (
+    MODERNBERT_MODEL_TYPE,
+    MODERNBERT_PRESETS,
+    BertConfig,
+    FinetuneHabits,
+    _json_item,
+    _json_kind,
+    typed_fields,
+)
 from spanbert.distributed import eprint0
 from spanbert.dropout import Dropout
 from spanbert.errors import SpanBertError
 from spanbert.hub import resolve_model
 from spanbert.model import SpanBoundaryHead, Unpad, grow_embedding, head_flops, masked_heads
 
-try:  # PyTorch's variable-length FlashAttention (CUDA, fp16/bf16); its window_size came in a later release
-    from torch.nn.attention.varlen import varlen_attn
-except ImportError:  # an older torch: the padded grid with SDPA instead
-    varlen_attn = None
+varlen_attn: Any = None
+"""PyTorch's variable-length FlashAttention (CUDA, fp16/bf16), once `varlen_available` has loaded it."""
 
-MODEL_TYPE = "modernbert"
+MODEL_TYPE = MODERNBERT_MODEL_TYPE
 GLOBAL, LOCAL = "full_attention", "sliding_attention"
 """transformers' names of the two kinds of layer (config.json ``layer_types``)."""
 
@@ -197,15 +203,8 @@ ACTIVATIONS = {
     "silu": F.silu,
 }
 
-PRESETS: dict[str, dict[str, Any]] = {
-    # tests and the CPU quick start: three layers, so one global layer and two local ones
-    "tiny": dict(hidden_size=64, num_hidden_layers=3, num_attention_heads=2, intermediate_size=96, local_attention=64),
-    # CPU experiments and benchmarks: the BERT family's small width (256), ModernBERT's proportions
-    "small": dict(hidden_size=256, num_hidden_layers=6, num_attention_heads=4, intermediate_size=384),
-    # ModernBERT-base and -large (Warner et al. 2024, Table 4)
-    "base": dict(hidden_size=768, num_hidden_layers=22, num_attention_heads=12, intermediate_size=1152),
-    "large": dict(hidden_size=1024, num_hidden_layers=28, num_attention_heads=16, intermediate_size=2624),
-}
+PRESETS = MODERNBERT_PRESETS
+"""The named sizes (tiny, small, base, large): `spanbert.config.MODERNBERT_PRESETS`."""
 
 
 def modernbert_config(name: str, **overrides: Any) -> ModernBertConfig:
@@ -288,16 +287,30 @@ way only with the chunks."""
 
 
 def _varlen_windows() -> bool:
+    global varlen_attn
     if varlen_attn is None:
-        return False
+        try:  # its window_size came in a later release; an older torch: the padded grid with SDPA instead
+            from torch.nn.attention.varlen import varlen_attn
+        except ImportError:
+            return False
     try:
         return "window_size" in inspect.signature(varlen_attn).parameters
     except (TypeError, ValueError):
         return False
 
 
-VARLEN = _varlen_windows()
-"""Whether `varlen_attn` (FlashAttention over packed sequences, sliding windows included) is available."""
+VARLEN: bool | None = None
+"""Whether `varlen_attn` (FlashAttention over packed sequences, sliding windows included) is available;
+None until a batch on a `VARLEN_DEVICES` device first asks (`varlen_available`)."""
+
+
+def varlen_available() -> bool:
+    """`VARLEN`, looked up on first use: importing torch.nn.attention.varlen loads torch._dynamo (about
+    2 s on a CPU), which a CPU run and `spanbert <command> --help` never need."""
+    global VARLEN
+    if VARLEN is None:
+        VARLEN = _varlen_windows()
+    return VARLEN
 VARLEN_DEVICES = ("cuda",)
 """Devices whose half-precision batches take `varlen_attn` (its kernels are CUDA's)."""
 
@@ -335,8 +348,8 @@ class Layout:
             unpad = Unpad(attention_mask, config.hidden_size)
             if unpad.index.numel() != B * T or torch.compiler.is_compiling():
                 self.unpad = unpad
-        self.varlen = (VARLEN and dev.type in VARLEN_DEVICES and half_precision and not dropout
-                       and not torch.compiler.is_compiling())  # fmt: skip
+        self.varlen = (dev.type in VARLEN_DEVICES and half_precision and not dropout
+                       and not torch.compiler.is_compiling() and varlen_available())  # fmt: skip
         self.ragged = self.unpad is not None and self.unpad.ragged and not self.varlen
         self.max_len = T
         self.cu_seqlens = None

@@ -13,6 +13,9 @@ started with). On an idle machine nothing changes. Measured in `bench/threads.py
 
 An explicit count always wins: `OMP_NUM_THREADS` in the environment, or `--threads N`, fixes it and
 turns the measurement off. Outside Linux (no /proc) the count stays torch's default.
+
+torch is imported by the functions that set or read its threads: `add_option` and the load measurement
+serve parsers and plans that load no torch (every `spanbert <command> --help`).
 """
 
 from __future__ import annotations
@@ -23,8 +26,6 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
 
 INTERVAL_S = 1.0
 """Seconds between two measurements of the load (a step boundary after this long re-measures)."""
@@ -125,6 +126,8 @@ def configure(threads: int = 0) -> str:
     count (``--threads``), as `OMP_NUM_THREADS` in the environment does; otherwise the count follows
     the free cores (`tick`). Calling it again (a study's cells) keeps a policy already in force unless
     a count is given."""
+    import torch
+
     global _policy, _fixed
     if threads > 0:
         _policy, _fixed = None, threads
@@ -152,6 +155,8 @@ def configure(threads: int = 0) -> str:
 
 def describe() -> str:
     """The policy in force, in words: the line a command prints before its first step."""
+    import torch
+
     n = torch.get_num_threads()
     count = f"{n} CPU thread{'' if n == 1 else 's'}"
     if _fixed:
@@ -180,6 +185,8 @@ def tick() -> None:
     others = max(0.0, (busy - p.last_busy) - (ours - p.last_ours)) / p.ticks_per_s / dt
     p.last_time, p.last_busy, p.last_ours = now, busy, ours
     want = choose_threads(others, p.cores, p.most)
+    import torch
+
     if want != torch.get_num_threads():
         torch.set_num_threads(want)
 

@@ -21,56 +21,106 @@ The modules, each using only those above it in this list:
     estimate   the cost of a study before it runs (--dry-run)
     command    `main` (spanbert study) and `curve_main` (spanbert curve)
 
-Every name below was importable from the single-file `spanbert.study` and still is.
+Every name below was importable from the single-file `spanbert.study` and still is; each is loaded from
+its module on first use, so that importing the package (`spanbert study --help`, `spanbert.study.options`)
+loads neither torch nor a task.
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 from spanbert.errors import SpanBertError  # tests expect `S.SpanBertError`, as the single file exposed it
-from spanbert.study.cells import (
-    check_finished,
-    is_done,
-    plan,
-    read_dev_score,
-    run_cell,
-    run_study,
-    study_lock,
-)
-from spanbert.study.command import curve_main, export_checkpoints, main, run_checkpoints
-from spanbert.study.estimate import ASSUMED_EPOCHS, CHARS_PER_TOKEN, PROBE_SAMPLE_CHARS, dry_run, finetune_estimate
-from spanbert.study.heldout import (
-    HELDOUT_SEED,
-    HeldOut,
-    heldout_plan,
-    legacy_folder,
-    score_heldout,
-    split_dev,
-    split_half,
-    study_is_legacy,
-)
-from spanbert.study.layout import (
-    STUDY_NAMES,
-    Cell,
-    heldout_dir,
-    holds_a_study,
-    litbank_fold_dir,
-    model_dir,
-    shared_dir,
-)
-from spanbert.study.spec import (
-    PRESET_SYSTEMS,
-    STUDY_SET_OPTIONS,
-    Study,
-    SystemSpec,
-    TaskSpec,
-    check_study,
-    check_task_options,
-    load_study,
-    preset,
-    study_from_dict,
-)
-from spanbert.study.stats import Comparison, mean_std, paired_comparison, t_quantile_975
-from spanbert.study.summary import collect, comparisons, heldout_notes, score_tests, summarize, table
+
+# module -> the names it lends the package
+_HOMES: dict[str, tuple[str, ...]] = {
+    "cells": (
+        "check_finished",
+        "is_done",
+        "plan",
+        "read_dev_score",
+        "run_cell",
+        "run_study",
+        "study_lock",
+    ),
+    "command": (
+        "curve_main",
+        "export_checkpoints",
+        "main",
+        "run_checkpoints",
+    ),
+    "estimate": (
+        "ASSUMED_EPOCHS",
+        "CHARS_PER_TOKEN",
+        "PROBE_SAMPLE_CHARS",
+        "dry_run",
+        "finetune_estimate",
+    ),
+    "heldout": (
+        "HELDOUT_SEED",
+        "HeldOut",
+        "heldout_plan",
+        "legacy_folder",
+        "score_heldout",
+        "split_dev",
+        "split_half",
+        "study_is_legacy",
+    ),
+    "layout": (
+        "STUDY_NAMES",
+        "Cell",
+        "heldout_dir",
+        "holds_a_study",
+        "litbank_fold_dir",
+        "model_dir",
+        "shared_dir",
+    ),
+    "spec": (
+        "PRESET_SYSTEMS",
+        "STUDY_SET_OPTIONS",
+        "Study",
+        "SystemSpec",
+        "TaskSpec",
+        "check_study",
+        "check_task_options",
+        "load_study",
+        "preset",
+        "study_from_dict",
+    ),
+    "stats": (
+        "Comparison",
+        "mean_std",
+        "paired_comparison",
+        "t_quantile_975",
+    ),
+    "summary": (
+        "collect",
+        "comparisons",
+        "heldout_notes",
+        "score_tests",
+        "summarize",
+        "table",
+    ),
+}
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+_SUBMODULES = ("spec", "options", "layout", "runner", "heldout", "cells", "stats", "summary", "estimate", "command")
+
+
+def __getattr__(name: str) -> Any:
+    """A name of the package (or a submodule), imported on first use and kept."""
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    if name not in _HOME_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_HOME_OF[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOME_OF) | set(_SUBMODULES))
+
 
 __all__ = [
     "ASSUMED_EPOCHS", "CHARS_PER_TOKEN", "HELDOUT_SEED", "PRESET_SYSTEMS", "PROBE_SAMPLE_CHARS", "STUDY_NAMES",

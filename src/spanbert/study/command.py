@@ -4,7 +4,6 @@ pre-training run, BERT Appendix C.1, Figure 5)."""
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,16 +11,16 @@ from typing import Any
 import torch
 import yaml
 
-from spanbert import cost, distributed, threads
-from spanbert.config import ArgumentParser, _read_yaml
+from spanbert import cost, distributed
+from spanbert.config import _read_yaml
 from spanbert.errors import SpanBertError
 from spanbert.model import SpanBertForPreTraining
 from spanbert.study.cells import run_study, study_lock
 from spanbert.study.estimate import dry_run, finetune_estimate
 from spanbert.study.layout import holds_a_study
+from spanbert.study.options import curve_parser, study_parser
 from spanbert.study.runner import write_csv
 from spanbert.study.spec import (
-    PRESET_SYSTEMS,
     Study,
     SystemSpec,
     TaskSpec,
@@ -35,41 +34,9 @@ from spanbert.study.summary import collect, summarize
 from spanbert.tasks import TASKS
 from spanbert.tasks.common import load_tokenizer_for
 from spanbert.trainer import _ckpt_step, _complete
-from spanbert.utils import atomic_dir, atomic_write, check_output, output_file, remove_debris
+from spanbert.utils import atomic_dir, atomic_write, check_output, remove_debris
 
-
-def _parser(prog: str) -> argparse.ArgumentParser:
-    p = ArgumentParser(
-        prog=prog,
-        description="Rerun the paper's comparisons (Table 1: BERT baselines vs SpanBERT; Table 6: masking "
-        "schemes; Table 7: NSP / single sequence / SBO) on a corpus, budget and tasks of your choice. "
-        "Every cell is its own folder; a killed study resumes where it stopped.",
-        epilog="examples:\n  spanbert study --preset table1 --scale tiny --dry-run\n"
-        "  spanbert study --preset table1 --scale tiny --output_dir runs/study-table1\n"
-        "  spanbert study my_study.yaml --only summary",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("study", nargs="?", help="the study's YAML file (see docs/study.md); or use --preset")
-    p.add_argument("--preset", choices=sorted(PRESET_SYSTEMS), help="one of the paper's comparisons instead of a file")
-    p.add_argument("--scale", default="tiny", choices=("tiny", "small", "base"),
-                   help="preset size: tiny (CPU smoke test, < 1 h on 2 cores), small, base (GPU) (default: tiny)")
-    p.add_argument("--data_root", "--data-root", default="../shared/data", help="presets: the data folder (default: ../shared/data)")
-    p.add_argument("--output_dir", "--output-dir", help="where the cells and the summary go (default: the study's, or runs/study-PRESET-SCALE)")
-    p.add_argument("--dry-run", "--dry_run", action="store_true", help="print the plan and its cost; run nothing")
-    p.add_argument("--probe_steps", "--probe-steps", type=int, default=20,
-                   help="with --dry-run: time this many pre-training steps to estimate the cost (0: no probe)")
-    p.add_argument("--only", choices=("all", "pretrain", "finetune", "summary"), default="all",
-                   help="run only these cells (summary: only collect finished cells)")
-    p.add_argument("--shard", default="0/1", help="I/N: this process runs every N-th fine-tuning cell, from the I-th (parallel devices)")
-    threads.add_option(p, " of every cell (other shards count as other processes)")
-    p.add_argument("--seeds", type=int, help="override the number of fine-tuning seeds")
-    p.add_argument("--budget_tokens", "--budget-tokens", type=int, help="override the pre-training budget in tokens")
-    p.add_argument("--write_config", "--write-config", type=output_file,
-                   help="write the study (e.g. a preset) as YAML to this file and stop")
-    p.add_argument("--allow_long_run", "--allow-long-run", action="store_true",
-                   help="start a study whose fine-tuning is estimated at more than a week on this machine anyway; "
-                        "passed to every cell's command, whose own plan is refused over a week without it")
-    return p  # fmt: skip
+_parser = study_parser  # its old name
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -178,29 +145,7 @@ def export_checkpoints(run_dir: Path, out: Path) -> list[tuple[int, Path]]:
     return models
 
 
-def _curve_parser(prog: str) -> argparse.ArgumentParser:
-    p = ArgumentParser(
-        prog=prog,
-        description="Fine-tune from every saved checkpoint of a pre-training run and draw the score against "
-        "the pre-training step (BERT Appendix C.1, Figure 5): when is a (continued) pre-training run good "
-        "enough? Keep the checkpoints when pre-training (--save_total_limit, e.g. 100). Resumable like a study.",
-        epilog="example:\n  spanbert curve runs/spanbert-small --task glue --glue_task SST-2 "
-        "--train ../shared/data/glue/SST-2 --learning_rate 3e-4 --option max_train_examples=2000",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("run", help="a `spanbert pretrain` output folder (checkpoint-N/ and final/)")
-    p.add_argument("--task", required=True, choices=list(TASKS), help="the fine-tuning task")
-    p.add_argument("--train", required=True, help="training file (glue: the task folder; coref: LitBank folder or file)")
-    p.add_argument("--dev", default="", help="dev file (not for glue)")
-    p.add_argument("--glue_task", "--glue-task", default="", help="glue only: SST-2, CoLA, MRPC, STS-B, RTE")
-    p.add_argument("--fold", type=int, action="append", default=[], help="coref on LitBank: a fold of the ten-fold split")
-    p.add_argument("--learning_rate", "--learning-rate", type=float, default=3e-5, help="fine-tuning learning rate")
-    p.add_argument("--seeds", type=int, default=1, help="fine-tuning seeds per checkpoint (default: 1)")
-    threads.add_option(p)
-    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                   help="a further `spanbert finetune TASK` option (repeatable), e.g. num_train_epochs=1")
-    p.add_argument("--output_dir", "--output-dir", help="default: RUN/curve-TASK")
-    return p  # fmt: skip
+_curve_parser = curve_parser  # its old name
 
 
 def _option_value(text: str) -> Any:

@@ -27,6 +27,7 @@ from spanbert.config import MODEL_PRESETS, _read_yaml, convert_value
 from spanbert.errors import SpanBertError
 from spanbert.families import FAMILIES
 from spanbert.pretrain import FAMILY_CHOICES, SYSTEM_PRESETS
+from spanbert.study.options import PRESET_SYSTEMS  # noqa: F401 -- also importable from here, as it was
 from spanbert.tasks import TASKS
 from spanbert.tasks.glue import _FALLBACK, GLUE_TASKS
 from spanbert.trainer import TrainingArguments
@@ -432,13 +433,6 @@ def options_argv(opts: dict[str, Any]) -> list[str]:
         elif value is not None:
             argv += [f"--{key}", str(value)]
     return argv
-
-
-PRESET_SYSTEMS = {
-    "table1": ["google-bert", "bert", "bert-1seq", "spanbert"],
-    "table6": ["mask-subword", "mask-whole-word", "mask-named-entity", "mask-noun-phrase", "mask-span"],
-    "table7": ["span-2seq-nsp", "span-1seq", "span-1seq-sbo"],
-}
 
 
 def preset(table: str, scale: str, data_root: str = "../shared/data") -> dict[str, Any]:

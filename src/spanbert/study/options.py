@@ -1,0 +1,81 @@
+"""The options of `spanbert study` and `spanbert curve`, and the paper's comparisons a study names by
+``--preset``: apart from the commands (`spanbert.study.command`), so that their parsers, and so
+``--help``, load neither torch nor a task.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from spanbert import threads
+from spanbert.config import ArgumentParser
+from spanbert.tasks import TASKS
+from spanbert.utils import output_file
+
+PRESET_SYSTEMS: dict[str, list[str]] = {
+    "table1": ["google-bert", "bert", "bert-1seq", "spanbert"],
+    "table6": ["mask-subword", "mask-whole-word", "mask-named-entity", "mask-noun-phrase", "mask-span"],
+    "table7": ["span-2seq-nsp", "span-1seq", "span-1seq-sbo"],
+}
+"""The systems of each of the paper's comparisons (Tables 1, 6 and 7), by ``--preset`` name."""
+
+
+def study_parser(prog: str = "spanbert study") -> argparse.ArgumentParser:
+    """The options of `spanbert study`."""
+    p = ArgumentParser(
+        prog=prog,
+        description="Rerun the paper's comparisons (Table 1: BERT baselines vs SpanBERT; Table 6: masking "
+        "schemes; Table 7: NSP / single sequence / SBO) on a corpus, budget and tasks of your choice. "
+        "Every cell is its own folder; a killed study resumes where it stopped.",
+        epilog="examples:\n  spanbert study --preset table1 --scale tiny --dry-run\n"
+        "  spanbert study --preset table1 --scale tiny --output_dir runs/study-table1\n"
+        "  spanbert study my_study.yaml --only summary",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("study", nargs="?", help="the study's YAML file (see docs/study.md); or use --preset")
+    p.add_argument("--preset", choices=sorted(PRESET_SYSTEMS), help="one of the paper's comparisons instead of a file")
+    p.add_argument("--scale", default="tiny", choices=("tiny", "small", "base"),
+                   help="preset size: tiny (CPU smoke test, < 1 h on 2 cores), small, base (GPU) (default: tiny)")
+    p.add_argument("--data_root", "--data-root", default="../shared/data", help="presets: the data folder (default: ../shared/data)")
+    p.add_argument("--output_dir", "--output-dir", help="where the cells and the summary go (default: the study's, or runs/study-PRESET-SCALE)")
+    p.add_argument("--dry-run", "--dry_run", action="store_true", help="print the plan and its cost; run nothing")
+    p.add_argument("--probe_steps", "--probe-steps", type=int, default=20,
+                   help="with --dry-run: time this many pre-training steps to estimate the cost (0: no probe)")
+    p.add_argument("--only", choices=("all", "pretrain", "finetune", "summary"), default="all",
+                   help="run only these cells (summary: only collect finished cells)")
+    p.add_argument("--shard", default="0/1", help="I/N: this process runs every N-th fine-tuning cell, from the I-th (parallel devices)")
+    threads.add_option(p, " of every cell (other shards count as other processes)")
+    p.add_argument("--seeds", type=int, help="override the number of fine-tuning seeds")
+    p.add_argument("--budget_tokens", "--budget-tokens", type=int, help="override the pre-training budget in tokens")
+    p.add_argument("--write_config", "--write-config", type=output_file,
+                   help="write the study (e.g. a preset) as YAML to this file and stop")
+    p.add_argument("--allow_long_run", "--allow-long-run", action="store_true",
+                   help="start a study whose fine-tuning is estimated at more than a week on this machine anyway; "
+                        "passed to every cell's command, whose own plan is refused over a week without it")
+    return p  # fmt: skip
+
+
+def curve_parser(prog: str = "spanbert curve") -> argparse.ArgumentParser:
+    """The options of `spanbert curve`."""
+    p = ArgumentParser(
+        prog=prog,
+        description="Fine-tune from every saved checkpoint of a pre-training run and draw the score against "
+        "the pre-training step (BERT Appendix C.1, Figure 5): when is a (continued) pre-training run good "
+        "enough? Keep the checkpoints when pre-training (--save_total_limit, e.g. 100). Resumable like a study.",
+        epilog="example:\n  spanbert curve runs/spanbert-small --task glue --glue_task SST-2 "
+        "--train ../shared/data/glue/SST-2 --learning_rate 3e-4 --option max_train_examples=2000",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("run", help="a `spanbert pretrain` output folder (checkpoint-N/ and final/)")
+    p.add_argument("--task", required=True, choices=list(TASKS), help="the fine-tuning task")
+    p.add_argument("--train", required=True, help="training file (glue: the task folder; coref: LitBank folder or file)")
+    p.add_argument("--dev", default="", help="dev file (not for glue)")
+    p.add_argument("--glue_task", "--glue-task", default="", help="glue only: SST-2, CoLA, MRPC, STS-B, RTE")
+    p.add_argument("--fold", type=int, action="append", default=[], help="coref on LitBank: a fold of the ten-fold split")
+    p.add_argument("--learning_rate", "--learning-rate", type=float, default=3e-5, help="fine-tuning learning rate")
+    p.add_argument("--seeds", type=int, default=1, help="fine-tuning seeds per checkpoint (default: 1)")
+    threads.add_option(p)
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a further `spanbert finetune TASK` option (repeatable), e.g. num_train_epochs=1")
+    p.add_argument("--output_dir", "--output-dir", help="default: RUN/curve-TASK")
+    return p  # fmt: skip
