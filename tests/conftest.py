@@ -2,25 +2,53 @@
 
 Tests use tiny models, where a second OpenMP thread buys nothing and, on a loaded machine, costs a lot
 (threads spin-wait for a busy core): one thread keeps the suite fast and its run time predictable.
+
+Tests write only under pytest's own folder: each test runs with its own temporary folder as the working
+directory (a command's default output, such as the quick start's `runs/spanbert-quickstart`, lands
+there and never in the checkout, where a user's own run would otherwise break the test), and the
+session's temporary files (`tempfile`, in this process and in every process a test starts) go under
+pytest's base folder too, which pytest removes after a green run (`tmp_path_retention_policy`).
+A test reaches the repository through `REPO`, never through the working directory.
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
 import torch
 
 torch.set_num_threads(1)
+
+REPO = Path(__file__).resolve().parents[1]
+"""The checkout's root: README.md, docs/, and `../shared/data` beside it."""
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _session_writes_under_pytests_folder(tmp_path_factory) -> Iterator[None]:
+    """Session and module fixtures run in a folder of pytest's, and `tempfile` writes under pytest's."""
+    tmp = tmp_path_factory.mktemp("tmp")
+    cwd = tmp_path_factory.mktemp("session-cwd")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TMPDIR", str(tmp))
+        mp.setattr(tempfile, "tempdir", str(tmp))
+        mp.chdir(cwd)
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _in_own_folder(tmp_path, monkeypatch) -> None:
+    """Every test starts in its own temporary folder (see the module's doc)."""
+    monkeypatch.chdir(tmp_path)
 
 
 # ---------------------------------------------------------------------------------------------
 # The clean-error contract of every command (docs/reliability.md, "Scores, refused models and bad input";
 # docs/usage.md): a user's mistake gives `error: FILE[:LINE]: found ..., expected ...` on stderr, exit
 # status 2, no traceback, and leaves no output behind. Malformed-input tables (tests/test_malformed*.py) assert it through `cli_error`.
-
-import os  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import pytest  # noqa: E402
-
 
 def _snapshot(root: Path) -> set[str]:
     return {os.path.relpath(os.path.join(d, f), root) for d, dirs, files in os.walk(root) for f in files + dirs}
