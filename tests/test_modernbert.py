@@ -230,6 +230,77 @@ def test_an_exported_model_opens_in_transformers_with_equal_logits(exported):
     assert families.load_encoder(exported).model_type == "modernbert"
 
 
+# every special token, at the start, between words, glued to a word, twice in a row, at the end
+SPECIAL_SENTENCES = [
+    "The human ran to the [MASK] of France.",
+    "[CLS] Mary met [MASK] [MASK] in Paris. [SEP] They talked. [SEP]",
+    "the[MASK]of rivers [UNK] and [PAD] [PAD]",
+    "  [MASK]  spaced  out  [SEP]",
+]
+
+
+@pytest.mark.parametrize("kind", ["byte-level", "wordpiece"])
+def test_transformers_tokenizes_text_with_special_tokens_as_we_do_both_ways(kind, tmp_path):
+    """Our saved tokenizer read by transformers gives our ids, and transformers' tokenizer saved by it gives
+    the same ids when we read it back; [MASK] takes the space before it in byte-level BPE (a mask stands
+    for a whole word with its space: ``Ġthe [MASK] Ġof``, no stray ``Ġ``)."""
+    from spanbert.tokenization import load_tokenizer, train_tokenizer
+
+    ours = train_byte_level_tokenizer(None, 300, texts=TEXTS) if kind == "byte-level" else train_tokenizer(None, 300, texts=TEXTS)
+    ours.save(tmp_path / "ours", model_max_length=8192)
+    theirs = transformers.AutoTokenizer.from_pretrained(tmp_path / "ours")
+    assert theirs.model_max_length == 8192
+    theirs.save_pretrained(tmp_path / "theirs")
+    back = load_tokenizer(tmp_path / "theirs")
+    for text in SPECIAL_SENTENCES:
+        ids = ours.encode(text).ids.tolist()
+        assert theirs(text, add_special_tokens=False)["input_ids"] == ids, text
+        assert back.encode(text).ids.tolist() == ids, text
+        assert theirs.decode(ids) == ours.decode(ids, skip_special_tokens=False), text
+    if kind == "byte-level":
+        pieces = ours.convert_ids_to_tokens(ours.encode("ran to the [MASK] of").ids)
+        at = pieces.index("[MASK]")
+        assert pieces[at - 1] == "Ġthe" and pieces[at + 1].startswith("Ġ"), pieces  # the space before it is in it
+
+
+def test_an_exported_tokenizer_says_the_models_longest_input(exported):
+    config = json.loads((exported / "config.json").read_text())
+    assert transformers.AutoTokenizer.from_pretrained(exported).model_max_length == config["max_position_embeddings"] == 8192
+
+
+@needs_hf_modernbert
+@pytest.mark.parametrize("head", ["mlm", "sbo"])
+def test_fill_predicts_with_either_head_of_a_modernbert_folder(exported, head, capsys):
+    text = "The human ran to the [MASK] of France."
+    assert main(["fill", "--model", str(exported), "--text", text, "--head", head, "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    tok = transformers.AutoTokenizer.from_pretrained(exported)
+    enc = tok(text, return_tensors="pt")
+    position = enc["input_ids"][0].tolist().index(tok.mask_token_id)
+    assert [p["position"] for p in got["predictions"]] == [position]  # the framing transformers gives the text
+    assert len(got["predictions"][0]["candidates"]) == 5
+    if head == "mlm":  # the MLM head's best guess is transformers' ModernBertForMaskedLM's (special tokens aside)
+        with torch.no_grad():
+            logits = transformers.AutoModelForMaskedLM.from_pretrained(exported).eval()(**enc).logits[0, position]
+        logits[tok.all_special_ids] = -float("inf")
+        best = int(logits.argmax())
+        word, prob = got["predictions"][0]["candidates"][0]
+        assert word == tok.decode([best]).strip() or word == tok.convert_ids_to_tokens(best)
+        assert prob == pytest.approx(float(logits.softmax(-1)[best]), abs=1e-4)
+
+
+def test_fill_with_a_head_the_folder_lacks_is_a_clean_error(exported, tmp_path, cli_error):
+    import shutil
+
+    bare = tmp_path / "no-sbo"
+    shutil.copytree(exported, bare)
+    (bare / model.SBO_FILE).unlink()
+    cli_error(["fill", "--model", str(bare), "--text", "a [MASK] b", "--head", "sbo"], names=str(bare),
+              contains="needs the span boundary head")  # fmt: skip
+    # the MLM head alone still fills; without being told, the loader adds no random span head
+    assert modernbert.ModernBertForPreTraining.from_pretrained(bare, require=("mlm",)).span_predictions is None
+
+
 def _pretrain_argv(corpus: Path, out: Path, steps: int, *extra: str) -> list[str]:
     return ["pretrain", "--family", "modernbert", "--system", "spanbert", "--model", "tiny", "--corpus", str(corpus),
             "--vocab_size", "320", "--max_seq_length", "48", "--per_device_train_batch_size", "2",

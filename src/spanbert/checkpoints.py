@@ -380,8 +380,8 @@ def save_checkpoint(
     for shard in path.iterdir():
         if _SHARD.fullmatch(shard.name):
             shard.unlink()
-    if tokenizer is not None:
-        tokenizer.save(path)
+    if tokenizer is not None:  # transformers' tokenizer then knows the model's longest input (8,192 for ModernBERT)
+        tokenizer.save(path, model_max_length=config_json.get("max_position_embeddings"))
     with atomic_write(path / "config.json") as f:
         json.dump(config_json, f, indent=2, sort_keys=True)
         f.write("\n")

@@ -30,7 +30,7 @@ from torch import Tensor, nn
 
 from spanbert import checkpoints, cloze, model, modernbert
 from spanbert.collate import pretrain_target_counts
-from spanbert.config import BertConfig, FinetuneHabits, model_config
+from spanbert.config import BertConfig, FinetuneHabits, _json_kind, model_config
 from spanbert.distributed import print0
 from spanbert.errors import SpanBertError
 from spanbert.hub import resolve_model
@@ -125,6 +125,9 @@ class Pretraining:
     """(exported folder, objectives) -> what to run next, printed after the export."""
     init_config: Callable[[str], Any] = lambda folder: None
     """--init_from folder -> the checkpoint's architecture, its weights checked present (no tensor read)."""
+    load_heads: Callable[[str, tuple[str, ...], str], nn.Module] | None = None
+    """(folder, heads, command) -> the pre-trained model with those heads (mlm, sbo) loaded from the folder,
+    an error naming it when one is missing (`spanbert fill`); None: the family fills no masks."""
 
 
 @dataclass(frozen=True)
@@ -216,9 +219,18 @@ def _bert_flops(config: BertConfig, seq_len: int, objectives: tuple[str, ...]) -
     return model.flops_per_token(config, seq_len, mask_rate=rate, sbo="sbo" in objectives)
 
 
+def _vocabulary_line(kind: str, asked: int, train: Callable[[], Any], note: str = "") -> None:
+    """Train a vocabulary (``train()`` returns its tokenizer) and say what it came to: a small corpus has
+    fewer distinct pieces (or merges) than --vocab_size asks for, and the model is sized by the result."""
+    print0(f"training a {kind} vocabulary of up to {asked:,} tokens on the corpus{note}")
+    got = train().vocab_size
+    if got < asked:
+        print0(f"vocabulary: {got:,} tokens, all that the corpus gives (--vocab_size {asked:,} asked for more)")
+
+
 def _bert_vocabulary(files: list, vocab_size: int, folder: Path, config: BertConfig) -> None:
-    print0(f"training a {vocab_size}-token cased WordPiece vocabulary on the corpus")
-    train_tokenizer(files, vocab_size=vocab_size, output_dir=folder, show_progress=False)
+    _vocabulary_line("cased WordPiece", vocab_size,
+                     lambda: train_tokenizer(files, vocab_size=vocab_size, output_dir=folder, show_progress=False))  # fmt: skip
 
 
 def _bert_build(config: BertConfig, tok: Any, *, init_from: str | None, objectives: tuple[str, ...],
@@ -299,6 +311,9 @@ BERT_PRETRAINING = Pretraining(
     export_extra=lambda system, scheme: {"system": system, "masking": scheme or "none"},
     next_steps=_bert_next_steps,
     init_config=checkpoints.check_checkpoint,
+    load_heads=lambda folder, heads, command: model.SpanBertForPreTraining.from_pretrained(
+        folder, require=heads, needed_by=command
+    ),
 )
 
 
@@ -329,8 +344,8 @@ def _two_tower_args(config: cloze.ClozeConfig, args: Any) -> Any:
 
 def _two_tower_vocabulary(files: list, vocab_size: int, folder: Path, config: cloze.ClozeConfig) -> None:
     kind = "bpe" if config.input == "bpe" else "words"
-    print0(f"training a {vocab_size}-type {'byte-level BPE' if kind == 'bpe' else 'word'} vocabulary on the corpus")
-    cloze.train_cloze_tokenizer(files, vocab_size, kind, output_dir=folder)
+    _vocabulary_line("byte-level BPE" if kind == "bpe" else "word", vocab_size,
+                     lambda: cloze.train_cloze_tokenizer(files, vocab_size, kind, output_dir=folder))  # fmt: skip
 
 
 def _two_tower_describe(lm: nn.Module) -> str:
@@ -391,8 +406,8 @@ def _modernbert_check(config: Any, *, system: str, masking: str | None, init_fro
 
 
 def _modernbert_vocabulary(files: list, vocab_size: int, folder: Path, config: Any) -> None:
-    print0(f"training a {vocab_size}-token byte-level BPE vocabulary on the corpus (BERT's special tokens, as ModernBERT's)")
-    train_byte_level_tokenizer(files, vocab_size, output_dir=folder)
+    _vocabulary_line("byte-level BPE", vocab_size, lambda: train_byte_level_tokenizer(files, vocab_size, output_dir=folder),
+                     note=" (BERT's special tokens, as ModernBERT's)")  # fmt: skip
 
 
 def _modernbert_build(config: Any, tok: Any, *, init_from: str | None, objectives: tuple[str, ...],
@@ -417,10 +432,14 @@ def _modernbert_init_config(folder: str) -> modernbert.ModernBertConfig:
 
 
 def _modernbert_next_steps(final: Path, objectives: tuple[str, ...]) -> list[str]:
+    head = "the MLM or the span boundary head" if "sbo" in objectives else "the MLM head"
+    text = "The {MASK*3} is used to define a function."
     return [
         f"\nsaved the model to {final} (transformers' ModernBertForMaskedLM layout: config.json, model.safetensors, "
         "tokenizer files)",
-        f"  fine-tune it on any task, e.g.: spanbert finetune squad --model {final} --train_file ... --validation_file ...",
+        f"next: fill a masked span with {head}:",
+        f'  spanbert fill --model {final} --text "{text}" --head {"sbo" if "sbo" in objectives else "mlm"}',
+        f"  or fine-tune it on any task, e.g.: spanbert finetune squad --model {final} --train_file ... --validation_file ...",
     ]
 
 
@@ -447,6 +466,9 @@ MODERNBERT_PRETRAINING = Pretraining(
     export_extra=lambda system, scheme: {"system": system, "masking": scheme or "none"},
     next_steps=_modernbert_next_steps,
     init_config=_modernbert_init_config,
+    load_heads=lambda folder, heads, command: modernbert.ModernBertForPreTraining.from_pretrained(
+        folder, require=heads, needed_by=command
+    ),
 )
 
 
@@ -512,7 +534,7 @@ def read_config(path: str | Path) -> dict[str, Any]:
         raise SpanBertError(f"{path}: no config.json or bert_config.json, expected a model folder")
     raw = checkpoints.read_json(cfg_path, "a JSON object of model settings")
     if not isinstance(raw, dict):
-        raise SpanBertError(f"{cfg_path}: found a JSON {type(raw).__name__}, expected a JSON object of model settings")
+        raise SpanBertError(f"{cfg_path}: found a JSON {_json_kind(raw)}, expected a JSON object of model settings")
     return raw
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -749,13 +750,35 @@ class ModernBertForPreTraining(nn.Module):
         save_folder(path, main, config_json, tokenizer=tokenizer, extra_files={SBO_FILE: sbo} if sbo else None)
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, sbo: bool = True, **kwargs: Any) -> ModernBertForPreTraining:
+    def from_pretrained(
+        cls,
+        path: str | Path,
+        sbo: bool | None = None,
+        *,
+        require: Sequence[str] = (),
+        needed_by: str = "this command",
+        **kwargs: Any,
+    ) -> ModernBertForPreTraining:
         """Continue from a ModernBERT folder (`--init_from`: transformers' MLM or bare model, or ours):
-        the encoder must load whole; MLM and span boundary heads it lacks start fresh, said on stderr."""
+        the encoder must load whole; MLM and span boundary heads it lacks start fresh, said on stderr.
+        ``sbo`` None: a span boundary head when the folder holds one. ``require`` names heads (``mlm``,
+        ``sbo``) that ``needed_by`` (a command, for the message) predicts with: one the folder does not
+        hold is an error naming the folder, never a head initialised at random (`spanbert fill`)."""
         raw, state = load_safetensors_checkpoint(path)  # a hub name resolved, as every loader does
         from_dir = resolve_model(path)
         if (from_dir / SBO_FILE).is_file():
             state.update(read_safetensors(from_dir / SBO_FILE))
+        held = {head for head, prefixes in _HEADS.items() if any(k.startswith(prefixes) for k in state)}
+        sbo = "sbo" in held if sbo is None else sbo
+        for head in require:
+            if head not in held:
+                what = ", ".join(_HEAD_NAMES[h] for h in sorted(held)) or "no pre-training head"
+                raise SpanBertError(
+                    f"{path}: holds a ModernBERT encoder with {what}; {needed_by} needs {_HEAD_NAMES[head]} "
+                    f"({' and '.join(p + '*' for p in _HEADS[head])}), which it does not hold. Pass a pre-training "
+                    "folder that has it (spanbert pretrain --family modernbert's output; the span boundary head "
+                    "with --system spanbert)"
+                )
         pre = cls(ModernBertConfig.from_hf_dict(raw, source=str(from_dir / "config.json")), sbo=sbo, **kwargs)
         # the encoder's keys (an MLM head's `head.*` is ignored: this encoder has no sentence head)
         load_encoder_state(pre.model, encoder_state(state), str(from_dir))
@@ -765,6 +788,11 @@ class ModernBertForPreTraining(nn.Module):
         if fresh:
             eprint0(f"note: {path} has no weights for {', '.join(fresh)}: freshly initialised")
         return pre.eval()
+
+
+_HEADS = {"mlm": ("head.", "decoder.bias"), "sbo": ("span_predictions.",)}
+"""A pre-training head -> the prefixes of its weights (transformers' MLM names, SpanBERT's SBO head)."""
+_HEAD_NAMES = {"mlm": "the masked-LM head", "sbo": "the span boundary head"}
 
 
 def flops_per_token(config: ModernBertConfig, seq_len: int, mask_rate: float = 0.15, sbo: bool = True) -> float:

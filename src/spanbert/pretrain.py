@@ -54,7 +54,7 @@ from spanbert.families import (
 )
 from spanbert.hub import resolve_model
 from spanbert.masking import SCHEMES, MaskingConfig
-from spanbert.model import SpanBertForPreTraining
+from spanbert.model import SpanBertForPreTraining  # noqa: F401 -- importable from here, as it was
 from spanbert.pretrain_config import (  # noqa: F401 -- the systems, presets and parsers, re-exported where they were
     CAUSAL_SYSTEMS,
     CLOZE_SYSTEMS,
@@ -925,7 +925,8 @@ def fill(model, tok, text: str, head: str = "mlm", top_k: int = 5) -> dict[str, 
     """Predict every `[MASK]` in ``text``; `{MASK*n}` is shorthand for n masks.
 
     head="mlm": the MLM head at each masked position. head="sbo": the span boundary head, which
-    sees only the two tokens around each run of masks and the position inside it (§3.2).
+    sees only the two tokens around each run of masks and the position inside it (§3.2). ``model`` is
+    a pre-training model of the BERT or the ModernBERT family.
     """
     text = _MASK_RUN.sub(lambda m: " ".join(["[MASK]"] * int(m.group(1))), text)
     pieces = text.split("[MASK]")
@@ -933,14 +934,14 @@ def fill(model, tok, text: str, head: str = "mlm", top_k: int = 5) -> dict[str, 
     masked: list[int] = []
     for i, piece in enumerate(pieces):
         if piece.strip():
-            ids += tok.encode(piece.strip()).ids.tolist()
+            ids += tok.encode(_fill_piece(piece, i, tok.byte_level)).ids.tolist()
         if i < len(pieces) - 1:
             masked.append(len(ids))
             ids.append(tok.mask_id)
     ids.append(tok.sep_id)
     if not masked:
         raise SpanBertError("the text has no [MASK] (write [MASK] per token, or {MASK*n} for a run of n)")
-    if head == "sbo" and model.cls.span_predictions is None:
+    if head == "sbo" and _span_head(model) is None:
         raise SpanBertError("this model has no span boundary head (pre-trained without SBO); use --head mlm")
     if len(ids) > model.config.max_position_embeddings:
         raise SpanBertError(f"the text is {len(ids)} tokens; the model takes at most {model.config.max_position_embeddings}")
@@ -971,10 +972,35 @@ def fill(model, tok, text: str, head: str = "mlm", top_k: int = 5) -> dict[str, 
     filled = list(ids)
     predictions = []
     for j, p in enumerate(masked):
-        cands = [(tok.id_to_token(int(i)), float(pr)) for pr, i in zip(top.values[j], top.indices[j])]
+        cands = [(_shown(tok, int(i)), float(pr)) for pr, i in zip(top.values[j], top.indices[j])]
         filled[p] = int(top.indices[j, 0])
         predictions.append({"position": p, "candidates": cands})
     return {"text": tok.decode(filled[1:-1]), "predictions": predictions}
+
+
+def _fill_piece(piece: str, index: int, byte_level: bool) -> str:
+    """The text between two masks, as the tokenizer must see it. WordPiece: the words alone. Byte-level
+    BPE (ModernBERT): a word's leading space is part of its token, and a mask stands for a word with
+    its space, so the space before a mask goes with the mask and a word after one keeps its own."""
+    if not byte_level:
+        return piece.strip()
+    if index == 0:
+        return piece.rstrip()
+    return (" " if piece[:1].isspace() else "") + piece.strip()
+
+
+def _span_head(model: nn.Module) -> nn.Module | None:
+    """The span boundary head of a BERT (``cls.span_predictions``) or ModernBERT pre-training model."""
+    return getattr(getattr(model, "cls", model), "span_predictions", None)
+
+
+def _shown(tok: Any, i: int) -> str:
+    """A candidate token as a person reads it: WordPiece's own (``##ing`` says it continues a word),
+    byte-level BPE's as text (``Ġcapital`` -> ``capital``); a piece of a character's bytes as stored."""
+    if not tok.byte_level:
+        return tok.id_to_token(i)
+    text = tok.decode([i], skip_special_tokens=False).strip()
+    return text if text and "\ufffd" not in text else tok.id_to_token(i)
 
 
 def fill_main(argv: list[str], prog: str = "spanbert fill") -> int:
@@ -991,9 +1017,14 @@ def fill_main(argv: list[str], prog: str = "spanbert fill") -> int:
     tok = load_tokenizer_for(args.model, args.tokenizer)  # a folder without one fails before weights are read
     # the head that predicts must come from the folder: a fine-tuned or bare encoder has none, and a
     # freshly initialised one would print a different random guess each run
-    model = SpanBertForPreTraining.from_pretrained(
-        args.model, require=(args.head,), needed_by=f"spanbert fill --head {args.head}"
-    )
+    family = family_of(args.model)
+    load = FAMILIES[family].pretraining.load_heads if FAMILIES[family].pretraining else None
+    if load is None:
+        raise SpanBertError(
+            f"{args.model}: found a {family} model, which has no masked-LM head; expected a BERT or ModernBERT "
+            "pre-training folder (spanbert pretrain's output)"
+        )
+    model = load(args.model, (args.head,), f"spanbert fill --head {args.head}")
     result = fill(model, tok, text, head=args.head, top_k=args.top_k)
     if args.json:
         print0(json.dumps(result, indent=2, ensure_ascii=False))

@@ -233,18 +233,21 @@ class Tokenizer:
         space is part of its first token (``Ġman``), so words must be encoded as they appear in running text."""
         return self._byte_level
 
-    def save(self, directory: str | os.PathLike) -> None:
+    def save(self, directory: str | os.PathLike, model_max_length: int | None = None) -> None:
         """Write vocab.txt, tokenizer.json, tokenizer_config.json and special_tokens_map.json.
 
         `transformers.AutoTokenizer.from_pretrained(directory)` then gives a BERT tokenizer with the same
         ids and the same casing (``do_lower_case`` is written explicitly so cased stays cased). A BPE or
         word-level vocabulary (the two-tower model's) is no WordPiece vocabulary: its tokenizer_config.json
         says ``PreTrainedTokenizerFast``, so transformers reads tokenizer.json instead of vocab.txt.
+        ``model_max_length``: the longest input of the model saved beside it (its position count;
+        `spanbert.checkpoints.save_checkpoint` passes it), 512 when not given.
         """
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
+        max_length = int(model_max_length) if model_max_length else 512
         if type(self.hf.model).__name__ != "WordPiece":
-            return self._save_fast(directory)
+            return self._save_fast(directory, max_length)
         vocab = self.hf.get_vocab(with_added_tokens=True)
         by_id = [""] * self.vocab_size
         for token, i in vocab.items():
@@ -258,7 +261,7 @@ class Tokenizer:
             "do_lower_case": self.do_lower_case,
             "strip_accents": None if self.do_lower_case else False,
             "tokenize_chinese_chars": True,
-            "model_max_length": 512,
+            "model_max_length": max_length,
             "unk_token": UNK,
             "sep_token": SEP,
             "pad_token": PAD,
@@ -271,7 +274,7 @@ class Tokenizer:
         with atomic_write(directory / "special_tokens_map.json", encoding="utf-8") as f:
             json.dump(specials, f, indent=2)
 
-    def _save_fast(self, directory: Path) -> None:
+    def _save_fast(self, directory: Path, max_length: int = 512) -> None:
         with atomic_write(directory / "tokenizer.json", encoding="utf-8") as f:
             f.write(self.hf.to_str())
         names = {"unk_token": UNK, "pad_token": PAD}
@@ -280,7 +283,7 @@ class Tokenizer:
                 names[key] = token
         if "sep_token" not in names:  # BERT's framing (ModernBERT's vocabulary): [CLS] a [SEP]
             names.update(cls_token=CLS, sep_token=SEP, mask_token=MASK)
-        config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 512, **names}
+        config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": max_length, **names}
         with atomic_write(directory / "tokenizer_config.json", encoding="utf-8") as f:
             json.dump(config, f, indent=2)
         with atomic_write(directory / "special_tokens_map.json", encoding="utf-8") as f:
@@ -439,6 +442,11 @@ def byte_level_bpe(lines: Iterable[str], vocab_size: int, specials: Sequence[str
     )
     hf.train_from_iterator(lines, trainer=trainer)
     hf.add_special_tokens(list(specials))
+    if MASK in specials:
+        # [MASK] takes the space before it (lstrip), as ModernBERT's and RoBERTa's mask tokens do: a mask
+        # stands for a whole word with its leading space (``Ġcapital``), so "the [MASK] of" must be
+        # ``Ġthe [MASK] Ġof``, not ``Ġthe Ġ [MASK] Ġof`` with a space token pre-training never showed
+        hf.add_special_tokens([t.AddedToken(MASK, lstrip=True, special=True, normalized=False)])
     return hf
 
 
