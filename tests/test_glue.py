@@ -179,6 +179,40 @@ def test_tiny_model_overfits_32_sst2_examples_and_writes_submission(tiny_model, 
     assert json.loads(capsys.readouterr().out)["accuracy"] >= 95.0
 
 
+def test_heldout_half_selects_on_one_half_and_scores_the_other(tiny_model, tmp_path, capsys, cli_error):
+    """--heldout_half: selection sees the study's selection half of dev, `evaluate --heldout_half` scores the
+    other half, which selection never saw."""
+    from spanbert.study import split_half
+
+    data, out, full = tmp_path / "SST-2", tmp_path / "ft", tmp_path / "ft-full"
+    _write_sst(data)
+    argv = ["finetune", "glue", "--task", "SST-2", "--data_dir", str(data), "--model", str(tiny_model), "--evals_per_epoch", "2"]
+    assert spanbert_main(argv + ["--heldout_half"] + _train_args(out, steps=8)) == 0
+    assert "the other half is held out" in capsys.readouterr().out
+    select, held = split_half(32)  # the halves `spanbert study` cuts from the same 32 rows
+    results = json.loads((out / "dev_results.json").read_text())
+    assert results["dev_half"] == "selection" and results["selected_by"] == "score"
+    rows = (out / "SST-2.dev.tsv").read_text().splitlines()[1:]  # the selection half's predictions: index = row
+    assert [int(r.split("\t")[0]) for r in rows] == select
+    glue = ["glue", "--task", "SST-2", "--data_dir", str(data)]
+    assert spanbert_main(["evaluate", *glue, "--model", str(out), "--heldout_half"]) == 0
+    scored = json.loads(capsys.readouterr().out)
+    assert scored["examples"] == len(held) == 16 and scored["dev_half"] == "held-out"
+    # the same number as the whole dev set's predictions restricted to the held-out rows
+    assert spanbert_main(["predict", *glue, "--model", str(out), "--split", "dev", "--output_dir", str(tmp_path / "p")]) == 0
+    pred = read_submission(tmp_path / "p" / "SST-2.dev.tsv", 32)
+    gold = [label for _, label in synthetic_sst(32)]
+    assert scored["accuracy"] == pytest.approx(100 * sum(pred[i] == gold[i] for i in held) / len(held))
+    # the whole dev set of such a model: said to include the half it was selected on
+    capsys.readouterr()
+    assert spanbert_main(["evaluate", *glue, "--model", str(out)]) == 0
+    assert "was selected on half of dev" in capsys.readouterr().err
+    # a model selected on the whole dev set has no held-out half
+    assert spanbert_main(argv + _train_args(full, steps=2)) == 0
+    cli_error(["evaluate", *glue, "--model", full, "--heldout_half"], names=str(full), contains="without --heldout_half")
+    cli_error(["evaluate", *glue, "--predictions", out / "SST-2.dev.tsv", "--heldout_half"], contains="expected --model")
+
+
 def test_tiny_model_fits_sts_b_regression(tiny_model, tmp_path, capsys):
     data, out = tmp_path / "STS-B", tmp_path / "ft"
     data.mkdir()

@@ -19,31 +19,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from spanbert import distributed
 from spanbert.errors import SpanBertError
 from spanbert.study.layout import Cell, heldout_dir, litbank_fold_dir
 from spanbert.study.runner import last_json, run_command, write_json
 from spanbert.study.spec import Study, TaskSpec, task_head
 from spanbert.tasks import TASKS
+from spanbert.tasks.common import HELDOUT_SEED, split_half  # noqa: F401 -- the split, shared with `finetune glue --heldout_half`
 from spanbert.tasks.glue import GLUE_TASKS, glue_task
 from spanbert.tasks.qa import _parse_slice
 from spanbert.utils import atomic_write
-
-HELDOUT_SEED = 23
-"""The seed of the dev split: fixed, so every system, learning rate and seed is scored on the same half."""
-
-
-def split_half(n: int, seed: int = HELDOUT_SEED) -> tuple[list[int], list[int]]:
-    """(selection indices, held-out indices) of ``n`` records: a seeded permutation cut in two, the
-    held-out half the smaller when ``n`` is odd, each half in the file's order."""
-    if n < 2:
-        raise ValueError(f"cannot split {n} record(s) in two halves")
-    perm = np.random.default_rng(seed).permutation(n)
-    held = sorted(int(i) for i in perm[: n // 2])
-    select = sorted(int(i) for i in perm[n // 2 :])
-    return select, held
 
 
 @dataclass

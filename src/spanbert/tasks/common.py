@@ -52,6 +52,24 @@ T = TypeVar("T")
 SWEEP_LEARNING_RATES = (5e-6, 1e-5, 2e-5, 3e-5, 5e-5)
 SWEEP_BATCH_SIZES = (16, 32)
 
+HELDOUT_SEED = 23
+"""The seed of the dev halves: fixed, so every run (every system, learning rate and seed of a study, and
+`finetune glue --heldout_half`) selects on the same half and is scored on the same other half."""
+
+
+def split_half(n: int, seed: int = HELDOUT_SEED) -> tuple[list[int], list[int]]:
+    """(selection indices, held-out indices) of ``n`` records: a seeded permutation cut in two, the
+    held-out half the smaller when ``n`` is odd, each half in the file's order. A model is selected on
+    the first half and scored on the second, which selection never saw (SpanBERT §4.1 does this for
+    MRQA; `spanbert study` for every task without a test split)."""
+    if n < 2:
+        raise ValueError(f"cannot split {n} record(s) in two halves")
+    perm = np.random.default_rng(seed).permutation(n)
+    held = sorted(int(i) for i in perm[: n // 2])
+    select = sorted(int(i) for i in perm[n // 2 :])
+    return select, held
+
+
 EVALS_PER_EPOCH = 10
 """Dev evaluations per epoch: the default ``--eval_per_epoch 10`` of the released fine-tuning scripts
 (facebookresearch/SpanBERT code/run_squad.py, run_mrqa.py, run_tacred.py, run_glue.py)."""

@@ -26,12 +26,13 @@ from typing import Any
 import numpy as np
 
 from spanbert import families
-from spanbert.distributed import print0
+from spanbert.distributed import eprint0, print0
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics.classification import accuracy, binary_f1, matthews_corrcoef, pearson, spearman
 from spanbert.tasks import classification as C
 from spanbert.tasks.classification import pair_input
 from spanbert.tasks.common import (
+    HELDOUT_SEED,
     add_inference_arguments,
     add_scoring_source,
     family_defaults,
@@ -42,6 +43,7 @@ from spanbert.tasks.common import (
     print_metrics,
     selection_defaults,
     selection_summary,
+    split_half,
     start_distributed,
     task_parser,
     write_once,
@@ -385,12 +387,17 @@ def finetune_glue(
     max_seq_length: int = 128,
     max_train_examples: int | None = None,
     max_eval_examples: int | None = None,
+    heldout_half: bool = False,
 ) -> dict[str, float]:
-    """Fine-tune on ``data_dir``'s train split, score every dev split, save to ``args.output_dir``."""
+    """Fine-tune on ``data_dir``'s train split, score every dev split, save to ``args.output_dir``.
+    ``heldout_half``: select (and score) on the selection half of each dev split only (`dev_halves`);
+    the other half stays unseen for `spanbert evaluate glue --heldout_half`."""
     out = Path(args.output_dir)
     selected = None
     train = read_split(task, data_dir, task.train)[:max_train_examples]
     dev = {split: read_split(task, data_dir, files)[:max_eval_examples] for split, files in task.dev.items()}
+    if heldout_half:
+        dev = {split: halves[0] for split, halves in dev_halves(dev, data_dir).items()}
     gold = {split: [e.label for e in exs] for split, exs in dev.items()}
     if task.name == "WNLI":  # Table 5 note: WNLI is always the majority class, no model is trained
         majority = Counter(e.label for e in train).most_common(1)[0][0]
@@ -415,8 +422,14 @@ def finetune_glue(
         )
         pred, selected = done.predictions, done.selected_step
         meta = {"task": "glue", "glue_task": task.name, "max_seq_length": max_seq_length}
+        if heldout_half:  # what `evaluate --heldout_half` needs to cut the same halves
+            meta["heldout_half"] = {"seed": HELDOUT_SEED, "max_eval_examples": max_eval_examples}
         C.save_model(model, out, tokenizer, "sequence", list(task.labels) if task.labels else None, meta)
     metrics = {**score_splits(task, gold, pred), **selection_summary(selected, args)}
+    if heldout_half:
+        metrics["dev_half"] = "selection"  # these scores are on the half selection saw
+        print0(f"selected on half of dev ({sum(map(len, dev.values()))} examples); the other half is held out: "
+               f"spanbert evaluate glue --task {task.name} --heldout_half --model {out} scores it")  # fmt: skip
 
     def write() -> None:
         for split, exs in dev.items():
@@ -425,6 +438,19 @@ def finetune_glue(
 
     write_once(write)
     return metrics
+
+
+def dev_halves(dev: dict[str, list[GlueExample]], data_dir: str | Path) -> dict[str, tuple[list, list]]:
+    """Each dev split cut into (selection half, held-out half) by `split_half`: by example, with the
+    fixed seed `spanbert study` uses, so a study and ``--heldout_half`` hold out the same sentences."""
+    out = {}
+    for split, exs in dev.items():
+        if len(exs) < 2:
+            raise SpanBertError(f"--heldout_half: found {len(exs)} dev example(s) in {data_dir} "
+                                f"{split or 'dev'}, expected at least 2 to split dev in two halves")  # fmt: skip
+        select, held = split_half(len(exs))
+        out[split] = ([exs[i] for i in select], [exs[i] for i in held])
+    return out
 
 
 def _dev_name(task: GlueTask, split: str) -> str:
@@ -513,11 +539,17 @@ def _finetune(task_name: str, argv: list[str], prog: str) -> int:
         )
         parser.add_argument("--max_train_examples", type=int, help="use only the first N training examples")
         parser.add_argument("--max_eval_examples", type=int, help="use only the first N examples of each dev split")
+        parser.add_argument(
+            "--heldout_half", action="store_true",
+            help="keep half of each dev split (a fixed, seeded half: the one `spanbert study` holds out) away from "
+            "model selection: the best evaluation is chosen on the other half, and `spanbert evaluate glue "
+            "--heldout_half` scores the model on the half it never saw",
+        )  # fmt: skip
 
     def run_one(args: argparse.Namespace, targs: Any) -> dict[str, float]:
         return finetune_glue(
             task, args.model, args.data_dir, targs, args.tokenizer, args.max_seq_length,
-            args.max_train_examples, args.max_eval_examples,
+            args.max_train_examples, args.max_eval_examples, args.heldout_half,
         )  # fmt: skip
 
     defaults = family_defaults(argv, default_arguments(task or GLUE_TASKS["RTE"]))
@@ -555,15 +587,28 @@ def _predict(task_name: str, argv: list[str], prog: str) -> int:
 
 
 def _evaluate(task_name: str, argv: list[str], prog: str) -> int:
-    """``spanbert evaluate glue --task NAME --data_dir DIR (--predictions F ... | --model M)``."""
+    """``spanbert evaluate glue --task NAME --data_dir DIR (--predictions F ... | --model M) [--heldout_half]``."""
     task = _task_from_argv(argv)
     parser = _parser(prog)
     add_scoring_source(parser, "dev predictions (submission format), one file per dev split", "sequences", nargs="+")
+    parser.add_argument(
+        "--heldout_half", action="store_true",
+        help="score the model (--model) on the half of dev that `finetune glue --heldout_half` kept away from "
+        "model selection: a score on data selection never saw",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    heldout = None
     if args.model:
         check_model(task, args.model)
+        heldout = _heldout_settings(args.model, args.heldout_half)
         start_distributed(args.device)
+    elif args.heldout_half:
+        raise SpanBertError("--heldout_half: found --predictions, expected --model (the model folder says which half "
+                            "of dev its fine-tuning held out)")  # fmt: skip
     dev = {s: read_split(task, args.data_dir, files) for s, files in task.dev.items()}
+    if args.heldout_half:
+        dev = {s: exs[: heldout["max_eval_examples"]] for s, exs in dev.items()}
+        dev = {s: halves[1] for s, halves in dev_halves(dev, args.data_dir).items()}
     if args.predictions and len(args.predictions) != len(dev):
         raise SpanBertError(
             f"--predictions: found {len(args.predictions)} file(s); expected one per {task.name} dev split, in "
@@ -577,8 +622,29 @@ def _evaluate(task_name: str, argv: list[str], prog: str) -> int:
             else read_submission(args.predictions[k], exs, task)
         )
     gold = {s: [e.label for e in exs] for s, exs in dev.items()}
-    print_metrics({**score_splits(task, gold, pred), "examples": sum(map(len, gold.values()))})
+    extra = {"dev_half": "held-out"} if args.heldout_half else {}
+    print_metrics({**score_splits(task, gold, pred), "examples": sum(map(len, gold.values())), **extra})
     return 0
+
+
+def _heldout_settings(model_dir: str | Path, heldout_half: bool) -> dict[str, Any] | None:
+    """What the model folder says of its dev halves (`finetune glue --heldout_half`), checked against what
+    the command asks: a held-out score needs a model whose selection saw only the other half; a score on
+    the whole dev set of such a model is said to include the half it was selected on."""
+    if (Path(model_dir) / MAJORITY_FILE).exists():  # WNLI's majority class: nothing was selected on dev
+        return {"max_eval_examples": None}
+    settings = families.read_config(model_dir).get("spanbert", {})
+    halves = settings.get("heldout_half") if isinstance(settings, dict) else None
+    if heldout_half and not isinstance(halves, dict):
+        raise SpanBertError(
+            f"{model_dir}: found a model selected on the whole dev set (fine-tuned without --heldout_half), "
+            "expected one that held half of dev out of selection; fine-tune with --heldout_half, or evaluate "
+            "without it (a score on data selection saw)"
+        )
+    if not heldout_half and isinstance(halves, dict):
+        eprint0(f"note: {model_dir} was selected on half of dev: this score includes that half "
+                "(--heldout_half scores only the other)")  # fmt: skip
+    return halves
 
 
 SPECS = {
