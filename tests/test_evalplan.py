@@ -60,7 +60,10 @@ def test_short_run_evaluates_less_and_says_so(tok, tmp_path: Path, capsys) -> No
     argv, _ = _squad(tok, tmp_path)
     out = _run(argv, capsys)
     plan = [line for line in out.splitlines() if line.startswith("plan: ")]
-    assert len(plan) == 1 and "(1 evaluation of 32 dev examples;" in plan[0] and plan[0].endswith("on cpu"), out
+    # on cpu, or on idle cpu cores and what other processes used of them (a shared machine: threads.sharing)
+    assert len(plan) == 1 and "(1 evaluation of 32 dev examples;" in plan[0], out
+    assert plan[0].endswith("on cpu") or re.search(r"on idle cpu cores; other processes kept about [\d.]+ of the \d+ "
+                                                   r"cores busy: expect longer$", plan[0]), out  # fmt: skip
     notes = [line for line in out.splitlines() if line.startswith("note: evaluating")]
     assert len(notes) == 1 and "not 10" in notes[0] and "--evals_per_epoch 10" in notes[0], out
     assert len(re.findall(r"^step \d+: dev ", out, re.M)) == 1, out

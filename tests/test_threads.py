@@ -161,3 +161,29 @@ def test_every_task_that_runs_a_model_takes_threads(action, capsys):
 def test_a_negative_or_non_numeric_thread_count_is_refused(argv, cli_error, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cli_error(argv, contains="--threads", out=tmp_path)
+
+
+def test_what_other_processes_use_of_the_cores_is_told(monkeypatch):
+    # /proc as it would read: the machine busy for 300 ticks over 1 s, this run for 100 of them: others 2 cores
+    from spanbert import cost
+
+    clock = {"t": 100.0, "busy": 1000, "ours": 500}
+    monkeypatch.setattr(threads.time, "monotonic", lambda: clock["t"])
+    monkeypatch.setattr(threads, "_busy_jiffies", lambda: clock["busy"])
+    monkeypatch.setattr(threads, "_tree_jiffies", lambda pid: clock["ours"])
+    monkeypatch.setattr(threads.os, "sysconf", lambda name: 100)
+    monkeypatch.setattr(threads, "usable_cores", lambda: 4)
+    threads.reset()
+    threads.configure(1)  # a fixed count still measures: the time a plan promises depends on the load
+    clock.update(t=101.0, busy=1300, ours=600)
+    assert threads.others_cores() == pytest.approx(2.0)
+    clock.update(t=102.0, busy=1400, ours=700)  # the next window: only this run worked
+    assert threads.others_cores() == 0.0
+    clock.update(t=103.0, busy=1530, ours=800)
+    assert threads.sharing() == "other processes kept about 0.3 of the 4 cores busy"
+    clock.update(t=104.0, busy=1640, ours=900)  # 0.1 of a core: noise, nothing to say
+    assert threads.sharing() is None
+    plan = cost.FinetunePlan(94, 1.0, "cpu", 300.0, shared="other processes kept about 1.4 of the 2 cores busy")
+    assert plan.line() == ("plan: 94 steps (1 epoch), about 5 min of training on idle cpu cores; other processes "
+                           "kept about 1.4 of the 2 cores busy: expect longer")  # fmt: skip
+    threads.reset()

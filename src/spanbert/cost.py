@@ -117,6 +117,8 @@ class FinetunePlan:
     """The weights the estimate counts (trainable, outside the embedding tables)."""
     train_tokens: float = 0.0
     """Training tokens over the whole run (every epoch)."""
+    shared: str | None = None
+    """What other processes used of the cores when the plan was made (`threads.sharing`); None: idle."""
 
     def line(self) -> str:
         """"plan: 94 steps (1 epoch), about 5 min of training + 4 min of evaluation (1 evaluation of
@@ -132,6 +134,8 @@ class FinetunePlan:
                 f" + {human_duration(self.eval_seconds)} of evaluation ({n:,} evaluation{'' if n == 1 else 's'} of "
                 f"{self.eval_examples:,} dev examples; {share:.0%} of the time)"
             )
+        if self.shared:  # the estimate is an idle machine's
+            return f"{text} on idle {self.device_type} cores; {self.shared}: expect longer"
         return f"{text} on {self.device_type}"
 
     @property

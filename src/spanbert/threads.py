@@ -111,6 +111,8 @@ class _Policy:
 
 _policy: _Policy | None = None
 _fixed = 0  # a count given by --threads, kept for the rest of the process (a study's cells)
+_window: tuple[float, int, int] | None = None
+"""(time, busy ticks of the machine, this run's ticks) where the next `others_cores` reading starts."""
 
 
 def usable_cores() -> int:
@@ -129,6 +131,7 @@ def configure(threads: int = 0) -> str:
     import torch
 
     global _policy, _fixed
+    _start_window()
     if threads > 0:
         _policy, _fixed = None, threads
         torch.set_num_threads(threads)
@@ -151,6 +154,39 @@ def configure(threads: int = 0) -> str:
         ticks_per_s=float(clk),
     )
     return describe()
+
+
+def _start_window() -> None:
+    global _window
+    busy = _busy_jiffies()
+    _window = None if busy is None else (time.monotonic(), busy, _tree_jiffies(os.getpid()))
+
+
+def others_cores() -> float | None:
+    """Cores that processes other than this run kept busy, on average, since `configure` (or the last
+    call); None outside Linux, or when under half a second has passed. Whatever the thread count, a
+    plan measured on idle cores takes longer beside such work: the lines that promise a time say so."""
+    if _window is None:
+        return None
+    start, busy0, ours0 = _window
+    dt = time.monotonic() - start
+    busy = _busy_jiffies()
+    if busy is None or dt < 0.5:
+        return None
+    ours = _tree_jiffies(os.getpid())
+    clk = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    _start_window()
+    return max(0.0, (busy - busy0) - (ours - ours0)) / clk / dt
+
+
+def sharing() -> str | None:
+    """``"other processes kept about 1.4 of the 2 cores busy"``, when they used more than `MARGIN` of a
+    core since the last reading (`others_cores`); None on a machine this run has to itself."""
+    others = others_cores()
+    if others is None or others < MARGIN:
+        return None
+    cores = usable_cores()
+    return f"other processes kept about {min(others, cores):.1f} of the {cores} cores busy"
 
 
 def describe() -> str:

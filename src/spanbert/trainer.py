@@ -24,7 +24,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -595,15 +595,17 @@ def make_grad_scaler(amp_dtype: torch.dtype | None, device: torch.device):
 
 def _announce_plan(
     model: nn.Module, dataset: Any, args: TrainingArguments, epoch_steps: int, total: int,
-    device: torch.device, world: int, dev: EvalSize | None,
+    device: torch.device, world: int, dev: EvalSize | None, shared: str | None = None,
 ) -> int:  # fmt: skip
     """Print the plan (rank 0), the note of a lowered schedule and the day warning; refuse a plan over a
     week (not on --resume: that run was started); return the evaluations per epoch to use. Estimated
-    once on rank 0 (its thread count) and shared, so every rank evaluates at the same steps."""
+    once on rank 0 (its thread count) and shared, so every rank evaluates at the same steps. ``shared``
+    (`threads.sharing`): what other processes use of the cores, said on the plan line."""
 
     def decide() -> tuple[int, Any, str | None, str | None]:
         threads = torch.get_num_threads()
         per_epoch, plan, note = plan_finetuning(model, dataset, args, epoch_steps, total, device.type, threads, world, dev)
+        plan = replace(plan, shared=shared)
         error = cost.long_run_error(plan.seconds, device.type, "this fine-tuning", LONG_FINETUNE_HINT)
         if error and not (args.allow_long_run or args.resume):
             raise SpanBertError(f"{error}; {plan.line()}")
@@ -686,8 +688,12 @@ def train(
     init_distributed(device)
     if args.threads:  # also from a --config file, which the command line's early read does not see
         threads.configure(args.threads)
+    # what else keeps the cores busy, since the command started: the time a plan promises is an idle
+    # machine's, so the lines that promise one say when it is not
+    shared = threads.sharing() if device.type == "cpu" else None
     if device.type == "cpu":
-        print0(f"{threads.describe()}; {precision_text(args.precision, device)}")
+        beside = f"; {shared}: expect a slower run than on idle cores" if shared else ""
+        print0(f"{threads.describe()}; {precision_text(args.precision, device)}{beside}")
     if device.type == "cpu":
         configure_malloc()  # tensors >= 8 MB go back to the system when freed (utils.configure_malloc)
     output_dir = Path(args.output_dir)
@@ -726,7 +732,7 @@ def train(
     evals_per_epoch = args.evals_per_epoch
     if cost_warning:
         evals_per_epoch = _announce_plan(
-            model, train_dataset, args, epoch_steps, total, device, world, eval_size if eval_fn else None
+            model, train_dataset, args, epoch_steps, total, device, world, eval_size if eval_fn else None, shared
         )
     is_eval_step = eval_schedule(args.eval_steps, evals_per_epoch, epoch_steps)
 
