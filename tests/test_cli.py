@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import re
 from pathlib import Path
 
@@ -135,3 +136,61 @@ def test_help_from_the_light_parser_is_the_commands_own(command, capsys):
 def test_a_usage_error_before_help_is_the_commands_clean_error(cli_error):
     # argparse reads left to right: a missing value before --help is an error, from the light parser too
     cli_error(["pretrain", "--max_steps", "--help"], contains="--max_steps: expected one argument")
+
+
+def _command_parsers(monkeypatch) -> dict[str, argparse.ArgumentParser]:
+    """Every command's parser (and every task action's), as `--help` builds it: prog -> parser."""
+    import contextlib
+    import io
+
+    from spanbert import cli
+    from spanbert.tasks import TASKS
+
+    parsers: dict[str, argparse.ArgumentParser] = {}
+    real = argparse.ArgumentParser.parse_known_args
+
+    def keep(self, args=None, namespace=None):
+        if self.add_help and "--help" in (args or []):
+            parsers.setdefault(self.prog, self)
+        return real(self, args, namespace)
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", keep)
+    helps = [["tokenizer", "train"], ["preprocess"], ["pretrain"], ["fill"], ["study"], ["curve"]]
+    helps += [[action, task] for action in cli.TASK_ACTIONS for task in TASKS]
+    for argv in helps:
+        with contextlib.redirect_stdout(io.StringIO()), pytest.raises(SystemExit):
+            cli.main([*argv, "--help"])
+    return parsers
+
+
+def test_help_texts_name_every_option_as_it_is_listed(monkeypatch):
+    """One spelling per option: an option a help text names (`--init_from`, not `--init-from`) is one the help
+    lists, of this command or of the `spanbert COMMAND` the text names just before it."""
+    parsers = _command_parsers(monkeypatch)
+    assert "spanbert pretrain" in parsers and "spanbert finetune glue" in parsers and len(parsers) >= 30
+
+    def listed(prog: str) -> set[str]:
+        p = parsers[prog]
+        return {o for a in p._actions if a.help != argparse.SUPPRESS for o in a.option_strings}
+
+    bad = []
+    for prog, p in parsers.items():
+        texts = [p.description or "", p.epilog or ""]
+        texts += [a.help for a in p._actions if isinstance(a.help, str) and a.help != argparse.SUPPRESS]
+        for text in texts:
+            for m in re.finditer(r"(?<![\w-])--[a-zA-Z][\w-]*", text):
+                before = re.findall(r"spanbert (\w+(?: \w+)?)", text[max(0, m.start() - 60) : m.start()])
+                named = [c for c in (before[-1], before[-1].split()[0]) if f"spanbert {c}" in parsers] if before else []
+                if m.group() not in listed(f"spanbert {named[0]}" if named else prog):
+                    bad.append(f"{prog}: {m.group()} in {text[max(0, m.start() - 40) : m.end() + 20]!r}")
+    assert not bad, "\n".join(bad)
+
+
+def test_older_spellings_still_work_unlisted():
+    from spanbert.pretrain_config import pretrain_parser
+
+    p = pretrain_parser()
+    args = vars(p.parse_args(["--dtype", "bf16", "--init-from", "x"]))
+    assert args == {"precision": "bf16", "init_from": "x", "config": None, "overrides": []}
+    shown = p.format_help()
+    assert "--precision" in shown and "--init_from" in shown and "--dtype" not in shown and "--init-from" not in shown

@@ -39,8 +39,8 @@ def test_auto_is_bf16_only_with_native_bf16(monkeypatch, flags, native):
     assert autocast_dtype("fp32", CPU) is None  # --dtype fp32: today's behaviour on any CPU
     assert autocast_dtype("bf16", CPU) == torch.bfloat16
     text = precision_text("auto", CPU)
-    assert text == (f"bf16 autocast (native bf16: {native})" if native else "fp32 (no native bf16 on this CPU; --dtype bf16 emulates it)")
-    assert precision_text("fp32", CPU) == "fp32 (--dtype fp32)"
+    assert text == (f"bf16 autocast (native bf16: {native})" if native else "fp32 (no native bf16 on this CPU; --precision bf16 emulates it)")
+    assert precision_text("fp32", CPU) == "fp32 (--precision fp32)"
 
 
 def test_the_first_line_of_pretrain_names_the_precision(monkeypatch):

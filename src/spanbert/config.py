@@ -872,7 +872,9 @@ def add_dataclass_arguments(
         help_text = docs.get(f.name, "")
         help_text = f"{help_text} (default: {default})".replace("%", "%%")
         _, inner = _is_optional(_field_type(cls, f.name))
-        flags = [f"--{f.name}", *_ALIASES.get(f.name, ())]
+        flags = [f"--{f.name}"]
+        for alias in _ALIASES.get(f.name, ()):  # taken, not listed: the help names each option once
+            parser.add_argument(alias, dest=f.name, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         if inner is bool:
             parser.add_argument(
                 *flags, dest=f.name, nargs="?", const="true", default=argparse.SUPPRESS, metavar="BOOL", help=help_text
@@ -884,7 +886,7 @@ def add_dataclass_arguments(
 
 
 _METAVARS = {"evals_per_epoch": "N", "metric_for_best_model": "METRIC", "precision": "DTYPE"}
-# Other spellings of an option: --dtype is what the benchmarks and issue 32 call --precision.
+# Older spellings of an option, still taken but not listed: --dtype is what the benchmarks call --precision.
 _ALIASES = {"precision": ("--dtype",)}
 
 

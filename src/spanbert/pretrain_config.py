@@ -127,13 +127,13 @@ class PretrainConfig:
     corpus: str | None = None
     """Text files or folders (plain text, blank line between documents, or JSONL with a text field), or a `spanbert preprocess` output folder. Default: the English reference text every Python installation carries (pydoc topics)."""
     tokenizer: str | None = None
-    """Tokenizer folder (tokenizer.json or vocab.txt). Default: the --init-from checkpoint's, else one trained on the corpus."""
+    """Tokenizer folder (tokenizer.json or vocab.txt). Default: the --init_from checkpoint's, else one trained on the corpus."""
     vocab_size: int = 28996
     """Vocabulary size when a tokenizer is trained on the corpus (BERT cased's 28,996, as the paper; the quick start: 4,000). For BERT's own cased vocabulary pass --tokenizer with a folder holding its vocab.txt."""
     recipe: str = "paper"
     """Optimisation: paper = §4.2 (AdamW, decoupled weight decay 0.1 not on biases/LayerNorm, linear warmup and decay, each loss a mean over its targets); released = the released fairseq command (weight decay 0.01 on every parameter, polynomial decay, fairseq's loss normalisation). Sets the defaults of those training-loop options."""
     tokens_per_update: int = 131072
-    """Tokens per optimizer update, all processes together (§4.2 footnote 8; the released run: --max-tokens 4096 x 32 GPUs = 131,072): micro-batches of --max_tokens_per_batch tokens (4096 when 0), accumulation = this / (max_tokens_per_batch x processes). 0 = take --max_tokens_per_batch, --per_device_train_batch_size and --gradient_accumulation_steps as given. Default 0 in the quick start, and when --per_device_train_batch_size or --gradient_accumulation_steps is named."""
+    """Tokens per optimizer update, all processes together (§4.2 footnote 8; the released run: 4096 tokens a GPU, fairseq's max-tokens, x 32 GPUs = 131,072): micro-batches of --max_tokens_per_batch tokens (4096 when 0), accumulation = this / (max_tokens_per_batch x processes). 0 = take --max_tokens_per_batch, --per_device_train_batch_size and --gradient_accumulation_steps as given. Default 0 in the quick start, and when --per_device_train_batch_size or --gradient_accumulation_steps is named."""
     init_from: str | None = None
     """Continue pre-training from this HF BERT / SpanBERT checkpoint folder (architecture comes from it)."""
     max_seq_length: int = 512
@@ -296,7 +296,7 @@ RECIPES: dict[str, dict[str, Any]] = {
     "paper": {},
     "released": dict(weight_decay=0.01, decay_all_parameters=True, lr_scheduler_type="polynomial"),
 }
-# Per-GPU budget of the released run (--max-tokens 4096), used when tokens_per_update is set and
+# Per-GPU budget of the released run (fairseq max-tokens 4096), used when tokens_per_update is set and
 # max_tokens_per_batch is 0.
 RELEASED_MAX_TOKENS = 4096
 # Sequence-count options: naming one asks for sequence batching (tokens_per_update then defaults to 0).
@@ -356,7 +356,7 @@ def pretrain_parser(
         prog=prog,
         description=(
             "Pre-train SpanBERT (span masking + span boundary objective, single sequences; Joshi et al. 2020) "
-            "or one of the paper's baselines. Until you name a --corpus, a --model or --init-from, the quick "
+            "or one of the paper's baselines. Until you name a --corpus, a --model or --init_from, the quick "
             "start is in force: a tiny SpanBERT on the English reference text bundled with Python, on CPU "
             "(its own defaults: tiny model, 128 tokens, 1200 steps of 16, lr 2e-3, output "
             "runs/spanbert-quickstart; any option below still changes them). Naming a corpus or a model "
@@ -369,7 +369,7 @@ def pretrain_parser(
         help="YAML file of options: flat, or in sections PretrainConfig:, MaskingConfig:, TrainingArguments:",
     )
     add_dataclass_arguments(p.add_argument_group("pre-training"), PretrainConfig, defaults=cfg_defaults)
-    # `--init-from` is the spelling users know from the issue tracker; `--init_from` works too.
+    # an older spelling, still taken (not listed: the help names each option once, as --init_from)
     p.add_argument("--init-from", dest="init_from", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     masking_group = p.add_argument_group("masking (§3.1; the official implementation's variants are options)")
     add_dataclass_arguments(masking_group, MaskingConfig, exclude=("scheme", "replace_probs"))

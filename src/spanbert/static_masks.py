@@ -46,9 +46,9 @@ class StaticMaskingConfig:
     block_packing: str = "sentences"
     """As spanbert pretrain --block_packing: sentences or fixed."""
     masking_seed: int = 12345
-    """Seed of the stored pairs and masks (Google's --random_seed 12345)."""
+    """Seed of the stored pairs and masks (Google's create_pretraining_data.py: random_seed 12345)."""
     eval_fraction: float = 0.01
-    """As spanbert pretrain --eval_fraction: the last documents holding this share of the tokens are held out and get no static masks (0 = none held out, for pretrain --max_eval_blocks 0)."""
+    """As spanbert pretrain --eval_fraction: the last documents holding this share of the tokens are held out and get no static masks (0 = none held out, for spanbert pretrain --max_eval_blocks 0)."""
     masking: MaskingConfig = dataclasses.field(default_factory=lambda: MaskingConfig(scheme="subword"))
     """The masking (scheme and its options) applied to each duplicate; Google BERT's: subword, 15%, 80/10/10."""
 

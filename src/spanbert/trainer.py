@@ -164,15 +164,15 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
 
 def precision_text(precision: str, device: torch.device) -> str:
     """What ``precision`` means on ``device``, for the first line a command prints: "bf16 autocast
-    (native bf16: amx_bf16)", "fp32 (no native bf16 on this CPU)", "fp32 (--dtype fp32)"."""
+    (native bf16: amx_bf16)", "fp32 (no native bf16 on this CPU)", "fp32 (--precision fp32)"."""
     dtype = autocast_dtype(precision, device)
     name = {None: "fp32", torch.bfloat16: "bf16 autocast", torch.float16: "fp16 autocast"}[dtype]
     if precision != "auto":
-        return f"{name} (--dtype {precision})"
+        return f"{name} (--precision {precision})"
     if device.type != "cpu":
         return name
     flag = native_bf16()
-    return f"{name} (native bf16: {flag})" if flag else f"{name} (no native bf16 on this CPU; --dtype bf16 emulates it)"
+    return f"{name} (native bf16: {flag})" if flag else f"{name} (no native bf16 on this CPU; --precision bf16 emulates it)"
 
 
 _flush_depth = 0

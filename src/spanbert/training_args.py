@@ -30,7 +30,7 @@ class TrainingArguments:
     """Sequences per micro-batch on each process (not used when max_tokens_per_batch is set)."""
     max_tokens_per_batch: int = 0
     """Token budget of one micro-batch on each process: examples of similar length are batched while
-    count x longest <= this (fairseq's --max-tokens; the released SpanBERT run: 4096). Tokens per update
+    count x longest <= this (fairseq's max-tokens batching; the released SpanBERT run: 4096). Tokens per update
     <= this x processes x gradient_accumulation_steps. 0 = per_device_train_batch_size sequences."""
     per_device_eval_batch_size: int = 64
     """Sequences per batch at evaluation and prediction time."""
@@ -92,7 +92,7 @@ class TrainingArguments:
     seed: int = 42
     """Seed of the sample order, dropout and initialisation."""
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
-    """Autocast dtype (also --dtype); auto = bf16 on GPUs that support it, else fp16 on GPU; on CPU bf16 where
+    """Autocast dtype: auto = bf16 on GPUs that support it, else fp16 on GPU; on CPU bf16 where
     the CPU has native bf16 matrix units (AMX-BF16, AVX512-BF16), else fp32. Weights and checkpoints stay fp32."""
     device: str = "auto"
     """auto (cuda when available), cpu, cuda, cuda:N or mps."""

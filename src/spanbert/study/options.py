@@ -61,7 +61,8 @@ def curve_parser(prog: str = "spanbert curve") -> argparse.ArgumentParser:
         prog=prog,
         description="Fine-tune from every saved checkpoint of a pre-training run and draw the score against "
         "the pre-training step (BERT Appendix C.1, Figure 5): when is a (continued) pre-training run good "
-        "enough? Keep the checkpoints when pre-training (--save_total_limit, e.g. 100). Resumable like a study.",
+        "enough? Keep the checkpoints when pre-training (spanbert pretrain --save_total_limit 100, say). "
+        "Resumable like a study.",
         epilog="example:\n  spanbert curve runs/spanbert-small --task glue --glue_task SST-2 "
         "--train ../shared/data/glue/SST-2 --learning_rate 3e-4 --option max_train_examples=2000",
         formatter_class=argparse.RawDescriptionHelpFormatter,
