@@ -39,7 +39,7 @@ def test_a_failed_reexport_leaves_the_old_final_whole(corpus, tmp_path, monkeypa
     before = _digest(final)
     assert {"model.safetensors", "span_boundary_head.safetensors", "config.json", "train_metrics.json"} <= set(before)
 
-    def killed(self, directory):
+    def killed(self, directory, **options):
         new = _digest(Path(directory))  # the new weights are written by now, then the run dies
         assert new["model.safetensors"] != before["model.safetensors"]
         raise KeyboardInterrupt
