@@ -696,7 +696,7 @@ class SpanBertForPreTraining(nn.Module):
         needed_by: str = "this command",
         **kwargs: Any,
     ) -> SpanBertForPreTraining:
-        """Load our pre-training checkpoint, or start from any BERT checkpoint (`--init-from`).
+        """Load our pre-training checkpoint, or start from any BERT checkpoint (`--init_from`).
 
         Heads absent from the checkpoint (SBO for a HF BERT, MLM head for a bare `BertModel`) are
         freshly initialised, and said on stderr (as transformers says "newly initialized"); heads

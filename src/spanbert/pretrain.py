@@ -231,13 +231,13 @@ class _Sources:
     corpus: Path | None  # None: the bundled corpus
     preprocessed: bool
     tokenizer: str | None  # a tokenizer folder to use instead of training one
-    init_config: BertConfig | None  # the --init-from checkpoint's architecture
-    init_from: str | None = None  # the --init-from folder, resolved once (a hub name: its snapshot)
+    init_config: BertConfig | None  # the --init_from checkpoint's architecture
+    init_from: str | None = None  # the --init_from folder, resolved once (a hub name: its snapshot)
 
 
 def check_sources(cfg: PretrainConfig) -> _Sources:
     """Check the corpus, tokenizer and checkpoint paths (and a preprocessed corpus's files) exist and
-    are readable; nothing is written. A hub name for --init-from is resolved here, once."""
+    are readable; nothing is written. A hub name for --init_from is resolved here, once."""
     corpus = Path(cfg.corpus) if cfg.corpus else None
     preprocessed = corpus is not None and _looks_preprocessed(corpus)
     tokenizer = cfg.tokenizer
@@ -802,7 +802,7 @@ _parser = pretrain_parser  # its old name
 
 def quick_start_in_force(args: argparse.Namespace) -> bool:
     """True until the command line, a key=value override or the YAML file names a corpus, a model
-    or --init-from (`LEAVES_QUICKSTART`); `spanbert pretrain --max_steps 100` is the quick start with
+    or --init_from (`LEAVES_QUICKSTART`); `spanbert pretrain --max_steps 100` is the quick start with
     100 steps."""
 
     return not named_options(args, "PretrainConfig", LEAVES_QUICKSTART)

@@ -271,7 +271,7 @@ PRETRAIN_DEFAULTS: dict[str, Any] = dict(
 )
 
 # The quick start: tiny model, bundled corpus, CPU (its wall time: the README). In force until the user names a
-# corpus, a model or --init-from (`quick_start_in_force`), whatever else is changed.
+# corpus, a model or --init_from (`quick_start_in_force`), whatever else is changed.
 QUICKSTART: dict[str, Any] = dict(
     output_dir="runs/spanbert-quickstart",
     max_steps=1200,
