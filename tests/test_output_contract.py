@@ -398,7 +398,7 @@ def test_a_full_disk_is_one_line_naming_the_output_and_the_disk_as_it_was(
     named = f"{out}: " if KINDS[name] != "collect" else f"{out / 'SST-2.tsv'}: "
     err = cli_error(argv, names=named, contains="found no space left on the device", out=where)
     assert len(err.strip().splitlines()) == 1, err
-    assert f"{named[:-2]} is as it was before" in err
+    assert f"{named[:-2]} is left as it was before this write" in err
     assert _tree(where) == before
 
 

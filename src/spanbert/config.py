@@ -180,7 +180,8 @@ def _json_kind(value: Any) -> str:
 def _json_item(key: str, value: Any) -> str:
     text = json.dumps(value)
     text = text if len(text) <= 40 else text[:37] + "..."
-    return f'"{key}": {text} (a {_json_kind(value)})'
+    kind = _json_kind(value)
+    return f'"{key}": {text} ({"an" if kind[0] in "aeiou" else "a"} {kind})'
 
 
 # Named sizes (§4.2: SpanBERT matches BERT-large; base and large are the two released sizes).

@@ -68,8 +68,8 @@ class NoSpaceError(SpanBertError):
 
     def __init__(self, path: str | os.PathLike, reason: str) -> None:
         super().__init__(
-            f"{path}: found {reason} while writing it, expected room for the output; {path} is as it was "
-            f"before (free some space, or choose another output folder, and run again)"
+            f"{path}: found {reason} while writing it, expected room for the output; {path} is left as it was "
+            f"before this write (free some space, or choose another output folder, and run again)"
         )
         self.path = str(path)
         self.reason = reason
