@@ -100,6 +100,22 @@ def test_an_output_is_refused_when_it_is_holds_or_lies_in_an_input(tmp_path, mon
     assert not (tmp_path / "data" / "sub").exists()
 
 
+def test_a_model_folder_takes_a_predictions_file_but_nothing_named_like_its_files(tmp_path):
+    """A model (or tokenizer) folder is read by name: `predict --model runs/ner --output runs/ner/test_pred.txt`
+    (the documented habit, and the study's held-out scoring) is fine; an output named like one of the model's
+    files (config.json, a shard, vocab.txt) would replace what the command reads."""
+    model = tmp_path / "runs" / "ner"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    check_output(model / "test_pred.txt", folder=False, inputs=[("--model", str(model))])
+    check_output(model / "sub" / "config.json", folder=False, inputs=[("--model", str(model))])
+    for name in ("config.json", "vocab.txt", "model-00001-of-00002.safetensors", "span_boundary_head.safetensors"):
+        with pytest.raises(SpanBertError, match="found the output over a file of the model folder"):
+            check_output(model / name, folder=False, inputs=[("--model", str(model))])
+    with pytest.raises(SpanBertError, match="found the output inside the input folder"):  # a data folder: nothing inside
+        check_output(model / "test_pred.txt", folder=False, inputs=[("--data_dir", str(model))])
+
+
 # ---------------------------------------------------------------------------------------------
 # The manifest and the lock (`spanbert.folders`)
 

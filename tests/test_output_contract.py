@@ -153,18 +153,23 @@ def _argv(name: str, t: Path, m: dict, out: Path) -> list:
     }[name]  # fmt: skip
 
 
-def _reads(name: str, t: Path, m: dict) -> tuple[Path, Path]:
-    """(a folder ``name`` reads, the input an output of its kind can equal: that folder, or a file output's
-    data file)."""
+def _reads(name: str, t: Path, m: dict) -> tuple[Path, Path, Path, str]:
+    """What ``name`` reads, for the cases against its inputs: (a folder it reads, the input an output of its
+    kind can equal, an output inside an input, what the refusal of that one says). A folder read whole (a
+    corpus, a GLUE folder) takes nothing inside it; a model folder, read by name, takes a predictions file
+    beside its files but nothing named like one of them."""
     i = _inputs(t)
+    whole, model = "found the output inside the input folder", "found the output over a file of the model folder"
     if name.startswith("predict ") and name != "predict glue":
-        model, data = PREDICT[name.split()[1]]
-        return Path(m[model]), i[data]
+        model_dir, data = PREDICT[name.split()[1]]
+        return Path(m[model_dir]), i[data], Path(m[model_dir]) / "config.json", model
     if name in ("tokenizer train", "preprocess", "pretrain", "pretrain cloze"):
-        return i["texts"], i["texts"]
+        return i["texts"], i["texts"], i["texts"] / "sub", whole
+    if name == "finetune glue":
+        return i["sst"], i["sst"], i["sst"] / "sub", whole
     if name.startswith("finetune "):
-        return Path(m["enc"]), Path(m["enc"])
-    return i["sst"], i["sst"]  # the GLUE folder of the study, the curve and predict glue
+        return Path(m["enc"]), Path(m["enc"]), Path(m["enc"]) / "config.json", model
+    return i["sst"], i["sst"], i["sst"] / "sub", whole  # the GLUE folder of the study, the curve and predict glue
 
 
 @pytest.fixture(scope="module")
@@ -191,7 +196,7 @@ CASES = {
     "a folder of other files": (("owned",), "found a folder holding other files (notes.txt)"),
     "unwritable": (("owned", "collect", "file"), "not writable (no permission, or a read-only file system); expected a writable location"),
     "the input itself": (("owned", "collect", "file"), "found the output is the input"),
-    "inside an input": (("owned", "collect", "file"), "found the output inside the input folder"),
+    "inside an input": (("owned", "collect", "file"), "found the output "),  # `_reads` says the rest
     "around an input": (("owned", "collect"), "inside the output folder, expected an output folder that holds no input"),
     "another command's folder": (("owned",), "found the output of `spanbert"),
     "another writer": (("owned",), "pid "),
@@ -285,11 +290,10 @@ def test_every_command_refuses_a_bad_output_before_any_work(
     (tmp_path / "adir").mkdir()
     (tmp_path / "ro").mkdir()
     t = tmp_path / "in"
-    folder_in, same_in = _reads(name, t, m)
+    folder_in, same_in, inside, inside_says = _reads(name, t, m)
     out = {"a file": afile, "a folder": tmp_path / "adir", "under a file": afile / "x",
            "a folder of other files": notes, "unwritable": tmp_path / "ro" / "out", "the input itself": same_in,
-           "inside an input": folder_in / ("p.json" if KINDS[name] == "file" else "sub"),
-           "around an input": folder_in.parent}.get(case, tmp_path / "out")  # fmt: skip
+           "inside an input": inside, "around an input": folder_in.parent}.get(case, tmp_path / "out")  # fmt: skip
     extra, holder = [], None
     if case == "another command's folder":
         claim_manifest(out, _other_kind(name), f"spanbert {_other_kind(name)}-maker")
@@ -314,8 +318,9 @@ def test_every_command_refuses_a_bad_output_before_any_work(
         # tests run as root, who may write anywhere but a read-only mount: the refusal is simulated where
         # the check asks the system (as test_output.py does)
         monkeypatch.setattr(utils, "writable", lambda folder: False)
+    says = inside_says if case == "inside an input" else CASES[case][1]
     try:
-        err = cli_error(argv, names=f"{out}: ", contains=CASES[case][1], out=tmp_path)
+        err = cli_error(argv, names=f"{out}: ", contains=says, out=tmp_path)
     finally:
         if holder is not None:
             holder.kill()

@@ -19,7 +19,6 @@ from __future__ import annotations
 import copy
 import json
 import pickle
-import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -34,6 +33,15 @@ from spanbert.config import BertConfig
 from spanbert.errors import SpanBertError
 from spanbert.hub import resolve_model
 from spanbert.folders import make_folders, remove
+from spanbert.model_files import (  # noqa: F401 - re-exported: their home is `spanbert.model_files`
+    _SHARD,
+    CONFIG_FILES,
+    MODEL_FILES,
+    SBO_FILE,
+    TOKENIZER_FILES,
+    WEIGHT_FILES,
+    is_model_file,
+)
 from spanbert.utils import (
     atomic_dir,
     check_output,
@@ -46,24 +54,8 @@ from spanbert.utils import (
 # ---------------------------------------------------------------------------------------------
 # What a model folder holds
 
-# HF's name first; `bert_config.json` is the original Google BERT and SpanBERT release name (the
-# released fine-tuning code reads either, in this order).
-CONFIG_FILES = ("config.json", "bert_config.json")
-SBO_FILE = "span_boundary_head.safetensors"
-"""The span boundary head of a pre-training folder, beside model.safetensors so that transformers
-loads the main file (`BertForMaskedLM`, `BertForPreTraining`) without warnings."""
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", SBO_FILE)
-TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
-MODEL_FILES = (*CONFIG_FILES, *WEIGHT_FILES, *TOKENIZER_FILES, "generation_config.json", "train_metrics.json")
-"""Every name a save of a model (any family; spanbert's, and HF's `save_pretrained`) or a pre-training
-export writes into a model folder. A folder save (`save_folder`) replaces a folder that holds only
-these (an earlier save: none of its files survives beside the new model's) and refuses any other."""
-_SHARD = re.compile(r"model-\d+-of-\d+\.safetensors")  # HF's sharded weights, named by the index
-
-
-def is_model_file(name: str) -> bool:
-    """True for a name in `MODEL_FILES`, a weights shard, or what a killed atomic write left."""
-    return name in MODEL_FILES or bool(_SHARD.fullmatch(name)) or is_debris(name)
+# the names (CONFIG_FILES, WEIGHT_FILES, TOKENIZER_FILES, MODEL_FILES, SBO_FILE): `spanbert.model_files`, below
+# `utils` (whose output check keeps a command from writing over a model's file), re-exported here
 
 
 def is_model_folder(path: str | Path) -> bool:

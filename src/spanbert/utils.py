@@ -23,6 +23,7 @@ from tqdm.std import tqdm as std_tqdm
 from spanbert.errors import NoSpaceError, SpanBertError, out_of_space
 from spanbert.folders import KINDS, MANIFEST, carry_claim, is_bookkeeping, make_folders, read_manifest, record
 from spanbert.folders import fsync_dir, is_debris  # noqa: F401 - re-exported: their home is `spanbert.folders`
+from spanbert.model_files import is_model_file
 
 
 def _umask() -> int:
@@ -171,18 +172,31 @@ def input_paths(values: Any, names: Iterable[str] = INPUT_OPTIONS) -> list[tuple
     return out
 
 
+Input = tuple[str, str | os.PathLike] | tuple[str, str | os.PathLike, bool]
+"""What a command reads: (option, path), or (what, path, read by name) (`check_apart`)."""
+
+READ_BY_NAME = ("--model", "--tokenizer", "--init_from")
+"""Inputs that are folders the command reads file by file, by name (a model, a tokenizer): an output beside
+their files (a predictions file in the model's run folder) is fine, an output named like one of them is
+not. Every other input folder (a corpus, a GLUE task folder, a LitBank folder) is read whole: nothing may
+be written inside it."""
+
+
 def _within(inner: str, outer: str) -> bool:
     return inner != outer and inner.startswith(outer.rstrip(os.sep) + os.sep)
 
 
-def check_apart(path: str | os.PathLike, inputs: Iterable[tuple[str, str | os.PathLike] | str | os.PathLike]) -> None:
-    """Refuse an output ``path`` that is an input, lies inside an input folder, or holds an input: the
-    command would overwrite what it reads, read back what it writes (a vocabulary inside the corpus
-    folder is read as a document) or replace it with its own files. Symbolic links and hard links
-    count as the file they reach. Creates nothing."""
+def check_apart(path: str | os.PathLike, inputs: Iterable[Input]) -> None:
+    """Refuse an output ``path`` that is an input, holds one, or lies inside one: the command would overwrite
+    what it reads, replace it with its own files, or read back what it writes (a vocabulary inside the corpus
+    folder is read as a document). ``inputs`` are (option, path) pairs, or (what, path, by_name): a folder read
+    by name (`READ_BY_NAME`, a model, a checkpoint) only refuses an output in it named like a model's file
+    (`spanbert.model_files.is_model_file`). Symbolic links and hard links count as the file they reach.
+    Creates nothing."""
     out = os.path.realpath(path)
     for item in inputs:
-        option, given = item if isinstance(item, tuple) else ("", item)
+        option, given = item[0], item[1]
+        by_name = item[2] if len(item) > 2 else option in READ_BY_NAME
         if given is None or not str(given):
             continue
         src = os.path.realpath(given)
@@ -196,10 +210,15 @@ def check_apart(path: str | os.PathLike, inputs: Iterable[tuple[str, str | os.Pa
                 f"{path}: found the output is the input {named}, expected an output apart from every input "
                 f"(writing it would replace what the command reads; nothing was written)"
             )
-        if _within(out, src):
+        if _within(out, src) and not by_name:
             raise SpanBertError(
                 f"{path}: found the output inside the input folder {named}, expected an output outside every "
                 f"input (what it writes there would be read back as input; nothing was written)"
+            )
+        if _within(out, src) and os.path.dirname(out) == src and is_model_file(os.path.basename(out)):
+            raise SpanBertError(
+                f"{path}: found the output over a file of the model folder {named}, expected an output apart "
+                f"from the files the command reads (a predictions file beside them is fine; nothing was written)"
             )
         if _within(src, out):
             raise SpanBertError(
@@ -212,7 +231,7 @@ def check_output(
     path: str | os.PathLike,
     folder: bool,
     ours: Callable[[Path], bool] | None = None,
-    inputs: Iterable[tuple[str, str | os.PathLike] | str | os.PathLike] = (),
+    inputs: Iterable[Input] = (),
     owner: str | None = None,
     writes: Iterable[str] = (),
     whole: bool = False,

@@ -110,7 +110,7 @@ def main(argv: list[str], prog: str = "spanbert study") -> int:
     study = study_from_dict(data, where)
     # the output contract before any work, a dry run's too: it plans cells into this folder; a study folder
     # (its manifest) or a new one, apart from every file and model the study reads
-    inputs = study_inputs(study) + ([("the study file", args.study)] if args.study else [])
+    inputs = study_inputs(study) + ([("the study file", args.study, False)] if args.study else [])
     check_output(study.output_dir, folder=True, owner="study", inputs=inputs)
     distributed.init_distributed(distributed.resolve_device("auto"))
     if args.dry_run:  # writes nothing: no lock either
@@ -141,13 +141,13 @@ def main(argv: list[str], prog: str = "spanbert study") -> int:
     return 0
 
 
-def study_inputs(study: Study) -> list[tuple[str, str]]:
-    """(what, path) of everything a study reads: the corpus and tokenizer, the systems' checkpoints, the tasks'
-    data; its output folder must be apart from each (`spanbert.utils.check_apart`)."""
-    out = [("corpus:", study.corpus), ("tokenizer:", study.tokenizer)]
-    out += [(f"systems: {s.name}: checkpoint:", s.checkpoint) for s in study.systems]
-    out += [(f"tasks: {t.name}: {key}:", getattr(t, key)) for t in study.tasks for key in ("train", "dev", "test")]
-    return [(what, path) for what, path in out if path]
+def study_inputs(study: Study) -> list[tuple[str, str, bool]]:
+    """(what, path, read by name) of everything a study reads: the corpus and tokenizer, the systems'
+    checkpoints, the tasks' data; its output folder must be apart from each (`spanbert.utils.check_apart`)."""
+    out = [("corpus:", study.corpus, False), ("tokenizer:", study.tokenizer, True)]
+    out += [(f"systems: {s.name}: checkpoint:", s.checkpoint, True) for s in study.systems]  # read by name
+    out += [(f"tasks: {t.name}: {key}:", getattr(t, key), False) for t in study.tasks for key in ("train", "dev", "test")]
+    return [item for item in out if item[1]]
 
 
 def run_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
@@ -231,7 +231,7 @@ def curve_main(argv: list[str], prog: str = "spanbert curve") -> int:
                     learning_rates=[args.learning_rate], options=options)  # fmt: skip
     # a curve folder (its manifest) or a new one, apart from what the curve reads: the run's final model and
     # checkpoints (the default RUN/curve-TASK lies beside them), the task's data
-    reads = [("the run's model", run / "final"), *[("a checkpoint", p) for p in run.glob("checkpoint-*")],
+    reads = [("the run's model", run / "final", True), *[("a checkpoint", p, True) for p in run.glob("checkpoint-*")],
              ("--train", args.train), ("--dev", args.dev)]  # fmt: skip
     out = check_output(args.output_dir or run / f"curve-{task.name}", folder=True, owner="study", inputs=reads)
     # everything the arguments decide is checked before a checkpoint is exported (issue 22.13): the
