@@ -198,7 +198,7 @@ CASES = {
     "the input itself": (("owned", "collect", "file"), "found the output is the input"),
     "inside an input": (("owned", "collect", "file"), "found the output "),  # `_reads` says the rest
     "around an input": (("owned", "collect"), "inside the output folder, expected an output folder that holds no input"),
-    "another command's folder": (("owned",), "found the output of `spanbert"),
+    "another command's folder": (("owned",), ", the output of `spanbert "),
     "another writer": (("owned",), "pid "),
     "the user's files, --overwrite_output_dir": (("trains",), "found a folder holding other files (config.json, notes.txt)"),
     "a run with the user's config.json": (("trains",), "found config.json that spanbert did not write"),

@@ -35,10 +35,10 @@ MANIFEST = ".spanbert-manifest.json"
 LOCK = ".spanbert.lock"
 
 KINDS = {
-    "run": "a training run (spanbert pretrain / finetune)",
-    "tokenizer": "a vocabulary (spanbert tokenizer train)",
-    "corpus": "a prepared corpus (spanbert preprocess)",
-    "study": "a study or a learning curve (spanbert study / curve)",
+    "run": "a training run",  # spanbert pretrain, finetune
+    "tokenizer": "a vocabulary",  # spanbert tokenizer train
+    "corpus": "a prepared corpus",  # spanbert preprocess
+    "study": "a study or a learning curve",  # spanbert study, curve
 }
 """What a claimed folder holds: a command reuses a folder of its own kind only."""
 

@@ -291,8 +291,9 @@ def _check_owned_folder(
         )
     if owner is not None and manifest["kind"] != owner:
         raise SpanBertError(
-            f"{path}: found the output of `{manifest.get('command') or 'spanbert'}` ({KINDS[manifest['kind']]}), "
-            f"expected an empty folder or {KINDS[owner]}; choose another output folder (nothing was changed)"
+            f"{path}: found {KINDS[manifest['kind']]}, the output of `{manifest.get('command') or 'spanbert'}`, "
+            f"expected an empty folder or {KINDS[owner]} (an earlier output of this command); choose another "
+            f"output folder (nothing was changed)"
         )
     clash = sorted(n for n in names if n not in manifest["files"] and (whole or n in set(writes)))
     if clash and whole:

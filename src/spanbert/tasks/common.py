@@ -294,20 +294,36 @@ def resolve_sequence_length(args: argparse.Namespace) -> None:
     if isinstance(length, str):  # a dataclass option (QAConfig, ParseConfig) as typed: converted later
         text = length.strip()
         length = None if text.lower() in ("", "none", "null") else int(text) if text.isdigit() else text
+    default = getattr(args, "max_seq_length_default", None)
+    if length is None and default is None:
+        return
+    positions = model_positions(args.model)
     if length is not None:
-        check_sequence_length(args.model, length)
-    elif getattr(args, "max_seq_length_default", None) is not None:
-        args.max_seq_length = min(args.max_seq_length_default, families.max_positions_of(args.model))
+        check_sequence_length(args.model, length, positions=positions)
+    else:
+        args.max_seq_length = default if positions is None else min(default, positions)
 
 
-def check_sequence_length(model_dir: str | Path, length: int, option: str = "--max_seq_length") -> None:
-    """Refuse a sequence length the encoder in ``model_dir`` has no positions for, from its config.json,
-    before any data is read (a longer input would fail deep in the model after the featurizing, or be
-    read past a RoPE model's trained context)."""
+def model_positions(model_dir: str | Path) -> int | None:
+    """`families.max_positions_of` a local model folder (its config.json read strictly: a damaged one is an
+    error now); None for a name that is no local folder (a hub name, a typo, GLUE's WNLI that reads no
+    model): the task checks it where it loads the model."""
+    if not Path(model_dir).is_dir():
+        return None
+    return families.max_positions_of(model_dir)
+
+
+def check_sequence_length(
+    model_dir: str | Path, length: int, option: str = "--max_seq_length", positions: int | None = None
+) -> None:
+    """Refuse a sequence length the encoder in ``model_dir`` has no positions for, from its config.json
+    (``positions`` when the caller has read it; a name that is no local folder is checked where the task
+    loads it), before any data is read (a longer input would fail deep in the model after the featurizing,
+    or be read past a RoPE model's trained context)."""
     if isinstance(length, bool) or not isinstance(length, int) or length < 1:
         raise SpanBertError(f"{option}: found {length!r}, expected a positive integer")
-    positions = families.max_positions_of(model_dir)
-    if length > positions:
+    positions = positions if positions is not None else model_positions(model_dir)
+    if positions is not None and length > positions:
         raise SpanBertError(
             f"{option}: found {length:,}, expected at most the {positions:,} positions of the encoder "
             f"({Path(model_dir) / 'config.json'}); pass a shorter --max_seq_length"
