@@ -309,3 +309,21 @@ def test_a_full_disk_during_a_checkpoint_or_a_log_row(tmp_path, monkeypatch):
     with pytest.raises(utils.NoSpaceError, match="log.jsonl: found no space"):
         log.log(2, {"loss": 0.5})
     assert (tmp_path / "log.jsonl").read_bytes() == kept
+
+
+def test_a_file_the_user_names_is_replaced_even_in_a_claimed_folder(tmp_path):
+    """`predict ner --model runs/ner --output runs/ner/test_pred.txt` over a file the run's manifest does not
+    list: the user named it, so it is replaced (and listed); a name the user did not give is refused."""
+    from spanbert import folders
+
+    run = tmp_path / "run"
+    folders.claim_manifest(run, "run", "spanbert finetune ner")
+    (run / "test_pred.txt").write_text("old predictions, made before the manifest")
+    (run / "other.txt").write_text("the user's")
+    utils.output_file(str(run / "test_pred.txt"))
+    with utils.atomic_write(run / "test_pred.txt") as f:
+        f.write("new")
+    assert (run / "test_pred.txt").read_text() == "new" and "test_pred.txt" in folders.read_manifest(run)["files"]
+    with pytest.raises(SpanBertError, match="other.txt: found a file that spanbert did not write"):
+        with utils.atomic_write(run / "other.txt") as f:
+            f.write("x")

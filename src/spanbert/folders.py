@@ -160,10 +160,22 @@ def _manifest_mutex(folder: Path) -> Iterator[None]:
         os.close(fd)  # closing drops the flock
 
 
+_named: set[str] = set()
+"""Files the user named as a command's output (`name_output`): replaced when asked, wherever they are."""
+
+
+def name_output(path: str | os.PathLike) -> None:
+    """``path`` is a file output the user named (``predict --output runs/ner/test_pred.txt``): writing it
+    replaces what is there, as asked, also in a claimed folder whose manifest does not list it (`record`
+    then lists it instead of refusing)."""
+    _named.add(os.path.realpath(path))
+
+
 def record(path: str | os.PathLike) -> None:
     """Before spanbert creates or replaces ``path``: add its name to the manifest of its folder (a folder
     without one is not claimed: nothing to do). An entry already there that the manifest does not list
-    is someone else's: refused, naming it, and nothing is written."""
+    is someone else's: refused, naming it, and nothing is written; unless the user named that very file
+    as the output (`name_output`)."""
     path = Path(path)
     folder, name = path.parent, path.name
     if is_bookkeeping(name) or not (folder / MANIFEST).is_file():
@@ -172,7 +184,7 @@ def record(path: str | os.PathLike) -> None:
         manifest = read_manifest(folder)
         if manifest is None or name in manifest["files"]:
             return
-        if os.path.lexists(path):
+        if os.path.lexists(path) and os.path.realpath(path) not in _named:
             raise SpanBertError(
                 f"{path}: found a {'folder' if path.is_dir() else 'file'} that spanbert did not write, expected "
                 f"no such name in the output folder (spanbert writes {name} there); move it away or choose "

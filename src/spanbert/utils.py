@@ -21,7 +21,16 @@ from tqdm.auto import tqdm as auto_tqdm
 from tqdm.std import tqdm as std_tqdm
 
 from spanbert.errors import NoSpaceError, SpanBertError, out_of_space
-from spanbert.folders import KINDS, MANIFEST, carry_claim, is_bookkeeping, make_folders, read_manifest, record
+from spanbert.folders import (
+    KINDS,
+    MANIFEST,
+    carry_claim,
+    is_bookkeeping,
+    make_folders,
+    name_output,
+    read_manifest,
+    record,
+)
 from spanbert.folders import fsync_dir, is_debris  # noqa: F401 - re-exported: their home is `spanbert.folders`
 from spanbert.model_files import is_model_file
 
@@ -320,8 +329,10 @@ def writable(folder: Path) -> bool:
 def output_file(value: str) -> str:
     """The argparse ``type`` of an option naming a file the command writes (``--output``,
     ``--write_config``): the output contract (`check_output`) is checked as the option is parsed, so
-    a bad path is refused before the command reads a model or a line of data."""
+    a bad path is refused before the command reads a model or a line of data. The file is the user's
+    to replace (`spanbert.folders.name_output`), also beside a model in its run folder."""
     check_output(value, folder=False)
+    name_output(value)
     return value
 
 
