@@ -33,7 +33,7 @@ from spanbert.config import BertConfig
 from spanbert.errors import SpanBertError
 from spanbert.hub import resolve_model
 from spanbert.folders import make_folders, remove
-from spanbert.model_files import (  # noqa: F401 - re-exported: their home is `spanbert.model_files`
+from spanbert.checkpoint_files import (  # noqa: F401 - re-exported: their home is `spanbert.checkpoint_files`
     _SHARD,
     CONFIG_FILES,
     MODEL_FILES,
@@ -54,7 +54,7 @@ from spanbert.utils import (
 # ---------------------------------------------------------------------------------------------
 # What a model folder holds
 
-# the names (CONFIG_FILES, WEIGHT_FILES, TOKENIZER_FILES, MODEL_FILES, SBO_FILE): `spanbert.model_files`, below
+# the names (CONFIG_FILES, WEIGHT_FILES, TOKENIZER_FILES, MODEL_FILES, SBO_FILE): `spanbert.checkpoint_files`, below
 # `utils` (whose output check keeps a command from writing over a model's file), re-exported here
 
 

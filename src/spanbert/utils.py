@@ -32,7 +32,7 @@ from spanbert.folders import (
     record,
 )
 from spanbert.folders import fsync_dir, is_debris  # noqa: F401 - re-exported: their home is `spanbert.folders`
-from spanbert.model_files import is_model_file
+from spanbert.checkpoint_files import is_model_file
 
 
 def _umask() -> int:
@@ -200,7 +200,7 @@ def check_apart(path: str | os.PathLike, inputs: Iterable[Input]) -> None:
     what it reads, replace it with its own files, or read back what it writes (a vocabulary inside the corpus
     folder is read as a document). ``inputs`` are (option, path) pairs, or (what, path, by_name): a folder read
     by name (`READ_BY_NAME`, a model, a checkpoint) only refuses an output in it named like a model's file
-    (`spanbert.model_files.is_model_file`). Symbolic links and hard links count as the file they reach.
+    (`spanbert.checkpoint_files.is_model_file`). Symbolic links and hard links count as the file they reach.
     Creates nothing."""
     out = os.path.realpath(path)
     for item in inputs:
