@@ -15,8 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from spanbert import folders
-from spanbert import cli, data
+from spanbert import cli, data, folders
 from spanbert import preprocess as preprocess_module
 from spanbert.data import (
     PretrainDataset,
