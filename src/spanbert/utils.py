@@ -248,16 +248,16 @@ def check_output(
     """The output contract, checked before any work: ``path`` (a folder if ``folder``, else a file) can
     be written, and writing it loses nothing of the user's. Refused, each with one `SpanBertError`:
 
-    - an output that is one of ``inputs`` ((option, path) pairs, `input_paths`), lies inside one, or
-      holds one (`check_apart`);
+    - an output that is one of ``inputs`` ((option, path) pairs, `input_paths`), lies inside one (a model
+      folder, read by name: over one of its files), or holds one (`check_apart`);
     - a file where a folder is expected (at ``path`` or at a parent) or a folder where a file is;
     - for a folder the command owns as a whole (``owner``: a kind of `spanbert.folders.KINDS`), a folder
       that holds anything without a spanbert manifest of that kind (a user's folder, another command's
       output), or that has one but holds, under a name in ``writes`` (what the command writes at the top),
       an entry the manifest does not list. A folder of ours that also holds the user's notes is fine: they
       stay; unless the command replaces the folder ``whole`` (`spanbert preprocess`), which would lose
-      them: then any entry the manifest does not list is refused. Without ``owner``, ``ours(path)`` says whether a folder without a manifest is an earlier output
-      (library calls; `spanbert.checkpoints.save_folder`);
+      them: then any entry the manifest does not list is refused. Without ``owner``, ``ours(path)`` says
+      whether a folder without a manifest is an earlier output (library calls; `checkpoints.save_folder`);
     - a location where nothing can be created.
 
     The manifest, the lock and temporaries (`spanbert.folders.is_bookkeeping`) hold nothing. Returns ``path``."""
