@@ -9,8 +9,10 @@ the output, and the disk is as it was.
 
 The checks themselves are `spanbert.utils.check_output` and `spanbert.folders` (unit tests: test_output.py);
 this file runs each command through the CLI against each case, and reads a model folder of every family
-with a damaged config.json. The inputs are the tiny models of test_malformed_tasks.py; no refused case gets
-as far as reading them (`_no_work` makes sure), so the whole file runs in seconds."""
+with a damaged config.json. The inputs are the tiny models of test_malformed_tasks.py (and one fine-tuning
+step each of the tasks whose predict needs its own model); no refused case gets as far as reading them
+(`_no_work` makes sure). The file runs in about two minutes on two cores, most of it the other processes
+that hold a folder's lock."""
 
 from __future__ import annotations
 
