@@ -40,6 +40,7 @@ SMOKE = {
     "modernbert_length.py": ("local layer at 512 tokens: spanbert", "", True),
     "attention_core.py": ("ratio transformers / spanbert:", "", False),
     "dropout_masks.py": ("ratio transformers / spanbert (dropout layer):", "", False),
+    "learning_speed.py": ("ratio spanbert / transformers (held-out MLM accuracy at equal tokens):", "", True),
 }
 # not benchmarks of their own: run by another test
 OTHERS = {

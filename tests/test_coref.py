@@ -527,8 +527,11 @@ def test_existing_output_dir_is_refused_before_any_work(tiny_run, tmp_path, cli_
 
     if not hasattr(trainer, "check_output_dir"):
         pytest.skip("spanbert.trainer.check_output_dir (contract 3) is not there yet")
+    from spanbert.folders import claim_manifest, record
+
     out = tmp_path / "run"
-    out.mkdir()
+    claim_manifest(out, "run", "spanbert finetune coref")  # an earlier run: its manifest lists its model
+    record(out / "config.json")
     (out / "config.json").write_text("{}")
     cli_error(finetune_argv(tiny_run, out), names=str(out), contains="--overwrite_output_dir", out=out)
 

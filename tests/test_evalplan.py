@@ -124,8 +124,11 @@ def test_study_over_a_week_is_refused_before_any_cell(tmp_path: Path, cli_error)
     sst.mkdir()
     (sst / "train.tsv").write_text("sentence\tlabel\n" + "a fine film\t1\n" * 1000)
     (sst / "dev.tsv").write_text("sentence\tlabel\na fine film\t1\n")
+    corpus = tmp_path / "corpus"  # beside the study's folder: a corpus folder holding it is refused first
+    corpus.mkdir()
+    (corpus / "text.txt").write_text("A fine film.\n")
     f = tmp_path / "s.yaml"
-    f.write_text(f"corpus: {tmp_path}\nmodel: base\nseeds: 5\nsystems: [spanbert, bert]\noutput_dir: {tmp_path}/out\n"
+    f.write_text(f"corpus: {corpus}\nmodel: base\nseeds: 5\nsystems: [spanbert, bert]\noutput_dir: {tmp_path}/out\n"
                  f"tasks:\n  - {{task: glue, glue_task: SST-2, train: {sst}, learning_rates: [1e-5, 2e-5],\n"
                  "      options: {max_train_examples: 67349, num_train_epochs: 10, max_seq_length: 64}}\n")  # fmt: skip
     err = cli_error(["study", f], contains="--allow_long_run", out=tmp_path)

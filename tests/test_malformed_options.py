@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from spanbert.folders import claim_manifest, record
+
 
 def _pretrain(out: Path, *flags: str) -> list[str]:
     return ["pretrain", "--output_dir", str(out), "--max_steps", "1", *flags]
@@ -30,7 +32,10 @@ def _coref(out: Path, *flags: str) -> list[str]:
 
 
 def _existing_run(out: Path) -> None:
-    out.mkdir()
+    """What an earlier run leaves: its manifest listing what it wrote, a checkpoint and `latest`."""
+    claim_manifest(out, "run", "spanbert pretrain")
+    for name in ("latest", "checkpoint-5"):
+        record(out / name)
     (out / "latest").write_text("checkpoint-5\n")
     (out / "checkpoint-5").mkdir()
 

@@ -75,6 +75,15 @@ def _w(path: Path, text: str | bytes) -> Path:
     return path
 
 
+def _ran(path: Path, text: str) -> Path:
+    """``path`` written as an earlier run writes it: its folder's manifest lists it."""
+    from spanbert.folders import claim_manifest, record
+
+    claim_manifest(path.parent, "run", "spanbert finetune")
+    record(path)
+    return _w(path, text)
+
+
 def _copy_model(models: dict[str, Path], name: str, tmp: Path, edit: Callable[[dict], None]) -> Path:
     """A copy of a saved model whose config.json is changed by ``edit``."""
     dst = tmp / f"model-{name}"
@@ -501,26 +510,26 @@ def _needs_output_dir_check() -> None:
 
 def _case_squad_output_dir_taken(t, m):
     _needs_output_dir_check()
-    _w(t / "out" / "config.json", "{}")
+    _ran(t / "out" / "config.json", "{}")
     f = _w(t / "train.json", "not even JSON")  # the folder is checked before any data is read
     return _squad_ft(t, m, f), t / "out", "--overwrite_output_dir"
 
 
 def _case_glue_sweep_output_dir_taken(t, m):
     _needs_output_dir_check()
-    _w(t / "out" / "latest", "checkpoint-1\n")
+    _ran(t / "out" / "latest", "checkpoint-1\n")
     d = _glue_dir(t, "SST-2", "not a GLUE file")
     return _glue_ft(t, m, "SST-2", d) + ["--sweep"], t / "out", "--resume"
 
 
 def _case_sweep_summary_taken(t, m):
-    _w(t / "out" / "sweep.json", '{"runs": [], "complete": false}')  # an earlier, unfinished sweep
+    _ran(t / "out" / "sweep.json", '{"runs": [], "complete": false}')  # an earlier, unfinished sweep
     d = _glue_dir(t, "SST-2", "not a GLUE file")
     return _glue_ft(t, m, "SST-2", d) + ["--sweep"], t / "out", "sweep.json of an earlier sweep"
 
 
 def _case_sweep_resume_unreadable(t, m):
-    s = _w(t / "out" / "sweep.json", "{not json")
+    s = _ran(t / "out" / "sweep.json", "{not json")
     d = _glue_dir(t, "SST-2", SST)
     return _glue_ft(t, m, "SST-2", d) + ["--sweep", "--resume"], s, "cannot read the sweep to resume"
 

@@ -12,6 +12,7 @@ import torch
 from spanbert import data
 from spanbert.config import model_config
 from spanbert.errors import SpanBertError
+from spanbert.folders import MANIFEST
 from spanbert.masking import MaskingConfig
 from spanbert.model import SpanBertForPreTraining
 from spanbert.pretrain import CAUSAL_SYSTEMS, SYSTEMS, PretrainConfig, fill, main, pretrain
@@ -307,7 +308,7 @@ def test_resume_reuses_the_prepared_data(corpus, tmp_path, capsys, monkeypatch):
     final = pretrain(cfg, args)
     vocab = (run / "data" / "tokenizer" / "vocab.txt").read_bytes()
     assert (final / "vocab.txt").read_bytes() == vocab
-    assert not any(p.name.startswith(".") for p in run.iterdir())  # no temporary folder left
+    assert [p.name for p in run.iterdir() if p.name.startswith(".")] == [MANIFEST]  # no temporary folder left
     import spanbert.tokenization as tokenization
 
     def no_training(*a, **k):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from test_pretrain import corpus  # noqa: F401 - the module-scoped tiny corpus fixture
 
-from spanbert import utils
+from spanbert import folders, utils
 from spanbert.pretrain import PretrainConfig, pretrain
 from spanbert.trainer import TrainingArguments
 
@@ -40,8 +40,11 @@ def test_a_failed_reexport_leaves_the_old_final_whole(corpus, tmp_path, monkeypa
     assert {"model.safetensors", "span_boundary_head.safetensors", "config.json", "train_metrics.json"} <= set(before)
 
     def killed(self, directory, **options):
-        new = _digest(Path(directory))  # the new weights are written by now, then the run dies
-        assert new["model.safetensors"] != before["model.safetensors"]
+        # the new weights are written by now (under a temporary name beside the tokenizer's temporary
+        # folder, moved in only when every file is complete), then the run dies
+        new = _digest(Path(directory).parent)
+        weights = [v for k, v in new.items() if k.startswith(".model.safetensors.")]
+        assert weights and weights[0] != before["model.safetensors"]
         raise KeyboardInterrupt
 
     monkeypatch.setattr(tokenization.Tokenizer, "save", killed)
@@ -101,9 +104,10 @@ def test_every_temporary_name_is_known_to_the_cleanup(corpus, tmp_path, monkeypa
     hidden = {part for p in seen for part in Path(p).parts if part.startswith(".")}
     kinds = {name.split(".")[1] for name in hidden}
     assert {"checkpoint-2", "latest", "final", "model", "config"} <= kinds, sorted(hidden)  # the test saw them
-    bad = sorted(name for name in hidden if not utils.is_debris(name))
+    bad = sorted(name for name in hidden if not utils.is_debris(name) and not folders.is_bookkeeping(name))
     assert not bad, f"temporary names the cleanup does not know: {bad}"
-    assert not [p for p in os.listdir(run) if p.startswith(".")]
+    # the run folder keeps its manifest (the list of what spanbert wrote there) and nothing else hidden
+    assert [p for p in os.listdir(run) if p.startswith(".")] == [folders.MANIFEST]
     assert not [p for p in os.listdir(run / "final") if p.startswith(".")]
 
 
@@ -162,7 +166,8 @@ def test_a_study_stopped_by_a_bad_corpus_leaves_only_what_its_next_run_accepts(t
     )
     cli_error(["study", study, "--only", "pretrain"], names="tokenizer.log", contains="not UTF-8")
     left = sorted(str(p.relative_to(tmp_path / "out")) for p in (tmp_path / "out").rglob("*"))
-    assert left == [".lock", "shared", "shared/tokenizer.log", "study.json"], left  # the lock file stays, unlocked
+    # the lock file stays, unlocked; the manifest lists what the study wrote (the next run finds its own folder)
+    assert left == [".lock", folders.MANIFEST, "shared", "shared/tokenizer.log", "study.json"], left
     from test_pretrain import synthetic_docs
 
     from spanbert.cli import main

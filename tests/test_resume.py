@@ -15,6 +15,7 @@ from test_trainer import Net, Regression, args, params
 
 import spanbert.trainer as trainer_mod
 from spanbert.errors import SpanBertError
+from spanbert.folders import MANIFEST, record
 from spanbert.trainer import TrainingArguments, check_output_dir, find_resume_checkpoint, latest_checkpoint, train
 
 
@@ -197,7 +198,7 @@ def test_resave_keeps_latest_complete_at_every_instant(tmp_path, monkeypatch):
         assert ckpt is not None, f"latest broken after a kill at rename {k}"
         assert params_of_checkpoint(ckpt) == expected
         assert train(Net(), Regression(), args(out, resume=True)).global_step == 12
-        assert not [p.name for p in out.iterdir() if p.name.startswith(".")]  # debris removed
+        assert [p.name for p in out.iterdir() if p.name.startswith(".")] == [MANIFEST]  # debris removed
         if finished:
             break
         k += 1
@@ -215,11 +216,12 @@ def test_debris_of_a_killed_run_is_removed(tmp_path):
     (tmp_path / ".checkpoint-9.tmp-123" / "state.pt").write_bytes(b"half")
     (tmp_path / ".latest.abc.tmp").write_text("checkpoint-9")
     (tmp_path / ".checkpoint-3.old-77").mkdir()
+    record(tmp_path / "final")  # as the export does (listed in the run's manifest before it is made)
     (tmp_path / "final").mkdir()
     (tmp_path / "final" / ".config.json.x1.tmp").write_text("{")
     (tmp_path / ".final.tmp-zz").mkdir()
     train(Net(), Regression(), args(tmp_path, resume=True))
-    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == [MANIFEST]
     assert not list((tmp_path / "final").iterdir())
 
 

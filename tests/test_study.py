@@ -347,7 +347,8 @@ def test_curve_checks_its_options_before_exporting_a_checkpoint(tmp_path, cli_er
 def test_curve_refuses_a_run_without_checkpoints_before_any_work(tmp_path, cli_error):
     run = _fake_run(tmp_path / "run")
     shutil.rmtree(run / "checkpoint-2")
-    cli_error(["curve", run, "--task", "glue", "--glue_task", "SST-2", "--train", tmp_path], names=run,
+    # --train beside the run, not around it (an output inside a data folder is refused first)
+    cli_error(["curve", run, "--task", "glue", "--glue_task", "SST-2", "--train", tmp_path / "SST-2"], names=run,
               contains="found no complete checkpoint-N folder", out=run)  # fmt: skip
 
 
@@ -390,7 +391,11 @@ def test_a_dry_run_probes_without_writing_into_the_study(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "probe: 2 steps of spanbert on a 2 M-character sample of the corpus" in text, text
     assert not out.exists()  # no vocabulary trained, no corpus preprocessed, no lock, no study.json
-    # a folder with finished work stays exactly as it was
+    # a folder with finished work (a study's: its manifest lists it) stays exactly as it was
+    from spanbert.folders import claim_manifest, record
+
+    claim_manifest(out, "study", "spanbert study")
+    record(out / "finetune")
     (out / "finetune").mkdir(parents=True)
     (out / "finetune" / "note.txt").write_text("x")
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}

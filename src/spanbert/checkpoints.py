@@ -19,7 +19,8 @@ from __future__ import annotations
 import copy
 import json
 import pickle
-import re
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -28,32 +29,33 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
+from spanbert.checkpoint_files import (  # noqa: F401 - re-exported: their home is `spanbert.checkpoint_files`
+    _SHARD,
+    CONFIG_FILES,
+    MODEL_FILES,
+    SBO_FILE,
+    TOKENIZER_FILES,
+    WEIGHT_FILES,
+    is_model_file,
+)
 from spanbert.config import BertConfig
 from spanbert.errors import SpanBertError
+from spanbert.folders import make_folders, remove
 from spanbert.hub import resolve_model
-from spanbert.utils import atomic_dir, atomic_write, check_output, is_debris, publish_file, temporary_file
+from spanbert.utils import (
+    atomic_dir,
+    check_output,
+    is_debris,
+    no_space_as_error,
+    publish_file,
+    temporary_file,
+)
 
 # ---------------------------------------------------------------------------------------------
 # What a model folder holds
 
-# HF's name first; `bert_config.json` is the original Google BERT and SpanBERT release name (the
-# released fine-tuning code reads either, in this order).
-CONFIG_FILES = ("config.json", "bert_config.json")
-SBO_FILE = "span_boundary_head.safetensors"
-"""The span boundary head of a pre-training folder, beside model.safetensors so that transformers
-loads the main file (`BertForMaskedLM`, `BertForPreTraining`) without warnings."""
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", SBO_FILE)
-TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
-MODEL_FILES = (*CONFIG_FILES, *WEIGHT_FILES, *TOKENIZER_FILES, "generation_config.json", "train_metrics.json")
-"""Every name a save of a model (any family; spanbert's, and HF's `save_pretrained`) or a pre-training
-export writes into a model folder. A folder save (`save_folder`) replaces a folder that holds only
-these (an earlier save: none of its files survives beside the new model's) and refuses any other."""
-_SHARD = re.compile(r"model-\d+-of-\d+\.safetensors")  # HF's sharded weights, named by the index
-
-
-def is_model_file(name: str) -> bool:
-    """True for a name in `MODEL_FILES`, a weights shard, or what a killed atomic write left."""
-    return name in MODEL_FILES or bool(_SHARD.fullmatch(name)) or is_debris(name)
+# the names (CONFIG_FILES, WEIGHT_FILES, TOKENIZER_FILES, MODEL_FILES, SBO_FILE): `spanbert.checkpoint_files`, below
+# `utils` (whose output check keeps a command from writing over a model's file), re-exported here
 
 
 def is_model_folder(path: str | Path) -> bool:
@@ -343,48 +345,66 @@ def save_checkpoint(
     tokenizer: Any = None,
     extra_files: dict[str, dict[str, Tensor]] | None = None,
 ) -> None:
-    """Write a model's files into ``path`` in place: weights first, `config.json` last, each file atomically.
+    """Write a model's files into ``path`` in place, `config.json` last, for a folder that holds other outputs
+    too (a fine-tuning run's folder: predictions, logs, checkpoints), which are left alone.
 
-    For a folder that holds other outputs too (a fine-tuning run's folder: predictions, logs,
-    checkpoints), which are left alone. An earlier save's config.json is removed first and its weight
-    files that this save does not write (`WEIGHT_FILES`: an SBO head, a `pytorch_model.bin`) after the
-    new weights are in place: a save killed midway leaves a folder that refuses to load (no
-    config.json), never new weights read with an old config or an old head. A whole model folder is
-    written with `save_folder` instead (the old folder or the new one, at every instant). Tensors that
-    share storage (tied weights) are written once.
+    Every file is first written beside its destination under a temporary name; only when all of them are
+    complete is the earlier save's config.json removed and each moved in (a rename), then config.json. A
+    save that fails while writing (a full disk: one `NoSpaceError` naming ``path``) leaves the folder as it
+    was; a save killed while moving leaves a folder that refuses to load (no config.json), never new weights
+    read with an old config or an old head. The earlier save's weight files that this save does not write
+    (`WEIGHT_FILES`: an SBO head, a `pytorch_model.bin`, shards) go, those the folder's manifest lists only
+    (`spanbert.folders`). A whole model folder is written with `save_folder` instead (the old folder or the
+    new one, at every instant). Tensors that share storage (tied weights) are written once.
     """
     path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").unlink(missing_ok=True)  # from here on the folder is no model until the end
+    make_folders(path)
     files = {"model.safetensors": state_dict, **(extra_files or {})}
-    for name, state in files.items():
-        tensors, seen = {}, set()
-        for k, v in state.items():
-            key = (v.untyped_storage().data_ptr(), v.storage_offset(), tuple(v.shape))
-            if key in seen:
-                continue
-            seen.add(key)
-            tensors[k] = v.detach().to("cpu").contiguous().clone()
-        # safetensors writes through a path: write beside the target (a name `is_debris` knows), fsync,
-        # give it the umask's permissions (safetensors creates 0600), then rename over it
-        tmp = temporary_file(path / name)
-        try:
-            save_file(tensors, str(tmp), metadata={"format": "pt"})
-            publish_file(tmp, path / name)
-        except BaseException:
+    staged: dict[str, Path] = {}  # destination name -> complete temporary file
+    tok_tmp: Path | None = None
+    try:
+        with no_space_as_error(path):
+            for name, state in files.items():
+                tensors, seen = {}, set()
+                for k, v in state.items():
+                    key = (v.untyped_storage().data_ptr(), v.storage_offset(), tuple(v.shape))
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    tensors[k] = v.detach().to("cpu").contiguous().clone()
+                # safetensors writes through a path: a temporary beside the target (a name `is_debris` knows)
+                staged[name] = temporary_file(path / name)
+                save_file(tensors, str(staged[name]), metadata={"format": "pt"})
+            if tokenizer is not None:
+                tok_tmp = Path(tempfile.mkdtemp(prefix=".tokenizer.tmp-", dir=path))
+                # transformers' tokenizer then knows the model's longest input (8,192 for ModernBERT)
+                tokenizer.save(tok_tmp, model_max_length=config_json.get("max_position_embeddings"))
+                for f in sorted(tok_tmp.iterdir()):
+                    if f.is_file() and not is_debris(f.name):
+                        staged[f.name] = f
+            staged["config.json"] = temporary_file(path / "config.json")
+            with open(staged["config.json"], "w") as f:
+                json.dump(config_json, f, indent=2, sort_keys=True)
+                f.write("\n")
+            # every file is complete: from here on only renames and removals (no room needed)
+            (path / "config.json").unlink(missing_ok=True)  # from here on the folder is no model until the end
+            for name, tmp in staged.items():
+                if name != "config.json":
+                    publish_file(tmp, path / name)
+            for stale in (*WEIGHT_FILES, "bert_config.json"):  # an earlier save's, which a reader would mix in
+                if stale not in files:
+                    remove(path / stale)
+            for shard in path.iterdir():
+                if _SHARD.fullmatch(shard.name):
+                    remove(shard)
+            publish_file(staged["config.json"], path / "config.json")
+    except BaseException:
+        for tmp in staged.values():
             tmp.unlink(missing_ok=True)
-            raise
-    for stale in (*WEIGHT_FILES, "bert_config.json"):  # an earlier save's, which a reader would mix in
-        if stale not in files:
-            (path / stale).unlink(missing_ok=True)
-    for shard in path.iterdir():
-        if _SHARD.fullmatch(shard.name):
-            shard.unlink()
-    if tokenizer is not None:  # transformers' tokenizer then knows the model's longest input (8,192 for ModernBERT)
-        tokenizer.save(path, model_max_length=config_json.get("max_position_embeddings"))
-    with atomic_write(path / "config.json") as f:
-        json.dump(config_json, f, indent=2, sort_keys=True)
-        f.write("\n")
+        raise
+    finally:
+        if tok_tmp is not None:
+            shutil.rmtree(tok_tmp, ignore_errors=True)
 
 
 def save_folder(

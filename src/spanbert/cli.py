@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import errno
 import importlib
+import os
 import sys
 
+from spanbert.environment import check_omp_environment
 from spanbert.errors import SpanBertError
 from spanbert.tasks import TASKS as _TASKS
 from spanbert.tasks.spec import run_action
@@ -153,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the `spanbert` console command."""
     argv = sys.argv[1:] if argv is None else list(argv)
     code = None
+    note = check_omp_environment()  # before any command loads torch and its OpenMP runtime
+    if note and os.environ.get("RANK", "0") == "0":  # once for a torchrun job
+        print(note, file=sys.stderr)
     try:
         code = _run(argv)
         return code

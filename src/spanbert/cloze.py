@@ -36,8 +36,11 @@ from spanbert.config import (  # noqa: F401 -- the config and presets live there
     PAPER_CHAR_FILTERS,
     ClozeConfig,
     FinetuneHabits,
+    _json_item,
+    _json_kind,
     parse_model_spec,
     replace_checked,
+    typed_fields,
 )
 from spanbert.dropout import Dropout
 from spanbert.errors import SpanBertError
@@ -586,13 +589,45 @@ def frame_tokenizer(cfg: ClozeConfig, tokenizer: Any) -> Any:
     return tokenizer.framed(cfg.bos_id, cfg.sep_id, cfg.eos_id)
 
 
+CONFIG_REQUIRED = ("vocab_size", "d_model", "num_layers", "num_heads", "ffn_dim", "final_heads", "input")
+"""The keys a two-tower config.json must have: the sizes and the input kind; every other key has the
+default every spanbert save writes anyway."""
+
+
 def config_from_json(raw: dict[str, Any], source: str = "config.json") -> ClozeConfig:
-    """The `ClozeConfig` of a saved config.json (unknown keys, e.g. HF label keys, ignored)."""
-    names = {f.name for f in dataclasses.fields(ClozeConfig)}
+    """The `ClozeConfig` of a saved config.json, read strictly: the sizes must be there (a missing one is
+    an error naming ``source`` and the key, not a default that builds another model), every known key is
+    type-checked and range-checked, each error starts with ``source``; unknown keys (HF label keys,
+    spanbert's own ``spanbert`` section) are ignored."""
+    where = f"{source}: "
+    if not isinstance(raw, dict):
+        raise SpanBertError(f"{where}found a JSON {_json_kind(raw)}, expected a JSON object of two-tower settings")
+    missing = [k for k in CONFIG_REQUIRED if raw.get(k) is None]
+    if missing:
+        raise SpanBertError(
+            f"{where}found no {', '.join(missing)}, expected the sizes of a two-tower model ({', '.join(CONFIG_REQUIRED)})"
+        )
+    kwargs = typed_fields(ClozeConfig, raw, where, skip=("char_filters", "adaptive_cutoffs"))
+    for key in ("char_filters", "adaptive_cutoffs"):
+        value = raw.get(key)
+        if value is None:
+            continue
+        flat = value if key == "adaptive_cutoffs" else [x for pair in value for x in (pair if isinstance(pair, list) else [None])]
+        if not isinstance(value, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in flat):
+            raise SpanBertError(f"{where}found {_json_item(key, value)}, expected a list of "
+                                + ("[width, filters] integer pairs" if key == "char_filters" else "integers"))  # fmt: skip
+        kwargs[key] = value
+    if kwargs["vocab_size"] < 1:
+        raise SpanBertError(f"{where}found {_json_item('vocab_size', kwargs['vocab_size'])}, expected a positive integer")
+    for key in ("pad_id", "bos_id", "eos_id", "sep_id"):
+        if key in kwargs and not 0 <= kwargs[key] < kwargs["vocab_size"]:
+            raise SpanBertError(
+                f"{where}found {_json_item(key, kwargs[key])}, expected an id of the vocabulary (0 to {kwargs['vocab_size'] - 1})"
+            )
     try:
-        return ClozeConfig(**{k: v for k, v in raw.items() if k in names})
-    except TypeError as e:
-        raise SpanBertError(f"{source}: found {e}, expected ClozeConfig fields") from None
+        return ClozeConfig(**kwargs)
+    except SpanBertError as e:  # the range checks of the dataclass, named by the file
+        raise SpanBertError(f"{where}{str(e).replace('cloze model option ', '')}") from None
 
 
 def encoder_from_config(raw: dict[str, Any], source: str = "config.json") -> TwoTowerEncoder:
@@ -775,11 +810,7 @@ def load_two_tower(path: str | Path) -> tuple[TwoTowerModel, Any]:
     if not isinstance(raw, dict) or raw.get("model_type") != MODEL_TYPE:
         found = raw.get("model_type") if isinstance(raw, dict) else type(raw).__name__
         raise SpanBertError(f"{cfg_path}: found model_type {found!r}, expected {MODEL_TYPE!r}")
-    names = {f.name for f in dataclasses.fields(ClozeConfig)}
-    try:
-        cfg = ClozeConfig(**{k: v for k, v in raw.items() if k in names})
-    except TypeError as e:
-        raise SpanBertError(f"{cfg_path}: found {e}, expected ClozeConfig fields") from None
+    cfg = config_from_json(raw, str(cfg_path))
     weights = path / "model.safetensors"
     if not weights.is_file():
         raise SpanBertError(f"{path}: no weights (expected model.safetensors)")

@@ -33,6 +33,7 @@ from typing import Any, Literal, TypeVar
 import yaml
 
 from spanbert.errors import SpanBertError
+from spanbert.utils import check_apart, input_paths, output_file, output_folder
 
 T = TypeVar("T")
 
@@ -98,10 +99,34 @@ class BertConfig:
             raise SpanBertError(
                 f"{where}found no {', '.join(missing)}, expected the sizes of a BERT encoder ({', '.join(_REQUIRED_SIZES)})"
             )
+        # features transformers' BertModel would apply that this encoder does not have: refused by name, so
+        # that hidden states never silently differ from transformers'
+        position = d.get("position_embedding_type")
+        if position not in (None, "absolute"):
+            raise SpanBertError(
+                f"{where}found {_json_item('position_embedding_type', position)}, expected \"absolute\" (relative "
+                "position embeddings are not implemented here)"
+            )
+        if d.get("add_cross_attention"):
+            raise SpanBertError(
+                f"{where}found {_json_item('add_cross_attention', d['add_cross_attention'])}, expected false (an "
+                "encoder-decoder's cross-attention is not implemented here)"
+            )
         kwargs = typed_fields(cls, d, where)  # absent or null: the BERT default
         for k in (*_REQUIRED_SIZES, "max_position_embeddings", "type_vocab_size"):
             if k in kwargs and kwargs[k] < 1:
                 raise SpanBertError(f"{where}found {_json_item(k, kwargs[k])}, expected a positive integer")
+        if "layer_norm_eps" in kwargs and not kwargs["layer_norm_eps"] > 0:
+            raise SpanBertError(f"{where}found {_json_item('layer_norm_eps', kwargs['layer_norm_eps'])}, expected a number > 0")
+        if "initializer_range" in kwargs and kwargs["initializer_range"] < 0:
+            raise SpanBertError(
+                f"{where}found {_json_item('initializer_range', kwargs['initializer_range'])}, expected a number >= 0"
+            )
+        if "pad_token_id" in kwargs and not 0 <= kwargs["pad_token_id"] < kwargs["vocab_size"]:
+            raise SpanBertError(
+                f"{where}found {_json_item('pad_token_id', kwargs['pad_token_id'])}, expected an id of the vocabulary "
+                f"(0 to {kwargs['vocab_size'] - 1})"
+            )
         for k in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
             if k in kwargs and not 0 <= kwargs[k] < 1:
                 raise SpanBertError(f"{where}found {_json_item(k, kwargs[k])}, expected a probability in [0, 1)")
@@ -155,7 +180,8 @@ def _json_kind(value: Any) -> str:
 def _json_item(key: str, value: Any) -> str:
     text = json.dumps(value)
     text = text if len(text) <= 40 else text[:37] + "..."
-    return f'"{key}": {text} (a {_json_kind(value)})'
+    kind = _json_kind(value)
+    return f'"{key}": {text} ({"an" if kind[0] in "aeiou" else "a"} {kind})'
 
 
 # Named sizes (§4.2: SpanBERT matches BERT-large; base and large are the two released sizes).
@@ -797,7 +823,18 @@ class ArgumentParser(argparse.ArgumentParser):
                     self.error(f"found unknown option {name!r}{self._suggest(name)}; expected one of the options "
                                "that --help lists")
             self.error(f"found unexpected argument(s) {' '.join(extras)!r}; expected the options that --help lists")
+        self._check_outputs(parsed)
         return parsed
+
+    def _check_outputs(self, parsed: argparse.Namespace) -> None:
+        # an output option (``--output``, ``--null_odds``, ``predict glue --output_dir``) against the paths
+        # the command reads (`spanbert.utils.input_paths`), before any of them is opened: the type checked
+        # the output alone as it was parsed, the inputs are known only now
+        inputs = input_paths(parsed)
+        for action in self._actions:
+            value = getattr(parsed, action.dest, None) if action.type in (output_file, output_folder) else None
+            if value:
+                check_apart(value, inputs)
 
     def error(self, message: str) -> typing.NoReturn:  # type: ignore[override]
         raise SpanBertError(f"{self.prog}: {message}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 
 
@@ -56,3 +57,52 @@ def utf8_argument(value: str, option: str) -> str:
                 f"{data[e.start : e.start + 1]!r}); expected UTF-8 text"
             ) from None
         raise SpanBertError(f"{option}: found text that cannot be written as UTF-8; expected UTF-8 text") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# A full disk
+
+
+class NoSpaceError(SpanBertError):
+    """A write that failed for want of space or quota; ``path`` is the destination, left as it was."""
+
+    def __init__(self, path: str | os.PathLike, reason: str) -> None:
+        super().__init__(
+            f"{path}: found {reason} while writing it, expected room for the output; {path} is left as it was "
+            f"before this write (free some space, or choose another output folder, and run again)"
+        )
+        self.path = str(path)
+        self.reason = reason
+
+
+_SPACE_WORDS = {
+    "no space left on the device": ("No space left on device", "os error 28", "StorageFull"),
+    "the disk quota used up": ("Disk quota exceeded", "os error 122", "QuotaExceeded", "FilesystemQuotaExceeded"),
+}
+
+
+def out_of_space(error: BaseException, folder: str | os.PathLike | None = None) -> str | None:
+    """Why ``error`` is a write that ran out of room ("no space left on the device", "the disk quota used
+    up"), or None when it is another failure. Each writer says it its own way: an OSError with ENOSPC or
+    EDQUOT (Python's files), a SafetensorError quoting the OS error, and torch.save's RuntimeError from
+    its zip writer that says only "unexpected pos"; that one is taken as a full disk when ``folder``'s
+    file system has nothing left (statvfs)."""
+    seen: set[int] = set()
+    e: BaseException | None = error
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return "no space left on the device" if e.errno == errno.ENOSPC else "the disk quota used up"
+        text = str(e)
+        for reason, words in _SPACE_WORDS.items():
+            if any(w in text for w in words):
+                return reason
+        if isinstance(e, RuntimeError) and "inline_container" in text and folder is not None:
+            try:
+                st = os.statvfs(folder)
+            except OSError:
+                return None
+            if st.f_bavail * st.f_frsize < (1 << 20):  # under 1 MiB left: the zip writer hit the end
+                return "no space left on the device"
+        e = e.__cause__ or e.__context__
+    return None

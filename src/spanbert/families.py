@@ -568,6 +568,15 @@ def num_layers_of(path: str | Path) -> int:
         return spec.from_config(raw, False, str(checkpoints.config_path(path))).num_layers
 
 
+def max_positions_of(path: str | Path) -> int:
+    """`Family.max_positions` (the longest framed input) of the checkpoint in ``path``, from its config.json
+    alone: what a task's sequence length is checked against before any data is read."""
+    path = resolve_model(path)
+    raw = read_config(path)
+    with torch.device("meta"):  # the sizes only: no memory, no initialisation
+        return int(FAMILIES[family_name(raw)].from_config(raw, False, str(checkpoints.config_path(path))).max_positions)
+
+
 def load_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict[str, Tensor]]:
     """(config.json dict, state dict) of any family's folder (pre-trained or fine-tuned)."""
     path = resolve_model(path)

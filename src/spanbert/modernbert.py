@@ -138,36 +138,51 @@ class ModernBertConfig:
 
     @classmethod
     def from_hf_dict(cls, d: dict[str, Any], source: str = "") -> ModernBertConfig:
-        """Read a config.json written by transformers 4.x or 5.x (or by spanbert); unknown keys are
-        ignored, every known one is type-checked, and ``source`` starts every error message."""
+        """Read a config.json written by transformers 4.x or 5.x (or by spanbert), strictly: the sizes must
+        be there (`REQUIRED`: a missing one is an error naming ``source`` and the key, not ModernBERT-base's
+        default building another model), every known key is type-checked and range-checked, and a feature
+        transformers would apply but this file does not implement (scaled RoPE: ``rope_scaling``, a
+        ``rope_type`` other than default) is refused by name, so hidden states never silently differ from
+        transformers'. Unknown keys are ignored; ``source`` starts every error message."""
         where = f"{source}: " if source else ""
         if not isinstance(d, dict):
             raise SpanBertError(f"{where}found a JSON {_json_kind(d)}, expected a JSON object of ModernBERT settings")
+        missing = [k for k in REQUIRED if d.get(k) is None]
+        if missing:
+            raise SpanBertError(
+                f"{where}found no {', '.join(missing)}, expected the sizes of a ModernBERT encoder ({', '.join(REQUIRED)})"
+            )
+        scaling = d.get("rope_scaling")
+        if scaling is not None and not (isinstance(scaling, dict) and scaling.get("rope_type", scaling.get("type")) == "default"):
+            raise SpanBertError(
+                f"{where}found {_json_item('rope_scaling', d['rope_scaling'])}, expected none: scaled RoPE is not "
+                "implemented here (transformers would apply it, and the hidden states would differ)"
+            )
         kwargs = typed_fields(cls, d, where, skip=("layer_types",))
-        rope = d.get("rope_parameters") or {}
-        if not isinstance(rope, dict):
-            raise SpanBertError(f"{where}found {_json_item('rope_parameters', rope)}, expected a JSON object")
-        for kind, key in ((GLOBAL, "global_rope_theta"), (LOCAL, "local_rope_theta")):
-            part = rope.get(kind) or {}
-            if part.get("rope_type", "default") != "default":
-                raise SpanBertError(
-                    f"{where}found rope_parameters.{kind}.rope_type {part['rope_type']!r}, expected 'default' "
-                    "(scaled RoPE variants are not implemented)"
-                )
-            if part.get("rope_theta") is not None:
-                kwargs[key] = float(part["rope_theta"])
+        kwargs.update(_rope_thetas(d.get("rope_parameters"), where))
         types = d.get("layer_types")
         if types is not None:
             if not (isinstance(types, list) and all(t in (GLOBAL, LOCAL) for t in types)):
                 raise SpanBertError(f"{where}found {_json_item('layer_types', types)}, expected a list of {GLOBAL!r} / {LOCAL!r}")
             kwargs["layer_types"] = tuple(types)
         for k in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                  "max_position_embeddings", "local_attention", "global_attn_every_n_layers"):  # fmt: skip
+                  "max_position_embeddings", "global_attn_every_n_layers"):  # fmt: skip
             if k in kwargs and kwargs[k] < 1:
                 raise SpanBertError(f"{where}found {_json_item(k, kwargs[k])}, expected a positive integer")
+        if "local_attention" in kwargs and kwargs["local_attention"] < 2:  # a window of local_attention // 2 a side
+            raise SpanBertError(f"{where}found {_json_item('local_attention', kwargs['local_attention'])}, expected an integer >= 2")
+        for k in ("global_rope_theta", "local_rope_theta", "norm_eps"):
+            if k in kwargs and not kwargs[k] > 0:
+                raise SpanBertError(f"{where}found {_json_item(k, kwargs[k])}, expected a number > 0")
+        for k in ("initializer_range", "initializer_cutoff_factor"):
+            if k in kwargs and kwargs[k] < 0:
+                raise SpanBertError(f"{where}found {_json_item(k, kwargs[k])}, expected a number >= 0")
         for k in ("attention_dropout", "embedding_dropout", "mlp_dropout", "classifier_dropout"):
             if k in kwargs and not 0 <= kwargs[k] < 1:
                 raise SpanBertError(f"{where}found {_json_item(k, kwargs[k])}, expected a probability in [0, 1)")
+        for k in ("pad_token_id", "eos_token_id", "bos_token_id", "cls_token_id", "sep_token_id"):
+            if k in kwargs and kwargs[k] < 0:  # the ids are the tokenizer's business: only their sign is the config's
+                raise SpanBertError(f"{where}found {_json_item(k, kwargs[k])}, expected an id >= 0")
         for k in ("hidden_activation", "classifier_activation"):
             if kwargs.get(k) not in (None, *ACTIVATIONS):
                 raise SpanBertError(f"{where}found {_json_item(k, kwargs[k])}, expected one of {', '.join(ACTIVATIONS)}")
@@ -189,6 +204,46 @@ class ModernBertConfig:
                 f"{where}found {len(config.layer_types)} layer_types, expected one per layer ({config.num_hidden_layers})"
             )
         return config
+
+
+REQUIRED = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+"""The keys a ModernBERT config.json must have (transformers writes them all)."""
+
+
+def _rope_thetas(rope: Any, where: str) -> dict[str, float]:
+    """``global_rope_theta`` / ``local_rope_theta`` from transformers 5.x's ``rope_parameters`` ({layer type:
+    {"rope_type": "default", "rope_theta": x}}), checked: a part that is no object, a theta that is no
+    positive number, a scaled ``rope_type`` or another key are errors naming the key."""
+    if rope is None:
+        return {}
+    if not isinstance(rope, dict):
+        raise SpanBertError(f"{where}found {_json_item('rope_parameters', rope)}, expected a JSON object")
+    unknown = sorted(set(rope) - {GLOBAL, LOCAL})
+    if unknown:
+        raise SpanBertError(
+            f"{where}found rope_parameters.{unknown[0]}, expected only {GLOBAL} and {LOCAL} (one RoPE per kind of layer)"
+        )
+    out: dict[str, float] = {}
+    for kind, key in ((GLOBAL, "global_rope_theta"), (LOCAL, "local_rope_theta")):
+        part = rope.get(kind)
+        if part is None:
+            continue
+        if not isinstance(part, dict):
+            raise SpanBertError(f"{where}found {_json_item(f'rope_parameters.{kind}', part)}, expected a JSON object")
+        if part.get("rope_type", "default") != "default":
+            raise SpanBertError(
+                f"{where}found rope_parameters.{kind}.rope_type {part['rope_type']!r}, expected 'default' "
+                "(scaled RoPE variants are not implemented)"
+            )
+        theta = part.get("rope_theta")
+        if theta is None:
+            continue
+        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not math.isfinite(theta) or theta <= 0:
+            raise SpanBertError(
+                f"{where}found {_json_item(f'rope_parameters.{kind}.rope_theta', theta)}, expected a number > 0"
+            )
+        out[key] = float(theta)
+    return out
 
 
 def _every_n(n: int, layers: int) -> tuple[str, ...]:

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from spanbert import folders
 from spanbert.blocks import BLOCK_PACKINGS, held_out_documents
 from spanbert.config import ArgumentParser, add_dataclass_arguments, dataclass_from_args, field_docs
 from spanbert.corpus import CANDIDATE_KINDS, FORMAT, STATIC_FORMAT, TokenCorpus
@@ -48,7 +49,7 @@ from spanbert.tokenization import (
     load_tokenizer,
     parse_jsonl_text,
 )
-from spanbert.utils import atomic_dir, atomic_write, check_output, close_inherited_sockets, progress_bar
+from spanbert.utils import atomic_dir, atomic_write, check_output, close_inherited_sockets, input_paths, progress_bar
 
 # spaCy entity labels that are numbers, not names (§6.1 "non-numerical named entity mentions").
 NUMERIC_ENTITY_LABELS = frozenset({"DATE", "TIME", "PERCENT", "MONEY", "QUANTITY", "ORDINAL", "CARDINAL"})
@@ -755,20 +756,23 @@ def main(argv: list[str], prog: str = "spanbert preprocess") -> int:
     _add_static_arguments(p)
     args = p.parse_args(argv)
     static = _static_from_args(args)
-    out = preprocess(
-        args.corpus,
-        args.tokenizer,
-        args.output_dir,
-        one_doc_per_line=args.one_doc_per_line,
-        num_workers=args.num_workers,
-        shard_tokens=args.shard_tokens,
-        max_line_bytes=args.max_line_bytes,
-        candidates=args.candidates,
-        spacy_model=args.spacy_model,
-        progress=not args.quiet,
-        static=static,
-    )
-
+    # before any work: a corpus folder of this command's (its manifest; it is replaced whole) or a new one,
+    # apart from the text and the tokenizer it reads; then held while it is written
+    check_output(args.output_dir, folder=True, owner="corpus", whole=True, inputs=input_paths(args, ("corpus", "tokenizer")))
+    with folders.Claim(args.output_dir, "corpus", prog):
+        out = preprocess(
+            args.corpus,
+            args.tokenizer,
+            args.output_dir,
+            one_doc_per_line=args.one_doc_per_line,
+            num_workers=args.num_workers,
+            shard_tokens=args.shard_tokens,
+            max_line_bytes=args.max_line_bytes,
+            candidates=args.candidates,
+            spacy_model=args.spacy_model,
+            progress=not args.quiet,
+            static=static,
+        )
     c = TokenCorpus(out)
     print0(f"wrote {c.num_tokens:,} tokens in {c.num_docs:,} documents, {len(c.meta['shards'])} shard(s) to {out}")
     for e in static_mask_sets(c):

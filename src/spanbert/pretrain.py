@@ -84,13 +84,14 @@ from spanbert.tokenization import load_tokenizer, load_tokenizer_for
 from spanbert.trainer import (
     TrainingArguments,
     check_output_dir,
+    claim_run_dir,
     find_resume_checkpoint,
     precision_text,
     predict_batches,
     token_batches,
     train,
 )
-from spanbert.utils import atomic_dir, atomic_write
+from spanbert.utils import atomic_dir, atomic_write, input_paths
 
 _SAMPLER_WORDS = {"single": "single-sequence blocks", "nsp": "two-segment blocks with NSP",
                   "causal": "left-to-right blocks", "cloze": "two-tower cloze blocks"}  # fmt: skip
@@ -272,6 +273,44 @@ def check_sources(cfg: PretrainConfig) -> _Sources:
     elif corpus is not None:
         tokenization.corpus_files([corpus])  # exists, and a folder holds text files
     return _Sources(corpus, preprocessed, tokenizer, init_config, init_from)
+
+
+def check_init_vocabulary(init_from: str, rows: int, tokenizer: str | None, vocab_size: int) -> None:
+    """The vocabulary a run continuing ``init_from`` (its embedding table: ``rows`` ids) tokenizes with must be
+    the checkpoint's own: each id is a row the checkpoint learned for that token. Refused before any work:
+    no tokenizer at all (the run would train a new ``vocab_size``-token vocabulary, whose ids name other
+    tokens: the rows would be trained under the wrong words, whatever the sizes), a tokenizer with more ids
+    than the table has rows, and a tokenizer (--tokenizer, a preprocessed corpus's) that gives a token
+    another id than the checkpoint's own tokenizer does. A tokenizer that extends the checkpoint's with new
+    ids below ``rows`` (padded tables, ModernBERT's) is fine."""
+    if tokenizer is None:
+        raise SpanBertError(
+            f"--init_from: found {init_from} without a tokenizer, and this run would train a new {vocab_size}-token "
+            f"vocabulary whose ids name other tokens than the checkpoint's {rows} embedding rows; expected the "
+            f"checkpoint's own vocabulary: pass it with --tokenizer (a folder with its vocab.txt or tokenizer.json)"
+        )
+    if Path(tokenizer).resolve() == Path(init_from).resolve():
+        return
+    tok = load_tokenizer(tokenizer)
+    if tok.vocab_size > rows:
+        raise SpanBertError(
+            f"--init_from: found the tokenizer {tokenizer} with {tok.vocab_size} ids, expected at most the "
+            f"{rows} embedding rows of {init_from} (use the checkpoint's own tokenizer)"
+        )
+    if not data.has_tokenizer(init_from):
+        return  # the checkpoint names no tokens: its size is all that can be checked
+    own = load_tokenizer(init_from).get_vocab()
+    ids = tok.get_vocab()
+    moved = sorted((i, t) for t, i in own.items() if ids.get(t) != i)
+    if moved:
+        i, token = moved[0]
+        now = ids.get(token)
+        raise SpanBertError(
+            f"--init_from: found the tokenizer {tokenizer} giving {token!r} "
+            f"{'no id' if now is None else f'id {now}'} where {init_from}'s own tokenizer gives id {i} "
+            f"({len(moved)} token(s) differ), expected the checkpoint's vocabulary (its rows are learned per id): "
+            f"use the checkpoint's own tokenizer"
+        )
 
 
 def plan_flops(config: Any, cfg: PretrainConfig, args: TrainingArguments, steps: int, sbo: bool) -> float:
@@ -615,120 +654,124 @@ def pretrain(
     device = distributed.resolve_device(args.device)
     distributed.init_distributed(device)
     args = apply_batching(cfg, args, distributed.world_size())  # tokens_per_update -> accumulation
-    check_output_dir(args)  # contract 3: a previous run is refused before any work
-    sources = check_sources(cfg)
-    planned = plan_model(cfg, run, sources.init_config, model_overrides)
-    family.check(planned, **checks)  # and what needs the planned model (its positions, causal or not)
-    args = family.training_args(planned, args)
-    sbo = "sbo" in system.objectives
-    if args.max_steps > 0:  # before the vocabulary, the corpus and any file (an epoch's length is known later)
-        warning = check_plan(planned, cfg, args, args.max_steps, sbo, device)
-        if warning:
-            eprint0(warning)
+    check_output_dir(args, input_paths(cfg, ("corpus", "tokenizer", "init_from")))  # contract 3, before any work
+    # the folder is held (lock and manifest) from here to the export: data/, checkpoints, final/
+    with claim_run_dir(args.output_dir, "spanbert pretrain"):
+        sources = check_sources(cfg)
+        planned = plan_model(cfg, run, sources.init_config, model_overrides)
+        family.check(planned, **checks)  # and what needs the planned model (its positions, causal or not)
+        if sources.init_from is not None:  # the vocabulary the run tokenizes with names the checkpoint's rows
+            check_init_vocabulary(sources.init_from, sources.init_config.vocab_size, sources.tokenizer, cfg.vocab_size)
+        args = family.training_args(planned, args)
+        sbo = "sbo" in system.objectives
+        if args.max_steps > 0:  # before the vocabulary, the corpus and any file (an epoch's length is known later)
+            warning = check_plan(planned, cfg, args, args.max_steps, sbo, device)
+            if warning:
+                eprint0(warning)
 
-    corpus_dir, tok_dir = distributed.on_main(lambda: prepare_data(cfg, args, sources, run, planned))
-    tok = family.frame(load_tokenizer(tok_dir))  # from disk on every rank: the file that is exported
+        corpus_dir, tok_dir = distributed.on_main(lambda: prepare_data(cfg, args, sources, run, planned))
+        tok = family.frame(load_tokenizer(tok_dir))  # from disk on every rank: the file that is exported
 
-    torch.manual_seed(args.seed)
-    model = family.build(
-        planned, tok, init_from=sources.init_from, objectives=system.objectives, mlm_weight=cfg.mlm_weight,
-        sbo_weight=cfg.sbo_weight,
-    )  # fmt: skip
-    if cfg.random_init:
-        final = Path(args.output_dir) / cfg.output_name
-        extra = {**family.export_extra(cfg.system, None if run.causal else run.scheme), "random_init": True}
-        distributed.on_main(lambda: export(model, tok, final, extra, {}))
-        print0(f"no pre-training (--random_init): the freshly initialised model ({family.describe(model)}, seed {args.seed}) is in {final}")
-        return final
-    if cfg.dropout is not None:
-        set_dropout(model, cfg.dropout)  # pre-training only: the exported config keeps the preset's rate
-    train_set, eval_set = build_datasets(cfg, corpus_dir, tok, args.seed, masking, run)
-    run_config = json.loads(json.dumps(family.run_config(
-        dataclasses.asdict(cfg), dataclasses.asdict(masking) if masking else None, model.config
-    )))  # fmt: skip
-    static = getattr(train_set, "static", None)
-    if static is not None:
-        # which stored masks the run reads: a resume on a corpus re-made with other copies is refused
-        run_config["StaticMasks"] = {"dupe_factor": static["dupe_factor"], "seed": static["seed"]}
-    if args.max_steps <= 0 and budget is None:  # the length of an epoch is known only now
-        if args.max_tokens_per_batch:  # an epoch is the same number of token batches every epoch
-            units = len(token_batches(train_set.lengths(), args.max_tokens_per_batch, args.seed, 0))
-            G = args.gradient_accumulation_steps * distributed.world_size()
-        else:
-            units, G = len(train_set), args.per_device_train_batch_size * args.gradient_accumulation_steps * distributed.world_size()
-        steps = math.ceil(args.num_train_epochs * units / G)
-        warning = check_plan(model.config, cfg, args, steps, sbo, device)
-        if warning:
-            eprint0(warning)
-    collate = functools.partial(
-        _collate, pad_id=tok.pad_id, max_predictions=cfg.max_predictions, pad_to=cfg.pad_to, collate=run.sampler.collate
-    )
-    count = family.count_targets(model, system.objectives)
-
-    def evaluation(held_out):
-        if held_out is None:
-            return None
-        return make_eval_fn(held_out, args.per_device_eval_batch_size, collate, count, args.precision, family.metrics)
-
-    eval_fn = evaluation(eval_set)
-    print0(
-        f"pre-training {cfg.system} ({_objective_line(run)}), model {cfg.init_from or cfg.model}: "
-        f"{family.describe(model)}, {len(train_set)} blocks of <= {cfg.max_seq_length} tokens, "
-        f"{len(eval_set) if eval_set else 0} held out"
-    )
-    print0(f"{batching_line(cfg, args, distributed.world_size())}; {cfg.recipe} optimisation")
-    if static is not None:
-        print0(
-            f"static masks: {static['dupe_factor']} masked copies made by spanbert preprocess (seed {static['seed']}, "
-            f"{cfg.static_masks}); epoch e reads copy e mod {static['dupe_factor']}"
-        )
-    model.train()
-    # Appendix A.2's length schedule: one train() call per stage, all under this run's schedule of
-    # max_steps; an earlier stage stops at its switch step with a checkpoint (--stop_at_step) and the
-    # next resumes from it, so a straight run and a run killed and resumed anywhere take the same path
-    # (model, optimizer, schedule and RNG states all pass through the switch checkpoint).
-    resumed = distributed.on_main(lambda: _resume_step(args.output_dir)) if args.resume and len(stages) > 1 else 0
-    user_stop = args.stop_at_step if args.stop_at_step > 0 else args.max_steps
-    began, begin = False, 0
-    for i, (length, end) in enumerate(stages):
-        last = i == len(stages) - 1
-        if not last and resumed >= end:
-            begin = end
-            continue  # resumed after this stage's switch
-        stage_set, stage_eval = train_set, eval_fn  # the final length's, built above
-        if length != cfg.max_seq_length:
-            stage_cfg = dataclasses.replace(cfg, max_seq_length=length, seq_length_schedule=None)
-            stage_set, held_out = build_datasets(stage_cfg, corpus_dir, tok, args.seed, masking, run)
-            stage_eval = evaluation(held_out)
-        if len(stages) > 1:
-            print0(f"sequence length {length} for steps {begin + 1}-{end} ({len(stage_set)} blocks)")
-        stage_args = args if len(stages) == 1 else dataclasses.replace(
-            args,
-            stop_at_step=args.stop_at_step if last else min(end, user_stop),
-            resume=args.resume or began,
-            overwrite_output_dir=args.overwrite_output_dir and not began,  # never the switch checkpoint
-        )
-        result = train(
-            model, stage_set, stage_args, collate_fn=collate, eval_fn=stage_eval,
-            count_targets=count, run_config=run_config,
-            term_weights=released_term_weights if cfg.recipe == "released" else None, cost_warning=False,
-            time_budget=budget,
+        torch.manual_seed(args.seed)
+        model = family.build(
+            planned, tok, init_from=sources.init_from, objectives=system.objectives, mlm_weight=cfg.mlm_weight,
+            sbo_weight=cfg.sbo_weight,
         )  # fmt: skip
-        began, begin = True, end
-        if result.global_step < end:
-            break  # the user's --stop_at_step
-    final = Path(args.output_dir) / cfg.output_name
-    if result.global_step >= (args.max_steps if args.max_steps > 0 else 0) and result.global_step >= result.total_steps:
-        extra = family.export_extra(cfg.system, None if run.causal else run.scheme)
-        distributed.on_main(lambda: export(model, tok, final, extra, result.metrics))
-        if budget is not None and not args.resume:
-            took = time.perf_counter() - started
-            off = took - budget.seconds
+        if cfg.random_init:
+            final = Path(args.output_dir) / cfg.output_name
+            extra = {**family.export_extra(cfg.system, None if run.causal else run.scheme), "random_init": True}
+            distributed.on_main(lambda: export(model, tok, final, extra, {}))
+            print0(f"no pre-training (--random_init): the freshly initialised model ({family.describe(model)}, seed {args.seed}) is in {final}")
+            return final
+        if cfg.dropout is not None:
+            set_dropout(model, cfg.dropout)  # pre-training only: the exported config keeps the preset's rate
+        train_set, eval_set = build_datasets(cfg, corpus_dir, tok, args.seed, masking, run)
+        run_config = json.loads(json.dumps(family.run_config(
+            dataclasses.asdict(cfg), dataclasses.asdict(masking) if masking else None, model.config
+        )))  # fmt: skip
+        static = getattr(train_set, "static", None)
+        if static is not None:
+            # which stored masks the run reads: a resume on a corpus re-made with other copies is refused
+            run_config["StaticMasks"] = {"dupe_factor": static["dupe_factor"], "seed": static["seed"]}
+        if args.max_steps <= 0 and budget is None:  # the length of an epoch is known only now
+            if args.max_tokens_per_batch:  # an epoch is the same number of token batches every epoch
+                units = len(token_batches(train_set.lengths(), args.max_tokens_per_batch, args.seed, 0))
+                G = args.gradient_accumulation_steps * distributed.world_size()
+            else:
+                units, G = len(train_set), args.per_device_train_batch_size * args.gradient_accumulation_steps * distributed.world_size()
+            steps = math.ceil(args.num_train_epochs * units / G)
+            warning = check_plan(model.config, cfg, args, steps, sbo, device)
+            if warning:
+                eprint0(warning)
+        collate = functools.partial(
+            _collate, pad_id=tok.pad_id, max_predictions=cfg.max_predictions, pad_to=cfg.pad_to, collate=run.sampler.collate
+        )
+        count = family.count_targets(model, system.objectives)
+
+        def evaluation(held_out):
+            if held_out is None:
+                return None
+            return make_eval_fn(held_out, args.per_device_eval_batch_size, collate, count, args.precision, family.metrics)
+
+        eval_fn = evaluation(eval_set)
+        print0(
+            f"pre-training {cfg.system} ({_objective_line(run)}), model {cfg.init_from or cfg.model}: "
+            f"{family.describe(model)}, {len(train_set)} blocks of <= {cfg.max_seq_length} tokens, "
+            f"{len(eval_set) if eval_set else 0} held out"
+        )
+        print0(f"{batching_line(cfg, args, distributed.world_size())}; {cfg.recipe} optimisation")
+        if static is not None:
             print0(
-                f"time budget {budget.text}: the run took {format_duration(took)}, "
-                f"{format_duration(abs(off))} ({abs(off) / budget.seconds:.1%}) {'over' if off > 0 else 'under'} it"
+                f"static masks: {static['dupe_factor']} masked copies made by spanbert preprocess (seed {static['seed']}, "
+                f"{cfg.static_masks}); epoch e reads copy e mod {static['dupe_factor']}"
             )
-    return final
+        model.train()
+        # Appendix A.2's length schedule: one train() call per stage, all under this run's schedule of
+        # max_steps; an earlier stage stops at its switch step with a checkpoint (--stop_at_step) and the
+        # next resumes from it, so a straight run and a run killed and resumed anywhere take the same path
+        # (model, optimizer, schedule and RNG states all pass through the switch checkpoint).
+        resumed = distributed.on_main(lambda: _resume_step(args.output_dir)) if args.resume and len(stages) > 1 else 0
+        user_stop = args.stop_at_step if args.stop_at_step > 0 else args.max_steps
+        began, begin = False, 0
+        for i, (length, end) in enumerate(stages):
+            last = i == len(stages) - 1
+            if not last and resumed >= end:
+                begin = end
+                continue  # resumed after this stage's switch
+            stage_set, stage_eval = train_set, eval_fn  # the final length's, built above
+            if length != cfg.max_seq_length:
+                stage_cfg = dataclasses.replace(cfg, max_seq_length=length, seq_length_schedule=None)
+                stage_set, held_out = build_datasets(stage_cfg, corpus_dir, tok, args.seed, masking, run)
+                stage_eval = evaluation(held_out)
+            if len(stages) > 1:
+                print0(f"sequence length {length} for steps {begin + 1}-{end} ({len(stage_set)} blocks)")
+            stage_args = args if len(stages) == 1 else dataclasses.replace(
+                args,
+                stop_at_step=args.stop_at_step if last else min(end, user_stop),
+                resume=args.resume or began,
+                overwrite_output_dir=args.overwrite_output_dir and not began,  # never the switch checkpoint
+            )
+            result = train(
+                model, stage_set, stage_args, collate_fn=collate, eval_fn=stage_eval,
+                count_targets=count, run_config=run_config,
+                term_weights=released_term_weights if cfg.recipe == "released" else None, cost_warning=False,
+                time_budget=budget,
+            )  # fmt: skip
+            began, begin = True, end
+            if result.global_step < end:
+                break  # the user's --stop_at_step
+        final = Path(args.output_dir) / cfg.output_name
+        if result.global_step >= (args.max_steps if args.max_steps > 0 else 0) and result.global_step >= result.total_steps:
+            extra = family.export_extra(cfg.system, None if run.causal else run.scheme)
+            distributed.on_main(lambda: export(model, tok, final, extra, result.metrics))
+            if budget is not None and not args.resume:
+                took = time.perf_counter() - started
+                off = took - budget.seconds
+                print0(
+                    f"time budget {budget.text}: the run took {format_duration(took)}, "
+                    f"{format_duration(abs(off))} ({abs(off) / budget.seconds:.1%}) {'over' if off > 0 else 'under'} it"
+                )
+        return final
 
 
 def _objective_line(run: Resolved) -> str:
@@ -890,7 +933,9 @@ def main(argv: list[str], prog: str = "spanbert pretrain") -> int:
     if sequences and not named_options(args, "TrainingArguments", ("max_tokens_per_batch",)):
         train_defaults["max_tokens_per_batch"] = 0
     targs = build(TrainingArguments, defaults=train_defaults)
-    check_output_dir(targs)  # the output contract, as soon as the folder is known: before any work
+    # the output contract, as soon as the folder is known: before any work; the output apart from every
+    # path the run reads (the corpus, a tokenizer, an --init_from model, the --config file)
+    check_output_dir(targs, input_paths(cfg, ("corpus", "tokenizer", "init_from")) + input_paths(args, ("config",)))
     masking = build(MaskingConfig, defaults=system_masking(system_of(cfg)))  # a flag or YAML key still wins
     print0(preset_line(quick, cfg, targs))
     named_schedule = named_options(args, "TrainingArguments", ("max_steps", "warmup_steps", "warmup_ratio"))

@@ -11,10 +11,12 @@ run killed at any instant resumes from its last complete checkpoint (docs/robust
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import shutil
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -22,13 +24,17 @@ from typing import Any
 import torch
 from torch import nn
 
-from spanbert.distributed import distributed_env, print0
+from spanbert import folders
+from spanbert.distributed import distributed_env, on_main, print0
 from spanbert.errors import SpanBertError
 from spanbert.utils import (
+    NoSpaceError,
     atomic_dir,
     atomic_write,
     check_output,
     fsync_dir,
+    no_space_as_error,
+    out_of_space,
     remove_debris,
 )
 
@@ -112,31 +118,19 @@ def save_training_state(
     renamed aside, the new one renamed in, `latest` moved back, and the copies removed. Old
     checkpoints are renamed aside before they are deleted, so a `checkpoint-N` folder is always whole.
     """
-    output_dir.mkdir(parents=True, exist_ok=True)
+    folders.make_folders(output_dir)
     final = output_dir / f"checkpoint-{step}"
+    folders.record(final)  # in the run's manifest before it exists: a kill leaves nothing unlisted
     pid = os.getpid()
     tmp = output_dir / f".checkpoint-{step}.tmp-{pid}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    state = {
-        "model": _unwrap(model).state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "scheduler": scheduler.state_dict(),
-        "scaler": scaler.state_dict() if scaler is not None else None,
-        "rng": rng_states if rng_states is not None else [_rng_state()],
-        "step": step,
-    }
-    with open(tmp / "state.pt", "wb") as f:
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    info = {"global_step": step, "args": asdict(args), **extra}
-    info.setdefault("world_size", len(state["rng"]))
-    with open(tmp / "trainer_state.json", "w") as f:
-        json.dump(info, f, indent=2, default=str)
-        f.flush()
-        os.fsync(f.fileno())
-    fsync_dir(tmp)
+    try:
+        with no_space_as_error(final):
+            _write_state(tmp, step, model, optimizer, scheduler, scaler, args, extra, rng_states)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # the checkpoints and `latest` stay as they were
+        raise
     if final.exists():
         alt = output_dir / f".checkpoint-{step}.tmp-{pid}-alt"
         shutil.rmtree(alt, ignore_errors=True)
@@ -158,11 +152,37 @@ def save_training_state(
     # Keep the newest `save_total_limit` checkpoints; the one `latest` names is never deleted.
     ckpts = sorted((p for p in output_dir.glob("checkpoint-*") if _ckpt_step(p) is not None), key=_ckpt_step)
     for old in ckpts[: max(0, len(ckpts) - max(1, args.save_total_limit))]:
-        if old != final:
+        if old != final and folders.owned(output_dir, old.name):
             aside = output_dir / f".{old.name}.old-{pid}"
             os.replace(old, aside)
             shutil.rmtree(aside, ignore_errors=True)
     return final
+
+
+def _write_state(
+    tmp: Path, step: int, model: nn.Module, optimizer, scheduler, scaler, args: TrainingArguments, extra: dict,
+    rng_states: list[dict] | None,
+) -> None:  # fmt: skip
+    """`save_training_state`'s files, written into the temporary folder ``tmp``."""
+    state = {
+        "model": _unwrap(model).state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "scaler": scaler.state_dict() if scaler is not None else None,
+        "rng": rng_states if rng_states is not None else [_rng_state()],
+        "step": step,
+    }
+    with open(tmp / "state.pt", "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    info = {"global_step": step, "args": asdict(args), **extra}
+    info.setdefault("world_size", len(state["rng"]))
+    with open(tmp / "trainer_state.json", "w") as f:
+        json.dump(info, f, indent=2, default=str)
+        f.flush()
+        os.fsync(f.fileno())
+    fsync_dir(tmp)
 
 
 def _rng_state() -> dict[str, Any]:
@@ -336,46 +356,57 @@ def load_training_state(path: Path, model: nn.Module, optimizer, scheduler, scal
 
 RUN_NAMES = frozenset({"latest", "log.jsonl", "tensorboard", "best", "config.json", "final", "data", "sweep.json",
                        "sweep", "feature_cache", "log.txt"})  # fmt: skip
-"""What a spanbert run writes in its output_dir, at any stage: the loop's checkpoints pointer, log, TensorBoard
-events and best weights; a saved model (config.json) or a pre-training export (final/); pre-training's
-prepared corpus (data/); a sweep's summary and runs; feature-based NER's cache; and the log the study
-writes into a cell's folder before the cell's command starts (log.txt). `checkpoint-N`, moved-aside logs
-(log.jsonl.K, tensorboard.K) and hidden temporaries (`.NAME.tmp-*`, `.NAME.old-*`) count too."""
+"""The fixed names a spanbert run writes at the top of its output_dir, at any stage: the loop's checkpoints
+pointer, log, TensorBoard events and best weights; a saved model (config.json) or a pre-training export
+(final/); pre-training's prepared corpus (data/); a sweep's summary and runs; feature-based NER's cache;
+and the log the study writes into a cell's folder before the cell's command starts (log.txt). Besides
+these, `checkpoint-N`, moved-aside logs (log.jsonl.K, tensorboard.K) and a saved model's files. A claimed
+run folder that holds one of these names unlisted in its manifest is refused before any work
+(`check_output_dir`): the run would replace the user's file of that name."""
+
+RUN = "run"
+"""The kind of output (`spanbert.folders.KINDS`) of every command that trains: pretrain and finetune."""
 
 
 def holds_a_run(folder: Path) -> bool:
-    """Whether ``folder`` holds something an earlier spanbert run wrote (`RUN_NAMES`): the output
-    contract's test of "an earlier output of this command" for a training folder."""
-    for p in folder.iterdir():
-        name = p.name
-        if name in RUN_NAMES or name.startswith(("checkpoint-", ".checkpoint-", "log.jsonl.", "tensorboard.")):
-            return True
-        if name.startswith(".") and (".tmp-" in name or ".old-" in name or name.endswith(".tmp")):
-            return True  # debris of a killed run (`remove_debris` clears it at the start)
-    return False
+    """Whether ``folder`` is the output_dir of an earlier spanbert run: its manifest
+    (`spanbert.folders`), written when a run claims the folder, says so. Nothing else counts (a folder of
+    the user's named `data/`, `config.json` or `best/` is the user's): the output contract's test of
+    "an earlier output of this command" for a training folder."""
+    manifest = folders.read_manifest(folder)
+    return manifest is not None and manifest["kind"] == RUN
 
 
-def check_output_dir(args: TrainingArguments) -> None:
+def check_output_dir(args: TrainingArguments, inputs: Iterable[tuple[str, str]] = ()) -> None:
     """The output contract of a training run (`spanbert.utils.check_output`), checked by every command that
     trains before any work, and again by `train`. Refused, each with one error naming the folder:
 
+    - output_dir is one of ``inputs`` ((option, path) pairs: the corpus, the data, the model read), lies
+      inside one or holds one;
     - output_dir is a file, lies under a file, or cannot be written;
-    - output_dir holds files, none of which a run writes (`holds_a_run`: a folder of the user's notes,
-      data or another program's output), whatever the flags: nothing there is ever deleted or mixed in;
+    - output_dir holds anything without the manifest of a spanbert run (`holds_a_run`: a folder of the
+      user's notes, data or another program's output), whatever the flags: nothing there is ever deleted
+      or mixed in; or it has one but holds, under a name a run writes (`RUN_NAMES`), something the
+      manifest does not list;
     - output_dir holds an earlier run (a `latest` pointer, a `checkpoint-*` folder or a saved model's
-      config.json) and neither --resume nor --overwrite_output_dir is given (contract 3). A run killed
-      before its first checkpoint (only its log.jsonl) may start again.
+      config.json, each written by spanbert) and neither --resume nor --overwrite_output_dir is given
+      (contract 3). A run killed before its first checkpoint (only its log.jsonl) may start again.
 
-    An empty or missing folder is fine; checking creates nothing."""
-    out = check_output(args.output_dir, folder=True, ours=holds_a_run)
+    The user's own files beside a run stay, whatever the flags. An empty or missing folder is fine;
+    checking creates nothing."""
+    out = check_output(args.output_dir, folder=True, inputs=inputs, owner=RUN, writes=RUN_NAMES)
     if args.resume or args.overwrite_output_dir or not out.is_dir():
         return
+    manifest = folders.read_manifest(out)
+    listed = set(manifest["files"]) if manifest else set()
     found = None
-    if (out / "latest").exists():
+    if "latest" in listed and (out / "latest").exists():
         found = "a latest pointer"
-    elif any(p.is_dir() and _ckpt_step(p) is not None for p in out.glob("checkpoint-*")):
+    elif any(p.is_dir() and _ckpt_step(p) is not None and p.name in listed for p in out.glob("checkpoint-*")):
         found = "checkpoint folders"
-    elif (out / "config.json").is_file() or (out / "final" / "config.json").is_file():
+    elif ("config.json" in listed and (out / "config.json").is_file()) or (
+        "final" in listed and (out / "final" / "config.json").is_file()
+    ):
         found = "a saved model (config.json)"
     if found:
         raise SpanBertError(
@@ -384,12 +415,29 @@ def check_output_dir(args: TrainingArguments) -> None:
         )
 
 
+@contextlib.contextmanager
+def claim_run_dir(output_dir: str | Path, command: str) -> Iterator[None]:
+    """Hold ``output_dir`` for a training command while the block runs (`spanbert.folders.Claim`): its
+    lock (a second command writing there is refused with this one's pid) and its manifest (the names
+    the run writes, so that a later --overwrite_output_dir removes those only). Rank 0 of a torchrun
+    group holds it and a refusal reaches every rank; a crash or kill drops the lock (the kernel's). A
+    claim inside one this process holds (the loop inside its command, a sweep's runs) takes no second
+    lock. Call it after `check_output_dir`, so that a refused folder is left as it was."""
+    claim = folders.Claim(output_dir, RUN, command)
+    on_main(claim.acquire)
+    try:
+        yield
+    finally:
+        claim.release()  # a no-op on the ranks that did not acquire
+
+
 def _start_run_dir(output_dir: Path, args: TrainingArguments) -> list[str]:
     """Rank 0, before a run: remove what a killed run left (temporary checkpoint folders, `latest`
     temporaries, atomic_dir leftovers beside and inside `final/`), finishing an interrupted re-save;
-    with --overwrite_output_dir remove the old checkpoints and `latest`. Returns what was removed."""
-    if not output_dir.is_dir():
-        return []
+    with --overwrite_output_dir remove the old checkpoints, `latest` and `best/`, those the run's manifest
+    lists only. Returns what was removed. A folder no command claimed (`train` called from Python) gets
+    its manifest here (`spanbert.folders.claim_manifest`)."""
+    folders.claim_manifest(output_dir, RUN, "spanbert (Python)")
     keep = set()
     pointer = output_dir / "latest"
     if pointer.is_file():
@@ -418,10 +466,9 @@ def _start_run_dir(output_dir: Path, args: TrainingArguments) -> list[str]:
     if args.overwrite_output_dir and not args.resume:
         for p in output_dir.glob("checkpoint-*"):
             if p.is_dir() and _ckpt_step(p) is not None:
-                shutil.rmtree(p, ignore_errors=True)
-        if pointer.exists():
-            pointer.unlink()
-        shutil.rmtree(output_dir / BEST_DIR, ignore_errors=True)
+                folders.remove(p)
+        folders.remove(pointer)
+        folders.remove(output_dir / BEST_DIR)
     return removed
 
 
@@ -454,9 +501,11 @@ def _start_log(output_dir: Path, resume_step: int | None) -> str | None:
         k = 1
         while (output_dir / f"{LOG_FILE}.{k}").exists() or (output_dir / f"{TENSORBOARD_DIR}.{k}").exists():
             k += 1
+        folders.record(output_dir / f"{LOG_FILE}.{k}")
         os.replace(log, output_dir / f"{LOG_FILE}.{k}")
         moved = f"{LOG_FILE}.{k}"
         if (output_dir / TENSORBOARD_DIR).is_dir():
+            folders.record(output_dir / f"{TENSORBOARD_DIR}.{k}")
             os.replace(output_dir / TENSORBOARD_DIR, output_dir / f"{TENSORBOARD_DIR}.{k}")
             moved += f" (and its TensorBoard events to {TENSORBOARD_DIR}.{k})"
         return f"{log} is an earlier run's log; moved it to {moved}: this run's log starts afresh"
@@ -489,9 +538,12 @@ class _Logger:
         self.jsonl = None
         if not enabled:
             return
-        output_dir.mkdir(parents=True, exist_ok=True)
-        self.jsonl = open(output_dir / LOG_FILE, "a", encoding="utf-8")
+        folders.make_folders(output_dir)
+        self.path = output_dir / LOG_FILE
+        folders.record(self.path)
+        self.jsonl = open(self.path, "a", encoding="utf-8")
         if tensorboard:
+            folders.record(output_dir / TENSORBOARD_DIR)
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
@@ -505,8 +557,20 @@ class _Logger:
     def log(self, step: int, values: dict[str, float]) -> None:
         if not self.enabled:
             return
-        self.jsonl.write(json.dumps({"step": step, **values}) + "\n")
-        self.jsonl.flush()
+        size = self.jsonl.tell()
+        try:
+            self.jsonl.write(json.dumps({"step": step, **values}) + "\n")
+            self.jsonl.flush()
+        except OSError as e:
+            reason = out_of_space(e)
+            if reason is None:
+                raise
+            with contextlib.suppress(OSError):  # the unwritten row must not be flushed again at close
+                self.jsonl.close()
+            self.jsonl = None
+            with contextlib.suppress(OSError):  # the log as it was: no half row
+                os.truncate(self.path, size)
+            raise NoSpaceError(self.path, reason) from None
         if self.writer is not None:
             for k, v in values.items():
                 self.writer.add_scalar(k, v, step)
@@ -524,7 +588,8 @@ BEST_DIR = "best"
 def save_best_weights(output_dir: Path, model: nn.Module, info: dict[str, Any]) -> None:
     """``output_dir/best/``: the weights (state.pt) and ``best.json`` (step, score, metrics), atomically."""
     with atomic_dir(output_dir / BEST_DIR) as tmp:
-        torch.save(_unwrap(model).state_dict(), tmp / "state.pt")
+        with open(tmp / "state.pt", "wb") as f:  # a Python file: a full disk surfaces as its OSError (ENOSPC)
+            torch.save(_unwrap(model).state_dict(), f)
         (tmp / "best.json").write_text(json.dumps(info, indent=2) + "\n")
 
 

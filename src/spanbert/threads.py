@@ -23,9 +23,12 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from spanbert.environment import omp_threads_setting
 
 INTERVAL_S = 1.0
 """Seconds between two measurements of the load (a step boundary after this long re-measures)."""
@@ -115,6 +118,17 @@ _window: tuple[float, int, int] | None = None
 """(time, busy ticks of the machine, this run's ticks) where the next `others_cores` reading starts."""
 
 
+_noted: set[str] = set()
+
+
+def _note_once(line: str) -> None:
+    """``line`` on stderr once per process, by rank 0 of a torchrun job (every rank reaches the same cap)."""
+    if line in _noted or os.environ.get("RANK", "0") != "0":
+        return
+    _noted.add(line)
+    print(line, file=sys.stderr, flush=True)
+
+
 def usable_cores() -> int:
     """Cores this process may run on (its affinity mask, e.g. under taskset or a container's cpuset)."""
     try:
@@ -123,20 +137,39 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def most_threads() -> int:
+    """The most threads worth running: the cores this process may use, shared with the other processes of a
+    torchrun job on this machine (LOCAL_WORLD_SIZE). More threads than cores only wait for each other: a
+    tiny model's step at 999 threads on 2 cores took 22x as long as at one."""
+    try:
+        local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        local = 1
+    return max(1, usable_cores() // local)
+
+
 def configure(threads: int = 0) -> str:
     """Set torch's thread policy for this process and return it in words. ``threads`` > 0 fixes the
     count (``--threads``), as `OMP_NUM_THREADS` in the environment does; otherwise the count follows
-    the free cores (`tick`). Calling it again (a study's cells) keeps a policy already in force unless
-    a count is given."""
+    the free cores (`tick`). A count above the cores (`most_threads`) is capped at them, with a note on
+    stderr (once per value, by the first process of a torchrun job). Calling it again (a study's cells)
+    keeps a policy already in force unless a count is given."""
     import torch
 
     global _policy, _fixed
     _start_window()
     if threads > 0:
+        most = most_threads()
+        if threads > most:
+            _note_once(
+                f"note: --threads {threads}: found {most} usable core(s) for this process, expected at most that "
+                f"many threads (more only wait for each other, many times slower); using {most}"
+            )
+            threads = most
         _policy, _fixed = None, threads
         torch.set_num_threads(threads)
         return describe()
-    if os.environ.get("OMP_NUM_THREADS"):
+    if omp_threads_setting():
         _policy = None
         return describe()
     if _policy is not None or _fixed:  # a study's cell: the study's choice stays
@@ -197,7 +230,7 @@ def describe() -> str:
     count = f"{n} CPU thread{'' if n == 1 else 's'}"
     if _fixed:
         return f"{count}, fixed by --threads"
-    if os.environ.get("OMP_NUM_THREADS"):
+    if omp_threads_setting():
         return f"{count}, fixed by OMP_NUM_THREADS"
     if _policy is None:
         return count

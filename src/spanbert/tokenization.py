@@ -33,18 +33,20 @@ import heapq
 import json
 import os
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import tokenizers
 
+from spanbert import folders
 from spanbert.config import ArgumentParser
 from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError
 from spanbert.hub import resolve_model
-from spanbert.utils import atomic_write, check_output, progress_bar
+from spanbert.utils import atomic_files, check_output, input_paths, progress_bar
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = [PAD, UNK, CLS, SEP, MASK]
@@ -244,38 +246,39 @@ class Tokenizer:
         `spanbert.checkpoints.save_checkpoint` passes it), 512 when not given.
         """
         directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
         max_length = int(model_max_length) if model_max_length else 512
-        if type(self.hf.model).__name__ != "WordPiece":
-            return self._save_fast(directory, max_length)
-        vocab = self.hf.get_vocab(with_added_tokens=True)
-        by_id = [""] * self.vocab_size
-        for token, i in vocab.items():
-            by_id[i] = token
-        with atomic_write(directory / "vocab.txt", encoding="utf-8") as f:
-            f.write("".join(t + "\n" for t in by_id))
-        with atomic_write(directory / "tokenizer.json", encoding="utf-8") as f:
-            f.write(self.hf.to_str())
-        config = {
-            "tokenizer_class": "BertTokenizer",
-            "do_lower_case": self.do_lower_case,
-            "strip_accents": None if self.do_lower_case else False,
-            "tokenize_chinese_chars": True,
-            "model_max_length": max_length,
-            "unk_token": UNK,
-            "sep_token": SEP,
-            "pad_token": PAD,
-            "cls_token": CLS,
-            "mask_token": MASK,
-        }
-        with atomic_write(directory / "tokenizer_config.json", encoding="utf-8") as f:
-            json.dump(config, f, indent=2)
-        specials = {"unk_token": UNK, "sep_token": SEP, "pad_token": PAD, "cls_token": CLS, "mask_token": MASK}
-        with atomic_write(directory / "special_tokens_map.json", encoding="utf-8") as f:
-            json.dump(specials, f, indent=2)
+        # the files as one: a full disk replaces none of them (an earlier vocabulary stays whole)
+        with atomic_files(directory) as open_file:
+            if type(self.hf.model).__name__ != "WordPiece":
+                return self._save_fast(open_file, max_length)
+            vocab = self.hf.get_vocab(with_added_tokens=True)
+            by_id = [""] * self.vocab_size
+            for token, i in vocab.items():
+                by_id[i] = token
+            with open_file("vocab.txt", encoding="utf-8") as f:
+                f.write("".join(t + "\n" for t in by_id))
+            with open_file("tokenizer.json", encoding="utf-8") as f:
+                f.write(self.hf.to_str())
+            config = {
+                "tokenizer_class": "BertTokenizer",
+                "do_lower_case": self.do_lower_case,
+                "strip_accents": None if self.do_lower_case else False,
+                "tokenize_chinese_chars": True,
+                "model_max_length": max_length,
+                "unk_token": UNK,
+                "sep_token": SEP,
+                "pad_token": PAD,
+                "cls_token": CLS,
+                "mask_token": MASK,
+            }
+            with open_file("tokenizer_config.json", encoding="utf-8") as f:
+                json.dump(config, f, indent=2)
+            specials = {"unk_token": UNK, "sep_token": SEP, "pad_token": PAD, "cls_token": CLS, "mask_token": MASK}
+            with open_file("special_tokens_map.json", encoding="utf-8") as f:
+                json.dump(specials, f, indent=2)
 
-    def _save_fast(self, directory: Path, max_length: int = 512) -> None:
-        with atomic_write(directory / "tokenizer.json", encoding="utf-8") as f:
+    def _save_fast(self, open_file: Callable[..., Any], max_length: int = 512) -> None:
+        with open_file("tokenizer.json", encoding="utf-8") as f:
             f.write(self.hf.to_str())
         names = {"unk_token": UNK, "pad_token": PAD}
         for key, token in (("bos_token", "<s>"), ("eos_token", "</s>"), ("sep_token", "<sep>")):
@@ -284,9 +287,9 @@ class Tokenizer:
         if "sep_token" not in names:  # BERT's framing (ModernBERT's vocabulary): [CLS] a [SEP]
             names.update(cls_token=CLS, sep_token=SEP, mask_token=MASK)
         config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": max_length, **names}
-        with atomic_write(directory / "tokenizer_config.json", encoding="utf-8") as f:
+        with open_file("tokenizer_config.json", encoding="utf-8") as f:
             json.dump(config, f, indent=2)
-        with atomic_write(directory / "special_tokens_map.json", encoding="utf-8") as f:
+        with open_file("special_tokens_map.json", encoding="utf-8") as f:
             json.dump(names, f, indent=2)
 
     # ------------------------------------------------------------------ vocabulary
@@ -873,14 +876,18 @@ def main(argv: list[str], prog: str = "spanbert tokenizer") -> int:
     p.add_argument("--lowercase", action="store_true", help="train an uncased vocabulary (default: cased)")
     p.add_argument("--disable_tqdm", "--disable-tqdm", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
-    tok = train_tokenizer(
-        args.corpus,
-        args.vocab_size,
-        args.output_dir,
-        min_frequency=args.min_frequency,
-        limit_alphabet=args.limit_alphabet,
-        lowercase=args.lowercase,
-        show_progress=not args.disable_tqdm,
-    )
+    # before any work: a vocabulary folder of this command's (its manifest) or a new one, apart from the
+    # corpus (inside a corpus folder it would be read back as a document), then held while it is written
+    check_output(args.output_dir, folder=True, owner="tokenizer", inputs=input_paths(args, ("corpus",)))
+    with folders.Claim(args.output_dir, "tokenizer", f"{prog} train"):
+        tok = train_tokenizer(
+            args.corpus,
+            args.vocab_size,
+            args.output_dir,
+            min_frequency=args.min_frequency,
+            limit_alphabet=args.limit_alphabet,
+            lowercase=args.lowercase,
+            show_progress=not args.disable_tqdm,
+        )
     print0(f"wrote {tok.vocab_size} tokens to {args.output_dir} (vocab.txt, tokenizer.json, tokenizer_config.json)")
     return 0

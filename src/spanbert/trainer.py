@@ -55,6 +55,7 @@ from spanbert.runs import (  # noqa: F401
     BATCH_SPLIT,
     BEST_DIR,
     LOG_FILE,
+    RUN,
     RUN_NAMES,
     SAFE_TO_CHANGE,
     STATE_KEYS,
@@ -69,6 +70,7 @@ from spanbert.runs import (  # noqa: F401
     _start_run_dir,
     _unwrap,
     check_output_dir,
+    claim_run_dir,
     compare_settings,
     find_resume_checkpoint,
     holds_a_run,
@@ -173,6 +175,18 @@ def precision_text(precision: str, device: torch.device) -> str:
         return name
     flag = native_bf16()
     return f"{name} (native bf16: {flag})" if flag else f"{name} (no native bf16 on this CPU; --precision bf16 emulates it)"
+
+
+def precision_note(precision: str, device: torch.device) -> str | None:
+    """The note for a precision that runs emulated: ``--dtype bf16`` on a CPU without native bf16 matrix
+    units computes each bf16 product in fp32 with conversions around it, several times slower than fp32
+    (4x measured on the quick start), and says nothing of it by itself. None otherwise."""
+    if device.type != "cpu" or precision != "bf16" or native_bf16():
+        return None
+    return (
+        "note: --precision bf16 on this CPU is emulated (no native bf16: avx512_bf16 or amx_bf16), several times "
+        "slower than fp32; --precision auto picks fp32 here"
+    )
 
 
 _flush_depth = 0
@@ -694,6 +708,9 @@ def train(
     if device.type == "cpu":
         beside = f"; {shared}: expect a slower run than on idle cores" if shared else ""
         print0(f"{threads.describe()}; {precision_text(args.precision, device)}{beside}")
+        note = precision_note(args.precision, device)
+        if note:
+            eprint0(note)
     if device.type == "cpu":
         configure_malloc()  # tensors >= 8 MB go back to the system when freed (utils.configure_malloc)
     output_dir = Path(args.output_dir)

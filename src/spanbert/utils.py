@@ -20,21 +20,20 @@ from typing import Any
 from tqdm.auto import tqdm as auto_tqdm
 from tqdm.std import tqdm as std_tqdm
 
-from spanbert.errors import SpanBertError
-
-
-def fsync_dir(path: str | os.PathLike) -> None:
-    """Flush a directory entry to disk so a rename inside it survives a power cut."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # not supported everywhere (e.g. some network filesystems)
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+from spanbert.checkpoint_files import is_model_file
+from spanbert.errors import NoSpaceError, SpanBertError, out_of_space
+from spanbert.folders import (  # noqa: F401 - re-exported: their home is `spanbert.folders`
+    KINDS,
+    MANIFEST,
+    carry_claim,
+    fsync_dir,
+    is_bookkeeping,
+    is_debris,
+    make_folders,
+    name_output,
+    read_manifest,
+    record,
+)
 
 
 def _umask() -> int:
@@ -47,10 +46,11 @@ def _umask() -> int:
 def atomic_write(path: str | os.PathLike, mode: str = "w", **open_kwargs) -> Iterator:
     """Open a temporary file beside ``path``; on success fsync and rename it over ``path``.
 
-    A crash or an exception leaves the previous file (or no file), never a half-written one.
+    A crash or an exception leaves the previous file (or no file), never a half-written one; a full disk
+    or quota is one `NoSpaceError` naming ``path`` (`no_space_as_error`).
     """
     path = Path(path)
-    with _created_folders(path.parent):
+    with _created_folders(path.parent), no_space_as_error(path):
         tmp = temporary_file(path)
         try:
             with open(tmp, mode, **open_kwargs) as f:
@@ -64,11 +64,41 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", **open_kwargs) -> Ite
             raise
 
 
+@contextlib.contextmanager
+def atomic_files(folder: str | os.PathLike) -> Iterator[Callable[..., Any]]:
+    """Write several files of ``folder`` as one: ``open_file(name, mode="w", **open_kwargs)`` opens a
+    temporary beside ``folder/name``; when the block ends, every file is complete and each is renamed into
+    place (renames need no room). When the block fails (a full disk: one `NoSpaceError` naming ``folder``)
+    no file is replaced: the folder is as it was."""
+    folder = Path(folder)
+    staged: list[tuple[Path, Path]] = []
+
+    @contextlib.contextmanager
+    def open_file(name: str, mode: str = "w", **open_kwargs: Any) -> Iterator[Any]:
+        tmp = temporary_file(folder / name)
+        staged.append((tmp, folder / name))
+        with open(tmp, mode, **open_kwargs) as f:
+            yield f
+
+    with _created_folders(folder), no_space_as_error(folder):
+        try:
+            yield open_file
+            for tmp, path in staged:
+                publish_file(tmp, path)
+        except BaseException:
+            for tmp, _ in staged:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+            raise
+
+
 def temporary_file(path: str | os.PathLike) -> Path:
     """A new empty file beside ``path`` named ``.NAME.XXXX.tmp`` (unique per process; `is_debris`), for
-    writers that need a path (safetensors' ``save_file``); finish with `publish_file`."""
+    writers that need a path (safetensors' ``save_file``); finish with `publish_file`. ``path``'s name
+    is recorded first in its folder's manifest (`spanbert.folders.record`), where there is one."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folders(path.parent)
+    record(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     return Path(tmp)
@@ -80,16 +110,17 @@ def publish_file(tmp: str | os.PathLike, path: str | os.PathLike) -> None:
     with open(tmp, "rb") as f:
         os.fsync(f.fileno())
     os.chmod(tmp, 0o666 & ~_umask())
+    record(path)
     os.replace(tmp, path)
     fsync_dir(Path(path).parent)
 
 
 @contextlib.contextmanager
 def _created_folders(folder: Path) -> Iterator[None]:
-    """Create ``folder`` (and missing parents); if the block fails, remove those it created that are
-    still empty, so a command that stops with an error leaves the disk as it found it."""
-    created = [d for d in (folder, *folder.parents) if not os.path.lexists(d)]
-    folder.mkdir(parents=True, exist_ok=True)
+    """Create ``folder`` (and missing parents, each recorded in its parent's manifest); if the block fails,
+    remove those it created that are still empty, so a command that stops with an error leaves the disk
+    as it found it."""
+    created = make_folders(folder)
     try:
         yield
     except BaseException:
@@ -101,14 +132,138 @@ def _created_folders(folder: Path) -> Iterator[None]:
         raise
 
 
-def check_output(path: str | os.PathLike, folder: bool, ours: Callable[[Path], bool] | None = None) -> Path:
+# ---------------------------------------------------------------------------------------------
+# A full disk
+
+
+@contextlib.contextmanager
+def no_space_as_error(path: str | os.PathLike) -> Iterator[None]:
+    """Turn a write inside the block that fails for space or quota into one `NoSpaceError` naming ``path``
+    (the destination: a temporary's name says nothing to the user). The block must leave ``path`` as it
+    was on failure (the atomic writers do); an inner `NoSpaceError` is named again by the outermost
+    destination."""
+    path = Path(path)
+    try:
+        yield
+    except NoSpaceError as e:
+        raise NoSpaceError(path, e.reason) from None
+    except SpanBertError:
+        raise
+    except Exception as e:  # OSError, torch's RuntimeError, safetensors' SafetensorError (no OSError)
+        where = next((p for p in path.parents if p.is_dir()), None)
+        reason = out_of_space(e, where)
+        if reason is None:
+            raise
+        raise NoSpaceError(path, reason) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# The output contract
+
+INPUT_OPTIONS = (
+    "model", "tokenizer", "config", "corpus", "init_from", "data", "data_dir", "train", "dev", "test", "train_file",
+    "validation_file", "predictions", "gold", "context_file", "drop_ids", "run", "study",
+)  # fmt: skip
+"""The options (argparse dests) that name a path a command reads: a corpus, a data file or folder, a model
+or tokenizer folder, a YAML file. `input_paths` collects them for the check of an output against the
+inputs (`check_output`)."""
+
+
+def input_paths(values: Any, names: Iterable[str] = INPUT_OPTIONS) -> list[tuple[str, str]]:
+    """(``--option``, path) for every input option set in ``values`` (an argparse namespace, a dataclass
+    or a dict); a list value (``--corpus A B``) gives one pair per path."""
+    get = values.get if isinstance(values, dict) else (lambda k, d=None: getattr(values, k, d))
+    out = []
+    for name in names:
+        value = get(name, None)
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(v, (str, os.PathLike)) and str(v):
+                out.append((f"--{name}", str(v)))
+    return out
+
+
+Input = tuple[str, str | os.PathLike] | tuple[str, str | os.PathLike, bool]
+"""What a command reads: (option, path), or (what, path, read by name) (`check_apart`)."""
+
+READ_BY_NAME = ("--model", "--tokenizer", "--init_from")
+"""Inputs that are folders the command reads file by file, by name (a model, a tokenizer): an output beside
+their files (a predictions file in the model's run folder) is fine, an output named like one of them is
+not. Every other input folder (a corpus, a GLUE task folder, a LitBank folder) is read whole: nothing may
+be written inside it."""
+
+
+def _within(inner: str, outer: str) -> bool:
+    return inner != outer and inner.startswith(outer.rstrip(os.sep) + os.sep)
+
+
+def check_apart(path: str | os.PathLike, inputs: Iterable[Input]) -> None:
+    """Refuse an output ``path`` that is an input, holds one, or lies inside one: the command would overwrite
+    what it reads, replace it with its own files, or read back what it writes (a vocabulary inside the corpus
+    folder is read as a document). ``inputs`` are (option, path) pairs, or (what, path, by_name): a folder read
+    by name (`READ_BY_NAME`, a model, a checkpoint) only refuses an output in it named like a model's file
+    (`spanbert.checkpoint_files.is_model_file`). Symbolic links and hard links count as the file they reach.
+    Creates nothing."""
+    out = os.path.realpath(path)
+    for item in inputs:
+        option, given = item[0], item[1]
+        by_name = item[2] if len(item) > 2 else option in READ_BY_NAME
+        if given is None or not str(given):
+            continue
+        src = os.path.realpath(given)
+        named = f"{given} ({option})" if option else str(given)
+        same = out == src
+        if not same and os.path.exists(out) and os.path.exists(src):
+            with contextlib.suppress(OSError):
+                same = os.path.samefile(out, src)
+        if same:
+            raise SpanBertError(
+                f"{path}: found the output is the input {named}, expected an output apart from every input "
+                f"(writing it would replace what the command reads; nothing was written)"
+            )
+        if _within(out, src) and not by_name:
+            raise SpanBertError(
+                f"{path}: found the output inside the input folder {named}, expected an output outside every "
+                f"input (what it writes there would be read back as input; nothing was written)"
+            )
+        if _within(out, src) and os.path.dirname(out) == src and is_model_file(os.path.basename(out)):
+            raise SpanBertError(
+                f"{path}: found the output over a file of the model folder {named}, expected an output apart "
+                f"from the files the command reads (a predictions file beside them is fine; nothing was written)"
+            )
+        if _within(src, out):
+            raise SpanBertError(
+                f"{path}: found the input {named} inside the output folder, expected an output folder that "
+                f"holds no input (the command replaces what it writes there; nothing was written)"
+            )
+
+
+def check_output(
+    path: str | os.PathLike,
+    folder: bool,
+    ours: Callable[[Path], bool] | None = None,
+    inputs: Iterable[Input] = (),
+    owner: str | None = None,
+    writes: Iterable[str] = (),
+    whole: bool = False,
+) -> Path:
     """The output contract, checked before any work: ``path`` (a folder if ``folder``, else a file) can
     be written, and writing it loses nothing of the user's. Refused, each with one `SpanBertError`:
-    a file where a folder is expected (at ``path`` or at a parent) or a folder where a file is; a
-    folder that holds files this command did not write (``ours(path)`` says whether it did: an
-    earlier output of the same command may be replaced, anything else is kept); a location where
-    nothing can be created. Returns ``path``."""
+
+    - an output that is one of ``inputs`` ((option, path) pairs, `input_paths`), lies inside one (a model
+      folder, read by name: over one of its files), or holds one (`check_apart`);
+    - a file where a folder is expected (at ``path`` or at a parent) or a folder where a file is;
+    - for a folder the command owns as a whole (``owner``: a kind of `spanbert.folders.KINDS`), a folder
+      that holds anything without a spanbert manifest of that kind (a user's folder, another command's
+      output), or that has one but holds, under a name in ``writes`` (what the command writes at the top),
+      an entry the manifest does not list. A folder of ours that also holds the user's notes is fine: they
+      stay; unless the command replaces the folder ``whole`` (`spanbert preprocess`), which would lose
+      them: then any entry the manifest does not list is refused. Without ``owner``, ``ours(path)`` says
+      whether a folder without a manifest is an earlier output (library calls; `checkpoints.save_folder`);
+    - a location where nothing can be created.
+
+    The manifest, the lock and temporaries (`spanbert.folders.is_bookkeeping`) hold nothing. Returns ``path``."""
     path = Path(path)
+    check_apart(path, inputs)
     existing = next((p for p in path.parents if os.path.lexists(p)), Path("."))
     if not existing.is_dir():
         raise SpanBertError(f"{path}: found a file at {existing}, expected a folder there to hold the output")
@@ -117,13 +272,8 @@ def check_output(path: str | os.PathLike, folder: bool, ours: Callable[[Path], b
             raise SpanBertError(f"{path}: found a file, expected a folder for the output (or a path not yet used)")
         if not folder and path.is_dir():
             raise SpanBertError(f"{path}: found a folder, expected a file name for the output")
-        if folder and ours is not None and any(path.iterdir()) and not ours(path):
-            names = sorted(p.name for p in path.iterdir())
-            shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
-            raise SpanBertError(
-                f"{path}: found a folder holding other files ({shown}), expected an empty folder or an earlier "
-                f"output of this command; choose another output folder (nothing was changed)"
-            )
+        if folder:
+            _check_owned_folder(path, ours, owner, writes, whole)
         existing = path if path.is_dir() else path.parent
     if not writable(existing):
         raise SpanBertError(
@@ -131,6 +281,43 @@ def check_output(path: str | os.PathLike, folder: bool, ours: Callable[[Path], b
             "expected a writable location"
         )
     return path
+
+
+def _check_owned_folder(
+    path: Path, ours: Callable[[Path], bool] | None, owner: str | None, writes: Iterable[str], whole: bool
+) -> None:
+    names = sorted(p.name for p in path.iterdir() if not is_bookkeeping(p.name))
+    if not names:
+        return
+    manifest = read_manifest(path)
+    if manifest is None:
+        if owner is None and (ours is None or ours(path)):
+            return
+        shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+        raise SpanBertError(
+            f"{path}: found a folder holding other files ({shown}), expected an empty folder or an earlier "
+            f"output of this command (a folder spanbert wrote, with its {MANIFEST}); choose another output "
+            f"folder (nothing was changed)"
+        )
+    if owner is not None and manifest["kind"] != owner:
+        raise SpanBertError(
+            f"{path}: found {KINDS[manifest['kind']]}, the output of `{manifest.get('command') or 'spanbert'}`, "
+            f"expected an empty folder or {KINDS[owner]} (an earlier output of this command); choose another "
+            f"output folder (nothing was changed)"
+        )
+    clash = sorted(n for n in names if n not in manifest["files"] and (whole or n in set(writes)))
+    if clash and whole:
+        raise SpanBertError(
+            f"{path}: found {', '.join(clash[:4])}{', ...' if len(clash) > 4 else ''} that spanbert did not write, "
+            f"in a folder this command replaces whole; move {'it' if len(clash) == 1 else 'them'} away or choose "
+            f"another output folder (nothing was changed)"
+        )
+    if clash:
+        raise SpanBertError(
+            f"{path}: found {', '.join(clash)} that spanbert did not write, where this command writes its own "
+            f"{', '.join(clash)}; move {'it' if len(clash) == 1 else 'them'} away or choose another output folder "
+            f"(nothing was changed)"
+        )
 
 
 def writable(folder: Path) -> bool:
@@ -143,8 +330,10 @@ def writable(folder: Path) -> bool:
 def output_file(value: str) -> str:
     """The argparse ``type`` of an option naming a file the command writes (``--output``,
     ``--write_config``): the output contract (`check_output`) is checked as the option is parsed, so
-    a bad path is refused before the command reads a model or a line of data."""
+    a bad path is refused before the command reads a model or a line of data. The file is the user's
+    to replace (`spanbert.folders.name_output`), also beside a model in its run folder."""
     check_output(value, folder=False)
+    name_output(value)
     return value
 
 
@@ -163,12 +352,15 @@ def atomic_dir(path: str | os.PathLike, overwrite: bool = True) -> Iterator[Path
     """Yield a fresh temporary directory beside ``path``; on success it replaces ``path``.
 
     Files written into the yielded directory appear at ``path`` all at once; an interrupted run
-    leaves at most a hidden ``.<name>.tmp-*`` directory, never output that looks complete.
+    leaves at most a hidden ``.<name>.tmp-*`` directory, never output that looks complete; a full disk or
+    quota leaves the old ``path`` and is one `NoSpaceError` naming it. ``path``'s name is recorded first in
+    its folder's manifest (`spanbert.folders.record`), where there is one.
     """
     path = Path(path)
     if path.exists() and not overwrite:
         raise FileExistsError(f"{path} already exists")
-    with _created_folders(path.parent):
+    with _created_folders(path.parent), no_space_as_error(path):
+        record(path)
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp creates 0700
         yield from _fill_and_swap(tmp, path)
@@ -182,6 +374,7 @@ def _fill_and_swap(tmp: Path, path: Path) -> Iterator[Path]:
             for name in files:
                 with open(os.path.join(root, name), "rb") as f:
                     os.fsync(f.fileno())
+        carry_claim(path, tmp)  # a claimed folder replaced whole keeps its lock and manifest
         if path.exists() and _exchange(tmp, path):
             # one atomic swap: `path` is the complete old or the complete new folder at every instant
             fsync_dir(path.parent)
@@ -214,12 +407,6 @@ def _exchange(a: Path, b: Path) -> bool:
     at_fdcwd, rename_exchange = -100, 2
     rc = renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange)
     return rc == 0
-
-
-def is_debris(name: str) -> bool:
-    """Names of the temporary files and folders that `atomic_write`, `atomic_dir` and the trainer's
-    checkpoint writer create: ``.X.tmp-*``, ``.X.*.tmp``, ``.X.old-*``."""
-    return name.startswith(".") and (".tmp-" in name or name.endswith(".tmp") or ".old-" in name)
 
 
 def remove_debris(folder: str | os.PathLike, keep: Iterable[str] = ()) -> list[str]:

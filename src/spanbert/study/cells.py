@@ -16,13 +16,12 @@ import contextlib
 import fcntl
 import json
 import os
-import shutil
 import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from spanbert import distributed
+from spanbert import distributed, folders
 from spanbert.data import is_preprocessed, tokenizer_dir_of
 from spanbert.errors import SpanBertError
 from spanbert.pretrain import SYSTEM_PRESETS
@@ -113,7 +112,7 @@ def _prepare_litbank(root: Path, fold: int, out: Path) -> None:
     """train/dev/test.conll of one fold of LitBank's ten-fold split (the ids files name the documents)."""
     if (out / "done").is_file():
         return
-    out.mkdir(parents=True, exist_ok=True)
+    folders.make_folders(out)
     for split in ("train", "dev", "test"):
         ids = (root / "tenfold_splits" / str(fold) / f"{split}.ids").read_text().split()
         files = [root / "conll" / i.replace(".tsv", ".conll.gz") for i in ids]
@@ -154,7 +153,7 @@ def _prepare_shared(study: Study) -> None:
         if not needs_candidates and not study.tokenizer:
             # already what we need: link it instead of re-tokenizing
             distributed.print0(f"study: using the preprocessed corpus {corpus}")
-            shared.mkdir(parents=True, exist_ok=True)
+            folders.make_folders(shared)
             link = shared / "corpus"
             if not link.exists():
                 link.symlink_to(corpus.resolve(), target_is_directory=True)
@@ -203,6 +202,9 @@ def run_cell(cell: Cell, study: Study, allow_long_run: bool = False) -> None:
             argv += ["--overwrite_output_dir", "true"]
     elif cell.dir.exists():
         argv += ["--overwrite_output_dir", "true"]  # a fine-tuning cell killed midway starts over
+    # the cell's folder is a run folder (its manifest) before the study writes the cell's log into it: the
+    # cell's command then finds an earlier output of its own kind, never a folder of other files
+    distributed.on_main(lambda: folders.claim_manifest(cell.dir, "run", "spanbert study"))
     t0 = time.perf_counter()
     code, last = run_command(argv, cell.dir / "log.txt")
     if code != 0:
@@ -238,9 +240,9 @@ def _drop_training_state(cell_dir: Path) -> None:
 
     def drop() -> None:
         for p in cell_dir.glob("checkpoint-*"):
-            shutil.rmtree(p, ignore_errors=True)
-        (cell_dir / "latest").unlink(missing_ok=True)
-        shutil.rmtree(cell_dir / "best", ignore_errors=True)
+            folders.remove(p)
+        folders.remove(cell_dir / "latest")
+        folders.remove(cell_dir / "best")
 
     distributed.on_main(drop)
 
@@ -260,7 +262,7 @@ def run_study(
     # refused before anything is written: a changed study must not overwrite the study.json of the
     # cells that were run (issue 22.13)
     distributed.on_main(lambda: check_finished(cells))
-    Path(study.output_dir).mkdir(parents=True, exist_ok=True)
+    distributed.on_main(lambda: folders.make_folders(study.output_dir))
     distributed.on_main(lambda: _write_plan(study, cells))
     if only in ("all", "pretrain"):
         distributed.on_main(lambda: _prepare_shared(study))
@@ -321,6 +323,7 @@ def study_lock(output_dir: str | Path, shard: tuple[int, int] = (0, 1)) -> Any:
     held: list[Any] = []
 
     def take(name: str, mode: int, what: str) -> None:
+        folders.record(out / name)
         f = open(out / name, "a+", encoding="utf-8")  # noqa: SIM115 - held until the study ends
         try:
             fcntl.flock(f, mode | fcntl.LOCK_NB)
@@ -339,8 +342,19 @@ def study_lock(output_dir: str | Path, shard: tuple[int, int] = (0, 1)) -> Any:
             f.write(f"spanbert study, pid {os.getpid()}\n")
             f.flush()
 
+    created: list[Path] = []
+    claimed = []
+
     def take_all() -> None:
-        out.mkdir(parents=True, exist_ok=True)
+        # the folder's manifest (`spanbert.folders`): what the study writes at its top is listed as it goes
+        created.extend(d for d in (out, *out.parents) if not d.exists())
+        try:
+            claimed.append(folders.claim_manifest(out, "study", "spanbert study"))
+        except BaseException:  # a full disk: the folders made for it go
+            for d in created:
+                with contextlib.suppress(OSError):
+                    d.rmdir()
+            raise
         if shard[1] == 1:
             take(".lock", fcntl.LOCK_EX, "another `spanbert study`")
         else:
@@ -353,6 +367,17 @@ def study_lock(output_dir: str | Path, shard: tuple[int, int] = (0, 1)) -> Any:
     finally:
         for f in held:
             f.close()
+        # a study that wrote nothing (refused after taking its folder, e.g. a plan over a week) leaves the
+        # disk as it found it: its own lock files, manifest and the folders it made go
+        if claimed and claimed[0] and all(p.name.startswith(".lock") or folders.is_bookkeeping(p.name)
+                                          for p in out.iterdir()):  # fmt: skip
+            for p in out.iterdir():
+                p.unlink(missing_ok=True)
+            for d in created:
+                try:
+                    d.rmdir()
+                except OSError:
+                    break
 
 
 def _write_plan(study: Study, cells: list[Cell]) -> None:

@@ -11,13 +11,12 @@ from typing import Any
 import torch
 import yaml
 
-from spanbert import cost, distributed
+from spanbert import cost, distributed, folders
 from spanbert.config import _read_yaml
 from spanbert.errors import SpanBertError
 from spanbert.model import SpanBertForPreTraining
 from spanbert.study.cells import run_study, study_lock
 from spanbert.study.estimate import dry_run, finetune_estimate
-from spanbert.study.layout import holds_a_study
 from spanbert.study.options import curve_parser, study_parser
 from spanbert.study.runner import write_csv
 from spanbert.study.spec import (
@@ -76,22 +75,25 @@ def main(argv: list[str], prog: str = "spanbert study") -> int:
         distributed.print0(f"wrote {args.write_config}; run it with: spanbert study {args.write_config}")
         return 0
     study = study_from_dict(data, where)
-    # the output contract before any work, a dry run's too: it plans cells into this folder
-    check_output(study.output_dir, folder=True, ours=holds_a_study)
+    # the output contract before any work, a dry run's too: it plans cells into this folder; a study folder
+    # (its manifest) or a new one, apart from every file and model the study reads
+    inputs = study_inputs(study) + ([("the study file", args.study, False)] if args.study else [])
+    check_output(study.output_dir, folder=True, owner="study", inputs=inputs)
     distributed.init_distributed(distributed.resolve_device("auto"))
-    if args.dry_run:
+    if args.dry_run:  # writes nothing: no lock either
         distributed.print0(dry_run(study, args.probe_steps))
         return 0
-    if args.only in ("all", "finetune"):
-        line, large = distributed.on_main(lambda: finetune_estimate(study))  # one decision, rank 0's machine
-        week = distributed.on_main(lambda: finetune_estimate(study, over=cost.LONG_RUN_SECONDS)[1])
-        if week and not args.allow_long_run:
-            raise SpanBertError(f"this study's fine-tuning would take more than a week on this machine ({line}); "
-                                "make it smaller (fewer tasks, seeds or learning rates, max_train_examples, "
-                                "num_train_epochs), or pass --allow_long_run to start it anyway")  # fmt: skip
-        if large:  # said before the first cell runs; every cell's own `finetune` warns again in its log
-            distributed.eprint0(f"warning: this study's fine-tuning is very large for this machine; {line}")
+    # the folder held from here to the end: a second study on it is refused before it estimates anything
     with study_lock(study.output_dir, shard):
+        if args.only in ("all", "finetune"):
+            line, large = distributed.on_main(lambda: finetune_estimate(study))  # one decision, rank 0's machine
+            week = distributed.on_main(lambda: finetune_estimate(study, over=cost.LONG_RUN_SECONDS)[1])
+            if week and not args.allow_long_run:
+                raise SpanBertError(f"this study's fine-tuning would take more than a week on this machine ({line}); "
+                                    "make it smaller (fewer tasks, seeds or learning rates, max_train_examples, "
+                                    "num_train_epochs), or pass --allow_long_run to start it anyway")  # fmt: skip
+            if large:  # said before the first cell runs; every cell's own `finetune` warns again in its log
+                distributed.eprint0(f"warning: this study's fine-tuning is very large for this machine; {line}")
         if args.only != "summary":
             run_study(study, args.only, shard, args.allow_long_run)
         if shard[1] > 1:
@@ -104,6 +106,15 @@ def main(argv: list[str], prog: str = "spanbert study") -> int:
         print(f"summary: {summary}/ (table.md, table.csv, comparisons.md, *.png)")
         print(f"next: read {summary / 'comparisons.md'} to see which differences the seeds support")
     return 0
+
+
+def study_inputs(study: Study) -> list[tuple[str, str, bool]]:
+    """(what, path, read by name) of everything a study reads: the corpus and tokenizer, the systems'
+    checkpoints, the tasks' data; its output folder must be apart from each (`spanbert.utils.check_apart`)."""
+    out = [("corpus:", study.corpus, False), ("tokenizer:", study.tokenizer, True)]
+    out += [(f"systems: {s.name}: checkpoint:", s.checkpoint, True) for s in study.systems]  # read by name
+    out += [(f"tasks: {t.name}: {key}:", getattr(t, key), False) for t in study.tasks for key in ("train", "dev", "test")]
+    return [item for item in out if item[1]]
 
 
 def run_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
@@ -163,7 +174,11 @@ def curve_main(argv: list[str], prog: str = "spanbert curve") -> int:
         options[key.strip().lstrip("-")] = _option_value(value)
     task = TaskSpec(args.task, train=args.train, dev=args.dev, glue_task=args.glue_task, folds=args.fold,
                     learning_rates=[args.learning_rate], options=options)  # fmt: skip
-    out = check_output(args.output_dir or run / f"curve-{task.name}", folder=True, ours=holds_a_study)
+    # a curve folder (its manifest) or a new one, apart from what the curve reads: the run's final model and
+    # checkpoints (the default RUN/curve-TASK lies beside them), the task's data
+    reads = [("the run's model", run / "final", True), *[("a checkpoint", p, True) for p in run.glob("checkpoint-*")],
+             ("--train", args.train), ("--dev", args.dev)]  # fmt: skip
+    out = check_output(args.output_dir or run / f"curve-{task.name}", folder=True, owner="study", inputs=reads)
     # everything the arguments decide is checked before a checkpoint is exported (issue 22.13): the
     # run, then the task, its files, the grid and the seeds, with the run's final model standing in for
     # the exported ones
@@ -207,6 +222,7 @@ def curve_main(argv: list[str], prog: str = "spanbert curve") -> int:
             ax.set_ylabel(f"{task.name} dev {metric}")
             ax.set_title(f"{run.name}: fine-tuning score vs pre-training")
             fig.tight_layout()
+            folders.record(out / "curve.png")
             fig.savefig(out / "curve.png", dpi=120)
             plt.close(fig)
         except ImportError:

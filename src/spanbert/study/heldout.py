@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spanbert import distributed
+from spanbert import distributed, folders
 from spanbert.errors import SpanBertError
 from spanbert.study.layout import Cell, heldout_dir, litbank_fold_dir
 from spanbert.study.runner import last_json, run_command, write_json
@@ -119,7 +119,7 @@ def split_dev(study: Study, t: TaskSpec) -> None:
     done = out / "split.json"
     if done.is_file():
         return
-    out.mkdir(parents=True, exist_ok=True)
+    folders.make_folders(out)
     kind = TASKS[t.task].dev_split.kind
     dev = Path(t.train) / "dev.tsv" if t.task == "glue" else Path(t.dev)
     head: Any

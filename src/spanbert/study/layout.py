@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from spanbert import folders
 from spanbert.study.spec import Study, SystemSpec, TaskSpec
 
 
@@ -65,14 +66,13 @@ def heldout_dir(study: Study, t: TaskSpec) -> Path:
 STUDY_NAMES = frozenset({".lock", "study.json", "shared", "pretrain", "finetune", "summary", "models", "curve.md",
                          "curve.csv", "curve.png"})  # fmt: skip
 """What a study (or a curve) writes at the top of its output_dir: the lock, the plan, the shared corpus,
-the cells, the summary; a curve's exported checkpoints and its table and plot."""
+the cells, the summary; a curve's exported checkpoints and its table and plot. Each is listed in the
+folder's manifest (`spanbert.folders`) as it is written."""
 
 
 def holds_a_study(folder: Path) -> bool:
-    """Whether ``folder`` holds something an earlier study or curve wrote (`STUDY_NAMES`, a shard's lock,
-    a hidden temporary): the output contract's "an earlier output of this command" (`check_output`).
-    Such a folder is resumed; a folder of only other files is refused, before any work."""
-    return any(
-        p.name in STUDY_NAMES or p.name.startswith(".lock.") or (p.name.startswith(".") and ".tmp" in p.name)
-        for p in folder.iterdir()
-    )
+    """Whether ``folder`` is an earlier study's or curve's output_dir: its manifest (`spanbert.folders`) says
+    so; nothing else counts (the output contract's "an earlier output of this command", `check_output`).
+    Such a folder is resumed; a folder without one holding anything is refused, before any work."""
+    manifest = folders.read_manifest(folder)
+    return manifest is not None and manifest["kind"] == "study"

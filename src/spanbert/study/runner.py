@@ -11,15 +11,16 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from spanbert import cli, distributed
+from spanbert import cli, distributed, folders
 from spanbert.errors import SpanBertError
 from spanbert.utils import atomic_write
 
 
 def run_command(argv: list[str], log: Path) -> tuple[int, str]:
     """Run one `spanbert` command in this process with its output in ``log``; (exit code, last line)."""
-    log.parent.mkdir(parents=True, exist_ok=True)
+    folders.make_folders(log.parent)
     name = log.name if distributed.is_main() else f"{log.stem}.rank{distributed.rank()}{log.suffix}"
+    folders.record(log.parent / name)
     with open(log.parent / name, "a", encoding="utf-8") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
         print(f"$ spanbert {' '.join(argv)}", flush=True)
         try:

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from spanbert import distributed
+from spanbert import distributed, folders
 from spanbert.errors import SpanBertError
 from spanbert.study.layout import finetune_cell_dir
 from spanbert.study.runner import last_json, run_command, write_csv, write_json
@@ -177,7 +177,7 @@ def summarize(study: Study) -> Path:
     summary = Path(study.output_dir) / "summary"
 
     def write() -> None:
-        summary.mkdir(parents=True, exist_ok=True)
+        folders.make_folders(summary)
         md, rows = table(study, results, "dev")
         parts = [f"## Held-out score (dev score) (mean ± std over {study.seeds} seeds at the learning rate with the best dev mean)\n",
                  "Each cell: the score on data that selection did not see (below, per task), then in parentheses the "

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from spanbert import distributed, families, threads, trainer
+from spanbert import distributed, families, folders, threads, trainer
 from spanbert.config import (
     ArgumentParser,
     add_dataclass_arguments,
@@ -43,8 +43,15 @@ from spanbert.config import (
     parse_key_values,
 )
 from spanbert.errors import DataError, SpanBertError
-from spanbert.trainer import BEST_DIR, TrainingArguments, latest_checkpoint, resolve_device, steps_per_epoch
-from spanbert.utils import MMAP_THRESHOLD, atomic_write, output_file
+from spanbert.trainer import (
+    BEST_DIR,
+    TrainingArguments,
+    claim_run_dir,
+    latest_checkpoint,
+    resolve_device,
+    steps_per_epoch,
+)
+from spanbert.utils import MMAP_THRESHOLD, atomic_write, input_paths, output_file
 
 T = TypeVar("T")
 
@@ -170,21 +177,31 @@ def finetune_command(
     args = parse_task_args(parser, argv, configs)
     if check is not None:
         check(args)
-    return run_finetune(args, defaults, lambda targs: run_one(args, targs), metric)
+    return run_finetune(args, defaults, lambda targs: run_one(args, targs), metric, prog)
 
 
 def run_finetune(
-    args: Any, defaults: dict[str, Any], run_one: Callable[[Any], dict[str, float]], metric: str
-) -> int:
+    args: Any, defaults: dict[str, Any], run_one: Callable[[Any], dict[str, float]], metric: str,
+    prog: str = "spanbert finetune",
+) -> int:  # fmt: skip
     """One run, or the Appendix B ``--sweep`` keeping the best: the output checks, the process group, the
-    summary line and the metrics as JSON, shared by every task's `finetune`.
+    claim of the output folder (its lock and manifest, for the whole command), the summary line and the
+    metrics as JSON, shared by every task's `finetune`.
 
     ``run_one(training_arguments)`` fine-tunes, saves into ``training_arguments.output_dir`` and
-    returns the dev metrics; ``metric`` names the one the sweep maximises.
+    returns the dev metrics; ``metric`` names the one the sweep maximises. The output is checked against
+    every path the command reads (`spanbert.utils.input_paths` of ``args``: --model, --train, ...).
     """
     targs = training_arguments(args, defaults)
-    check_output_dir(targs)  # before reading any data (a sweep: the top folder)
+    check_output_dir(targs, input_paths(args))  # before reading any data (a sweep: the top folder)
+    resolve_sequence_length(args)  # before any data is read
     start_distributed(targs.device)
+    with claim_run_dir(targs.output_dir, prog):
+        return _finetune_claimed(args, targs, run_one, metric)
+
+
+def _finetune_claimed(args: Any, targs: TrainingArguments, run_one: Callable[[Any], dict[str, float]], metric: str) -> int:
+    """`run_finetune` once its output folder is held."""
     if not getattr(args, "sweep", False):
         metrics = run_one(targs)
         distributed.print0(f"saved the fine-tuned model to {targs.output_dir}")
@@ -254,19 +271,80 @@ def named_schedule(args: argparse.Namespace) -> bool:
     return bool(_named(args) & set(SCHEDULE_OPTIONS))
 
 
-def check_output_dir(targs: TrainingArguments) -> None:
-    """The output contract of a fine-tuning folder (`spanbert.trainer.check_output_dir`: a file in the way,
-    an unwritable place or a folder of only other files refused; an earlier run refused unless --resume /
-    --overwrite_output_dir, contract 3), and an earlier sweep's summary likewise. Every task's finetune
-    calls it as soon as its `TrainingArguments` are built, before any work."""
+def check_output_dir(targs: TrainingArguments, inputs: Sequence[tuple[str, str]] = ()) -> None:
+    """The output contract of a fine-tuning folder (`spanbert.trainer.check_output_dir`: an output that is,
+    holds or lies inside one of ``inputs``, a file in the way, an unwritable place or a folder without a
+    spanbert run's manifest refused; an earlier run refused unless --resume / --overwrite_output_dir,
+    contract 3), and an earlier sweep's summary likewise. Every task's finetune calls it as soon as its
+    `TrainingArguments` are built, before any work."""
     check = getattr(trainer, "check_output_dir", None)
     if check is not None:
-        check(targs)
+        check(targs, inputs)
     summary = Path(targs.output_dir) / SWEEP_SUMMARY
     if summary.is_file() and not (targs.resume or targs.overwrite_output_dir):
         raise SpanBertError(
             f"{targs.output_dir}: found {SWEEP_SUMMARY} of an earlier sweep, expected an empty or new output_dir; "
             f"pass --resume to continue it or --overwrite_output_dir to start over"
+        )
+
+
+SEQ_LENGTH = 128
+"""The default ``--max_seq_length`` of the sentence and token tasks (Appendix B: 128), when the encoder has
+that many positions."""
+
+
+def add_sequence_length_argument(parser: argparse.ArgumentParser, what: str, default: int = SEQ_LENGTH) -> None:
+    """``--max_seq_length N`` of a task whose inputs are cut at N tokens: unset, it is ``default`` or the
+    encoder's positions when it has fewer (`resolve_sequence_length`); given, it must fit them."""
+    parser.add_argument(
+        "--max_seq_length", type=int, default=None, metavar="N",
+        help=f"{what} (default: {default}, or the encoder's positions when it has fewer)",
+    )  # fmt: skip
+    parser.set_defaults(max_seq_length_default=default)
+
+
+def resolve_sequence_length(args: argparse.Namespace) -> None:
+    """``args.max_seq_length`` against the encoder of ``args.model``, from its config.json, before any data is
+    read: a value the user gave (flag, --config YAML) must fit the encoder's positions (`check_sequence_length`);
+    an unset one (`add_sequence_length_argument`) becomes the task's default, or the positions when fewer.
+    A task whose length option is a dataclass field (QA, parse) has it only when the user gave it."""
+    length = getattr(args, "max_seq_length", None)
+    if isinstance(length, str):  # a dataclass option (QAConfig, ParseConfig) as typed: converted later
+        text = length.strip()
+        length = None if text.lower() in ("", "none", "null") else int(text) if text.isdigit() else text
+    default = getattr(args, "max_seq_length_default", None)
+    if length is None and default is None:
+        return
+    positions = model_positions(args.model)
+    if length is not None:
+        check_sequence_length(args.model, length, positions=positions)
+    else:
+        args.max_seq_length = default if positions is None else min(default, positions)
+
+
+def model_positions(model_dir: str | Path) -> int | None:
+    """`families.max_positions_of` a local model folder (its config.json read strictly: a damaged one is an
+    error now); None for a name that is no local folder (a hub name, a typo, GLUE's WNLI that reads no
+    model): the task checks it where it loads the model."""
+    if not Path(model_dir).is_dir():
+        return None
+    return families.max_positions_of(model_dir)
+
+
+def check_sequence_length(
+    model_dir: str | Path, length: int, option: str = "--max_seq_length", positions: int | None = None
+) -> None:
+    """Refuse a sequence length the encoder in ``model_dir`` has no positions for, from its config.json
+    (``positions`` when the caller has read it; a name that is no local folder is checked where the task
+    loads it), before any data is read (a longer input would fail deep in the model after the featurizing,
+    or be read past a RoPE model's trained context)."""
+    if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+        raise SpanBertError(f"{option}: found {length!r}, expected a positive integer")
+    positions = positions if positions is not None else model_positions(model_dir)
+    if positions is not None and length > positions:
+        raise SpanBertError(
+            f"{option}: found {length:,}, expected at most the {positions:,} positions of the encoder "
+            f"({Path(model_dir) / 'config.json'}); pass a shorter --max_seq_length"
         )
 
 
@@ -631,12 +709,12 @@ def prune_run(run_dir: Path, keep_weights: bool) -> None:
     the saved model's weights. Its small results (config, dev scores, predictions, log) stay."""
     for p in run_dir.glob("checkpoint-*"):
         if p.is_dir():
-            shutil.rmtree(p, ignore_errors=True)
-    shutil.rmtree(run_dir / BEST_DIR, ignore_errors=True)
-    (run_dir / "latest").unlink(missing_ok=True)
+            folders.remove(p)
+    folders.remove(run_dir / BEST_DIR)
+    folders.remove(run_dir / "latest")
     if not keep_weights:
         for name in WEIGHT_FILES:
-            (run_dir / name).unlink(missing_ok=True)
+            folders.remove(run_dir / name)
 
 
 def sweep(
@@ -720,9 +798,10 @@ def sweep(
         best = best_of(results)
         assert best is not None
         for item in Path(best["dir"]).iterdir():
-            if not item.is_file():
+            if not item.is_file() or folders.is_bookkeeping(item.name):  # the run's own manifest stays its own
                 continue
             if item.name in WEIGHT_FILES:
+                folders.record(output_dir / item.name)
                 os.replace(item, output_dir / item.name)  # moved, not copied: one copy of the weights
             else:
                 with atomic_write(output_dir / item.name, "wb") as f, open(item, "rb") as src:

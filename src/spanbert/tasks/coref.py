@@ -40,6 +40,7 @@ from spanbert.tasks import common
 from spanbert.tasks.common import (
     add_finetune_arguments,
     check_output_dir,
+    check_sequence_length,
     load_encoder,
     load_finetuned,
     load_tokenizer_for,
@@ -54,7 +55,8 @@ from spanbert.tasks.common import (
     write_once,
 )
 from spanbert.tasks.spec import RESULTS_FILE, DevSplit, TaskSpec, task_cli
-from spanbert.utils import atomic_write, output_file, progress_bar
+from spanbert.trainer import claim_run_dir
+from spanbert.utils import atomic_write, input_paths, output_file, progress_bar
 
 Span = tuple[int, int]  # inclusive (start, end) word or sub-token indices
 
@@ -1496,7 +1498,14 @@ def _finetune(task: str, argv: list[str], prog: str) -> int:
         CorefConfig, args, defaults=preset["coref"],
         overrides=[o for o, k in zip(overrides, kv) if k in coref_keys],
     )  # fmt: skip
-    summary = finetune_coref(args.model, args.train, args.dev, targs, config, args.tokenizer, args.max_eval_examples)
+    # the output contract (apart from every input), the segment length against the encoder's positions, then
+    # the folder held for the whole command: all before a document is read
+    check_output_dir(targs, input_paths(args))
+    if config.max_seq_length is not None:
+        check_sequence_length(args.model, config.max_seq_length)
+    start_distributed(targs.device)
+    with claim_run_dir(targs.output_dir, prog):
+        summary = finetune_coref(args.model, args.train, args.dev, targs, config, args.tokenizer, args.max_eval_examples)
     print_metrics(summary)
     return 0
 

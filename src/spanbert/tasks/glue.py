@@ -35,6 +35,7 @@ from spanbert.tasks.common import (
     HELDOUT_SEED,
     add_inference_arguments,
     add_scoring_source,
+    add_sequence_length_argument,
     family_defaults,
     finetune_command,
     load_tokenizer_for,
@@ -534,9 +535,7 @@ def _finetune(task_name: str, argv: list[str], prog: str) -> int:
 
     def add_options(parser: argparse.ArgumentParser) -> None:
         _add_task_options(parser)
-        parser.add_argument(
-            "--max_seq_length", type=int, default=128, help="tokens per input (default: 128, Appendix B)"
-        )
+        add_sequence_length_argument(parser, "tokens per input (Appendix B)")
         parser.add_argument("--max_train_examples", type=int, help="use only the first N training examples")
         parser.add_argument("--max_eval_examples", type=int, help="use only the first N examples of each dev split")
         parser.add_argument(

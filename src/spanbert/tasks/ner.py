@@ -38,6 +38,7 @@ from spanbert.tasks import ner_features as NF
 from spanbert.tasks.common import (
     add_predict_arguments,
     add_scoring_source,
+    add_sequence_length_argument,
     family_defaults,
     finetune_command,
     load_encoder,
@@ -281,7 +282,7 @@ def _finetune(task: str, argv: list[str], prog: str) -> int:
             dest="dev",
             help="CoNLL-2003 dev file, scored with conlleval during and after training",
         )
-        parser.add_argument("--max_seq_length", type=int, default=128, help="tokens per input piece (default: 128)")
+        add_sequence_length_argument(parser, "tokens per input piece")
         parser.add_argument("--max_train_examples", type=int, help="use only the first N training sentences")
         parser.add_argument("--max_eval_examples", type=int, help="use only the first N dev sentences")
         add_document_context_argument(parser)

@@ -37,7 +37,7 @@ import torch
 from safetensors.torch import load_file
 from torch import Tensor, nn
 
-from spanbert import families, threads
+from spanbert import families, folders, threads
 from spanbert.checkpoints import save_checkpoint
 from spanbert.config import ArgumentParser, add_dataclass_arguments, dataclass_from_args
 from spanbert.distributed import is_main, print0
@@ -56,11 +56,13 @@ from spanbert.tasks.classification import (
 from spanbert.tasks.common import (
     KeepBest,
     add_finetune_arguments,
+    add_sequence_length_argument,
     check_output_dir,
     load_encoder,
     load_tokenizer_for,
     parse_task_args,
     predict_sharded,
+    resolve_sequence_length,
     seed_dropout,
     seed_init,
     selection_summary,
@@ -77,8 +79,8 @@ from spanbert.tasks.conll import (
     write_predictions,
 )
 from spanbert.tasks.spec import RESULTS_FILE
-from spanbert.trainer import predict_batches, resolve_device, train
-from spanbert.utils import atomic_dir, progress_bar
+from spanbert.trainer import RUN, claim_run_dir, predict_batches, resolve_device, train
+from spanbert.utils import atomic_dir, input_paths, progress_bar
 
 MODEL_TYPE = "spanbert-ner-features"
 """``model_type`` of a saved feature-based tagger's config.json (how `predict_ner` recognises one)."""
@@ -521,6 +523,9 @@ def finetune_features(
     if dev:
         warn_unseen(dev_path, [t for s in dev for t in s.tags], labels, "tag", f"the training file {train_path}")
     out = Path(args.output_dir)
+    # the cache is written before the training loop claims the folder: a call from Python claims it here
+    # (the command has already: a no-op then)
+    write_once(lambda: folders.claim_manifest(out, RUN, "spanbert (Python)"))
     cache = Path(head.feature_cache) if head.feature_cache else out / "feature_cache"
     common = dict(tokenizer_dir=tokenizer_dir, max_seq_length=max_seq_length, document_context=document_context,
                   dtype=head.feature_dtype, batch_size=head.extract_batch_size, device=device,
@@ -617,7 +622,7 @@ def finetune_cli(argv: list[str], prog: str) -> int:
     parser = ArgumentParser(prog=f"{prog} --features", description=__doc__.split("\n\n")[0])
     parser.add_argument("--train_file", "--train", dest="train", required=True, help="CoNLL-2003 training file")
     parser.add_argument("--validation_file", "--dev", dest="dev", help="CoNLL-2003 dev file (selects the best epoch)")
-    parser.add_argument("--max_seq_length", type=int, default=128, help="tokens per encoder input (default: 128)")
+    add_sequence_length_argument(parser, "tokens per encoder input")
     parser.add_argument("--max_train_examples", type=int, help="use only the first N training sentences")
     parser.add_argument("--max_eval_examples", type=int, help="use only the first N dev sentences")
     add_document_context_argument(parser)
@@ -631,12 +636,14 @@ def finetune_cli(argv: list[str], prog: str) -> int:
     if head.feature_dtype not in ("float32", "float16"):
         raise SpanBertError(f"--feature_dtype: found {head.feature_dtype!r}, expected float32 or float16")
     targs = common.training_arguments(args, DEFAULTS)
-    check_output_dir(targs)
+    check_output_dir(targs, input_paths(args))
+    resolve_sequence_length(args)  # before any sentence is read
     start_distributed(targs.device)
-    results = finetune_features(
-        args.model, args.train, args.dev, targs, head, args.tokenizer, args.max_seq_length, args.max_train_examples,
-        args.max_eval_examples, args.document_context, targs.device,
-    )  # fmt: skip
+    with claim_run_dir(targs.output_dir, prog):
+        results = finetune_features(
+            args.model, args.train, args.dev, targs, head, args.tokenizer, args.max_seq_length, args.max_train_examples,
+            args.max_eval_examples, args.document_context, targs.device,
+        )  # fmt: skip
     print0(f"saved the feature-based tagger(s) to {targs.output_dir}")
     print_metrics(summary_table(results) if len(results) > 1 else next(iter(results.values())))
     return 0

@@ -299,8 +299,9 @@ class ChartParser(nn.Module):
         pj = torch.tensor([j for spans in trees for _, j in spans], device=scores.device)
         pl = label[pb, pi, pj]
         cost = (pl != gold[pb, pi, pj]).float()
-        predicted = scores.new_zeros(B).index_add(0, pb, scores[pb, pi, pj, pl] + cost)
-        gold_score = scores.new_zeros(B).index_add(0, b_idx, scores[b_idx, gi, gj, gl])
+        margins = scores.float()  # the loss in fp32: under bf16 autocast the scores are bf16, the cost fp32
+        predicted = margins.new_zeros(B).index_add(0, pb, margins[pb, pi, pj, pl] + cost)
+        gold_score = margins.new_zeros(B).index_add(0, b_idx, margins[b_idx, gi, gj, gl])
         parse_loss = F.relu(predicted - gold_score).mean()  # K&K (2018) §3, per sentence
         out = {"parse_loss": parse_loss.detach(), "loss": parse_loss}
         if tag_labels is not None:  # (weight 0 still keeps the tagger in the graph: DDP wants every parameter used)
@@ -332,10 +333,16 @@ def chart_labels(trees: Sequence[Tree]) -> list[str]:
     return [EMPTY] + sorted(counts, key=lambda k: (-counts[k], k))
 
 
-def warn_unseen_labels(path: str | Path, trees: Sequence[Tree], labels: Sequence[str], trained_on: str) -> None:
+def warn_unseen_labels(
+    path: str | Path, trees: Sequence[Tree], labels: Sequence[str], trained_on: str, tags: Sequence[str] | None = None
+) -> None:
     """Warn about the gold constituent labels (collapsed chains) of ``trees`` the parser never saw in
-    training: it cannot produce them, so EVALB counts them as misses, as TACRED and NER warn."""
+    training: it cannot produce them, so EVALB counts them as misses, as TACRED and NER warn. With ``tags``
+    (the tagger's vocabulary, when the output trees carry its predicted tags) the gold POS tags too: EVALB's
+    tagging accuracy counts an unseen one as a miss."""
     warn_unseen(path, [label for t in trees for _, _, label in tree_spans(t)], labels, "constituent label", trained_on)
+    if tags is not None:
+        warn_unseen(path, [tag for t in trees for tag in t.tags()], tags, "POS tag", trained_on)
 
 
 def tag_list(trees: Sequence[Tree]) -> list[str]:
@@ -695,7 +702,8 @@ def _predict(task: str, argv: list[str], prog: str) -> int:
         sources, tags = [("--text", k + 1) for k in range(len(sentences))], [None] * len(sentences)
     model, tokenizer = load_parser(args.model, str(device))
     if args.data:
-        warn_unseen_labels(args.data, gold.trees, model.labels, f"the training trees of {args.model}")
+        warn_unseen_labels(args.data, gold.trees, model.labels, f"the training trees of {args.model}",
+                           tags=model.tags if args.tags == "predicted" else None)  # fmt: skip
     t0 = time.perf_counter()
     parsed = parse_sentences(model, tokenizer, sentences, tags, sources, args.batch_size, not args.disable_tqdm)
     seconds = time.perf_counter() - t0

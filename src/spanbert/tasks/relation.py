@@ -43,6 +43,7 @@ from spanbert.tasks import classification as C
 from spanbert.tasks.common import (
     add_predict_arguments,
     add_scoring_source,
+    add_sequence_length_argument,
     family_defaults,
     finetune_command,
     load_tokenizer_for,
@@ -616,9 +617,7 @@ def _finetune(task: str, argv: list[str], prog: str) -> int:
         )
         parser.add_argument("--entity_mode", choices=ENTITY_MODES, help="mask: replace entities by a marker (§4.1; "
                             "default for tacred); mark: keep the words between markers (default for semeval)")  # fmt: skip
-        parser.add_argument(
-            "--max_seq_length", type=int, default=128, help="tokens per input (default: 128, Appendix B)"
-        )
+        add_sequence_length_argument(parser, "tokens per input (Appendix B)")
         parser.add_argument("--max_train_examples", type=int, help="use only the first N training examples")
         parser.add_argument("--max_eval_examples", type=int, help="use only the first N dev examples")
 

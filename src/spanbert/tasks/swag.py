@@ -38,6 +38,7 @@ from spanbert.tasks.common import (
     KeepBest,
     add_predict_arguments,
     add_scoring_source,
+    add_sequence_length_argument,
     family_defaults,
     finetune_command,
     load_encoder,
@@ -429,9 +430,7 @@ def _finetune(task: str, argv: list[str], prog: str) -> int:
         parser.add_argument(
             "--validation_file", "--dev", dest="dev", help="SWAG val.csv: accuracy during and after training"
         )
-        parser.add_argument(
-            "--max_seq_length", type=int, default=128, help="tokens per choice sequence (default: 128)"
-        )
+        add_sequence_length_argument(parser, "tokens per choice sequence")
         parser.add_argument("--max_train_examples", type=int, help="use only the first N training examples")
         parser.add_argument("--max_eval_examples", type=int, help="use only the first N dev examples")
 
