@@ -664,7 +664,7 @@ def pretrain(
             check_init_vocabulary(sources.init_from, sources.init_config.vocab_size, sources.tokenizer, cfg.vocab_size)
         args = family.training_args(planned, args)
         sbo = "sbo" in system.objectives
-        if args.max_steps > 0:  # before the vocabulary, the corpus and any file (an epoch's length is known later)
+        if args.max_steps > 0 and not cfg.random_init:  # before the vocabulary, the corpus and any file (an epoch's length is known later)
             warning = check_plan(planned, cfg, args, args.max_steps, sbo, device)
             if warning:
                 eprint0(warning)
@@ -955,7 +955,10 @@ def main(argv: list[str], prog: str = "spanbert pretrain") -> int:
     final = pretrain(cfg, targs, masking)
     if final.exists():
         system = system_of(cfg)
-        for line in FAMILIES[system.family].pretraining.next_steps(final, system.objectives):
+        lines = FAMILIES[system.family].pretraining.next_steps(final, system.objectives)
+        if cfg.random_init:  # untrained heads fill nothing worth reading: only the fine-tuning hint
+            lines = [line for line in lines if "fill" not in line and "head" not in line]
+        for line in lines:
             print0(line)
     return 0
 
