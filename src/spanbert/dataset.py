@@ -141,7 +141,8 @@ class PretrainDataset:
         self.cls_id, self.sep_id, self.pad_id, self.mask_id = tok.cls_id, tok.sep_id, tok.pad_id, tok.mask_id
         self._cls, self._sep = np.array([self.cls_id], dtype=np.int64), np.array([self.sep_id], dtype=np.int64)
         self.special_ids = tuple(int(i) for i in tok.special_ids())
-        self.sampler = UnigramSampler(self.corpus.unigram_counts(), self.special_ids)
+        counts = self.corpus.unigram_counts() if cfg.random_token == "unigram" else np.ones(self.corpus.vocab_size)
+        self.sampler = UnigramSampler(counts, self.special_ids)  # special tokens never drawn
         # The epoch lives in shared memory so that persistent DataLoader workers see `set_epoch` too.
         # torch is imported here, not above: `spanbert preprocess` imports this module, and its --help
         # (and a run without static masks) loads no torch.

@@ -56,11 +56,12 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import dataclasses
 import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -99,6 +100,16 @@ class MaskingConfig:
     """Official code: no SBO target for a span whose boundary is [CLS]/[SEP] or outside the block."""
     candidate_fraction: float = 0.5
     """named_entity/noun_phrase: share of the budget drawn from the candidate spans (§6.1: 50%)."""
+    random_token: Literal["unigram", "uniform"] = "unigram"
+    """Where the random replacements come from: unigram = a token drawn from the corpus (the released SpanBERT code), uniform = any ordinary token of the vocabulary alike (Google BERT's create_pretraining_data.py, transformers' DataCollatorForLanguageModeling)."""
+
+    def settings(self) -> dict[str, Any]:
+        """The fields as a dict for a run's settings and stored masks: ``random_token`` left out at its
+        default, so runs and masks made before the option compare equal."""
+        out = dataclasses.asdict(self)
+        if out["random_token"] == "unigram":
+            del out["random_token"]
+        return out
 
 
 # BERT Appendix C.2, Table 8, in the paper's column order MASK/SAME/RND -> replace_probs (mask, random, unchanged)

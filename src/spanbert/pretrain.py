@@ -217,6 +217,8 @@ def check_masking(masking: MaskingConfig) -> None:
         raise SpanBertError(f"--max_sbo_targets: found {m.max_sbo_targets}, expected at least 1 (or none)")
     if not 0.0 <= m.candidate_fraction <= 1.0:
         raise SpanBertError(f"--candidate_fraction: found {m.candidate_fraction}, expected a fraction in [0, 1]")
+    if m.random_token not in ("unigram", "uniform"):
+        raise SpanBertError(f"--random_token: found {m.random_token!r}, expected unigram or uniform")
 
 
 def _looks_preprocessed(path: Path) -> bool:
@@ -605,7 +607,7 @@ def cloze_eval_fn(eval_set: Any, batch_size: int, collate_fn: Callable, objectiv
 def run_config_of(cfg: PretrainConfig, masking: MaskingConfig) -> dict[str, Any]:
     """The settings a BERT-family resume must keep (contract 2): everything but the worker count. As
     JSON values (tuples become lists), so that it compares equal to its copy read back from a checkpoint."""
-    return json.loads(json.dumps(BERT_PRETRAINING.run_config(dataclasses.asdict(cfg), dataclasses.asdict(masking), None)))
+    return json.loads(json.dumps(BERT_PRETRAINING.run_config(dataclasses.asdict(cfg), masking.settings(), None)))
 
 
 def pretrain(
@@ -687,7 +689,7 @@ def pretrain(
             set_dropout(model, cfg.dropout)  # pre-training only: the exported config keeps the preset's rate
         train_set, eval_set = build_datasets(cfg, corpus_dir, tok, args.seed, masking, run)
         run_config = json.loads(json.dumps(family.run_config(
-            dataclasses.asdict(cfg), dataclasses.asdict(masking) if masking else None, model.config
+            dataclasses.asdict(cfg), masking.settings() if masking else None, model.config
         )))  # fmt: skip
         static = getattr(train_set, "static", None)
         if static is not None:

@@ -97,7 +97,7 @@ def static_settings(
                 "block_packing": block_packing,
                 "short_seq_prob": float(short_seq_prob) if nsp else 0.0,  # single sequences do not use it
                 "documents": [int(documents[0]), int(documents[1])],
-                "masking": dataclasses.asdict(masking),
+                "masking": masking.settings(),
             }
         )
     )
