@@ -721,6 +721,8 @@ def train(
     if n == 0:
         raise SpanBertError("the training set is empty")
     n_regions = compile_regions(model) if wants_compile(args.compile, device) else 0  # in place: same state_dict
+    if wants_compile(args.compile, device) and not n_regions:
+        print0(f"torch.compile: {type(model).__name__} has no region to compile (spanbert.compile); it runs eager")
     graphs_before = graphs_compiled()
     if args.per_device_train_batch_size == AUTO:  # the probe runs the model: on the device, compiled as it trains
         model.to(device)
