@@ -875,6 +875,8 @@ def preset_line(quick: bool, cfg: PretrainConfig, args: TrainingArguments) -> st
     model = f"model from {cfg.init_from}" if cfg.init_from else f"{cfg.model} model"
     if args.max_tokens_per_batch:
         size = f"<= {args.max_tokens_per_batch * args.gradient_accumulation_steps * world:,} tokens"
+    elif args.per_device_train_batch_size == AUTO:  # the trainer's probe decides (spanbert.microbatch)
+        size = f"auto x {args.gradient_accumulation_steps * world} x {cfg.max_seq_length} tokens"
     else:
         size = f"{batch} x {cfg.max_seq_length} tokens"
     device = resolve_device(args.device)
