@@ -6,6 +6,7 @@ weights config and the same padded batch, in one run, models alternating round b
     python bench/modernbert_step.py --seq 2048 --batch 2
     python bench/modernbert_step.py --model base --seq 512 --batch 2
     python bench/modernbert_step.py --device cuda --model base --seq 2048 --batch 16 --dtype bf16
+    python bench/modernbert_step.py --device cuda --model base --seq 2048 --batch 16 --dtype bf16 --compile
     python bench/modernbert_step.py --smoke                  # tiny sizes, seconds (tests/test_bench.py)
 
 Batches with realistic padding (``--padding realistic``, the default): half the rows are full blocks
@@ -14,19 +15,24 @@ length, right-padded; 30% of the real tokens are masked in spans (ModernBERT's r
 computes the vocabulary logits at every position unless ``sparse_prediction`` is on, which this script
 also times. It prints tokens/s (real tokens), the ratio to transformers, and the step's useful FLOP/s
 against the matmul rate measured at the model's own shapes (the roofline of this model on this device).
+``--compile`` adds spanbert's MLM step compiled as the trainer compiles it (`spanbert.compile`; on CUDA
+in bf16 its layers keep the packed FlashAttention path), with the compilation's time; a variant that
+fails is reported and the others still run.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
-import statistics
+import time
 from pathlib import Path
 
 import numpy as np
 import torch
-from pretrain_step import make_step, timeit
+from pretrain_step import PEAK_FLOPS, _time_variants, make_step, timeit
 
+from spanbert.compile import compile_regions
 from spanbert.modernbert import ModernBertForPreTraining, flops_per_token, modernbert_config
 
 
@@ -99,6 +105,8 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--compile", action="store_true", help="also time spanbert's MLM step compiled (as the trainer compiles)")
+    p.add_argument("--backend", default="inductor", help="torch.compile backend of --compile (aot_eager: a quick check)")
     p.add_argument("--out", default=None, help="also write every figure to this JSON file")
     p.add_argument("--smoke", action="store_true", help="tiny sizes, seconds: a check that it runs (tests/test_bench.py)")
     a = p.parse_args()
@@ -124,35 +132,69 @@ def main() -> None:
         "transformers ModernBertForMaskedLM": (transformers.ModernBertForMaskedLM(hf_cfg), hf_batch(batch)),
         "transformers, sparse_prediction": (transformers.ModernBertForMaskedLM(sparse_cfg), hf_batch(batch)),
     }
+    compile_s = None
+    if a.compile:
+        compiled = copy.deepcopy(models["spanbert ModernBERT (MLM)"][0])  # the same weights, compiled in place
+        compile_regions(compiled, backend=a.backend)
+        models["spanbert ModernBERT (MLM) compiled"] = (compiled, batch)
     steps = {k: make_step(m.to(device).train(), b, device, dtype, True) for k, (m, b) in models.items()}
-    times: dict[str, list[float]] = {k: [] for k in steps}
-    for _ in range(a.rounds):  # alternate: load from other processes hits every model alike
-        for k, s in steps.items():
-            times[k].append(timeit(s, device, a.warmup, a.repeats))
-    med = {k: statistics.median(v) for k, v in times.items()}
+    if a.compile:  # the first call compiles: timed apart
+        t = time.perf_counter()
+        try:
+            steps["spanbert ModernBERT (MLM) compiled"]()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+        except Exception:  # noqa: BLE001 -- `_time_variants` reports it
+            pass
+        compile_s = time.perf_counter() - t
+    med, peak_gib, errors = _time_variants(steps, device, a.warmup, a.repeats, a.rounds)
     header = (f"ModernBERT {a.model}: {cfg.num_hidden_layers} layers x {cfg.hidden_size}, seq {a.seq}, batch {a.batch}, "
               f"{a.padding} padding ({n_real} real tokens of {a.batch * a.seq}), device {device}, dtype {dtype or 'fp32'}, "
               f"threads {torch.get_num_threads()}, torch {torch.__version__}, transformers {transformers.__version__}")  # fmt: skip
     print(header)
-    for k, t in med.items():
-        print(f"{k:38s} {n_real / t:10.0f} real tokens/s  ({t * 1000:.1f} ms/step)")
-    hf = "transformers ModernBertForMaskedLM"
-    ratio = med[hf] / med["spanbert ModernBERT (MLM)"]
-    ratio_sparse = med["transformers, sparse_prediction"] / med["spanbert ModernBERT (MLM)"]
-    print(f"speed-up spanbert (MLM) vs transformers: {ratio:.2f}x (vs its sparse_prediction: {ratio_sparse:.2f}x)")
-    fpt = flops_per_token(cfg, a.seq, mask_rate=0.3, sbo=False)
+    fpt = flops_per_token(cfg, a.seq, mask_rate=0.3, sbo=False)  # the MLM step's useful work (the SBO row does more)
     rate = model_shape_matmul_rate(cfg, n_real, device, dtype, a.repeats)
-    useful = fpt * n_real / med["spanbert ModernBERT (MLM)"]
-    print(f"useful work {fpt / 1e6:.1f} MFLOP/token: spanbert (MLM) {useful / 1e9:.1f} GFLOP/s, "
-          f"{useful / rate * 100:.0f}% of the {rate / 1e9:.1f} GFLOP/s its matmuls reach at the model's shapes")  # fmt: skip
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    peak = next((v for k, v in PEAK_FLOPS.items() if k in device_name), None) if device.type == "cuda" else None
+    useful_of = {k: fpt * n_real / t for k, t in med.items() if "SBO" not in k}
+    for k, t in med.items():
+        extra = ""
+        if k in useful_of:
+            mfu = f", MFU {useful_of[k] / peak * 100:.1f}%" if peak else ""
+            extra = f", {useful_of[k] / rate * 100:.0f}% of its matmuls' rate{mfu}"
+        mem = f", peak {peak_gib[k]:.1f} GiB" if k in peak_gib else ""
+        print(f"{k:38s} {n_real / t:10.0f} real tokens/s  ({t * 1000:.1f} ms/step{extra}{mem})")
+    for k, e in errors.items():
+        print(f"{k:38s} failed: {e}")
+    ours, hf, sparse = "spanbert ModernBERT (MLM)", "transformers ModernBertForMaskedLM", "transformers, sparse_prediction"
+    ratio = med[hf] / med[ours] if ours in med and hf in med else None
+    ratio_sparse = med[sparse] / med[ours] if ours in med and sparse in med else None
+    if ratio is not None and ratio_sparse is not None:
+        print(f"speed-up spanbert (MLM) vs transformers: {ratio:.2f}x (vs its sparse_prediction: {ratio_sparse:.2f}x)")
+    best = min((k for k in (ours, ours + " compiled") if k in med), key=med.get, default=None)
+    best_hf = min((k for k in (hf, sparse) if k in med), key=med.get, default=None)
+    best_ratio = med[best_hf] / med[best] if best and best_hf else None
+    if best_ratio is not None:
+        print(f"speed-up spanbert at its best ({best}) vs transformers at its best ({best_hf}): {best_ratio:.2f}x")
+    compiled_vs_eager = med[ours] / med[ours + " compiled"] if ours in med and ours + " compiled" in med else None
+    if compiled_vs_eager is not None:
+        print(f"compiled vs eager, spanbert: {compiled_vs_eager:.2f}x; compilation {compile_s:.1f} s")
+    useful = useful_of.get(best) if best else None
+    if useful is not None:
+        print(f"useful work {fpt / 1e6:.1f} MFLOP/token: {best} {useful / 1e9:.1f} GFLOP/s, "
+              f"{useful / rate * 100:.0f}% of the {rate / 1e9:.1f} GFLOP/s its matmuls reach at the model's shapes")  # fmt: skip
     if a.out:
-        figures = {"header": header, "real_tokens": n_real, "ms_per_step": {k: t * 1000 for k, t in med.items()},
+        figures = {"header": header, "device": device_name, "model": a.model, "seq": a.seq, "batch": a.batch,
+                   "padding": a.padding, "real_tokens": n_real, "ms_per_step": {k: t * 1000 for k, t in med.items()},
                    "real_tokens_per_s": {k: n_real / t for k, t in med.items()}, "speedup_vs_transformers": ratio,
-                   "speedup_vs_transformers_sparse": ratio_sparse, "flops_per_token": fpt, "useful_flops": useful,
-                   "model_shape_matmul_flops": rate, "share_of_matmul_rate": useful / rate}  # fmt: skip
+                   "speedup_vs_transformers_sparse": ratio_sparse, "best": {"spanbert": best, "transformers": best_hf,
+                   "ratio": best_ratio}, "compiled_vs_eager": compiled_vs_eager, "compile_seconds": compile_s,
+                   "flops_per_token": fpt, "useful_flops": useful_of, "model_shape_matmul_flops": rate,
+                   "share_of_matmul_rate": {k: u / rate for k, u in useful_of.items()}, "dense_peak_flops": peak,
+                   "mfu_vs_peak": {k: u / peak for k, u in useful_of.items()} if peak else None,
+                   "peak_memory_gib": peak_gib, "errors": errors}  # fmt: skip
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         Path(a.out).write_text(json.dumps(figures, indent=2) + "\n")
-
 
 if __name__ == "__main__":
     main()

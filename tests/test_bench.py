@@ -41,6 +41,7 @@ SMOKE = {
     "attention_core.py": ("ratio transformers / spanbert:", "", False),
     "dropout_masks.py": ("ratio transformers / spanbert (dropout layer):", "", False),
     "learning_speed.py": ("ratio spanbert / transformers (held-out MLM accuracy at equal tokens):", "", True),
+    "gpu_summary.py": ("## For docs/benchmarks.md", "", False),
 }
 # not benchmarks of their own: run by another test
 OTHERS = {

@@ -1,5 +1,6 @@
 """On a CUDA GPU (issue 24, docs/gpu.md): every model on the GPU against the CPU, bf16 and fp16
-training steps, checkpoints across devices, no host sync in a quiet step, DDP over NCCL.
+training steps, checkpoints across devices, no host sync in a quiet step, DDP over NCCL; the compiled
+step (`--compile`, the GPU's default) against eager, and the micro-batch probe (`auto`).
 
 All skipped without CUDA (`pytest -m cuda` runs them; `bench/gpu.sh` runs them on a GPU machine).
 """
@@ -80,9 +81,10 @@ def test_bf16_on_the_gpu_is_within_tolerance_of_fp32(name):
 
 
 def _args(tmp: Path, **kw) -> TrainingArguments:
+    # eager unless a test asks (--compile's own tests are below): a compile per test would cost minutes
     base = dict(output_dir=str(tmp), max_steps=4, per_device_train_batch_size=4, learning_rate=1e-3,
                 warmup_steps=1, save_steps=0, logging_steps=2, disable_tqdm=True, report_to="none", device="cuda",
-                precision="fp32")
+                precision="fp32", compile=False)
     return TrainingArguments(**{**base, **kw})  # fmt: skip
 
 
@@ -188,12 +190,72 @@ class CudaSyncs:
         self.calls = [str(w.message) for w in self._log if "called a synchronizing" in str(w.message)]
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_quiet_pretraining_steps_never_synchronise_the_gpu(precision, tmp_path):
+def test_quiet_pretraining_steps_never_synchronise_the_gpu(precision, compiled, tmp_path):
+    """Compiled: a first run compiles (the compilation may wait for the device), the counted run reuses
+    the graphs, as every step after the first does."""
     model, ds, collate, count = pretraining_case("spanbert")
-    calls = run_quiet_steps(CudaSyncs(), model, ds, collate, count, output_dir=tmp_path, precision=precision,
-                            gradient_accumulation_steps=2, max_grad_norm=1.0, device="cuda")  # fmt: skip
+    kw = dict(precision=precision, gradient_accumulation_steps=2, max_grad_norm=1.0, device="cuda", compile=compiled)
+    if compiled:
+        train(model, ds, _args(tmp_path / "warm", **kw), collate_fn=collate, count_targets=count)
+    calls = run_quiet_steps(CudaSyncs(), model, ds, collate, count, output_dir=tmp_path / "counted", **kw)
     assert calls == []
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_compiled_pretraining_steps_train_as_eager(precision, tmp_path):
+    """--compile true (inductor's Triton kernels) against eager, dropout off, 4 steps: the same loss
+    within fp32 rounding on the GPU (TF32 stays off), within bf16's tolerance in bf16."""
+    _, ref = _pretrain(tmp_path / "eager", precision=precision)
+    model, result = _pretrain(tmp_path / "compiled", precision=precision, compile=True)
+    from spanbert.compile import is_compiled, regions
+
+    assert all(is_compiled(m) for _, m in regions(model))
+    a, b = result.metrics["loss"], ref.metrics["loss"]
+    tol = GPU_RTOL * abs(b) + 1e-4 if precision == "fp32" else BF16_RTOL * abs(b) + BF16_ATOL
+    assert abs(a - b) <= tol, (a, b)
+
+
+def test_compiled_modernbert_in_bf16_equals_eager():
+    """The packed FlashAttention path (`varlen_attn`, a custom op) inside compiled layers, padded and
+    unpadded, forward and backward, against the same layers eager."""
+    import copy
+
+    from spanbert.compile import compile_regions
+
+    encoder, ids, mask = _modernbert_pair()
+    encoder.train()  # attention dropout is 0: train mode changes nothing but the graphs' mode
+    compiled = copy.deepcopy(encoder)
+    compile_regions(compiled, fullgraph=True)
+    for m in (mask, None):
+        outs = []
+        for enc in (encoder, compiled):
+            enc.zero_grad(set_to_none=True)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                h = enc(ids, m).float()
+            h.pow(2).mean().backward()
+            outs.append((h.detach(), {n: p.grad.float() for n, p in enc.named_parameters() if p.grad is not None}))
+        (h_e, g_e), (h_c, g_c) = outs
+        assert (h_c - h_e).abs().max() <= 0.05 * h_e.abs().max()
+        for n, g in g_e.items():
+            assert (g_c[n] - g).norm() <= 0.05 * g.norm() + 1e-6, n
+
+
+def test_auto_batch_size_probes_the_card(tmp_path, monkeypatch, capsys):
+    """--per_device_train_batch_size auto on a GPU: a tiny model fits the whole (16-example) training
+    set; with a tiny share of the card allowed, nothing fits and the error says so."""
+    import spanbert.microbatch as mb
+
+    _, result = _pretrain(tmp_path / "fits", per_device_train_batch_size="auto", compile=True)
+    out = capsys.readouterr().out
+    assert "--per_device_train_batch_size auto: 16 sequences" in out, out
+    assert result.global_step == 4
+    monkeypatch.setattr(mb, "HEADROOM", 1e-9)
+    from spanbert.errors import SpanBertError
+
+    with pytest.raises(SpanBertError, match="not even one of the longest training examples fits"):
+        _pretrain(tmp_path / "none", per_device_train_batch_size="auto")
 
 
 DDP_SCRIPT = textwrap.dedent(

@@ -78,10 +78,17 @@ class SyncCounter(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-@pytest.fixture
-def syncs(monkeypatch):
-    """A SyncCounter covering the trainer steps before the last one (the last step logs)."""
-    counter = SyncCounter()
+class CompiledSyncCounter(SyncCounter):
+    """A SyncCounter through which `--compile`'s graphs still compile and run: dynamo runs a frame eagerly
+    under an ordinary dispatch mode, not under one that ignores compile internals (tracing is not
+    counted); the compiled graphs' operations reach the counter when they run (``aot_eager``: aten ops)."""
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        return True
+
+
+def _spy_host_reads(counter: SyncCounter, monkeypatch) -> SyncCounter:
     for name in ("tolist", "cpu"):
         real = getattr(torch.Tensor, name)
 
@@ -91,6 +98,23 @@ def syncs(monkeypatch):
 
         monkeypatch.setattr(torch.Tensor, name, spy)
     return counter
+
+
+@pytest.fixture
+def syncs(monkeypatch):
+    """A SyncCounter covering the trainer steps before the last one (the last step logs)."""
+    return _spy_host_reads(SyncCounter(), monkeypatch)
+
+
+@pytest.fixture
+def compiled_syncs(monkeypatch):
+    """`syncs` for runs with --compile true, compiled by ``aot_eager`` (seconds on the CPU), from nothing."""
+    import spanbert.compile
+
+    monkeypatch.setattr(spanbert.compile, "BACKEND", "aot_eager")
+    torch._dynamo.reset()
+    yield _spy_host_reads(CompiledSyncCounter(), monkeypatch)
+    torch._dynamo.reset()
 
 
 def host(counter: SyncCounter, fn):
@@ -176,6 +200,18 @@ def test_pretraining_steps_never_wait_for_the_device(system, precision, syncs, t
     assert calls == []
 
 
+def test_compiled_pretraining_steps_never_wait_for_the_device(compiled_syncs, tmp_path):
+    """--compile true: the compiled regions and the eager glue between them read nothing back either."""
+    from spanbert.compile import graphs_compiled, is_compiled, regions
+
+    model, ds, collate, count = pretraining_case("spanbert")
+    before = graphs_compiled()
+    calls = run_quiet_steps(compiled_syncs, model, ds, collate, count, output_dir=tmp_path, precision="fp32",
+                            gradient_accumulation_steps=2, max_grad_norm=1.0, compile=True)  # fmt: skip
+    assert calls == []
+    assert all(is_compiled(m) for _, m in regions(model)) and graphs_compiled() > before  # compiled, not eager
+
+
 @pytest.mark.parametrize("objective", ["cloze", "bilm", "cloze-bilm"])
 def test_two_tower_steps_never_wait_for_the_device(objective, syncs, tmp_path):
     from spanbert import cloze
@@ -222,6 +258,18 @@ def test_a_padded_batch_costs_exactly_the_unpadding_sync(syncs, tmp_path, monkey
     assert sum("aten.nonzero" in c for c in calls) == 3 and sum("self.lengths" in c for c in calls) == 3, calls
 
 
+def test_a_compiled_padded_batch_costs_the_same_one_sync(compiled_syncs, tmp_path, monkeypatch):
+    """Compiled, a padded batch still costs the unpadding's `nonzero` once a forward (eager glue), and
+    nothing inside the compiled layers."""
+    import spanbert.model
+    from spanbert.tasks.qa import collate_qa
+
+    monkeypatch.setattr(spanbert.model, "RAGGED_DEVICES", ())  # the path a GPU batch takes
+    calls = run_quiet_steps(compiled_syncs, qa_model(), Items(_qa_items([14, 9] * 4)), collate_qa, output_dir=tmp_path,
+                            compile=True)  # fmt: skip
+    assert len(calls) == 3 and all("aten.nonzero" in c and "spanbert/model.py" in c for c in calls), calls
+
+
 def test_the_counter_sees_each_kind_of_sync():
     """The counter is not blind: each way of reading a value from a tensor is recorded."""
     counter = SyncCounter()
@@ -235,3 +283,26 @@ def test_the_counter_sees_each_kind_of_sync():
         torch.unique(x)
         counter.active = False
     assert len(counter.calls) == 5, counter.calls
+
+
+def test_the_counter_sees_a_sync_inside_a_compiled_region(monkeypatch):
+    """Not blind to compiled code either: an `.item()` inside a compiled region (captured into the graph
+    by torch 2.13, so no graph break announces it) is counted when the graph runs."""
+    import spanbert.compile
+
+    class Reads(torch.nn.Module):
+        compile_region = True
+
+        def forward(self, x):
+            return x * x.sum().item()
+
+    torch._dynamo.reset()
+    model = torch.nn.Sequential(Reads())
+    spanbert.compile.compile_regions(model, backend="aot_eager")
+    counter = CompiledSyncCounter()
+    with counter:
+        counter.active = True
+        model(torch.ones(3))
+        counter.active = False
+    torch._dynamo.reset()
+    assert counter.calls and all("_local_scalar_dense" in c for c in counter.calls), counter.calls

@@ -473,6 +473,9 @@ def _type_name(tp: Any) -> str:
         return "one of " + ", ".join(map(str, typing.get_args(tp)))
     if origin in (list, tuple):
         return f"a comma-separated list of {_type_name(typing.get_args(tp)[0])}"
+    if origin in (typing.Union, types.UnionType):  # int | Literal["auto"]: "an integer or auto"
+        return " or ".join(_type_name(a) if typing.get_origin(a) is not typing.Literal else "/".join(map(str, typing.get_args(a)))
+                           for a in typing.get_args(tp))  # fmt: skip
     return {bool: "a boolean (true/false)", int: "an integer", float: "a number", str: "a string"}.get(
         tp, getattr(tp, "__name__", str(tp))
     )
@@ -505,6 +508,18 @@ def convert_value(cls: type, name: str, value: Any, source: str = "") -> Any:
         if isinstance(value, (list, tuple)) or value not in choices:
             raise wrong()
         return value
+    if origin in (typing.Union, types.UnionType):  # a word or a scalar (int | Literal["auto"], bool | Literal["auto"])
+        kinds = typing.get_args(inner)
+        words = [w for a in kinds if typing.get_origin(a) is typing.Literal for w in typing.get_args(a)]
+        if isinstance(value, str) and value in words:
+            return value
+        for kind in kinds:
+            if typing.get_origin(kind) is not typing.Literal:
+                try:
+                    return _convert_scalar(kind, value)
+                except (TypeError, ValueError, OverflowError):
+                    pass
+        raise wrong()
     if origin in (list, tuple):
         item = typing.get_args(inner)[0]
         items = value if isinstance(value, (list, tuple)) else [v for v in str(value).split(",") if v.strip()]

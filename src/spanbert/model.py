@@ -46,6 +46,7 @@ from spanbert.checkpoints import (
     split_pretraining_state,
     unplaced_weights,
 )
+from spanbert.compile import any_compiled
 from spanbert.config import BertConfig, FinetuneHabits
 from spanbert.distributed import eprint0
 from spanbert.dropout import Dropout, cpu_keep_mask  # noqa: F401 -- Dropout, cpu_keep_mask re-exported: their old home
@@ -68,6 +69,8 @@ def _act(name: str):
 
 
 class Embeddings(nn.Module):
+    compile_region = True  # `spanbert.compile`: compiled on its own under --compile
+
     def __init__(self, config: BertConfig):
         super().__init__()
         self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
@@ -103,14 +106,15 @@ class Unpad:
     only attention re-pads to (B, T, .). With padding, that skips the padded rows' work entirely.
     """
 
-    def __init__(self, attention_mask: Tensor, hidden_size: int = 0):
+    def __init__(self, attention_mask: Tensor, hidden_size: int = 0, allow_ragged: bool = True):
         self.B, self.T = attention_mask.shape
         self.index = attention_mask.reshape(-1).nonzero().squeeze(1)  # (N,) flat positions of real tokens
         # On CPU, attention too skips the padding (`SelfAttention._ragged`: a sequence at a time) when
         # that saves enough work (RAGGED_SAVING, RAGGED_MIN_WORK); a loop of small kernels would starve a GPU.
+        # Not into compiled layers (``allow_ragged`` False): each batch's lengths would make a new graph.
         self.lengths: list[int] = []
         self.ragged = False
-        if attention_mask.device.type in RAGGED_DEVICES and not torch.compiler.is_compiling():
+        if attention_mask.device.type in RAGGED_DEVICES and allow_ragged and not torch.compiler.is_compiling():
             # a read of host memory on CPU, not a device sync (a GPU batch takes the grid)
             self.lengths = attention_mask.ne(0).sum(1).tolist()  # ints, whatever the mask's dtype
             grid, work = self.B * self.T * self.T, sum(n * n for n in self.lengths)
@@ -211,6 +215,8 @@ class Intermediate(nn.Module):
 
 
 class Layer(nn.Module):
+    compile_region = True  # `spanbert.compile`: one graph serves every layer
+
     def __init__(self, config: BertConfig):
         super().__init__()
         self.attention = Attention(config)
@@ -315,7 +321,9 @@ class Encoder(nn.Module):
         states: list[Tensor] | None = [] if output_hidden_states else None
         # A mask costs one host sync (`nonzero`: the number of real tokens is a shape); an unpadded
         # batch should come without one (the pre-training collator leaves it out) and costs none.
-        unpad = Unpad(attention_mask, self.config.hidden_size) if attention_mask is not None else None
+        unpad = None
+        if attention_mask is not None:
+            unpad = Unpad(attention_mask, self.config.hidden_size, allow_ragged=not any_compiled(self.encoder.layer))
         if unpad is None or (unpad.index.numel() == unpad.B * unpad.T and not torch.compiler.is_compiling()):
             out = self.encoder(x, None, states=states)  # no padding: no mask at all (a causal model: SDPA's is_causal)
             return out if states is None else (x, *states)
@@ -463,6 +471,8 @@ class PredictionTransform(nn.Module):
 class MaskedLMHead(nn.Module):
     """HF `BertLMPredictionHead`: the decoder weight is the input embedding matrix, with its own bias."""
 
+    compile_region = True  # `spanbert.compile`: (K, H) rows of the masked positions, K dynamic
+
     def __init__(self, config: BertConfig):
         super().__init__()
         self.transform = PredictionTransform(config)
@@ -477,6 +487,8 @@ class SpanBoundaryHead(nn.Module):
 
     h0 = [x_{s-1}; x_{e+1}; p_{i-s+1}];  h1 = LN(GELU(W1 h0));  y_i = LN(GELU(W2 h1)).
     """
+
+    compile_region = True  # `spanbert.compile`
 
     def __init__(self, config: BertConfig, position_dim: int = 200, max_positions: int | None = None):
         super().__init__()

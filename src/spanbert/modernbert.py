@@ -42,6 +42,7 @@ from spanbert.checkpoints import (
     read_safetensors,
     save_folder,
 )
+from spanbert.compile import any_compiled
 from spanbert.config import (
     MODERNBERT_MODEL_TYPE,
     MODERNBERT_PRESETS,
@@ -396,12 +397,12 @@ class Layout:
     The latter two give each real token its position in its row (tables (N, 1, 1, hs))."""
 
     def __init__(self, config: ModernBertConfig, input_ids: Tensor, attention_mask: Tensor | None,
-                 half_precision: bool = False, dropout: bool = False):  # fmt: skip
+                 half_precision: bool = False, dropout: bool = False, allow_ragged: bool = True):  # fmt: skip
         B, T = input_ids.shape
         dev = input_ids.device
         self.unpad = None
         if attention_mask is not None:
-            unpad = Unpad(attention_mask, config.hidden_size)
+            unpad = Unpad(attention_mask, config.hidden_size, allow_ragged=allow_ragged)
             if unpad.index.numel() != B * T or torch.compiler.is_compiling():
                 self.unpad = unpad
         self.varlen = (dev.type in VARLEN_DEVICES and half_precision and not dropout
@@ -498,6 +499,8 @@ class Layer(nn.Module):
     """Pre-LN: x + attn(norm(x)), then x + mlp(norm(x)); the first layer's input is the embeddings'
     own norm, so its attn_norm is the identity (transformers' layout)."""
 
+    compile_region = True  # `spanbert.compile`: one graph per kind of layer (first, global, local)
+
     def __init__(self, config: ModernBertConfig, layer_id: int):
         super().__init__()
         norm = lambda: nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)  # noqa: E731
@@ -512,6 +515,8 @@ class Layer(nn.Module):
 
 
 class Embeddings(nn.Module):
+    compile_region = True  # `spanbert.compile`
+
     def __init__(self, config: ModernBertConfig):
         super().__init__()
         self.tok_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=_pad_idx(config))
@@ -529,6 +534,8 @@ def _pad_idx(config: ModernBertConfig) -> int | None:
 class PredictionHead(nn.Module):
     """dense -> act -> norm: the transform before the MLM decoder, and the sentence head of
     transformers' classification models (which load it from the MLM checkpoint)."""
+
+    compile_region = True  # `spanbert.compile`
 
     def __init__(self, config: ModernBertConfig):
         super().__init__()
@@ -606,7 +613,9 @@ class Encoder(nn.Module):
         )  # FlashAttention's varlen kernel computes in half precision only
         # the layers' own rate: `spanbert pretrain --dropout` sets it on the modules, not in the config
         dropout = self.training and any(layer.attn.dropout_p > 0 for layer in self.layers)
-        layout = Layout(self.config, input_ids, attention_mask, half_precision=half, dropout=dropout)
+        # compiled layers (`spanbert.compile`) take no CPU ragged batch: its lengths would make a graph a batch
+        layout = Layout(self.config, input_ids, attention_mask, half_precision=half, dropout=dropout,
+                        allow_ragged=not any_compiled(self.layers))  # fmt: skip
         x = self.embeddings(input_ids)  # (B, T, H)
         if layout.unpad is not None:
             x = layout.unpad.gather(x)  # (N, H): the real tokens only

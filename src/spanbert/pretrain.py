@@ -54,6 +54,7 @@ from spanbert.families import (
 )
 from spanbert.hub import resolve_model
 from spanbert.masking import SCHEMES, MaskingConfig
+from spanbert.microbatch import AUTO, planned_batch_size
 from spanbert.model import SpanBertForPreTraining  # noqa: F401 -- importable from here, as it was
 from spanbert.pretrain_config import (  # noqa: F401 -- the systems, presets and parsers, re-exported where they were
     CAUSAL_SYSTEMS,
@@ -124,6 +125,8 @@ def batching_line(cfg: PretrainConfig, args: TrainingArguments, world: int) -> s
             line += f" (tokens_per_update {cfg.tokens_per_update:,} is not a multiple of the budget x processes)"
         return line
     b = args.per_device_train_batch_size
+    if b == AUTO:  # the trainer's probe decides (spanbert.microbatch)
+        return f"batches of auto (the largest that fits) sequences x {accum} accumulation x {world} process(es)"
     return f"batches of {b} sequences x {accum} accumulation x {world} process(es) = {b * accum * world} sequences per update"
 
 
@@ -327,7 +330,7 @@ def plan_flops(config: Any, cfg: PretrainConfig, args: TrainingArguments, steps:
 def _tokens_per_step(cfg: PretrainConfig, args: TrainingArguments) -> int:
     """Tokens of a full update: the token budget, or sequences x max_seq_length."""
     world = distributed.world_size()
-    per_micro_batch = args.max_tokens_per_batch or args.per_device_train_batch_size * cfg.max_seq_length
+    per_micro_batch = args.max_tokens_per_batch or planned_batch_size(args.per_device_train_batch_size) * cfg.max_seq_length
     return per_micro_batch * args.gradient_accumulation_steps * world
 
 
@@ -700,7 +703,8 @@ def pretrain(
                 units = len(token_batches(train_set.lengths(), args.max_tokens_per_batch, args.seed, 0))
                 G = args.gradient_accumulation_steps * distributed.world_size()
             else:
-                units, G = len(train_set), args.per_device_train_batch_size * args.gradient_accumulation_steps * distributed.world_size()
+                G = planned_batch_size(args.per_device_train_batch_size) * args.gradient_accumulation_steps * distributed.world_size()
+                units = len(train_set)
             steps = math.ceil(args.num_train_epochs * units / G)
             warning = check_plan(model.config, cfg, args, steps, sbo, device)
             if warning:
@@ -868,11 +872,13 @@ def preset_line(quick: bool, cfg: PretrainConfig, args: TrainingArguments) -> st
     """The first line `spanbert pretrain` prints: which preset is in force, with its size."""
     world = distributed.world_size()
     args = apply_batching(cfg, args, world)
-    batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * world
+    batch = planned_batch_size(args.per_device_train_batch_size) * args.gradient_accumulation_steps * world
     length = f"{args.max_steps:,} steps" if args.max_steps > 0 else f"{args.num_train_epochs:g} epoch(s)"
     model = f"model from {cfg.init_from}" if cfg.init_from else f"{cfg.model} model"
     if args.max_tokens_per_batch:
         size = f"<= {args.max_tokens_per_batch * args.gradient_accumulation_steps * world:,} tokens"
+    elif args.per_device_train_batch_size == AUTO:  # the trainer's probe decides (spanbert.microbatch)
+        size = f"auto x {args.gradient_accumulation_steps * world} x {cfg.max_seq_length} tokens"
     else:
         size = f"{batch} x {cfg.max_seq_length} tokens"
     device = resolve_device(args.device)

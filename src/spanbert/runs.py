@@ -78,6 +78,7 @@ SAFE_TO_CHANGE = {
     "nan_policy": "what happens at a non-finite loss from now on",
     "device": "the device (results may differ in the last bits)",
     "threads": "how many CPU threads compute (results may differ in the last bits)",
+    "compile": "how the step is computed (results may differ in the last bits)",
     # training longer (or shorter) is allowed: the schedule is recomputed for the new total from the
     # saved step on, so the run no longer equals a straight run of the new length
     "max_steps": "the total steps and so the learning-rate schedule from the saved step on",

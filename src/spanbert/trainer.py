@@ -36,6 +36,7 @@ from torch import nn
 from spanbert import cost, threads
 from spanbert.attention import release_buffers
 from spanbert.budget import TimeBudget, total_steps
+from spanbert.compile import CompileReport, compile_regions, graphs_compiled, wants_compile
 from spanbert.cost import finetune_warning
 from spanbert.distributed import (  # noqa: F401 - distributed_env, init_distributed, resolve_device re-exported
     all_gather_objects,
@@ -48,6 +49,7 @@ from spanbert.distributed import (  # noqa: F401 - distributed_env, init_distrib
     resolve_device,
 )
 from spanbert.errors import SpanBertError
+from spanbert.microbatch import AUTO, resolve_batch_size
 
 # the run folder on disk (checkpoints, resume, output contract, log, best weights): `spanbert.runs`,
 # its names re-exported here, where callers and docs have always found them
@@ -716,9 +718,18 @@ def train(
     output_dir = Path(args.output_dir)
     check_output_dir(args)
     n = len(train_dataset)
-    b, accum = args.per_device_train_batch_size, args.gradient_accumulation_steps
     if n == 0:
         raise SpanBertError("the training set is empty")
+    n_regions = compile_regions(model) if wants_compile(args.compile, device) else 0  # in place: same state_dict
+    if wants_compile(args.compile, device) and not n_regions:
+        print0(f"torch.compile: {type(model).__name__} has no region to compile (spanbert.compile); it runs eager")
+    graphs_before = graphs_compiled()
+    if args.per_device_train_batch_size == AUTO:  # the probe runs the model: on the device, compiled as it trains
+        model.to(device)
+        lengths_or_none = dataset_lengths(train_dataset) if hasattr(train_dataset, "lengths") else None
+        args = resolve_batch_size(args, model, train_dataset, collate_fn, device, autocast_dtype(args.precision, device),
+                                  _to_device, lengths=lengths_or_none)  # fmt: skip
+    b, accum = args.per_device_train_batch_size, args.gradient_accumulation_steps
     if b < 1 or accum < 1:
         raise SpanBertError("per_device_train_batch_size and gradient_accumulation_steps must be >= 1")
     budget = args.max_tokens_per_batch
@@ -826,6 +837,7 @@ def train(
     device_skip = scaler is None and getattr(optimizer, "_step_supports_amp_scaling", False)
     skipped_t = torch.zeros((), device=device)  # steps skipped, not yet added to `skipped`
     first_bad = torch.zeros(3, device=device)  # (step, loss, grad norm) of the first bad step; step 0 = none
+    compile_report = CompileReport(n_regions, total, graphs_before) if n_regions else None
 
     def settle_skips() -> None:
         """Read the device's skip counts (a sync: logging steps, checkpoints and the end only)."""
@@ -855,6 +867,8 @@ def train(
 
     model.train()
     stream = None
+    if compile_report is not None:
+        compile_report.start()
     try:
         end = min(total, args.stop_at_step) if args.stop_at_step > 0 else total
         while step < end:
@@ -987,6 +1001,8 @@ def train(
                     warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step", category=UserWarning)
                     scheduler.step()
                 step += 1
+                if compile_report is not None:
+                    compile_report.step_done(step)  # the compilation's time and graphs, in the log
                 if device.type == "cpu":
                     trim_heap()  # bounded resident memory on CPU, at most every 2 s (utils.trim_heap)
                 window.setdefault("grad_norm", []).append(grad_norm.detach())

@@ -13,6 +13,18 @@ from typing import Any, Literal
 from spanbert.distributed import resolve_device
 from spanbert.errors import SpanBertError
 
+COMPILE_CHOICES = ("auto", "true", "false")
+"""``--compile``'s values; the option holds ``"auto"`` or a boolean (`spanbert.compile`)."""
+
+
+def compile_setting(value: bool | str) -> bool | str:
+    """``--compile``'s value as the option holds it: ``"auto"``, True or False (from a bool or its word)."""
+    if isinstance(value, bool) or value == "auto":
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise SpanBertError(f"--compile: found {value!r}, expected one of: {', '.join(COMPILE_CHOICES)}")
+
 
 @dataclass
 class TrainingArguments:
@@ -26,8 +38,10 @@ class TrainingArguments:
     """Epochs over the training set when max_steps is -1."""
     learning_rate: float = 1e-4
     """Peak learning rate, reached after warmup."""
-    per_device_train_batch_size: int = 32
-    """Sequences per micro-batch on each process (not used when max_tokens_per_batch is set)."""
+    per_device_train_batch_size: int | Literal["auto"] = 32
+    """Sequences per micro-batch on each process (not used when max_tokens_per_batch is set). auto = the
+    largest that fits this GPU's memory, found by a short probe before the first step (spanbert.microbatch;
+    32 off CUDA), with gradient_accumulation_steps as given; --resume keeps the size the run found."""
     max_tokens_per_batch: int = 0
     """Token budget of one micro-batch on each process: examples of similar length are batched while
     count x longest <= this (fairseq's max-tokens batching; the released SpanBERT run: 4096). Tokens per update
@@ -116,6 +130,10 @@ class TrainingArguments:
     """Also write TensorBoard event files (when the tensorboard package is installed)."""
     disable_tqdm: bool = False
     """Hide the progress bar."""
+    compile: bool | Literal["auto"] = "auto"
+    """torch.compile the model's blocks (embeddings, encoder layers, pre-training heads; spanbert.compile):
+    auto = on CUDA, off on the CPU (measured slower there). The first step then takes the compilation
+    (the log says how long)."""
 
     def __post_init__(self) -> None:
         # Checked at construction so a command fails before any work (contract 4).
@@ -159,8 +177,11 @@ class TrainingArguments:
             "dataloader_num_workers": 0,
             "threads": 0,
         }
+        self.compile = compile_setting(self.compile)
         for name, lo in at_least.items():
             v = getattr(self, name)
+            if name == "per_device_train_batch_size" and v == "auto":  # the trainer's probe decides
+                continue
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 raise bad(name, v, f"an integer >= {lo}")
         for name in ("max_steps", "stop_at_step"):

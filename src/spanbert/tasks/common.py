@@ -43,6 +43,7 @@ from spanbert.config import (
     parse_key_values,
 )
 from spanbert.errors import DataError, SpanBertError
+from spanbert.microbatch import planned_batch_size
 from spanbert.trainer import (
     BEST_DIR,
     TrainingArguments,
@@ -666,7 +667,7 @@ def planned_steps(train_examples: int, args: TrainingArguments) -> int:
     """The optimizer steps of a whole run, as `spanbert.trainer.train` computes them when it batches by
     sequence count (the task datasets have no token lengths for ``max_tokens_per_batch``)."""
     world = distributed.distributed_env()[1]
-    G = args.per_device_train_batch_size * args.gradient_accumulation_steps * world
+    G = planned_batch_size(args.per_device_train_batch_size) * args.gradient_accumulation_steps * world
     if args.max_steps > 0:
         return args.max_steps
     return math.ceil(args.num_train_epochs * steps_per_epoch(train_examples, G, world))

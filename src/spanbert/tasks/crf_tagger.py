@@ -231,6 +231,9 @@ def train_with_early_stopping(model: nn.Module, dataset: Any, args: Any, collate
     if args.max_tokens_per_batch:
         raise SpanBertError("--max_tokens_per_batch: early stopping counts epochs in batches of sentences; "
                             "expected 0 (use --per_device_train_batch_size) or --early_stopping false")  # fmt: skip
+    if args.per_device_train_batch_size == "auto":  # each epoch is its own train() call: one size for all of them
+        raise SpanBertError("--per_device_train_batch_size auto: early stopping counts epochs in batches of a "
+                            "known size; expected a number or --early_stopping false")  # fmt: skip
     G = args.per_device_train_batch_size * args.gradient_accumulation_steps * world_size()
     epoch_steps = trainer.steps_per_epoch(len(dataset), G, world_size())
     if epoch_steps == 0:
