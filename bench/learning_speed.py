@@ -28,6 +28,7 @@ contiguous blocks transformers' curve is interpolated at spanbert's token counts
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -62,6 +63,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: spanbert's own choice)")
     ap.add_argument("--work_dir", default=None, help="where runs go (default: a temporary folder)")
     ap.add_argument("--json", default=None, help="also write the curves here")
+    ap.add_argument("--transformers_from", default=None,
+                    help="reuse the transformers curves of an earlier --json run with the same seeds, blocks and "
+                         "settings (spanbert options changed only): transformers is not trained again")
     ap.add_argument("--smoke", action="store_true", help="tiny corpus and model, a few steps (CI)")
     a = ap.parse_args(argv)
     if a.smoke:
@@ -99,8 +103,8 @@ def spanbert_run(a: argparse.Namespace, corpus: Path, seed: int, out: Path) -> d
         "--learning_rate", str(a.lr), "--warmup_steps", str(a.warmup), "--max_steps", str(a.steps),
         "--stop_at_step", str(a.stop), "--per_device_train_batch_size", str(a.batch),
         "--gradient_accumulation_steps", "1", "--eval_steps", str(a.eval), "--logging_steps", str(a.eval),
-        "--save_steps", str(a.stop), "--precision", "fp32", "--seed", str(seed), "--output_dir", str(out),
-        "--disable_tqdm", "--overwrite_output_dir",
+        "--save_steps", str(a.eval if a.spanbert_args else a.stop), "--save_total_limit", "1000",
+        "--precision", "fp32", "--seed", str(seed), "--output_dir", str(out), "--disable_tqdm", "--overwrite_output_dir",
     ]  # fmt: skip
     if a.threads:
         argv += ["--threads", str(a.threads)]
@@ -124,8 +128,13 @@ def held_out_set(a: argparse.Namespace, corpus: Path, seed: int):
     from spanbert.data import TokenCorpus
     from spanbert.pretrain import PretrainConfig, build_datasets
 
-    cfg = PretrainConfig(system=a.system, model=a.model, corpus=str(corpus), max_seq_length=a.seq)
+    packing = argparse.ArgumentParser(add_help=False)
+    packing.add_argument("--block_packing", default="sentences")
+    blocks = packing.parse_known_args(a.spanbert_args.split())[0].block_packing  # the blocks spanbert trains on
+    cfg = PretrainConfig(system=a.system, model=a.model, corpus=str(corpus), max_seq_length=a.seq, block_packing=blocks)
     train_set, held = build_datasets(cfg, corpus, TokenCorpus(corpus).tokenizer, seed)
+    if blocks != "sentences":  # scored on the default held-out blocks and masks, whatever spanbert trained on
+        held = build_datasets(dataclasses.replace(cfg, block_packing="sentences"), corpus, TokenCorpus(corpus).tokenizer, seed)[1]
     return train_set, held
 
 
@@ -235,15 +244,14 @@ def at_tokens(curve: dict[int, dict[str, float]], tokens: float, key: str) -> fl
     return float(np.interp(tokens, xs, ys))
 
 
-def check_rebuilt_set(a, corpus: Path, out: Path, held_batches, curve) -> None:
-    """The rebuilt held-out set is the run's own: its last checkpoint scores what the run logged."""
+def checkpoint_model(a, corpus: Path, ckpt: Path):
+    """The MLM of a `spanbert pretrain` checkpoint: ``(x, mask) -> (B, T, V)`` logits."""
     from spanbert.config import model_config
     from spanbert.data import TokenCorpus
     from spanbert.model import SpanBertForPreTraining
     from spanbert.pretrain import PretrainConfig, resolve
 
     heads = set(resolve(PretrainConfig(system=a.system, model=a.model)).system.objectives)
-    ckpt = out / (out / "latest").read_text().strip()
     state = torch.load(ckpt / "state.pt", map_location="cpu", weights_only=True)["model"]
     cfg = model_config(a.model, vocab_size=TokenCorpus(corpus).vocab_size)
     model = SpanBertForPreTraining(cfg, sbo="sbo" in heads, nsp="nsp" in heads)
@@ -254,10 +262,28 @@ def check_rebuilt_set(a, corpus: Path, out: Path, held_batches, curve) -> None:
     def logits(x, m):
         return model.cls.predictions(model.bert(x, m), emb)
 
-    acc, _ = score(logits, held_batches)
+    return logits
+
+
+def check_rebuilt_set(a, corpus: Path, out: Path, held_batches, curve) -> None:
+    """The rebuilt held-out set is the run's own: its last checkpoint scores what the run logged."""
+    ckpt = out / (out / "latest").read_text().strip()
+    acc, _ = score(checkpoint_model(a, corpus, ckpt), held_batches)
     step = max(curve)
     if abs(acc - curve[step]["acc"]) > 2e-3:
         raise SystemExit(f"the rebuilt held-out set scores {acc:.4f} at step {step}, the run logged {curve[step]['acc']:.4f}")
+
+
+def rescore(a, corpus: Path, out: Path, held_batches, curve) -> None:
+    """With --spanbert_args the run may mask its own held-out set otherwise (--random_token, --mask_prob):
+    every evaluation step's checkpoint is scored on the default held-out blocks and masks instead, the
+    ones transformers is scored on."""
+    for step in curve:
+        ckpt = out / f"checkpoint-{step}"
+        if not ckpt.is_dir():
+            raise SystemExit(f"{ckpt}: missing, expected a checkpoint at every evaluation step")
+        acc, loss = score(checkpoint_model(a, corpus, ckpt), held_batches)
+        curve[step].update(acc=acc, loss=loss)
 
 
 def mean_sd(xs: list[float]) -> str:
@@ -276,6 +302,15 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(a.work_dir or tmp.name)
     work.mkdir(parents=True, exist_ok=True)
     corpus = prepared_corpus(a, work)
+    earlier = None
+    if a.transformers_from:
+        saved = json.loads(Path(a.transformers_from).read_text())
+        earlier = {r["seed"]: {int(k): v for k, v in r["transformers"].items()} for r in saved["runs"]}
+        missing = [x for x in seeds if x not in earlier]
+        same = {k: saved["args"].get(k) for k in ("corpus", "system", "model", "seq", "batch", "lr", "warmup", "steps", "hf_blocks")}
+        if missing or same != {k: getattr(a, k) for k in same}:
+            raise SystemExit(f"{a.transformers_from}: found seeds {sorted(earlier)} and settings {same}, expected seeds "
+                             f"{seeds} and this run's settings")  # fmt: skip
     runs = []
     for seed in seeds:
         t0 = time.perf_counter()
@@ -287,11 +322,18 @@ def main(argv: list[str] | None = None) -> int:
         items = [held[i] for i in range(len(held))]
         pad = train_set.pad_id
         held_batches = [batches_of(items[i : i + 32], pad) for i in range(0, len(items), 32)]
-        check_rebuilt_set(a, corpus, out, held_batches, ours)
+        if a.spanbert_args:
+            rescore(a, corpus, out, held_batches, ours)
+        else:
+            check_rebuilt_set(a, corpus, out, held_batches, ours)
         last_tokens = max(v["tokens"] for v in ours.values())
         hf_steps = a.stop if a.hf_blocks == "same" else math.ceil(last_tokens / (a.batch * a.seq) / a.eval + 1) * a.eval
-        print(f"seed {seed}: transformers BertForMaskedLM ({a.hf_blocks} blocks, {hf_steps} steps) ...", flush=True)
-        theirs = transformers_run(a, corpus, seed, train_set, held_batches, hf_steps)
+        if earlier is not None:
+            theirs = earlier[seed]
+            print(f"seed {seed}: transformers' curve from {a.transformers_from}", flush=True)
+        else:
+            print(f"seed {seed}: transformers BertForMaskedLM ({a.hf_blocks} blocks, {hf_steps} steps) ...", flush=True)
+            theirs = transformers_run(a, corpus, seed, train_set, held_batches, hf_steps)
         t2 = time.perf_counter()
         runs.append({"seed": seed, "spanbert": ours, "transformers": theirs,
                      "seconds": {"spanbert": t1 - t0, "transformers": t2 - t1}})  # fmt: skip
