@@ -56,8 +56,15 @@ def main(argv: list[str], prog: str = "spanbert study") -> int:
     shard = _shard(args.shard)
     if args.preset:
         data = preset(args.preset, args.scale, args.data_root)
-        data["output_dir"] = args.output_dir or f"runs/study-{args.preset}-{args.scale}"
-        where = f"--preset {args.preset} --scale {args.scale}"
+        if args.preset == "cpu":
+            data["output_dir"] = args.output_dir or "runs/study-cpu"
+            where = "--preset cpu"
+        else:
+            scale = args.scale or "tiny"
+            data["output_dir"] = args.output_dir or f"runs/study-{args.preset}-{scale}"
+            where = f"--preset {args.preset} --scale {scale}"
+    elif args.scale:
+        raise SpanBertError(f"--scale: found {args.scale!r} with a study file, expected it with a table preset only")
     else:
         data, lines = _read_yaml(args.study)
         data = {**data, "__lines__": {**lines, **item_lines(Path(args.study))}}
