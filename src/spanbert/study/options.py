@@ -13,9 +13,10 @@ from spanbert.tasks import TASKS
 from spanbert.utils import output_file
 
 PROBE_STEPS = 6
-"""``--probe_steps`` by default: the step time of the small model on 2 loaded cores varies by about 10% from step
-to step, and the median of 6 (after the first, which pays for start-up) is as good as that of 20 at a third
-of the dry run's time."""
+"""``--probe_steps`` by default: the step time is the median of the steps after the first (which pays for
+start-up); 5 of them hold it against a step slowed by a neighbour's burst, and at the cpu preset's 1.5-2 s
+a step the probes of its two systems stay under a minute."""
+
 
 PRESET_SYSTEMS: dict[str, list[str]] = {
     "table1": ["google-bert", "bert", "bert-1seq", "spanbert"],
