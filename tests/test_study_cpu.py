@@ -134,11 +134,14 @@ def test_a_fine_tuning_stage_extrapolates_the_steps_and_counts_the_evaluations()
     squad = S.TaskSpec("squad", train="t", dev="d", options={"max_train_examples": 2000, "num_train_epochs": 1,
                                                              "evals_per_epoch": 2})  # fmt: skip
     f = FinetuneTimings("squad", "examples", size=2000, probe_size=250, wall_s=60.0, steps=8, step_s=2.5,
-                        eval_s=[20.0], one_eval_per_epoch=True, heldout_s=18.0, prepare_s=1.0, model="spanbert")  # fmt: skip
+                        full_steps=7.5, eval_s=[20.0], one_eval_per_epoch=True, heldout_s=18.0, prepare_s=1.0,
+                        model="spanbert")  # fmt: skip
     stage = E.finetune_task_estimate(f, squad, cells=9)
-    # fixed 60 - 8 x 2.5 - 20 = 20 s; 64 steps (8 x 2000 / 250); 2 evaluations (2 an epoch, 1 epoch)
-    cell = 20 + 64 * 2.5 + 2 * 20.0 + 18.0
+    # 8 steps logged, the last half full: fixed 60 - 7.5 x 2.5 - 20 = 21.25 s; 60 steps (7.5 x 2000 / 250);
+    # 2 evaluations (2 an epoch, 1 epoch)
+    cell = 21.25 + 60 * 2.5 + 2 * 20.0 + 18.0
     assert stage.per_cell == pytest.approx(cell) and stage.seconds == pytest.approx(9 * cell + 1.0)
+    assert "60 steps × 2.50 s + 2 evaluations × 20.0 s" in stage.how
     coref = S.TaskSpec("coref", train="t", folds=[0], options={"max_steps": 300, "eval_steps": 100})
     f = FinetuneTimings("LitBank", "steps", size=300, probe_size=38, wall_s=40.0, steps=38, step_s=0.5,
                         eval_s=[9.0], heldout_s=10.0)  # fmt: skip

@@ -266,13 +266,14 @@ def pretrain_estimate(p: PretrainTimings, steps: int, argv: list[str]) -> StageE
 
 def finetune_task_estimate(f: FinetuneTimings, t: TaskSpec, cells: int) -> StageEstimate:
     """A task's cells: each its fixed part (what the probe run took beyond its steps and evaluations:
-    start-up, reading and featurizing, the selected model written), its steps at the probe's step time
-    (a cell's steps: ``max_steps``, or the probe's steps scaled by the examples), its dev evaluations at the
-    probe's time each (``eval_steps`` when the task names it, ``evals_per_epoch`` x ``num_train_epochs`` when
-    it names those, else as many as the probe made), and the held-out scoring after it; times the cells,
-    plus the task's shared files once."""
-    fixed = max(0.0, f.wall_s - f.steps * f.step_s - sum(f.eval_s))
-    steps = f.size if f.unit == "steps" else f.steps * f.size / max(1, f.probe_size)
+    start-up, reading and featurizing, the selected model written), its steps at the probe's step time (a
+    cell's steps: ``max_steps``, or the probe's steps, in full steps, scaled by the examples), its dev
+    evaluations at the probe's time each (``eval_steps`` when the task names it, ``evals_per_epoch`` x
+    ``num_train_epochs`` when it names those, else as many as the probe made), and the held-out scoring
+    after it; times the cells, plus the task's shared files once."""
+    full = f.full_steps or f.steps
+    fixed = max(0.0, f.wall_s - full * f.step_s - sum(f.eval_s))
+    steps = f.size if f.unit == "steps" else math.ceil(full * f.size / max(1, f.probe_size))
     eval_s = statistics.mean(f.eval_s) if f.eval_s else 0.0
     every = int(t.options.get("eval_steps") or 0)
     if every and f.eval_s:

@@ -279,6 +279,9 @@ class FinetuneTimings:
     steps: int
     step_s: float
     """The median step after the first (the first pays for start-up); its log's real tokens over tokens/s."""
+    full_steps: float = 0.0
+    """``steps`` counted in steps of the median's tokens: the last step of an epoch holds what is left
+    (250 questions make 15.03 steps of 32 windows, logged as 16)."""
     eval_s: list[float] = field(default_factory=list)
     """Each dev evaluation it made (its log's ``time/eval_s``)."""
     one_eval_per_epoch: bool = False
@@ -351,13 +354,15 @@ def probe_finetuning(study: Study, tmp_study: Study, tmp: Path) -> dict[str, Fin
         rows = _log_rows(run)
         durations = _step_durations(rows)
         step_s = statistics.median(durations[1:]) if len(durations) > 1 else (durations or [0.0])[0]
+        tokens = [r["train/tokens_per_step"] for r in rows if r.get("train/tokens_per_s") and "train/tokens_per_step" in r]
+        full_steps = sum(tokens) / statistics.median(tokens) if tokens else 0.0
         h = heldout_plan(tmp_study, t, cell.fold)
         heldout_s = 0.0
         if h is not None:
             t0 = time.perf_counter()
             score_heldout(dataclasses.replace(cell, dir=run), t, h)
             heldout_s = _since(t0)
-        out[t.name] = FinetuneTimings(t.name, unit, size, n, wall, len(durations), step_s,
+        out[t.name] = FinetuneTimings(t.name, unit, size, n, wall, len(durations), step_s, full_steps,
                                       [r["time/eval_s"] for r in rows if "time/eval_s" in r], once, heldout_s,
                                       prepare_s, cell.system)  # fmt: skip
     return out
