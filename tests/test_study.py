@@ -389,7 +389,7 @@ def test_a_dry_run_probes_without_writing_into_the_study(tmp_path, capsys):
     f = _raw_study(tmp_path, out)
     assert main(["study", str(f), "--dry-run", "--probe_steps", "2"]) == 0
     text = capsys.readouterr().out
-    assert "probe: 2 steps of spanbert on a 2 M-character sample of the corpus" in text, text
+    assert "kB sample of the corpus (the start of each of its 1 file(s))" in text and "\n  pre-training spanbert: " in text, text
     assert not out.exists()  # no vocabulary trained, no corpus preprocessed, no lock, no study.json
     # a folder with finished work (a study's: its manifest lists it) stays exactly as it was
     from spanbert.folders import claim_manifest, record
@@ -520,6 +520,14 @@ def test_dev_is_split_by_record_in_each_format(tmp_path):
     # a test file, when the study names one, is the held-out data: dev is not split
     assert S.heldout_plan(S.Study([], [], output_dir=str(tmp_path)), S.TaskSpec("ner", train="a", dev="b", test="c")) == \
         S.HeldOut("test", "b", "c")  # fmt: skip
+
+
+def test_a_task_on_litbanks_folds_splits_no_dev_set(tmp_path):
+    """Its cells are scored on their fold's test file: there is no dev file to halve."""
+    study = S.Study(systems=[S.SystemSpec("bert", checkpoint=str(tmp_path))], seeds=1, output_dir=str(tmp_path / "out"),
+                    tasks=[S.TaskSpec("coref", name="LitBank", train=str(tmp_path), folds=[0])])  # fmt: skip
+    S.split_dev(study, study.tasks[0])
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_dev_set_of_one_record_cannot_be_split(tmp_path):

@@ -189,33 +189,49 @@ def configure(threads: int = 0) -> str:
     return describe()
 
 
-def _start_window() -> None:
-    global _window
+def load_mark() -> tuple[float, int, int] | None:
+    """(time, busy ticks of the machine, this process tree's ticks): where an `others_since` reading
+    starts; None outside Linux. A measurement of its own, apart from `configure`'s window (which every
+    command run in this process restarts: a study's dry run reads the load over all its probes)."""
     busy = _busy_jiffies()
-    _window = None if busy is None else (time.monotonic(), busy, _tree_jiffies(os.getpid()))
+    return None if busy is None else (time.monotonic(), busy, _tree_jiffies(os.getpid()))
 
 
-def others_cores() -> float | None:
-    """Cores that processes other than this run kept busy, on average, since `configure` (or the last
-    call); None outside Linux, or when under half a second has passed. Whatever the thread count, a
-    plan measured on idle cores takes longer beside such work: the lines that promise a time say so."""
-    if _window is None:
+def others_since(mark: tuple[float, int, int] | None) -> float | None:
+    """Cores that processes other than this one and its children kept busy, on average, since ``mark``
+    (`load_mark`); None outside Linux, or when under half a second has passed."""
+    if mark is None:
         return None
-    start, busy0, ours0 = _window
+    start, busy0, ours0 = mark
     dt = time.monotonic() - start
     busy = _busy_jiffies()
     if busy is None or dt < 0.5:
         return None
     ours = _tree_jiffies(os.getpid())
     clk = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-    _start_window()
     return max(0.0, (busy - busy0) - (ours - ours0)) / clk / dt
 
 
-def sharing() -> str | None:
+def _start_window() -> None:
+    global _window
+    _window = load_mark()
+
+
+def others_cores() -> float | None:
+    """Cores that processes other than this run kept busy, on average, since `configure` (or the last
+    call); None outside Linux, or when under half a second has passed. Whatever the thread count, a
+    plan measured on idle cores takes longer beside such work: the lines that promise a time say so."""
+    others = others_since(_window)
+    if others is not None:
+        _start_window()
+    return others
+
+
+def sharing(others: float | None = None) -> str | None:
     """``"other processes kept about 1.4 of the 2 cores busy"``, when they used more than `MARGIN` of a
-    core since the last reading (`others_cores`); None on a machine this run has to itself."""
-    others = others_cores()
+    core since the last reading (`others_cores`), or ``others`` cores when given (`others_since`); None
+    on a machine this run has to itself."""
+    others = others_cores() if others is None else others
     if others is None or others < MARGIN:
         return None
     cores = usable_cores()

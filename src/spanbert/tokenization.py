@@ -772,6 +772,15 @@ def learn_wordpiece_vocab(
     return vocab
 
 
+def count_corpus_words(files: Sequence[str | os.PathLike], lowercase: bool = False) -> Counter[str]:
+    """The words `train_tokenizer` learns a vocabulary from, with their counts: every pre-tokenized word of
+    the corpus files. Its first pass, on its own: a study's dry run times it and counts the distinct words
+    (what the second pass, `learn_wordpiece_vocab`, takes time in proportion to)."""
+    pipeline = _hf().Tokenizer(_hf().models.WordPiece(unk_token=UNK, continuing_subword_prefix="##"))
+    _build_pipeline(pipeline, lowercase)
+    return count_words(_iter_training_lines(corpus_files(files)), pipeline.normalizer, pipeline.pre_tokenizer)
+
+
 def train_tokenizer(
     files: Sequence[str | os.PathLike] | None,
     vocab_size: int,

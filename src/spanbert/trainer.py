@@ -1161,6 +1161,7 @@ def _run_eval(eval_fn, model: nn.Module, step: int, rank: int, logger: _Logger, 
     was_training = model.training
     model.eval()
     release_buffers()  # the training steps' attention buffers, not on top of the evaluation's peak
+    t = time.perf_counter()
     try:
         with torch.no_grad():
             results = eval_fn(model, step) or {}
@@ -1168,7 +1169,9 @@ def _run_eval(eval_fn, model: nn.Module, step: int, rank: int, logger: _Logger, 
         model.train(was_training)
         if next(model.parameters()).device.type == "cpu":
             trim_heap(min_interval=0.0)  # the evaluation's large batches leave the most freed heap
-    logger.log(step, {f"eval/{k}": float(v) for k, v in results.items() if isinstance(v, (int, float))})
+    # its wall time beside its numbers: what an evaluation costs (a study's dry run reads it from its probes)
+    seconds = {"time/eval_s": time.perf_counter() - t}
+    logger.log(step, {**{f"eval/{k}": float(v) for k, v in results.items() if isinstance(v, (int, float))}, **seconds})
     last.update({f"eval_{k}": float(v) for k, v in results.items() if isinstance(v, (int, float))})
     return results
 

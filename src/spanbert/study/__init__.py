@@ -17,8 +17,9 @@ The modules, each using only those above it in this list:
     heldout    the held-out half of dev (or the test split) and scoring a cell on it
     cells      planning and running cells: resume, locks, shards
     stats      mean ± std, paired t and bootstrap intervals
-    summary    model selection, tables, comparisons, plots
-    estimate   the cost of a study before it runs (--dry-run)
+    summary    model selection, tables, comparisons, plots, each stage's wall time
+    probe      short measured runs of the study's own commands, in a temporary folder (--dry-run)
+    estimate   the cost of each stage of a study before it runs, from the probes (--dry-run)
     command    `main` (spanbert study) and `curve_main` (spanbert curve)
 
 Every name below was importable from the single-file `spanbert.study` and still is; each is loaded from
@@ -68,6 +69,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "study_is_legacy",
     ),
     "layout": (
+        "ESTIMATE_FILE",
         "STUDY_NAMES",
         "Cell",
         "heldout_dir",
@@ -104,7 +106,8 @@ _HOMES: dict[str, tuple[str, ...]] = {
     ),
 }
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
-_SUBMODULES = ("spec", "options", "layout", "runner", "heldout", "cells", "stats", "summary", "estimate", "command")
+_SUBMODULES = ("spec", "options", "layout", "runner", "heldout", "cells", "stats", "summary", "probe", "estimate",
+               "command")  # fmt: skip
 
 
 def __getattr__(name: str) -> Any:

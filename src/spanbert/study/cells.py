@@ -158,7 +158,7 @@ def _prepare_shared(study: Study) -> None:
             if not link.exists():
                 link.symlink_to(corpus.resolve(), target_is_directory=True)
             with atomic_write(done) as f:
-                f.write(json.dumps({"corpus": str(corpus), "settings": wanted}) + "\n")
+                f.write(json.dumps({"corpus": str(corpus), "settings": wanted, "seconds": {}}) + "\n")
             return
         raise SpanBertError(
             f"{corpus}: found a preprocessed corpus, expected raw text when a tokenizer or candidate spans are "
@@ -174,13 +174,16 @@ def _prepare_shared(study: Study) -> None:
     if needs_candidates:
         pre += ["--candidates", ",".join(needs_candidates)]
     steps.append(("preprocess", pre))
+    seconds = {}  # each step's wall time: the data stage of the summary's stage table
     for name, argv in steps:
         distributed.print0(f"study: {name} (log: {shared / (name + '.log')})")
+        t0 = time.perf_counter()
         code, last = run_command(argv, shared / f"{name}.log")
         if code != 0:
             raise SpanBertError(f"study: the shared {name} step failed ({last}); see {shared / (name + '.log')}")
+        seconds[name] = time.perf_counter() - t0
     with atomic_write(done) as f:
-        f.write(json.dumps({"corpus": study.corpus, "tokenizer": tok, "settings": wanted}) + "\n")
+        f.write(json.dumps({"corpus": study.corpus, "tokenizer": tok, "settings": wanted, "seconds": seconds}) + "\n")
 
 
 def candidate_kinds(s: SystemSpec) -> list[str]:
@@ -221,9 +224,11 @@ def run_cell(cell: Cell, study: Study, allow_long_run: bool = False) -> None:
         _drop_training_state(cell.dir)
         if not study_is_legacy(study):
             h = heldout_plan(study, task, cell.fold)
+            t0 = time.perf_counter()
             held = score_heldout(cell, task, h) if h is not None else None
             info |= {"heldout_source": h.source if h else None, "heldout": held["score"] if held else None,
-                     "heldout_data": h.heldout if h else None, "heldout_results": held}  # fmt: skip
+                     "heldout_data": h.heldout if h else None, "heldout_results": held,
+                     "heldout_seconds": time.perf_counter() - t0}  # fmt: skip
             if held is not None and h.source == "test" and cell.fold is None:
                 # the same numbers `score_tests` would compute for the selected models: not run twice
                 distributed.on_main(lambda: write_json(cell.dir / "test.json", {k: v for k, v in held.items() if k != "score"}))

@@ -4,6 +4,7 @@ pre-training run, BERT Appendix C.1, Figure 5)."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,8 +16,9 @@ from spanbert import cost, distributed, folders
 from spanbert.config import _read_yaml
 from spanbert.errors import SpanBertError
 from spanbert.model import SpanBertForPreTraining
-from spanbert.study.cells import run_study, study_lock
+from spanbert.study.cells import check_finished, plan, run_study, study_lock
 from spanbert.study.estimate import dry_run, finetune_estimate
+from spanbert.study.layout import ESTIMATE_FILE
 from spanbert.study.options import curve_parser, study_parser
 from spanbert.study.runner import write_csv
 from spanbert.study.spec import (
@@ -33,7 +35,7 @@ from spanbert.study.summary import collect, summarize
 from spanbert.tasks import TASKS
 from spanbert.tasks.common import load_tokenizer_for
 from spanbert.trainer import _ckpt_step, _complete
-from spanbert.utils import atomic_dir, atomic_write, check_output, remove_debris
+from spanbert.utils import atomic_dir, atomic_write, check_output, output_file, remove_debris
 
 _parser = study_parser  # its old name
 
@@ -56,8 +58,15 @@ def main(argv: list[str], prog: str = "spanbert study") -> int:
     shard = _shard(args.shard)
     if args.preset:
         data = preset(args.preset, args.scale, args.data_root)
-        data["output_dir"] = args.output_dir or f"runs/study-{args.preset}-{args.scale}"
-        where = f"--preset {args.preset} --scale {args.scale}"
+        if args.preset == "cpu":
+            data["output_dir"] = args.output_dir or "runs/study-cpu"
+            where = "--preset cpu"
+        else:
+            scale = args.scale or "tiny"
+            data["output_dir"] = args.output_dir or f"runs/study-{args.preset}-{scale}"
+            where = f"--preset {args.preset} --scale {scale}"
+    elif args.scale:
+        raise SpanBertError(f"--scale: found {args.scale!r} with a study file, expected it with a table preset only")
     else:
         data, lines = _read_yaml(args.study)
         data = {**data, "__lines__": {**lines, **item_lines(Path(args.study))}}
@@ -80,8 +89,12 @@ def main(argv: list[str], prog: str = "spanbert study") -> int:
     inputs = study_inputs(study) + ([("the study file", args.study, False)] if args.study else [])
     check_output(study.output_dir, folder=True, owner="study", inputs=inputs)
     distributed.init_distributed(distributed.resolve_device("auto"))
-    if args.dry_run:  # writes nothing: no lock either
-        distributed.print0(dry_run(study, args.probe_steps))
+    estimate = _estimate_file(args.estimate, study, args.dry_run) if args.estimate else None
+    if args.dry_run:  # writes nothing in the study's folder: no lock either
+        distributed.print0(dry_run(study, args.probe_steps, save=estimate))
+        if estimate:
+            distributed.print0(f"wrote the estimate to {estimate}; give it to the real run (--estimate {estimate}) "
+                               "for the summary's table of estimated and measured stage times")  # fmt: skip
         return 0
     # the folder held from here to the end: a second study on it is refused before it estimates anything
     with study_lock(study.output_dir, shard):
@@ -94,6 +107,9 @@ def main(argv: list[str], prog: str = "spanbert study") -> int:
                                     "num_train_epochs), or pass --allow_long_run to start it anyway")  # fmt: skip
             if large:  # said before the first cell runs; every cell's own `finetune` warns again in its log
                 distributed.eprint0(f"warning: this study's fine-tuning is very large for this machine; {line}")
+        if estimate:  # kept with the study: every later summary sets it beside the measured stage times
+            distributed.on_main(lambda: check_finished(plan(study)))  # a refused re-run leaves the folder's as it was
+            distributed.on_main(lambda: keep_estimate(study, estimate))
         if args.only != "summary":
             run_study(study, args.only, shard, args.allow_long_run)
         if shard[1] > 1:
@@ -103,9 +119,39 @@ def main(argv: list[str], prog: str = "spanbert study") -> int:
     if distributed.is_main():
         text = (summary / "table.md").read_text()
         print(text)
-        print(f"summary: {summary}/ (table.md, table.csv, comparisons.md, *.png)")
+        print((summary / "stages.md").read_text())
+        print(f"summary: {summary}/ (table.md, table.csv, comparisons.md, stages.md, *.png)")
         print(f"next: read {summary / 'comparisons.md'} to see which differences the seeds support")
     return 0
+
+
+def _estimate_file(path: str, study: Study, dry_run: bool) -> Path:
+    """``--estimate FILE``: where a dry run writes its estimate (a file outside the study's folder, which a
+    dry run leaves as it was), or the file of an earlier dry run that a real run keeps."""
+    file = Path(path)
+    if dry_run:
+        out = Path(study.output_dir).resolve()
+        if file.resolve() == out or out in file.resolve().parents:
+            raise SpanBertError(f"--estimate: found {path} inside the study's folder {study.output_dir}, expected a "
+                                "file outside it (a dry run writes nothing there)")  # fmt: skip
+        return Path(output_file(path))
+    try:
+        data = json.loads(file.read_text())
+    except (OSError, ValueError) as e:
+        raise SpanBertError(f"--estimate: {path}: cannot read it ({e}), expected the JSON file of a dry run "
+                            "(spanbert study ... --dry-run --estimate FILE)") from None  # fmt: skip
+    if not isinstance(data, dict) or not isinstance(data.get("stages"), dict):
+        raise SpanBertError(f"--estimate: {path}: found no \"stages\", expected the JSON file of a dry run "
+                            "(spanbert study ... --dry-run --estimate FILE)")  # fmt: skip
+    return file
+
+
+def keep_estimate(study: Study, file: Path) -> None:
+    """A dry run's estimate as OUT/estimate.json (`summary.stage_table` reads it)."""
+    target = Path(study.output_dir) / ESTIMATE_FILE
+    if file.resolve() != target.resolve():
+        with atomic_write(target) as f:
+            f.write(file.read_text())
 
 
 def study_inputs(study: Study) -> list[tuple[str, str, bool]]:

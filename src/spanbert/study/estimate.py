@@ -1,31 +1,48 @@
-"""What a study costs before it runs (`--dry-run`, and the warning or refusal before the cells run):
-tokens and steps per cell, a short measured pre-training probe that writes only to a temporary
-folder, and an estimate of every fine-tuning cell from `spanbert.cost`."""
+"""What a study costs before it runs (`--dry-run`, and the warning or refusal before the cells run): the
+plan, then an estimate of every stage (the shared data, each system's pre-training, each task's
+fine-tuning, the total) from short measured runs of the study's own commands (`spanbert.study.probe`,
+in a temporary folder), or, without probes, an estimate of the fine-tuning cells from their FLOPs.
+
+The arithmetic is here, apart from the measurements, so that it can be checked with made-up timings:
+a stage's time is its fixed part (start-up, evaluations, saves, held-out scoring) plus its size (steps,
+examples, bytes of text) times a measured cost per unit."""
 
 from __future__ import annotations
 
-import gzip
 import json
+import math
+import statistics
 import tempfile
+import time
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
-import numpy as np
 import torch
 
 from spanbert import cost, distributed
 from spanbert.config import MODEL_PRESETS
-from spanbert.data import is_preprocessed, preprocess
 from spanbert.errors import SpanBertError
-from spanbert.study.cells import candidate_kinds, is_done, plan
+from spanbert.pretrain_config import PRETRAIN_DEFAULTS, PretrainConfig
+from spanbert.study.cells import is_done, plan
 from spanbert.study.heldout import HELDOUT_SEED, heldout_plan, study_is_legacy
-from spanbert.study.layout import Cell, shared_dir
-from spanbert.study.runner import run_command
-from spanbert.study.spec import Study
-from spanbert.tokenization import corpus_files, load_tokenizer, train_tokenizer
+from spanbert.study.probe import (
+    PROBE_SAMPLE_CHARS,  # noqa: F401 -- importable from here, as it was
+    DataTimings,
+    FinetuneTimings,
+    PretrainTimings,
+    megabytes,
+    probe_corpus,
+    probe_finetuning,
+    probe_pretraining,
+)
+from spanbert.study.spec import Study, TaskSpec
+from spanbert.threads import load_mark, others_since, sharing
+from spanbert.utils import atomic_write
 
 
-def dry_run(study: Study, probe_steps: int = 0) -> str:
-    """The plan with its cost: tokens and steps per cell, and time from a short measured probe."""
+def plan_lines(study: Study) -> list[str]:
+    """The plan in words: cells, tokens and steps, what each task's held-out score is."""
     cells = plan(study)
     pre = [c for c in cells if c.kind == "pretrain"]
     fine = [c for c in cells if c.kind == "finetune"]
@@ -42,12 +59,23 @@ def dry_run(study: Study, probe_steps: int = 0) -> str:
                 "dev half": f"the held-out half of its dev set (seed {HELDOUT_SEED}); cells select on the other half"}
         lines.append(f"held-out {t.name}: " + (what[h.source] if h else "none (cells finished before held-out scoring, "
                      "or no test file and a dev set that is not split)"))  # fmt: skip
-    if probe_steps and pre:
-        per_step, what = _probe(study, pre[0], probe_steps)
-        lines.append(f"probe: {probe_steps} steps of {pre[0].system} on {what}, at {per_step:.2f} s a step → about "
-                     f"{_human(per_step * study.pretrain_steps)} per system, {_human(per_step * study.pretrain_steps * len(pre))} "
-                     f"for all pre-training on this machine (fine-tuning not probed)")  # fmt: skip
-    if fine:
+    return lines
+
+
+def dry_run(study: Study, probe_steps: int = 0, save: str | Path | None = None) -> str:
+    """The plan with its cost: with ``probe_steps`` > 0 an estimate of every stage measured on this machine
+    (`measure`), else the fine-tuning cells' FLOPs; then every cell. ``save``: also write the estimate
+    there as JSON (`--estimate FILE`), for the summary to set beside the measured times."""
+    cells = plan(study)
+    lines = plan_lines(study)
+    fine = [c for c in cells if c.kind == "finetune"]
+    if probe_steps > 0:
+        estimate = measure(study, probe_steps)
+        lines += estimate.lines()
+        if save:
+            with atomic_write(save) as f:
+                f.write(json.dumps(estimate.as_json(), indent=2) + "\n")
+    elif fine:
         line, large = finetune_estimate(study)
         lines.append(("warning: this study's fine-tuning is very large for this machine; " if large else "") + line)
     for c in cells:
@@ -55,66 +83,212 @@ def dry_run(study: Study, probe_steps: int = 0) -> str:
     return "\n".join(lines)
 
 
-# The probe's text when the shared corpus is not prepared yet: enough for a tokenizer and the blocks of
-# a few steps, read in seconds (the full corpus is the study's first step, not the dry run's).
-PROBE_SAMPLE_CHARS = 2_000_000
+@dataclass
+class StageEstimate:
+    """The estimated wall time of one stage, and how it was reckoned."""
+
+    stage: str
+    """"data", "pre-training SYSTEM", "fine-tuning TASK": the names the summary's stage table uses."""
+    seconds: float
+    how: str
+    cells: int = 1
+    per_cell: float | None = None
 
 
-def _probe_corpus(study: Study, tmp: Path) -> tuple[str, str]:
-    """(preprocessed corpus folder, what it is) for the probe, writing only under ``tmp``: the study's
-    shared corpus when an earlier run prepared it, the study's own corpus when it is already
-    preprocessed, else a sample of the first ``PROBE_SAMPLE_CHARS`` characters tokenized here."""
-    shared = shared_dir(study)
-    if (shared / "prepared.json").is_file() and is_preprocessed(shared / "corpus"):
-        return str(shared / "corpus"), "the study's prepared corpus"
-    needs_candidates = sorted({k for s in study.systems if not s.checkpoint for k in candidate_kinds(s)})
-    if is_preprocessed(study.corpus) and not needs_candidates and not study.tokenizer:
-        return study.corpus, "the preprocessed corpus"
-    files = corpus_files([study.corpus])
-    jsonl = ".jsonl" in files[0].suffixes
-    sample = tmp / ("sample.jsonl" if jsonl else "sample.txt")
-    left = PROBE_SAMPLE_CHARS
-    with open(sample, "w", encoding="utf-8") as out:
-        for f in (f for f in files if (".jsonl" in f.suffixes) == jsonl):
-            opener = gzip.open if f.suffix == ".gz" else open
-            with opener(f, "rt", encoding="utf-8", errors="replace") as src:
-                for line in src:  # whole lines, so documents and JSON records stay intact
-                    out.write(line if line.endswith("\n") else line + "\n")
-                    left -= len(line)
-                    if left <= 0:
-                        break
-            if left <= 0:
-                break
-    if study.tokenizer:
-        tok = load_tokenizer(study.tokenizer)
+@dataclass
+class Estimate:
+    stages: list[StageEstimate]
+    probe_s: float
+    """What the dry run's probes took."""
+    corpus: str
+    """The text the pre-training probes ran on, in words."""
+    load: str
+    """What else used the cores during the probes, in words."""
+    others: float | None = None
+
+    @property
+    def total(self) -> float:
+        return sum(s.seconds for s in self.stages)
+
+    def lines(self) -> list[str]:
+        out = [f"estimate per stage, measured on this machine (probes: {_human(self.probe_s)}"
+               + (f", pre-training on {self.corpus}" if self.corpus else "") + f"; {self.load}):"]
+        out += [f"  {s.stage}: {_human(s.seconds)} ({s.how})" for s in self.stages]
+        out.append(f"  total: {_human(self.total)}")
+        return out
+
+    def as_json(self) -> dict[str, Any]:
+        return {"stages": {s.stage: s.seconds for s in self.stages}, "total": self.total,
+                "per_cell": {s.stage: s.per_cell for s in self.stages if s.per_cell is not None},
+                "details": [asdict(s) for s in self.stages], "probe_seconds": self.probe_s, "corpus": self.corpus,
+                "load": self.load, "other_cores": self.others}  # fmt: skip
+
+
+def measure(study: Study, probe_steps: int) -> Estimate:
+    """Every stage's estimate from probes run here, in a temporary folder (the study's folder is left as
+    it was): the data (`probe_corpus`), each system's pre-training (`probe_pretraining`), each task's
+    fine-tuning (`probe_finetuning`); with what else used the cores meanwhile, since a real run beside
+    another load takes as much longer."""
+    if distributed.world_size() > 1:
+        raise SpanBertError("--dry-run: found several processes (torchrun), expected one: the probes time this "
+                            "machine from one process (or pass --probe_steps 0)")  # fmt: skip
+    mark = load_mark()
+    t0 = time.perf_counter()
+    stages: list[StageEstimate] = []
+    what = ""
+    trained = [s for s in study.systems if not s.checkpoint]
+    with tempfile.TemporaryDirectory(prefix="spanbert-dry-run-") as folder:
+        tmp = Path(folder)
+        tmp_study = replace(study, output_dir=str(tmp / "study"))
+        if trained:
+            corpus = probe_corpus(study, tmp)
+            what = corpus.what
+            stages.append(data_estimate(corpus.data) if corpus.data else StageEstimate("data", 0.0, corpus.why))
+            pre = probe_pretraining(study, tmp_study, corpus.path, probe_steps, tmp)
+            argv = {c.system: c.argv for c in plan(study) if c.kind == "pretrain"}
+            stages += [pretrain_estimate(p, study.pretrain_steps, argv[p.system]) for p in pre]
+        fine = probe_finetuning(study, tmp_study, tmp)
+    cells = _finetune_cells(study)
+    for t in study.tasks:
+        if t.name in fine:
+            stages.append(finetune_task_estimate(fine[t.name], t, cells[t.name]))
+        else:
+            seconds = flop_seconds(study, t)
+            stages.append(StageEstimate(f"fine-tuning {t.name}", seconds * cells[t.name],
+                                        f"{_n(cells[t.name], 'cell')} × {_human(seconds)} from FLOPs: not probed, set "
+                                        "max_train_examples or max_steps in its options to have it measured",
+                                        cells[t.name], seconds))  # fmt: skip
+    probe_s = time.perf_counter() - t0
+    others = others_since(mark)
+    shared = sharing(others) if others is not None else None
+    if others is None:
+        load = "what else used the cores is not known here (no /proc): a run beside other work takes longer"
+    elif shared:
+        load = f"{shared}: a run beside the same load takes about this long"
     else:
-        tok = train_tokenizer([sample], vocab_size=study.vocab_size, output_dir=tmp / "tokenizer", show_progress=False)
-    preprocess([sample], tok, tmp / "corpus", num_workers=0, candidates=needs_candidates, progress=False)
-    what = f"a {PROBE_SAMPLE_CHARS / 1e6:g} M-character sample of the corpus, vocabulary {tok.vocab_size:,}"
-    return str(tmp / "corpus"), what
+        load = "the other processes left the cores idle: a run beside other work takes longer"
+    return Estimate(stages, probe_s, what, load, others)
 
 
-def _probe(study: Study, cell: Cell, steps: int) -> tuple[float, str]:
-    """(seconds per pre-training step of ``cell``, the text it ran on), measured over ``steps`` steps
-    after the first (the first pays for start-up): a step's nominal tokens over the median logged
-    tokens/s. Everything it writes is in a temporary folder: a dry run leaves the study's folder as
-    it was (no vocabulary trained, no corpus preprocessed there)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        corpus, what = distributed.on_main(lambda: _probe_corpus(study, Path(tmp)))
-        argv = list(cell.argv)
-        argv[argv.index("--max_steps") + 1] = str(steps + 1)
-        argv[argv.index("--corpus") + 1] = corpus
-        out = Path(tmp) / "probe"
-        argv += ["--output_dir", str(out), "--save_steps", "0", "--max_eval_blocks", "0", "--logging_steps", "1",
-                 "--report_to", "none"]  # fmt: skip
-        code, last = run_command(argv, Path(tmp) / "probe.log")
-        if code != 0:
-            raise SpanBertError(f"study: the probe failed: {last}")
-        rates = [json.loads(x).get("train/tokens_per_s") for x in (out / "log.jsonl").read_text().splitlines()]
-        rates = [r for r in rates[1:] if r]
-    if not rates:
-        raise SpanBertError("study: the probe logged no throughput; run without --probe_steps")
-    return study.batch_size * study.max_seq_length / float(np.median(rates)), what
+def _finetune_cells(study: Study) -> dict[str, int]:
+    cells = {t.name: 0 for t in study.tasks}
+    for c in plan(study):
+        if c.kind == "finetune":
+            cells[c.task] += 1
+    return cells
+
+
+# ---------------------------------------------------------------------------------------------
+# the arithmetic: measured timings -> a stage's time
+
+
+def linear_fit(x1: float, y1: float, x2: float, y2: float) -> tuple[float, float]:
+    """(fixed, per unit) of ``y = fixed + per_unit * x`` through two measurements (x1 < x2). Where noise
+    makes the line fall (a slope <= 0) or cross below 0 at x = 0, or the sizes are equal: no fixed part,
+    the larger measurement in proportion (``y2 / x2``): an estimate that errs long, not short."""
+    if x2 > x1 and y2 > y1:
+        slope = (y2 - y1) / (x2 - x1)
+        fixed = y1 - slope * x1
+        if fixed >= 0:
+            return fixed, slope
+    return 0.0, y2 / x2 if x2 > 0 else 0.0
+
+
+def distinct_words(words: int, half_words: int, size: float, sample: float, half: float) -> float:
+    """Distinct words in ``size`` bytes of text, from ``words`` in ``sample`` bytes and ``half_words`` in
+    ``half`` bytes: Heaps' law (distinct words grow as the text's size to a power below 1), the power from
+    the two samples."""
+    if half_words <= 0 or words <= half_words or sample <= half:
+        return words * size / sample if sample else 0.0  # no growth measured: in proportion (errs long)
+    power = min(1.0, math.log(words / half_words) / math.log(sample / half))
+    return words * (size / sample) ** power
+
+
+def data_estimate(d: DataTimings) -> StageEstimate:
+    """The shared data stage: vocabulary training and preprocessing of the whole corpus. Counting words and
+    preprocessing grow with the text; learning the vocabulary grows with the distinct words (measured: 44
+    µs a distinct word at 20,000, 31,000 and 70,000 of them), which grow more slowly (`distinct_words`);
+    preprocessing's start-up (its worker processes) is the fixed part of a line through the half and the
+    whole sample."""
+    scale = d.corpus_bytes / d.sample_bytes
+    words = distinct_words(d.words, d.half_words, d.corpus_bytes, d.sample_bytes, d.half_bytes)
+    learn = max(0.0, d.tokenizer_s - d.count_s)
+    vocab = 0.0 if d.tokenizer_s == 0 else d.count_s * scale + learn * words / d.words
+    fixed, per_byte = linear_fit(d.half_bytes, d.half_preprocess_s, d.sample_bytes, d.preprocess_s)
+    pre = fixed + per_byte * d.corpus_bytes
+    vocab_how = (f"vocabulary {_human(vocab)}: words counted in {d.count_s:.2f} s × {scale:,.0f}, learned in "
+                 f"{learn:.2f} s × {words / d.words:.1f} for ~{words:,.0f} distinct words" if d.tokenizer_s
+                 else "the study's tokenizer: no vocabulary to train")  # fmt: skip
+    how = (f"{megabytes(d.corpus_bytes)} of text, {scale:,.0f}× the {megabytes(d.sample_bytes)} sample; "
+           f"{vocab_how}; preprocessing {_human(pre)}: {fixed:.1f} s + {per_byte * 1e6:.2f} s a MB")
+    return StageEstimate("data", vocab + pre, how)
+
+
+def _n(count: float, noun: str) -> str:
+    """``count`` and ``noun`` in the plural where it is not 1: "1 evaluation", "10 evaluations"."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
+def _argv_int(argv: list[str], key: str, default: int) -> int:
+    flag = f"--{key}"
+    return int(float(argv[argv.index(flag) + 1])) if flag in argv else int(default)
+
+
+def evaluations(steps: float, every: int) -> int:
+    """Evaluations of a run of ``steps`` steps evaluated every ``every`` (0: only at the end): the trainer's
+    every ``every``-th step before the last, and one at the end."""
+    steps = max(1, math.ceil(steps))
+    return (steps - 1) // every + 1 if every > 0 else 1
+
+
+def pretrain_estimate(p: PretrainTimings, steps: int, argv: list[str]) -> StageEstimate:
+    """A pre-training cell: its steps at the probe's step time, its evaluations (``--eval_steps``, of
+    ``--max_eval_blocks`` blocks: the probe's evaluation scaled by blocks), its checkpoints
+    (``--save_steps``), and the probe's start-up and export (what the probe took beyond its steps,
+    evaluation and checkpoint). A random-init row: its export, as measured."""
+    name = f"pre-training {p.system}"
+    if p.random_init:
+        return StageEstimate(name, p.wall_s, "no training: --random_init exports the initial model, as measured")
+    blocks = _argv_int(argv, "max_eval_blocks", PretrainConfig.max_eval_blocks)
+    every = _argv_int(argv, "eval_steps", PRETRAIN_DEFAULTS["eval_steps"])
+    save_every = _argv_int(argv, "save_steps", PRETRAIN_DEFAULTS["save_steps"])
+    n_evals = evaluations(steps, every) if blocks > 0 else 0
+    n_saves = (steps - 1) // save_every + 1 if save_every > 0 else 0
+    eval_s = p.eval_s * blocks / p.eval_blocks if p.eval_s is not None and p.eval_blocks > 0 else 0.0
+    fixed = max(0.0, p.wall_s - p.steps * p.step_s - (p.eval_s or 0.0) - p.save_s)
+    seconds = fixed + steps * p.step_s + n_evals * eval_s + n_saves * p.save_s
+    evals = (f"{_n(n_evals, 'evaluation')} × {eval_s:.1f} s" if p.eval_s is not None or not n_evals
+             else f"{_n(n_evals, 'evaluation')} not measured (the probe's sample held out no document)")  # fmt: skip
+    how = (f"{_n(steps, 'step')} × {p.step_s:.2f} s + {evals} + {_n(n_saves, 'checkpoint')} × {p.save_s:.1f} s + "
+           f"start-up and export {fixed:.0f} s")
+    return StageEstimate(name, seconds, how)
+
+
+def finetune_task_estimate(f: FinetuneTimings, t: TaskSpec, cells: int) -> StageEstimate:
+    """A task's cells: each its fixed part (what the probe run took beyond its steps and evaluations:
+    start-up, reading and featurizing, the selected model written), its steps at the probe's step time (a
+    cell's steps: ``max_steps``, or the probe's steps, in full steps, scaled by the examples), its dev
+    evaluations at the probe's time each (``eval_steps`` when the task names it, ``evals_per_epoch`` x
+    ``num_train_epochs`` when it names those, else as many as the probe made), and the held-out scoring
+    after it; times the cells, plus the task's shared files once."""
+    full = f.full_steps or f.steps
+    fixed = max(0.0, f.wall_s - full * f.step_s - sum(f.eval_s))
+    steps = f.size if f.unit == "steps" else math.ceil(full * f.size / max(1, f.probe_size))
+    eval_s = statistics.mean(f.eval_s) if f.eval_s else 0.0
+    every = int(t.options.get("eval_steps") or 0)
+    if every and f.eval_s:
+        n_evals = evaluations(steps, every)
+    elif f.one_eval_per_epoch:
+        n_evals = int(t.options["evals_per_epoch"]) * math.ceil(float(t.options["num_train_epochs"]))
+    else:
+        n_evals = len(f.eval_s)
+    cell = fixed + steps * f.step_s + n_evals * eval_s + f.heldout_s
+    how = (f"{_n(cells, 'cell')} × {_human(cell)}: start-up {fixed:.0f} s + {_n(round(steps), 'step')} × "
+           f"{f.step_s:.2f} s + {_n(n_evals, 'evaluation')} × {eval_s:.1f} s + held-out scoring {f.heldout_s:.0f} s; "
+           f"probed on {f.probe_size:,} {f.unit}" + (f" ({_n(f.steps, 'step')})" if f.unit != "steps" else "")
+           + f" with {f.model}'s architecture"
+           + (f"; shared files {f.prepare_s:.0f} s once" if f.prepare_s >= 0.5 else ""))  # fmt: skip
+    return StageEstimate(f"fine-tuning {t.name}", cell * cells + f.prepare_s, how, cells, cell)
 
 
 _human = cost.human_duration
@@ -129,34 +303,36 @@ ASSUMED_EPOCHS = 3
 CHARS_PER_TOKEN = 4
 
 
-def finetune_estimate(
-    study: Study, device_type: str | None = None, threads: int | None = None, over: float = cost.LONG_PLAN_SECONDS
-) -> tuple[str, bool]:
-    """(a line estimating every fine-tuning cell's cost, whether it exceeds ``over`` seconds: a day, or
-    `cost.LONG_RUN_SECONDS` for the refusal of a week).
-
-    Tokens of one cell: ``max_train_examples`` x ``max_seq_length`` when the task's options bound the
-    examples, else the training file's size / `CHARS_PER_TOKEN`; times its ``num_train_epochs``
-    (`ASSUMED_EPOCHS` when unnamed); through the encoder of the study's model size
+def flop_seconds(study: Study, t: TaskSpec, device_type: str | None = None, threads: int | None = None) -> float:
+    """One fine-tuning cell of ``t`` from its FLOPs. Tokens: ``max_train_examples`` x ``max_seq_length``
+    when the task's options bound the examples, else the training file's size / `CHARS_PER_TOKEN`; times
+    its ``num_train_epochs`` (`ASSUMED_EPOCHS` when unnamed); through the encoder of the study's model size
     (`cost.encoder_params`), on this machine (`cost.machine_flops`). Reads file sizes only."""
     device_type = device_type or ("cuda" if torch.cuda.is_available() else "cpu")
     threads = threads or torch.get_num_threads()
     size = MODEL_PRESETS.get(study.model, MODEL_PRESETS["base"])
     params = cost.encoder_params(size["hidden_size"], size["num_hidden_layers"], size.get("intermediate_size"))
-    cells = {t.name: 0 for t in study.tasks}
-    for c in plan(study):
-        if c.kind == "finetune":
-            cells[c.task] += 1
+    epochs = float(t.options.get("num_train_epochs", ASSUMED_EPOCHS))
+    if "max_train_examples" in t.options:
+        per_epoch = int(t.options["max_train_examples"]) * int(t.options.get("max_seq_length", study.max_seq_length))
+    else:
+        path = Path(t.train)
+        files = [f for f in path.rglob("*") if f.is_file()] if path.is_dir() else [path] if path.is_file() else []
+        per_epoch = sum(f.stat().st_size for f in files) // CHARS_PER_TOKEN
+    return cost.training_flops(params, per_epoch * epochs) / cost.machine_flops(device_type, threads)
+
+
+def finetune_estimate(
+    study: Study, device_type: str | None = None, threads: int | None = None, over: float = cost.LONG_PLAN_SECONDS
+) -> tuple[str, bool]:
+    """(a line estimating every fine-tuning cell's cost from its FLOPs (`flop_seconds`), whether it exceeds
+    ``over`` seconds: a day, or `cost.LONG_RUN_SECONDS` for the refusal of a week). Reads file sizes only:
+    what a real run checks before its first cell, and a dry run without probes prints."""
+    device_type = device_type or ("cuda" if torch.cuda.is_available() else "cpu")
+    cells = _finetune_cells(study)
     total_seconds, parts = 0.0, []
     for t in study.tasks:
-        epochs = float(t.options.get("num_train_epochs", ASSUMED_EPOCHS))
-        if "max_train_examples" in t.options:
-            per_epoch = int(t.options["max_train_examples"]) * int(t.options.get("max_seq_length", study.max_seq_length))
-        else:
-            path = Path(t.train)
-            files = [f for f in path.rglob("*") if f.is_file()] if path.is_dir() else [path] if path.is_file() else []
-            per_epoch = sum(f.stat().st_size for f in files) // CHARS_PER_TOKEN
-        seconds = cost.training_flops(params, per_epoch * epochs) / cost.machine_flops(device_type, threads)
+        seconds = flop_seconds(study, t, device_type, threads)
         total_seconds += seconds * cells[t.name]
         parts.append(f"{t.name}: {cells[t.name]} × {_human(seconds)}")
     line = (

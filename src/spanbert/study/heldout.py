@@ -112,6 +112,8 @@ def dev_restriction(t: TaskSpec) -> tuple[str, Any]:
 def split_dev(study: Study, t: TaskSpec) -> None:
     """Write the selection half and the held-out half of ``t``'s dev data (once; rank 0) into
     OUT/shared/heldout/<task>/, each in the task's own format."""
+    if t.folds:  # LitBank's folds: each cell is scored on its fold's test file, no dev set is split
+        return
     plan_ = heldout_plan(study, t)
     if plan_ is None or plan_.source != "dev half":
         return

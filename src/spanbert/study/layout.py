@@ -63,11 +63,14 @@ def heldout_dir(study: Study, t: TaskSpec) -> Path:
     return shared_dir(study) / "heldout" / t.name
 
 
+ESTIMATE_FILE = "estimate.json"
+"""A dry run's estimate of every stage, kept in the study's folder when the real run is given it (``--estimate``)."""
+
 STUDY_NAMES = frozenset({".lock", "study.json", "shared", "pretrain", "finetune", "summary", "models", "curve.md",
-                         "curve.csv", "curve.png"})  # fmt: skip
+                         "curve.csv", "curve.png", ESTIMATE_FILE})  # fmt: skip
 """What a study (or a curve) writes at the top of its output_dir: the lock, the plan, the shared corpus,
-the cells, the summary; a curve's exported checkpoints and its table and plot. Each is listed in the
-folder's manifest (`spanbert.folders`) as it is written."""
+the cells, the summary, a dry run's estimate; a curve's exported checkpoints and its table and plot. Each
+is listed in the folder's manifest (`spanbert.folders`) as it is written."""
 
 
 def holds_a_study(folder: Path) -> bool:

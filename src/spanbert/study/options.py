@@ -12,12 +12,22 @@ from spanbert.config import ArgumentParser
 from spanbert.tasks import TASKS
 from spanbert.utils import output_file
 
+PROBE_STEPS = 6
+"""``--probe_steps`` by default: the step time is the median of the steps after the first (which pays for
+start-up); 5 of them hold it against a step slowed by a neighbour's burst, and at the cpu preset's 1.5-2 s
+a step the probes of its two systems stay under a minute."""
+
+
 PRESET_SYSTEMS: dict[str, list[str]] = {
     "table1": ["google-bert", "bert", "bert-1seq", "spanbert"],
     "table6": ["mask-subword", "mask-whole-word", "mask-named-entity", "mask-noun-phrase", "mask-span"],
     "table7": ["span-2seq-nsp", "span-1seq", "span-1seq-sbo"],
 }
 """The systems of each of the paper's comparisons (Tables 1, 6 and 7), by ``--preset`` name."""
+
+PRESETS: tuple[str, ...] = (*sorted(PRESET_SYSTEMS), "cpu")
+"""Every ``--preset``: the paper's comparisons (each at a ``--scale``) and ``cpu``, SpanBERT against BERT
+and a random-init control sized for 2 CPU cores and 3 hours (one size: no ``--scale``)."""
 
 
 def study_parser(prog: str = "spanbert study") -> argparse.ArgumentParser:
@@ -27,20 +37,33 @@ def study_parser(prog: str = "spanbert study") -> argparse.ArgumentParser:
         description="Rerun the paper's comparisons (Table 1: BERT baselines vs SpanBERT; Table 6: masking "
         "schemes; Table 7: NSP / single sequence / SBO) on a corpus, budget and tasks of your choice. "
         "Every cell is its own folder; a killed study resumes where it stopped.",
-        epilog="examples:\n  spanbert study --preset table1 --scale tiny --dry-run\n"
+        epilog="examples:\n  spanbert study --preset cpu --dry-run\n"
+        "  spanbert study --preset table1 --scale tiny --dry-run\n"
         "  spanbert study --preset table1 --scale tiny --output_dir runs/study-table1\n"
         "  spanbert study my_study.yaml --only summary",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("study", nargs="?", help="the study's YAML file (see docs/study.md); or use --preset")
-    p.add_argument("--preset", choices=sorted(PRESET_SYSTEMS), help="one of the paper's comparisons instead of a file")
-    p.add_argument("--scale", default="tiny", choices=("tiny", "small", "base"),
-                   help="preset size: tiny (CPU smoke test, < 1 h on 2 cores), small, base (GPU) (default: tiny)")
+    p.add_argument("--preset", choices=PRESETS,
+                   help="a preset instead of a file: one of the paper's comparisons (table1, table6, table7, at a "
+                        "--scale), or cpu: spanbert, bert-1seq and a random-init control on SQuAD, SST-2 and LitBank "
+                        "in about 3 hours on 2 CPU cores")
+    p.add_argument("--scale", choices=("tiny", "small", "base"),
+                   help="size of a table preset: tiny (CPU smoke test, < 1 h on 2 cores), small, base (GPU) "
+                        "(default: tiny; the cpu preset has one size)")
     p.add_argument("--data_root", "--data-root", default="../shared/data", help="presets: the data folder (default: ../shared/data)")
-    p.add_argument("--output_dir", "--output-dir", help="where the cells and the summary go (default: the study's, or runs/study-PRESET-SCALE)")
-    p.add_argument("--dry-run", "--dry_run", action="store_true", help="print the plan and its cost; run nothing")
-    p.add_argument("--probe_steps", "--probe-steps", type=int, default=20,
-                   help="with --dry-run: time this many pre-training steps to estimate the cost (0: no probe)")
+    p.add_argument("--output_dir", "--output-dir",
+                   help="where the cells and the summary go (default: the study's, runs/study-PRESET-SCALE, or runs/study-cpu)")
+    p.add_argument("--dry-run", "--dry_run", action="store_true",
+                   help="print the plan and a measured estimate of each stage (data, each system's pre-training, each "
+                        "task's fine-tuning); run nothing, write nothing in the output folder")
+    p.add_argument("--probe_steps", "--probe-steps", type=int, default=PROBE_STEPS,
+                   help=f"with --dry-run: time this many pre-training steps of each system, and short fine-tuning runs "
+                        f"of each task (0: no probe, an estimate from FLOPs only) (default: {PROBE_STEPS})")
+    p.add_argument("--estimate", metavar="FILE",
+                   help="with --dry-run: also write the estimate to FILE (JSON, outside the output folder); otherwise: "
+                        "FILE of an earlier dry run, kept in the study folder so that the summary's stage table "
+                        "shows it beside the measured times")
     p.add_argument("--only", choices=("all", "pretrain", "finetune", "summary"), default="all",
                    help="run only these cells (summary: only collect finished cells)")
     p.add_argument("--shard", default="0/1", help="I/N: this process runs every N-th fine-tuning cell, from the I-th (parallel devices)")

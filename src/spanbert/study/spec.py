@@ -435,10 +435,88 @@ def options_argv(opts: dict[str, Any]) -> list[str]:
     return argv
 
 
-def preset(table: str, scale: str, data_root: str = "../shared/data") -> dict[str, Any]:
-    """The study description of a preset (a dict as the YAML would hold it)."""
+# The cpu preset's settings that a pilot decides (docs/study.md, "The cpu preset"): every value to tune is
+# here and nowhere else; `cpu_preset` builds the study from them.
+CPU_TUNING: dict[str, Any] = {
+    # pre-training: 12 M block positions = 1,465 steps of 64 x 128 for each of spanbert and bert-1seq
+    "budget_tokens": 12_000_000,
+    "learning_rate": 1e-3,
+    "warmup_steps": 200,
+    "eval_steps": 150,  # 9 held-out evaluations on the way and 1 at the end: the curve against tokens seen
+    "save_steps": 200,  # a resumable checkpoint about every 10 minutes of the small model on 2 cores
+    # fine-tuning
+    "squad_max_train_examples": 2000,
+    "squad_validation_articles": ":8",  # 8 dev articles: the cells select on 4, the other 4 are scored
+    "squad_learning_rate": 1e-4,
+    "sst2_max_train_examples": 8000,
+    "sst2_evals_per_epoch": 2,  # named, so every cell evaluates as often as the dry run's probe measured
+    "sst2_learning_rate": 1e-4,
+    "litbank_max_steps": 300,
+}
+
+
+def cpu_preset(data_root: str = "../shared/data", tuning: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ``--preset cpu`` study (a dict as the YAML would hold it): spanbert and bert-1seq pre-trained on
+    the same tokens, drawn from the whole pretrain-corpus folder, beside a random-init control of the same
+    architecture; SQuAD 1.1, SST-2 and LitBank fold 0; 3 fine-tuning seeds. Sized for 2 CPU cores and 3
+    hours with ``tuning`` (default `CPU_TUNING`)."""
+    k = {**CPU_TUNING, **(tuning or {})}
+    d = data_root.rstrip("/")
+    return {
+        "corpus": f"{d}/pretrain-corpus",
+        "vocab_size": 8000,
+        "model": "small",
+        "budget_tokens": k["budget_tokens"],
+        "max_seq_length": 128,
+        "batch_size": 64,
+        "pretrain_options": {
+            "learning_rate": k["learning_rate"], "warmup_steps": k["warmup_steps"],
+            "dropout": 0,  # Cramming (Geiping & Goldstein 2022): no dropout at a small budget
+            "eval_steps": k["eval_steps"], "max_eval_blocks": 256, "save_steps": k["save_steps"],
+        },
+        "seeds": 3,
+        "systems": [
+            "spanbert",
+            "bert-1seq",
+            # the control: the same architecture, vocabulary and heads, initialised and exported untrained
+            {"name": "random-init", "system": "spanbert", "options": {"random_init": True}},
+        ],
+        "tasks": [
+            {"task": "squad", "train": f"{d}/squad/train-v1.1.rebuilt.json.gz", "dev": f"{d}/squad/dev-v1.1.json",
+             "learning_rates": [k["squad_learning_rate"]], "options": {
+                 "max_train_examples": k["squad_max_train_examples"],
+                 "validation_articles": k["squad_validation_articles"], "num_train_epochs": 1,
+                 "max_seq_length": 192, "per_device_train_batch_size": 32, "evals_per_epoch": 2}},
+            {"task": "glue", "glue_task": "SST-2", "train": f"{d}/glue/SST-2",
+             "learning_rates": [k["sst2_learning_rate"]], "options": {
+                 "max_train_examples": k["sst2_max_train_examples"], "num_train_epochs": 1, "max_seq_length": 64,
+                 "per_device_train_batch_size": 32, "evals_per_epoch": k["sst2_evals_per_epoch"]}},
+            {"task": "coref", "name": "LitBank", "train": f"{d}/litbank_coref", "folds": [0],
+             "learning_rates": [1e-3], "options": {
+                 "max_steps": k["litbank_max_steps"], "max_seq_length": 128, "max_training_segments": 3,
+                 "ffnn_size": 150, "max_top_antecedents": 25, "encoder_learning_rate": 5e-4, "warmup_steps": 30,
+                 "eval_steps": 100}},
+        ],
+    }  # fmt: skip
+
+
+def is_random_init(s: SystemSpec) -> bool:
+    """Whether a row is a random-init control (``options: {random_init: true}``): its pre-training cell
+    trains nothing and costs seconds, and it has no pre-training curve."""
+    value = s.options.get("random_init", False)
+    return value is True or str(value).lower() in ("true", "1", "yes")
+
+
+def preset(table: str, scale: str | None, data_root: str = "../shared/data") -> dict[str, Any]:
+    """The study description of a preset (a dict as the YAML would hold it): a table of the paper at a
+    ``scale`` (None: tiny), or ``cpu`` (one size: a scale is refused)."""
+    if table == "cpu":
+        if scale is not None:
+            raise SpanBertError(f"--scale: found {scale!r} with --preset cpu, expected none (the cpu preset has one size)")
+        return cpu_preset(data_root)
     if table not in PRESET_SYSTEMS:
-        raise SpanBertError(f"--preset: found {table!r}, expected one of: {', '.join(PRESET_SYSTEMS)}")
+        raise SpanBertError(f"--preset: found {table!r}, expected one of: {', '.join([*PRESET_SYSTEMS, 'cpu'])}")
+    scale = scale or "tiny"
     if scale not in ("tiny", "small", "base"):
         raise SpanBertError(f"--scale: found {scale!r}, expected tiny, small or base")
     d = data_root.rstrip("/")

@@ -15,10 +15,11 @@ from typing import Any
 import numpy as np
 
 from spanbert import distributed, folders
+from spanbert.cost import human_duration
 from spanbert.errors import SpanBertError
-from spanbert.study.layout import finetune_cell_dir
+from spanbert.study.layout import ESTIMATE_FILE, finetune_cell_dir, shared_dir
 from spanbert.study.runner import last_json, run_command, write_csv, write_json
-from spanbert.study.spec import Study, task_head
+from spanbert.study.spec import Study, is_random_init, task_head
 from spanbert.study.stats import Comparison, mean_std, paired_comparison
 from spanbert.tasks import TASKS
 from spanbert.utils import atomic_write
@@ -170,6 +171,86 @@ def comparisons(study: Study, results: dict) -> list[tuple[str, Comparison]]:
     return out
 
 
+def stage_times(study: Study) -> list[dict[str, Any]]:
+    """Every stage's measured wall time from what the finished cells recorded: the shared data (vocabulary
+    and preprocessing, `prepared.json`), each system's pre-training cell (`cell.json`), each task's
+    fine-tuning cells (`result.json`: the run and the held-out scoring after it). Rows: {stage, seconds
+    (None: nothing recorded), cells, done}. A cell resumed after a kill records its last run only."""
+    out = Path(study.output_dir)
+    rows: list[dict[str, Any]] = []
+
+    def read(path: Path) -> dict[str, Any] | None:
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+
+    trained = [s for s in study.systems if not s.checkpoint]
+    if trained:
+        prepared = read(shared_dir(study) / "prepared.json") or {}
+        seconds = prepared.get("seconds")
+        rows.append({"stage": "data", "seconds": sum(seconds.values()) if isinstance(seconds, dict) else None,
+                     "cells": 1, "done": int(isinstance(seconds, dict))})  # fmt: skip
+    for s in trained:
+        info = read(out / "pretrain" / s.name / "cell.json")
+        rows.append({"stage": f"pre-training {s.name}", "seconds": info.get("seconds") if info else None,
+                     "cells": 1, "done": int(info is not None)})  # fmt: skip
+    for t in study.tasks:
+        total, done, planned = 0.0, 0, 0
+        for s in study.systems:
+            for lr in t.learning_rates:
+                for seed in range(study.seeds):
+                    for fold in t.folds or [None]:
+                        planned += 1
+                        info = read(finetune_cell_dir(study, s.name, t.name, lr, seed, fold) / "result.json")
+                        if info is not None and "seconds" in info:
+                            total += float(info["seconds"]) + float(info.get("heldout_seconds") or 0.0)
+                            done += 1
+        rows.append({"stage": f"fine-tuning {t.name}", "seconds": total if done else None, "cells": planned, "done": done})
+    return rows
+
+
+def stage_table(study: Study) -> tuple[str, list[list[str]]]:
+    """(Markdown, CSV rows): each stage's measured wall time (`stage_times`) beside the dry run's estimate
+    when the study keeps one (OUT/estimate.json, ``--estimate``), with their ratio: the check that a run
+    took what its dry run said."""
+    rows = stage_times(study)
+    try:
+        estimate = json.loads((Path(study.output_dir) / ESTIMATE_FILE).read_text())
+    except (OSError, ValueError):
+        estimate = {}
+    est = estimate.get("stages", {}) if isinstance(estimate, dict) else {}
+    per_cell = estimate.get("per_cell", {}) if isinstance(estimate, dict) else {}
+
+    def shown(seconds: float | None, cells: int = 1) -> str:
+        if seconds is None:
+            return "–"
+        return human_duration(seconds) + (f" ({human_duration(seconds / cells)} a cell)" if cells > 1 else "")
+
+    md = ["| stage | estimated | measured | measured / estimated | cells finished |", "|---|---|---|---|---|"]
+    csv_rows = [["stage", "estimated_seconds", "measured_seconds", "estimated_per_cell", "measured_per_cell", "cells",
+                 "finished"]]  # fmt: skip
+    complete = all(r["done"] == r["cells"] for r in rows)
+    measured = [r["seconds"] for r in rows if r["seconds"] is not None]
+    total = {"stage": "total", "seconds": sum(measured) if measured else None, "cells": 1, "done": int(complete)}
+    for r in [*rows, total]:
+        name, seconds = r["stage"], r["seconds"]
+        e = (estimate.get("total") if isinstance(estimate, dict) else None) if name == "total" else est.get(name)
+        e_cell = per_cell.get(name)
+        m_cell = seconds / r["done"] if seconds is not None and r["done"] > 1 else None
+        ratio = f"{seconds / e:.2f}" if seconds is not None and e and r["done"] == r["cells"] else "–"
+        cells = f"{r['done']}/{r['cells']}" if name != "total" else ""
+        estimated = "–" if e is None else human_duration(e) + (
+            f" ({human_duration(e_cell)} a cell)" if e_cell and r["cells"] > 1 else "")
+        md.append(f"| {name} | {estimated} | {shown(seconds, max(1, r['done']))} | {ratio} | {cells} |")
+        csv_rows.append([name, "" if e is None else f"{e:.1f}", "" if seconds is None else f"{seconds:.1f}",
+                         "" if e_cell is None else f"{e_cell:.1f}", "" if m_cell is None else f"{m_cell:.1f}",
+                         str(r["cells"]), str(r["done"])])  # fmt: skip
+    note = ("" if est else "No estimate kept: run the dry run with --estimate FILE and give the real run "
+            "--estimate FILE to see it here.\n")  # fmt: skip
+    return "## Wall time of each stage\n\n" + note + "\n".join(md) + "\n", csv_rows
+
+
 def summarize(study: Study) -> Path:
     """Write OUT/summary/ (tables, comparisons, plots) from the finished cells; returns the folder."""
     results = collect(study)
@@ -204,6 +285,10 @@ def summarize(study: Study) -> Path:
         write_csv(summary / "comparisons.csv", crow)
         with atomic_write(summary / "results.json") as f:
             f.write(json.dumps(results, indent=2, default=str) + "\n")
+        smd, srows = stage_table(study)
+        with atomic_write(summary / "stages.md") as f:
+            f.write(smd)
+        write_csv(summary / "stages.csv", srows)
         _plots(study, results, summary)
 
     distributed.on_main(write)
@@ -223,7 +308,7 @@ def _plots(study: Study, results: dict, summary: Path) -> None:
     drawn = False
     for s in study.systems:
         log = Path(study.output_dir) / "pretrain" / s.name / "log.jsonl"
-        if not log.is_file():
+        if is_random_init(s) or not log.is_file():  # the control trains nothing: no curve
             continue
         steps, losses, esteps, elosses = [], [], [], []
         for line in log.read_text().splitlines():

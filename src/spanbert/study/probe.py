@@ -1,0 +1,368 @@
+"""The measurements behind a study's dry run: short runs of the study's own commands on this machine, in
+a temporary folder (the study's folder is left as it was), each returning raw timings that
+`spanbert.study.estimate` turns into a time per stage.
+
+- data: the vocabulary and the preprocessing on a sample of the corpus taken from every file, at two
+  sizes (`probe_corpus`);
+- pre-training: a few steps of each system's own cell command, its held-out evaluation and a checkpoint
+  (`probe_pretraining`); a random-init row is its export, timed as it is;
+- fine-tuning: each task's first cell command with its training cut short, each step timed, then the
+  held-out scoring the study does after every cell (`probe_finetuning`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import math
+import os
+import re
+import statistics
+import struct
+import time
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from spanbert.data import is_preprocessed, preprocess
+from spanbert.errors import SpanBertError
+from spanbert.study.cells import _prepare_litbank, candidate_kinds, plan
+from spanbert.study.heldout import heldout_plan, score_heldout, split_dev
+from spanbert.study.layout import litbank_fold_dir, shared_dir
+from spanbert.study.runner import run_command
+from spanbert.study.spec import Study, TaskSpec, is_random_init
+from spanbert.tokenization import corpus_files, count_corpus_words, load_tokenizer, train_tokenizer
+
+PROBE_SAMPLE_CHARS = 2_000_000
+"""Characters of the corpus the probe prepares when the study's corpus is not prepared yet: enough for a
+vocabulary, the blocks of a few steps and a held-out evaluation, read in seconds (the full corpus is the
+study's first stage, not the dry run's)."""
+
+FINETUNE_PROBE_SHARE = 0.125
+"""A task's probe run trains on this share of a cell's examples (or steps): its steps give the step time
+(their median), the rest of its wall time the cell's fixed part."""
+
+MIN_PROBE_STEPS = 4
+"""A probe run trains at least this many steps: the first pays for start-up, the median of the others is
+the step time."""
+
+
+def _since(t0: float) -> float:
+    return time.perf_counter() - t0
+
+
+def megabytes(n: float) -> str:
+    """A size in bytes as a person reads it: "261.5 MB", "2.1 MB", "46 kB"."""
+    return f"{n / 1e6:,.1f} MB" if n >= 1e5 else f"{n / 1e3:,.0f} kB"
+
+
+def uncompressed_size(path: Path) -> int:
+    """Bytes of text in a corpus file: its size, or for a .gz file the size its gzip trailer records
+    (ISIZE, the last 4 bytes: the length modulo 4 GiB), or, for a file so large that the trailer may
+    have wrapped, its size times the compression ratio of its first megabyte."""
+    size = path.stat().st_size
+    if path.suffix != ".gz":
+        return size
+    with open(path, "rb") as f:
+        if size < 2**28:  # under 256 MiB compressed: under 4 GiB of text for any ratio below 16
+            f.seek(-4, os.SEEK_END)
+            return struct.unpack("<I", f.read(4))[0]
+        head = f.read(1 << 20)
+    inflate = zlib.decompressobj(wbits=31)
+    text = inflate.decompress(head)
+    return int(size * len(text) / max(1, len(head) - len(inflate.unconsumed_tail)))
+
+
+@dataclass
+class DataTimings:
+    """The vocabulary and the preprocessing, timed on a sample of the corpus and on its first half."""
+
+    corpus_bytes: int
+    """The whole corpus, uncompressed."""
+    sample_bytes: int
+    half_bytes: int
+    words: int
+    """Distinct words of the sample (what learning the vocabulary takes time in proportion to)."""
+    half_words: int
+    count_s: float
+    """Counting the sample's words: the vocabulary's first pass, in proportion to the text."""
+    tokenizer_s: float
+    """The whole vocabulary training on the sample (counting, learning, writing); 0 with the study's
+    own tokenizer."""
+    preprocess_s: float
+    half_preprocess_s: float
+
+
+@dataclass
+class ProbeCorpus:
+    path: str
+    """The preprocessed corpus the pre-training probes read."""
+    what: str
+    data: DataTimings | None
+    """None when the study has nothing to prepare: ``why``."""
+    why: str = ""
+
+
+def probe_corpus(study: Study, tmp: Path) -> ProbeCorpus:
+    """The corpus for the probes, writing only under ``tmp``: the study's shared corpus when an earlier run
+    prepared it, the study's own corpus when it is already preprocessed (both: no data stage), else a sample
+    of `PROBE_SAMPLE_CHARS` characters, an equal share from the start of every corpus file (all the text
+    kinds a corpus mixes), with the vocabulary and preprocessing timed on it and on its first half."""
+    shared = shared_dir(study)
+    if (shared / "prepared.json").is_file() and is_preprocessed(shared / "corpus"):
+        return ProbeCorpus(str(shared / "corpus"), "the study's prepared corpus", None, f"already prepared in {shared}")
+    needs_candidates = sorted({k for s in study.systems if not s.checkpoint for k in candidate_kinds(s)})
+    if is_preprocessed(study.corpus) and not needs_candidates and not study.tokenizer:
+        return ProbeCorpus(study.corpus, "the preprocessed corpus", None, "the corpus is preprocessed already (linked)")
+    files = corpus_files([study.corpus])
+    jsonl = ".jsonl" in files[0].suffixes
+    files = [f for f in files if (".jsonl" in f.suffixes) == jsonl]
+    suffix = ".jsonl" if jsonl else ".txt"
+    sample, half = tmp / f"sample{suffix}", tmp / f"sample-half{suffix}"
+    share = PROBE_SAMPLE_CHARS // len(files) + 1
+    with open(sample, "w", encoding="utf-8") as out, open(half, "w", encoding="utf-8") as out_half:
+        for f in files:
+            opener = gzip.open if f.suffix == ".gz" else open
+            left = share
+            with opener(f, "rt", encoding="utf-8", errors="replace") as src:
+                for line in src:  # whole lines, so documents and JSON records stay intact
+                    line = line if line.endswith("\n") else line + "\n"
+                    out.write(line)
+                    if left > share / 2:
+                        out_half.write(line)
+                    left -= len(line)
+                    if left <= 0:
+                        break
+            if not jsonl:  # a document ends at the file's end: a blank line, so two files' texts do not run together
+                out.write("\n")
+                out_half.write("\n")
+    corpus_bytes = sum(uncompressed_size(f) for f in corpus_files([study.corpus]))
+    half_words = len(count_corpus_words([half]))
+    t0 = time.perf_counter()
+    words = len(count_corpus_words([sample]))
+    count_s = _since(t0)
+    if study.tokenizer:
+        tok, tokenizer_s = load_tokenizer(study.tokenizer), 0.0
+    else:
+        t0 = time.perf_counter()
+        tok = train_tokenizer([sample], vocab_size=study.vocab_size, output_dir=tmp / "tokenizer", show_progress=False)
+        tokenizer_s = _since(t0)
+    t0 = time.perf_counter()
+    preprocess([half], tok, tmp / "corpus-half", num_workers=0, candidates=needs_candidates, progress=False)
+    half_preprocess_s = _since(t0)
+    t0 = time.perf_counter()
+    preprocess([sample], tok, tmp / "corpus", num_workers=0, candidates=needs_candidates, progress=False)
+    preprocess_s = _since(t0)
+    timings = DataTimings(corpus_bytes, sample.stat().st_size, half.stat().st_size, words, half_words, count_s,
+                          tokenizer_s, preprocess_s, half_preprocess_s)  # fmt: skip
+    what = (f"a {megabytes(timings.sample_bytes)} sample of the corpus (the start of each of its {len(files)} "
+            f"file(s)), vocabulary {tok.vocab_size:,}")  # fmt: skip
+    return ProbeCorpus(str(tmp / "corpus"), what, timings)
+
+
+@dataclass
+class PretrainTimings:
+    """One system's probe: a few steps of its cell command, an evaluation at the end, one checkpoint."""
+
+    system: str
+    random_init: bool = False
+    """A random-init row: nothing trains; ``wall_s`` is its whole cell (the export)."""
+    wall_s: float = 0.0
+    """The probe command, start to end."""
+    steps: int = 0
+    step_s: float = 0.0
+    """The median step after the first (the first pays for start-up)."""
+    eval_s: float | None = None
+    """One held-out evaluation of ``eval_blocks`` blocks (None: the sample held out nothing)."""
+    eval_blocks: int = 0
+    save_s: float = 0.0
+    """One checkpoint: the probe's, written again."""
+
+
+def _log_rows(run: Path) -> list[dict]:
+    path = run / "log.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
+
+
+def _step_durations(rows: list[dict]) -> list[float]:
+    """Each logged step's wall time, in order, from a log written every step: its real tokens over its
+    tokens per second (a step with an evaluation or a checkpoint after it carries them into the next)."""
+    return [r["train/tokens_per_step"] / r["train/tokens_per_s"] for r in rows
+            if r.get("train/tokens_per_s") and "train/tokens_per_step" in r]  # fmt: skip
+
+
+def _held_out_blocks(log: Path) -> int:
+    """The held-out blocks a pre-training run evaluated on, from its first line ("..., N held out")."""
+    match = re.search(r"([\d,]+) held out", log.read_text(errors="replace")) if log.is_file() else None
+    return int(match.group(1).replace(",", "")) if match else 0
+
+
+def _save_seconds(run: Path, tmp: Path) -> float:
+    """A checkpoint's cost, measured by writing the probe's training state again (what every save writes:
+    the model, the optimizer's moments, the RNG states), flushed to disk."""
+    states = sorted(run.glob("checkpoint-*/state.pt"))
+    if not states:
+        return 0.0
+    state = torch.load(states[-1], map_location="cpu", weights_only=False)
+    t0 = time.perf_counter()
+    with open(tmp / "save-probe.pt", "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    seconds = _since(t0)
+    (tmp / "save-probe.pt").unlink()
+    return seconds
+
+
+def _with(argv: list[str], **values: object) -> list[str]:
+    """``argv`` with each ``--key`` set to ``value`` (replaced where given, else appended)."""
+    argv = list(argv)
+    for key, value in values.items():
+        flag = f"--{key}"
+        if flag in argv:
+            argv[argv.index(flag) + 1] = str(value)
+        else:
+            argv += [flag, str(value)]
+    return argv
+
+
+def probe_pretraining(study: Study, tmp_study: Study, corpus: str, steps: int, tmp: Path) -> list[PretrainTimings]:
+    """Every pre-training row of the study on the probe corpus: ``steps`` + 1 steps of each system's cell
+    command (a step's time from the log: its real tokens over its tokens per second), the held-out
+    evaluation the cell makes (its ``max_eval_blocks``) once at the end, one checkpoint; a random-init
+    row's command as it is. Each run's model lands where ``tmp_study`` plans it (``model_dir``), so the
+    fine-tuning probes read it."""
+    out = []
+    for cell in (c for c in plan(tmp_study) if c.kind == "pretrain"):
+        system = next(s for s in study.systems if s.name == cell.system)
+        run = cell.dir
+        argv = _with(cell.argv, corpus=corpus, output_dir=run)
+        if not is_random_init(system):
+            argv = _with(argv, max_steps=steps + 1, save_steps=steps + 1, eval_steps=0, logging_steps=1)
+        t0 = time.perf_counter()
+        code, last = run_command(argv, tmp / f"pretrain-{cell.system}.log")
+        wall = _since(t0)
+        if code != 0:
+            raise SpanBertError(f"study: the probe of {cell.label} failed: {last}; run without --probe_steps")
+        if is_random_init(system):
+            out.append(PretrainTimings(cell.system, random_init=True, wall_s=wall))
+            continue
+        rows = _log_rows(run)
+        durations = _step_durations(rows)
+        if len(durations) < 2:
+            raise SpanBertError(f"study: the probe of {cell.label} logged no step time; run without --probe_steps")
+        evals = [r["time/eval_s"] for r in rows if "time/eval_s" in r]
+        out.append(PretrainTimings(
+            cell.system, wall_s=wall, steps=len(durations), step_s=statistics.median(durations[1:]),
+            eval_s=evals[-1] if evals else None, eval_blocks=_held_out_blocks(tmp / f"pretrain-{cell.system}.log"),
+            save_s=_save_seconds(run, tmp),
+        ))  # fmt: skip
+    return out
+
+
+@dataclass
+class FinetuneTimings:
+    """One reduced run of a task's first cell command (its training cut to `probe_size`), and the
+    held-out scoring the study does after every cell."""
+
+    task: str
+    unit: str
+    """"examples" or "steps": what a cell's size counts and the run was cut by."""
+    size: int
+    """A cell's real size in that unit."""
+    probe_size: int
+    wall_s: float
+    """The run, start to end: start-up, training, evaluations, the selected model written."""
+    steps: int
+    step_s: float
+    """The median step after the first (the first pays for start-up); its log's real tokens over tokens/s."""
+    full_steps: float = 0.0
+    """``steps`` counted in steps of the median's tokens: the last step of an epoch holds what is left
+    (250 questions make 15.03 steps of 32 windows, logged as 16)."""
+    eval_s: list[float] = field(default_factory=list)
+    """Each dev evaluation it made (its log's ``time/eval_s``)."""
+    one_eval_per_epoch: bool = False
+    """The run evaluated once an epoch where the cell evaluates ``evals_per_epoch`` times: the same cost an
+    evaluation, fewer of them."""
+    heldout_s: float = 0.0
+    """Scoring the run's model on the held-out data, as the study does after each cell."""
+    prepare_s: float = 0.0
+    """The task's shared files (LitBank's fold, the dev halves): once per study."""
+    model: str = ""
+    """The row whose architecture the run fine-tuned."""
+
+
+def size_option(t: TaskSpec) -> tuple[str, str, int] | None:
+    """(option, unit, a cell's size) of the option that bounds a task's training, or None when none does
+    (its whole training file: not probed)."""
+    for key, unit in (("max_steps", "steps"), ("max_train_examples", "examples")):
+        value = t.options.get(key)
+        if value not in (None, "", -1, 0):
+            return key, unit, int(value)
+    return None
+
+
+def probe_size(t: TaskSpec, unit: str, size: int) -> int:
+    """The reduced size a task is probed at: `FINETUNE_PROBE_SHARE` of a cell's, and at least
+    `MIN_PROBE_STEPS` steps (their median is the step time), at most the cell's size."""
+    batch = int(t.options.get("per_device_train_batch_size", 1)) if unit == "examples" else 1
+    return min(size, max(math.ceil(size * FINETUNE_PROBE_SHARE), MIN_PROBE_STEPS * batch))
+
+
+def per_epoch_schedule(t: TaskSpec) -> bool:
+    """Whether a task's cells evaluate a named ``evals_per_epoch`` times an epoch over a named number of
+    epochs (no ``eval_steps``, no ``max_steps``): then a cell's evaluations are known without running it,
+    and the probe needs only one of them."""
+    o = t.options
+    return bool(o.get("evals_per_epoch")) and bool(o.get("num_train_epochs")) and not o.get("eval_steps") \
+        and not o.get("max_steps")  # fmt: skip
+
+
+def probe_finetuning(study: Study, tmp_study: Study, tmp: Path) -> dict[str, FinetuneTimings]:
+    """Each task whose cells' training is bounded (`size_option`): its first cell's command cut to
+    `probe_size`, fine-tuning the first row's probe model (a few steps trained, or untrained: the
+    architecture is what costs), logging every step, evaluating once an epoch where the cell's count is
+    known anyway (`per_epoch_schedule`); then its model scored on the held-out data. Tasks without a bound
+    are left out (the estimate says so)."""
+    out: dict[str, FinetuneTimings] = {}
+    cells = [c for c in plan(tmp_study) if c.kind == "finetune"]
+    for t in study.tasks:
+        bound = size_option(t)
+        if bound is None or not cells:
+            continue
+        key, unit, size = bound
+        cell = next(c for c in cells if c.task == t.name)
+        t0 = time.perf_counter()
+        for fold in t.folds:
+            _prepare_litbank(Path(t.train), fold, litbank_fold_dir(tmp_study, fold))
+        split_dev(tmp_study, t)
+        prepare_s = _since(t0)
+        n = probe_size(t, unit, size)
+        run = tmp / "finetune" / t.name
+        argv = _with(cell.argv, **{key: n, "output_dir": run, "logging_steps": 1})
+        once = per_epoch_schedule(t)
+        if once:
+            argv = _with(argv, evals_per_epoch=1)
+        t0 = time.perf_counter()
+        code, last = run_command(argv, tmp / f"finetune-{t.name}.log")
+        wall = _since(t0)
+        if code != 0:
+            raise SpanBertError(f"study: the probe of {cell.label} failed: {last}; run without --probe_steps")
+        rows = _log_rows(run)
+        durations = _step_durations(rows)
+        step_s = statistics.median(durations[1:]) if len(durations) > 1 else (durations or [0.0])[0]
+        tokens = [r["train/tokens_per_step"] for r in rows if r.get("train/tokens_per_s") and "train/tokens_per_step" in r]
+        full_steps = sum(tokens) / statistics.median(tokens) if tokens else 0.0
+        h = heldout_plan(tmp_study, t, cell.fold)
+        heldout_s = 0.0
+        if h is not None:
+            t0 = time.perf_counter()
+            score_heldout(dataclasses.replace(cell, dir=run), t, h)
+            heldout_s = _since(t0)
+        out[t.name] = FinetuneTimings(t.name, unit, size, n, wall, len(durations), step_s, full_steps,
+                                      [r["time/eval_s"] for r in rows if "time/eval_s" in r], once, heldout_s,
+                                      prepare_s, cell.system)  # fmt: skip
+    return out

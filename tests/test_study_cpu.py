@@ -1,0 +1,295 @@
+"""`spanbert study --preset cpu` and the dry run's estimate per stage: the preset passes the study's own
+checks, its random-init row trains nothing, the arithmetic that turns probe timings into stage times
+(checked with made-up timings against sums done by hand and against the trainer's own schedule), the
+summary's table of estimated and measured stage times, and a tiny dry run with every probe on that prints
+every stage and writes nothing into the study's folder."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+from test_glue import synthetic_sst
+from test_pretrain import synthetic_docs
+from test_qa import synthetic_squad
+
+from spanbert import study as S
+from spanbert.cli import main
+from spanbert.study import estimate as E
+from spanbert.study.layout import ESTIMATE_FILE, finetune_cell_dir
+from spanbert.study.probe import DataTimings, FinetuneTimings, PretrainTimings, probe_size, uncompressed_size
+from spanbert.study.spec import CPU_TUNING, cpu_preset, is_random_init
+from spanbert.study.summary import stage_table
+from spanbert.trainer import eval_schedule
+
+DATA = REPO.parent / "shared" / "data"
+
+# ---------------------------------------------------------------------------------------------
+# the preset
+
+
+@pytest.mark.realdata
+def test_the_cpu_preset_passes_the_studys_checks():
+    needed = [DATA / "pretrain-corpus", DATA / "squad/dev-v1.1.json", DATA / "glue/SST-2/train.tsv",
+              DATA / "litbank_coref/tenfold_splits"]  # fmt: skip
+    missing = [str(p) for p in needed if not p.exists()]
+    if missing:
+        pytest.skip(f"needs the shared data: {', '.join(missing)} absent")
+    study = S.study_from_dict(S.preset("cpu", None, str(DATA)), "--preset cpu")  # every check of a study file
+    assert [s.name for s in study.systems] == ["spanbert", "bert-1seq", "random-init"]
+    assert [t.name for t in study.tasks] == ["squad", "SST-2", "LitBank"] and study.seeds == 3
+    assert study.corpus == f"{DATA}/pretrain-corpus" and study.model == "small" and study.vocab_size == 8000
+    assert study.budget_tokens == CPU_TUNING["budget_tokens"] and study.pretrain_steps == 1465
+    cells = S.plan(study)
+    pre = {c.system: c.argv for c in cells if c.kind == "pretrain"}
+    for system in ("spanbert", "bert-1seq"):
+        argv = pre[system]
+        assert argv[argv.index("--dropout") + 1] == "0" and "--random_init" not in argv
+        assert argv[argv.index("--eval_steps") + 1] == str(CPU_TUNING["eval_steps"])
+    assert sum(c.kind == "finetune" for c in cells) == 3 * 3 * 3  # systems x tasks x seeds
+
+
+def test_the_random_init_row_plans_an_untrained_export(tmp_path):
+    row = S.SystemSpec("random-init", system="spanbert", options={"random_init": True})
+    study = S.Study(systems=[S.SystemSpec("spanbert"), row], tasks=[S.TaskSpec("squad", train="t", dev="d")],
+                    corpus="c", output_dir=str(tmp_path))  # fmt: skip
+    argv = {c.system: c.argv for c in S.plan(study) if c.kind == "pretrain"}
+    assert argv["random-init"][argv["random-init"].index("--random_init") + 1] == "true"
+    assert argv["random-init"][argv["random-init"].index("--system") + 1] == "spanbert"
+    assert "--random_init" not in argv["spanbert"]
+    assert is_random_init(row) and not is_random_init(S.SystemSpec("spanbert"))
+    # the cells fine-tune the exported control like any pre-trained row
+    ft = next(c for c in S.plan(study) if c.kind == "finetune" and c.system == "random-init")
+    assert ft.argv[ft.argv.index("--model") + 1] == str(tmp_path / "pretrain" / "random-init" / "final")
+
+
+def test_the_cpu_preset_has_one_size(tmp_path, cli_error):
+    cli_error(["study", "--preset", "cpu", "--scale", "tiny", "--dry-run"], names="--scale",
+              contains="found 'tiny' with --preset cpu, expected none")  # fmt: skip
+    out = tmp_path / "cpu.yaml"
+    assert main(["study", "--preset", "cpu", "--data_root", "D", "--write_config", str(out)]) == 0
+    text = out.read_text()
+    assert "output_dir: runs/study-cpu" in text and "random_init: true" in text and "corpus: D/pretrain-corpus" in text
+    # a table preset without --scale is the tiny one, as before
+    assert main(["study", "--preset", "table1", "--data_root", "D", "--write_config", str(tmp_path / "t.yaml")]) == 0
+    assert "output_dir: runs/study-table1-tiny" in (tmp_path / "t.yaml").read_text()
+    assert cpu_preset("D", {"budget_tokens": 5})["budget_tokens"] == 5  # the pilot's values go in one place
+
+
+# ---------------------------------------------------------------------------------------------
+# the arithmetic, with made-up timings
+
+
+def test_linear_fit_and_its_noisy_fallback():
+    assert E.linear_fit(100, 12.0, 200, 22.0) == pytest.approx((2.0, 0.1))
+    assert E.linear_fit(100, 12.0, 200, 11.0) == pytest.approx((0.0, 11.0 / 200))  # noise: a falling line
+    assert E.linear_fit(100, 1.0, 200, 22.0) == pytest.approx((0.0, 22.0 / 200))  # below 0 at x = 0
+
+
+def test_distinct_words_follow_heaps_law():
+    # D = 10 * sqrt(bytes): 1,000 words in 10,000 bytes, 707.1 in 5,000
+    assert E.distinct_words(1000, 10 * math.sqrt(5000), 1e6, 1e4, 5e3) == pytest.approx(10_000)
+    assert E.distinct_words(1000, 1000, 1e6, 1e4, 5e3) == pytest.approx(100_000)  # no growth seen: in proportion
+
+
+def test_the_data_stage_scales_counting_learning_and_preprocessing_apart():
+    d = DataTimings(corpus_bytes=400_000_000, sample_bytes=4_000_000, half_bytes=2_000_000, words=40_000,
+                    half_words=20_000, count_s=0.5, tokenizer_s=2.5, preprocess_s=2.2, half_preprocess_s=1.2)  # fmt: skip
+    stage = E.data_estimate(d)
+    # counting: 0.5 s x 100; learning: 2 s x distinct words, which double with the text (power 1 here);
+    # preprocessing: 0.2 s + 1 s a 2 MB
+    assert stage.stage == "data"
+    assert stage.seconds == pytest.approx(0.5 * 100 + 2.0 * 100 + 0.2 + 200.0)
+    d.half_words = 28_284  # power 0.5: words x 10, learning x 10
+    assert E.data_estimate(d).seconds == pytest.approx(50 + 2.0 * 10 + 200.2, rel=1e-3)
+    d.tokenizer_s = 0.0  # the study's own tokenizer: no vocabulary to train
+    assert E.data_estimate(d).seconds == pytest.approx(200.2)
+
+
+@pytest.mark.parametrize("steps, every", [(1465, 150), (300, 100), (301, 100), (10, 0), (7, 7), (5, 10)])
+def test_evaluations_count_as_the_trainer_schedules_them(steps, every):
+    due = eval_schedule(every, 0, steps)
+    assert E.evaluations(steps, every) == sum(due(s) for s in range(1, steps)) + 1  # and one at the end
+
+
+def test_a_pretraining_stage_is_its_steps_evaluations_checkpoints_and_start_up():
+    p = PretrainTimings("spanbert", wall_s=30.0, steps=7, step_s=2.0, eval_s=4.0, eval_blocks=128, save_s=1.0)
+    argv = ["pretrain", "--eval_steps", "150", "--max_eval_blocks", "256", "--save_steps", "200"]
+    stage = E.pretrain_estimate(p, 1465, argv)
+    # start-up and export: 30 - 7 x 2 - 4 - 1 = 11 s; 10 evaluations of 256 blocks (8 s, twice the probe's
+    # 128); 8 checkpoints (at 200, ..., 1400 and the end)
+    assert stage.seconds == pytest.approx(11 + 1465 * 2.0 + 10 * 8.0 + 8 * 1.0)
+    assert stage.stage == "pre-training spanbert" and "10 evaluations" in stage.how and "8 checkpoints" in stage.how
+    none = E.pretrain_estimate(p, 1465, ["pretrain", "--max_eval_blocks", "0", "--save_steps", "0"])
+    assert none.seconds == pytest.approx(11 + 1465 * 2.0)
+    control = E.pretrain_estimate(PretrainTimings("random-init", random_init=True, wall_s=3.0), 1465, argv)
+    assert control.seconds == 3.0 and "no training" in control.how
+
+
+def test_a_fine_tuning_stage_extrapolates_the_steps_and_counts_the_evaluations():
+    squad = S.TaskSpec("squad", train="t", dev="d", options={"max_train_examples": 2000, "num_train_epochs": 1,
+                                                             "evals_per_epoch": 2})  # fmt: skip
+    f = FinetuneTimings("squad", "examples", size=2000, probe_size=250, wall_s=60.0, steps=8, step_s=2.5,
+                        full_steps=7.5, eval_s=[20.0], one_eval_per_epoch=True, heldout_s=18.0, prepare_s=1.0,
+                        model="spanbert")  # fmt: skip
+    stage = E.finetune_task_estimate(f, squad, cells=9)
+    # 8 steps logged, the last half full: fixed 60 - 7.5 x 2.5 - 20 = 21.25 s; 60 steps (7.5 x 2000 / 250);
+    # 2 evaluations (2 an epoch, 1 epoch)
+    cell = 21.25 + 60 * 2.5 + 2 * 20.0 + 18.0
+    assert stage.per_cell == pytest.approx(cell) and stage.seconds == pytest.approx(9 * cell + 1.0)
+    assert "60 steps × 2.50 s + 2 evaluations × 20.0 s" in stage.how
+    coref = S.TaskSpec("coref", train="t", folds=[0], options={"max_steps": 300, "eval_steps": 100})
+    f = FinetuneTimings("LitBank", "steps", size=300, probe_size=38, wall_s=40.0, steps=38, step_s=0.5,
+                        eval_s=[9.0], heldout_s=10.0)  # fmt: skip
+    # fixed 40 - 19 - 9 = 12 s; 300 steps; evaluations at 100, 200 and the end
+    assert E.finetune_task_estimate(f, coref, 3).per_cell == pytest.approx(12 + 150 + 3 * 9.0 + 10)
+    # no schedule named: as many evaluations as the probe made
+    sst = S.TaskSpec("glue", glue_task="SST-2", train="t", options={"max_train_examples": 800})
+    f = FinetuneTimings("SST-2", "examples", size=800, probe_size=100, wall_s=20.0, steps=4, step_s=1.0,
+                        eval_s=[2.0, 3.0])  # fmt: skip
+    assert E.finetune_task_estimate(f, sst, 1).per_cell == pytest.approx(11 + 32 * 1.0 + 2 * 2.5)
+
+
+def test_a_probe_trains_a_share_of_a_cell_and_a_few_steps_at_least():
+    assert probe_size(S.TaskSpec("coref", options={"max_steps": 300}), "steps", 300) == 38
+    batch = S.TaskSpec("squad", options={"max_train_examples": 2000, "per_device_train_batch_size": 32})
+    assert probe_size(batch, "examples", 2000) == 250
+    assert probe_size(batch, "examples", 400) == 128  # 4 steps of 32
+    assert probe_size(batch, "examples", 64) == 64  # never more than the cell
+
+
+def test_the_uncompressed_size_of_a_gzip_file_is_its_trailers(tmp_path):
+    text = "".join(f"line {i} of a corpus\n" for i in range(5000)).encode()
+    with gzip.open(tmp_path / "a.txt.gz", "wb") as f:
+        f.write(text)
+    (tmp_path / "b.txt").write_bytes(text)
+    assert uncompressed_size(tmp_path / "a.txt.gz") == len(text) == uncompressed_size(tmp_path / "b.txt")
+
+
+# ---------------------------------------------------------------------------------------------
+# measured stage times beside the estimate
+
+
+def test_the_summary_sets_measured_stage_times_beside_the_estimate(tmp_path):
+    study = S.Study(systems=[S.SystemSpec("spanbert"), S.SystemSpec("random-init", system="spanbert",
+                    options={"random_init": True})], tasks=[S.TaskSpec("squad", train="t", dev="d")], seeds=2,
+                    corpus="c", output_dir=str(tmp_path))  # fmt: skip
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "prepared.json").write_text(json.dumps({"seconds": {"tokenizer": 60.0, "preprocess": 90.0}}))
+    for name, seconds in (("spanbert", 3000.0), ("random-init", 2.0)):
+        (tmp_path / "pretrain" / name).mkdir(parents=True)
+        (tmp_path / "pretrain" / name / "cell.json").write_text(json.dumps({"seconds": seconds}))
+    for system in ("spanbert", "random-init"):
+        for seed in (0, 1):
+            d = finetune_cell_dir(study, system, "squad", 3e-5, seed)
+            d.mkdir(parents=True)
+            (d / "result.json").write_text(json.dumps({"seconds": 100.0, "heldout_seconds": 20.0}))
+    md, rows = stage_table(study)
+    assert "No estimate kept" in md
+    assert "| data | – | 2 min | – | 1/1 |" in md and "| fine-tuning squad | – | 8 min (2 min a cell) | – | 4/4 |" in md, md
+    assert rows[1] == ["data", "", "150.0", "", "", "1", "1"]
+    assert rows[2][:3] == ["pre-training spanbert", "", "3000.0"] and rows[3][:3] == ["pre-training random-init", "", "2.0"]
+    assert rows[4] == ["fine-tuning squad", "", "480.0", "", "120.0", "4", "4"]
+    assert rows[5][:3] == ["total", "", f"{150 + 3002 + 480:.1f}"]
+    (tmp_path / ESTIMATE_FILE).write_text(json.dumps({
+        "stages": {"data": 100.0, "pre-training spanbert": 2400.0, "pre-training random-init": 1.0,
+                   "fine-tuning squad": 400.0}, "total": 2901.0, "per_cell": {"fine-tuning squad": 100.0}}))  # fmt: skip
+    md, rows = stage_table(study)
+    assert "| pre-training spanbert | 40 min | 50 min | 1.25 | 1/1 |" in md, md
+    assert "| data | 2 min | 2 min | 1.50 | 1/1 |" in md and rows[1][:3] == ["data", "100.0", "150.0"]
+    assert rows[4][:5] == ["fine-tuning squad", "400.0", "480.0", "100.0", "120.0"]
+    assert rows[5][:3] == ["total", "2901.0", "3632.0"]
+
+
+# ---------------------------------------------------------------------------------------------
+# a tiny dry run with every probe on
+
+
+def _tiny_study(tmp_path: Path, out: Path) -> Path:
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    with gzip.open(corpus / "wiki.txt.gz", "wt") as f:
+        f.write("\n\n".join(synthetic_docs(n_docs=40)) + "\n")
+    sst = tmp_path / "SST-2"
+    sst.mkdir()
+    body = "".join(f"{s}\t{lab}\n" for s, lab in synthetic_sst(48))
+    for name in ("train.tsv", "dev.tsv"):
+        (sst / name).write_text("sentence\tlabel\n" + body)
+    (tmp_path / "train.json").write_text(json.dumps(synthetic_squad(6, seed=1)))
+    (tmp_path / "dev.json").write_text(json.dumps(synthetic_squad(4, seed=2)))
+    f = tmp_path / "s.yaml"
+    f.write_text(
+        f"corpus: {corpus}\nvocab_size: 300\nmodel: tiny\nbudget_tokens: 20000\nmax_seq_length: 64\nbatch_size: 4\n"
+        f"seeds: 2\noutput_dir: {out}\npretrain_options: {{eval_steps: 20, max_eval_blocks: 8, save_steps: 30}}\n"
+        "systems: [spanbert, {name: random-init, system: spanbert, options: {random_init: true}}]\ntasks:\n"
+        f"  - {{task: glue, glue_task: SST-2, train: {sst}, learning_rates: [1e-3], options: {{max_train_examples: 32, "
+        "num_train_epochs: 1, per_device_train_batch_size: 4, evals_per_epoch: 2}}\n"
+        f"  - {{task: squad, train: {tmp_path}/train.json, dev: {tmp_path}/dev.json, learning_rates: [1e-3], "
+        "options: {max_train_examples: 16, num_train_epochs: 1, max_seq_length: 64, per_device_train_batch_size: 4}}\n"
+    )
+    return f
+
+
+def test_a_dry_run_estimates_every_stage_and_writes_nothing(tmp_path, capsys, cli_error):
+    out = tmp_path / "out"
+    f = _tiny_study(tmp_path, out)
+    cli_error(["study", str(f), "--dry-run", "--estimate", str(out / "e.json")], names="--estimate",
+              contains="inside the study's folder")  # fmt: skip
+    saved = tmp_path / "estimate.json"
+    assert main(["study", str(f), "--dry-run", "--probe_steps", "2", "--estimate", str(saved)]) == 0
+    text = capsys.readouterr().out
+    for stage in ("data", "pre-training spanbert", "pre-training random-init", "fine-tuning SST-2", "fine-tuning squad",
+                  "total"):  # fmt: skip
+        assert f"\n  {stage}: " in text, text
+    assert "estimate per stage, measured on this machine" in text and "no training: --random_init" in text
+    assert "4 cells ×" in text  # 2 systems x 2 seeds of each task
+    assert not out.exists()  # no vocabulary, corpus, model, lock or plan in the study's folder
+    data = json.loads(saved.read_text())
+    assert set(data["stages"]) == {"data", "pre-training spanbert", "pre-training random-init", "fine-tuning SST-2",
+                                   "fine-tuning squad"}  # fmt: skip
+    assert data["total"] == pytest.approx(sum(data["stages"].values())) and data["total"] > 0
+
+
+def test_a_real_run_keeps_the_dry_runs_estimate_for_its_stage_table(tmp_path, capsys, cli_error):
+    import torch
+
+    from spanbert.config import model_config
+    from spanbert.model import SpanBertForPreTraining
+    from spanbert.tokenization import train_tokenizer
+
+    tok = train_tokenizer(None, vocab_size=200, output_dir=tmp_path / "tok", texts=[s for s, _ in synthetic_sst(48)],
+                          show_progress=False)  # fmt: skip
+    torch.manual_seed(0)
+    SpanBertForPreTraining(model_config("tiny", vocab_size=tok.vocab_size), sbo=True, nsp=False).save_pretrained(
+        tmp_path / "model", tokenizer=tok)  # fmt: skip
+    sst = tmp_path / "SST-2"
+    sst.mkdir()
+    body = "".join(f"{s}\t{lab}\n" for s, lab in synthetic_sst(40))
+    for name in ("train.tsv", "dev.tsv"):
+        (sst / name).write_text("sentence\tlabel\n" + body)
+    out = tmp_path / "out"
+    f = tmp_path / "s.yaml"
+    f.write_text(f"systems:\n  - {{name: mine, checkpoint: {tmp_path / 'model'}}}\nseeds: 1\noutput_dir: {out}\ntasks:\n"
+                 f"  - {{task: glue, glue_task: SST-2, train: {sst}, learning_rates: [1e-3], options: "
+                 "{num_train_epochs: 1, per_device_train_batch_size: 16}}\n")  # fmt: skip
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    cli_error(["study", str(f), "--estimate", str(bad)], names=bad, contains='found no "stages"')
+    assert not out.exists()
+    estimate = tmp_path / "estimate.json"
+    estimate.write_text(json.dumps({"stages": {"fine-tuning SST-2": 10.0}, "total": 10.0,
+                                    "per_cell": {"fine-tuning SST-2": 10.0}}))  # fmt: skip
+    assert main(["study", str(f), "--estimate", str(estimate)]) == 0
+    printed = capsys.readouterr().out
+    assert json.loads((out / ESTIMATE_FILE).read_text())["total"] == 10.0
+    stages = (out / "summary" / "stages.md").read_text()
+    assert stages in printed and "| fine-tuning SST-2 | 10 s | " in stages and "| 1/1 |" in stages, stages
+    measured = json.loads((out / "finetune" / "mine" / "SST-2" / "lr0.001_seed0" / "result.json").read_text())
+    assert measured["seconds"] > 0 and measured["heldout_seconds"] > 0
+    # kept: a later summary shows it without the option
+    assert main(["study", str(f), "--only", "summary"]) == 0
+    assert "| fine-tuning SST-2 | 10 s | " in (out / "summary" / "stages.md").read_text()
