@@ -182,18 +182,6 @@ def _finetune_cells(study: Study) -> dict[str, int]:
 # the arithmetic: measured timings -> a stage's time
 
 
-def linear_fit(x1: float, y1: float, x2: float, y2: float) -> tuple[float, float]:
-    """(fixed, per unit) of ``y = fixed + per_unit * x`` through two measurements (x1 < x2). Where noise
-    makes the line fall (a slope <= 0) or cross below 0 at x = 0, or the sizes are equal: no fixed part,
-    the larger measurement in proportion (``y2 / x2``): an estimate that errs long, not short."""
-    if x2 > x1 and y2 > y1:
-        slope = (y2 - y1) / (x2 - x1)
-        fixed = y1 - slope * x1
-        if fixed >= 0:
-            return fixed, slope
-    return 0.0, y2 / x2 if x2 > 0 else 0.0
-
-
 def distinct_words(words: int, half_words: int, size: float, sample: float, half: float) -> float:
     """Distinct words in ``size`` bytes of text, from ``words`` in ``sample`` bytes and ``half_words`` in
     ``half`` bytes: Heaps' law (distinct words grow as the text's size to a power below 1), the power from
@@ -208,19 +196,21 @@ def data_estimate(d: DataTimings) -> StageEstimate:
     """The shared data stage: vocabulary training and preprocessing of the whole corpus. Counting words and
     preprocessing grow with the text; learning the vocabulary grows with the distinct words (measured: 44
     µs a distinct word at 20,000, 31,000 and 70,000 of them), which grow more slowly (`distinct_words`);
-    preprocessing's start-up (its worker processes) is the fixed part of a line through the half and the
-    whole sample."""
+    preprocessing in proportion to the whole sample's time: the probe runs it in this process, so it has
+    no start-up to separate, and a line through two samples of 1 and 2 MB put a third of their time in a
+    fixed part and the rest at 0.04 s a MB (the whole corpus then took 45 s, not the 10 s that line gave:
+    0.17 s a MB, the whole sample's own rate)."""
     scale = d.corpus_bytes / d.sample_bytes
     words = distinct_words(d.words, d.half_words, d.corpus_bytes, d.sample_bytes, d.half_bytes)
     learn = max(0.0, d.tokenizer_s - d.count_s)
     vocab = 0.0 if d.tokenizer_s == 0 else d.count_s * scale + learn * words / d.words
-    fixed, per_byte = linear_fit(d.half_bytes, d.half_preprocess_s, d.sample_bytes, d.preprocess_s)
-    pre = fixed + per_byte * d.corpus_bytes
+    per_byte = d.preprocess_s / d.sample_bytes if d.sample_bytes else 0.0
+    pre = per_byte * d.corpus_bytes
     vocab_how = (f"vocabulary {_human(vocab)}: words counted in {d.count_s:.2f} s × {scale:,.0f}, learned in "
                  f"{learn:.2f} s × {words / d.words:.1f} for ~{words:,.0f} distinct words" if d.tokenizer_s
                  else "the study's tokenizer: no vocabulary to train")  # fmt: skip
     how = (f"{megabytes(d.corpus_bytes)} of text, {scale:,.0f}× the {megabytes(d.sample_bytes)} sample; "
-           f"{vocab_how}; preprocessing {_human(pre)}: {fixed:.1f} s + {per_byte * 1e6:.2f} s a MB")
+           f"{vocab_how}; preprocessing {_human(pre)}: {per_byte * 1e6:.2f} s a MB")
     return StageEstimate("data", vocab + pre, how)
 
 

@@ -2,8 +2,8 @@
 a temporary folder (the study's folder is left as it was), each returning raw timings that
 `spanbert.study.estimate` turns into a time per stage.
 
-- data: the vocabulary and the preprocessing on a sample of the corpus taken from every file, at two
-  sizes (`probe_corpus`);
+- data: the vocabulary and the preprocessing on a sample of the corpus taken from every file, and the
+  distinct words of its first half too (`probe_corpus`);
 - pre-training: a few steps of each system's own cell command, its held-out evaluation and a checkpoint
   (`probe_pretraining`); a random-init row is its export, timed as it is;
 - fine-tuning: each task's first cell command with its training cut short, each step timed, then the
@@ -93,7 +93,7 @@ class DataTimings:
     """The whole vocabulary training on the sample (counting, learning, writing); 0 with the study's
     own tokenizer."""
     preprocess_s: float
-    half_preprocess_s: float
+    """Preprocessing the sample in this process (the whole corpus's takes this in proportion)."""
 
 
 @dataclass
@@ -151,13 +151,10 @@ def probe_corpus(study: Study, tmp: Path) -> ProbeCorpus:
         tok = train_tokenizer([sample], vocab_size=study.vocab_size, output_dir=tmp / "tokenizer", show_progress=False)
         tokenizer_s = _since(t0)
     t0 = time.perf_counter()
-    preprocess([half], tok, tmp / "corpus-half", num_workers=0, candidates=needs_candidates, progress=False)
-    half_preprocess_s = _since(t0)
-    t0 = time.perf_counter()
     preprocess([sample], tok, tmp / "corpus", num_workers=0, candidates=needs_candidates, progress=False)
     preprocess_s = _since(t0)
     timings = DataTimings(corpus_bytes, sample.stat().st_size, half.stat().st_size, words, half_words, count_s,
-                          tokenizer_s, preprocess_s, half_preprocess_s)  # fmt: skip
+                          tokenizer_s, preprocess_s)  # fmt: skip
     what = (f"a {megabytes(timings.sample_bytes)} sample of the corpus (the start of each of its {len(files)} "
             f"file(s)), vocabulary {tok.vocab_size:,}")  # fmt: skip
     return ProbeCorpus(str(tmp / "corpus"), what, timings)
