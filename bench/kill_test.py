@@ -33,6 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from spanbert.folders import MANIFEST
+
 WORKER = r"""
 import sys, torch
 from torch import nn
@@ -110,7 +112,8 @@ def exported(out: Path) -> dict:
 
 
 def debris(out: Path) -> list[str]:
-    found = [p.name for p in out.iterdir() if p.name.startswith(".")]
+    # hidden names, less the manifest: the record of what the run wrote, kept on purpose (spanbert.folders)
+    found = [p.name for p in out.iterdir() if p.name.startswith(".") and p.name != MANIFEST]
     if (out / "final").is_dir():
         found += [f"final/{p.name}" for p in (out / "final").iterdir() if p.name.startswith(".")]
     return sorted(found)

@@ -139,7 +139,7 @@ def _write_swag(folder: Path, n: int = 12) -> None:
 def project(tmp_path_factory) -> Path:
     import torch
 
-    from spanbert import cloze, data
+    from spanbert import cloze, data, folders
     from spanbert.config import model_config
     from spanbert.model import SpanBertForPreTraining
     from spanbert.tasks.coref import CorefConfig, CorefModel, save_coref_model
@@ -187,6 +187,8 @@ def project(tmp_path_factory) -> Path:
         CorefConfig(max_seq_length=32, ffnn_size=16, feature_size=4, max_top_antecedents=5),
     )
     for name in ("coref-litbank", "coref"):
+        # claimed as `finetune coref` claims its output folder, so that the documented command may reuse it
+        folders.claim_manifest(runs / name, "run", "spanbert finetune coref")
         save_coref_model(coref, runs / name, tok)
 
     # SWAG is not staged in ../shared/data (the released CSVs are downloaded from rowanz/swagaf): a few

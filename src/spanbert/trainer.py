@@ -1039,9 +1039,8 @@ def train(
                         t = time.perf_counter()
                         _select(_run_eval(eval_fn, raw_model, step, rank, logger, last), step, raw_model, args, best)
                         eval_s, evaluated = time.perf_counter() - t, True
+                    # evaluations every `every` steps (0: at the end only); none without an eval_fn (eval_s 0)
                     every = args.eval_steps or (max(1, epoch_steps // args.evals_per_epoch) if args.evals_per_epoch else 0)
-                    if eval_fn is None:
-                        every = -1
                     budget_state = on_main(functools.partial(_decide_total, time_budget, step, step_s, eval_s, every))
                     total, decide_at = int(budget_state["max_steps"]), 0
                     end = min(total, args.stop_at_step) if args.stop_at_step > 0 else total
@@ -1119,7 +1118,7 @@ def _saved_time_budget(output_dir: Path) -> dict[str, Any] | None:
 def _decide_total(budget: TimeBudget, step: int, step_s: float, eval_s: float, every: int) -> dict[str, Any]:
     """The time budget's decision at ``step``: the total steps that fit what is left of it."""
     remaining = budget.remaining()
-    total = total_steps(step, remaining, step_s, eval_s if every else 0.0, max(every, 0))
+    total = total_steps(step, remaining, step_s, eval_s, every)
     return {"max_time": budget.text, "max_steps": total, "decided_at_step": step, "step_seconds": step_s,
             "eval_seconds": eval_s, "remaining_seconds": remaining}  # fmt: skip
 
