@@ -901,6 +901,21 @@ def _canonical(option: str) -> str:
     return "--" + option[2:].replace("-", "_")
 
 
+def switch_value(value: Any) -> bool:
+    """A switch's value: ``true``/``false`` (also 1/0, yes/no, on/off)."""
+    try:
+        return _convert_scalar(bool, value)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"found {value!r}, expected true or false") from None
+
+
+def add_switch(parser: argparse.ArgumentParser | argparse._ArgumentGroup, *flags: str, help: str) -> None:
+    """A boolean option, off by default: the bare flag turns it on, ``--flag true|false`` says which. The
+    second spelling is the one a study records and the Python API writes (`spanbert.tasks.spec.options_argv`),
+    so a keyword ``flag=True`` and a flag ``--flag`` are one thing."""
+    parser.add_argument(*flags, nargs="?", const=True, default=False, type=switch_value, metavar="BOOL", help=help)
+
+
 def add_dataclass_arguments(
     parser: argparse.ArgumentParser | argparse._ArgumentGroup,
     cls: type,

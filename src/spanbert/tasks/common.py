@@ -36,6 +36,7 @@ from spanbert import distributed, families, folders, threads, trainer
 from spanbert.config import (
     ArgumentParser,
     add_dataclass_arguments,
+    add_switch,
     check_unknown_overrides,
     dataclass_from_args,
     load_yaml,
@@ -44,6 +45,8 @@ from spanbert.config import (
 )
 from spanbert.errors import DataError, SpanBertError
 from spanbert.microbatch import planned_batch_size
+from spanbert.tasks.spec import Results
+from spanbert.tasks.splits import HELDOUT_SEED, split_half  # noqa: F401 -- `finetune glue --heldout_half`
 from spanbert.trainer import (
     BEST_DIR,
     TrainingArguments,
@@ -59,24 +62,6 @@ T = TypeVar("T")
 # Appendix B: learning rate from {5e-6, 1e-5, 2e-5, 3e-5, 5e-5}, batch size from {16, 32}.
 SWEEP_LEARNING_RATES = (5e-6, 1e-5, 2e-5, 3e-5, 5e-5)
 SWEEP_BATCH_SIZES = (16, 32)
-
-HELDOUT_SEED = 23
-"""The seed of the dev halves: fixed, so every run (every system, learning rate and seed of a study, and
-`finetune glue --heldout_half`) selects on the same half and is scored on the same other half."""
-
-
-def split_half(n: int, seed: int = HELDOUT_SEED) -> tuple[list[int], list[int]]:
-    """(selection indices, held-out indices) of ``n`` records: a seeded permutation cut in two, the
-    held-out half the smaller when ``n`` is odd, each half in the file's order. A model is selected on
-    the first half and scored on the second, which selection never saw (SpanBERT §4.1 does this for
-    MRQA; `spanbert study` for every task without a test split)."""
-    if n < 2:
-        raise ValueError(f"cannot split {n} record(s) in two halves")
-    perm = np.random.default_rng(seed).permutation(n)
-    held = sorted(int(i) for i in perm[: n // 2])
-    select = sorted(int(i) for i in perm[n // 2 :])
-    return select, held
-
 
 EVALS_PER_EPOCH = 10
 """Dev evaluations per epoch: the default ``--eval_per_epoch 10`` of the released fine-tuning scripts
@@ -113,9 +98,9 @@ def add_finetune_arguments(parser: argparse.ArgumentParser, defaults: dict[str, 
         "--tokenizer", default=None, help="tokenizer folder or vocab.txt, when the checkpoint has none"
     )
     parser.add_argument("--config", default=None, help="YAML file of option overrides")
-    parser.add_argument(
+    add_switch(
+        parser,
         "--sweep",
-        action="store_true",
         help="try every learning rate in {5e-6,1e-5,2e-5,3e-5,5e-5} x batch size {16,32} (Appendix B); each run keeps "
         "its best dev evaluation (--evals_per_epoch, --metric_for_best_model) and the run with the best selected dev "
         "score is saved in --output_dir (sweep.json lists every run and its selected step)",
@@ -131,7 +116,7 @@ def add_inference_arguments(parser: argparse.ArgumentParser, unit: str, with_mod
     when = " with --model" if with_model else ""
     parser.add_argument("--batch_size", type=int, default=64, help=f"{unit} per batch{when} (default: 64)")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (default: auto)")
-    parser.add_argument("--disable_tqdm", action="store_true", help="hide the progress bars")
+    add_switch(parser, "--disable_tqdm", help="hide the progress bars")
     threads.add_option(parser)
 
 
@@ -167,7 +152,7 @@ def finetune_command(
     metric: str,
     configs: Sequence[type] = (),
     check: Callable[[argparse.Namespace], None] | None = None,
-) -> int:
+) -> Results:
     """The `finetune` action of a task: its own options (``add_options``), then --model, --config and every
     `TrainingArguments` option under ``defaults``; parsed with the ``--config`` YAML (``configs``: the
     task's option dataclasses); ``check(args)`` refuses what the task cannot run; then `run_finetune`
@@ -184,14 +169,15 @@ def finetune_command(
 def run_finetune(
     args: Any, defaults: dict[str, Any], run_one: Callable[[Any], dict[str, float]], metric: str,
     prog: str = "spanbert finetune",
-) -> int:  # fmt: skip
+) -> Results:  # fmt: skip
     """One run, or the Appendix B ``--sweep`` keeping the best: the output checks, the process group, the
-    claim of the output folder (its lock and manifest, for the whole command), the summary line and the
-    metrics as JSON, shared by every task's `finetune`.
+    claim of the output folder (its lock and manifest, for the whole command) and the summary line,
+    shared by every task's `finetune`; returns the saved model's dev `Results`.
 
     ``run_one(training_arguments)`` fine-tunes, saves into ``training_arguments.output_dir`` and
-    returns the dev metrics; ``metric`` names the one the sweep maximises. The output is checked against
-    every path the command reads (`spanbert.utils.input_paths` of ``args``: --model, --train, ...).
+    returns the dev metrics; ``metric`` names the headline (and the one the sweep maximises). The output
+    is checked against every path the command reads (`spanbert.utils.input_paths` of ``args``: --model,
+    --train, ...).
     """
     targs = training_arguments(args, defaults)
     check_output_dir(targs, input_paths(args))  # before reading any data (a sweep: the top folder)
@@ -201,31 +187,39 @@ def run_finetune(
         return _finetune_claimed(args, targs, run_one, metric)
 
 
-def _finetune_claimed(args: Any, targs: TrainingArguments, run_one: Callable[[Any], dict[str, float]], metric: str) -> int:
+def finetune_results(metrics: dict[str, Any], metric: str, output_dir: str | Path) -> Results:
+    """The `Results` of a run that saved its model in ``output_dir`` with these dev ``metrics`` (the step
+    its weights are from when it was selected on dev: ``selected_step``)."""
+    step = metrics.get("selected_step")
+    return Results(dict(metrics), metric, int(step) if step is not None else None, Path(output_dir))
+
+
+def _finetune_claimed(
+    args: Any, targs: TrainingArguments, run_one: Callable[[Any], dict[str, float]], metric: str
+) -> Results:
     """`run_finetune` once its output folder is held."""
     if not getattr(args, "sweep", False):
         metrics = run_one(targs)
         distributed.print0(f"saved the fine-tuned model to {targs.output_dir}")
         if "selected_step" in metrics:
             distributed.print0(f"the saved model is that of step {metrics['selected_step']} (best dev {metrics['selected_by']})")
-        print_metrics(metrics)
-        return 0
+        return finetune_results(metrics, metric, targs.output_dir)
 
-    metric = targs.metric_for_best_model or metric  # the runs are compared on the score that selects within each
+    compared = targs.metric_for_best_model or metric  # the runs are compared on the score that selects within each
     if targs.metric_for_best_model and not targs.greater_is_better:
         raise SpanBertError("--sweep keeps the run with the highest dev score: found --greater_is_better false, "
                             "expected a metric where higher is better")  # fmt: skip
 
     def one(lr: float, batch_size: int, run_dir: Path) -> dict[str, Any]:
         metrics = run_one(cell_arguments(targs, lr, batch_size, run_dir))
-        if metric not in metrics:
-            raise SpanBertError(f"--sweep keeps the best run on the dev set: pass --dev (no {metric!r} was computed)")
-        return {"dev_score": metrics[metric], **{k: metrics[k] for k in SELECTION_KEYS if k in metrics}}
+        if compared not in metrics:
+            raise SpanBertError(f"--sweep keeps the best run on the dev set: pass --dev (no {compared!r} was computed)")
+        return {"dev_score": metrics[compared], **{k: metrics[k] for k in SELECTION_KEYS if k in metrics}}
 
     summary = sweep(one, targs.output_dir, resume=targs.resume, **sweep_grid(args.model))
     distributed.print0(f"best run copied to {targs.output_dir}")
-    print_metrics(summary["best"])
-    return 0
+    # the best run's row of sweep.json: its rate, batch size and selected dev score ("dev_score")
+    return finetune_results(summary["best"], "dev_score", targs.output_dir)
 
 
 def print_metrics(metrics: dict[str, Any]) -> None:

@@ -32,11 +32,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from spanbert import distributed, families, threads, trainer
-from spanbert.config import add_dataclass_arguments, dataclass_from_args, parse_key_values
+from spanbert.config import add_dataclass_arguments, add_switch, dataclass_from_args, parse_key_values
 from spanbert.distributed import broadcast_object, eprint0, is_main, print0, resolve_device
 from spanbert.errors import DataError, SpanBertError, decode_utf8, utf8_argument
 from spanbert.metrics.coref import evaluate_documents
-from spanbert.tasks import common
+from spanbert.tasks import api, common
 from spanbert.tasks.common import (
     add_finetune_arguments,
     check_output_dir,
@@ -54,7 +54,8 @@ from spanbert.tasks.common import (
     task_parser,
     write_once,
 )
-from spanbert.tasks.spec import RESULTS_FILE, DevSplit, TaskSpec, task_cli
+from spanbert.tasks.spec import RESULTS_FILE, Folds, Results, TaskSpec
+from spanbert.tasks.splits import RecordSplit
 from spanbert.trainer import claim_run_dir
 from spanbert.utils import atomic_write, input_paths, output_file, progress_bar
 
@@ -1460,7 +1461,7 @@ def _add_coref_arguments(parser: argparse.ArgumentParser) -> None:
     add_dataclass_arguments(group, CorefConfig, defaults={"max_seq_length": "unset, following the encoder"})
 
 
-def _finetune(task: str, argv: list[str], prog: str) -> int:
+def _finetune(task: str, argv: list[str], prog: str) -> Results:
     """``spanbert finetune coref ...``: one run (no --sweep), the released presets under the options."""
     parser = task_parser(prog, __doc__)
     parser.add_argument(
@@ -1506,12 +1507,13 @@ def _finetune(task: str, argv: list[str], prog: str) -> int:
     start_distributed(targs.device)
     with claim_run_dir(targs.output_dir, prog):
         summary = finetune_coref(args.model, args.train, args.dev, targs, config, args.tokenizer, args.max_eval_examples)
-    print_metrics(summary)
-    return 0
+    step = summary.get("selected_step")
+    return Results(summary, "conll_f1", int(step) if step is not None else None, Path(targs.output_dir))
 
 
-def _predict(task: str, argv: list[str], prog: str) -> int:
-    """``spanbert predict coref (--data CONLL --output OUT | --text TEXT)``."""
+def _predict(task: str, argv: list[str], prog: str) -> Path | None:
+    """``spanbert predict coref (--data CONLL --output OUT | --text TEXT)``: the file written (None for a
+    --text, whose clusters are printed)."""
     parser = task_parser(prog, __doc__)
     parser.add_argument("--model", required=True, help="folder of a model saved by `spanbert finetune coref`")
     source = parser.add_mutually_exclusive_group(required=True)
@@ -1519,7 +1521,7 @@ def _predict(task: str, argv: list[str], prog: str) -> int:
     source.add_argument("--text", help="raw text: prints its clusters as JSON with character offsets")
     parser.add_argument("--output", type=output_file, help="CoNLL-2012 file to write (with --data)")
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default: auto)")
-    parser.add_argument("--disable_tqdm", action="store_true", help="hide the progress bar")
+    add_switch(parser, "--disable_tqdm", help="hide the progress bar")
     threads.add_option(parser)
     args = parser.parse_args(argv)
     if args.data is not None and not args.output:
@@ -1531,7 +1533,7 @@ def _predict(task: str, argv: list[str], prog: str) -> int:
     predictor = CorefPredictor.from_pretrained(args.model, device=str(device))
     if args.text is not None:
         print0(json.dumps({"clusters": predictor.predict_text(args.text)}, indent=2, ensure_ascii=False))
-        return 0
+        return None
     t0 = time.perf_counter()
     # each rank resolves its share of the documents; rank 0 writes them all
     predictions = predict_sharded(
@@ -1542,10 +1544,10 @@ def _predict(task: str, argv: list[str], prog: str) -> int:
     eprint0(f"wrote {len(docs)} documents to {args.output} ({len(docs) / seconds:.2f} documents/s)")
     if any(d.clusters for d in docs):
         print_metrics(evaluate_clusters(docs, predictions))
-    return 0
+    return Path(args.output)
 
 
-def _evaluate(task: str, argv: list[str], prog: str) -> int:
+def _evaluate(task: str, argv: list[str], prog: str) -> Results:
     """``spanbert evaluate coref --gold KEY --predictions RESPONSE``: MUC, B3, CEAF-e and their mean."""
     parser = task_parser(prog, __doc__)
     parser.add_argument("--gold", required=True, help="gold CoNLL-2012 file or folder (the key)")
@@ -1553,8 +1555,46 @@ def _evaluate(task: str, argv: list[str], prog: str) -> int:
         "--predictions", required=True, help="CoNLL-2012 file written by `spanbert predict coref` (the response)"
     )
     args = parser.parse_args(argv)
-    print_metrics(evaluate_files(args.gold, args.predictions))
-    return 0
+    return Results(evaluate_files(args.gold, args.predictions), "conll_f1")
+
+
+def _score_model(model: str, data: str, options: dict[str, Any]) -> Results:
+    """A fine-tuned model scored on gold documents: resolved into the model folder, then scored."""
+    predictions = api.predict("coref", model=model, data=data, output=Path(model) / "heldout.conll",
+                              disable_tqdm=True, **options)  # fmt: skip
+    return Results(evaluate_files(data, predictions), "conll_f1")
+
+
+# LitBank's ten-fold split (Bamman et al. 2020): tenfold_splits/K/{train,dev,test}.ids name the documents of
+# fold K, each a conll/NAME.conll.gz file
+
+
+def _is_litbank(source: str) -> bool:
+    return Path(source).is_dir()
+
+
+def _holds_litbank_folds(source: str) -> bool:
+    return (Path(source) / "tenfold_splits").is_dir()
+
+
+def prepare_litbank_fold(source: str, fold: int, folder: Path) -> None:
+    """train.conll, dev.conll and test.conll of fold ``fold`` of the LitBank folder ``source``."""
+    root = Path(source)
+    for split in ("train", "dev", "test"):
+        ids = (root / "tenfold_splits" / str(fold) / f"{split}.ids").read_text().split()
+        files = [root / "conll" / i.replace(".tsv", ".conll.gz") for i in ids]
+        write_conll(folder / f"{split}.conll", [d for f in files for d in read_conll(f)])
+
+
+LITBANK_FOLDS = Folds(
+    name="litbank",
+    count=10,
+    source="the LitBank folder (with tenfold_splits/)",
+    applies=_is_litbank,
+    holds_folds=_holds_litbank_folds,
+    prepare=prepare_litbank_fold,
+    files=lambda folder: (folder / "train.conll", folder / "dev.conll", folder / "test.conll"),
+)
 
 
 def evaluate_files(gold: str | Path, predictions: str | Path) -> dict[str, float]:
@@ -1596,13 +1636,9 @@ SPECS = {
         metric="conll_f1",
         data="CoNLL-2012 files or folders of *.conll[.gz] (OntoNotes, LitBank)",
         configs=(("spanbert.tasks.coref", "CorefConfig"),),
-        dev_split=DevSplit(".conll", "conll-documents"),
+        dev_split=RecordSplit(".conll", "conll-documents"),
         data_options=lambda train, dev: {"train": train, "dev": dev},
-        # predicting gold documents prints their scores: one command scores the model
-        heldout_steps=lambda head, model, data: [
-            ["predict", *head, "--model", model, "--data", data, "--output", str(Path(model) / "heldout.conll"),
-             "--disable_tqdm"]
-        ],
+        score_model=_score_model,
+        folds=LITBANK_FOLDS,
     )
 }
-cli = task_cli(SPECS)

@@ -69,7 +69,8 @@ from spanbert.tasks.conll import (  # noqa: F401 -- the data side of the task, p
     score,
     write_predictions,
 )
-from spanbert.tasks.spec import RESULTS_FILE, DevSplit, TaskSpec, task_cli
+from spanbert.tasks.spec import RESULTS_FILE, Results, TaskSpec
+from spanbert.tasks.splits import RecordSplit
 from spanbert.trainer import eval_size
 
 # ---------------------------------------------------------------------------------------------
@@ -260,7 +261,7 @@ def _tagger_in_argv(argv: list[str]) -> str:
         return "linear"
 
 
-def _finetune(task: str, argv: list[str], prog: str) -> int:
+def _finetune(task: str, argv: list[str], prog: str) -> Results:
     """``spanbert finetune ner ...``: the linear or biLSTM-CRF tagger, or with --features BERT's
     feature-based NER (its own command line, `ner_features.finetune_cli`)."""
     if _wants_features(argv):
@@ -325,7 +326,7 @@ def _finetune(task: str, argv: list[str], prog: str) -> int:
                             configs=[NF.HeadConfig, CT.CrfTaggerConfig], check=check)  # fmt: skip
 
 
-def _predict(task: str, argv: list[str], prog: str) -> int:
+def _predict(task: str, argv: list[str], prog: str) -> Path:
     """``spanbert predict ner ...``."""
     parser = task_parser(prog, __doc__)
     parser.add_argument("--data", required=True, help="CoNLL-2003 file (tags optional for predict)")
@@ -340,10 +341,10 @@ def _predict(task: str, argv: list[str], prog: str) -> int:
     print0(f"wrote tags for {len(pred)} sentences to {args.output}")
     if all(s.tags for s in sentences):
         print_metrics(score(sentences, pred))
-    return 0
+    return Path(args.output)
 
 
-def _evaluate(task: str, argv: list[str], prog: str) -> int:
+def _evaluate(task: str, argv: list[str], prog: str) -> Results:
     """``spanbert evaluate ner ...``."""
     parser = task_parser(prog, __doc__)
     parser.add_argument("--data", required=True, help="CoNLL-2003 file (tags optional for predict)")
@@ -358,8 +359,7 @@ def _evaluate(task: str, argv: list[str], prog: str) -> int:
         if args.model
         else read_predictions(args.predictions, sentences)
     )
-    print_metrics({**score(sentences, pred), "sentences": len(sentences)})
-    return 0
+    return Results({**score(sentences, pred), "sentences": len(sentences)}, "f1")
 
 
 SPECS = {
@@ -372,8 +372,7 @@ SPECS = {
         metric="f1",
         data="CoNLL-2003 files (word POS chunk TAG)",
         configs=(("spanbert.tasks.ner_features", "HeadConfig"), ("spanbert.tasks.crf_tagger", "CrfTaggerConfig")),
-        dev_split=DevSplit(".txt", "blank-line-blocks"),
+        dev_split=RecordSplit(".txt", "blank-line-blocks"),
         scores_test=True,
     )
 }
-cli = task_cli(SPECS)

@@ -49,7 +49,6 @@ from spanbert.tasks.classification import (
     Collator,
     label_config,
     labels_from_config,
-    print_metrics,
     token_outputs,
     write_json,
 )
@@ -78,7 +77,7 @@ from spanbert.tasks.conll import (
     score,
     write_predictions,
 )
-from spanbert.tasks.spec import RESULTS_FILE
+from spanbert.tasks.spec import RESULTS_FILE, Results
 from spanbert.trainer import RUN, claim_run_dir, predict_batches, resolve_device, train
 from spanbert.utils import atomic_dir, input_paths, progress_bar
 
@@ -617,7 +616,7 @@ def predict(
     return predict_tags(model, SentenceFeatures(arrays, offsets), labels, batch_size, progress)
 
 
-def finetune_cli(argv: list[str], prog: str) -> int:
+def finetune_cli(argv: list[str], prog: str) -> Results:
     """``spanbert finetune ner --features CHOICES ...``."""
     parser = ArgumentParser(prog=f"{prog} --features", description=__doc__.split("\n\n")[0])
     parser.add_argument("--train_file", "--train", dest="train", required=True, help="CoNLL-2003 training file")
@@ -645,5 +644,5 @@ def finetune_cli(argv: list[str], prog: str) -> int:
             args.max_eval_examples, args.document_context, targs.device,
         )  # fmt: skip
     print0(f"saved the feature-based tagger(s) to {targs.output_dir}")
-    print_metrics(summary_table(results) if len(results) > 1 else next(iter(results.values())))
-    return 0
+    return Results(summary_table(results) if len(results) > 1 else next(iter(results.values())), "f1",
+                   output_dir=Path(targs.output_dir))  # fmt: skip

@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from spanbert import families
-from spanbert.config import add_dataclass_arguments, dataclass_from_args
+from spanbert.config import add_dataclass_arguments, add_switch, dataclass_from_args
 from spanbert.distributed import eprint0, is_main, print0
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics.evalb import EvalbAbort, evalb, summary_text
@@ -69,7 +69,7 @@ from spanbert.tasks.common import (
     write_json,
     write_once,
 )
-from spanbert.tasks.spec import RESULTS_FILE, TaskSpec, task_cli
+from spanbert.tasks.spec import RESULTS_FILE, Results, TaskSpec
 from spanbert.tasks.trees import Tree, _parse, read_trees, tokenize, write_trees
 from spanbert.trainer import predict_batches
 from spanbert.trainer import train as run_training
@@ -637,7 +637,7 @@ def read_predicted_lines(path: str | Path, expected: int, gold: str | Path) -> l
     return lines
 
 
-def _finetune(task: str, argv: list[str], prog: str) -> int:
+def _finetune(task: str, argv: list[str], prog: str) -> Results:
     """``spanbert finetune parse ...``."""
     encoder_lr, parser_lr = family_rates(model_in_argv(argv))
     defaults = {**family_defaults(argv, DEFAULTS), "learning_rate": parser_lr}
@@ -670,8 +670,9 @@ def _finetune(task: str, argv: list[str], prog: str) -> int:
                             check=check)  # fmt: skip
 
 
-def _predict(task: str, argv: list[str], prog: str) -> int:
-    """``spanbert predict parse (--data TREES | --text SENTENCE ...) ...``."""
+def _predict(task: str, argv: list[str], prog: str) -> Path | None:
+    """``spanbert predict parse (--data TREES | --text SENTENCE ...) ...``: the file written (None: the
+    trees went to stdout)."""
     parser = task_parser(prog, __doc__)
     parser.add_argument("--model", required=True, help="folder saved by `spanbert finetune parse`")
     source = parser.add_mutually_exclusive_group(required=True)
@@ -717,15 +718,15 @@ def _predict(task: str, argv: list[str], prog: str) -> int:
             f"sentences/s; decoding {parsed.decode_seconds:.2f}s)")  # fmt: skip
     if args.data:
         print_metrics(evalb_scores(gold.trees, [str(t) for t in parsed.trees]))
-    return 0
+    return Path(args.output) if args.output else None
 
 
-def _evaluate(task: str, argv: list[str], prog: str) -> int:
+def _evaluate(task: str, argv: list[str], prog: str) -> Results:
     """``spanbert evaluate parse --data GOLD (--predictions TREES | --model DIR)``: EVALB."""
     parser = task_parser(prog, __doc__)
     parser.add_argument("--data", required=True, help="gold trees: a .mrg file, a folder of them or one tree a line")
     add_scoring_source(parser, "predicted trees, one a line in the gold order (`spanbert predict parse`)", "sentences")
-    parser.add_argument("--summary", action="store_true", help="also print EVALB's '=== Summary ===' block (stderr)")
+    add_switch(parser, "--summary", help="also print EVALB's '=== Summary ===' block (stderr)")
     args = parser.parse_args(argv)
     gold = read_trees(args.data)
     if args.model:
@@ -747,8 +748,7 @@ def _evaluate(task: str, argv: list[str], prog: str) -> int:
         eprint0(f"note: {len(errors)} error sentence(s) not scored, as EVALB: {shown}")
     if args.summary:
         eprint0(summary_text(result).rstrip("\n"))
-    print_metrics(result.metrics())
-    return 0
+    return Results(result.metrics(), "f1")
 
 
 SPECS = {
@@ -764,4 +764,3 @@ SPECS = {
         scores_test=True,
     )
 }
-cli = task_cli(SPECS)

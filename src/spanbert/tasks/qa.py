@@ -43,6 +43,7 @@ from spanbert.config import add_dataclass_arguments, dataclass_from_args, replac
 from spanbert.distributed import eprint0, is_main, print0
 from spanbert.errors import DataError, SpanBertError, decode_utf8, utf8_argument
 from spanbert.metrics import squad as squad_metrics
+from spanbert.tasks import api
 from spanbert.tasks.common import (
     KeepBest,
     add_inference_arguments,
@@ -65,7 +66,8 @@ from spanbert.tasks.common import (
     write_once,
 )
 from spanbert.tasks.layers import apply_encoder_dropout, output_layer, scaled
-from spanbert.tasks.spec import RESULTS_FILE, DevSplit, TaskSpec, task_cli
+from spanbert.tasks.spec import RESULTS_FILE, Results, TaskSpec
+from spanbert.tasks.splits import RecordSplit
 from spanbert.trainer import eval_size, predict_batches, resolve_device, train
 from spanbert.utils import atomic_write, output_file, progress_bar
 
@@ -157,6 +159,11 @@ class QAData:
 
     def gold_answers(self) -> dict[str, list[str]]:
         return {e.qid: e.answers for e in self.examples}
+
+
+def _restrict_articles(records: list[Any], option: str, value: Any) -> list[Any]:
+    """The articles ``--validation_articles start:stop`` keeps (of a SQuAD file, or MRQA's contexts)."""
+    return records[_parse_slice(str(value))]
 
 
 def _parse_slice(spec: str) -> slice:
@@ -1457,7 +1464,7 @@ def _format(task: str) -> str:
     return "SQuAD v1.1/v2.0 JSON (.json or .json.gz)" if task == "squad" else "MRQA .jsonl or .jsonl.gz"
 
 
-def _finetune(task: str, argv: list[str], prog: str) -> int:
+def _finetune(task: str, argv: list[str], prog: str) -> Results:
     """``spanbert finetune {squad,mrqa} ...``."""
     fmt = _format(task)
 
@@ -1497,8 +1504,9 @@ def _finetune(task: str, argv: list[str], prog: str) -> int:
                             check=check)  # fmt: skip
 
 
-def _predict(task: str, argv: list[str], prog: str) -> int:
-    """``spanbert predict {squad,mrqa} (--data FILE --output PREDS | --question Q --context C)``."""
+def _predict(task: str, argv: list[str], prog: str) -> Path | None:
+    """``spanbert predict {squad,mrqa} (--data FILE --output PREDS | --question Q --context C)``: the
+    predictions file written (None for a --question, whose answer is printed)."""
     fmt = _format(task)
     parser = task_parser(prog, __doc__)
     parser.add_argument(
@@ -1530,7 +1538,7 @@ def _predict(task: str, argv: list[str], prog: str) -> int:
         cfg = QAConfig(**{**_config_dict(cfg), "null_score_diff_threshold": args.null_score_diff_threshold})
     if context is not None:
         print0(json.dumps(answer_with(model, tokenizer, cfg, args.question, context, args.device), ensure_ascii=False))
-        return 0
+        return None
     data = read_qa(args.data, task).select_articles(args.articles)
     decoded = run_prediction(
         model, data, tokenizer, cfg, args.batch_size, args.device, progress=not args.disable_tqdm
@@ -1548,10 +1556,10 @@ def _predict(task: str, argv: list[str], prog: str) -> int:
         f"wrote {len(decoded.predictions)} predictions to {out}"
         + (f" and {null_path}" if cfg.version_2_with_negative else "")
     )
-    return 0
+    return out
 
 
-def _evaluate(task: str, argv: list[str], prog: str) -> int:
+def _evaluate(task: str, argv: list[str], prog: str) -> Results:
     """``spanbert evaluate {squad,mrqa} --data GOLD --predictions PREDS``: the official scores."""
     fmt = _format(task)
     parser = task_parser(prog, __doc__)
@@ -1574,15 +1582,15 @@ def _evaluate(task: str, argv: list[str], prog: str) -> int:
         )
     for w in caught:  # one summary line (N of M questions have no prediction), not one per question
         eprint0(f"warning: {w.message}")
-    print0(json.dumps(metrics, indent=2))
-    return 0
+    return Results(metrics, "f1")
 
 
-def _heldout_steps(head: list[str], model: str, data: str) -> list[list[str]]:
-    """Predict the held-out questions into the model folder, then score them."""
-    preds = str(Path(model) / "heldout_predictions.json")
-    return [["predict", *head, "--model", model, "--data", data, "--output", preds, "--disable_tqdm"],
-            ["evaluate", *head, "--data", data, "--predictions", preds]]  # fmt: skip
+def _score_model(task: str, model: str, data: str, options: dict[str, Any]) -> Results:
+    """A fine-tuned model scored on labelled questions: predicted into the model folder, then scored
+    with the official script's rules (`evaluate` takes predictions, not a model)."""
+    preds = api.predict(task, model=model, data=data, output=Path(model) / "heldout_predictions.json",
+                        disable_tqdm=True, **options)  # fmt: skip
+    return api.evaluate(task, data=data, predictions=preds)
 
 
 SPECS = {
@@ -1596,13 +1604,12 @@ SPECS = {
         data=_format(name),
         configs=(("spanbert.tasks.qa", "QAConfig"),),
         dev_split=split,
-        heldout_steps=_heldout_steps,
+        score_model=functools.partial(_score_model, name),
     )
     for name, description, split in (
         ("squad", "extractive QA, SQuAD v1.1/v2.0 JSON",
-         DevSplit(".json", "squad-articles", restriction=("validation_articles",))),
+         RecordSplit(".json", "squad-articles", ("validation_articles",), _restrict_articles)),
         ("mrqa", "extractive QA, MRQA jsonl(.gz)",
-         DevSplit(".jsonl", "jsonl-after-header", restriction=("validation_articles",))),
+         RecordSplit(".jsonl", "jsonl-after-header", ("validation_articles",), _restrict_articles)),
     )
 }  # fmt: skip
-cli = task_cli(SPECS)
