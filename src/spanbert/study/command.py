@@ -12,7 +12,7 @@ from typing import Any
 import torch
 import yaml
 
-from spanbert import cost, distributed, folders
+from spanbert import cost, distributed, families, folders
 from spanbert.config import _read_yaml
 from spanbert.errors import SpanBertError
 from spanbert.model import SpanBertForPreTraining
@@ -33,7 +33,6 @@ from spanbert.study.spec import (
 from spanbert.study.stats import mean_std
 from spanbert.study.summary import collect, summarize
 from spanbert.tasks import TASKS
-from spanbert.tasks.common import load_tokenizer_for
 from spanbert.trainer import _ckpt_step, _complete
 from spanbert.utils import atomic_dir, atomic_write, check_output, output_file, remove_debris
 
@@ -187,7 +186,7 @@ def export_checkpoints(run_dir: Path, out: Path) -> list[tuple[int, Path]]:
     once, with the tokenizer and heads of the run's `final/`); returns [(step, folder)] by step."""
     checkpoints = run_checkpoints(run_dir)
     final = run_dir / "final"
-    tokenizer = load_tokenizer_for(final)
+    tokenizer = families.load_tokenizer(final)
     remove_debris(out)  # what a killed export left (`.step-N.tmp-*`): the step is exported again
     models: list[tuple[int, Path]] = []
     for step, ckpt in checkpoints:
