@@ -364,6 +364,39 @@ MODERNBERT_PRESETS: dict[str, dict[str, Any]] = {
 
 
 # ---------------------------------------------------------------------------------------------
+# What `spanbert pretrain` knows of each family before torch is loaded
+
+
+def _preset_check(presets: dict[str, Any], kind: str) -> Callable[[str], None]:
+    def check(model: str) -> None:
+        if model not in presets:
+            raise SpanBertError(f"--model: found unknown {kind} {model!r}, expected one of: {', '.join(presets)}")
+
+    return check
+
+
+@dataclass(frozen=True)
+class FamilyModels:
+    """A pre-training family's ``--model`` values, known without torch (``spanbert pretrain --help`` and
+    a config's checks run before any model file is imported). The family's whole row is
+    `spanbert.families.FAMILIES`; a test keeps the two tables naming the same families."""
+
+    check_model: Callable[[str], Any]
+    """Refuse a ``--model`` the family has no preset for (one `SpanBertError` listing the presets)."""
+
+
+PRETRAINING_FAMILIES: dict[str, FamilyModels] = {
+    "bert": FamilyModels(_preset_check(MODEL_PRESETS, "model preset")),
+    CLOZE_MODEL_TYPE: FamilyModels(parse_model_spec),  # a preset, then :field=value,... (docs/cloze.md)
+    MODERNBERT_MODEL_TYPE: FamilyModels(_preset_check(MODERNBERT_PRESETS, "ModernBERT preset")),
+}
+"""``--family`` values: the families that pre-train, in the order they are listed."""
+DEFAULT_FAMILY = "bert"
+"""The family of the paper's systems, and of a checkpoint folder whose config.json names no family (every
+BERT release predates the key)."""
+
+
+# ---------------------------------------------------------------------------------------------
 # A model family's fine-tuning habits
 
 
@@ -397,6 +430,9 @@ class FinetuneHabits:
     """--sweep's learning-rate grid (SpanBERT Appendix B; two-tower §4: 1e-4, 5e-5, 3e-5)."""
     sweep_batch_sizes: tuple[int, ...] = (16, 32)
     """--sweep's batch sizes (SpanBERT Appendix B: 16, 32; two-tower §4: 16)."""
+    parse_learning_rates: tuple[float, float] = (5e-5, 8e-4)
+    """(encoder, parser) learning rates of the constituency parser (BERT's fine-tuning rate and Kitaev &
+    Klein 2018's Adam rate for the parser; two-tower §6.2.2: 8e-4 for the language model, 8e-3 for the parser)."""
 
     def training_defaults(self) -> dict[str, Any]:
         """`training` as a dict of `TrainingArguments` field values."""

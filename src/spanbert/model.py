@@ -395,6 +395,10 @@ class Encoder(nn.Module):
         return self.config.vocab_size
 
     @property
+    def ffn_size(self) -> int:
+        return self.config.intermediate_size
+
+    @property
     def habits(self) -> FinetuneHabits:
         """BERT's fine-tuning (§4; SpanBERT Appendix B): heads drawn from N(0, initializer_range) after
         dropout hidden_dropout_prob, AdamW with linear decay and clipping at 1 (the trainer's defaults)."""

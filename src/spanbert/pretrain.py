@@ -153,15 +153,6 @@ def released_term_weights(counts: dict[str, int], totals: dict[str, float], worl
 ASSUMED_FLOPS, LONG_PLAN_SECONDS = cost.ASSUMED_FLOPS, cost.LONG_PLAN_SECONDS
 
 
-def _resolve_system(cfg: PretrainConfig) -> tuple[str, str, bool, float]:
-    """A BERT-family system as (masking scheme, "single" | "nsp", sbo, short_seq_prob), the user's
-    overrides applied (kept for callers of the earlier API; `resolve` gives every system's)."""
-    if cfg.system not in SYSTEMS:
-        raise SpanBertError(f"--system: found unknown system {cfg.system!r}, expected one of: {', '.join(SYSTEMS)}")
-    scheme, mode, sbo, short = SYSTEMS[cfg.system]
-    return cfg.masking or scheme, mode, sbo, short if cfg.short_seq_prob is None else cfg.short_seq_prob
-
-
 @dataclass(frozen=True)
 class Resolved:
     """A system resolved once, at the start of `pretrain`, and passed down: its family's pre-training

@@ -409,17 +409,14 @@ def length_batches(
     return batches
 
 
-def cpu_batch_tokens(model: nn.Module) -> int:
-    """Tokens per prediction batch on CPU whose widest activation (the feed-forward's, ``intermediate_size``
-    floats a token; 4 x hidden when the family does not say) stays under glibc's mmap threshold
+def cpu_batch_tokens(encoder: families.Family) -> int:
+    """Tokens per prediction batch on CPU whose widest activation (the feed-forward's, `Family.ffn_size`
+    floats a token) stays under glibc's mmap threshold
     (`spanbert.utils.MMAP_THRESHOLD`): such a batch reuses heap memory, a larger one maps and page-faults
     its activations in afresh at every layer (MiniLM 6 x 384, windows of 384 tokens: 60,000 page faults
     and ~10% more CPU time for batches of 64 than of 2). The matrix multiplies are as fast on a few
     hundred rows as on thousands."""
-    config = getattr(model, "config", None)
-    hidden = getattr(config, "hidden_size", 768)
-    width = getattr(config, "intermediate_size", None) or 4 * hidden
-    return max(1, MMAP_THRESHOLD // (4 * width))
+    return max(1, MMAP_THRESHOLD // (4 * encoder.ffn_size))
 
 
 def seed_init(seed: int) -> None:

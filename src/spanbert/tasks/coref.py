@@ -817,7 +817,7 @@ class CorefModel(nn.Module):
         # f = σ(W [g_i, a_i]) (Lee et al. 2018, eq. 5); only with a second round: a parameter outside
         # the graph would stop DDP ("parameters that were not used in producing loss")
         self.refine_gate = nn.Linear(2 * d, d) if c.coref_depth > 1 else None
-        if c.gradient_checkpointing and hasattr(self.bert, "set_gradient_checkpointing"):
+        if c.gradient_checkpointing:
             self.bert.set_gradient_checkpointing(True)
 
     # -------------------------------------------------------------- span representations
@@ -1150,12 +1150,18 @@ ARCHITECTURE = "SpanBertForCoreference"
 NEEDS = "a coreference model (spanbert finetune coref)"
 
 
+_BERT_ARCHITECTURE = "BertForCoreference"
+"""What `families.architecture` calls a BERT encoder's coreference model: such folders are written, as they
+always were, under the released model's name `ARCHITECTURE`."""
+
+
 def _architectures() -> tuple[str, ...]:
-    return (ARCHITECTURE, *(a for a in families.architectures("ForCoreference") if a != "BertForCoreference"))
+    return (ARCHITECTURE, *(a for a in families.architectures("ForCoreference") if a != _BERT_ARCHITECTURE))
 
 
 def save_coref_model(model: CorefModel, output_dir: str | Path, tokenizer: Any) -> None:
-    name = ARCHITECTURE if model.bert.model_type == "bert" else families.architecture(model.bert, "ForCoreference")
+    name = families.architecture(model.bert, "ForCoreference")
+    name = ARCHITECTURE if name == _BERT_ARCHITECTURE else name
     save_finetuned(
         model, output_dir, tokenizer, name, {"spanbert": {"task": "coref", "coref": asdict(model.config)}}
     )
@@ -1392,7 +1398,7 @@ def finetune_coref(
         targs = replace(targs, metric_for_best_model=metric)
     # The released optimizer: the encoder at its own rate with --weight_decay (not biases / LayerNorm),
     # the task layers at --learning_rate with task_weight_decay, each set clipped to max_grad_norm apart.
-    task_prefixes = [f"{name}." for name, _ in model.named_children() if name != "bert"]
+    task_prefixes = [f"{name}." for name, child in model.named_children() if child is not model.bert]
     t0 = time.perf_counter()
     result = trainer.train(
         model, dataset, targs, collate_fn=collate_document,

@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from spanbert import families
-from spanbert.config import add_dataclass_arguments, add_switch, dataclass_from_args
+from spanbert.config import FinetuneHabits, add_dataclass_arguments, add_switch, dataclass_from_args
 from spanbert.distributed import eprint0, is_main, print0
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics.evalb import EvalbAbort, evalb, summary_text
@@ -488,24 +488,19 @@ DEFAULTS = dict(
 """Training defaults: batches of sentences of similar length, at most 1,000 sub-word tokens with padding
 (about 30 sentences; a long sentence's chart is quadratic in its words, so a 249-word sentence of the
 sample must not pad 31 others to its length), 10 epochs with 10% warmup, the parser at the BERT
-family's rate (the two-tower family's are set by `family_rates`); the model of the best dev EVALB F1
+family's rate (another family's are set by `family_rates`); the model of the best dev EVALB F1
 of one evaluation an epoch is kept (each evaluation parses the whole dev set)."""
-
-FAMILY_RATES: dict[str, tuple[float, float]] = {
-    "cloze-two-tower": (8e-4, 8e-3),  # §6.2.2: language model 8E-04, parsing model 8E-03
-    "bert": (5e-5, 8e-4),  # BERT's fine-tuning rate; K&K 2018's Adam rate for the parser
-}
-"""Family -> (encoder learning rate, parser learning rate)."""
 
 
 def family_rates(model_dir: str | Path | None) -> tuple[float, float]:
-    """(encoder, parser) learning rates of the family in ``model_dir`` (BERT's when unreadable: the load
-    reports the folder's problem later)."""
+    """(encoder, parser) learning rates of the family in ``model_dir``, as its habits give them
+    (`FinetuneHabits.parse_learning_rates`); the default habits' when the folder is unreadable (the load
+    reports its problem later)."""
     try:
-        name = families.family_of(model_dir) if model_dir is not None else "bert"
+        habits = families.habits_of(model_dir) if model_dir is not None else FinetuneHabits()
     except SpanBertError:
-        name = "bert"
-    return FAMILY_RATES.get(name, FAMILY_RATES["bert"])
+        habits = FinetuneHabits()
+    return habits.parse_learning_rates
 
 
 def evalb_scores(gold: Sequence[Tree], predicted_lines: Sequence[str]) -> dict[str, Any]:

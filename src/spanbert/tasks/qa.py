@@ -997,7 +997,7 @@ def _map_windows(
         return collate_qa(items, pad_id)
 
     def predict(indices) -> list[T]:
-        max_tokens = cpu_batch_tokens(model) if on_cpu else 0
+        max_tokens = cpu_batch_tokens(model.bert) if on_cpu else 0
         batches = length_batches(indices, lengths, batch_size, same_length=on_cpu, max_tokens=max_tokens)
         ds = QAFeatureDataset(features, with_labels=False)
         got: dict[int, T] = {}
