@@ -202,14 +202,14 @@ def test_no_task_imports_a_model_file():
 
 
 # Where a family's or a task's name may be compared with: its own module(s) and the registries (the
-# light mirror of the families in config.py). Everywhere else a question about a family goes through the
+# light mirror of the families in pretrain_config.py). Everywhere else a question about a family goes through the
 # protocol or its row, and one about a task through its `TaskSpec`.
 FAMILY_HOMES = {
     "bert": {"model.py"},
     cloze.MODEL_TYPE: {"cloze.py"},
     "modernbert": {"modernbert.py"},
 }
-REGISTRIES = {"families.py", "config.py", "tasks/registry.py"}
+REGISTRIES = {"families.py", "pretrain_config.py", "tasks/registry.py"}
 # the constants that spell a family's name, by the name they are imported or defined under (the registry's
 # DEFAULT_FAMILY is a role, what a folder or system that names no family is on, and may be compared with)
 FAMILY_CONSTANTS = {"CLOZE_MODEL_TYPE": cloze.MODEL_TYPE, "MODERNBERT_MODEL_TYPE": "modernbert"}
@@ -268,7 +268,7 @@ def test_the_fence_sees_a_comparison():
 
 def test_the_light_family_table_names_the_families_that_pre_train():
     # `spanbert pretrain --family` is checked without torch (config.PRETRAINING_FAMILIES): the same families
-    from spanbert.config import DEFAULT_FAMILY, PRETRAINING_FAMILIES
+    from spanbert.pretrain_config import DEFAULT_FAMILY, PRETRAINING_FAMILIES
 
     assert list(PRETRAINING_FAMILIES) == [n for n, row in families.FAMILIES.items() if row.pretraining is not None]
     assert DEFAULT_FAMILY in families.FAMILIES and FAMILY_HOMES.keys() == families.FAMILIES.keys()

@@ -364,39 +364,6 @@ MODERNBERT_PRESETS: dict[str, dict[str, Any]] = {
 
 
 # ---------------------------------------------------------------------------------------------
-# What `spanbert pretrain` knows of each family before torch is loaded
-
-
-def _preset_check(presets: dict[str, Any], kind: str) -> Callable[[str], None]:
-    def check(model: str) -> None:
-        if model not in presets:
-            raise SpanBertError(f"--model: found unknown {kind} {model!r}, expected one of: {', '.join(presets)}")
-
-    return check
-
-
-@dataclass(frozen=True)
-class FamilyModels:
-    """A pre-training family's ``--model`` values, known without torch (``spanbert pretrain --help`` and
-    a config's checks run before any model file is imported). The family's whole row is
-    `spanbert.families.FAMILIES`; a test keeps the two tables naming the same families."""
-
-    check_model: Callable[[str], Any]
-    """Refuse a ``--model`` the family has no preset for (one `SpanBertError` listing the presets)."""
-
-
-PRETRAINING_FAMILIES: dict[str, FamilyModels] = {
-    "bert": FamilyModels(_preset_check(MODEL_PRESETS, "model preset")),
-    CLOZE_MODEL_TYPE: FamilyModels(parse_model_spec),  # a preset, then :field=value,... (docs/cloze.md)
-    MODERNBERT_MODEL_TYPE: FamilyModels(_preset_check(MODERNBERT_PRESETS, "ModernBERT preset")),
-}
-"""``--family`` values: the families that pre-train, in the order they are listed."""
-DEFAULT_FAMILY = "bert"
-"""The family of the paper's systems, and of a checkpoint folder whose config.json names no family (every
-BERT release predates the key)."""
-
-
-# ---------------------------------------------------------------------------------------------
 # A model family's fine-tuning habits
 
 
@@ -935,21 +902,6 @@ class ArgumentParser(argparse.ArgumentParser):
 
 def _canonical(option: str) -> str:
     return "--" + option[2:].replace("-", "_")
-
-
-def switch_value(value: Any) -> bool:
-    """A switch's value: ``true``/``false`` (also 1/0, yes/no, on/off)."""
-    try:
-        return _convert_scalar(bool, value)
-    except (TypeError, ValueError):
-        raise argparse.ArgumentTypeError(f"found {value!r}, expected true or false") from None
-
-
-def add_switch(parser: argparse.ArgumentParser | argparse._ArgumentGroup, *flags: str, help: str) -> None:
-    """A boolean option, off by default: the bare flag turns it on, ``--flag true|false`` says which. The
-    second spelling is the one a study records and the Python API writes (`spanbert.tasks.spec.options_argv`),
-    so a keyword ``flag=True`` and a flag ``--flag`` are one thing."""
-    parser.add_argument(*flags, nargs="?", const=True, default=False, type=switch_value, metavar="BOOL", help=help)
 
 
 def add_dataclass_arguments(

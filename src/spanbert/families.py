@@ -30,10 +30,11 @@ from torch import Tensor, nn
 
 from spanbert import checkpoints, cloze, model, modernbert
 from spanbert.collate import pretrain_target_counts
-from spanbert.config import DEFAULT_FAMILY, BertConfig, FinetuneHabits, _json_kind, model_config
+from spanbert.config import BertConfig, FinetuneHabits, _json_kind, model_config
 from spanbert.distributed import print0
 from spanbert.errors import SpanBertError
 from spanbert.hub import resolve_model
+from spanbert.pretrain_config import DEFAULT_FAMILY
 from spanbert.tokenization import load_tokenizer_for, train_byte_level_tokenizer, train_tokenizer
 
 

@@ -42,7 +42,7 @@ from spanbert.config import (
     parse_key_values,
 )
 from spanbert.distributed import eprint0, print0, resolve_device
-from spanbert.dropout import set_dropout
+from spanbert.dropout import seeded_build, set_dropout
 from spanbert.errors import SpanBertError, utf8_argument
 from spanbert.families import (
     BERT_PRETRAINING,
@@ -668,11 +668,11 @@ def pretrain(
         corpus_dir, tok_dir = distributed.on_main(lambda: prepare_data(cfg, args, sources, run, planned))
         tok = family.frame(load_tokenizer(tok_dir))  # from disk on every rank: the file that is exported
 
-        torch.manual_seed(args.seed)
-        model = family.build(
-            planned, tok, init_from=sources.init_from, objectives=system.objectives, mlm_weight=cfg.mlm_weight,
-            sbo_weight=cfg.sbo_weight,
-        )  # fmt: skip
+        with seeded_build(args.seed, distributed.rank()):  # the same weights on every rank, then a dropout stream per rank
+            model = family.build(
+                planned, tok, init_from=sources.init_from, objectives=system.objectives, mlm_weight=cfg.mlm_weight,
+                sbo_weight=cfg.sbo_weight,
+            )  # fmt: skip
         if cfg.random_init:
             final = Path(args.output_dir) / cfg.output_name
             extra = {**family.export_extra(cfg.system, None if run.causal else run.scheme), "random_init": True}
@@ -873,7 +873,7 @@ def preset_line(quick: bool, cfg: PretrainConfig, args: TrainingArguments) -> st
     else:
         size = f"{batch} x {cfg.max_seq_length} tokens"
     device = resolve_device(args.device)
-    precision = f"on {device.type}, {precision_text(args.precision, device)}"  # issue 32.3: which dtype, and why
+    precision = f"on {device.type}, {precision_text(args.precision, device)}"  # which dtype, and why
     plan = f"{model}, {length} of {size}, {cfg.recipe} optimisation, {precision}, output {args.output_dir}"
     if quick:
         return (

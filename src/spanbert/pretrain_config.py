@@ -11,17 +11,21 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from spanbert.budget import parse_duration
 from spanbert.config import (
+    CLOZE_MODEL_TYPE,
     CLOZE_SYSTEMS,
-    DEFAULT_FAMILY,
-    PRETRAINING_FAMILIES,
+    MODEL_PRESETS,
+    MODERNBERT_MODEL_TYPE,
+    MODERNBERT_PRESETS,
     ArgumentParser,
     add_dataclass_arguments,
+    parse_model_spec,
 )
 from spanbert.errors import SpanBertError
 from spanbert.masking import SCHEMES, MaskingConfig, add_replace_probs_arguments
@@ -77,9 +81,37 @@ SYSTEM_PRESETS: dict[str, System] = {
 }
 """Every ``--system``: the paper's (§4.2, §5, §6), BERT's LTR baseline and the two-tower systems."""
 
+def _preset_check(presets: dict[str, Any], kind: str) -> Callable[[str], None]:
+    def check(model: str) -> None:
+        if model not in presets:
+            raise SpanBertError(f"--model: found unknown {kind} {model!r}, expected one of: {', '.join(presets)}")
+
+    return check
+
+
+@dataclass(frozen=True)
+class FamilyModels:
+    """A pre-training family's ``--model`` values, known without torch (``spanbert pretrain --help`` and
+    a config's checks run before any model file is imported). The family's whole row is
+    `spanbert.families.FAMILIES`; a test keeps the two tables naming the same families."""
+
+    check_model: Callable[[str], Any]
+    """Refuse a ``--model`` the family has no preset for (one `SpanBertError` listing the presets)."""
+
+
+PRETRAINING_FAMILIES: dict[str, FamilyModels] = {
+    "bert": FamilyModels(_preset_check(MODEL_PRESETS, "model preset")),
+    CLOZE_MODEL_TYPE: FamilyModels(parse_model_spec),  # a preset, then :field=value,... (docs/cloze.md)
+    MODERNBERT_MODEL_TYPE: FamilyModels(_preset_check(MODERNBERT_PRESETS, "ModernBERT preset")),
+}
+"""What `spanbert pretrain` knows of each family that pre-trains before torch is loaded, in the order
+``--family`` lists them."""
+DEFAULT_FAMILY = "bert"
+"""The family of the paper's systems, and of a checkpoint folder whose config.json names no family (every
+BERT release predates the key)."""
 FAMILY_CHOICES = tuple(PRETRAINING_FAMILIES)
-"""--family values: the families that pre-train (`spanbert.config.PRETRAINING_FAMILIES`, the light mirror of
-the `spanbert.families.FAMILIES` rows with `pretraining`)."""
+"""--family values: the families that pre-train (`PRETRAINING_FAMILIES`, the light mirror of the
+`spanbert.families.FAMILIES` rows with `pretraining`)."""
 
 # The paper's systems (those on the default family) as (masking scheme, "single" | "nsp", sbo,
 # short_seq_prob): what `pretrain`'s earlier API returned for a system (ltr's scheme is unused).

@@ -273,7 +273,7 @@ def run_study(
                                 "first (--only pretrain, under torchrun if you like) and the shards to split fine-tuning")  # fmt: skip
         todo = todo[shard[0] :: shard[1]]
     # refused before anything is written: a changed study must not overwrite the study.json of the
-    # cells that were run (issue 22.13)
+    # cells that were run
     distributed.on_main(lambda: check_finished(cells))
     distributed.on_main(lambda: folders.make_folders(study.output_dir))
     distributed.on_main(lambda: _write_plan(study, cells))

@@ -224,7 +224,7 @@ def curve_main(argv: list[str], prog: str = "spanbert curve") -> int:
     reads = [("the run's model", run / "final", True), *[("a checkpoint", p, True) for p in run.glob("checkpoint-*")],
              ("--train", args.train), ("--dev", args.dev)]  # fmt: skip
     out = check_output(args.output_dir or run / f"curve-{task.name}", folder=True, owner="study", inputs=reads)
-    # everything the arguments decide is checked before a checkpoint is exported (issue 22.13): the
+    # everything the arguments decide is checked before a checkpoint is exported: the
     # run, then the task, its files, the grid and the seeds, with the run's final model standing in for
     # the exported ones
     run_checkpoints(run)

@@ -37,8 +37,7 @@ from spanbert.tasks.common import (
     load_task_model,
     predict_sharded,
     save_finetuned,
-    seed_dropout,
-    seed_init,
+    seeded_model,
 )
 from spanbert.tasks.common import (
     write_json as _write_json,
@@ -290,14 +289,11 @@ def build_model(
     run and on every rank, and each rank then gets its own dropout stream.
     """
     cls, _, pooled = HEADS[kind]
-    if seed is not None:
-        seed_init(seed)
-    encoder = load_encoder(model_dir, add_pooling_layer=pooled)
-    if vocab_size is not None:
-        resize_token_embeddings(encoder, vocab_size)
-    model = cls(encoder, num_labels)
-    if seed is not None:
-        seed_dropout(seed)
+    with seeded_model(seed):
+        encoder = load_encoder(model_dir, add_pooling_layer=pooled)
+        if vocab_size is not None:
+            resize_token_embeddings(encoder, vocab_size)
+        model = cls(encoder, num_labels)
     return model
 
 

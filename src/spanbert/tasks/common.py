@@ -11,13 +11,14 @@ Under ``torchrun`` every task command runs on every rank and goes through the fe
   predictions in the original order (contract 7: evaluation runs on every rank);
 - `write_once(fn)`: rank 0 writes, the others wait; its return value (a chosen threshold, the best
   sweep run) or its error reaches every rank. `save_finetuned` and `write_json` use it;
-- `seed_init(seed)` before building a head, `seed_dropout(seed)` after: the same head on every rank
-  and run, a per-rank dropout stream.
+- `with seeded_model(seed):` around building a model: the same head on every rank and run, drawn from
+  the seed alone, then a per-rank dropout stream.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
@@ -28,7 +29,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -36,13 +36,13 @@ from spanbert import distributed, families, folders, threads, trainer
 from spanbert.config import (
     ArgumentParser,
     add_dataclass_arguments,
-    add_switch,
     check_unknown_overrides,
     dataclass_from_args,
     load_yaml,
     parse_args_with_config,
     parse_key_values,
 )
+from spanbert.dropout import seeded_build
 from spanbert.errors import DataError, SpanBertError
 from spanbert.microbatch import planned_batch_size
 from spanbert.tasks.spec import Results
@@ -89,6 +89,23 @@ def selection_defaults(metric: str) -> dict[str, Any]:
         "greater_is_better": True,
         "save_total_limit": 1,
     }
+
+
+def parse_bool(value: Any) -> bool:
+    """``true``/``false`` (also 1/0, yes/no, on/off) for a boolean option's value."""
+    s = str(value).lower()
+    if s in ("1", "true", "yes", "on"):
+        return True
+    if s in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"found {value!r}, expected true or false")
+
+
+def add_switch(parser: argparse.ArgumentParser | argparse._ArgumentGroup, *flags: str, help: str) -> None:
+    """A boolean option of a task command, off by default: the bare flag turns it on, ``--flag
+    true|false`` says which. The second spelling is the one a study records and the Python API writes
+    (`spanbert.tasks.spec.options_argv`), so a keyword ``flag=True`` and a flag ``--flag`` are one thing."""
+    parser.add_argument(*flags, nargs="?", const=True, default=False, type=parse_bool, metavar="BOOL", help=help)
 
 
 def add_finetune_arguments(parser: argparse.ArgumentParser, defaults: dict[str, Any] | None = None) -> None:
@@ -419,18 +436,11 @@ def cpu_batch_tokens(encoder: families.Family) -> int:
     return max(1, MMAP_THRESHOLD // (4 * encoder.ffn_size))
 
 
-def seed_init(seed: int) -> None:
-    """Seed the global torch RNG before building a head: the same initialisation on every rank and in
-    every run with this ``--seed`` (the initialisers draw from the global RNG)."""
-    torch.manual_seed(seed)
-
-
-def seed_dropout(seed: int) -> None:
-    """After the model is built: a dropout stream of its own per rank (rank 0 of N and a single
-    process draw the same), so ranks do not drop the same units on their different examples."""
-    r = distributed.rank()
-    if r > 0:
-        torch.manual_seed(int(np.random.SeedSequence([seed, r]).generate_state(1)[0]))
+def seeded_model(seed: int | None) -> contextlib.AbstractContextManager[None]:
+    """``with seeded_model(seed): model = ...``: the new weights are drawn from ``seed`` alone (the same
+    head on every rank and in every run with this ``--seed``), then this rank's dropout stream is seeded
+    (`spanbert.dropout.seeded_build`)."""
+    return seeded_build(seed, distributed.rank())
 
 
 def write_json(path: str | Path, data: Any) -> None:
@@ -475,7 +485,7 @@ def load_tokenizer_for(model_dir: str | Path, tokenizer_dir: str | Path | None =
 
 def match_by_id(path: str | Path, by_id: dict[str, Any], wanted: Sequence[str], data: str, how: str = "") -> list[Any]:
     """The predictions ``by_id`` (read from ``path``) in the order of the data's ids ``wanted``: a file in any
-    order scores the same (issue 22). Ids the data repeats, ids without a prediction and predictions of no
+    order scores the same. Ids the data repeats, ids without a prediction and predictions of no
     id of the data are errors naming the first few; ``data`` names the data (e.g. "the dev data") and
     ``how`` says how the file's ids are read."""
     if len(set(wanted)) != len(wanted):
@@ -497,7 +507,7 @@ def match_by_id(path: str | Path, by_id: dict[str, Any], wanted: Sequence[str], 
 
 def warn_unseen(path: str | Path, found: Sequence[str], known: Sequence[str], what: str, trained_on: str) -> list[str]:
     """Warn once (rank 0) about the gold labels of a dev or test file that the model never saw in training
-    (issue 23.1): it cannot predict them, and the official scorers count those items as misses, which is
+    (it cannot predict them): the official scorers count those items as misses, which is
     what a user expects; refusing the file would stop every run on a training subset. Returns them."""
     unseen = sorted(set(found) - set(known))
     if unseen:
@@ -595,7 +605,7 @@ def load_task_model(
 
 
 # ---------------------------------------------------------------------------------------------
-# Model selection on dev (issue 11.6): the best evaluation of a run, the best run of a grid
+# Model selection on dev: the best evaluation of a run, the best run of a grid
 
 
 class KeepBest:

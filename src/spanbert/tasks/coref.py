@@ -32,13 +32,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from spanbert import distributed, families, threads, trainer
-from spanbert.config import add_dataclass_arguments, add_switch, dataclass_from_args, parse_key_values
+from spanbert.config import add_dataclass_arguments, dataclass_from_args, parse_key_values
 from spanbert.distributed import broadcast_object, eprint0, is_main, print0, resolve_device
 from spanbert.errors import DataError, SpanBertError, decode_utf8, utf8_argument
 from spanbert.metrics.coref import evaluate_documents
 from spanbert.tasks import api, common
 from spanbert.tasks.common import (
     add_finetune_arguments,
+    add_switch,
     check_output_dir,
     check_sequence_length,
     load_encoder,
@@ -48,8 +49,7 @@ from spanbert.tasks.common import (
     predict_sharded,
     print_metrics,
     save_finetuned,
-    seed_dropout,
-    seed_init,
+    seeded_model,
     start_distributed,
     task_parser,
     write_once,
@@ -1340,17 +1340,16 @@ def finetune_coref(
     # --seed fixes the task layers' initialisation (the same on every rank) and, per rank, dropout;
     # the document order and the training segment runs are drawn from (seed, epoch) by the trainer
     # and `CorefDataset`
-    seed_init(targs.seed)
-    encoder = load_encoder(model_dir)
-    if config.max_seq_length is not None and config.max_seq_length > encoder.max_positions:
-        raise SpanBertError(
-            f"--max_seq_length: found {config.max_seq_length}; expected at most the encoder's "
-            f"{encoder.max_positions} positions"
-        )
-    length, why = segment_length(config.max_seq_length, encoder.max_positions)
-    config = replace(config, max_seq_length=length)  # saved with the model: predict cuts documents the same way
-    model = CorefModel(None, config, encoder=encoder)
-    seed_dropout(targs.seed)
+    with seeded_model(targs.seed):
+        encoder = load_encoder(model_dir)
+        if config.max_seq_length is not None and config.max_seq_length > encoder.max_positions:
+            raise SpanBertError(
+                f"--max_seq_length: found {config.max_seq_length}; expected at most the encoder's "
+                f"{encoder.max_positions} positions"
+            )
+        length, why = segment_length(config.max_seq_length, encoder.max_positions)
+        config = replace(config, max_seq_length=length)  # saved with the model: predict cuts documents the same way
+        model = CorefModel(None, config, encoder=encoder)
     feats = _featurize_all(train_docs, tokenizer, length, "featurize train", progress)
     print0(segments_line(length, why, feats))
     dataset = CorefDataset(

@@ -27,7 +27,6 @@ from typing import Any
 import numpy as np
 
 from spanbert import families
-from spanbert.config import add_switch
 from spanbert.distributed import eprint0, print0
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics.classification import accuracy, binary_f1, matthews_corrcoef, pearson, spearman
@@ -38,6 +37,7 @@ from spanbert.tasks.common import (
     add_inference_arguments,
     add_scoring_source,
     add_sequence_length_argument,
+    add_switch,
     family_defaults,
     finetune_command,
     load_tokenizer_for,

@@ -47,8 +47,7 @@ from spanbert.tasks.common import (
     model_in_argv,
     print_metrics,
     save_finetuned,
-    seed_dropout,
-    seed_init,
+    seeded_model,
     selection_defaults,
     selection_summary,
     start_distributed,
@@ -63,7 +62,6 @@ from spanbert.tasks.conll import (  # noqa: F401 -- the data side of the task, p
     decode,
     label_list,
     ner_features,
-    parse_bool,
     read_conll,
     read_predictions,
     score,
@@ -123,10 +121,9 @@ def finetune_ner(
     settings = {"task": "ner", "max_seq_length": max_seq_length, "document_context": document_context}
     if tagger == "bilstm-crf":
         crf = crf or CT.CrfTaggerConfig()
-        seed_init(args.seed)
-        model = CT.CrfTagger(load_encoder(model_dir), len(labels), crf.stacking, crf.tagger_projection_dim,
-                             crf.tagger_lstm_hidden_size, crf.tagger_dropout)  # fmt: skip
-        seed_dropout(args.seed)
+        with seeded_model(args.seed):
+            model = CT.CrfTagger(load_encoder(model_dir), len(labels), crf.stacking, crf.tagger_projection_dim,
+                                 crf.tagger_lstm_hidden_size, crf.tagger_dropout)  # fmt: skip
         metrics, pred = CT.finetune(model, train_features, dev, dev_features, labels, args, tokenizer.pad_id, crf, score)
         settings.update(CT.settings_of(crf))
         architecture = families.architecture(model.bert, CT.TASK)

@@ -62,8 +62,7 @@ from spanbert.tasks.common import (
     parse_task_args,
     predict_sharded,
     resolve_sequence_length,
-    seed_dropout,
-    seed_init,
+    seeded_model,
     selection_summary,
     start_distributed,
     warn_unseen,
@@ -443,10 +442,9 @@ def train_head(
     """Train one randomly initialised tagger on one feature choice; returns (model holding the
     selected weights, dev metrics with the selected step, dev predictions of that model)."""
     mode, layers = choice_layers(choice, train_store.num_layers)
-    seed_init(args.seed)
-    model = FeatureTagger(mode, len(layers), train_store.meta["hidden_size"], len(labels), head.lstm_hidden_size,
-                          head.lstm_layers, head.head_dropout)  # fmt: skip
-    seed_dropout(args.seed)
+    with seeded_model(args.seed):
+        model = FeatureTagger(mode, len(layers), train_store.meta["hidden_size"], len(labels), head.lstm_hidden_size,
+                              head.lstm_layers, head.head_dropout)  # fmt: skip
     train_set = SentenceFeatures([train_store.layers[l] for l in layers], train_store.offsets, train_labels)
     dev_set = (
         SentenceFeatures([dev_store.layers[l] for l in layers], dev_store.offsets) if dev_store is not None else None
@@ -510,7 +508,7 @@ def finetune_features(
     Returns {choice: dev metrics}."""
     choices = parse_choices(head.features)
     # every choice must fit the encoder's depth: checked from its config.json before any feature is
-    # extracted, not after an hour of filling the cache (issue 22.13)
+    # extracted, not after an hour of filling the cache
     num_layers = families.num_layers_of(model_dir)
     for c in choices:
         choice_layers(c, num_layers)

@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from spanbert import families
-from spanbert.config import FinetuneHabits, add_dataclass_arguments, add_switch, dataclass_from_args
+from spanbert.config import FinetuneHabits, add_dataclass_arguments, dataclass_from_args
 from spanbert.distributed import eprint0, is_main, print0
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics.evalb import EvalbAbort, evalb, summary_text
@@ -51,6 +51,7 @@ from spanbert.tasks.common import (
     KeepBest,
     add_inference_arguments,
     add_scoring_source,
+    add_switch,
     family_defaults,
     finetune_command,
     load_encoder,
@@ -59,8 +60,7 @@ from spanbert.tasks.common import (
     predict_sharded,
     print_metrics,
     save_finetuned,
-    seed_dropout,
-    seed_init,
+    seeded_model,
     selection_defaults,
     selection_summary,
     start_distributed,
@@ -526,15 +526,14 @@ def finetune_parse(
     train_trees, train_sources = train.trees[:max_train_examples], train.sources[:max_train_examples]
     dev_trees = dev.trees[:max_eval_examples] if dev else []
     dev_sources = dev.sources[:max_eval_examples] if dev else []
-    seed_init(targs.seed)  # the parser's initialisation is the same on every rank and run
-    encoder = load_encoder(model_dir)
     tokenizer = families.load_tokenizer(model_dir, tokenizer_dir)
-    habits = encoder.habits
     labels, tags = chart_labels(train_trees), tag_list(train_trees)
     if dev_path:
         warn_unseen_labels(dev_path, dev_trees, labels, f"the training trees used ({train_path}, {len(train_trees)} trees)")
-    model = ChartParser(encoder, labels, tags, config, habits.init_std, habits.output_scale, habits.zero_init_head)
-    seed_dropout(targs.seed)
+    with seeded_model(targs.seed):  # the parser's initialisation is the same on every rank and run
+        encoder = load_encoder(model_dir)
+        habits = encoder.habits
+        model = ChartParser(encoder, labels, tags, config, habits.init_std, habits.output_scale, habits.zero_init_head)
     max_len = min(config.max_seq_length, int(getattr(encoder, "max_positions", config.max_seq_length)))
     train_features = parse_features(
         [t.words() for t in train_trees], tokenizer, max_len, train_sources, config.max_words

@@ -57,8 +57,7 @@ from spanbert.tasks.common import (
     load_tokenizer_for,
     predict_sharded,
     save_finetuned,
-    seed_dropout,
-    seed_init,
+    seeded_model,
     selection_defaults,
     selection_summary,
     start_distributed,
@@ -1196,10 +1195,9 @@ def finetune_qa(
     if not data.examples:
         raise SpanBertError(f"{train_file}: no training questions left after the article selection / id filter")
 
-    seed_init(targs.seed)  # the head's initialisation: the same in every run and on every rank
-    encoder = load_encoder(model_dir, add_pooling_layer=False)
-    model = SpanBertForQuestionAnswering(encoder=encoder, bilstm=cfg.bilstm)
-    seed_dropout(targs.seed)
+    with seeded_model(targs.seed):  # the head's initialisation: the same in every run and on every rank
+        encoder = load_encoder(model_dir, add_pooling_layer=False)
+        model = SpanBertForQuestionAnswering(encoder=encoder, bilstm=cfg.bilstm)
     if encoder.vocab_size < tokenizer.vocab_size:
         raise SpanBertError(
             f"the tokenizer has {tokenizer.vocab_size} tokens but the model's vocab_size is {encoder.vocab_size}"

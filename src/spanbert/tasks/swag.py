@@ -48,8 +48,7 @@ from spanbert.tasks.common import (
     predict_sharded,
     print_metrics,
     save_finetuned,
-    seed_dropout,
-    seed_init,
+    seeded_model,
     selection_defaults,
     selection_summary,
     start_distributed,
@@ -241,12 +240,8 @@ class MultipleChoice(nn.Module):
 
 def build_model(model_dir: str | Path, seed: int | None = None) -> MultipleChoice:
     """A fresh choice-scoring vector (and pooler, when the checkpoint has none) on a pre-trained encoder."""
-    if seed is not None:
-        seed_init(seed)
-    model = MultipleChoice(load_encoder(model_dir, add_pooling_layer=True))
-    if seed is not None:
-        seed_dropout(seed)
-    return model
+    with seeded_model(seed):
+        return MultipleChoice(load_encoder(model_dir, add_pooling_layer=True))
 
 
 NEEDS = "a SWAG model (spanbert finetune swag)"
