@@ -523,10 +523,6 @@ def test_seed_fixes_heads_dropout_and_order(tiny_run, tmp_path, capsys):
 
 
 def test_existing_output_dir_is_refused_before_any_work(tiny_run, tmp_path, cli_error):
-    from spanbert import trainer
-
-    if not hasattr(trainer, "check_output_dir"):
-        pytest.skip("spanbert.trainer.check_output_dir (contract 3) is not there yet")
     from spanbert.folders import claim_manifest, record
 
     out = tmp_path / "run"
