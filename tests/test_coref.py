@@ -621,7 +621,7 @@ def _parsed(monkeypatch, argv):
         seen.update(targs=targs, config=config)
         return {}
 
-    monkeypatch.setattr(coref, "finetune_coref", fake)
+    monkeypatch.setattr(coref.command, "finetune_coref", fake)  # where the command calls it
     assert main(["finetune", "coref", "--model", "m", "--train", "t.conll", "--output_dir", "o", *argv]) == 0
     return seen["targs"], seen["config"]
 
@@ -777,7 +777,7 @@ def test_the_best_dev_evaluation_is_the_model_saved(tiny_run, tmp_path, monkeypa
         calls.append(len(calls) + 1)
         return {**scores, "conll_f1": {1: 10.0, 2: 30.0, 3: 20.0}[calls[-1]]}
 
-    monkeypatch.setattr(coref, "evaluate_clusters", peaking)
+    monkeypatch.setattr(coref.finetune, "evaluate_clusters", peaking)  # where fine-tuning's evaluation calls it
     out = tmp_path / "run"
     assert main(finetune_argv(tiny_run, out, "--eval_steps", "1", "--save_steps", "1", "--dropout", "0")) == 0
     summary = json.loads((out / "dev_results.json").read_text())
@@ -789,7 +789,7 @@ def test_the_best_dev_evaluation_is_the_model_saved(tiny_run, tmp_path, monkeypa
     last = torch.load(out / "checkpoint-3" / "state.pt", weights_only=True)["model"]
     assert all(torch.equal(saved[k], best[k]) for k in saved)
     assert any(not torch.equal(saved[k], last[k]) for k in saved)
-    monkeypatch.setattr(coref, "evaluate_clusters", real)
+    monkeypatch.setattr(coref.finetune, "evaluate_clusters", real)
     again = tmp_path / "again.conll"
     assert main(["predict", "coref", "--model", str(out), "--data", str(tiny_run / "train.conll"),
                  "--output", str(again), "--device", "cpu", "--disable_tqdm"]) == 0  # fmt: skip
