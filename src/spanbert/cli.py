@@ -29,7 +29,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "tokenizer": ("spanbert.tokenization", "main", "train a cased WordPiece vocabulary (tokenizer train)"),
     "preprocess": ("spanbert.preprocess", "main", "tokenize a text corpus into memory-mapped token arrays"),
     "pretrain": ("spanbert.pretrain", "main", "pre-train SpanBERT or a BERT baseline (no arguments: quick start)"),
-    "fill": ("spanbert.pretrain", "fill_main", "predict a masked span with the MLM or the SBO head"),
+    "fill": ("spanbert.fill", "fill_main", "predict a masked span with the MLM or the SBO head"),
     # the task list comes from TASKS, so that a new task cannot be left out of `spanbert --help`
     "finetune": ("", "", f"fine-tune on a task: {', '.join(TASKS)}"),
     "predict": ("", "", "write predictions of a fine-tuned model in the task's official format"),
