@@ -658,7 +658,7 @@ def test_default_selects_on_dev_conll_f1_and_an_unknown_preset_is_an_error(monke
 def test_optimizer_groups_and_clipping_follow_the_released_code(tiny_run, tmp_path, monkeypatch):
     """Encoder: --weight_decay on weight matrices, none on biases / LayerNorm; task layers: none;
     encoder and task gradients clipped apart."""
-    from spanbert import trainer
+    from spanbert import optim, trainer
     from spanbert.cli import main
 
     seen = {}
@@ -671,7 +671,7 @@ def test_optimizer_groups_and_clipping_follow_the_released_code(tiny_run, tmp_pa
     assert main(finetune_argv(tiny_run, tmp_path / "run", "--weight_decay", "0.01")) != 0  # "interrupted"
     assert seen["clip_by_prefix"] == ("bert.",)
     model = seen["model"]
-    groups = trainer.param_groups(
+    groups = optim.param_groups(
         model, seen["args"].learning_rate, seen["args"].weight_decay, seen["lr_by_prefix"],
         seen["weight_decay_by_prefix"],
     )
@@ -680,7 +680,7 @@ def test_optimizer_groups_and_clipping_follow_the_released_code(tiny_run, tmp_pa
     for name, p in model.named_parameters():
         want = 0.01 if name.startswith("bert.") and p.ndim >= 2 and "LayerNorm" not in name else 0.0
         assert decay[id(p)] == want, name
-    assert [len(g) for g in trainer.clip_groups(model, list(model.parameters()), seen["clip_by_prefix"])] == [
+    assert [len(g) for g in optim.clip_groups(model, list(model.parameters()), seen["clip_by_prefix"])] == [
         len(list(model.bert.parameters())),
         len(list(model.parameters())) - len(list(model.bert.parameters())),
     ]

@@ -55,6 +55,7 @@ from spanbert.hub import resolve_model
 from spanbert.masking import SCHEMES, MaskingConfig
 from spanbert.microbatch import AUTO, planned_batch_size
 from spanbert.model import SpanBertForPreTraining  # noqa: F401 -- importable from here, as it was
+from spanbert.precision import precision_text
 from spanbert.pretrain_config import (  # noqa: F401 -- the systems, presets and parsers, re-exported where they were
     CAUSAL_SYSTEMS,
     CLOZE_SYSTEMS,
@@ -86,7 +87,6 @@ from spanbert.trainer import (
     check_output_dir,
     claim_run_dir,
     find_resume_checkpoint,
-    precision_text,
     predict_batches,
     token_batches,
     train,
