@@ -28,13 +28,13 @@ from spanbert.errors import SpanBertError
 from spanbert.pretrain import SYSTEM_PRESETS
 from spanbert.study.heldout import dev_restriction, heldout_plan, score_heldout, split_dev, study_is_legacy
 from spanbert.study.layout import Cell, finetune_cell_dir, fold_dir, model_dir, shared_dir
-from spanbert.study.runner import in_log, run_command, write_json
+from spanbert.study.runner import in_log, run_command
 from spanbert.study.spec import Study, SystemSpec, TaskSpec, subtask_options
 from spanbert.tasks import TASKS
 from spanbert.tasks import run as run_task
 from spanbert.tasks.spec import options_argv
 from spanbert.trainer import latest_checkpoint
-from spanbert.utils import atomic_write, progress_bar
+from spanbert.utils import atomic_write, progress_bar, write_json
 
 
 def plan(study: Study) -> list[Cell]:

@@ -18,11 +18,12 @@ from typing import Any
 from spanbert import folders
 from spanbert.errors import SpanBertError
 from spanbert.study.layout import Cell, fold_dir, heldout_dir
-from spanbert.study.runner import in_log, write_json
+from spanbert.study.runner import in_log
 from spanbert.study.spec import Study, TaskSpec, subtask_options
 from spanbert.tasks import TASKS
 from spanbert.tasks import score as score_model
 from spanbert.tasks.splits import HELDOUT_SEED, split_half  # noqa: F401 -- also importable from here, as it was
+from spanbert.utils import write_json
 
 
 @dataclass

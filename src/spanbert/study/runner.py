@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import json
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from spanbert import cli, distributed, folders
 from spanbert.errors import SpanBertError
@@ -53,11 +51,6 @@ def run_command(argv: list[str], log: Path) -> tuple[int, str]:
     except SpanBertError as e:
         return 2, f"error: {e}"
     return code, ""
-
-
-def write_json(path: Path, data: Any) -> None:
-    with atomic_write(path) as f:
-        f.write(json.dumps(data, indent=2) + "\n")
 
 
 def write_csv(path: Path, rows: list[list[str]]) -> None:

@@ -17,12 +17,12 @@ from spanbert import distributed, folders
 from spanbert.cost import human_duration
 from spanbert.errors import SpanBertError
 from spanbert.study.layout import ESTIMATE_FILE, finetune_cell_dir, shared_dir
-from spanbert.study.runner import in_log, write_csv, write_json
+from spanbert.study.runner import in_log, write_csv
 from spanbert.study.spec import Study, is_random_init, subtask_options
 from spanbert.study.stats import Comparison, mean_std, paired_comparison
 from spanbert.tasks import TASKS
 from spanbert.tasks import score as score_model
-from spanbert.utils import atomic_write
+from spanbert.utils import atomic_write, write_json
 
 
 def collect(study: Study) -> dict[str, dict[str, dict[str, Any]]]:

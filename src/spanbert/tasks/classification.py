@@ -39,9 +39,6 @@ from spanbert.tasks.common import (
     save_finetuned,
     seeded_model,
 )
-from spanbert.tasks.common import (
-    write_json as _write_json,
-)
 from spanbert.tasks.layers import apply_encoder_dropout, output_layer, scaled
 from spanbert.trainer import predict_batches, train
 
@@ -427,6 +424,3 @@ run_finetune_cli = common.run_finetune
 print_metrics = common.print_metrics
 
 
-def write_json(path: str | Path, data: Any) -> None:
-    """Pretty JSON, atomically, written once under torchrun (`spanbert.tasks.common.write_json`)."""
-    _write_json(path, data)

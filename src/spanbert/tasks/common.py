@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from spanbert import distributed, families, folders, threads, trainer
+from spanbert import distributed, families, folders, threads, trainer, utils
 from spanbert.config import (
     ArgumentParser,
     add_dataclass_arguments,
@@ -443,14 +443,9 @@ def seeded_model(seed: int | None) -> contextlib.AbstractContextManager[None]:
     return seeded_build(seed, distributed.rank())
 
 
-def write_json(path: str | Path, data: Any) -> None:
-    """Pretty JSON, atomically, written once (rank 0)."""
-    def write() -> None:
-        with atomic_write(path, encoding="utf-8") as f:
-            json.dump(data, f, indent=2, sort_keys=True, ensure_ascii=False)
-            f.write("\n")
-
-    write_once(write)
+def write_json(path: str | Path, data: Any, sort_keys: bool = True) -> None:
+    """Pretty JSON (UTF-8 as is), atomically, written once (rank 0): `spanbert.utils.write_json`."""
+    write_once(lambda: utils.write_json(path, data, sort_keys=sort_keys, ensure_ascii=False))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -50,7 +50,6 @@ from spanbert.tasks.classification import (
     label_config,
     labels_from_config,
     token_outputs,
-    write_json,
 )
 from spanbert.tasks.common import (
     KeepBest,
@@ -66,6 +65,7 @@ from spanbert.tasks.common import (
     selection_summary,
     start_distributed,
     warn_unseen,
+    write_json,
     write_once,
 )
 from spanbert.tasks.conll import (

@@ -55,6 +55,7 @@ from spanbert.tasks.common import (
     start_distributed,
     task_parser,
     warn_unseen,
+    write_json,
     write_once,
 )
 from spanbert.tasks.spec import RESULTS_FILE, Results, TaskSpec
@@ -565,7 +566,7 @@ def finetune_relation(
         C.save_model(model, out, tokenizer, "sequence", labels, meta)
         if dev:
             write_predictions(task, dev, pred, out / "dev_predictions.txt")
-            C.write_json(out / RESULTS_FILE, metrics)
+            write_json(out / RESULTS_FILE, metrics)
 
     write_once(write)
     return metrics

@@ -82,7 +82,6 @@ from spanbert.tasks.qa.finetune import (  # noqa: F401 -- the package's names
     predict_window_spans,
     run_prediction,
     window_settings,
-    write_json,
 )
 from spanbert.tasks.qa.model import (  # noqa: F401 -- the package's names
     SpanBertForQuestionAnswering,

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -31,6 +30,7 @@ from spanbert.tasks.common import (
     selection_defaults,
     selection_summary,
     start_distributed,
+    write_json,
     write_once,
 )
 from spanbert.tasks.qa.data import QAData, QAExample, read_id_list, read_qa
@@ -46,7 +46,6 @@ from spanbert.tasks.qa.features import QAFeatureDataset, QAFeatures, collate_qa,
 from spanbert.tasks.qa.model import SpanBertForQuestionAnswering
 from spanbert.tasks.spec import RESULTS_FILE
 from spanbert.trainer import eval_size, predict_batches, resolve_device, train
-from spanbert.utils import atomic_write
 
 # ---------------------------------------------------------------------------------------------
 # Fine-tuning and prediction
@@ -315,16 +314,6 @@ def answer_with(
     return {"answer": text, "score": probability(i, s + p0, e + p0), "start": start, "end": end}
 
 
-def write_json(path: str | Path, obj: Any) -> None:
-    """Pretty JSON, atomically, written once under torchrun (rank 0)."""
-    def write() -> None:
-        with atomic_write(path, encoding="utf-8") as f:
-            json.dump(obj, f, indent=2, ensure_ascii=False)
-            f.write("\n")
-
-    write_once(write)
-
-
 def finetune_qa(
     task: str,
     model_dir: str | Path,
@@ -447,10 +436,10 @@ def finetune_qa(
         extra = {"spanbert": {"task": task, **_config_dict(cfg)}}
         save_finetuned(model, out, tokenizer, families.architecture(model.bert, "ForQuestionAnswering"), extra)
         if results:
-            write_json(out / "dev_predictions.json", results["predictions"])
+            write_json(out / "dev_predictions.json", results["predictions"], sort_keys=False)
             if cfg.version_2_with_negative:
-                write_json(out / "dev_null_odds.json", results["null_odds"])
-            write_json(out / RESULTS_FILE, metrics)
+                write_json(out / "dev_null_odds.json", results["null_odds"], sort_keys=False)
+            write_json(out / RESULTS_FILE, metrics, sort_keys=False)
 
     write_once(write)  # the command says where it saved (`common.run_finetune`), as for every task
     return metrics
