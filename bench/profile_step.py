@@ -59,8 +59,8 @@ from spanbert.model import (
     SpanBoundaryHead,
     flops_per_token,
 )
+from spanbert.precision import flush_denormals
 from spanbert.tasks import qa
-from spanbert.trainer import flush_denormals
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from pretrain_step import hf_batch, span_batch  # noqa: E402  (the sibling benchmark's batch)

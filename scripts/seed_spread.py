@@ -52,7 +52,7 @@ def run_spanbert(args, seed: int, out: Path) -> float:
             "--device", "cpu"]  # fmt: skip
     argv += shlex.split(args.spanbert_args)
     with contextlib.redirect_stdout(io.StringIO()):
-        assert cli._run(argv) == 0, argv
+        assert cli.run(argv) == 0, argv
     # dev_results.json: the dev scores of the model at the end (the selected one when selecting)
     return float(json.loads((out / "dev_results.json").read_text())["accuracy"])
 

@@ -101,7 +101,7 @@ def adamw_grads(monkeypatch) -> list[dict[int, torch.Tensor]]:
 # ---------------------------------------------------------------------------------------------
 # `--precision auto` is bf16 on a CPU with native bf16 matrix units (issue 32.3). The suite's tolerances
 # are fp32's, so every test, and every process a test starts (torchrun, the CLI in a subprocess),
-# sees a CPU without them unless it says otherwise (tests/test_cpu_precision.py patches `cpu_flags`).
+# sees a CPU without them unless it says otherwise (tests/test_precision.py patches `spanbert.precision.cpu_flags`).
 
 
 @pytest.fixture(autouse=True)

@@ -1,11 +1,12 @@
-"""Checkpoint folders (`spanbert.checkpoints`) and the structure around them (issue 30).
+"""Checkpoint folders (`spanbert.checkpoints`) and the structure around them (their structure and the fences around the families).
 
 - every folder save is atomic and replaces an earlier model whole (audit item 4): an SBO head of an
   earlier save never survives beside a model without one; a save killed midway leaves the earlier folder
   intact and loadable; the two-tower export swaps `final/` in whole, as the BERT export does;
 - a folder save refuses a file or a folder of other files, changing nothing;
-- no task imports a model file, families.py dispatches on its `FamilySpec` rows and never on a family's
-  name, and the modules below the families do not import them.
+- no task imports a model file; no module compares with a family's or a task's name outside its own
+  module and the registries (families.py dispatches on its `FamilySpec` rows); the modules below the
+  families do not import them.
 """
 
 from __future__ import annotations
@@ -200,15 +201,83 @@ def test_no_task_imports_a_model_file():
     assert not bad, "tasks reach a family only through spanbert.families:\n" + "\n".join(bad)
 
 
-def test_families_dispatch_on_rows_not_names():
-    tree = ast.parse((SRC / "families.py").read_text(encoding="utf-8"))
-    compares = [
-        node.lineno
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Compare)
-        and any(isinstance(c, ast.Constant) and c.value in families.FAMILIES for c in [node.left, *node.comparators])
-    ]
-    assert not compares, f"families.py compares with a family's name at lines {compares}: add a FamilySpec field"
+# Where a family's or a task's name may be compared with: its own module(s) and the registries (the
+# light mirror of the families in pretrain_config.py). Everywhere else a question about a family goes through the
+# protocol or its row, and one about a task through its `TaskSpec`.
+FAMILY_HOMES = {
+    "bert": {"model.py"},
+    cloze.MODEL_TYPE: {"cloze.py"},
+    "modernbert": {"modernbert.py"},
+}
+REGISTRIES = {"families.py", "pretrain_config.py", "tasks/registry.py"}
+# the constants that spell a family's name, by the name they are imported or defined under (the registry's
+# DEFAULT_FAMILY is a role, what a folder or system that names no family is on, and may be compared with)
+FAMILY_CONSTANTS = {"CLOZE_MODEL_TYPE": cloze.MODEL_TYPE, "MODERNBERT_MODEL_TYPE": "modernbert"}
+
+
+def _compared_names(path: Path) -> list[tuple[int, str]]:
+    """(line, name) of every comparison in the file with a family's or a task's name: a string constant
+    (alone or in a tuple, list or set), or a family's name constant (``cloze.MODEL_TYPE`` where the
+    module's own ``MODEL_TYPE`` is not meant)."""
+    from spanbert.tasks.registry import _MODULES
+
+    names = set(families.FAMILIES) | set(_MODULES)
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+
+    def spelled(node: ast.AST) -> list[str]:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return [node.value] if node.value in names else []
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return [x for e in node.elts for x in spelled(e)]
+        if isinstance(node, ast.Name) and node.id in FAMILY_CONSTANTS:
+            return [FAMILY_CONSTANTS[node.id]]
+        if isinstance(node, ast.Attribute) and node.attr == "MODEL_TYPE" and isinstance(node.value, ast.Name):
+            module = {"cloze": cloze.MODEL_TYPE, "modernbert": "modernbert"}.get(node.value.id)
+            return [module] if module else []
+        return []
+
+    return [(node.lineno, name) for node in ast.walk(tree) if isinstance(node, ast.Compare)
+            for side in [node.left, *node.comparators] for name in spelled(side)]  # fmt: skip
+
+
+def test_no_module_compares_with_a_family_or_task_name_outside_its_home():
+    from spanbert.tasks.registry import _MODULES
+
+    # a task's home: its module, or every file of its package (tasks/qa/)
+    task_homes = {name: module.removeprefix("spanbert.").replace(".", "/") for name, module in _MODULES.items()}
+
+    def at_home(where: str, name: str) -> bool:
+        if name in FAMILY_HOMES:
+            return where in FAMILY_HOMES[name]
+        return where == f"{task_homes[name]}.py" or where.startswith(f"{task_homes[name]}/")
+
+    bad = []
+    for path in sorted(SRC.rglob("*.py")):
+        where = path.relative_to(SRC).as_posix()
+        if where in REGISTRIES:
+            continue
+        bad += [f"{where}:{line}: compares with {name!r}" for line, name in _compared_names(path)
+                if not at_home(where, name)]  # fmt: skip
+    assert not bad, "ask the family's protocol or row, or the task's TaskSpec, instead:\n" + "\n".join(bad)
+
+
+def test_the_fence_sees_a_comparison():
+    # the check above finds what it looks for (a constant, a tuple, a family constant, a module's MODEL_TYPE)
+    import tempfile
+
+    code = 'if f == "bert" or t in ("squad", "x") or f == CLOZE_MODEL_TYPE or f != modernbert.MODEL_TYPE: pass\n'
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "probe.py"
+        path.write_text(code)
+        assert sorted(n for _, n in _compared_names(path)) == sorted(["bert", "squad", cloze.MODEL_TYPE, "modernbert"])
+
+
+def test_the_light_family_table_names_the_families_that_pre_train():
+    # `spanbert pretrain --family` is checked without torch (config.PRETRAINING_FAMILIES): the same families
+    from spanbert.pretrain_config import DEFAULT_FAMILY, PRETRAINING_FAMILIES
+
+    assert list(PRETRAINING_FAMILIES) == [n for n, row in families.FAMILIES.items() if row.pretraining is not None]
+    assert DEFAULT_FAMILY in families.FAMILIES and FAMILY_HOMES.keys() == families.FAMILIES.keys()
 
 
 @pytest.mark.parametrize("module", ["checkpoints", "dropout"])

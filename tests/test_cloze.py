@@ -265,7 +265,8 @@ def test_word_tokenizer_is_deterministic_and_has_the_markers():
 
 
 def test_paper_schedule_and_optimizer(tmp_path):
-    from spanbert.trainer import TrainingArguments, cosine_lambda, make_optimizer
+    from spanbert.optim import cosine_lambda, make_optimizer
+    from spanbert.trainer import TrainingArguments
 
     args = cloze.paper_training_arguments(TrainingArguments(output_dir=str(tmp_path), warmup_steps=16_000))
     assert (args.optim, args.momentum, args.max_grad_norm, args.weight_decay) == ("nesterov", 0.99, 0.1, 0.0)

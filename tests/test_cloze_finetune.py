@@ -228,7 +228,7 @@ def test_ner_frozen_mode_trains_only_the_mix_and_head():
 
 
 def test_ner_finetune_mode_trains_the_lm_at_its_own_rate():
-    from spanbert.trainer import param_groups
+    from spanbert.optim import param_groups
 
     lm = tiny_lm()
     model = CT.CrfTagger(TwoTowerEncoder(lm), 3, stacking="finetune", projection_dim=8, lstm_hidden_size=6).train()
@@ -256,7 +256,7 @@ def test_ner_eval_outputs_viterbi_tags_and_per_sequence_loss():
 
 
 def test_cosine_schedule_warms_up_from_1e7_and_anneals_to_1e6():
-    from spanbert.trainer import cosine_lambda
+    from spanbert.optim import cosine_lambda
 
     total, warmup, peak = 100, 10, 5e-5
     d = FINETUNE_HABITS.training_defaults()

@@ -523,10 +523,6 @@ def test_seed_fixes_heads_dropout_and_order(tiny_run, tmp_path, capsys):
 
 
 def test_existing_output_dir_is_refused_before_any_work(tiny_run, tmp_path, cli_error):
-    from spanbert import trainer
-
-    if not hasattr(trainer, "check_output_dir"):
-        pytest.skip("spanbert.trainer.check_output_dir (contract 3) is not there yet")
     from spanbert.folders import claim_manifest, record
 
     out = tmp_path / "run"
@@ -625,7 +621,7 @@ def _parsed(monkeypatch, argv):
         seen.update(targs=targs, config=config)
         return {}
 
-    monkeypatch.setattr(coref, "finetune_coref", fake)
+    monkeypatch.setattr(coref.command, "finetune_coref", fake)  # where the command calls it
     assert main(["finetune", "coref", "--model", "m", "--train", "t.conll", "--output_dir", "o", *argv]) == 0
     return seen["targs"], seen["config"]
 
@@ -662,7 +658,7 @@ def test_default_selects_on_dev_conll_f1_and_an_unknown_preset_is_an_error(monke
 def test_optimizer_groups_and_clipping_follow_the_released_code(tiny_run, tmp_path, monkeypatch):
     """Encoder: --weight_decay on weight matrices, none on biases / LayerNorm; task layers: none;
     encoder and task gradients clipped apart."""
-    from spanbert import trainer
+    from spanbert import optim, trainer
     from spanbert.cli import main
 
     seen = {}
@@ -675,7 +671,7 @@ def test_optimizer_groups_and_clipping_follow_the_released_code(tiny_run, tmp_pa
     assert main(finetune_argv(tiny_run, tmp_path / "run", "--weight_decay", "0.01")) != 0  # "interrupted"
     assert seen["clip_by_prefix"] == ("bert.",)
     model = seen["model"]
-    groups = trainer.param_groups(
+    groups = optim.param_groups(
         model, seen["args"].learning_rate, seen["args"].weight_decay, seen["lr_by_prefix"],
         seen["weight_decay_by_prefix"],
     )
@@ -684,7 +680,7 @@ def test_optimizer_groups_and_clipping_follow_the_released_code(tiny_run, tmp_pa
     for name, p in model.named_parameters():
         want = 0.01 if name.startswith("bert.") and p.ndim >= 2 and "LayerNorm" not in name else 0.0
         assert decay[id(p)] == want, name
-    assert [len(g) for g in trainer.clip_groups(model, list(model.parameters()), seen["clip_by_prefix"])] == [
+    assert [len(g) for g in optim.clip_groups(model, list(model.parameters()), seen["clip_by_prefix"])] == [
         len(list(model.bert.parameters())),
         len(list(model.parameters())) - len(list(model.bert.parameters())),
     ]
@@ -781,7 +777,7 @@ def test_the_best_dev_evaluation_is_the_model_saved(tiny_run, tmp_path, monkeypa
         calls.append(len(calls) + 1)
         return {**scores, "conll_f1": {1: 10.0, 2: 30.0, 3: 20.0}[calls[-1]]}
 
-    monkeypatch.setattr(coref, "evaluate_clusters", peaking)
+    monkeypatch.setattr(coref.finetune, "evaluate_clusters", peaking)  # where fine-tuning's evaluation calls it
     out = tmp_path / "run"
     assert main(finetune_argv(tiny_run, out, "--eval_steps", "1", "--save_steps", "1", "--dropout", "0")) == 0
     summary = json.loads((out / "dev_results.json").read_text())
@@ -793,7 +789,7 @@ def test_the_best_dev_evaluation_is_the_model_saved(tiny_run, tmp_path, monkeypa
     last = torch.load(out / "checkpoint-3" / "state.pt", weights_only=True)["model"]
     assert all(torch.equal(saved[k], best[k]) for k in saved)
     assert any(not torch.equal(saved[k], last[k]) for k in saved)
-    monkeypatch.setattr(coref, "evaluate_clusters", real)
+    monkeypatch.setattr(coref.finetune, "evaluate_clusters", real)
     again = tmp_path / "again.conll"
     assert main(["predict", "coref", "--model", str(out), "--data", str(tiny_run / "train.conll"),
                  "--output", str(again), "--device", "cpu", "--disable_tqdm"]) == 0  # fmt: skip

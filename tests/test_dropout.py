@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from torch import nn
 
 from spanbert import dropout as D
 
@@ -106,3 +107,24 @@ def test_dropout_layer_rate_scale_and_reproducibility():
     torch.manual_seed(1)
     assert torch.equal(layer(x), y)
     assert torch.equal(layer.eval()(x), x)
+
+
+def test_a_model_built_in_a_seeded_block_depends_on_the_seed_alone():
+    from spanbert.dropout import seeded_build
+
+    def build(seed, rank=0, before=0):
+        torch.rand(before)  # whatever the process drew before
+        with seeded_build(seed, rank):
+            layer = nn.Linear(4, 3)
+        return layer.weight.detach().clone(), torch.rand(2)  # the weights, then the dropout stream's first draws
+
+    (w1, d1), (w2, d2), (w3, d3) = build(7), build(7, before=5), build(7, rank=1)
+    assert torch.equal(w1, w2) and torch.equal(w1, w3)  # the same head on every rank, whatever came before
+    assert torch.equal(d1, d2) and not torch.equal(d1, d3)  # a dropout stream per rank, seeded
+    assert not torch.equal(build(8)[0], w1)
+    torch.manual_seed(0)
+    expected = torch.rand(1)
+    torch.manual_seed(0)
+    with seeded_build(None):  # no seed: nothing is seeded, the process's stream goes on
+        pass
+    assert torch.equal(torch.rand(1), expected)

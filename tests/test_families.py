@@ -116,6 +116,26 @@ def test_every_family_has_the_protocol(models, name):
     )
 
 
+@pytest.mark.parametrize("name", FAMILY_NAMES)
+def test_every_family_checkpoints_its_layers_to_the_same_gradients(models, name):
+    # `Family.set_gradient_checkpointing` (coref's --gradient_checkpointing) is the protocol's, in every family
+    encoder = families.load_encoder(models[name])
+    encoder.train()
+    from spanbert.dropout import set_dropout
+
+    set_dropout(encoder, 0.0)
+    x = torch.as_tensor(families.load_tokenizer(models[name]).encode("the movie was good").ids)[None]
+    grads = []
+    for on in (False, True):
+        encoder.zero_grad()
+        encoder.set_gradient_checkpointing(on)
+        encoder(x, torch.ones_like(x)).square().sum().backward()
+        grads.append([p.grad.clone() for p in encoder.parameters() if p.grad is not None])
+    encoder.set_gradient_checkpointing(False)
+    assert grads[0] and all(torch.allclose(a, b, atol=1e-6) for a, b in zip(*grads))
+    assert encoder.ffn_size > 0
+
+
 def test_the_one_loader_reads_every_layout(models, tmp_path):
     """HF BERT without model_type, Google's bert_config.json, a fairseq state dict, both families."""
     from spanbert.model import load_checkpoint

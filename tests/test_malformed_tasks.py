@@ -501,22 +501,13 @@ def _case_mrqa_eval_prediction_number(t, m):
     return ["evaluate", "mrqa", "--data", d, "--predictions", p], p, "answer string"
 
 
-def _needs_output_dir_check() -> None:
-    from spanbert import trainer
-
-    if not hasattr(trainer, "check_output_dir"):
-        pytest.skip("spanbert.trainer.check_output_dir (contract 3) is not there yet")
-
-
 def _case_squad_output_dir_taken(t, m):
-    _needs_output_dir_check()
     _ran(t / "out" / "config.json", "{}")
     f = _w(t / "train.json", "not even JSON")  # the folder is checked before any data is read
     return _squad_ft(t, m, f), t / "out", "--overwrite_output_dir"
 
 
 def _case_glue_sweep_output_dir_taken(t, m):
-    _needs_output_dir_check()
     _ran(t / "out" / "latest", "checkpoint-1\n")
     d = _glue_dir(t, "SST-2", "not a GLUE file")
     return _glue_ft(t, m, "SST-2", d) + ["--sweep"], t / "out", "--resume"

@@ -691,14 +691,14 @@ def test_garbage_omp_num_threads_is_one_note_not_libgomps_complaint(tmp_path):
 
 def test_emulated_bf16_is_named(monkeypatch):
     """--dtype bf16 on a CPU without native bf16 ran 4x slower than fp32 and said nothing of emulation."""
-    from spanbert import trainer
+    from spanbert import precision
 
     cpu = torch.device("cpu")
     monkeypatch.setenv("SPANBERT_CPU_FLAGS", "fpu avx2")
-    assert "emulated" in trainer.precision_note("bf16", cpu)
-    assert trainer.precision_note("fp32", cpu) is None and trainer.precision_note("auto", cpu) is None
+    assert "emulated" in precision.precision_note("bf16", cpu)
+    assert precision.precision_note("fp32", cpu) is None and precision.precision_note("auto", cpu) is None
     monkeypatch.setenv("SPANBERT_CPU_FLAGS", "fpu avx2 avx512_bf16")
-    assert trainer.precision_note("bf16", cpu) is None
+    assert precision.precision_note("bf16", cpu) is None
 
 
 def test_unseen_dev_labels_are_warned_in_every_task_that_has_labels(tmp_path, models, capsys):  # noqa: F811

@@ -12,10 +12,11 @@ import torch
 from spanbert import data
 from spanbert.config import model_config
 from spanbert.errors import SpanBertError
+from spanbert.fill import fill
 from spanbert.folders import MANIFEST
 from spanbert.masking import MaskingConfig
 from spanbert.model import SpanBertForPreTraining
-from spanbert.pretrain import CAUSAL_SYSTEMS, SYSTEMS, PretrainConfig, fill, main, pretrain
+from spanbert.pretrain import CAUSAL_SYSTEMS, SYSTEMS, PretrainConfig, main, pretrain
 from spanbert.tokenization import train_tokenizer
 from spanbert.trainer import TrainingArguments
 

@@ -9,7 +9,8 @@ import torch
 from test_trainer import Net, Regression, args
 
 from spanbert.errors import SpanBertError
-from spanbert.trainer import eval_schedule, param_groups, train
+from spanbert.optim import param_groups
+from spanbert.trainer import eval_schedule, train
 
 
 def _peaking_eval(peak: int, seen: dict):
@@ -129,7 +130,7 @@ def test_weight_decay_by_prefix_keeps_bias_and_layernorm_at_zero():
 
 
 def test_cosine_schedule_from_init_to_min():
-    from spanbert.trainer import cosine_lambda
+    from spanbert.optim import cosine_lambda
 
     f = cosine_lambda(total_steps=110, warmup_steps=10, peak=1e-3, init_lr=1e-7, min_lr=1e-4)
     assert f(0) * 1e-3 == pytest.approx(1e-7) and f(5) * 1e-3 == pytest.approx(1e-7 + (1e-3 - 1e-7) / 2)

@@ -240,7 +240,7 @@ def test_curve_fine_tunes_every_checkpoint(tmp_path):
 
 
 def test_a_finished_cell_run_with_other_settings_is_refused(tmp_path):
-    study = S.Study(systems=[S.SystemSpec("bert")], tasks=[S.TaskSpec("glue", glue_task="SST-2", train=str(tmp_path))],
+    study = S.Study(systems=[S.SystemSpec("bert")], tasks=[S.TaskSpec("glue", subtask="SST-2", train=str(tmp_path))],
                     seeds=1, output_dir=str(tmp_path / "out"), corpus="c")  # fmt: skip
     cell = next(c for c in S.plan(study) if c.kind == "finetune")
     cell.dir.mkdir(parents=True)
@@ -301,7 +301,7 @@ def test_study_yaml_values_of_the_wrong_type_name_file_and_line(tmp_path, cli_er
 
 
 def test_a_refused_study_leaves_study_json_as_it_was(tmp_path):
-    study = S.Study(systems=[S.SystemSpec("bert")], tasks=[S.TaskSpec("glue", glue_task="SST-2", train=str(tmp_path))],
+    study = S.Study(systems=[S.SystemSpec("bert")], tasks=[S.TaskSpec("glue", subtask="SST-2", train=str(tmp_path))],
                     seeds=1, output_dir=str(tmp_path / "out"), corpus="c")  # fmt: skip
     cell = next(c for c in S.plan(study) if c.kind == "finetune")
     cell.dir.mkdir(parents=True)
@@ -512,7 +512,7 @@ def test_dev_is_split_by_record_in_each_format(tmp_path):
     assert names == sorted(doc.key for doc in read_conll(tmp_path / "dev.conll")) and len(read_conll(h.heldout)) == 2
     # GLUE: a folder per half, the training file linked, the header kept
     sst = _sst_folder(tmp_path / "SST-2", n=10)
-    h, _ = _split(tmp_path, S.TaskSpec("glue", glue_task="SST-2", train=str(sst)))
+    h, _ = _split(tmp_path, S.TaskSpec("glue", subtask="SST-2", train=str(sst)))
     rows = [Path(p, "dev.tsv").read_text().splitlines() for p in (h.select, h.heldout)]
     assert all(r[0] == "sentence\tlabel" for r in rows) and len(rows[0]) == 6 and len(rows[1]) == 6
     assert sorted(rows[0][1:] + rows[1][1:]) == sorted((sst / "dev.tsv").read_text().splitlines()[1:])

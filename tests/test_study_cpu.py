@@ -142,7 +142,7 @@ def test_a_fine_tuning_stage_extrapolates_the_steps_and_counts_the_evaluations()
     # fixed 40 - 19 - 9 = 12 s; 300 steps; evaluations at 100, 200 and the end
     assert E.finetune_task_estimate(f, coref, 3).per_cell == pytest.approx(12 + 150 + 3 * 9.0 + 10)
     # no schedule named: as many evaluations as the probe made
-    sst = S.TaskSpec("glue", glue_task="SST-2", train="t", options={"max_train_examples": 800})
+    sst = S.TaskSpec("glue", subtask="SST-2", train="t", options={"max_train_examples": 800})
     f = FinetuneTimings("SST-2", "examples", size=800, probe_size=100, wall_s=20.0, steps=4, step_s=1.0,
                         eval_s=[2.0, 3.0])  # fmt: skip
     assert E.finetune_task_estimate(f, sst, 1).per_cell == pytest.approx(11 + 32 * 1.0 + 2 * 2.5)

@@ -2,13 +2,17 @@
 
 The toy task below (does a sentence have an even number of words?) is written here, in the test, the
 way docs/architecture.md ("Adding a task") says a task file is written, and registered from here: the
-CLI's finetune, predict and evaluate and a study cell then run it, with no other file edited.
+CLI's finetune, predict and evaluate, the Python API and a study cell then run it, with no other file
+edited. A second toy task ("words") has two sub-tasks (its ``--rule``: parity or length) and its own rule
+for cutting dev into a selection half and a held-out half; a study runs both sub-tasks, holding out the
+half the task's rule chose, with no other file edited either.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +20,7 @@ import numpy as np
 import pytest
 import torch
 
+from spanbert import tasks
 from spanbert.cli import main
 from spanbert.config import model_config
 from spanbert.model import Encoder
@@ -26,26 +31,33 @@ from spanbert.tasks.common import (
     add_scoring_source,
     finetune_command,
     load_tokenizer_for,
-    print_metrics,
     selection_defaults,
     start_distributed,
     task_parser,
     write_json,
 )
-from spanbert.tasks.spec import RESULTS_FILE, DevSplit, TaskSpec
+from spanbert.tasks.spec import RESULTS_FILE, Results, SubTasks, TaskSpec
+from spanbert.tasks.splits import RecordSplit
 
 # ----------------------------------------------------------------------------- the toy task file
 
 LABELS = ["odd", "even"]
 
 
-def read_sentences(path: str) -> list[tuple[str, str | None]]:
-    """One sentence a line, then a tab and its label (optional)."""
+def read_sentences(path: str, rule: str = "") -> list[tuple[str, str | None]]:
+    """One sentence a line, then a tab and its label (optional); with a ``rule`` (the words task's
+    sub-task) the label is the rule's, computed from the sentence."""
     rows = []
     for line in Path(path).read_text(encoding="utf-8").splitlines():
         text, _, label = line.partition("\t")
-        rows.append((text, label or None))
+        rows.append((text, RULES[rule](text) if rule else label or None))
     return rows
+
+
+RULES = {  # the words task's sub-tasks: sentence -> its label (one of LABELS, to share the head)
+    "parity": lambda text: LABELS[len(text.split()) % 2 == 0],
+    "length": lambda text: LABELS[len(text.split()) > 3],
+}
 
 
 def features(rows: list[tuple[str, str | None]], tokenizer: Any) -> list[dict[str, Any]]:
@@ -68,9 +80,9 @@ def score(gold: list[str | None], pred: list[str]) -> dict[str, float]:
     return {"accuracy": 100.0 * sum(g == p for g, p in zip(gold, pred)) / len(gold)}
 
 
-def finetune_parity(model_dir: str, train: str, dev: str, targs: Any) -> dict[str, Any]:
+def finetune_parity(model_dir: str, train: str, dev: str, targs: Any, rule: str = "") -> dict[str, Any]:
     tokenizer = load_tokenizer_for(model_dir)
-    train_rows, dev_rows = read_sentences(train), read_sentences(dev)
+    train_rows, dev_rows = read_sentences(train, rule), read_sentences(dev, rule)
     model = C.build_model("sequence", model_dir, len(LABELS), seed=targs.seed)
     dev_features = features(dev_rows, tokenizer)
 
@@ -85,7 +97,7 @@ def finetune_parity(model_dir: str, train: str, dev: str, targs: Any) -> dict[st
     return metrics
 
 
-def _finetune(task: str, argv: list[str], prog: str) -> int:
+def _finetune(task: str, argv: list[str], prog: str) -> Results:
     def add_options(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--train_file", required=True, help="sentences with labels")
         parser.add_argument("--validation_file", help="dev sentences with labels")
@@ -96,25 +108,24 @@ def _finetune(task: str, argv: list[str], prog: str) -> int:
                             metric="accuracy")  # fmt: skip
 
 
-def _predict(task: str, argv: list[str], prog: str) -> int:
+def _predict(task: str, argv: list[str], prog: str) -> Path:
     parser = task_parser(prog, __doc__)
     parser.add_argument("--data", required=True)
     add_predict_arguments(parser, "fine-tuned parity model", "one label a line", "sentences")
     args = parser.parse_args(argv)
     start_distributed(args.device)
     Path(args.output).write_text("".join(p + "\n" for p in predict(args.model, read_sentences(args.data))))
-    return 0
+    return Path(args.output)
 
 
-def _evaluate(task: str, argv: list[str], prog: str) -> int:
+def _evaluate(task: str, argv: list[str], prog: str) -> Results:
     parser = task_parser(prog, __doc__)
     parser.add_argument("--data", required=True)
     add_scoring_source(parser, "labels written by predict", "sentences")
     args = parser.parse_args(argv)
     rows = read_sentences(args.data)
     pred = predict(args.model, rows) if args.model else Path(args.predictions).read_text().split()
-    print_metrics(score([r[1] for r in rows], pred))
-    return 0
+    return Results(score([r[1] for r in rows], pred), "accuracy")
 
 
 SPEC = TaskSpec(
@@ -125,8 +136,69 @@ SPEC = TaskSpec(
     evaluate=_evaluate,
     metric="accuracy",
     data="one sentence a line, a tab, odd or even",
-    dev_split=DevSplit(".txt", "rows-after-header"),
+    dev_split=RecordSplit(".txt", "rows-after-header"),
     scores_test=True,
+)
+
+# ----------------------------------------------------------------------------- the words task file
+
+
+def _add_rule(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rule", required=True, choices=list(RULES), help="the sub-task: which label to learn")
+
+
+def _words_finetune(task: str, argv: list[str], prog: str) -> Results:
+    def add_options(parser: argparse.ArgumentParser) -> None:
+        _add_rule(parser)
+        parser.add_argument("--train_file", required=True, help="sentences")
+        parser.add_argument("--validation_file", help="dev sentences")
+
+    defaults = {"output_dir": "runs/words", **selection_defaults("accuracy")}
+    return finetune_command(prog, __doc__, argv, add_options, defaults,
+                            lambda args, targs: finetune_parity(args.model, args.train_file, args.validation_file,
+                                                                targs, args.rule),
+                            metric="accuracy")  # fmt: skip
+
+
+def _words_evaluate(task: str, argv: list[str], prog: str) -> Results:
+    parser = task_parser(prog, __doc__)
+    _add_rule(parser)
+    parser.add_argument("--data", required=True)
+    add_scoring_source(parser, "labels written by predict", "sentences")
+    args = parser.parse_args(argv)
+    rows = read_sentences(args.data, args.rule)
+    pred = predict(args.model, rows) if args.model else Path(args.predictions).read_text().split()
+    return Results(score([r[1] for r in rows], pred), "accuracy")
+
+
+@dataclass(frozen=True)
+class EveryOtherLine:
+    """The words task's own dev rule: the odd lines of dev select, the even lines are held out."""
+
+    restriction: tuple[str, ...] = ()
+
+    def halves(self, train: str, dev: str, options: Any, folder: Path) -> tuple[Path, Path]:
+        return folder / "odd-lines.txt", folder / "even-lines.txt"
+
+    def split(self, train: str, dev: str, options: Any, folder: Path) -> dict[str, Any]:
+        lines = Path(dev).read_text().splitlines(keepends=True)
+        select, held = self.halves(train, dev, options, folder)
+        select.write_text("".join(lines[0::2]))
+        held.write_text("".join(lines[1::2]))
+        return {"dev": dev, "rule": "every other line", "select": len(lines[0::2]), "heldout": len(lines[1::2])}
+
+
+WORDS_SPEC = TaskSpec(
+    name="words",
+    description="toy: a label of a sentence's words, by one of two rules (--rule)",
+    finetune=_words_finetune,
+    predict=_predict,
+    evaluate=_words_evaluate,
+    metric="accuracy",
+    data="one sentence a line",
+    dev_split=EveryOtherLine(),
+    subtasks=SubTasks(option="rule", key="words_rule", names=tuple(RULES),
+                      canonical=lambda name: name.lower() if name.lower() in RULES else None),
 )
 
 # ----------------------------------------------------------------------------- the tests
@@ -215,3 +287,58 @@ def test_a_registered_task_runs_as_a_study_cell(parity, capsys):
     result = json.loads((cells[0].dir / "result.json").read_text())
     assert 0 <= result["dev"] <= 100 and result["heldout_source"] == "test"
     assert 0 <= result["heldout"] <= 100
+
+
+def test_a_registered_task_runs_from_python(parity):
+    # the Python API: the same task, its scores as values (no log, no exit code)
+    d = parity
+    train, dev = _write(d / "train.txt", 24, 0), _write(d / "dev.txt", 8, 1)
+    run = tasks.finetune("parity", model=d / "encoder", train=train, dev=dev, output_dir=d / "py", max_steps=2,
+                         per_device_train_batch_size=4, device="cpu", disable_tqdm=True, report_to="none",
+                         save_steps=0, warmup_steps=0)  # fmt: skip
+    assert isinstance(run, Results) and run.output_dir == d / "py" and 0 <= run.score <= 100
+    assert run.scores == json.loads((d / "py" / RESULTS_FILE).read_text())
+    scored = tasks.score("parity", run.output_dir, dev)
+    preds = tasks.predict("parity", model=run.output_dir, data=dev, output=d / "preds.txt")
+    assert preds == d / "preds.txt" and len(preds.read_text().split()) == 8
+    assert tasks.evaluate("parity", data=dev, predictions=preds).scores == scored.scores
+    with pytest.raises(tasks.api.SpanBertError, match="found unknown task 'parityy'.*did you mean 'parity'"):
+        tasks.finetune("parityy", model=d, train=train, output_dir=d / "x")
+
+
+@pytest.fixture
+def words(parity, monkeypatch):
+    monkeypatch.setitem(TASKS._entries, "words", WORDS_SPEC)
+    return parity
+
+
+def test_a_task_with_its_own_dev_rule_and_sub_tasks_runs_through_a_study(words):
+    from spanbert import study as S
+
+    d = words
+    train, dev = _write(d / "train.txt", 24, 0), _write(d / "dev.txt", 9, 1)
+    f = d / "study.yaml"
+    opts = "{max_steps: 2, per_device_train_batch_size: 4, report_to: none, save_steps: 0}"
+    f.write_text(f"systems: [{{name: enc, checkpoint: {d / 'encoder'}}}]\nseeds: 1\noutput_dir: {d / 'study'}\n"
+                 f"tasks:\n  - {{task: words, words_rule: parity, train: {train}, dev: {dev}, options: {opts}}}\n"
+                 f"  - {{task: words, subtask: length, train: {train}, dev: {dev}, options: {opts}}}\n")  # fmt: skip
+    st = S.load_study(f)
+    assert [t.name for t in st.tasks] == ["parity", "length"]  # a column per sub-task, by the task's key or subtask:
+    cells = [c for c in S.plan(st) if c.kind == "finetune"]
+    assert [c.argv[c.argv.index("--rule") + 1] for c in cells] == ["parity", "length"]
+    for t in st.tasks:
+        S.split_dev(st, t)
+    for cell in cells:
+        # each sub-task selects on the odd lines of dev (the task's rule) and is scored on the even ones
+        odd = S.heldout_dir(st, next(t for t in st.tasks if t.name == cell.task)) / "odd-lines.txt"
+        assert cell.options["validation_file"] == str(odd) and len(odd.read_text().splitlines()) == 5
+        S.run_cell(cell, st)
+        result = json.loads((cell.dir / "result.json").read_text())
+        assert result["heldout_source"] == "dev half" and result["heldout_data"].endswith("even-lines.txt")
+        assert 0 <= result["dev"] <= 100 and 0 <= result["heldout"] <= 100, result
+    split = json.loads((S.heldout_dir(st, st.tasks[0]) / "split.json").read_text())
+    assert split == {"dev": str(dev), "rule": "every other line", "select": 5, "heldout": 4}
+    # a sub-task the task does not have is refused before any work, with the task's own key and names
+    f.write_text(f.read_text().replace("words_rule: parity", "words_rule: colour"))
+    with pytest.raises(S.SpanBertError, match="found words_rule 'colour', expected one of: parity, length"):
+        S.load_study(f)

@@ -122,14 +122,14 @@ def test_every_model_command_applies_the_policy(monkeypatch):
     for command in cli.COMPUTE:
         task = ["toy"] if command in cli.TASK_ACTIONS else []
         seen.clear()
-        assert cli._run([command, *task, "--threads", "3"]) == 0
+        assert cli.run([command, *task, "--threads", "3"]) == 0
         assert seen == [3], command
         seen.clear()
-        cli._run([command, *task])
+        cli.run([command, *task])
         assert seen == [0], command
     seen.clear()
-    cli._run(["pretrain", "--help"])  # help only: nothing to run
-    cli._run(["tokenizer", "train"])  # no model: torch's own default
+    cli.run(["pretrain", "--help"])  # help only: nothing to run
+    cli.run(["tokenizer", "train"])  # no model: torch's own default
     assert seen == []
 
 
@@ -147,7 +147,7 @@ def test_every_task_that_runs_a_model_takes_threads(action, capsys):
 
     for name in TASKS:
         with pytest.raises(SystemExit):
-            cli._run([action, name, "--help"])
+            cli.run([action, name, "--help"])
         text = capsys.readouterr().out
         if "--model" in text:  # runs a model (evaluate coref scores two files and runs none)
             assert "--threads" in text, f"{action} {name}"

@@ -14,12 +14,11 @@ import torch
 from torch import nn
 
 from spanbert.errors import SpanBertError
+from spanbert.optim import lr_lambda, param_groups
 from spanbert.trainer import (
     TrainingArguments,
     latest_checkpoint,
-    lr_lambda,
     micro_batches,
-    param_groups,
     train,
 )
 

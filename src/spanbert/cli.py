@@ -5,7 +5,8 @@ whose module loads torch names, in `HELP_PARSERS`, a function that builds its pa
 ``--help`` is printed from that parser (the one the command itself parses with), and answers at once too.
 Every command function has the signature ``main(argv: list[str], prog: str) -> int``; the task
 commands (`finetune`, `predict`, `evaluate`) take the task name as their first argument and run the
-task's `TaskSpec` from the registry `spanbert.tasks.TASKS` (`spanbert.tasks.spec.run_action`).
+task's `TaskSpec` from the registry `spanbert.tasks.TASKS` and print what it returns
+(`spanbert.tasks.spec.run_action`): the command line is a thin layer over the Python API.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "tokenizer": ("spanbert.tokenization", "main", "train a cased WordPiece vocabulary (tokenizer train)"),
     "preprocess": ("spanbert.preprocess", "main", "tokenize a text corpus into memory-mapped token arrays"),
     "pretrain": ("spanbert.pretrain", "main", "pre-train SpanBERT or a BERT baseline (no arguments: quick start)"),
-    "fill": ("spanbert.pretrain", "fill_main", "predict a masked span with the MLM or the SBO head"),
+    "fill": ("spanbert.fill", "fill_main", "predict a masked span with the MLM or the SBO head"),
     # the task list comes from TASKS, so that a new task cannot be left out of `spanbert --help`
     "finetune": ("", "", f"fine-tune on a task: {', '.join(TASKS)}"),
     "predict": ("", "", "write predictions of a fine-tuned model in the task's official format"),
@@ -88,7 +89,9 @@ def _task_usage(action: str) -> str:
     return "\n".join(lines)
 
 
-def _run(argv: list[str]) -> int:
+def run(argv: list[str]) -> int:
+    """Run one command line (without the program name) in this process; its exit code. Errors are raised
+    (`main` turns them into one line and an exit status), and a torchrun process group stays joined."""
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_usage())
         return 0 if argv else 2
@@ -159,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     if note and os.environ.get("RANK", "0") == "0":  # once for a torchrun job
         print(note, file=sys.stderr)
     try:
-        code = _run(argv)
+        code = run(argv)
         return code
     except SpanBertError as e:
         from spanbert.distributed import rank, world_size

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from safetensors.torch import load_file
 from torch import Tensor, nn
 
@@ -262,6 +263,7 @@ class TwoTowerModel(nn.Module):
         self.embed_dropout = Dropout(cfg.dropout)
         self.forward_layers = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
         self.backward_layers = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
+        self.gradient_checkpointing = False  # `TwoTowerEncoder.set_gradient_checkpointing`
         self.forward_norm = nn.LayerNorm(d)  # pre-LN stacks end with a norm: F^L, B^L are normalised
         self.backward_norm = nn.LayerNorm(d)
         self.has_combination = cfg.objective != "bilm"  # §6.3: bilm removes the combination module
@@ -315,7 +317,11 @@ class TwoTowerModel(nn.Module):
         f = b = self.embed_dropout(x0)
         layers = []
         for fl, bl in zip(self.forward_layers, self.backward_layers):
-            f, b = fl(f, fwd_allowed), bl(b, bwd_allowed)
+            if self.gradient_checkpointing and self.training:  # dropout's RNG state is replayed in backward
+                f = torch.utils.checkpoint.checkpoint(fl, f, fwd_allowed, use_reentrant=False)
+                b = torch.utils.checkpoint.checkpoint(bl, b, bwd_allowed, use_reentrant=False)
+            else:
+                f, b = fl(f, fwd_allowed), bl(b, bwd_allowed)
             layers.append((f, b))
         return dict(embedded=x0, forward=self.forward_norm(f), backward=self.backward_norm(b), layers=layers, mask=real)
 
@@ -476,6 +482,7 @@ FINETUNE_HABITS = FinetuneHabits(
     ),
     sweep_learning_rates=(1e-4, 5e-5, 3e-5),  # §4: "the best value over three settings"
     sweep_batch_sizes=(16,),  # §4: batch 16
+    parse_learning_rates=(8e-4, 8e-3),  # §6.2.2: language model 8E-04, parsing model 8E-03
 )  # fmt: skip
 """The two-tower model's fine-tuning recipe (§4, §6.2.1), as defaults of the shared task heads."""
 
@@ -530,8 +537,16 @@ class TwoTowerEncoder(nn.Module):
         return self.lm.config.vocab_size
 
     @property
+    def ffn_size(self) -> int:
+        return self.lm.config.ffn_dim
+
+    @property
     def habits(self) -> FinetuneHabits:
         return FINETUNE_HABITS
+
+    def set_gradient_checkpointing(self, enabled: bool = True) -> None:
+        """Recompute each tower block's activations in the backward pass: less memory, more compute."""
+        self.lm.gradient_checkpointing = enabled
 
     def forward(
         self,

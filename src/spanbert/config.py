@@ -397,6 +397,9 @@ class FinetuneHabits:
     """--sweep's learning-rate grid (SpanBERT Appendix B; two-tower §4: 1e-4, 5e-5, 3e-5)."""
     sweep_batch_sizes: tuple[int, ...] = (16, 32)
     """--sweep's batch sizes (SpanBERT Appendix B: 16, 32; two-tower §4: 16)."""
+    parse_learning_rates: tuple[float, float] = (5e-5, 8e-4)
+    """(encoder, parser) learning rates of the constituency parser (BERT's fine-tuning rate and Kitaev &
+    Klein 2018's Adam rate for the parser; two-tower §6.2.2: 8e-4 for the language model, 8e-3 for the parser)."""
 
     def training_defaults(self) -> dict[str, Any]:
         """`training` as a dict of `TrainingArguments` field values."""

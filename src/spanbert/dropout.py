@@ -1,4 +1,5 @@
-"""Dropout whose CPU masks are cheap: the one piece of layer code every family and the task heads share.
+"""Dropout whose CPU masks are cheap: the one piece of layer code every family and the task heads share,
+and `seeded_build`, which says where a new model's initial weights and each rank's dropout stream draw from.
 
 It lives below `spanbert.model`, `spanbert.cloze` and `spanbert.tasks` so that a task head can use it
 without importing a model file (`spanbert.model.Dropout` stays importable: it is this class).
@@ -6,8 +7,11 @@ without importing a model file (`spanbert.model.Dropout` stays importable: it is
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -53,6 +57,26 @@ def set_dropout(module: nn.Module, p: float) -> None:
             m.p = float(p)
         if isinstance(getattr(m, "dropout_p", None), float):
             m.dropout_p = float(p)
+
+
+@contextlib.contextmanager
+def seeded_build(seed: int | None, rank: int = 0) -> Iterator[None]:
+    """Build a model inside the block: every weight drawn there (a new task head, a pooler, grown
+    embeddings, a model pre-trained from scratch) comes from a stream seeded with ``seed`` alone, the same
+    on every rank and in every run with this seed, whatever the process drew before. After the block the
+    dropout stream of ``rank`` (torch's generator, which `Dropout` draws its masks' seeds from) is seeded
+    from (seed, rank): ranks drop different units on their different examples, and rank 0 of N draws as
+    one process does. ``seed`` None: nothing is seeded.
+
+    PyTorch's initialisers take no generator in a module's constructor, so the seed is given to the block
+    that builds the model rather than to each layer; what is built depends on the seed passed in and on
+    nothing drawn before."""
+    if seed is None:
+        yield
+        return
+    torch.manual_seed(seed)
+    yield
+    torch.manual_seed(int(np.random.SeedSequence([seed, rank]).generate_state(1)[0]))
 
 
 def keep_scale(p: float) -> float:

@@ -34,6 +34,7 @@ from spanbert.config import BertConfig, FinetuneHabits, _json_kind, model_config
 from spanbert.distributed import print0
 from spanbert.errors import SpanBertError
 from spanbert.hub import resolve_model
+from spanbert.pretrain_config import DEFAULT_FAMILY
 from spanbert.tokenization import load_tokenizer_for, train_byte_level_tokenizer, train_tokenizer
 
 
@@ -47,6 +48,7 @@ class Family(Protocol):
     num_layers: int  # `output_hidden_states` gives num_layers + 1 states
     max_positions: int  # the longest framed input
     vocab_size: int
+    ffn_size: int  # width of a feed-forward layer's inner activation, per token
     habits: FinetuneHabits  # the family's fine-tuning defaults for the shared heads
 
     def __call__(
@@ -74,6 +76,10 @@ class Family(Protocol):
 
     def resize_token_embeddings(self, vocab_size: int) -> None:
         """Grow the input vocabulary (added tokens keep their ids)."""
+        ...
+
+    def set_gradient_checkpointing(self, enabled: bool = True) -> None:
+        """Recompute each layer's activations in the backward pass: less memory, more compute."""
         ...
 
 
@@ -514,8 +520,6 @@ FAMILIES: dict[str, FamilySpec] = {
     ),
 }
 """config.json ``model_type`` -> family. Any other model_type (or none) reads as `DEFAULT_FAMILY`."""
-DEFAULT_FAMILY = "bert"
-"""The family of a folder whose config.json names none of `FAMILIES` (every BERT release predates the key)."""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -395,6 +395,10 @@ class Encoder(nn.Module):
         return self.config.vocab_size
 
     @property
+    def ffn_size(self) -> int:
+        return self.config.intermediate_size
+
+    @property
     def habits(self) -> FinetuneHabits:
         """BERT's fine-tuning (§4; SpanBERT Appendix B): heads drawn from N(0, initializer_range) after
         dropout hidden_dropout_prob, AdamW with linear decay and clipping at 1 (the trainer's defaults)."""
@@ -524,7 +528,7 @@ class PreTrainingHeads(nn.Module):
 
 class _SummedCrossEntropy(torch.autograd.Function):
     """Summed cross-entropy over the rows whose label is not -100, and the count of rows whose label has
-    the top score, in one log-softmax pass over (N, V) logits (issue 32.2).
+    the top score, in one log-softmax pass over (N, V) logits.
 
     `F.cross_entropy` + `argmax` read the heads' (N, V) logits six times and write them three: a
     log-softmax output, a zero-filled (N, V) gradient for `nll_loss`'s backward, then the

@@ -660,6 +660,10 @@ class Encoder(nn.Module):
         return self.config.vocab_size
 
     @property
+    def ffn_size(self) -> int:
+        return self.config.intermediate_size
+
+    @property
     def habits(self) -> FinetuneHabits:
         return family_habits(self.config)
 

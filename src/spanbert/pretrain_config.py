@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 from spanbert.budget import parse_duration
 from spanbert.config import (
     CLOZE_MODEL_TYPE,
+    CLOZE_SYSTEMS,
     MODEL_PRESETS,
     MODERNBERT_MODEL_TYPE,
     MODERNBERT_PRESETS,
@@ -79,15 +81,45 @@ SYSTEM_PRESETS: dict[str, System] = {
 }
 """Every ``--system``: the paper's (§4.2, §5, §6), BERT's LTR baseline and the two-tower systems."""
 
-# The BERT family's systems as (masking scheme, "single" | "nsp", sbo, short_seq_prob): what the BERT
-# pre-training path reads (ltr's scheme is unused).
+def _preset_check(presets: dict[str, Any], kind: str) -> Callable[[str], None]:
+    def check(model: str) -> None:
+        if model not in presets:
+            raise SpanBertError(f"--model: found unknown {kind} {model!r}, expected one of: {', '.join(presets)}")
+
+    return check
+
+
+@dataclass(frozen=True)
+class FamilyModels:
+    """A pre-training family's ``--model`` values, known without torch (``spanbert pretrain --help`` and
+    a config's checks run before any model file is imported). The family's whole row is
+    `spanbert.families.FAMILIES`; a test keeps the two tables naming the same families."""
+
+    check_model: Callable[[str], Any]
+    """Refuse a ``--model`` the family has no preset for (one `SpanBertError` listing the presets)."""
+
+
+PRETRAINING_FAMILIES: dict[str, FamilyModels] = {
+    "bert": FamilyModels(_preset_check(MODEL_PRESETS, "model preset")),
+    CLOZE_MODEL_TYPE: FamilyModels(parse_model_spec),  # a preset, then :field=value,... (docs/cloze.md)
+    MODERNBERT_MODEL_TYPE: FamilyModels(_preset_check(MODERNBERT_PRESETS, "ModernBERT preset")),
+}
+"""What `spanbert pretrain` knows of each family that pre-trains before torch is loaded, in the order
+``--family`` lists them."""
+DEFAULT_FAMILY = "bert"
+"""The family of the paper's systems, and of a checkpoint folder whose config.json names no family (every
+BERT release predates the key)."""
+FAMILY_CHOICES = tuple(PRETRAINING_FAMILIES)
+"""--family values: the families that pre-train (`PRETRAINING_FAMILIES`, the light mirror of the
+`spanbert.families.FAMILIES` rows with `pretraining`)."""
+
+# The paper's systems (those on the default family) as (masking scheme, "single" | "nsp", sbo,
+# short_seq_prob): what `pretrain`'s earlier API returned for a system (ltr's scheme is unused).
 SYSTEMS: dict[str, tuple[str, str, bool, float]] = {
     name: (s.masking or "subword", "nsp" if s.sampler == "nsp" else "single", "sbo" in s.objectives, s.short_seq_prob)
     for name, s in SYSTEM_PRESETS.items()
-    if s.family == "bert"
+    if s.family == DEFAULT_FAMILY
 }
-FAMILY_CHOICES = ("bert", CLOZE_MODEL_TYPE, MODERNBERT_MODEL_TYPE)
-"""--family values: the families that pre-train (`spanbert.families.FAMILIES` rows with `pretraining`)."""
 
 
 def system_masking(system: System) -> dict[str, Any]:
@@ -104,8 +136,6 @@ def system_of(cfg: PretrainConfig) -> System:
 
 # Systems whose encoder is causal (config.json `is_decoder: true`), kept so at fine-tuning (§5.1)
 CAUSAL_SYSTEMS = frozenset(n for n, s in SYSTEM_PRESETS.items() if s.sampler == "causal")
-# The two-tower systems (spanbert/cloze.py)
-CLOZE_SYSTEMS = tuple(n for n, s in SYSTEM_PRESETS.items() if s.family == CLOZE_MODEL_TYPE)
 
 # --static_masks values (see PretrainConfig.static_masks)
 STATIC_MASKS = ("auto", "on", "off")
@@ -180,18 +210,7 @@ class PretrainConfig:
             )
         if self.family is not None and self.family not in FAMILY_CHOICES:
             raise SpanBertError(f"--family: found {self.family!r}, expected one of: {', '.join(FAMILY_CHOICES)}")
-        family = system_of(self).family
-        if family == CLOZE_MODEL_TYPE:  # two-tower presets (CLOZE_PRESETS[:field=value,...])
-            parse_model_spec(self.model)
-        elif family == MODERNBERT_MODEL_TYPE:
-            if self.model not in MODERNBERT_PRESETS:
-                raise SpanBertError(
-                    f"--model: found unknown ModernBERT preset {self.model!r}, expected one of: {', '.join(MODERNBERT_PRESETS)}"
-                )
-        elif self.model not in MODEL_PRESETS:
-            raise SpanBertError(
-                f"--model: found unknown model preset {self.model!r}, expected one of: {', '.join(MODEL_PRESETS)}"
-            )
+        PRETRAINING_FAMILIES[system_of(self).family].check_model(self.model)
         if self.masking is not None and self.system in CAUSAL_SYSTEMS:
             raise SpanBertError(
                 f"--masking: found {self.masking!r} with --system {self.system}, expected none "

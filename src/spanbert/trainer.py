@@ -19,14 +19,13 @@ from __future__ import annotations
 import functools
 import json
 import math
-import os
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import torch
@@ -50,6 +49,8 @@ from spanbert.distributed import (  # noqa: F401 - distributed_env, init_distrib
 )
 from spanbert.errors import SpanBertError
 from spanbert.microbatch import AUTO, resolve_batch_size
+from spanbert.optim import clip_gradients, clip_groups, cosine_lambda, lr_lambda, make_optimizer, param_groups
+from spanbert.precision import _with_flushed_denormals, autocast_dtype, flush_denormals, precision_note, precision_text
 
 # the run folder on disk (checkpoints, resume, output contract, log, best weights): `spanbert.runs`,
 # its names re-exported here, where callers and docs have always found them
@@ -101,256 +102,6 @@ class TrainResult:
     """With metric_for_best_model: the evaluation results of best_step."""
     total_steps: int = 0
     """The run's total steps (max_steps, the epochs' steps, or what a time budget decided)."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Distributed setup
-
-
-# CPU flags that mean native bf16 matrix arithmetic: AMX tiles (Sapphire Rapids on) and AVX-512 BF16
-# dot products (Cooper Lake, Zen 4 on). Without them oneDNN emulates bf16 (converts to fp32 and back):
-# measured slower than fp32 on such a CPU (docs/benchmarks.md, "Where the time goes").
-NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
-
-
-def cpu_flags() -> set[str]:
-    """The CPU's feature flags: ``SPANBERT_CPU_FLAGS`` (space-separated) when set, which child processes
-    inherit too (the test suite's CPU without native bf16), else /proc/cpuinfo's (Linux; read once a
-    process); empty where neither says."""
-    forced = os.environ.get("SPANBERT_CPU_FLAGS")
-    return set(forced.split()) if forced is not None else set(_proc_cpu_flags())
-
-
-@functools.cache
-def _proc_cpu_flags() -> frozenset[str]:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith(("flags", "Features")):
-                    return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
-
-
-def native_bf16() -> str | None:
-    """The flag by which this CPU does bf16 matrix arithmetic natively (amx_bf16 or avx512_bf16), or None.
-
-    /proc/cpuinfo's flags first; elsewhere (no /proc) torch's own probe of the CPU."""
-    flags = cpu_flags()
-    found = next((f for f in NATIVE_BF16_FLAGS if f in flags), None)
-    if found or flags:
-        return found
-    probes = (("amx_bf16", "_is_amx_tile_supported"), ("avx512_bf16", "_is_avx512_bf16_supported"))
-    for name, probe in probes:
-        if getattr(torch.cpu, probe, lambda: False)():
-            return name
-    return None
-
-
-def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype of a precision setting; None = fp32. ``auto``: bf16 on a GPU that supports it
-    (else fp16), bf16 on a CPU with native bf16 matrix units (`native_bf16`), else fp32."""
-    if precision == "fp32":
-        return None
-    if precision == "auto":
-        if device.type == "cpu":
-            return torch.bfloat16 if native_bf16() else None
-        if device.type != "cuda":
-            return None
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    if precision == "bf16":
-        return torch.bfloat16
-    if device.type != "cuda":
-        raise SpanBertError("precision fp16 needs a CUDA device (use bf16 or fp32 on CPU)")
-    return torch.float16
-
-
-def precision_text(precision: str, device: torch.device) -> str:
-    """What ``precision`` means on ``device``, for the first line a command prints: "bf16 autocast
-    (native bf16: amx_bf16)", "fp32 (no native bf16 on this CPU)", "fp32 (--precision fp32)"."""
-    dtype = autocast_dtype(precision, device)
-    name = {None: "fp32", torch.bfloat16: "bf16 autocast", torch.float16: "fp16 autocast"}[dtype]
-    if precision != "auto":
-        return f"{name} (--precision {precision})"
-    if device.type != "cpu":
-        return name
-    flag = native_bf16()
-    return f"{name} (native bf16: {flag})" if flag else f"{name} (no native bf16 on this CPU; --precision bf16 emulates it)"
-
-
-def precision_note(precision: str, device: torch.device) -> str | None:
-    """The note for a precision that runs emulated: ``--dtype bf16`` on a CPU without native bf16 matrix
-    units computes each bf16 product in fp32 with conversions around it, several times slower than fp32
-    (4x measured on the quick start), and says nothing of it by itself. None otherwise."""
-    if device.type != "cpu" or precision != "bf16" or native_bf16():
-        return None
-    return (
-        "note: --precision bf16 on this CPU is emulated (no native bf16: avx512_bf16 or amx_bf16), several times "
-        "slower than fp32; --precision auto picks fp32 here"
-    )
-
-
-_flush_depth = 0
-
-
-@contextmanager
-def flush_denormals() -> Iterator[None]:
-    """Treat denormal floats as zero on CPU (x86 FTZ/DAZ; GPUs do this already) while the block runs.
-
-    Arithmetic on denormals is microcode-assisted on x86, ~100x slower: fresh models hold many
-    (tiny gradients, Adam's squared-gradient averages), which made the first hundreds of CPU steps
-    3-25x slower than the later ones (docs/benchmarks.md). Values below 1e-38 do not change the
-    result of training. The flag is per thread and process-wide in effect, so it is switched off
-    again when the outermost block ends: a caller's own float code (numpy, hypothesis) keeps IEEE
-    subnormals.
-    """
-    global _flush_depth
-    if _flush_depth == 0:
-        torch.set_flush_denormal(True)
-    _flush_depth += 1
-    try:
-        yield
-    finally:
-        _flush_depth -= 1
-        if _flush_depth == 0:
-            torch.set_flush_denormal(False)
-
-
-T = TypeVar("T")
-
-
-def _with_flushed_denormals(fn: Callable[..., T]) -> Callable[..., T]:
-    """Run ``fn`` inside `flush_denormals` (one signature, one docstring: the decorated function's)."""
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> T:
-        with flush_denormals():
-            return fn(*args, **kwargs)
-
-    return wrapper
-
-
-# ---------------------------------------------------------------------------------------------
-# Optimizer and schedule
-
-
-def _by_prefix(name: str, table: dict[str, T] | None, default: T) -> T:
-    for prefix, value in (table or {}).items():
-        if name.startswith(prefix):
-            return value
-    return default
-
-
-def param_groups(
-    model: nn.Module,
-    learning_rate: float,
-    weight_decay: float,
-    lr_by_prefix: dict[str, float] | None = None,
-    weight_decay_by_prefix: dict[str, float] | None = None,
-    decay_all: bool = False,
-) -> list[dict[str, Any]]:
-    """AdamW groups: decay on weight matrices and embeddings only (not biases, not LayerNorm), as BERT.
-
-    ``lr_by_prefix`` gives parameters whose name starts with a prefix their own peak learning rate;
-    ``weight_decay_by_prefix`` their own weight decay (coref's task layers: 0), biases and LayerNorm
-    still without decay. ``decay_all``: biases and LayerNorm weights decay too (the released SpanBERT
-    pre-training, whose fairseq Adam has one group of every parameter).
-    """
-    groups: dict[tuple[float, float], list[nn.Parameter]] = {}
-    seen: set[int] = set()
-    for name, p in model.named_parameters():
-        if not p.requires_grad or id(p) in seen:
-            continue
-        seen.add(id(p))
-        lr = _by_prefix(name, lr_by_prefix, learning_rate)
-        no_decay = not decay_all and (p.ndim < 2 or "LayerNorm" in name or "layer_norm" in name)
-        wd = 0.0 if no_decay else _by_prefix(name, weight_decay_by_prefix, weight_decay)
-        groups.setdefault((lr, wd), []).append(p)
-    return [{"params": ps, "lr": lr, "initial_lr": lr, "weight_decay": wd} for (lr, wd), ps in groups.items()]
-
-
-def lr_lambda(total_steps: int, warmup_steps: int, kind: str) -> Callable[[int], float]:
-    """Multiplier of the peak rate at a step: linear warmup, then linear decay to 0 (or constant).
-
-    ``kind="polynomial"``: fairseq's polynomial_decay (power 1, end rate 0) as the released SpanBERT
-    run used it: update k (1-based) runs at max(1, k-1)/warmup of the peak while k-1 <= warmup, then at
-    1 - (k-1)/total, so the decay spans all ``total_steps`` (not total - warmup) and starts just below
-    the peak. ``step`` here is 0-based (= k-1).
-    """
-
-    def f(step: int) -> float:
-        if kind == "polynomial":
-            if warmup_steps and step <= warmup_steps:
-                return max(1, step) / warmup_steps
-            return max(0.0, 1.0 - step / max(1, total_steps))
-        if warmup_steps and step < warmup_steps:
-            return (step + 1) / warmup_steps  # the first step already uses a non-zero rate
-        if kind == "constant":
-            return 1.0
-        return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
-
-    return f
-
-
-def cosine_lambda(total_steps: int, warmup_steps: int, peak: float, init_lr: float, min_lr: float) -> Callable[[int], float]:
-    """Multiplier of ``peak`` for fairseq's cosine schedule with one cycle (Baevski et al. 2019): a linear
-    warmup from ``init_lr`` to ``peak`` over ``warmup_steps``, then ``min_lr + (peak - min_lr)(1 +
-    cos(pi t))/2`` with t going from 0 to 1 over the remaining steps."""
-
-    def f(step: int) -> float:
-        if peak <= 0:
-            return 0.0
-        if warmup_steps and step < warmup_steps:
-            rate = init_lr + (peak - init_lr) * step / warmup_steps  # fairseq: the first update at init_lr
-        else:
-            t = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
-            rate = min_lr + (peak - min_lr) * (1 + math.cos(math.pi * t)) / 2
-        return rate / peak
-
-    return f
-
-
-def make_optimizer(groups: list[dict[str, Any]], args: TrainingArguments, device: torch.device) -> torch.optim.Optimizer:
-    """AdamW (fused on CPU and GPU: one kernel for all parameters instead of a Python loop over them), or
-    SGD with Nesterov momentum for ``--optim nesterov``."""
-    if args.optim == "nesterov":
-        return torch.optim.SGD(groups, lr=args.learning_rate, momentum=args.momentum, nesterov=True)
-    return torch.optim.AdamW(
-        groups,
-        lr=args.learning_rate,
-        betas=(args.adam_beta1, args.adam_beta2),
-        eps=args.adam_epsilon,
-        fused=device.type in ("cuda", "cpu") or None,
-    )
-
-
-def clip_gradients(params: list[nn.Parameter], max_norm: float) -> torch.Tensor:
-    """Scale all gradients so their global L2 norm is at most ``max_norm``; returns the norm before."""
-    grads = [p.grad for p in params if p.grad is not None]
-    if not grads:
-        return torch.zeros(())
-    if max_norm and max_norm > 0:
-        return torch.nn.utils.clip_grad_norm_(params, max_norm)
-    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads]))
-
-
-def clip_groups(
-    model: nn.Module, params: list[nn.Parameter], prefixes: tuple[str, ...] | None
-) -> list[list[nn.Parameter]]:
-    """``params`` split for clipping: one group per prefix (parameters whose name starts with it), the
-    rest in a last group; without prefixes, one group (the global norm, BERT's rule)."""
-    if not prefixes:
-        return [params]
-    wanted = {id(p) for p in params}
-    groups: list[list[nn.Parameter]] = [[] for _ in range(len(prefixes) + 1)]
-    seen: set[int] = set()
-    for name, p in model.named_parameters():
-        if id(p) not in wanted or id(p) in seen:
-            continue
-        seen.add(id(p))
-        i = next((j for j, prefix in enumerate(prefixes) if name.startswith(prefix)), len(prefixes))
-        groups[i].append(p)
-    return [g for g in groups if g]
 
 
 # ---------------------------------------------------------------------------------------------

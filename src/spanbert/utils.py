@@ -6,6 +6,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import functools
+import json
 import os
 import shutil
 import socket
@@ -62,6 +63,14 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", **open_kwargs) -> Ite
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
             raise
+
+
+def write_json(path: str | os.PathLike, data: Any, *, sort_keys: bool = False, ensure_ascii: bool = True) -> None:
+    """``data`` as JSON indented by 2, then a newline, written atomically (`atomic_write`) by this process;
+    under torchrun a command writes through `spanbert.tasks.common.write_json` (rank 0 only)."""
+    with atomic_write(path, encoding="utf-8") as f:
+        json.dump(data, f, indent=2, sort_keys=sort_keys, ensure_ascii=ensure_ascii)
+        f.write("\n")
 
 
 @contextlib.contextmanager

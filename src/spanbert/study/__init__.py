@@ -13,7 +13,7 @@ The modules, each using only those above it in this list:
 
     spec       the YAML schema (Study, SystemSpec, TaskSpec), its checks, the paper's presets
     layout     a cell and the folders of a study
-    runner     one `spanbert` command run in this process; what it printed and wrote
+    runner     a task action (the Python API) or a `spanbert` command run in this process, into a log
     heldout    the held-out half of dev (or the test split) and scoring a cell on it
     cells      planning and running cells: resume, locks, shards
     stats      mean ± std, paired t and bootstrap intervals
@@ -74,7 +74,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "Cell",
         "heldout_dir",
         "holds_a_study",
-        "litbank_fold_dir",
+        "fold_dir",
         "model_dir",
         "shared_dir",
     ),
@@ -130,7 +130,7 @@ __all__ = [
     "STUDY_SET_OPTIONS", "Cell", "Comparison", "HeldOut", "SpanBertError", "Study", "SystemSpec", "TaskSpec",
     "check_finished", "check_study", "check_task_options", "collect", "comparisons", "curve_main", "dry_run",
     "export_checkpoints", "finetune_estimate", "heldout_dir", "heldout_notes", "heldout_plan", "holds_a_study",
-    "is_done", "legacy_folder", "litbank_fold_dir", "load_study", "main", "mean_std", "model_dir", "paired_comparison",
+    "fold_dir", "is_done", "legacy_folder", "load_study", "main", "mean_std", "model_dir", "paired_comparison",
     "plan", "preset", "read_dev_score", "run_cell", "run_checkpoints", "run_study", "score_heldout", "score_tests",
     "shared_dir", "split_dev", "split_half", "study_from_dict", "study_is_legacy", "study_lock", "summarize", "table",
     "t_quantile_975",

@@ -1,6 +1,7 @@
 """The cells of a study: planning them (every pre-training cell, then every system x task x learning
-rate x seed (x fold) fine-tuning cell), running them in this process through the same code as the
-CLI commands, and what makes a study resumable and shardable.
+rate x seed (x fold) fine-tuning cell), running them in this process (pre-training through the CLI's
+dispatch, fine-tuning through the task API, `spanbert.tasks`, which returns its `Results`), and what
+makes a study resumable and shardable.
 
 A cell is finished when its marker exists (`cell.json` for pre-training, `result.json` for
 fine-tuning); a killed study started again skips finished cells and resumes the interrupted one
@@ -26,14 +27,14 @@ from spanbert.data import is_preprocessed, tokenizer_dir_of
 from spanbert.errors import SpanBertError
 from spanbert.pretrain import SYSTEM_PRESETS
 from spanbert.study.heldout import dev_restriction, heldout_plan, score_heldout, split_dev, study_is_legacy
-from spanbert.study.layout import Cell, finetune_cell_dir, litbank_fold_dir, model_dir, shared_dir
-from spanbert.study.runner import flat_numbers, run_command, write_json
-from spanbert.study.spec import Study, SystemSpec, TaskSpec, options_argv
+from spanbert.study.layout import Cell, finetune_cell_dir, fold_dir, model_dir, shared_dir
+from spanbert.study.runner import in_log, run_command
+from spanbert.study.spec import Study, SystemSpec, TaskSpec, subtask_options
 from spanbert.tasks import TASKS
-from spanbert.tasks.coref import read_conll, write_conll
-from spanbert.tasks.spec import OLD_RESULTS_FILES
+from spanbert.tasks import run as run_task
+from spanbert.tasks.spec import options_argv
 from spanbert.trainer import latest_checkpoint
-from spanbert.utils import atomic_write, progress_bar
+from spanbert.utils import atomic_write, progress_bar, write_json
 
 
 def plan(study: Study) -> list[Cell]:
@@ -66,57 +67,50 @@ def plan(study: Study) -> list[Cell]:
                 for seed in range(study.seeds):
                     for fold in t.folds or [None]:
                         d = finetune_cell_dir(study, s.name, t.name, lr, seed, fold)
-                        argv = _finetune_argv(study, t, model_dir(study, s), lr, seed, fold)
-                        cells.append(Cell("finetune", s.name, d, argv, t.name, lr, seed, fold))
+                        opts = finetune_options(study, t, model_dir(study, s), lr, seed, fold)
+                        argv = ["finetune", t.task, *options_argv(opts)]
+                        cells.append(Cell("finetune", s.name, d, argv, t.name, lr, seed, fold, opts))
     return cells
 
 
-def _finetune_argv(study: Study, t: TaskSpec, model: Path, lr: float, seed: int, fold: int | None) -> list[str]:
+def finetune_options(study: Study, t: TaskSpec, model: Path, lr: float, seed: int, fold: int | None) -> dict[str, Any]:
+    """The options of one fine-tuning cell (`spanbert.tasks.finetune`'s, by the command's names): the task's
+    data (a fold's files, or the selection half of dev when the other half is held out), the model, the
+    rate and the seed, then the study's options for the task."""
     h = None
+    spec = TASKS[t.task]
     if fold is not None:
-        folder = litbank_fold_dir(study, fold)
-        data = {"train": str(folder / "train.conll"), "dev": str(folder / "dev.conll")}
+        train, dev, _ = spec.folds.files(fold_dir(study, t, fold))
+        data = spec.finetune_data(str(train), str(dev))
     else:
-        # the cells select on the selection half of dev when the other half is held out (issue 23.10);
-        # a folder whose cells finished before that keeps selecting on the whole dev set
+        # the cells select on the selection half of dev when the other half is held out; a folder whose
+        # cells finished before held-out scoring keeps selecting on the whole dev set
         h = None if study_is_legacy(study) else heldout_plan(study, t)
-        # a GLUE task is its folder (train's, or the selection half's when dev is split): no dev of its own
-        dev = h.select if h is not None else ("" if t.glue_task else t.dev)
-        data = {**({"task": t.glue_task} if t.glue_task else {}), **TASKS[t.task].finetune_data(t.train, dev)}
+        dev = h.select if h is not None else ("" if spec.dev_in_train else t.dev)
+        data = {**subtask_options(t), **spec.finetune_data(t.train, dev)}
     options = dict(t.options)
     if fold is None and h is not None and h.source == "dev half":
         options.pop(dev_restriction(t)[0], None)  # already applied to the halves
-    opts = {**data, "model": str(model), "learning_rate": lr, "seed": seed, "disable_tqdm": True, **options}
-    return ["finetune", t.task, *options_argv(opts)]
+    return {**data, "model": str(model), "learning_rate": lr, "seed": seed, "disable_tqdm": True, **options}
 
 
 def read_dev_score(task: str, cell_dir: Path) -> tuple[float, dict[str, Any]]:
     """(headline dev score, every number of the results file) of a finished fine-tuning cell (the task's
     `TaskSpec.results_file`, or the name an older run wrote it under), on the 0-100 scale."""
-    spec = TASKS[task]
-    key = spec.metric
-    path = next((p for p in (cell_dir / n for n in (spec.results_file, *OLD_RESULTS_FILES)) if p.is_file()),
-                cell_dir / spec.results_file)  # fmt: skip
     try:
-        results = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise SpanBertError(f"{path}: cannot read the cell's dev results ({e}); remove {cell_dir} to redo it") from None
-    flat = flat_numbers(results)
-    for k in (key, f"dev_{key}", f"eval_{key}"):
-        if k in flat:
-            return flat[k], flat
-    raise SpanBertError(f"{path}: found no {key!r} among {sorted(flat)[:12]}, expected the task's headline score")
+        results = TASKS[task].read_results(cell_dir)
+        return results.score, results.numbers
+    except SpanBertError as e:
+        raise SpanBertError(f"{e}; remove {cell_dir} to redo the cell") from None
 
 
-def _prepare_litbank(root: Path, fold: int, out: Path) -> None:
-    """train/dev/test.conll of one fold of LitBank's ten-fold split (the ids files name the documents)."""
+def prepare_folds(study: Study, t: TaskSpec, fold: int) -> None:
+    """Write fold ``fold`` of ``t``'s data into its shared folder (once: a ``done`` file marks it)."""
+    out = fold_dir(study, t, fold)
     if (out / "done").is_file():
         return
     folders.make_folders(out)
-    for split in ("train", "dev", "test"):
-        ids = (root / "tenfold_splits" / str(fold) / f"{split}.ids").read_text().split()
-        files = [root / "conll" / i.replace(".tsv", ".conll.gz") for i in ids]
-        write_conll(out / f"{split}.conll", [d for f in files for d in read_conll(f)])
+    TASKS[t.task].folds.prepare(t.train, fold, out)
     (out / "done").write_text("ok\n")
 
 
@@ -193,6 +187,13 @@ def candidate_kinds(s: SystemSpec) -> list[str]:
     return {"named_entity": ["entity"], "noun_phrase": ["noun_phrase"]}.get(scheme, [])
 
 
+def run_finetune(task: str, options: dict[str, Any], log: Path) -> Any:
+    """`spanbert.tasks.finetune`'s action of ``task`` with ``options`` in this process, its output in
+    ``log``: the `Results` it returns. A failure is one `SpanBertError` line (the log has the rest)."""
+    with in_log(log, f"spanbert finetune {task} {' '.join(options_argv(options))}"):
+        return run_task(task, "finetune", options)
+
+
 def run_cell(cell: Cell, study: Study, allow_long_run: bool = False) -> None:
     """Run one unfinished cell; a pre-training cell killed earlier resumes from its checkpoint."""
     argv = list(cell.argv)
@@ -208,17 +209,24 @@ def run_cell(cell: Cell, study: Study, allow_long_run: bool = False) -> None:
     # the cell's folder is a run folder (its manifest) before the study writes the cell's log into it: the
     # cell's command then finds an earlier output of its own kind, never a folder of other files
     distributed.on_main(lambda: folders.claim_manifest(cell.dir, "run", "spanbert study"))
+    log = cell.dir / "log.txt"
     t0 = time.perf_counter()
-    code, last = run_command(argv, cell.dir / "log.txt")
-    if code != 0:
-        raise SpanBertError(f"study: cell '{cell.label}' failed (exit {code}): {last}; its log: {cell.dir / 'log.txt'}")
-    seconds = time.perf_counter() - t0
     if cell.kind == "pretrain":
-        info = {"system": cell.system, "seconds": seconds, "steps": study.pretrain_steps,
+        code, last = run_command(argv, log)
+        if code != 0:
+            raise SpanBertError(f"study: cell '{cell.label}' failed (exit {code}): {last}; its log: {log}")
+        info = {"system": cell.system, "seconds": time.perf_counter() - t0, "steps": study.pretrain_steps,
                 "budget_tokens": study.budget_tokens, "argv": argv}  # fmt: skip
     else:
         task = next(t for t in study.tasks if t.name == cell.task)
-        score, numbers = read_dev_score(task.task, cell.dir)
+        extra = {"output_dir": str(cell.dir), **({"allow_long_run": True} if allow_long_run else {}),
+                 **({"overwrite_output_dir": True} if "--overwrite_output_dir" in argv else {})}  # fmt: skip
+        try:
+            results = run_finetune(task.task, {**cell.options, **extra}, log)
+        except SpanBertError as e:
+            raise SpanBertError(f"study: cell '{cell.label}' failed: {e}; its log: {log}") from None
+        seconds = time.perf_counter() - t0
+        score, numbers = distributed.on_main(lambda: (results.score, results.numbers))
         info = {"system": cell.system, "task": cell.task, "learning_rate": cell.lr, "seed": cell.seed, "fold": cell.fold,
                 "dev": score, "dev_results": numbers, "seconds": seconds, "argv": argv}  # fmt: skip
         _drop_training_state(cell.dir)
@@ -265,7 +273,7 @@ def run_study(
                                 "first (--only pretrain, under torchrun if you like) and the shards to split fine-tuning")  # fmt: skip
         todo = todo[shard[0] :: shard[1]]
     # refused before anything is written: a changed study must not overwrite the study.json of the
-    # cells that were run (issue 22.13)
+    # cells that were run
     distributed.on_main(lambda: check_finished(cells))
     distributed.on_main(lambda: folders.make_folders(study.output_dir))
     distributed.on_main(lambda: _write_plan(study, cells))
@@ -273,7 +281,7 @@ def run_study(
         distributed.on_main(lambda: _prepare_shared(study))
     for t in study.tasks:
         for fold in t.folds:
-            distributed.on_main(lambda t=t, fold=fold: _prepare_litbank(Path(t.train), fold, litbank_fold_dir(study, fold)))
+            distributed.on_main(lambda t=t, fold=fold: prepare_folds(study, t, fold))
         if not study_is_legacy(study) and only in ("all", "finetune"):
             distributed.on_main(lambda t=t: split_dev(study, t))
 

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 import yaml
 
-from spanbert import cost, distributed, folders
+from spanbert import cost, distributed, families, folders
 from spanbert.config import _read_yaml
 from spanbert.errors import SpanBertError
 from spanbert.model import SpanBertForPreTraining
@@ -33,7 +33,6 @@ from spanbert.study.spec import (
 from spanbert.study.stats import mean_std
 from spanbert.study.summary import collect, summarize
 from spanbert.tasks import TASKS
-from spanbert.tasks.common import load_tokenizer_for
 from spanbert.trainer import _ckpt_step, _complete
 from spanbert.utils import atomic_dir, atomic_write, check_output, output_file, remove_debris
 
@@ -187,7 +186,7 @@ def export_checkpoints(run_dir: Path, out: Path) -> list[tuple[int, Path]]:
     once, with the tokenizer and heads of the run's `final/`); returns [(step, folder)] by step."""
     checkpoints = run_checkpoints(run_dir)
     final = run_dir / "final"
-    tokenizer = load_tokenizer_for(final)
+    tokenizer = families.load_tokenizer(final)
     remove_debris(out)  # what a killed export left (`.step-N.tmp-*`): the step is exported again
     models: list[tuple[int, Path]] = []
     for step, ckpt in checkpoints:
@@ -218,14 +217,14 @@ def curve_main(argv: list[str], prog: str = "spanbert curve") -> int:
             raise SpanBertError(f"--option: found {item!r}, expected KEY=VALUE")
         key, value = item.split("=", 1)
         options[key.strip().lstrip("-")] = _option_value(value)
-    task = TaskSpec(args.task, train=args.train, dev=args.dev, glue_task=args.glue_task, folds=args.fold,
+    task = TaskSpec(args.task, train=args.train, dev=args.dev, subtask=args.subtask, folds=args.fold,
                     learning_rates=[args.learning_rate], options=options)  # fmt: skip
     # a curve folder (its manifest) or a new one, apart from what the curve reads: the run's final model and
     # checkpoints (the default RUN/curve-TASK lies beside them), the task's data
     reads = [("the run's model", run / "final", True), *[("a checkpoint", p, True) for p in run.glob("checkpoint-*")],
              ("--train", args.train), ("--dev", args.dev)]  # fmt: skip
     out = check_output(args.output_dir or run / f"curve-{task.name}", folder=True, owner="study", inputs=reads)
-    # everything the arguments decide is checked before a checkpoint is exported (issue 22.13): the
+    # everything the arguments decide is checked before a checkpoint is exported: the
     # run, then the task, its files, the grid and the seeds, with the run's final model standing in for
     # the exported ones
     run_checkpoints(run)

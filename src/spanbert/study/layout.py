@@ -1,20 +1,23 @@
 """What a study's folder holds and where: a cell (one `spanbert pretrain` or `finetune` run) and its
-folder, the shared corpus, the models, LitBank's folds, the held-out halves, and the names a study
+folder, the shared corpus, the models, a task's folds, the held-out halves, and the names a study
 writes at the top of its output_dir (the output contract's "an earlier output of this command").
 
     OUT/shared/tokenizer, OUT/shared/corpus        one vocabulary and one preprocessed corpus for all
     OUT/pretrain/<system>/                         `spanbert pretrain` with an equal budget of tokens
     OUT/finetune/<system>/<task>/lr<lr>_seed<s>/   `spanbert finetune <task>` (best dev checkpoint)
+    OUT/shared/<folds>/fold<k>/, OUT/shared/heldout/<task>/   a fold's files, the dev halves
     OUT/summary/                                   table.md, table.csv, comparisons.md/.csv, *.png
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from spanbert import folders
 from spanbert.study.spec import Study, SystemSpec, TaskSpec
+from spanbert.tasks import TASKS
 
 
 @dataclass
@@ -27,6 +30,9 @@ class Cell:
     lr: float = 0.0
     seed: int = 0
     fold: int | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    """A fine-tuning cell's options for `spanbert.tasks.finetune` (``argv`` is their command line: the
+    cell's identity, kept in its marker)."""
 
     @property
     def label(self) -> str:
@@ -55,8 +61,13 @@ def finetune_cell_dir(study: Study, system: str, task: str, lr: float, seed: int
     return Path(study.output_dir) / "finetune" / system / task / f"{_lr_name(lr)}_seed{seed}{suffix}"
 
 
-def litbank_fold_dir(study: Study, fold: int) -> Path:
-    return shared_dir(study) / "litbank" / f"fold{fold}"
+def fold_dir(study: Study, t: TaskSpec, fold: int) -> Path:
+    """Where fold ``fold`` of ``t``'s data is written (its train, dev and test files): shared by every
+    system, learning rate and seed, and by every task of the study on the same folds."""
+    folds = TASKS[t.task].folds
+    if folds is None:
+        raise ValueError(f"task {t.task} has no folds")
+    return shared_dir(study) / folds.name / f"fold{fold}"
 
 
 def heldout_dir(study: Study, t: TaskSpec) -> Path:

@@ -94,8 +94,10 @@ def curve_parser(prog: str = "spanbert curve") -> argparse.ArgumentParser:
     p.add_argument("--task", required=True, choices=list(TASKS), help="the fine-tuning task")
     p.add_argument("--train", required=True, help="training file (glue: the task folder; coref: LitBank folder or file)")
     p.add_argument("--dev", default="", help="dev file (not for glue)")
-    p.add_argument("--glue_task", "--glue-task", default="", help="glue only: SST-2, CoLA, MRPC, STS-B, RTE")
-    p.add_argument("--fold", type=int, action="append", default=[], help="coref on LitBank: a fold of the ten-fold split")
+    p.add_argument("--subtask", "--glue_task", "--glue-task", dest="subtask", default="",
+                   help="for a task made of several, the one to run (glue: SST-2, CoLA, MRPC, STS-B, RTE, ...)")
+    p.add_argument("--fold", type=int, action="append", default=[],
+                   help="for data published as folds, a fold to run (coref on the LitBank folder: 0..9)")
     p.add_argument("--learning_rate", "--learning-rate", type=float, default=3e-5, help="fine-tuning learning rate")
     p.add_argument("--seeds", type=int, default=1, help="fine-tuning seeds per checkpoint (default: 1)")
     threads.add_option(p)

@@ -29,9 +29,9 @@ import torch
 
 from spanbert.data import is_preprocessed, preprocess
 from spanbert.errors import SpanBertError
-from spanbert.study.cells import _prepare_litbank, candidate_kinds, plan
+from spanbert.study.cells import candidate_kinds, plan, prepare_folds, run_finetune
 from spanbert.study.heldout import heldout_plan, score_heldout, split_dev
-from spanbert.study.layout import litbank_fold_dir, shared_dir
+from spanbert.study.layout import shared_dir
 from spanbert.study.runner import run_command
 from spanbert.study.spec import Study, TaskSpec, is_random_init
 from spanbert.tokenization import corpus_files, count_corpus_words, load_tokenizer, train_tokenizer
@@ -334,20 +334,21 @@ def probe_finetuning(study: Study, tmp_study: Study, tmp: Path) -> dict[str, Fin
         cell = next(c for c in cells if c.task == t.name)
         t0 = time.perf_counter()
         for fold in t.folds:
-            _prepare_litbank(Path(t.train), fold, litbank_fold_dir(tmp_study, fold))
+            prepare_folds(tmp_study, t, fold)
         split_dev(tmp_study, t)
         prepare_s = _since(t0)
         n = probe_size(t, unit, size)
         run = tmp / "finetune" / t.name
-        argv = _with(cell.argv, **{key: n, "output_dir": run, "logging_steps": 1})
+        options = {**cell.options, key: n, "output_dir": str(run), "logging_steps": 1}
         once = per_epoch_schedule(t)
         if once:
-            argv = _with(argv, evals_per_epoch=1)
+            options["evals_per_epoch"] = 1
         t0 = time.perf_counter()
-        code, last = run_command(argv, tmp / f"finetune-{t.name}.log")
+        try:
+            run_finetune(t.task, options, tmp / f"finetune-{t.name}.log")
+        except SpanBertError as e:
+            raise SpanBertError(f"study: the probe of {cell.label} failed: {e}; run without --probe_steps") from None
         wall = _since(t0)
-        if code != 0:
-            raise SpanBertError(f"study: the probe of {cell.label} failed: {last}; run without --probe_steps")
         rows = _log_rows(run)
         durations = _step_durations(rows)
         step_s = statistics.median(durations[1:]) if len(durations) > 1 else (durations or [0.0])[0]

@@ -8,13 +8,8 @@ model is scored on held-out data) comes from the task registry `spanbert.tasks.T
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import difflib
-import importlib
-import io
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -22,15 +17,14 @@ from typing import Any
 
 import yaml
 
-from spanbert import cli
 from spanbert.config import MODEL_PRESETS, _read_yaml, convert_value
 from spanbert.errors import SpanBertError
 from spanbert.families import FAMILIES
 from spanbert.pretrain import FAMILY_CHOICES, SYSTEM_PRESETS
 from spanbert.study.options import PRESET_SYSTEMS  # noqa: F401 -- also importable from here, as it was
 from spanbert.tasks import TASKS
-from spanbert.tasks.glue import _FALLBACK, GLUE_TASKS
-from spanbert.trainer import TrainingArguments
+from spanbert.tasks.api import check_options
+from spanbert.tasks.spec import options_argv  # noqa: F401 -- also importable from here, as it was
 
 
 @dataclass
@@ -38,27 +32,28 @@ class TaskSpec:
     """One downstream task of a study."""
 
     task: str
-    """squad, mrqa, semeval, tacred, glue, ner, coref, swag or parse (the `spanbert finetune` task names)."""
+    """A task of `spanbert finetune` (`spanbert.tasks.TASKS`: squad, mrqa, glue, ner, coref, ...)."""
     name: str = ""
-    """Column name in the table (default: the GLUE task name, else the task)."""
+    """Column name in the table (default: the sub-task, else the task)."""
     train: str = ""
-    """Training file (or, for glue, the task folder)."""
+    """Training file (or the task's folder, for a task whose data is one: glue)."""
     dev: str = ""
     """Dev file: fine-tuning selects the best checkpoint and the learning rate on it."""
     test: str = ""
     """Optional test file, scored only with the selected models (ner, semeval, tacred, parse)."""
-    glue_task: str = ""
-    """glue only: SST-2, CoLA, MRPC, STS-B, RTE, ..."""
+    subtask: str = ""
+    """For a task made of several (`spanbert.tasks.spec.SubTasks`), the one to run (glue: SST-2, CoLA,
+    ...); a study file may name it by the task's own key (``glue_task: SST-2``)."""
     folds: list[int] = field(default_factory=list)
-    """coref on LitBank (train: the litbank_coref folder): the folds of its ten-fold split to run (e.g.
-    [0], or 0..9); a seed's score is the mean over the folds. Empty for a task given as train/dev files."""
+    """For data published as k folds (`spanbert.tasks.spec.Folds`; coref on the LitBank folder): the folds
+    to run (e.g. [0], or 0..9); a seed's score is the mean over the folds. Empty for train/dev files."""
     learning_rates: list[float] = field(default_factory=lambda: [3e-5])
     """The learning-rate grid (Appendix B: 1e-5 … 5e-5 for most tasks)."""
     options: dict[str, Any] = field(default_factory=dict)
     """Further `spanbert finetune <task>` options, e.g. {num_train_epochs: 2, max_train_examples: 2000}."""
 
     def __post_init__(self) -> None:
-        self.name = self.name or (self.glue_task if self.task == "glue" and self.glue_task else self.task)
+        self.name = self.name or self.subtask or self.task
 
 
 @dataclass
@@ -122,9 +117,19 @@ class Study:
         return max(1, math.ceil(self.budget_tokens / (self.batch_size * self.max_seq_length)))
 
 
-def task_head(t: TaskSpec) -> list[str]:
-    """The task name and the options that pick a sub-task, as every command of a cell starts."""
-    return [t.task, *(["--task", t.glue_task] if t.glue_task else [])]
+def subtask_options(t: TaskSpec) -> dict[str, str]:
+    """The task options that pick ``t``'s sub-task (glue: ``{"task": "SST-2"}``); none for a plain task."""
+    return TASKS[t.task].subtask_options(t.subtask) if t.task in TASKS else {}
+
+
+def _subtask_key(item: dict[str, Any]) -> dict[str, Any]:
+    """A study file's task entry with the task's own name for its sub-task (``glue_task``) read as
+    ``subtask``."""
+    spec = TASKS.get(item.get("task")) if isinstance(item, dict) and isinstance(item.get("task"), str) else None
+    sub = spec.subtasks if spec is not None else None
+    if sub is None or sub.key not in item or "subtask" in item:
+        return item
+    return {("subtask" if k == sub.key else k): v for k, v in item.items()}
 
 
 def _test_tasks() -> list[str]:
@@ -182,7 +187,8 @@ def study_from_dict(data: dict[str, Any], where: str = "study") -> Study:
     for i, item in enumerate(data.pop("systems")):
         item = {"name": item} if isinstance(item, str) else item
         systems.append(_build(SystemSpec, item, lambda *k, i=i: at("systems", i, *k)))
-    tasks = [_build(TaskSpec, item, lambda *k, i=i: at("tasks", i, *k)) for i, item in enumerate(data.pop("tasks"))]
+    tasks = [_build(TaskSpec, _subtask_key(item), lambda *k, i=i: at("tasks", i, *k))
+             for i, item in enumerate(data.pop("tasks"))]  # fmt: skip
     study = _build(Study, {**data, "systems": systems, "tasks": tasks}, at)
     check_study(study, where, at)  # the entries as written, so that errors name their lines
     if study.families:
@@ -281,23 +287,28 @@ def check_study(study: Study, where: str, at: Callable[..., str] | None = None) 
             raise SpanBertError(
                 f"{at('tasks', i, 'task')}: tasks: found task {t.task!r}, expected one of: {', '.join(TASKS)}"
             )
-        if t.task == "glue" and not t.glue_task:
-            raise SpanBertError(f"{at('tasks', i)}: tasks: glue needs glue_task (e.g. SST-2)")
-        if t.glue_task and t.task != "glue":
-            raise SpanBertError(f"{at('tasks', i, 'glue_task')}: tasks: {t.name}: found glue_task, expected it for glue only")
+        spec = TASKS[t.task]
+        sub = spec.subtasks
+        if sub is not None and not t.subtask:
+            raise SpanBertError(f"{at('tasks', i)}: tasks: {t.task} needs {sub.key} (one of: {', '.join(sub.names)})")
+        if t.subtask and sub is None:
+            raise SpanBertError(f"{at('tasks', i, 'subtask')}: tasks: {t.name}: found subtask {t.subtask!r}, "
+                                f"expected none: {t.task} is one task")  # fmt: skip
         columns.append(t.name)
-        litbank = t.task == "coref" and Path(t.train).is_dir()
-        if litbank != bool(t.folds):
+        folds = spec.folds
+        in_folds = folds is not None and folds.applies(t.train)
+        if in_folds != bool(t.folds):
             raise SpanBertError(
                 f"{at('tasks', i, 'folds')}: tasks: {t.name}: found folds {t.folds} with train {t.train!r}, "
-                f"expected folds (e.g. [0]) "
-                f"exactly when train is the LitBank folder (with tenfold_splits/)"
+                f"expected folds (e.g. [0]) exactly when train is "
+                f"{folds.source if folds is not None else 'a data set published as folds'}"
             )
-        if litbank and (not (Path(t.train) / "tenfold_splits").is_dir() or any(not 0 <= k <= 9 for k in t.folds)):
+        if in_folds and (not folds.holds_folds(t.train) or any(not 0 <= k < folds.count for k in t.folds)):
             raise SpanBertError(
-                f"{at('tasks', i, 'folds')}: tasks: {t.name}: expected {t.train}/tenfold_splits/ and folds in 0..9"
+                f"{at('tasks', i, 'folds')}: tasks: {t.name}: found folds {t.folds} of {t.train}, expected "
+                f"{folds.source} and folds in 0..{folds.count - 1}"
             )
-        if not t.train or (t.task != "glue" and not t.dev and not litbank):
+        if not t.train or (not spec.dev_in_train and not t.dev and not in_folds):
             raise SpanBertError(f"{at('tasks', i)}: tasks: {t.name}: found no train/dev data, expected both paths")
         for key, path in (("train", t.train), ("dev", t.dev), ("test", t.test)):
             if path and not Path(path).exists():
@@ -339,100 +350,53 @@ def check_family(s: SystemSpec, at: Callable[..., str]) -> None:
 
 
 # Options a study sets itself for every fine-tuning cell: one in a task's `options` would silently
-# relabel the cells (a learning rate that is not the grid's) or break the harness (another output).
+# relabel the cells (a learning rate that is not the grid's) or break the harness (another output). The
+# options naming a task's data and its sub-task are the task's own (`study_set_options`).
 STUDY_SET_OPTIONS = ("model", "learning_rate", "seed", "output_dir", "overwrite_output_dir", "resume", "sweep",
-                     "train_file", "validation_file", "train", "dev", "task", "data_dir")  # fmt: skip
+                     "train_file", "validation_file", "train", "dev")  # fmt: skip
 
 
-def _finetune_help(argv: list[str]) -> tuple[int, str, str]:
-    """(exit code, stdout, stderr) of ``spanbert finetune ARGV --help`` run in this process: argparse
-    converts every option given before ``--help`` (so a bad value is refused) and then prints the
-    usage, without reading a file or building a model."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = cli._run(["finetune", *argv, "--help"])
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else 2
-        except SpanBertError as e:
-            print(f"error: {e}", file=err)
-            code = 2
-    return int(code or 0), out.getvalue(), err.getvalue()
+def study_set_options(t: TaskSpec) -> tuple[str, ...]:
+    """Every option the study sets for ``t``'s cells: `STUDY_SET_OPTIONS`, the options naming the task's
+    train and dev data (`spanbert.tasks.spec.TaskSpec.finetune_data`) and the one picking its sub-task."""
+    spec = TASKS[t.task]
+    data = spec.finetune_data("train", "dev")
+    picks = (spec.subtasks.option,) if spec.subtasks is not None else ()
+    return tuple(dict.fromkeys((*STUDY_SET_OPTIONS, *data, *picks)))
 
 
 def check_task_options(t: TaskSpec, at: Callable[..., str]) -> None:
-    """What a task's cells would be refused for, found before any cell runs: the GLUE task name and its
-    files, and every key and value of ``options`` against the task's own `spanbert finetune` parser."""
-    if t.task == "glue":
-        known = {k.lower().replace("-", ""): k for k in GLUE_TASKS}
-        name = known.get(t.glue_task.lower().replace("-", ""))
+    """What a task's cells would be refused for, found before any cell runs: the sub-task's name and data,
+    and every key and value of ``options`` against the task's own `spanbert finetune` parser
+    (`spanbert.tasks.api.check_options`)."""
+    sub = TASKS[t.task].subtasks
+    if sub is not None:
+        name = sub.canonical(t.subtask)
         if name is None:
-            raise SpanBertError(
-                f"{at('glue_task')}: tasks: {t.name}: found glue_task {t.glue_task!r}, expected one of: "
-                f"{', '.join(GLUE_TASKS)}"
-            )
-        spec = GLUE_TASKS[name]
-        for f in [*spec.train, *(f for files in spec.dev.values() for f in files)]:
-            paths = [Path(t.train) / f, *(Path(t.train) / g for g in _FALLBACK.get((name, f), ()))]
-            if not any(p.is_file() for p in paths):
-                raise SpanBertError(
-                    f"{at('train')}: tasks: {t.name}: found no {f} in {t.train}, expected the {name} folder of GLUE "
-                    f"(train.tsv and its dev file)"
-                )
+            raise SpanBertError(f"{at(sub.key)}: tasks: {t.name}: found {sub.key} {t.subtask!r}, expected one of: "
+                                f"{', '.join(sub.names)}")  # fmt: skip
+        problem = sub.check(name, t.train)
+        if problem:
+            raise SpanBertError(f"{at('train')}: tasks: {t.name}: {problem}")
+    study_set = study_set_options(t)
     for key in t.options:
-        if key.replace("-", "_") in STUDY_SET_OPTIONS:
+        if key.replace("-", "_") in study_set:
             raise SpanBertError(
                 f"{at('options')}: tasks: {t.name}: options: found {key!r}, expected none of "
-                f"{', '.join(STUDY_SET_OPTIONS)}: the study sets them for every cell (learning rates: learning_rates:)"
+                f"{', '.join(study_set)}: the study sets them for every cell (learning rates: learning_rates:)"
             )
     if not t.options:
         return
-    head = task_head(t)
-    code, text, _ = _finetune_help(head)
-    flags = set(re.findall(r"(?<![\w-])--[\w-]+", text))
-    if code != 0 or not flags:
-        raise SpanBertError(f"{at('task')}: tasks: {t.name}: `spanbert finetune {t.task} --help` failed")
-    for key in t.options:
-        if f"--{key}" not in flags:
-            near = difflib.get_close_matches(f"--{key}", sorted(flags), n=1)
-            hint = f" (did you mean {near[0][2:]!r}?)" if near else ""
-            raise SpanBertError(
-                f"{at('options')}: tasks: {t.name}: options: found {key!r}, expected an option of "
-                f"`spanbert finetune {t.task}`{hint}"
-            )
-    # values: the dataclass options (training and the task's configs) as their YAML reader converts
-    # them, the parser's own (typed, with choices) by argparse before `--help`
-    configs = [TrainingArguments] + [
-        getattr(importlib.import_module(module), name) for module, name in TASKS[t.task].configs
-    ]
-    for key, value in t.options.items():
-        for cls in configs:
-            if key in {f.name for f in fields(cls)}:
-                convert_value(cls, key, value, source=f"{at('options')}: tasks: {t.name}: options")
-                break
-    code, _, err = _finetune_help([*head, *options_argv(t.options)])
-    if code != 0:
-        last = next((x for x in reversed(err.splitlines()) if x.strip()), "")
-        last = last.split("error: ", 1)[-1]
-        raise SpanBertError(f"{at('options')}: tasks: {t.name}: options: {last}")
+    try:
+        check_options(t.task, t.options, subtask_options(t))
+    except SpanBertError as e:
+        raise SpanBertError(f"{at('options')}: tasks: {t.name}: options: {e}") from None
 
 
 def load_study(path: str | Path) -> Study:
     """The study of a YAML file, checked (`study_from_dict`); errors name the file and the line."""
     data, lines = _read_yaml(path)
     return study_from_dict({**data, "__lines__": {**lines, **item_lines(Path(path))}}, str(path))
-
-
-def options_argv(opts: dict[str, Any]) -> list[str]:
-    argv: list[str] = []
-    for key, value in opts.items():
-        if isinstance(value, bool):
-            argv += [f"--{key}", "true" if value else "false"]
-        elif isinstance(value, (list, tuple)):
-            argv += [f"--{key}", *map(str, value)]
-        elif value is not None:
-            argv += [f"--{key}", str(value)]
-    return argv
 
 
 # The cpu preset's settings that a pilot decides (docs/study.md, "The cpu preset"): every value to tune is
@@ -493,7 +457,7 @@ def cpu_preset(data_root: str = "../shared/data", tuning: dict[str, Any] | None 
                  "max_train_examples": k["squad_max_train_examples"],
                  "validation_articles": k["squad_validation_articles"], "num_train_epochs": 1,
                  "max_seq_length": 192, "per_device_train_batch_size": 32, "evals_per_epoch": 2}},
-            {"task": "glue", "glue_task": "SST-2", "train": f"{d}/glue/SST-2",
+            {"task": "glue", "subtask": "SST-2", "train": f"{d}/glue/SST-2",
              "learning_rates": [k["sst2_learning_rate"]], "options": {
                  "max_train_examples": k["sst2_max_train_examples"], "num_train_epochs": 1, "max_seq_length": 64,
                  "per_device_train_batch_size": 32, "evals_per_epoch": k["sst2_evals_per_epoch"]}},
@@ -531,7 +495,7 @@ def preset(table: str, scale: str | None, data_root: str = "../shared/data") -> 
         "train": f"{d}/squad/train-v1.1.rebuilt.json.gz",
         "dev": f"{d}/squad/dev-v1.1.json",
     }
-    sst = {"task": "glue", "glue_task": "SST-2", "train": f"{d}/glue/SST-2"}
+    sst = {"task": "glue", "subtask": "SST-2", "train": f"{d}/glue/SST-2"}
     litbank = {"task": "coref", "name": "LitBank", "train": f"{d}/litbank_coref", "folds": [0]}
     if scale == "tiny":
         # A smoke test of the harness on 2 CPU cores in well under an hour: a few minutes of

@@ -6,7 +6,6 @@ comparisons, and the plots (matplotlib, optional)."""
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import sys
 from pathlib import Path
@@ -18,11 +17,12 @@ from spanbert import distributed, folders
 from spanbert.cost import human_duration
 from spanbert.errors import SpanBertError
 from spanbert.study.layout import ESTIMATE_FILE, finetune_cell_dir, shared_dir
-from spanbert.study.runner import last_json, run_command, write_csv, write_json
-from spanbert.study.spec import Study, is_random_init, task_head
+from spanbert.study.runner import in_log, write_csv
+from spanbert.study.spec import Study, is_random_init, subtask_options
 from spanbert.study.stats import Comparison, mean_std, paired_comparison
 from spanbert.tasks import TASKS
-from spanbert.utils import atomic_write
+from spanbert.tasks import score as score_model
+from spanbert.utils import atomic_write, write_json
 
 
 def collect(study: Study) -> dict[str, dict[str, dict[str, Any]]]:
@@ -74,14 +74,11 @@ def score_tests(study: Study, results: dict) -> None:
                 marker = d / "test.json"
                 if not distributed.on_main(marker.is_file):
                     log = d / "test_log.txt"
-                    argv = ["evaluate", *task_head(t), "--data", t.test, "--model", str(d), "--disable_tqdm"]
-                    buf = io.StringIO()
-                    with contextlib.redirect_stdout(buf):
-                        code, last = run_command(argv, log)
-                    if code != 0:
-                        raise SpanBertError(f"study: scoring {t.test} with {d} failed: {last}; see {log}")
-                    text = (d / log.name).read_text() if distributed.is_main() else ""
-                    numbers = last_json(text)
+                    try:
+                        with in_log(log, f"score {d} on {t.test}"):
+                            numbers = score_model(t.task, d, t.test, **subtask_options(t)).numbers
+                    except SpanBertError as e:
+                        raise SpanBertError(f"study: scoring {t.test} with {d} failed: {e}; see {log}") from None
                     distributed.on_main(lambda m=marker, n=numbers: write_json(m, n))
                 numbers = distributed.on_main(lambda m=marker: json.loads(m.read_text()))
                 key = TASKS[t.task].metric

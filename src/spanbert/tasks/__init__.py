@@ -1,80 +1,19 @@
-"""One module per task family: reader, features, head, decoding, and its `TaskSpec`s.
+"""The tasks: one module (or package) per task family — reader, features, head, decoding and its
+`TaskSpec`s — behind one registry and one Python API.
 
-`TASKS` is the registry the CLI and the study read: task name -> `spec.TaskSpec`. An entry is the
-module that exports the spec (``SPECS[name]``), imported on first use, so listing the tasks with their
-one-line descriptions (``spanbert --help``, ``spanbert finetune --help``) imports no task file and no
-torch. A new task is one file plus one line in `_MODULES` (or, from Python, ``TASKS["name"] = spec``):
-docs/architecture.md, "Adding a task".
+    from spanbert import tasks
+    run = tasks.finetune("glue", model="runs/spanbert/final", train="glue/SST-2", output_dir="runs/sst2",
+                         task="SST-2")
+    run.score, tasks.score("glue", run.output_dir, "glue/SST-2", task="SST-2").scores
+
+`TASKS` (task name -> `TaskSpec`) is what the API, the CLI and the study read; `finetune`, `predict`,
+`evaluate` and `score` run a task's actions and return `Results` or the `Path` written
+(`spanbert.tasks.api`). Importing this package loads no task module and no torch.
 """
 
-from __future__ import annotations
+from spanbert.tasks.api import evaluate, finetune, predict, run, score
+from spanbert.tasks.registry import _DESCRIPTIONS, _MODULES, TASKS, Registry
+from spanbert.tasks.spec import Results, TaskSpec
 
-import importlib
-from collections.abc import Iterator, MutableMapping
-
-from spanbert.tasks.spec import TaskSpec
-
-# task -> the module whose SPECS holds it
-_MODULES: dict[str, str] = {
-    "squad": "spanbert.tasks.qa",
-    "mrqa": "spanbert.tasks.qa",
-    "tacred": "spanbert.tasks.relation",
-    "semeval": "spanbert.tasks.relation",
-    "glue": "spanbert.tasks.glue",
-    "ner": "spanbert.tasks.ner",
-    "coref": "spanbert.tasks.coref",
-    "swag": "spanbert.tasks.swag",
-    "parse": "spanbert.tasks.parse",
-}
-
-# task -> its spec's one-line description, for the task list before any task is loaded (a test keeps
-# each equal to its spec's `description`)
-_DESCRIPTIONS: dict[str, str] = {
-    "squad": "extractive QA, SQuAD v1.1/v2.0 JSON",
-    "mrqa": "extractive QA, MRQA jsonl(.gz)",
-    "tacred": "relation extraction, TACRED JSON, entity masking",
-    "semeval": "relation classification, SemEval-2010 Task 8",
-    "glue": "GLUE sentence(-pair) classification and regression (--task)",
-    "ner": "named entity recognition, CoNLL-2003 IOB",
-    "coref": "coreference resolution, CoNLL-2012 format",
-    "swag": "multiple choice, SWAG CSV (BERT §4.4)",
-    "parse": "constituency parsing, Penn Treebank trees, EVALB F1 (cloze paper §6.2.2)",
-}
-
-
-class Registry(MutableMapping[str, TaskSpec]):
-    """name -> `TaskSpec`; an entry given as a module path is loaded (``module.SPECS[name]``) when read."""
-
-    def __init__(self, entries: dict[str, str | TaskSpec], descriptions: dict[str, str] | None = None) -> None:
-        self._entries: dict[str, str | TaskSpec] = dict(entries)
-        self._descriptions: dict[str, str] = dict(descriptions or {})
-
-    def describe(self, name: str) -> str:
-        """The task's one-line description, without loading its module when the registry knows it."""
-        entry = self._entries[name]
-        if isinstance(entry, str) and name in self._descriptions:
-            return self._descriptions[name]
-        return self[name].description
-
-    def __getitem__(self, name: str) -> TaskSpec:
-        entry = self._entries[name]
-        if isinstance(entry, str):
-            entry = importlib.import_module(entry).SPECS[name]
-            self._entries[name] = entry
-        return entry
-
-    def __setitem__(self, name: str, spec: str | TaskSpec) -> None:
-        self._entries[name] = spec
-        self._descriptions.pop(name, None)  # a replaced entry describes itself
-
-    def __delitem__(self, name: str) -> None:
-        del self._entries[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._entries)
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-
-TASKS = Registry(_MODULES, _DESCRIPTIONS)
+__all__ = ["TASKS", "Registry", "Results", "TaskSpec", "evaluate", "finetune", "predict", "run", "score",
+           "_DESCRIPTIONS", "_MODULES"]  # fmt: skip

@@ -37,11 +37,7 @@ from spanbert.tasks.common import (
     load_task_model,
     predict_sharded,
     save_finetuned,
-    seed_dropout,
-    seed_init,
-)
-from spanbert.tasks.common import (
-    write_json as _write_json,
+    seeded_model,
 )
 from spanbert.tasks.layers import apply_encoder_dropout, output_layer, scaled
 from spanbert.trainer import predict_batches, train
@@ -290,14 +286,11 @@ def build_model(
     run and on every rank, and each rank then gets its own dropout stream.
     """
     cls, _, pooled = HEADS[kind]
-    if seed is not None:
-        seed_init(seed)
-    encoder = load_encoder(model_dir, add_pooling_layer=pooled)
-    if vocab_size is not None:
-        resize_token_embeddings(encoder, vocab_size)
-    model = cls(encoder, num_labels)
-    if seed is not None:
-        seed_dropout(seed)
+    with seeded_model(seed):
+        encoder = load_encoder(model_dir, add_pooling_layer=pooled)
+        if vocab_size is not None:
+            resize_token_embeddings(encoder, vocab_size)
+        model = cls(encoder, num_labels)
     return model
 
 
@@ -431,6 +424,3 @@ run_finetune_cli = common.run_finetune
 print_metrics = common.print_metrics
 
 
-def write_json(path: str | Path, data: Any) -> None:
-    """Pretty JSON, atomically, written once under torchrun (`spanbert.tasks.common.write_json`)."""
-    _write_json(path, data)

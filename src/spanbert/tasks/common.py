@@ -11,13 +11,14 @@ Under ``torchrun`` every task command runs on every rank and goes through the fe
   predictions in the original order (contract 7: evaluation runs on every rank);
 - `write_once(fn)`: rank 0 writes, the others wait; its return value (a chosen threshold, the best
   sweep run) or its error reaches every rank. `save_finetuned` and `write_json` use it;
-- `seed_init(seed)` before building a head, `seed_dropout(seed)` after: the same head on every rank
-  and run, a per-rank dropout stream.
+- `with seeded_model(seed):` around building a model: the same head on every rank and run, drawn from
+  the seed alone, then a per-rank dropout stream.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
@@ -28,11 +29,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-import numpy as np
 import torch
 from torch import nn
 
-from spanbert import distributed, families, folders, threads, trainer
+from spanbert import distributed, families, folders, threads, trainer, utils
 from spanbert.config import (
     ArgumentParser,
     add_dataclass_arguments,
@@ -42,8 +42,11 @@ from spanbert.config import (
     parse_args_with_config,
     parse_key_values,
 )
+from spanbert.dropout import seeded_build
 from spanbert.errors import DataError, SpanBertError
 from spanbert.microbatch import planned_batch_size
+from spanbert.tasks.spec import Results
+from spanbert.tasks.splits import HELDOUT_SEED, split_half  # noqa: F401 -- `finetune glue --heldout_half`
 from spanbert.trainer import (
     BEST_DIR,
     TrainingArguments,
@@ -59,24 +62,6 @@ T = TypeVar("T")
 # Appendix B: learning rate from {5e-6, 1e-5, 2e-5, 3e-5, 5e-5}, batch size from {16, 32}.
 SWEEP_LEARNING_RATES = (5e-6, 1e-5, 2e-5, 3e-5, 5e-5)
 SWEEP_BATCH_SIZES = (16, 32)
-
-HELDOUT_SEED = 23
-"""The seed of the dev halves: fixed, so every run (every system, learning rate and seed of a study, and
-`finetune glue --heldout_half`) selects on the same half and is scored on the same other half."""
-
-
-def split_half(n: int, seed: int = HELDOUT_SEED) -> tuple[list[int], list[int]]:
-    """(selection indices, held-out indices) of ``n`` records: a seeded permutation cut in two, the
-    held-out half the smaller when ``n`` is odd, each half in the file's order. A model is selected on
-    the first half and scored on the second, which selection never saw (SpanBERT §4.1 does this for
-    MRQA; `spanbert study` for every task without a test split)."""
-    if n < 2:
-        raise ValueError(f"cannot split {n} record(s) in two halves")
-    perm = np.random.default_rng(seed).permutation(n)
-    held = sorted(int(i) for i in perm[: n // 2])
-    select = sorted(int(i) for i in perm[n // 2 :])
-    return select, held
-
 
 EVALS_PER_EPOCH = 10
 """Dev evaluations per epoch: the default ``--eval_per_epoch 10`` of the released fine-tuning scripts
@@ -106,6 +91,23 @@ def selection_defaults(metric: str) -> dict[str, Any]:
     }
 
 
+def parse_bool(value: Any) -> bool:
+    """``true``/``false`` (also 1/0, yes/no, on/off) for a boolean option's value."""
+    s = str(value).lower()
+    if s in ("1", "true", "yes", "on"):
+        return True
+    if s in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"found {value!r}, expected true or false")
+
+
+def add_switch(parser: argparse.ArgumentParser | argparse._ArgumentGroup, *flags: str, help: str) -> None:
+    """A boolean option of a task command, off by default: the bare flag turns it on, ``--flag
+    true|false`` says which. The second spelling is the one a study records and the Python API writes
+    (`spanbert.tasks.spec.options_argv`), so a keyword ``flag=True`` and a flag ``--flag`` are one thing."""
+    parser.add_argument(*flags, nargs="?", const=True, default=False, type=parse_bool, metavar="BOOL", help=help)
+
+
 def add_finetune_arguments(parser: argparse.ArgumentParser, defaults: dict[str, Any] | None = None) -> None:
     """--model, --tokenizer, --config and every `TrainingArguments` field, plus --sweep and key=value."""
     parser.add_argument("--model", required=True, help="pre-trained checkpoint folder (spanbert or any HF BERT)")
@@ -113,9 +115,9 @@ def add_finetune_arguments(parser: argparse.ArgumentParser, defaults: dict[str, 
         "--tokenizer", default=None, help="tokenizer folder or vocab.txt, when the checkpoint has none"
     )
     parser.add_argument("--config", default=None, help="YAML file of option overrides")
-    parser.add_argument(
+    add_switch(
+        parser,
         "--sweep",
-        action="store_true",
         help="try every learning rate in {5e-6,1e-5,2e-5,3e-5,5e-5} x batch size {16,32} (Appendix B); each run keeps "
         "its best dev evaluation (--evals_per_epoch, --metric_for_best_model) and the run with the best selected dev "
         "score is saved in --output_dir (sweep.json lists every run and its selected step)",
@@ -131,7 +133,7 @@ def add_inference_arguments(parser: argparse.ArgumentParser, unit: str, with_mod
     when = " with --model" if with_model else ""
     parser.add_argument("--batch_size", type=int, default=64, help=f"{unit} per batch{when} (default: 64)")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (default: auto)")
-    parser.add_argument("--disable_tqdm", action="store_true", help="hide the progress bars")
+    add_switch(parser, "--disable_tqdm", help="hide the progress bars")
     threads.add_option(parser)
 
 
@@ -167,7 +169,7 @@ def finetune_command(
     metric: str,
     configs: Sequence[type] = (),
     check: Callable[[argparse.Namespace], None] | None = None,
-) -> int:
+) -> Results:
     """The `finetune` action of a task: its own options (``add_options``), then --model, --config and every
     `TrainingArguments` option under ``defaults``; parsed with the ``--config`` YAML (``configs``: the
     task's option dataclasses); ``check(args)`` refuses what the task cannot run; then `run_finetune`
@@ -184,14 +186,15 @@ def finetune_command(
 def run_finetune(
     args: Any, defaults: dict[str, Any], run_one: Callable[[Any], dict[str, float]], metric: str,
     prog: str = "spanbert finetune",
-) -> int:  # fmt: skip
+) -> Results:  # fmt: skip
     """One run, or the Appendix B ``--sweep`` keeping the best: the output checks, the process group, the
-    claim of the output folder (its lock and manifest, for the whole command), the summary line and the
-    metrics as JSON, shared by every task's `finetune`.
+    claim of the output folder (its lock and manifest, for the whole command) and the summary line,
+    shared by every task's `finetune`; returns the saved model's dev `Results`.
 
     ``run_one(training_arguments)`` fine-tunes, saves into ``training_arguments.output_dir`` and
-    returns the dev metrics; ``metric`` names the one the sweep maximises. The output is checked against
-    every path the command reads (`spanbert.utils.input_paths` of ``args``: --model, --train, ...).
+    returns the dev metrics; ``metric`` names the headline (and the one the sweep maximises). The output
+    is checked against every path the command reads (`spanbert.utils.input_paths` of ``args``: --model,
+    --train, ...).
     """
     targs = training_arguments(args, defaults)
     check_output_dir(targs, input_paths(args))  # before reading any data (a sweep: the top folder)
@@ -201,31 +204,39 @@ def run_finetune(
         return _finetune_claimed(args, targs, run_one, metric)
 
 
-def _finetune_claimed(args: Any, targs: TrainingArguments, run_one: Callable[[Any], dict[str, float]], metric: str) -> int:
+def finetune_results(metrics: dict[str, Any], metric: str, output_dir: str | Path) -> Results:
+    """The `Results` of a run that saved its model in ``output_dir`` with these dev ``metrics`` (the step
+    its weights are from when it was selected on dev: ``selected_step``)."""
+    step = metrics.get("selected_step")
+    return Results(dict(metrics), metric, int(step) if step is not None else None, Path(output_dir))
+
+
+def _finetune_claimed(
+    args: Any, targs: TrainingArguments, run_one: Callable[[Any], dict[str, float]], metric: str
+) -> Results:
     """`run_finetune` once its output folder is held."""
     if not getattr(args, "sweep", False):
         metrics = run_one(targs)
         distributed.print0(f"saved the fine-tuned model to {targs.output_dir}")
         if "selected_step" in metrics:
             distributed.print0(f"the saved model is that of step {metrics['selected_step']} (best dev {metrics['selected_by']})")
-        print_metrics(metrics)
-        return 0
+        return finetune_results(metrics, metric, targs.output_dir)
 
-    metric = targs.metric_for_best_model or metric  # the runs are compared on the score that selects within each
+    compared = targs.metric_for_best_model or metric  # the runs are compared on the score that selects within each
     if targs.metric_for_best_model and not targs.greater_is_better:
         raise SpanBertError("--sweep keeps the run with the highest dev score: found --greater_is_better false, "
                             "expected a metric where higher is better")  # fmt: skip
 
     def one(lr: float, batch_size: int, run_dir: Path) -> dict[str, Any]:
         metrics = run_one(cell_arguments(targs, lr, batch_size, run_dir))
-        if metric not in metrics:
-            raise SpanBertError(f"--sweep keeps the best run on the dev set: pass --dev (no {metric!r} was computed)")
-        return {"dev_score": metrics[metric], **{k: metrics[k] for k in SELECTION_KEYS if k in metrics}}
+        if compared not in metrics:
+            raise SpanBertError(f"--sweep keeps the best run on the dev set: pass --dev (no {compared!r} was computed)")
+        return {"dev_score": metrics[compared], **{k: metrics[k] for k in SELECTION_KEYS if k in metrics}}
 
     summary = sweep(one, targs.output_dir, resume=targs.resume, **sweep_grid(args.model))
     distributed.print0(f"best run copied to {targs.output_dir}")
-    print_metrics(summary["best"])
-    return 0
+    # the best run's row of sweep.json: its rate, batch size and selected dev score ("dev_score")
+    return finetune_results(summary["best"], "dev_score", targs.output_dir)
 
 
 def print_metrics(metrics: dict[str, Any]) -> None:
@@ -415,41 +426,26 @@ def length_batches(
     return batches
 
 
-def cpu_batch_tokens(model: nn.Module) -> int:
-    """Tokens per prediction batch on CPU whose widest activation (the feed-forward's, ``intermediate_size``
-    floats a token; 4 x hidden when the family does not say) stays under glibc's mmap threshold
+def cpu_batch_tokens(encoder: families.Family) -> int:
+    """Tokens per prediction batch on CPU whose widest activation (the feed-forward's, `Family.ffn_size`
+    floats a token) stays under glibc's mmap threshold
     (`spanbert.utils.MMAP_THRESHOLD`): such a batch reuses heap memory, a larger one maps and page-faults
     its activations in afresh at every layer (MiniLM 6 x 384, windows of 384 tokens: 60,000 page faults
     and ~10% more CPU time for batches of 64 than of 2). The matrix multiplies are as fast on a few
     hundred rows as on thousands."""
-    config = getattr(model, "config", None)
-    hidden = getattr(config, "hidden_size", 768)
-    width = getattr(config, "intermediate_size", None) or 4 * hidden
-    return max(1, MMAP_THRESHOLD // (4 * width))
+    return max(1, MMAP_THRESHOLD // (4 * encoder.ffn_size))
 
 
-def seed_init(seed: int) -> None:
-    """Seed the global torch RNG before building a head: the same initialisation on every rank and in
-    every run with this ``--seed`` (the initialisers draw from the global RNG)."""
-    torch.manual_seed(seed)
+def seeded_model(seed: int | None) -> contextlib.AbstractContextManager[None]:
+    """``with seeded_model(seed): model = ...``: the new weights are drawn from ``seed`` alone (the same
+    head on every rank and in every run with this ``--seed``), then this rank's dropout stream is seeded
+    (`spanbert.dropout.seeded_build`)."""
+    return seeded_build(seed, distributed.rank())
 
 
-def seed_dropout(seed: int) -> None:
-    """After the model is built: a dropout stream of its own per rank (rank 0 of N and a single
-    process draw the same), so ranks do not drop the same units on their different examples."""
-    r = distributed.rank()
-    if r > 0:
-        torch.manual_seed(int(np.random.SeedSequence([seed, r]).generate_state(1)[0]))
-
-
-def write_json(path: str | Path, data: Any) -> None:
-    """Pretty JSON, atomically, written once (rank 0)."""
-    def write() -> None:
-        with atomic_write(path, encoding="utf-8") as f:
-            json.dump(data, f, indent=2, sort_keys=True, ensure_ascii=False)
-            f.write("\n")
-
-    write_once(write)
+def write_json(path: str | Path, data: Any, sort_keys: bool = True) -> None:
+    """Pretty JSON (UTF-8 as is), atomically, written once (rank 0): `spanbert.utils.write_json`."""
+    write_once(lambda: utils.write_json(path, data, sort_keys=sort_keys, ensure_ascii=False))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -484,7 +480,7 @@ def load_tokenizer_for(model_dir: str | Path, tokenizer_dir: str | Path | None =
 
 def match_by_id(path: str | Path, by_id: dict[str, Any], wanted: Sequence[str], data: str, how: str = "") -> list[Any]:
     """The predictions ``by_id`` (read from ``path``) in the order of the data's ids ``wanted``: a file in any
-    order scores the same (issue 22). Ids the data repeats, ids without a prediction and predictions of no
+    order scores the same. Ids the data repeats, ids without a prediction and predictions of no
     id of the data are errors naming the first few; ``data`` names the data (e.g. "the dev data") and
     ``how`` says how the file's ids are read."""
     if len(set(wanted)) != len(wanted):
@@ -506,7 +502,7 @@ def match_by_id(path: str | Path, by_id: dict[str, Any], wanted: Sequence[str], 
 
 def warn_unseen(path: str | Path, found: Sequence[str], known: Sequence[str], what: str, trained_on: str) -> list[str]:
     """Warn once (rank 0) about the gold labels of a dev or test file that the model never saw in training
-    (issue 23.1): it cannot predict them, and the official scorers count those items as misses, which is
+    (it cannot predict them): the official scorers count those items as misses, which is
     what a user expects; refusing the file would stop every run on a training subset. Returns them."""
     unseen = sorted(set(found) - set(known))
     if unseen:
@@ -604,7 +600,7 @@ def load_task_model(
 
 
 # ---------------------------------------------------------------------------------------------
-# Model selection on dev (issue 11.6): the best evaluation of a run, the best run of a grid
+# Model selection on dev: the best evaluation of a run, the best run of a grid
 
 
 class KeepBest:

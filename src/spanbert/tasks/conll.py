@@ -21,7 +21,7 @@ import numpy as np
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics.classification import conlleval
 from spanbert.tasks.classification import IGNORE_INDEX
-from spanbert.tasks.common import percent
+from spanbert.tasks.common import parse_bool, percent
 from spanbert.utils import atomic_write
 
 _TAG = re.compile(r"^(O|[BIES]-\S+)$")
@@ -258,16 +258,6 @@ def read_predictions(path: str | Path, sentences: list[NerSentence]) -> list[lis
             line=first.line,
         )  # fmt: skip
     return out
-
-
-def parse_bool(value: str) -> bool:
-    """``true``/``false`` (also 1/0, yes/no, on/off) for a boolean option's value."""
-    s = str(value).lower()
-    if s in ("1", "true", "yes", "on"):
-        return True
-    if s in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"found {value!r}, expected true or false")
 
 
 def add_document_context_argument(parser: argparse.ArgumentParser) -> None:

@@ -16,6 +16,7 @@ Scores are reported x100 (0-100), as the GLUE leaderboard and the paper's Table 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 from collections import Counter
@@ -29,27 +30,28 @@ from spanbert import families
 from spanbert.distributed import eprint0, print0
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics.classification import accuracy, binary_f1, matthews_corrcoef, pearson, spearman
+from spanbert.tasks import api
 from spanbert.tasks import classification as C
 from spanbert.tasks.classification import pair_input
 from spanbert.tasks.common import (
-    HELDOUT_SEED,
     add_inference_arguments,
     add_scoring_source,
     add_sequence_length_argument,
+    add_switch,
     family_defaults,
     finetune_command,
     load_tokenizer_for,
     match_by_id,
     percent,
-    print_metrics,
     selection_defaults,
     selection_summary,
-    split_half,
     start_distributed,
     task_parser,
+    write_json,
     write_once,
 )
-from spanbert.tasks.spec import RESULTS_FILE, DevSplit, TaskSpec, task_cli
+from spanbert.tasks.spec import RESULTS_FILE, Results, SubTasks, TaskSpec
+from spanbert.tasks.splits import HELDOUT_SEED, cut, record, split_half
 from spanbert.trainer import eval_size
 from spanbert.utils import atomic_write, output_folder
 
@@ -127,9 +129,14 @@ _FALLBACK = {
 }
 
 
+def canonical_name(name: str) -> str | None:
+    """The GLUE task a user's spelling names (``sst-2``, ``SST2`` and ``SST-2`` all name SST-2), or None."""
+    return {k.lower().replace("-", ""): k for k in GLUE_TASKS}.get(name.lower().replace("-", ""))
+
+
 def glue_task(name: str) -> GlueTask:
     """A task by name, case-insensitively (``sst-2``, ``SST2`` and ``SST-2`` all work)."""
-    key = {k.lower().replace("-", ""): k for k in GLUE_TASKS}.get(name.lower().replace("-", ""))
+    key = canonical_name(name)
     if key is None:
         raise SpanBertError(f"unknown GLUE task {name!r}; choose from: {', '.join(GLUE_TASKS)}")
     return GLUE_TASKS[key]
@@ -402,7 +409,7 @@ def finetune_glue(
     gold = {split: [e.label for e in exs] for split, exs in dev.items()}
     if task.name == "WNLI":  # Table 5 note: WNLI is always the majority class, no model is trained
         majority = Counter(e.label for e in train).most_common(1)[0][0]
-        C.write_json(out / MAJORITY_FILE, {"task": task.name, "label": majority, "train_examples": len(train)})
+        write_json(out / MAJORITY_FILE, {"task": task.name, "label": majority, "train_examples": len(train)})
         pred = {s: [majority] * len(g) for s, g in gold.items()}
     else:
         tokenizer = load_tokenizer_for(model_dir, tokenizer_dir)
@@ -435,7 +442,7 @@ def finetune_glue(
     def write() -> None:
         for split, exs in dev.items():
             write_submission(out / _dev_name(task, split), exs, pred[split])
-        C.write_json(out / RESULTS_FILE, metrics)
+        write_json(out / RESULTS_FILE, metrics)
 
     write_once(write)
     return metrics
@@ -529,7 +536,7 @@ def _add_task_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _finetune(task_name: str, argv: list[str], prog: str) -> int:
+def _finetune(task_name: str, argv: list[str], prog: str) -> Results:
     """``spanbert finetune glue --task NAME --data_dir DIR ...``."""
     task = _task_from_argv(argv)
 
@@ -538,8 +545,8 @@ def _finetune(task_name: str, argv: list[str], prog: str) -> int:
         add_sequence_length_argument(parser, "tokens per input (Appendix B)")
         parser.add_argument("--max_train_examples", type=int, help="use only the first N training examples")
         parser.add_argument("--max_eval_examples", type=int, help="use only the first N examples of each dev split")
-        parser.add_argument(
-            "--heldout_half", action="store_true",
+        add_switch(
+            parser, "--heldout_half",
             help="keep half of each dev split (a fixed, seeded half: the one `spanbert study` holds out) away from "
             "model selection: the best evaluation is chosen on the other half, and `spanbert evaluate glue "
             "--heldout_half` scores the model on the half it never saw",
@@ -555,8 +562,9 @@ def _finetune(task_name: str, argv: list[str], prog: str) -> int:
     return finetune_command(prog, __doc__, argv, add_options, defaults, run_one, metric="score")
 
 
-def _predict(task_name: str, argv: list[str], prog: str) -> int:
-    """``spanbert predict glue --task NAME --data_dir DIR --model M --output_dir OUT``: submission files."""
+def _predict(task_name: str, argv: list[str], prog: str) -> Path:
+    """``spanbert predict glue --task NAME --data_dir DIR --model M --output_dir OUT``: submission files,
+    in the folder returned."""
     task = _task_from_argv(argv)
     parser = _parser(prog)
     parser.add_argument("--model", required=True, help="folder saved by `spanbert finetune glue`")
@@ -582,16 +590,16 @@ def _predict(task_name: str, argv: list[str], prog: str) -> int:
         pred = predict_glue(task, args.model, examples, args.batch_size, args.device, not args.disable_tqdm)
         write_submission(Path(args.output_dir) / name, examples, pred)
         print0(f"wrote {len(pred)} predictions to {Path(args.output_dir) / name}")
-    return 0
+    return Path(args.output_dir)
 
 
-def _evaluate(task_name: str, argv: list[str], prog: str) -> int:
+def _evaluate(task_name: str, argv: list[str], prog: str) -> Results:
     """``spanbert evaluate glue --task NAME --data_dir DIR (--predictions F ... | --model M) [--heldout_half]``."""
     task = _task_from_argv(argv)
     parser = _parser(prog)
     add_scoring_source(parser, "dev predictions (submission format), one file per dev split", "sequences", nargs="+")
-    parser.add_argument(
-        "--heldout_half", action="store_true",
+    add_switch(
+        parser, "--heldout_half",
         help="score the model (--model) on the half of dev that `finetune glue --heldout_half` kept away from "
         "model selection: a score on data selection never saw",
     )  # fmt: skip
@@ -622,8 +630,7 @@ def _evaluate(task_name: str, argv: list[str], prog: str) -> int:
         )
     gold = {s: [e.label for e in exs] for s, exs in dev.items()}
     extra = {"dev_half": "held-out"} if args.heldout_half else {}
-    print_metrics({**score_splits(task, gold, pred), "examples": sum(map(len, gold.values())), **extra})
-    return 0
+    return Results({**score_splits(task, gold, pred), "examples": sum(map(len, gold.values())), **extra}, "score")
 
 
 def _heldout_settings(model_dir: str | Path, heldout_half: bool) -> dict[str, Any] | None:
@@ -646,6 +653,48 @@ def _heldout_settings(model_dir: str | Path, heldout_half: bool) -> dict[str, An
     return halves
 
 
+def missing_files(name: str, data_dir: str) -> str | None:
+    """What the folder ``data_dir`` lacks for GLUE task ``name`` (its training and dev files), or None."""
+    spec = GLUE_TASKS[name]
+    for f in [*spec.train, *(f for files in spec.dev.values() for f in files)]:
+        paths = [Path(data_dir) / f, *(Path(data_dir) / g for g in _FALLBACK.get((name, f), ()))]
+        if not any(p.is_file() for p in paths):
+            return f"found no {f} in {data_dir}, expected the {name} folder of GLUE (train.tsv and its dev file)"
+    return None
+
+
+@dataclass(frozen=True)
+class FolderSplit:
+    """The dev halves of a GLUE task: two task folders, ``select/`` and ``heldout/``, each with the task's
+    train.tsv (linked, not copied) and half of its dev.tsv rows, so a run names one folder as it names the
+    whole task's. A task with several dev files (MNLI) or the raw CoLA release is not split."""
+
+    restriction: tuple[str, ...] = ("max_eval_examples",)
+
+    def halves(self, train: str, dev: str, options: Any, folder: Path) -> tuple[Path, Path] | None:
+        spec = glue_task(str(options.get("task", "")))
+        if spec.dev != GLUE_TASKS["SST-2"].dev or spec.headerless or not (Path(train) / "dev.tsv").is_file():
+            return None  # MNLI's two dev files, CoLA's raw release
+        return folder / "select", folder / "heldout"
+
+    def split(self, train: str, dev: str, options: Any, folder: Path) -> dict[str, Any]:
+        source = Path(train) / "dev.tsv"
+        head, select, held = cut(source, "rows-after-header", options, self.restriction)
+        for half, part in zip(self.halves(train, dev, options, folder) or (), (select, held)):
+            half.mkdir(exist_ok=True)
+            for f in ("train.tsv",):  # the task folder's training file, linked, not copied
+                with contextlib.suppress(FileExistsError):  # shards of one study may split at once
+                    (half / f).symlink_to((Path(train) / f).resolve())
+            with atomic_write(half / "dev.tsv", newline="") as out:
+                out.write("".join(head + part))
+        return record(source, select, held)
+
+
+def _score_model(model: str, data: str, options: dict[str, Any]) -> Results:
+    """A fine-tuned model scored on a task folder's dev split(s)."""
+    return api.evaluate("glue", data_dir=data, model=model, disable_tqdm=True, **options)
+
+
 SPECS = {
     "glue": TaskSpec(
         name="glue",
@@ -655,12 +704,12 @@ SPECS = {
         evaluate=_evaluate,
         metric="score",
         data="a GLUE task folder (train.tsv, dev.tsv, test.tsv)",
-        dev_split=DevSplit("", "glue-rows", restriction=("max_eval_examples",)),
-        # the study's cells name the task folder (the selection half's, when dev is split)
+        dev_split=FolderSplit(),
+        # the runs name the task folder (the selection half's, when dev is split)
         data_options=lambda train, dev: {"data_dir": dev or train},
-        heldout_steps=lambda head, model, data: [
-            ["evaluate", *head, "--data_dir", data, "--model", model, "--disable_tqdm"]
-        ],
+        dev_in_train=True,
+        score_model=_score_model,
+        subtasks=SubTasks(option="task", key="glue_task", names=tuple(GLUE_TASKS), canonical=canonical_name,
+                          check=missing_files),
     )
 }
-cli = task_cli(SPECS)

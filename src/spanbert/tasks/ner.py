@@ -47,13 +47,13 @@ from spanbert.tasks.common import (
     model_in_argv,
     print_metrics,
     save_finetuned,
-    seed_dropout,
-    seed_init,
+    seeded_model,
     selection_defaults,
     selection_summary,
     start_distributed,
     task_parser,
     warn_unseen,
+    write_json,
     write_once,
 )
 from spanbert.tasks.conll import (  # noqa: F401 -- the data side of the task, public names of this module
@@ -63,13 +63,13 @@ from spanbert.tasks.conll import (  # noqa: F401 -- the data side of the task, p
     decode,
     label_list,
     ner_features,
-    parse_bool,
     read_conll,
     read_predictions,
     score,
     write_predictions,
 )
-from spanbert.tasks.spec import RESULTS_FILE, DevSplit, TaskSpec, task_cli
+from spanbert.tasks.spec import RESULTS_FILE, Results, TaskSpec
+from spanbert.tasks.splits import RecordSplit
 from spanbert.trainer import eval_size
 
 # ---------------------------------------------------------------------------------------------
@@ -122,10 +122,9 @@ def finetune_ner(
     settings = {"task": "ner", "max_seq_length": max_seq_length, "document_context": document_context}
     if tagger == "bilstm-crf":
         crf = crf or CT.CrfTaggerConfig()
-        seed_init(args.seed)
-        model = CT.CrfTagger(load_encoder(model_dir), len(labels), crf.stacking, crf.tagger_projection_dim,
-                             crf.tagger_lstm_hidden_size, crf.tagger_dropout)  # fmt: skip
-        seed_dropout(args.seed)
+        with seeded_model(args.seed):
+            model = CT.CrfTagger(load_encoder(model_dir), len(labels), crf.stacking, crf.tagger_projection_dim,
+                                 crf.tagger_lstm_hidden_size, crf.tagger_dropout)  # fmt: skip
         metrics, pred = CT.finetune(model, train_features, dev, dev_features, labels, args, tokenizer.pad_id, crf, score)
         settings.update(CT.settings_of(crf))
         architecture = families.architecture(model.bert, CT.TASK)
@@ -153,7 +152,7 @@ def finetune_ner(
         save()
         if dev:
             write_predictions(out / "dev_predictions.txt", dev, pred)
-            C.write_json(out / RESULTS_FILE, metrics)
+            write_json(out / RESULTS_FILE, metrics)
 
     write_once(write)
     return metrics
@@ -260,7 +259,7 @@ def _tagger_in_argv(argv: list[str]) -> str:
         return "linear"
 
 
-def _finetune(task: str, argv: list[str], prog: str) -> int:
+def _finetune(task: str, argv: list[str], prog: str) -> Results:
     """``spanbert finetune ner ...``: the linear or biLSTM-CRF tagger, or with --features BERT's
     feature-based NER (its own command line, `ner_features.finetune_cli`)."""
     if _wants_features(argv):
@@ -325,7 +324,7 @@ def _finetune(task: str, argv: list[str], prog: str) -> int:
                             configs=[NF.HeadConfig, CT.CrfTaggerConfig], check=check)  # fmt: skip
 
 
-def _predict(task: str, argv: list[str], prog: str) -> int:
+def _predict(task: str, argv: list[str], prog: str) -> Path:
     """``spanbert predict ner ...``."""
     parser = task_parser(prog, __doc__)
     parser.add_argument("--data", required=True, help="CoNLL-2003 file (tags optional for predict)")
@@ -340,10 +339,10 @@ def _predict(task: str, argv: list[str], prog: str) -> int:
     print0(f"wrote tags for {len(pred)} sentences to {args.output}")
     if all(s.tags for s in sentences):
         print_metrics(score(sentences, pred))
-    return 0
+    return Path(args.output)
 
 
-def _evaluate(task: str, argv: list[str], prog: str) -> int:
+def _evaluate(task: str, argv: list[str], prog: str) -> Results:
     """``spanbert evaluate ner ...``."""
     parser = task_parser(prog, __doc__)
     parser.add_argument("--data", required=True, help="CoNLL-2003 file (tags optional for predict)")
@@ -358,8 +357,7 @@ def _evaluate(task: str, argv: list[str], prog: str) -> int:
         if args.model
         else read_predictions(args.predictions, sentences)
     )
-    print_metrics({**score(sentences, pred), "sentences": len(sentences)})
-    return 0
+    return Results({**score(sentences, pred), "sentences": len(sentences)}, "f1")
 
 
 SPECS = {
@@ -372,8 +370,7 @@ SPECS = {
         metric="f1",
         data="CoNLL-2003 files (word POS chunk TAG)",
         configs=(("spanbert.tasks.ner_features", "HeadConfig"), ("spanbert.tasks.crf_tagger", "CrfTaggerConfig")),
-        dev_split=DevSplit(".txt", "blank-line-blocks"),
+        dev_split=RecordSplit(".txt", "blank-line-blocks"),
         scores_test=True,
     )
 }
-cli = task_cli(SPECS)

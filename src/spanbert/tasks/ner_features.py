@@ -49,9 +49,7 @@ from spanbert.tasks.classification import (
     Collator,
     label_config,
     labels_from_config,
-    print_metrics,
     token_outputs,
-    write_json,
 )
 from spanbert.tasks.common import (
     KeepBest,
@@ -63,11 +61,11 @@ from spanbert.tasks.common import (
     parse_task_args,
     predict_sharded,
     resolve_sequence_length,
-    seed_dropout,
-    seed_init,
+    seeded_model,
     selection_summary,
     start_distributed,
     warn_unseen,
+    write_json,
     write_once,
 )
 from spanbert.tasks.conll import (
@@ -78,7 +76,7 @@ from spanbert.tasks.conll import (
     score,
     write_predictions,
 )
-from spanbert.tasks.spec import RESULTS_FILE
+from spanbert.tasks.spec import RESULTS_FILE, Results
 from spanbert.trainer import RUN, claim_run_dir, predict_batches, resolve_device, train
 from spanbert.utils import atomic_dir, input_paths, progress_bar
 
@@ -444,10 +442,9 @@ def train_head(
     """Train one randomly initialised tagger on one feature choice; returns (model holding the
     selected weights, dev metrics with the selected step, dev predictions of that model)."""
     mode, layers = choice_layers(choice, train_store.num_layers)
-    seed_init(args.seed)
-    model = FeatureTagger(mode, len(layers), train_store.meta["hidden_size"], len(labels), head.lstm_hidden_size,
-                          head.lstm_layers, head.head_dropout)  # fmt: skip
-    seed_dropout(args.seed)
+    with seeded_model(args.seed):
+        model = FeatureTagger(mode, len(layers), train_store.meta["hidden_size"], len(labels), head.lstm_hidden_size,
+                              head.lstm_layers, head.head_dropout)  # fmt: skip
     train_set = SentenceFeatures([train_store.layers[l] for l in layers], train_store.offsets, train_labels)
     dev_set = (
         SentenceFeatures([dev_store.layers[l] for l in layers], dev_store.offsets) if dev_store is not None else None
@@ -511,7 +508,7 @@ def finetune_features(
     Returns {choice: dev metrics}."""
     choices = parse_choices(head.features)
     # every choice must fit the encoder's depth: checked from its config.json before any feature is
-    # extracted, not after an hour of filling the cache (issue 22.13)
+    # extracted, not after an hour of filling the cache
     num_layers = families.num_layers_of(model_dir)
     for c in choices:
         choice_layers(c, num_layers)
@@ -617,7 +614,7 @@ def predict(
     return predict_tags(model, SentenceFeatures(arrays, offsets), labels, batch_size, progress)
 
 
-def finetune_cli(argv: list[str], prog: str) -> int:
+def finetune_cli(argv: list[str], prog: str) -> Results:
     """``spanbert finetune ner --features CHOICES ...``."""
     parser = ArgumentParser(prog=f"{prog} --features", description=__doc__.split("\n\n")[0])
     parser.add_argument("--train_file", "--train", dest="train", required=True, help="CoNLL-2003 training file")
@@ -645,5 +642,5 @@ def finetune_cli(argv: list[str], prog: str) -> int:
             args.max_eval_examples, args.document_context, targs.device,
         )  # fmt: skip
     print0(f"saved the feature-based tagger(s) to {targs.output_dir}")
-    print_metrics(summary_table(results) if len(results) > 1 else next(iter(results.values())))
-    return 0
+    return Results(summary_table(results) if len(results) > 1 else next(iter(results.values())), "f1",
+                   output_dir=Path(targs.output_dir))  # fmt: skip

@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from spanbert import families
-from spanbert.config import add_dataclass_arguments, dataclass_from_args
+from spanbert.config import FinetuneHabits, add_dataclass_arguments, dataclass_from_args
 from spanbert.distributed import eprint0, is_main, print0
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics.evalb import EvalbAbort, evalb, summary_text
@@ -51,6 +51,7 @@ from spanbert.tasks.common import (
     KeepBest,
     add_inference_arguments,
     add_scoring_source,
+    add_switch,
     family_defaults,
     finetune_command,
     load_encoder,
@@ -59,8 +60,7 @@ from spanbert.tasks.common import (
     predict_sharded,
     print_metrics,
     save_finetuned,
-    seed_dropout,
-    seed_init,
+    seeded_model,
     selection_defaults,
     selection_summary,
     start_distributed,
@@ -69,7 +69,7 @@ from spanbert.tasks.common import (
     write_json,
     write_once,
 )
-from spanbert.tasks.spec import RESULTS_FILE, TaskSpec, task_cli
+from spanbert.tasks.spec import RESULTS_FILE, Results, TaskSpec
 from spanbert.tasks.trees import Tree, _parse, read_trees, tokenize, write_trees
 from spanbert.trainer import predict_batches
 from spanbert.trainer import train as run_training
@@ -488,24 +488,19 @@ DEFAULTS = dict(
 """Training defaults: batches of sentences of similar length, at most 1,000 sub-word tokens with padding
 (about 30 sentences; a long sentence's chart is quadratic in its words, so a 249-word sentence of the
 sample must not pad 31 others to its length), 10 epochs with 10% warmup, the parser at the BERT
-family's rate (the two-tower family's are set by `family_rates`); the model of the best dev EVALB F1
+family's rate (another family's are set by `family_rates`); the model of the best dev EVALB F1
 of one evaluation an epoch is kept (each evaluation parses the whole dev set)."""
-
-FAMILY_RATES: dict[str, tuple[float, float]] = {
-    "cloze-two-tower": (8e-4, 8e-3),  # §6.2.2: language model 8E-04, parsing model 8E-03
-    "bert": (5e-5, 8e-4),  # BERT's fine-tuning rate; K&K 2018's Adam rate for the parser
-}
-"""Family -> (encoder learning rate, parser learning rate)."""
 
 
 def family_rates(model_dir: str | Path | None) -> tuple[float, float]:
-    """(encoder, parser) learning rates of the family in ``model_dir`` (BERT's when unreadable: the load
-    reports the folder's problem later)."""
+    """(encoder, parser) learning rates of the family in ``model_dir``, as its habits give them
+    (`FinetuneHabits.parse_learning_rates`); the default habits' when the folder is unreadable (the load
+    reports its problem later)."""
     try:
-        name = families.family_of(model_dir) if model_dir is not None else "bert"
+        habits = families.habits_of(model_dir) if model_dir is not None else FinetuneHabits()
     except SpanBertError:
-        name = "bert"
-    return FAMILY_RATES.get(name, FAMILY_RATES["bert"])
+        habits = FinetuneHabits()
+    return habits.parse_learning_rates
 
 
 def evalb_scores(gold: Sequence[Tree], predicted_lines: Sequence[str]) -> dict[str, Any]:
@@ -531,15 +526,14 @@ def finetune_parse(
     train_trees, train_sources = train.trees[:max_train_examples], train.sources[:max_train_examples]
     dev_trees = dev.trees[:max_eval_examples] if dev else []
     dev_sources = dev.sources[:max_eval_examples] if dev else []
-    seed_init(targs.seed)  # the parser's initialisation is the same on every rank and run
-    encoder = load_encoder(model_dir)
     tokenizer = families.load_tokenizer(model_dir, tokenizer_dir)
-    habits = encoder.habits
     labels, tags = chart_labels(train_trees), tag_list(train_trees)
     if dev_path:
         warn_unseen_labels(dev_path, dev_trees, labels, f"the training trees used ({train_path}, {len(train_trees)} trees)")
-    model = ChartParser(encoder, labels, tags, config, habits.init_std, habits.output_scale, habits.zero_init_head)
-    seed_dropout(targs.seed)
+    with seeded_model(targs.seed):  # the parser's initialisation is the same on every rank and run
+        encoder = load_encoder(model_dir)
+        habits = encoder.habits
+        model = ChartParser(encoder, labels, tags, config, habits.init_std, habits.output_scale, habits.zero_init_head)
     max_len = min(config.max_seq_length, int(getattr(encoder, "max_positions", config.max_seq_length)))
     train_features = parse_features(
         [t.words() for t in train_trees], tokenizer, max_len, train_sources, config.max_words
@@ -637,7 +631,7 @@ def read_predicted_lines(path: str | Path, expected: int, gold: str | Path) -> l
     return lines
 
 
-def _finetune(task: str, argv: list[str], prog: str) -> int:
+def _finetune(task: str, argv: list[str], prog: str) -> Results:
     """``spanbert finetune parse ...``."""
     encoder_lr, parser_lr = family_rates(model_in_argv(argv))
     defaults = {**family_defaults(argv, DEFAULTS), "learning_rate": parser_lr}
@@ -670,8 +664,9 @@ def _finetune(task: str, argv: list[str], prog: str) -> int:
                             check=check)  # fmt: skip
 
 
-def _predict(task: str, argv: list[str], prog: str) -> int:
-    """``spanbert predict parse (--data TREES | --text SENTENCE ...) ...``."""
+def _predict(task: str, argv: list[str], prog: str) -> Path | None:
+    """``spanbert predict parse (--data TREES | --text SENTENCE ...) ...``: the file written (None: the
+    trees went to stdout)."""
     parser = task_parser(prog, __doc__)
     parser.add_argument("--model", required=True, help="folder saved by `spanbert finetune parse`")
     source = parser.add_mutually_exclusive_group(required=True)
@@ -717,15 +712,15 @@ def _predict(task: str, argv: list[str], prog: str) -> int:
             f"sentences/s; decoding {parsed.decode_seconds:.2f}s)")  # fmt: skip
     if args.data:
         print_metrics(evalb_scores(gold.trees, [str(t) for t in parsed.trees]))
-    return 0
+    return Path(args.output) if args.output else None
 
 
-def _evaluate(task: str, argv: list[str], prog: str) -> int:
+def _evaluate(task: str, argv: list[str], prog: str) -> Results:
     """``spanbert evaluate parse --data GOLD (--predictions TREES | --model DIR)``: EVALB."""
     parser = task_parser(prog, __doc__)
     parser.add_argument("--data", required=True, help="gold trees: a .mrg file, a folder of them or one tree a line")
     add_scoring_source(parser, "predicted trees, one a line in the gold order (`spanbert predict parse`)", "sentences")
-    parser.add_argument("--summary", action="store_true", help="also print EVALB's '=== Summary ===' block (stderr)")
+    add_switch(parser, "--summary", help="also print EVALB's '=== Summary ===' block (stderr)")
     args = parser.parse_args(argv)
     gold = read_trees(args.data)
     if args.model:
@@ -747,8 +742,7 @@ def _evaluate(task: str, argv: list[str], prog: str) -> int:
         eprint0(f"note: {len(errors)} error sentence(s) not scored, as EVALB: {shown}")
     if args.summary:
         eprint0(summary_text(result).rstrip("\n"))
-    print_metrics(result.metrics())
-    return 0
+    return Results(result.metrics(), "f1")
 
 
 SPECS = {
@@ -764,4 +758,3 @@ SPECS = {
         scores_test=True,
     )
 }
-cli = task_cli(SPECS)

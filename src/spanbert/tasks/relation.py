@@ -55,9 +55,11 @@ from spanbert.tasks.common import (
     start_distributed,
     task_parser,
     warn_unseen,
+    write_json,
     write_once,
 )
-from spanbert.tasks.spec import RESULTS_FILE, DevSplit, TaskSpec, task_cli
+from spanbert.tasks.spec import RESULTS_FILE, Results, TaskSpec
+from spanbert.tasks.splits import RecordSplit
 from spanbert.trainer import eval_size
 from spanbert.utils import atomic_write
 
@@ -564,7 +566,7 @@ def finetune_relation(
         C.save_model(model, out, tokenizer, "sequence", labels, meta)
         if dev:
             write_predictions(task, dev, pred, out / "dev_predictions.txt")
-            C.write_json(out / RESULTS_FILE, metrics)
+            write_json(out / RESULTS_FILE, metrics)
 
     write_once(write)
     return metrics
@@ -606,7 +608,7 @@ def _predict_from_dir(
     return examples, predict_relations(model, tokenizer, meta, labels, examples, data, batch_size, progress=progress)
 
 
-def _finetune(task: str, argv: list[str], prog: str) -> int:
+def _finetune(task: str, argv: list[str], prog: str) -> Results:
     """``spanbert finetune {tacred,semeval} ...``."""
 
     def add_options(parser: argparse.ArgumentParser) -> None:
@@ -631,7 +633,7 @@ def _finetune(task: str, argv: list[str], prog: str) -> int:
     return finetune_command(prog, __doc__, argv, add_options, defaults, run_one, metric="f1")
 
 
-def _predict(task: str, argv: list[str], prog: str) -> int:
+def _predict(task: str, argv: list[str], prog: str) -> Path:
     """``spanbert predict {tacred,semeval} ...``."""
     parser = task_parser(prog, __doc__)
     parser.add_argument("--data", required=True, help="TACRED .json or SemEval-2010 .TXT file")
@@ -644,10 +646,10 @@ def _predict(task: str, argv: list[str], prog: str) -> int:
     print0(f"wrote {len(pred)} predictions to {args.output}")
     if all(ex.relation is not None for ex in examples):
         print_metrics(score(task, [ex.relation for ex in examples], pred))
-    return 0
+    return Path(args.output)
 
 
-def _evaluate(task: str, argv: list[str], prog: str) -> int:
+def _evaluate(task: str, argv: list[str], prog: str) -> Results:
     """``spanbert evaluate {tacred,semeval} ...``."""
     parser = task_parser(prog, __doc__)
     parser.add_argument("--data", required=True, help="TACRED .json or SemEval-2010 .TXT file")
@@ -664,8 +666,7 @@ def _evaluate(task: str, argv: list[str], prog: str) -> int:
     if any(ex.relation is None for ex in examples):
         raise SpanBertError(f"{args.data}: found records without a relation label; expected gold labels to score against")
     gold = [ex.relation for ex in examples]
-    print_metrics({**score(task, gold, pred), "examples": len(gold), "label_counts": dict(Counter(gold))})
-    return 0
+    return Results({**score(task, gold, pred), "examples": len(gold), "label_counts": dict(Counter(gold))}, "f1")
 
 
 SPECS = {
@@ -682,9 +683,8 @@ SPECS = {
     )
     for name, description, data, split in (
         ("tacred", "relation extraction, TACRED JSON, entity masking", "TACRED train/dev/test .json",
-         DevSplit(".json", "json-list")),
+         RecordSplit(".json", "json-list")),
         ("semeval", "relation classification, SemEval-2010 Task 8", "SemEval-2010 Task 8 .TXT files",
-         DevSplit(".txt", "blank-line-blocks")),
+         RecordSplit(".txt", "blank-line-blocks")),
     )
 }  # fmt: skip
-cli = task_cli(SPECS)

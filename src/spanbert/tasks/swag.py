@@ -48,8 +48,7 @@ from spanbert.tasks.common import (
     predict_sharded,
     print_metrics,
     save_finetuned,
-    seed_dropout,
-    seed_init,
+    seeded_model,
     selection_defaults,
     selection_summary,
     start_distributed,
@@ -58,7 +57,8 @@ from spanbert.tasks.common import (
     write_once,
 )
 from spanbert.tasks.layers import apply_encoder_dropout, output_layer, scaled
-from spanbert.tasks.spec import RESULTS_FILE, DevSplit, TaskSpec, task_cli
+from spanbert.tasks.spec import RESULTS_FILE, Results, TaskSpec
+from spanbert.tasks.splits import RecordSplit
 from spanbert.trainer import predict_batches, train
 from spanbert.utils import atomic_write
 
@@ -240,12 +240,8 @@ class MultipleChoice(nn.Module):
 
 def build_model(model_dir: str | Path, seed: int | None = None) -> MultipleChoice:
     """A fresh choice-scoring vector (and pooler, when the checkpoint has none) on a pre-trained encoder."""
-    if seed is not None:
-        seed_init(seed)
-    model = MultipleChoice(load_encoder(model_dir, add_pooling_layer=True))
-    if seed is not None:
-        seed_dropout(seed)
-    return model
+    with seeded_model(seed):
+        return MultipleChoice(load_encoder(model_dir, add_pooling_layer=True))
 
 
 NEEDS = "a SWAG model (spanbert finetune swag)"
@@ -422,7 +418,7 @@ def read_predictions(path: str | Path, examples: list[SwagExample]) -> list[int]
 # CLI
 
 
-def _finetune(task: str, argv: list[str], prog: str) -> int:
+def _finetune(task: str, argv: list[str], prog: str) -> Results:
     """``spanbert finetune swag ...``."""
 
     def add_options(parser: argparse.ArgumentParser) -> None:
@@ -444,7 +440,7 @@ def _finetune(task: str, argv: list[str], prog: str) -> int:
     return finetune_command(prog, __doc__, argv, add_options, defaults, run_one, metric="accuracy")
 
 
-def _predict(task: str, argv: list[str], prog: str) -> int:
+def _predict(task: str, argv: list[str], prog: str) -> Path:
     """``spanbert predict swag ...``."""
     parser = task_parser(prog, __doc__)
     parser.add_argument("--data", required=True, help="SWAG CSV file (val.csv, or test.csv for predict)")
@@ -459,10 +455,10 @@ def _predict(task: str, argv: list[str], prog: str) -> int:
     print0(f"wrote predictions for {len(pred)} examples to {args.output}")
     if examples and all(e.label is not None for e in examples):
         print_metrics(score([e.label for e in examples], pred))
-    return 0
+    return Path(args.output)
 
 
-def _evaluate(task: str, argv: list[str], prog: str) -> int:
+def _evaluate(task: str, argv: list[str], prog: str) -> Results:
     """``spanbert evaluate swag ...``."""
     parser = task_parser(prog, __doc__)
     parser.add_argument("--data", required=True, help="SWAG CSV file (val.csv, or test.csv for predict)")
@@ -476,8 +472,7 @@ def _evaluate(task: str, argv: list[str], prog: str) -> int:
         pred = predict_swag(args.model, examples, args.batch_size, args.device, not args.disable_tqdm)
     else:
         pred = read_predictions(args.predictions, examples)
-    print_metrics(score([e.label for e in examples], pred))
-    return 0
+    return Results(score([e.label for e in examples], pred), "accuracy")
 
 
 SPECS = {
@@ -489,7 +484,6 @@ SPECS = {
         evaluate=_evaluate,
         metric="accuracy",
         data="SWAG train.csv / val.csv",
-        dev_split=DevSplit(".csv", "rows-after-header"),
+        dev_split=RecordSplit(".csv", "rows-after-header"),
     )
 }
-cli = task_cli(SPECS)

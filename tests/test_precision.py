@@ -1,7 +1,7 @@
 """`--precision auto` (alias `--dtype auto`) on CPU (issue 32.3): bf16 autocast where the CPU has native
 bf16 matrix units (AMX-BF16 or AVX512-BF16 in its flags), fp32 elsewhere; the first line a command
 prints says which; a short bf16 run's losses stay within the bf16 tolerance of fp32; checkpoints stay
-fp32. The CPU's flags are patched (`spanbert.trainer.cpu_flags`), so every machine runs every case."""
+fp32. The CPU's flags are patched (`spanbert.precision.cpu_flags`), so every machine runs every case."""
 
 from __future__ import annotations
 
@@ -14,11 +14,12 @@ import torch
 from test_device import BF16_ATOL, BF16_RTOL, bert, pretrain_items
 from torch import nn
 
-import spanbert.trainer as trainer_mod
+import spanbert.precision as precision_mod
 from spanbert.data import collate_pretrain, pretrain_target_counts
 from spanbert.model import SpanBertForPreTraining
+from spanbert.precision import autocast_dtype, native_bf16, precision_text
 from spanbert.pretrain import PretrainConfig, _parser, preset_line
-from spanbert.trainer import TrainingArguments, autocast_dtype, native_bf16, precision_text, train
+from spanbert.trainer import TrainingArguments, train
 
 CPU = torch.device("cpu")
 
@@ -33,7 +34,7 @@ CPU = torch.device("cpu")
     ],
 )
 def test_auto_is_bf16_only_with_native_bf16(monkeypatch, flags, native):
-    monkeypatch.setattr(trainer_mod, "cpu_flags", lambda: set(flags))
+    monkeypatch.setattr(precision_mod, "cpu_flags", lambda: set(flags))
     assert native_bf16() == native
     assert autocast_dtype("auto", CPU) == (torch.bfloat16 if native else None)
     assert autocast_dtype("fp32", CPU) is None  # --dtype fp32: today's behaviour on any CPU
@@ -45,9 +46,9 @@ def test_auto_is_bf16_only_with_native_bf16(monkeypatch, flags, native):
 
 def test_the_first_line_of_pretrain_names_the_precision(monkeypatch):
     targs = TrainingArguments(output_dir="runs/x", device="cpu")
-    monkeypatch.setattr(trainer_mod, "cpu_flags", lambda: {"avx512f", "amx_bf16"})
+    monkeypatch.setattr(precision_mod, "cpu_flags", lambda: {"avx512f", "amx_bf16"})
     assert "on cpu, bf16 autocast (native bf16: amx_bf16)" in preset_line(True, PretrainConfig(model="tiny"), targs)
-    monkeypatch.setattr(trainer_mod, "cpu_flags", lambda: {"avx512f"})
+    monkeypatch.setattr(precision_mod, "cpu_flags", lambda: {"avx512f"})
     assert "on cpu, fp32 (no native bf16" in preset_line(True, PretrainConfig(model="tiny"), targs)
 
 
@@ -86,7 +87,7 @@ def _run(tmp: Path, precision: str) -> Recording:
 
 
 def test_a_short_run_in_auto_bf16_stays_near_fp32_and_saves_fp32(monkeypatch, tmp_path):
-    monkeypatch.setattr(trainer_mod, "cpu_flags", lambda: {"avx512f", "amx_bf16"})  # auto -> bf16
+    monkeypatch.setattr(precision_mod, "cpu_flags", lambda: {"avx512f", "amx_bf16"})  # auto -> bf16
     ref = _run(tmp_path / "fp32", "fp32")
     got = _run(tmp_path / "auto", "auto")
     assert ref.bf16 == [False] * 4 and got.bf16 == [True] * 4
@@ -103,6 +104,6 @@ def test_the_flags_can_be_set_for_a_process_and_its_children(monkeypatch):
     assert native_bf16() == "amx_bf16"
     monkeypatch.setenv("SPANBERT_CPU_FLAGS", "avx512f")
     assert native_bf16() is None
-    code = "from spanbert.trainer import native_bf16; print(native_bf16())"
+    code = "from spanbert.precision import native_bf16; print(native_bf16())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "None"

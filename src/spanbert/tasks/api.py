@@ -1,0 +1,151 @@
+"""Every task from Python: fine-tune, predict, evaluate and score it, and get values back.
+
+    from spanbert import tasks
+
+    run = tasks.finetune("squad", model="runs/spanbert/final", train="train.json", dev="dev.json",
+                         output_dir="runs/squad", num_train_epochs=2)
+    run.score, run.best_step, run.output_dir           # the headline dev score, its step, the folder
+    tasks.score("squad", run.output_dir, "test.json")  # the fine-tuned model on a labelled file
+
+Options are the task command's own options by name (``spanbert finetune squad --help`` lists them),
+with Python values: numbers, booleans, strings and paths, lists for options that take several. They are
+read by the task's own parser, the one the command line goes through, so a keyword and a flag cannot
+mean different things and a mistake is the same one-line `SpanBertError`. The command line
+(`spanbert.cli`) and the study (`spanbert.study`) are thin layers over these functions: the CLI prints
+what they return, the study keeps it.
+
+No torch here: a task's module is imported when the task is first used (`spanbert.tasks.TASKS`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import importlib
+import io
+import re
+from collections.abc import Mapping
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from spanbert import threads
+from spanbert.config import _did_you_mean, convert_value
+from spanbert.errors import SpanBertError
+from spanbert.tasks.registry import TASKS
+from spanbert.tasks.spec import ACTIONS, Results, TaskSpec, options_argv
+from spanbert.training_args import TrainingArguments
+
+
+def spec_of(name: str) -> TaskSpec:
+    """The registered task ``name``; an unknown one is an error listing the tasks."""
+    if name not in TASKS:
+        raise SpanBertError(f"found unknown task {name!r}{_did_you_mean(name, list(TASKS))}; expected one of: "
+                            f"{', '.join(TASKS)}")  # fmt: skip
+    return TASKS[name]
+
+
+def run(name: str, action: str, options: Mapping[str, Any]) -> Any:
+    """``action`` (finetune, predict, evaluate) of task ``name`` with ``options`` by the command's names:
+    what `finetune`, `predict` and `evaluate` call. The options are the command line `options_argv`
+    spells (which a study records as the run's identity); ``threads`` sets torch's CPU threads for the
+    run, as ``--threads`` does on the command line (unset: the cores other processes leave free)."""
+    if action not in ACTIONS:
+        raise SpanBertError(f"found action {action!r}, expected one of: {', '.join(ACTIONS)}")
+    spec = spec_of(name)
+    count = options.get("threads")
+    threads.configure(int(count) if isinstance(count, int) and not isinstance(count, bool) else 0)
+    return getattr(spec, action)(name, options_argv(options), f"spanbert {action} {name}")
+
+
+def finetune(
+    name: str, *, model: str | Path, train: str | Path, dev: str | Path | None = None, output_dir: str | Path,
+    **options: Any,
+) -> Results:  # fmt: skip
+    """Fine-tune the encoder in ``model`` on task ``name``'s training data, selecting on ``dev`` (when
+    given), and save the selected model in ``output_dir``. Returns its dev scores (`Results.score`: the
+    task's headline metric), the step whose weights were saved and the folder. ``options``: any option of
+    ``spanbert finetune NAME`` (``learning_rate=3e-5``, ``num_train_epochs=2``, ``task="SST-2"``)."""
+    spec = spec_of(name)
+    data = spec.finetune_data(str(train), "" if dev is None else str(dev))
+    data = {k: v for k, v in data.items() if v}  # no dev: none passed, not an empty name
+    return run(name, "finetune", {**data, "model": str(model), "output_dir": str(output_dir), **options})
+
+
+def predict(name: str, **options: Any) -> Path:
+    """Write the predictions of a fine-tuned model in the task's official format; returns what it wrote
+    (a file, or GLUE's folder of submission files). ``options``: those of ``spanbert predict NAME``
+    (usually ``model``, ``data`` and ``output``)."""
+    return run(name, "predict", options)
+
+
+def evaluate(name: str, **options: Any) -> Results:
+    """Score predictions (``predictions=FILE``) or a fine-tuned model (``model=DIR``) with the task's
+    official metrics. ``options``: those of ``spanbert evaluate NAME`` (usually ``data``)."""
+    return run(name, "evaluate", options)
+
+
+def score(name: str, model: str | Path, data: str | Path, **options: Any) -> Results:
+    """A fine-tuned model folder scored on a labelled data file (a test split, a held-out half of dev),
+    the way the task says (`TaskSpec.score_model`; by default ``evaluate(model=, data=)``). ``options``:
+    the options that pick a sub-task (``task="SST-2"``)."""
+    spec = spec_of(name)
+    if spec.score_model is not None:
+        threads.configure(0)
+        return spec.score_model(str(model), str(data), dict(options))
+    return evaluate(name, model=str(model), data=str(data), disable_tqdm=True, **options)
+
+
+def _help(name: str, action: str, options: Mapping[str, Any]) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of ``spanbert ACTION NAME OPTIONS --help`` run in this process: the task's
+    parser reads every option given before ``--help`` (a bad value is refused) and prints its usage, without
+    reading a file or building a model."""
+    out, err = io.StringIO(), io.StringIO()
+    spec = spec_of(name)
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            getattr(spec, action)(name, [*options_argv(options), "--help"], f"spanbert {action} {name}")
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 2
+        except SpanBertError as e:
+            print(f"error: {e}", file=err)
+            code = 2
+    return int(code or 0), out.getvalue(), err.getvalue()
+
+
+def option_names(name: str, action: str = "finetune", **context: Any) -> set[str]:
+    """The options ``action`` of task ``name`` takes, by name, as its own parser lists them; ``context``: the
+    options that may change the list, set first (the sub-task: GLUE's ``task``)."""
+    code, text, err = _help(name, action, context)
+    if code != 0:
+        raise SpanBertError(_last_error(err) or f"`spanbert {action} {name} --help` failed")
+    return {flag[2:].replace("-", "_") for flag in re.findall(r"(?<![\w-])--[\w-]+", text)}
+
+
+def check_options(name: str, options: Mapping[str, Any], context: Mapping[str, Any] | None = None) -> None:
+    """Refuse before anything runs what ``finetune`` of task ``name`` would refuse of ``options``: an
+    unknown option, a value of the wrong type for its field (`TrainingArguments`, the task's `configs`) or
+    for its parser (a type, a choice). One `SpanBertError`: ``option KEY: found ..., expected ...`` or the
+    parser's line. ``context``: options set with them that pick the parser (the sub-task)."""
+    context = dict(context or {})
+    known = option_names(name, "finetune", **context)
+    for key in options:
+        if key.replace("-", "_") not in known:
+            near = difflib.get_close_matches(key, sorted(known), n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise SpanBertError(f"found {key!r}, expected an option of `spanbert finetune {name}`{hint}")
+    configs = [TrainingArguments] + [getattr(importlib.import_module(m), c) for m, c in spec_of(name).configs]
+    for key, value in options.items():
+        for cls in configs:
+            if key in {f.name for f in fields(cls)}:
+                convert_value(cls, key, value)
+                break
+    code, _, err = _help(name, "finetune", {**context, **options})
+    if code != 0:
+        raise SpanBertError(_last_error(err))
+
+
+def _last_error(err: str) -> str:
+    last = next((x for x in reversed(err.splitlines()) if x.strip()), "")
+    return last.split("error: ", 1)[-1]

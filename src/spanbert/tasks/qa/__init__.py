@@ -1,0 +1,88 @@
+"""Extractive question answering (SQuAD v1.1 / v2.0, MRQA): reader, features, head, decoding, CLI, a
+module each.
+
+§4.1 of the SpanBERT paper: the question and a passage window are encoded together and two linear
+classifiers predict the start and end token of the answer; an unanswerable question (SQuAD 2.0) and
+a window that does not contain the answer point at ``[CLS]`` for both. Appendix B: max_seq_length
+512, sliding window, lr in {5e-6 .. 5e-5} x batch {16, 32}, 4 epochs.
+
+Layout: ``[CLS] question [SEP] passage-window [SEP]``. The paper's text writes the passage first,
+but the BERT and SpanBERT reference fine-tuning code (``run_squad.py``, ``run_mrqa.py``) put the
+question first, and so do the released fine-tuned models; we follow the code (docs/qa.md).
+
+The pipeline, each step a plain function:
+  `read_squad` / `read_mrqa` -> `QAData` (contexts tokenized once, examples with character spans)
+  -> `make_features` (windows, max-context flags, start/end labels) -> `SpanBertForQuestionAnswering`
+  -> `decode` (n-best, max answer length, null score, threshold) -> `spanbert.metrics.squad`.
+Prediction (`run_prediction`, and fine-tuning's evaluations) reduces each batch to one best span per
+window at once (`best_spans_in_batch`, the batch form of `best_span_in_window`) and decodes those
+(`decode_spans`): it never holds the whole set's logits.
+
+The package, each module using only those above it:
+
+    data       the SQuAD and MRQA readers (`QAData`)
+    features   windows, labels, the dataset and collator (`make_features`, `collate_qa`)
+    model      the head on any family's encoder (`SpanBertForQuestionAnswering`)
+    decoding   logits to answers (`decode`, `best_spans_in_batch`, `choose_threshold`, `score`)
+    finetune   `QAConfig`, prediction (`run_prediction`, `answer`), `finetune_qa`, `load_qa_model`
+    command    the command line's actions, `evaluate_files`, the `TaskSpec`s of squad and mrqa
+
+Every name of the single-file module is still importable from here.
+"""
+
+from __future__ import annotations
+
+from spanbert.tasks.qa.command import (  # noqa: F401 -- the package's names
+    SPECS,
+    evaluate_files,
+)
+from spanbert.tasks.qa.data import (  # noqa: F401 -- the package's names
+    QAData,
+    QAExample,
+    _parse_slice,
+    read_id_list,
+    read_mrqa,
+    read_qa,
+    read_squad,
+)
+from spanbert.tasks.qa.decoding import (  # noqa: F401 -- the package's names
+    NO_SPAN,
+    Decoded,
+    best_span_in_window,
+    best_spans_in_batch,
+    choose_threshold,
+    decode,
+    decode_spans,
+    score,
+)
+from spanbert.tasks.qa.features import (  # noqa: F401 -- the package's names
+    QAFeatureDataset,
+    QAFeatures,
+    TokenizedData,
+    char_span_to_tokens,
+    collate_qa,
+    make_features,
+    tokenize_data,
+)
+from spanbert.tasks.qa.finetune import (  # noqa: F401 -- the package's names
+    BERT_STRIDE,
+    BERT_WINDOW,
+    DEFAULTS,
+    LONG_WINDOW_CAP,
+    NEEDS,
+    QAConfig,
+    _config_dict,
+    _features_for,
+    answer,
+    answer_with,
+    check_model,
+    finetune_qa,
+    load_qa_model,
+    predict_logits,
+    predict_window_spans,
+    run_prediction,
+    window_settings,
+)
+from spanbert.tasks.qa.model import (  # noqa: F401 -- the package's names
+    SpanBertForQuestionAnswering,
+)

@@ -1,0 +1,332 @@
+"""``spanbert finetune|predict|evaluate squad|mrqa``: scoring prediction files (`evaluate_files`), the
+actions of the command line and the Python API, and the tasks' `TaskSpec`s."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+from spanbert.config import add_dataclass_arguments, dataclass_from_args
+from spanbert.distributed import eprint0, print0
+from spanbert.errors import DataError, SpanBertError, decode_utf8, utf8_argument
+from spanbert.metrics import squad as squad_metrics
+from spanbert.tasks import api
+from spanbert.tasks.common import (
+    add_inference_arguments,
+    family_defaults,
+    finetune_command,
+    start_distributed,
+    task_parser,
+    write_json,
+    write_once,
+)
+from spanbert.tasks.qa.data import (
+    _expect,
+    _load_json_file,
+    _looks_like_mrqa,
+    _parse_slice,
+    _restrict_articles,
+    read_mrqa,
+    read_qa,
+)
+from spanbert.tasks.qa.finetune import (
+    BERT_STRIDE,
+    BERT_WINDOW,
+    DEFAULTS,
+    QAConfig,
+    _config_dict,
+    answer_with,
+    finetune_qa,
+    load_qa_model,
+    run_prediction,
+)
+from spanbert.tasks.spec import Results, TaskSpec
+from spanbert.tasks.splits import RecordSplit
+from spanbert.utils import output_file
+
+
+def _read_predictions(path: str | Path, what: str, kind: type) -> dict[str, Any]:
+    path = Path(path)
+    obj = _load_json_file(path)
+    if not isinstance(obj, dict):
+        raise DataError(path, f"expected a JSON object {{question_id: {what}}}, found {type(obj).__name__}")
+    for k, v in obj.items():
+        ok = isinstance(v, kind) and not isinstance(v, bool)
+        if not ok:
+            raise DataError(path, f"value {v!r:.60} is not a {what}", record=str(k))
+    return obj
+
+
+def evaluate_files(
+    task: str,
+    data_file: str | Path,
+    predictions_file: str | Path,
+    na_prob_file: str | Path | None = None,
+    articles: str | None = None,
+    na_prob_thresh: float = 1.0,
+) -> dict[str, float]:
+    """Score a predictions file against a data file exactly as the official script does.
+
+    SQuAD files with unanswerable questions use the v2.0 script (``na_prob_file`` = its
+    ``--na-prob-file``, ``na_prob_thresh`` its ``--na-prob-thresh``), others the v1.1 script; MRQA
+    files the MRQA script.
+    """
+    preds = _read_predictions(predictions_file, "answer string", str)
+    na = _read_predictions(na_prob_file, "number", (int, float)) if na_prob_file else None
+    if task == "mrqa":
+        whole = read_mrqa(data_file)
+        _check_prediction_ids(predictions_file, preds, [e.qid for e in whole.examples], data_file)
+        data = whole.select_articles(articles)
+        return squad_metrics.evaluate_mrqa(data.gold_answers(), preds)
+    path = Path(data_file)
+    if _looks_like_mrqa(path):
+        raise DataError(
+            path, "found MRQA JSON lines; expected SQuAD JSON. Use the mrqa task: spanbert evaluate mrqa ..."
+        )
+    raw = _load_json_file(path)
+    if not isinstance(raw, dict) or not isinstance(raw.get("data"), list):
+        raise DataError(path, "expected SQuAD JSON {'version': ..., 'data': [articles]}")
+    _check_prediction_ids(predictions_file, preds, _squad_gold_ids(raw, path), data_file)
+    if articles:
+        raw = {**raw, "data": raw["data"][_parse_slice(articles)]}
+    try:
+        if squad_metrics.is_v2_dataset(raw):
+            # the files are named here; the metric (no file names) says only what is missing
+            asked = [str(qa["id"]) for a in raw["data"] for p in a["paragraphs"] for qa in p["qas"]]
+            for file, values, what in ((predictions_file, preds, "an answer (\"\" = no answer)"),
+                                       (na_prob_file, na, "a no-answer probability")):  # fmt: skip
+                missing = [q for q in asked if values is not None and q not in values]
+                if missing:
+                    shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
+                    raise DataError(
+                        file, f"found no entry for {len(missing)} of {len(asked)} questions ({shown}); expected "
+                        f"{what} for every question of {data_file}, as SQuAD 2.0 scoring needs",
+                    )  # fmt: skip
+            return squad_metrics.evaluate_v2(raw["data"], preds, na, na_prob_thresh)
+        return squad_metrics.evaluate_v1(raw["data"], preds)
+    except (KeyError, TypeError) as e:  # the structure was checked above; kept as the last guard
+        raise DataError(path, f"not in SQuAD format: missing or wrong field {e}") from None
+
+
+def _squad_gold_ids(raw: dict[str, Any], path: Path) -> list[str]:
+    """Every question id of a SQuAD JSON, checking the structure the official scripts walk (each
+    article's ``paragraphs``, each paragraph's ``qas``, each question's ``id`` and ``answers`` with a
+    ``text``): a missing or mistyped field names its place instead of the scripts' KeyError."""
+    ids = []
+    for a, article in enumerate(raw["data"]):
+        for p, paragraph in enumerate(_expect(article, "paragraphs", list, path, f"data[{a}]")):
+            where = f"data[{a}].paragraphs[{p}]"
+            for q, qa in enumerate(_expect(paragraph, "qas", list, path, where)):
+                qid = _expect(qa, "id", (str, int), path, f"{where}.qas[{q}]")
+                for k, answer in enumerate(_expect(qa, "answers", list, path, f"id {qid}")):
+                    _expect(answer, "text", str, path, f"id {qid}, answers[{k}]")
+                ids.append(qid)
+    return ids
+
+
+def _check_prediction_ids(
+    predictions_file: str | Path, preds: dict[str, Any], gold_ids: list[Any], data_file: str | Path
+) -> None:
+    """The official scripts match predictions to questions by id, score a missing one 0 (v1.1, MRQA;
+    `evaluate` warns) and ignore ids they do not know. Ignoring is kept, but said (a warning naming the
+    first few); a file none of whose ids is a question of the data is an error: it is the predictions
+    of another data set, and a score of 0 would only hide that."""
+    known = {str(x) for x in gold_ids}
+    extra = [k for k in preds if k not in known]
+    if not extra:
+        return
+    shown = ", ".join(map(str, extra[:3])) + (", ..." if len(extra) > 3 else "")
+    if len(extra) == len(preds):
+        raise DataError(
+            predictions_file, f"found {len(preds)} predictions and no id among them that is a question of "
+            f"{data_file} ({shown}); expected the predictions of that data file",
+        )  # fmt: skip
+    warnings.warn(
+        f"{len(extra)} of {len(preds)} predictions are for question ids not in {data_file}; ignored, as the "
+        f"official script does ({shown})", stacklevel=2,
+    )  # fmt: skip
+
+
+def _raw_text_request(args: Any) -> str | None:
+    """The context of a ``--question`` (from --context or --context_file), or None for a --data run;
+    refuses a mix of the two ways or half of one."""
+    raw = [o for o in ("question", "context", "context_file") if getattr(args, o) is not None]
+    if not raw:
+        missing = [f"--{o}" for o in ("data", "output") if getattr(args, o) is None]
+        if missing:
+            raise SpanBertError(f"found no {' or '.join(missing)}, expected --data FILE --output FILE, or --question "
+                                "with --context or --context_file")  # fmt: skip
+        return None
+    if args.data is not None or args.output is not None:
+        raise SpanBertError("found --data/--output and --question/--context, expected one way of asking")
+    if args.question is None:
+        raise SpanBertError(f"found --{raw[0]} without --question, expected the question to answer")
+    if (args.context is None) == (args.context_file is None):
+        raise SpanBertError("--question: found " + ("both --context and --context_file" if args.context is not None
+                            else "no context") + ", expected one of --context TEXT or --context_file FILE")  # fmt: skip
+    args.question = utf8_argument(args.question, "--question")
+    if args.context is not None:
+        return utf8_argument(args.context, "--context")
+    path = Path(args.context_file)
+    if not path.is_file():
+        raise SpanBertError(f"{path}: found no such file, expected the text of --context_file")
+    return decode_utf8(path.read_bytes(), path)
+
+
+def _format(task: str) -> str:
+    return "SQuAD v1.1/v2.0 JSON (.json or .json.gz)" if task == "squad" else "MRQA .jsonl or .jsonl.gz"
+
+
+def _finetune(task: str, argv: list[str], prog: str) -> Results:
+    """``spanbert finetune {squad,mrqa} ...``."""
+    fmt = _format(task)
+
+    def add_options(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--train_file", required=True, help=f"training data, {fmt}")
+        parser.add_argument(
+            "--validation_file", help="dev data scored --evals_per_epoch times an epoch and at the end: the model of the "
+            "best --metric_for_best_model is saved (and the SQuAD 2.0 threshold is chosen there). Never pass the test "
+            "split here: score it afterwards with `spanbert predict` + `spanbert evaluate`"
+        )
+        parser.add_argument("--drop_ids", help="file of question ids to leave out of training (first tab-separated "
+                            "column), e.g. ../shared/data/squad/train-v1.1.rebuilt.ambiguous.tsv")  # fmt: skip
+        parser.add_argument("--train_articles", help="train on these articles only, a slice start:stop (e.g. ':17')")
+        parser.add_argument("--validation_articles", help="evaluate on these articles only (e.g. '17:')")
+        parser.add_argument("--max_train_examples", type=int, help="use only the first N training questions")
+        parser.add_argument("--max_eval_examples", type=int, help="use only the first N dev questions (after "
+                            "--validation_articles) for the evaluations during training")  # fmt: skip
+        shown = {"max_seq_length": f"{BERT_WINDOW} for BERT, see above", "doc_stride": BERT_STRIDE}  # unset: `window_settings`
+        add_dataclass_arguments(parser.add_argument_group("QA"), QAConfig, shown, exclude=("null_score_diff_threshold",))
+
+    chosen: dict[str, QAConfig] = {}
+
+    def check(args: argparse.Namespace) -> None:  # before any output is checked or data read
+        if args.sweep and not args.validation_file:
+            raise SpanBertError("--sweep keeps the best run on dev: pass --validation_file")
+        chosen["config"] = dataclass_from_args(QAConfig, args)
+
+    def run_one(args: argparse.Namespace, targs: Any) -> dict[str, Any]:
+        return finetune_qa(
+            task, args.model, args.train_file, args.validation_file, targs, chosen["config"], args.tokenizer,
+            args.drop_ids, args.train_articles, args.validation_articles, args.max_train_examples,
+            args.max_eval_examples,
+        )  # fmt: skip
+
+    defaults = family_defaults(argv, DEFAULTS)
+    return finetune_command(prog, __doc__, argv, add_options, defaults, run_one, metric="f1", configs=(QAConfig,),
+                            check=check)  # fmt: skip
+
+
+def _predict(task: str, argv: list[str], prog: str) -> Path | None:
+    """``spanbert predict {squad,mrqa} (--data FILE --output PREDS | --question Q --context C)``: the
+    predictions file written (None for a --question, whose answer is printed)."""
+    fmt = _format(task)
+    parser = task_parser(prog, __doc__)
+    parser.add_argument(
+        "--model",
+        required=True,
+        help="fine-tuned QA model folder (spanbert finetune, or a HF BertForQuestionAnswering)",
+    )
+    parser.add_argument("--data", help=f"questions to answer, {fmt} (or --question with --context)")
+    parser.add_argument("--output", type=output_file,
+                        help="predictions file to write: {question_id: answer text} (with --data)")
+    parser.add_argument("--question", help="one question in raw text, answered from --context or --context_file: "
+                        "prints {answer, score, start, end} as JSON (start/end: character offsets in the context)")  # fmt: skip
+    parser.add_argument("--context", help="the raw text --question is answered from")
+    parser.add_argument("--context_file", help="a UTF-8 text file holding the context of --question")
+    parser.add_argument(
+        "--null_odds", type=output_file,
+        help="where to write the null-score differences (default: null_odds.json beside --output)",
+    )
+    parser.add_argument("--articles", help="only these articles, a slice start:stop")
+    parser.add_argument(
+        "--null_score_diff_threshold", type=float, help="override the threshold saved with the model"
+    )
+    add_inference_arguments(parser, "windows")
+    args = parser.parse_args(argv)
+    context = _raw_text_request(args)  # checked before the model loads
+    start_distributed(args.device)
+    model, tokenizer, cfg = load_qa_model(args.model)
+    if args.null_score_diff_threshold is not None:
+        cfg = QAConfig(**{**_config_dict(cfg), "null_score_diff_threshold": args.null_score_diff_threshold})
+    if context is not None:
+        print0(json.dumps(answer_with(model, tokenizer, cfg, args.question, context, args.device), ensure_ascii=False))
+        return None
+    data = read_qa(args.data, task).select_articles(args.articles)
+    decoded = run_prediction(
+        model, data, tokenizer, cfg, args.batch_size, args.device, progress=not args.disable_tqdm
+    )
+    out = Path(args.output)
+    null_path = Path(args.null_odds) if args.null_odds else out.parent / "null_odds.json"
+
+    def write() -> None:
+        write_json(out, decoded.predictions, sort_keys=False)
+        if cfg.version_2_with_negative:
+            write_json(null_path, decoded.null_odds, sort_keys=False)
+
+    write_once(write)
+    print0(
+        f"wrote {len(decoded.predictions)} predictions to {out}"
+        + (f" and {null_path}" if cfg.version_2_with_negative else "")
+    )
+    return out
+
+
+def _evaluate(task: str, argv: list[str], prog: str) -> Results:
+    """``spanbert evaluate {squad,mrqa} --data GOLD --predictions PREDS``: the official scores."""
+    fmt = _format(task)
+    parser = task_parser(prog, __doc__)
+    parser.add_argument("--data", required=True, help=f"gold data, {fmt}")
+    parser.add_argument("--predictions", required=True, help="predictions file {question_id: answer text}")
+    parser.add_argument(
+        "--na-prob",
+        "--na_prob",
+        dest="na_prob",
+        help="SQuAD 2.0: no-answer scores {question_id: number} (null_odds.json)",
+    )
+    parser.add_argument("--na-prob-thresh", "--na_prob_thresh", dest="na_prob_thresh", type=float, default=1.0,
+                        help="SQuAD 2.0: score as no-answer where the --na-prob value exceeds this (official default: 1.0)")  # fmt: skip
+    parser.add_argument("--articles", help="only these articles, a slice start:stop")
+    args = parser.parse_args(argv)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        metrics = evaluate_files(
+            task, args.data, args.predictions, args.na_prob, args.articles, args.na_prob_thresh
+        )
+    for w in caught:  # one summary line (N of M questions have no prediction), not one per question
+        eprint0(f"warning: {w.message}")
+    return Results(metrics, "f1")
+
+
+def _score_model(task: str, model: str, data: str, options: dict[str, Any]) -> Results:
+    """A fine-tuned model scored on labelled questions: predicted into the model folder, then scored
+    with the official script's rules (`evaluate` takes predictions, not a model)."""
+    preds = api.predict(task, model=model, data=data, output=Path(model) / "heldout_predictions.json",
+                        disable_tqdm=True, **options)  # fmt: skip
+    return api.evaluate(task, data=data, predictions=preds)
+
+
+SPECS = {
+    name: TaskSpec(
+        name=name,
+        description=description,
+        finetune=_finetune,
+        predict=_predict,
+        evaluate=_evaluate,
+        metric="f1",
+        data=_format(name),
+        configs=(("spanbert.tasks.qa", "QAConfig"),),
+        dev_split=split,
+        score_model=functools.partial(_score_model, name),
+    )
+    for name, description, split in (
+        ("squad", "extractive QA, SQuAD v1.1/v2.0 JSON",
+         RecordSplit(".json", "squad-articles", ("validation_articles",), _restrict_articles)),
+        ("mrqa", "extractive QA, MRQA jsonl(.gz)",
+         RecordSplit(".jsonl", "jsonl-after-header", ("validation_articles",), _restrict_articles)),
+    )
+}  # fmt: skip
