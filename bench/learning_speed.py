@@ -7,7 +7,8 @@ accuracy against tokens seen, on the same held-out blocks with the same masks, s
   the run itself logs (`log.jsonl`).
 - **transformers**: `BertForMaskedLM` of the same size and initialisation scheme, trained as
   `../shared/tools/hf_mlm_plateau.py` does (its `DataCollatorForLanguageModeling`, 15% of the tokens,
-  80/10/10; `torch.optim.AdamW`, weight decay 0.01 on every parameter; clipping at 1; the same
+  80/10/10, with the corpus's own tokenizer read from its folder: the tool's `BertTokenizerFast(vocab_file=)`
+  holds 5 tokens in transformers 5, so its random replacements were special tokens; `torch.optim.AdamW`, weight decay 0.01 on every parameter; clipping at 1; the same
   warmup and linear decay). ``--hf_blocks same`` (default) trains it on **the same training blocks in
   the same order** as the spanbert run (the sentence-packed blocks of the training documents, masked by
   transformers' collator); ``--hf_blocks contiguous`` on the shared tool's blocks instead (the training
@@ -175,7 +176,13 @@ def transformers_run(a, corpus: Path, seed: int, train_set, held_batches, steps:
     from spanbert.trainer import micro_batches
 
     corp = TokenCorpus(corpus)
-    tok = BertTokenizerFast(vocab_file=str(corpus / "tokenizer" / "vocab.txt"), do_lower_case=False)
+    # from the folder, not `BertTokenizerFast(vocab_file=...)`: in transformers 5 that gives a tokenizer of the
+    # 5 special tokens alone (len 5), whose collator then draws its "random" replacements among [PAD], [UNK],
+    # [CLS], [SEP] and [MASK]: an 80/10/10 that is really 90/0/10, which `hf_mlm_plateau.py` ran
+    tok = BertTokenizerFast.from_pretrained(str(corpus / "tokenizer"))
+    if len(tok) != corp.vocab_size:
+        raise SystemExit(f"{corpus / 'tokenizer'}: found a transformers tokenizer of {len(tok)} tokens, expected the "
+                         f"corpus's {corp.vocab_size} (the collator draws its random replacements among them)")
     torch.manual_seed(seed)
     cfg = BertConfig(vocab_size=corp.vocab_size, max_position_embeddings=512, **MODEL_PRESETS[a.model])
     model = BertForMaskedLM(cfg)
@@ -306,6 +313,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.transformers_from:
         saved = json.loads(Path(a.transformers_from).read_text())
         earlier = {r["seed"]: {int(k): v for k, v in r["transformers"].items()} for r in saved["runs"]}
+        if saved.get("hf_tokenizer") != "folder":  # curves of the 5-token tokenizer (`transformers_run`)
+            raise SystemExit(f"{a.transformers_from}: found transformers curves trained with a 5-token tokenizer (before "
+                             f"2026-11-27), expected curves of this version; run without --transformers_from")  # fmt: skip
         missing = [x for x in seeds if x not in earlier]
         same = {k: saved["args"].get(k) for k in ("corpus", "system", "model", "seq", "batch", "lr", "warmup", "steps", "hf_blocks")}
         if missing or same != {k: getattr(a, k) for k in same}:
@@ -365,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wall time: spanbert {secs['spanbert']:.0f} s, transformers {secs['transformers']:.0f} s "
           f"(torch threads {torch.get_num_threads()}; learning per token does not depend on them)")  # fmt: skip
     if a.json:
-        Path(a.json).write_text(json.dumps({"args": vars(a), "runs": runs}, indent=1))
+        Path(a.json).write_text(json.dumps({"args": vars(a), "hf_tokenizer": "folder", "runs": runs}, indent=1))
     if tmp is not None:
         tmp.cleanup()
     return 0

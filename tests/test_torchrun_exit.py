@@ -213,7 +213,7 @@ def test_the_cli_ends_at_once_with_the_line(monkeypatch, capsys):
     def exit_now(code):
         raise SystemExit(code)
 
-    monkeypatch.setattr(cli, "_run", broken)
+    monkeypatch.setattr(cli, "run", broken)
     monkeypatch.setattr(distributed.os, "_exit", exit_now)
     monkeypatch.setattr(distributed, "_failed", False)
     with pytest.raises(SystemExit) as stop:
