@@ -7,8 +7,9 @@ accuracy against tokens seen, on the same held-out blocks with the same masks, s
   the run itself logs (`log.jsonl`).
 - **transformers**: `BertForMaskedLM` of the same size and initialisation scheme, trained as
   `../shared/tools/hf_mlm_plateau.py` does (its `DataCollatorForLanguageModeling`, 15% of the tokens,
-  80/10/10, with the corpus's own tokenizer read from its folder: the tool's `BertTokenizerFast(vocab_file=)`
-  holds 5 tokens in transformers 5, so its random replacements were special tokens; `torch.optim.AdamW`, weight decay 0.01 on every parameter; clipping at 1; the same
+  80/10/10, with the corpus's own tokenizer read from its folder: the tool's
+  `BertTokenizerFast(vocab_file=)` holds 5 tokens in transformers 5, so its random replacements were
+  special tokens; `torch.optim.AdamW`, weight decay 0.01 on every parameter; clipping at 1; the same
   warmup and linear decay). ``--hf_blocks same`` (default) trains it on **the same training blocks in
   the same order** as the spanbert run (the sentence-packed blocks of the training documents, masked by
   transformers' collator); ``--hf_blocks contiguous`` on the shared tool's blocks instead (the training
@@ -315,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         earlier = {r["seed"]: {int(k): v for k, v in r["transformers"].items()} for r in saved["runs"]}
         if saved.get("hf_tokenizer") != "folder":  # curves of the 5-token tokenizer (`transformers_run`)
             raise SystemExit(f"{a.transformers_from}: found transformers curves trained with a 5-token tokenizer (before "
-                             f"2026-11-27), expected curves of this version; run without --transformers_from")  # fmt: skip
+                             f"2026-11-28), expected curves of this version; run without --transformers_from")  # fmt: skip
         missing = [x for x in seeds if x not in earlier]
         same = {k: saved["args"].get(k) for k in ("corpus", "system", "model", "seq", "batch", "lr", "warmup", "steps", "hf_blocks")}
         if missing or same != {k: getattr(a, k) for k in same}:
