@@ -147,7 +147,7 @@ def tiny_model(args, train: Path, out: Path) -> Path:
 
 
 def run_spanbert(args, model: Path, train: Path, dev: Path, out: Path, evaluate_during: bool) -> tuple[Clock, dict]:
-    from spanbert import cli, trainer
+    from spanbert import cli, loop
     from spanbert.tasks.qa import decoding as qa_decoding
     from spanbert.tasks.qa import finetune as qa_finetune
 
@@ -170,8 +170,8 @@ def run_spanbert(args, model: Path, train: Path, dev: Path, out: Path, evaluate_
             for module in modules:
                 if hasattr(module, name):
                     clock.wrap(module, name, phase)
-        for name in ("save_best_weights", "load_best_weights"):  # the names the trainer calls (bound in its module)
-            clock.wrap(trainer, name, "selection")
+        for name in ("save_best_weights", "load_best_weights"):  # the names the loop calls (bound in its module)
+            clock.wrap(loop, name, "selection")
         with clock.phase("total"), contextlib.redirect_stdout(io.StringIO()):
             assert cli.run(argv) == 0
     for kind in (clock.seconds, clock.cpu):

@@ -38,7 +38,8 @@ from spanbert.folders import MANIFEST
 WORKER = r"""
 import sys, torch
 from torch import nn
-from spanbert.trainer import TrainingArguments, train
+from spanbert.trainer import train
+from spanbert.training_args import TrainingArguments
 
 out, steps, resume = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
 

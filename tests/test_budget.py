@@ -12,7 +12,8 @@ from test_trainer import Net, Regression, args, params
 
 from spanbert.budget import TimeBudget, evaluations_between, format_duration, parse_duration, total_steps
 from spanbert.errors import SpanBertError
-from spanbert.trainer import latest_checkpoint, train
+from spanbert.runs import latest_checkpoint
+from spanbert.trainer import train
 
 
 @pytest.mark.parametrize("text,seconds", [("90s", 90), ("45m", 2700), ("1h30m", 5400), ("2.5h", 9000), (" 1h 5s ", 3605)])

@@ -10,7 +10,7 @@ import pytest
 
 from spanbert.config import ArgumentParser, add_dataclass_arguments
 from spanbert.errors import SpanBertError
-from spanbert.trainer import TrainingArguments
+from spanbert.training_args import TrainingArguments
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "spanbert"
 

@@ -27,7 +27,7 @@ from spanbert.cloze import (
 )
 from spanbert.errors import SpanBertError
 from spanbert.pretrain import PretrainConfig, pretrain
-from spanbert.trainer import TrainingArguments
+from spanbert.training_args import TrainingArguments
 
 V = 40
 BOS, EOS = 2, 3
@@ -266,7 +266,7 @@ def test_word_tokenizer_is_deterministic_and_has_the_markers():
 
 def test_paper_schedule_and_optimizer(tmp_path):
     from spanbert.optim import cosine_lambda, make_optimizer
-    from spanbert.trainer import TrainingArguments
+    from spanbert.training_args import TrainingArguments
 
     args = cloze.paper_training_arguments(TrainingArguments(output_dir=str(tmp_path), warmup_steps=16_000))
     assert (args.optim, args.momentum, args.max_grad_norm, args.weight_decay) == ("nesterov", 0.99, 0.1, 0.0)
@@ -376,7 +376,7 @@ DDP = r"""
 import sys, torch
 from spanbert.pretrain import pretrain_cloze
 from spanbert.pretrain import PretrainConfig
-from spanbert.trainer import TrainingArguments
+from spanbert.training_args import TrainingArguments
 text, out, batch = sys.argv[1], sys.argv[2], int(sys.argv[3])
 cfg = PretrainConfig(system="cloze-bilm", model="tiny", corpus=text, vocab_size=150, max_seq_length=32,
                      eval_fraction=0.2, max_eval_blocks=8, tokens_per_update=0, num_proc=0)

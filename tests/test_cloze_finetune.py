@@ -283,7 +283,7 @@ class _Toy(nn.Module):
 
 
 def test_early_stopping_keeps_the_epoch_before_the_dev_loss_rose(tmp_path):
-    from spanbert.trainer import TrainingArguments
+    from spanbert.training_args import TrainingArguments
 
     data = [{"x": torch.tensor(1.0), "labels": torch.tensor(1.0)} for _ in range(4)]
     dev_losses = iter([3.0, 2.0, 2.5, 1.0])  # epoch 3 is worse than 2: stop there, keep epoch 2

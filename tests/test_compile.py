@@ -24,7 +24,8 @@ from spanbert import modernbert
 from spanbert.compile import compile_regions, compile_setting, is_compiled, regions, wants_compile
 from spanbert.errors import SpanBertError
 from spanbert.model import SpanBertForPreTraining
-from spanbert.trainer import TrainingArguments, train
+from spanbert.trainer import train
+from spanbert.training_args import TrainingArguments
 
 
 @pytest.fixture(autouse=True)

@@ -16,7 +16,7 @@ from spanbert.config import (
     replace_checked,
 )
 from spanbert.errors import SpanBertError
-from spanbert.trainer import TrainingArguments
+from spanbert.training_args import TrainingArguments
 
 
 @pytest.mark.parametrize("name", list(MODEL_PRESETS))

@@ -548,7 +548,7 @@ def test_loaders_return_eval_mode(tiny_run, tmp_path):
 DDP_SCRIPT = """
 import json, os, sys
 from spanbert.tasks.coref import CorefConfig, finetune_coref
-from spanbert.trainer import TrainingArguments
+from spanbert.training_args import TrainingArguments
 
 root, out = sys.argv[1], sys.argv[2]
 targs = TrainingArguments(

@@ -12,7 +12,8 @@ from torch import nn
 
 from spanbert import cost
 from spanbert.errors import SpanBertError
-from spanbert.trainer import TrainingArguments, train
+from spanbert.trainer import train
+from spanbert.training_args import TrainingArguments
 
 
 @pytest.mark.parametrize(

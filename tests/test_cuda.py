@@ -21,7 +21,8 @@ from test_device import BF16_ATOL, BF16_RTOL, CASES, on
 from test_host_sync import Items, pretraining_case, run_quiet_steps
 
 import spanbert.trainer as trainer_mod
-from spanbert.trainer import TrainingArguments, train
+from spanbert.trainer import train
+from spanbert.training_args import TrainingArguments
 
 pytestmark = [
     pytest.mark.cuda,
@@ -263,7 +264,7 @@ DDP_SCRIPT = textwrap.dedent(
     import copy, sys, torch, torch.distributed as dist
     sys.path.insert(0, {tests!r})
     from test_host_sync import pretraining_case
-    from spanbert.trainer import _to_device
+    from spanbert.loop import to_device
     dist.init_process_group("nccl")
     torch.cuda.set_device(0)
     model, ds, collate, _ = pretraining_case("bert-nsp", dropout=0.0)
@@ -271,7 +272,7 @@ DDP_SCRIPT = textwrap.dedent(
     plain = copy.deepcopy(model)
     ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[0])
     for step, rows in enumerate([[0, 1, 2, 3], [4, 5]]):
-        batch = _to_device(collate([ds[i] for i in rows]), torch.device("cuda"))
+        batch = to_device(collate([ds[i] for i in rows]), torch.device("cuda"))
         ddp(**batch)["loss"].backward()
         plain(**batch)["loss"].backward()
     for (name, p), q in zip(model.named_parameters(), plain.parameters()):

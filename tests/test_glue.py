@@ -307,7 +307,7 @@ def test_finetune_keeps_the_best_evaluation_its_weights_and_predictions(tiny_mod
     import torch
 
     from spanbert.tasks import classification as C
-    from spanbert.trainer import TrainingArguments
+    from spanbert.training_args import TrainingArguments
 
     features = _sst_features(tiny_model, tmp_path)  # 32 examples, batch 8: 4 steps an epoch
 

@@ -23,7 +23,8 @@ from test_device import V, bert, pretrain_items, qa_batch, qa_model, two_tower
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from spanbert.model import SpanBertForPreTraining
-from spanbert.trainer import TrainingArguments, train
+from spanbert.trainer import train
+from spanbert.training_args import TrainingArguments
 
 aten = torch.ops.aten
 SYNC_OPS = {

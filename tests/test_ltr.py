@@ -17,7 +17,7 @@ from spanbert.model import Encoder, SpanBertForPreTraining
 from spanbert.pretrain import CausalLMBlocks, PretrainConfig, pretrain
 from spanbert.tasks.qa import SpanBertForQuestionAnswering
 from spanbert.tokenization import train_tokenizer
-from spanbert.trainer import TrainingArguments
+from spanbert.training_args import TrainingArguments
 
 VOCAB = 120
 

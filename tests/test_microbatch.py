@@ -14,8 +14,10 @@ from test_host_sync import pretraining_case
 import spanbert.microbatch as mb
 from spanbert.config import convert_value
 from spanbert.errors import SpanBertError
+from spanbert.loop import to_device
 from spanbert.microbatch import largest_fitting, planned_batch_size, probe_rows, resolve_batch_size
-from spanbert.trainer import TrainingArguments, _to_device, train
+from spanbert.trainer import train
+from spanbert.training_args import TrainingArguments
 
 
 @pytest.mark.parametrize("threshold", [1, 2, 3, 7, 8, 9, 31, 100, 511, 512, 1000])
@@ -117,10 +119,10 @@ def _args(tmp, **kw) -> TrainingArguments:
 def test_off_cuda_auto_is_the_rule_and_a_token_budget_is_refused(tmp_path):
     model, ds, collate, _ = pretraining_case("spanbert", dropout=0.0)
     cpu = torch.device("cpu")
-    got = resolve_batch_size(_args(tmp_path), model, ds, collate, cpu, None, _to_device)
+    got = resolve_batch_size(_args(tmp_path), model, ds, collate, cpu, None, to_device)
     assert got.per_device_train_batch_size == mb.CPU_BATCH
     with pytest.raises(SpanBertError, match="--max_tokens_per_batch 512 too"):
-        resolve_batch_size(_args(tmp_path, max_tokens_per_batch=512), model, ds, collate, cpu, None, _to_device)
+        resolve_batch_size(_args(tmp_path, max_tokens_per_batch=512), model, ds, collate, cpu, None, to_device)
 
 
 def test_a_run_with_auto_saves_its_size_and_resume_keeps_it(tmp_path, monkeypatch, capsys):

@@ -610,7 +610,7 @@ def test_pretrain_init_from_fairseq_checkpoint(tmp_path):
     from spanbert import data
     from spanbert.pretrain import PretrainConfig, pretrain
     from spanbert.tokenization import train_tokenizer
-    from spanbert.trainer import TrainingArguments
+    from spanbert.training_args import TrainingArguments
 
     text = tmp_path / "corpus.txt"
     text.write_text("\n\n".join(" ".join(f"word{(7 * i + j) % 23}" for j in range(40)) + "." for i in range(12)) + "\n")

@@ -269,7 +269,7 @@ def test_a_full_disk_during_a_checkpoint_or_a_log_row(tmp_path, monkeypatch):
     import torch
 
     from spanbert.runs import _Logger, latest_checkpoint, save_training_state
-    from spanbert.trainer import TrainingArguments
+    from spanbert.training_args import TrainingArguments
 
     model = torch.nn.Linear(4, 4)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

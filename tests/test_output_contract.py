@@ -758,7 +758,8 @@ def test_a_run_folder_with_the_users_notes_beside_it_is_still_that_run(tmp_path)
     user's: refused whatever the flags."""
     from spanbert.errors import SpanBertError
     from spanbert.folders import claim_manifest, record
-    from spanbert.trainer import TrainingArguments, check_output_dir
+    from spanbert.runs import check_output_dir
+    from spanbert.training_args import TrainingArguments
 
     run = tmp_path / "run"
     claim_manifest(run, "run", "spanbert finetune ner")

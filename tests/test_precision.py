@@ -19,7 +19,8 @@ from spanbert.data import collate_pretrain, pretrain_target_counts
 from spanbert.model import SpanBertForPreTraining
 from spanbert.precision import autocast_dtype, native_bf16, precision_text
 from spanbert.pretrain import PretrainConfig, _parser, preset_line
-from spanbert.trainer import TrainingArguments, train
+from spanbert.trainer import train
+from spanbert.training_args import TrainingArguments
 
 CPU = torch.device("cpu")
 

@@ -18,7 +18,7 @@ from spanbert.masking import MaskingConfig
 from spanbert.model import SpanBertForPreTraining
 from spanbert.pretrain import CAUSAL_SYSTEMS, SYSTEMS, PretrainConfig, main, pretrain
 from spanbert.tokenization import train_tokenizer
-from spanbert.trainer import TrainingArguments
+from spanbert.training_args import TrainingArguments
 
 WORDS = (
     "the river flows past old stone bridges while merchants sell bread and fish to travellers who "

@@ -14,7 +14,7 @@ from test_pretrain import corpus  # noqa: F401 - the module-scoped tiny corpus f
 
 from spanbert import folders, utils
 from spanbert.pretrain import PretrainConfig, pretrain
-from spanbert.trainer import TrainingArguments
+from spanbert.training_args import TrainingArguments
 
 
 def _digest(folder: Path) -> dict[str, str]:

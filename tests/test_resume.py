@@ -16,7 +16,9 @@ from test_trainer import Net, Regression, args, params
 import spanbert.trainer as trainer_mod
 from spanbert.errors import SpanBertError
 from spanbert.folders import MANIFEST, record
-from spanbert.trainer import TrainingArguments, check_output_dir, find_resume_checkpoint, latest_checkpoint, train
+from spanbert.runs import check_output_dir, find_resume_checkpoint, latest_checkpoint
+from spanbert.trainer import train
+from spanbert.training_args import TrainingArguments
 
 
 class Small(torch.utils.data.Dataset):

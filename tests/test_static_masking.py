@@ -29,7 +29,7 @@ from spanbert.errors import SpanBertError
 from spanbert.masking import IGNORE_INDEX, MaskingConfig, UnigramSampler, mask_block
 from spanbert.pretrain import PretrainConfig, build_datasets, pretrain
 from spanbert.tokenization import train_tokenizer
-from spanbert.trainer import TrainingArguments
+from spanbert.training_args import TrainingArguments
 
 WORDS = (
     "the river flows past old stone bridges while merchants sell bread and fish to travellers who "

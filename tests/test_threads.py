@@ -134,7 +134,8 @@ def test_every_model_command_applies_the_policy(monkeypatch):
 
 
 def test_training_takes_threads_from_its_arguments(tmp_path):
-    from spanbert.trainer import SAFE_TO_CHANGE, TrainingArguments
+    from spanbert.runs import SAFE_TO_CHANGE
+    from spanbert.training_args import TrainingArguments
 
     assert TrainingArguments().threads == 0
     assert "threads" in SAFE_TO_CHANGE  # a resumed run may use another count

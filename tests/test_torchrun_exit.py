@@ -21,7 +21,8 @@ SCRIPT = """
 import os, signal, sys, time
 import torch
 from torch import nn
-from spanbert.trainer import TrainingArguments, train
+from spanbert.training_args import TrainingArguments
+from spanbert.trainer import train
 
 kill_at = int(os.environ.get("KILL_AT", 0))
 

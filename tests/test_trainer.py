@@ -15,12 +15,9 @@ from torch import nn
 
 from spanbert.errors import SpanBertError
 from spanbert.optim import lr_lambda, param_groups
-from spanbert.trainer import (
-    TrainingArguments,
-    latest_checkpoint,
-    micro_batches,
-    train,
-)
+from spanbert.runs import latest_checkpoint
+from spanbert.trainer import micro_batches, train
+from spanbert.training_args import TrainingArguments
 
 
 class Regression(torch.utils.data.Dataset):

@@ -80,17 +80,11 @@ from spanbert.pretrain_config import (  # noqa: F401 -- the systems, presets and
     system_masking,
     system_of,
 )
+from spanbert.runs import check_output_dir, claim_run_dir, find_resume_checkpoint
 from spanbert.samplers import SAMPLERS, CausalLMBlocks, ClozeBlocks, Cut, HeldOut, Sampler  # noqa: F401 -- old homes
 from spanbert.tokenization import load_tokenizer
-from spanbert.trainer import (
-    TrainingArguments,
-    check_output_dir,
-    claim_run_dir,
-    find_resume_checkpoint,
-    predict_batches,
-    token_batches,
-    train,
-)
+from spanbert.trainer import predict_batches, token_batches, train
+from spanbert.training_args import TrainingArguments
 from spanbert.utils import atomic_dir, atomic_write, input_paths
 
 _SAMPLER_WORDS = {"single": "single-sequence blocks", "nsp": "two-segment blocks with NSP",

@@ -3,7 +3,7 @@ resume may change, the output contract of a run folder, its log, and the best we
 
 `spanbert.trainer` runs the loop; this module owns what the loop leaves behind, so that the rules of
 one folder (what a run writes, when an earlier run may be continued or replaced, how a killed run's
-debris is cleaned) are read in one place. Every name is also importable from `spanbert.trainer`.
+debris is cleaned) are read in one place.
 
 Checkpoints are atomic (`checkpoint-N` complete or absent, `latest` replaced in one rename), so a
 run killed at any instant resumes from its last complete checkpoint (docs/robustness.md).
@@ -39,7 +39,7 @@ from spanbert.utils import (
 )
 
 TrainingArguments = Any
-"""`spanbert.trainer.TrainingArguments`, for the annotations here (the trainer imports this module)."""
+"""`spanbert.training_args.TrainingArguments`, for the annotations here."""
 
 
 def steps_per_epoch(n: int, global_batch: int, world: int = 1) -> int:

@@ -26,6 +26,7 @@ from spanbert import distributed, folders
 from spanbert.data import is_preprocessed, tokenizer_dir_of
 from spanbert.errors import SpanBertError
 from spanbert.pretrain import SYSTEM_PRESETS
+from spanbert.runs import latest_checkpoint
 from spanbert.study.heldout import dev_restriction, heldout_plan, score_heldout, split_dev, study_is_legacy
 from spanbert.study.layout import Cell, finetune_cell_dir, fold_dir, model_dir, shared_dir
 from spanbert.study.runner import in_log, run_command
@@ -33,7 +34,6 @@ from spanbert.study.spec import Study, SystemSpec, TaskSpec, subtask_options
 from spanbert.tasks import TASKS
 from spanbert.tasks import run as run_task
 from spanbert.tasks.spec import options_argv
-from spanbert.trainer import latest_checkpoint
 from spanbert.utils import atomic_write, progress_bar, write_json
 
 

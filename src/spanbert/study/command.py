@@ -16,6 +16,7 @@ from spanbert import cost, distributed, families, folders
 from spanbert.config import _read_yaml
 from spanbert.errors import SpanBertError
 from spanbert.model import SpanBertForPreTraining
+from spanbert.runs import _ckpt_step, _complete
 from spanbert.study.cells import check_finished, plan, run_study, study_lock
 from spanbert.study.estimate import dry_run, finetune_estimate
 from spanbert.study.layout import ESTIMATE_FILE
@@ -33,7 +34,6 @@ from spanbert.study.spec import (
 from spanbert.study.stats import mean_std
 from spanbert.study.summary import collect, summarize
 from spanbert.tasks import TASKS
-from spanbert.trainer import _ckpt_step, _complete
 from spanbert.utils import atomic_dir, atomic_write, check_output, output_file, remove_debris
 
 _parser = study_parser  # its old name

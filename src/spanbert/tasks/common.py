@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from spanbert import distributed, families, folders, threads, trainer, utils
+from spanbert import distributed, families, folders, runs, threads, utils
 from spanbert.config import (
     ArgumentParser,
     add_dataclass_arguments,
@@ -42,19 +42,14 @@ from spanbert.config import (
     parse_args_with_config,
     parse_key_values,
 )
+from spanbert.distributed import resolve_device
 from spanbert.dropout import seeded_build
 from spanbert.errors import DataError, SpanBertError
 from spanbert.microbatch import planned_batch_size
+from spanbert.runs import BEST_DIR, claim_run_dir, latest_checkpoint, steps_per_epoch
 from spanbert.tasks.spec import Results
 from spanbert.tasks.splits import HELDOUT_SEED, split_half  # noqa: F401 -- `finetune glue --heldout_half`
-from spanbert.trainer import (
-    BEST_DIR,
-    TrainingArguments,
-    claim_run_dir,
-    latest_checkpoint,
-    resolve_device,
-    steps_per_epoch,
-)
+from spanbert.training_args import TrainingArguments
 from spanbert.utils import MMAP_THRESHOLD, atomic_write, input_paths, output_file
 
 T = TypeVar("T")
@@ -284,14 +279,12 @@ def named_schedule(args: argparse.Namespace) -> bool:
 
 
 def check_output_dir(targs: TrainingArguments, inputs: Sequence[tuple[str, str]] = ()) -> None:
-    """The output contract of a fine-tuning folder (`spanbert.trainer.check_output_dir`: an output that is,
+    """The output contract of a fine-tuning folder (`spanbert.runs.check_output_dir`: an output that is,
     holds or lies inside one of ``inputs``, a file in the way, an unwritable place or a folder without a
     spanbert run's manifest refused; an earlier run refused unless --resume / --overwrite_output_dir,
     contract 3), and an earlier sweep's summary likewise. Every task's finetune calls it as soon as its
     `TrainingArguments` are built, before any work."""
-    check = getattr(trainer, "check_output_dir", None)
-    if check is not None:
-        check(targs, inputs)
+    runs.check_output_dir(targs, inputs)
     summary = Path(targs.output_dir) / SWEEP_SUMMARY
     if summary.is_file() and not (targs.resume or targs.overwrite_output_dir):
         raise SpanBertError(

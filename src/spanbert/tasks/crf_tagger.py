@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from spanbert import trainer
+from spanbert import runs, trainer
 from spanbert.distributed import is_main, print0, world_size
 from spanbert.dropout import Dropout, set_dropout
 from spanbert.errors import SpanBertError
@@ -235,7 +235,7 @@ def train_with_early_stopping(model: nn.Module, dataset: Any, args: Any, collate
         raise SpanBertError("--per_device_train_batch_size auto: early stopping counts epochs in batches of a "
                             "known size; expected a number or --early_stopping false")  # fmt: skip
     G = args.per_device_train_batch_size * args.gradient_accumulation_steps * world_size()
-    epoch_steps = trainer.steps_per_epoch(len(dataset), G, world_size())
+    epoch_steps = runs.steps_per_epoch(len(dataset), G, world_size())
     if epoch_steps == 0:
         raise SpanBertError(f"{len(dataset)} training examples are fewer than one global batch of {G}")
     total = args.max_steps if args.max_steps > 0 else math.ceil(args.num_train_epochs * epoch_steps)
@@ -243,7 +243,7 @@ def train_with_early_stopping(model: nn.Module, dataset: Any, args: Any, collate
                                greater_is_better=False)  # fmt: skip
     start = 0
     if args.resume:
-        ckpt = trainer.latest_checkpoint(args.output_dir)
+        ckpt = runs.latest_checkpoint(args.output_dir)
         start = int(ckpt.name.split("-")[-1]) if ckpt is not None else 0
     stop = (start // epoch_steps + 1) * epoch_steps
     first = True
@@ -255,7 +255,7 @@ def train_with_early_stopping(model: nn.Module, dataset: Any, args: Any, collate
         if result.global_step >= total:
             return result  # the trainer has loaded the best epoch's weights
         if result.best_step is not None and result.best_step < result.global_step:
-            trainer.load_best_weights(Path(args.output_dir), model)
+            runs.load_best_weights(Path(args.output_dir), model)
             best_loss = result.best_metrics.get("loss", float("nan"))
             print0(f"early stopping at step {result.global_step}: the dev loss did not improve; kept the "
                    f"model of step {result.best_step} (dev loss {best_loss:.4f})")  # fmt: skip

@@ -40,9 +40,10 @@ from torch import Tensor, nn
 from spanbert import families, folders, threads
 from spanbert.checkpoints import save_checkpoint
 from spanbert.config import ArgumentParser, add_dataclass_arguments, dataclass_from_args
-from spanbert.distributed import is_main, print0
+from spanbert.distributed import is_main, print0, resolve_device
 from spanbert.dropout import Dropout
 from spanbert.errors import DataError, SpanBertError
+from spanbert.runs import RUN, claim_run_dir
 from spanbert.tasks import common
 from spanbert.tasks.classification import (
     IGNORE_INDEX,
@@ -77,7 +78,7 @@ from spanbert.tasks.conll import (
     write_predictions,
 )
 from spanbert.tasks.spec import RESULTS_FILE, Results
-from spanbert.trainer import RUN, claim_run_dir, predict_batches, resolve_device, train
+from spanbert.trainer import predict_batches, train
 from spanbert.utils import atomic_dir, input_paths, progress_bar
 
 MODEL_TYPE = "spanbert-ner-features"

@@ -13,6 +13,7 @@ from spanbert import threads
 from spanbert.config import add_dataclass_arguments, dataclass_from_args, parse_key_values
 from spanbert.distributed import eprint0, print0
 from spanbert.errors import SpanBertError, utf8_argument
+from spanbert.runs import claim_run_dir
 from spanbert.tasks import api, common
 from spanbert.tasks.common import (
     add_finetune_arguments,
@@ -33,7 +34,6 @@ from spanbert.tasks.coref.model import CorefConfig
 from spanbert.tasks.coref.predict import CorefPredictor
 from spanbert.tasks.spec import Folds, Results, TaskSpec
 from spanbert.tasks.splits import RecordSplit
-from spanbert.trainer import claim_run_dir
 from spanbert.utils import input_paths, output_file
 
 # =============================================================================================

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from spanbert import distributed, trainer
+from spanbert import distributed, runs, trainer
 from spanbert.distributed import broadcast_object, is_main, print0
 from spanbert.errors import SpanBertError
 from spanbert.tasks.common import (
@@ -249,7 +249,7 @@ def finetune_coref(
     # the trainer loads the best weights only at the planned end (not after an earlier --stop_at_step)
     world = distributed.world_size()
     planned = targs.max_steps if targs.max_steps > 0 else math.ceil(
-        targs.num_train_epochs * trainer.steps_per_epoch(len(dataset), targs.gradient_accumulation_steps * world, world)
+        targs.num_train_epochs * runs.steps_per_epoch(len(dataset), targs.gradient_accumulation_steps * world, world)
     )
     selected = result.best_step if metric and result.global_step == planned else None
     if dev_docs:

@@ -14,7 +14,7 @@ from torch import nn
 
 from spanbert import families
 from spanbert.config import replace_checked
-from spanbert.distributed import is_main, print0
+from spanbert.distributed import is_main, print0, resolve_device
 from spanbert.errors import DataError, SpanBertError
 from spanbert.tasks.common import (
     KeepBest,
@@ -45,7 +45,7 @@ from spanbert.tasks.qa.decoding import (
 from spanbert.tasks.qa.features import QAFeatureDataset, QAFeatures, collate_qa, make_features, tokenize_data
 from spanbert.tasks.qa.model import SpanBertForQuestionAnswering
 from spanbert.tasks.spec import RESULTS_FILE
-from spanbert.trainer import eval_size, predict_batches, resolve_device, train
+from spanbert.trainer import eval_size, predict_batches, train
 
 # ---------------------------------------------------------------------------------------------
 # Fine-tuning and prediction
