@@ -28,13 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-from spanbert.data import (
-    PretrainDataset,
-    TokenCorpus,
-    block_ends_mid_word,
-    sentence_blocks,
-    single_segment_blocks,
-)
+from spanbert.blocks import block_ends_mid_word, sentence_blocks, single_segment_blocks
+from spanbert.corpus import TokenCorpus
+from spanbert.dataset import PretrainDataset
 
 
 def line_bounds(c: TokenCorpus) -> np.ndarray:

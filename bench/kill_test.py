@@ -9,7 +9,7 @@
 
 The job is `spanbert.trainer.train` on a small regression model (dropout on, so the RNG state matters)
 with a checkpoint after every step, so that many kills land inside checkpoint writes; after training it
-exports `final/` as `spanbert pretrain` does (`utils.atomic_dir` + `model.save_checkpoint`: weights, a
+exports `final/` as `spanbert pretrain` does (`utils.atomic_dir` + `checkpoints.save_checkpoint`: weights, a
 second weights file like the SBO head, config.json, train_metrics.json). Phase 1 kills the job at
 random instants of its work (timed from the start of training, which the job prints, so the kills do not
 fall into the imports). Phase 2 (`--export_kills`) re-runs the finished job with --resume, which
@@ -73,10 +73,10 @@ import time
 print("train-start", time.time(), flush=True)
 result = train(model, Data(), args)
 
-# the export of `spanbert pretrain` (pretrain._export): a folder written beside final/ and swapped in
+# the export of `spanbert pretrain` (pretrain.export): a folder written beside final/ and swapped in
 import json, time
 from pathlib import Path
-from spanbert.model import save_checkpoint
+from spanbert.checkpoints import save_checkpoint
 from spanbert.utils import atomic_dir
 
 state = model.state_dict()

@@ -79,7 +79,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def prepared_corpus(a: argparse.Namespace, work: Path) -> Path:
     """A `spanbert preprocess` folder: the corpus itself, or one made from text (vocabulary trained on it)."""
-    from spanbert.data import preprocess
+    from spanbert.preprocess import preprocess
     from spanbert.tokenization import train_tokenizer
 
     if a.smoke:
@@ -127,8 +127,9 @@ def spanbert_run(a: argparse.Namespace, corpus: Path, seed: int, out: Path) -> d
 
 def held_out_set(a: argparse.Namespace, corpus: Path, seed: int):
     """The spanbert run's held-out blocks and masks (`pretrain.build_datasets`) and its training set."""
-    from spanbert.data import TokenCorpus
-    from spanbert.pretrain import PretrainConfig, build_datasets
+    from spanbert.corpus import TokenCorpus
+    from spanbert.pretrain import build_datasets
+    from spanbert.pretrain_config import PretrainConfig
 
     packing = argparse.ArgumentParser(add_help=False)
     packing.add_argument("--block_packing", default="sentences")
@@ -173,7 +174,7 @@ def transformers_run(a, corpus: Path, seed: int, train_set, held_batches, steps:
     from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast, DataCollatorForLanguageModeling
 
     from spanbert.config import MODEL_PRESETS
-    from spanbert.data import TokenCorpus
+    from spanbert.corpus import TokenCorpus
     from spanbert.trainer import micro_batches
 
     corp = TokenCorpus(corpus)
@@ -255,9 +256,10 @@ def at_tokens(curve: dict[int, dict[str, float]], tokens: float, key: str) -> fl
 def checkpoint_model(a, corpus: Path, ckpt: Path):
     """The MLM of a `spanbert pretrain` checkpoint: ``(x, mask) -> (B, T, V)`` logits."""
     from spanbert.config import model_config
-    from spanbert.data import TokenCorpus
+    from spanbert.corpus import TokenCorpus
     from spanbert.model import SpanBertForPreTraining
-    from spanbert.pretrain import PretrainConfig, resolve
+    from spanbert.pretrain import resolve
+    from spanbert.pretrain_config import PretrainConfig
 
     heads = set(resolve(PretrainConfig(system=a.system, model=a.model)).system.objectives)
     state = torch.load(ckpt / "state.pt", map_location="cpu", weights_only=True)["model"]

@@ -22,7 +22,8 @@ from pathlib import Path
 
 CHILD = """
 import json, resource, sys, time
-from spanbert.data import preprocess, TokenCorpus
+from spanbert.corpus import TokenCorpus
+from spanbert.preprocess import preprocess
 t = time.perf_counter()
 out = preprocess(sys.argv[1], sys.argv[2], sys.argv[3], num_workers=int(sys.argv[4]), progress=False)
 sec = time.perf_counter() - t
@@ -70,7 +71,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.smoke:
         args.mb = 1
-    from spanbert.data import builtin_corpus
+    from spanbert.preprocess import builtin_corpus
     from spanbert.tokenization import train_tokenizer
 
     with tempfile.TemporaryDirectory() as tmp:

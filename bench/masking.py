@@ -24,8 +24,11 @@ from pathlib import Path
 
 import numpy as np
 
-from spanbert.data import PretrainDataset, TokenCorpus, builtin_corpus, collate_pretrain, preprocess
+from spanbert.collate import collate_pretrain
+from spanbert.corpus import TokenCorpus
+from spanbert.dataset import PretrainDataset
 from spanbert.masking import UnigramSampler, mask_block
+from spanbert.preprocess import builtin_corpus, preprocess
 from spanbert.tokenization import train_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -141,11 +141,12 @@ def run_pretrain_hf(a: argparse.Namespace) -> dict:
     from transformers import BertConfig as HFConfig
     from transformers import BertForPreTraining
 
-    from spanbert import data
+    from spanbert.collate import make_collate
     from spanbert.config import model_config
+    from spanbert.dataset import PretrainDataset
 
-    ds = data.PretrainDataset(a.corpus, max_seq_length=a.seq, mode="single", seed=42, scheme="span")
-    collate = data.make_collate(ds.pad_id)
+    ds = PretrainDataset(a.corpus, max_seq_length=a.seq, mode="single", seed=42, scheme="span")
+    collate = make_collate(ds.pad_id)
     cfg = model_config(a.size, vocab_size=ds.corpus.vocab_size)
     torch.manual_seed(42)
     model = BertForPreTraining(HFConfig(**cfg.to_hf_dict()))

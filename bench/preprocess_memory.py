@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "../shared/data/pretrain-corpus"
 CHILD = """
 import json, resource, sys, time
-from spanbert.data import preprocess, TokenCorpus
+from spanbert.corpus import TokenCorpus
+from spanbert.preprocess import preprocess
 t = time.perf_counter()
 out = preprocess(sys.argv[1], sys.argv[2], sys.argv[3], num_workers=int(sys.argv[4]), progress=False)
 sec = time.perf_counter() - t

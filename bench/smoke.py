@@ -12,7 +12,7 @@ SMOKE_CHARS = 200_000
 
 def tiny_text(folder: Path, chars: int = SMOKE_CHARS) -> Path:
     """The first ``chars`` characters of the built-in corpus, whole lines, as ``folder/corpus.txt``."""
-    from spanbert.data import builtin_corpus
+    from spanbert.preprocess import builtin_corpus
 
     folder.mkdir(parents=True, exist_ok=True)
     full = builtin_corpus(folder / "builtin.txt")
@@ -25,7 +25,7 @@ def tiny_text(folder: Path, chars: int = SMOKE_CHARS) -> Path:
 
 def tiny_corpus(folder: Path, vocab_size: int = 2000) -> tuple[Path, Path]:
     """(tokenizer folder, preprocessed corpus folder) of `tiny_text`, under ``folder``."""
-    from spanbert.data import preprocess
+    from spanbert.preprocess import preprocess
     from spanbert.tokenization import train_tokenizer
 
     text = tiny_text(folder)

@@ -13,7 +13,7 @@ import argparse
 
 import numpy as np
 
-from spanbert import data
+from spanbert.dataset import PretrainDataset
 from spanbert.trainer import micro_batches, token_micro_batches
 
 
@@ -37,7 +37,9 @@ def main() -> None:
           "| real tokens per update | padded tokens per update | padding |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|")
     for packing in ("fixed", "sentences"):
-        ds = data.PretrainDataset(args.corpus, max_seq_length=args.max_seq_length, mode="single", seed=0, block_packing=packing)
+        ds = PretrainDataset(
+            args.corpus, max_seq_length=args.max_seq_length, mode="single", seed=0, block_packing=packing
+        )
         lengths = ds.lengths()
         plans = (
             ("256 sequences (32 x 8)", micro_batches(len(lengths), args.seed, 0, 32, 8, 0, 1, 0)),

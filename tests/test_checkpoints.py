@@ -114,7 +114,7 @@ def test_the_two_tower_export_is_atomic(tmp_path, monkeypatch):
     cfg = cloze.cloze_config("tiny", d_model=16, num_heads=2, ffn_dim=32, final_heads=2)
     final = tmp_path / "run" / "final"
     torch.manual_seed(0)
-    pretrain._export_two_tower(cloze.build_model(cfg, tok), tok, final, "cloze", {"eval_loss": 1.0})
+    pretrain.export(cloze.build_model(cfg, tok), tok, final, {"system": "cloze"}, {"eval_loss": 1.0})
     before = {p.name: p.read_bytes() for p in final.iterdir()}
     assert {"config.json", "model.safetensors", "train_metrics.json", "tokenizer.json"} <= set(before)
 
@@ -124,7 +124,7 @@ def test_the_two_tower_export_is_atomic(tmp_path, monkeypatch):
     monkeypatch.setattr(checkpoints, "save_file", killed)
     torch.manual_seed(1)
     with pytest.raises(KeyboardInterrupt):
-        pretrain._export_two_tower(cloze.build_model(cfg, tok), tok, final, "cloze", {"eval_loss": 0.5})
+        pretrain.export(cloze.build_model(cfg, tok), tok, final, {"system": "cloze"}, {"eval_loss": 0.5})
     monkeypatch.undo()
     assert {p.name: p.read_bytes() for p in final.iterdir()} == before
     assert names(final.parent) == {"final"}
@@ -285,17 +285,6 @@ def test_the_shared_layers_sit_below_the_families(module):
     above = ("spanbert.model", "spanbert.cloze", "spanbert.families", "spanbert.tasks", "spanbert.pretrain")
     bad = [name for _, name in _imports(SRC / f"{module}.py") if name.startswith(above)]
     assert not bad, f"spanbert.{module} imports {bad}"
-
-
-def test_moved_names_stay_importable_from_model():
-    from spanbert import model
-
-    for name in ("load_checkpoint", "save_checkpoint", "check_checkpoint", "config_path", "read_json",
-                 "read_safetensors", "encoder_state_dict", "describe_checkpoint", "SBO_FILE", "CONFIG_FILES"):  # fmt: skip
-        assert getattr(model, name) is getattr(checkpoints, name), name
-    from spanbert.dropout import Dropout, cpu_keep_mask
-
-    assert model.Dropout is Dropout and model.cpu_keep_mask is cpu_keep_mask
 
 
 def test_a_json_file_is_read_once_per_version(tmp_path, monkeypatch):

@@ -26,7 +26,8 @@ from spanbert.cloze import (
     train_cloze_tokenizer,
 )
 from spanbert.errors import SpanBertError
-from spanbert.pretrain import PretrainConfig, pretrain
+from spanbert.pretrain import pretrain
+from spanbert.pretrain_config import PretrainConfig
 from spanbert.training_args import TrainingArguments
 
 V = 40
@@ -297,11 +298,11 @@ def text(tmp_path_factory):
 def prepared(text, tmp_path_factory):
     """The corpus tokenized once with one BPE vocabulary: runs compared weight for weight must share
     it (HF's BPE trainer is not bit-reproducible between calls, see docs/cloze.md)."""
-    from spanbert import data
+    from spanbert.preprocess import preprocess
 
     root = tmp_path_factory.mktemp("cloze_prepared")
     tok = train_cloze_tokenizer([text], 150, "bpe", output_dir=root / "tok")
-    return data.preprocess([text], tok, root / "pre", progress=False)
+    return preprocess([text], tok, root / "pre", progress=False)
 
 
 def job(text, out, system="cloze", model="tiny", **kw):
@@ -375,7 +376,7 @@ def test_cloze_options_are_refused_clearly(text, tmp_path):
 DDP = r"""
 import sys, torch
 from spanbert.pretrain import pretrain_cloze
-from spanbert.pretrain import PretrainConfig
+from spanbert.pretrain_config import PretrainConfig
 from spanbert.training_args import TrainingArguments
 text, out, batch = sys.argv[1], sys.argv[2], int(sys.argv[3])
 cfg = PretrainConfig(system="cloze-bilm", model="tiny", corpus=text, vocab_size=150, max_seq_length=32,

@@ -44,7 +44,7 @@ def test_base_and_large_are_the_papers():
 
 def test_every_preset_of_the_systems_builds():
     from spanbert.model import SpanBertForPreTraining
-    from spanbert.pretrain import SYSTEMS
+    from spanbert.pretrain_config import SYSTEMS
 
     for name, (_, mode, sbo, _) in SYSTEMS.items():
         model = SpanBertForPreTraining(model_config("tiny", vocab_size=50), sbo=sbo, nsp=mode == "nsp")
@@ -133,7 +133,7 @@ def _parser_for(*classes):
 
 
 def test_yaml_keys_of_no_section_are_errors(tmp_path):
-    from spanbert.data import MaskingConfig
+    from spanbert.masking import MaskingConfig
 
     y = tmp_path / "c.yaml"
     y.write_text("learning_rate: 2.0e-5\nmask_prob: 0.2\n")
@@ -153,7 +153,7 @@ def test_yaml_keys_of_no_section_are_errors(tmp_path):
 
 def test_yaml_sections_and_flat_keys_merge(tmp_path):
     from spanbert.config import check_yaml
-    from spanbert.data import MaskingConfig
+    from spanbert.masking import MaskingConfig
 
     y = tmp_path / "c.yaml"
     y.write_text("seed: 3\nTrainingArguments:\n  learning_rate: 1.0e-4\nMaskingConfig:\nmask_prob: 0.3\n")
@@ -194,7 +194,7 @@ def test_convert_value_raises_only_spanbert_errors():
     from hypothesis import strategies as st
 
     from spanbert.config import convert_value
-    from spanbert.data import MaskingConfig
+    from spanbert.masking import MaskingConfig
 
     scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8)
     values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3), max_leaves=6)

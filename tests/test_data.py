@@ -10,23 +10,13 @@ import numpy as np
 import pytest
 import torch
 
-from spanbert.data import (
-    PretrainDataset,
-    TokenCorpus,
-    block_ends_mid_word,
-    builtin_corpus,
-    collate_pretrain,
-    has_tokenizer,
-    is_preprocessed,
-    main,
-    preprocess,
-    pretrain_dataloader,
-    sentence_blocks,
-    single_segment_blocks,
-    tokenizer_dir_of,
-)
+from spanbert.blocks import block_ends_mid_word, sentence_blocks, single_segment_blocks
+from spanbert.collate import collate_pretrain, pretrain_dataloader
+from spanbert.corpus import TokenCorpus, has_tokenizer, is_preprocessed, tokenizer_dir_of
+from spanbert.dataset import PretrainDataset
 from spanbert.errors import DataError, SpanBertError
 from spanbert.masking import IGNORE_INDEX
+from spanbert.preprocess import builtin_corpus, main, preprocess
 from spanbert.tokenization import train_tokenizer
 
 REAL = Path(__file__).resolve().parents[1] / "../shared/data/pretrain-corpus"
@@ -267,7 +257,7 @@ def test_example_generator_depends_on_seed_epoch_index_only(corpus_dir):
 def test_example_generator_is_the_dataset_s_generator(corpus_dir):
     """`example_generator(seed, epoch, index)` (the static masks' documented seed) draws what the
     dataset's per-thread `example_rng` draws."""
-    from spanbert.data import example_generator
+    from spanbert.dataset import example_generator
 
     ds = PretrainDataset(corpus_dir, max_seq_length=32, seed=7)
     for epoch, index in ((0, 0), (3, 5), (1, 17)):
@@ -675,7 +665,9 @@ def test_corpus_directory_reads_only_text_files(tmp_path, tok_dir):
 
 
 def test_dataset_restricted_to_documents(corpus_dir):
-    from spanbert.data import PretrainDataset, TokenCorpus, held_out_documents
+    from spanbert.blocks import held_out_documents
+    from spanbert.corpus import TokenCorpus
+    from spanbert.dataset import PretrainDataset
 
     tc = TokenCorpus(corpus_dir)
     split = held_out_documents(tc.doc_bounds, 0.2, 2, 2)
@@ -693,7 +685,7 @@ def test_dataset_restricted_to_documents(corpus_dir):
 def test_damaged_corpus_is_a_data_error(tmp_path, corpus_dir):
     import shutil
 
-    from spanbert.data import TokenCorpus
+    from spanbert.corpus import TokenCorpus
 
     bad = tmp_path / "bad"
     shutil.copytree(corpus_dir, bad)

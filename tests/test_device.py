@@ -178,7 +178,7 @@ def token_batch(lengths: list[int], seed: int = 0) -> dict[str, torch.Tensor]:
 
 
 def pretrain_items(lengths: list[int], nsp: bool, seed: int = 0) -> list[dict[str, np.ndarray]]:
-    """Items as `spanbert.data.PretrainDataset` gives them: span-masked labels and SBO boundaries."""
+    """Items as `spanbert.dataset.PretrainDataset` gives them: span-masked labels and SBO boundaries."""
     rng = np.random.default_rng(seed)
     items = []
     for n in lengths:
@@ -199,14 +199,14 @@ def pretrain_items(lengths: list[int], nsp: bool, seed: int = 0) -> list[dict[st
 
 
 def pretrain_batch(lengths: list[int], nsp: bool = False) -> dict[str, torch.Tensor]:
-    from spanbert.data import collate_pretrain
+    from spanbert.collate import collate_pretrain
 
     return collate_pretrain(pretrain_items(lengths, nsp))
 
 
 def causal_batch(lengths: list[int]) -> dict[str, torch.Tensor]:
-    """The LTR system's batch: every position predicts the next token (`pretrain.CausalLMBlocks`)."""
-    from spanbert.data import collate_pretrain
+    """The LTR system's batch: every position predicts the next token (`samplers.CausalLMBlocks`)."""
+    from spanbert.collate import collate_pretrain
 
     rng = np.random.default_rng(3)
     items = []
@@ -232,7 +232,7 @@ def two_tower(objective: str = "cloze", input: str = "bpe", **kw: Any):
 
 
 def cloze_batch(lengths: list[int]) -> dict[str, torch.Tensor]:
-    from spanbert.pretrain import cloze_collate
+    from spanbert.collate import cloze_collate
 
     cfg = two_tower().config
     rng = np.random.default_rng(4)

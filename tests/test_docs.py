@@ -139,9 +139,10 @@ def _write_swag(folder: Path, n: int = 12) -> None:
 def project(tmp_path_factory) -> Path:
     import torch
 
-    from spanbert import cloze, data, folders
+    from spanbert import cloze, folders
     from spanbert.config import model_config
     from spanbert.model import SpanBertForPreTraining
+    from spanbert.preprocess import preprocess
     from spanbert.tasks.coref import CorefConfig, CorefModel, save_coref_model
     from spanbert.tokenization import train_tokenizer
 
@@ -157,7 +158,7 @@ def project(tmp_path_factory) -> Path:
     # `spanbert preprocess ... --output_dir runs/corpus`
     corpus = root / "corpus.txt"
     corpus.write_text("\n\n".join(TEXTS) + "\n", encoding="utf-8")
-    data.preprocess([corpus], runs / "tokenizer", runs / "corpus", num_workers=1, progress=False)
+    preprocess([corpus], runs / "tokenizer", runs / "corpus", num_workers=1, progress=False)
 
     # `spanbert pretrain` (quick start), the README's small model and the other pre-training outputs the
     # documents fine-tune (docs/pretraining.md: runs/spanbert-base, runs/bert-base; docs/gpu.md: runs/spanbert-base;

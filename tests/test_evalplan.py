@@ -13,6 +13,7 @@ from test_qa import _pretrained, _write, synthetic_squad, tok  # noqa: F401 - to
 
 from spanbert import cost
 from spanbert.cli import main
+from spanbert.errors import SpanBertError
 from spanbert.trainer import eval_schedule, evaluations
 
 
@@ -111,7 +112,7 @@ def test_pretrain_over_a_week_is_refused_before_the_vocabulary(tmp_path: Path, m
     import spanbert.pretrain as P
 
     def stop(*a, **k):
-        raise P.SpanBertError("stopped after the check")
+        raise SpanBertError("stopped after the check")
 
     monkeypatch.setattr(P, "prepare_data", stop)
     err = cli_error([*argv, "--allow_long_run"], contains="stopped after the check")

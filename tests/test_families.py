@@ -138,7 +138,7 @@ def test_every_family_checkpoints_its_layers_to_the_same_gradients(models, name)
 
 def test_the_one_loader_reads_every_layout(models, tmp_path):
     """HF BERT without model_type, Google's bert_config.json, a fairseq state dict, both families."""
-    from spanbert.model import load_checkpoint
+    from spanbert.checkpoints import load_checkpoint
 
     raw, state = load_checkpoint(models["bert"])
     hf = tmp_path / "hf"

@@ -178,7 +178,7 @@ class Items(torch.utils.data.Dataset):
 
 
 def pretraining_case(system: str, dropout: float = 0.1):
-    from spanbert.data import collate_pretrain, pretrain_target_counts
+    from spanbert.collate import collate_pretrain, pretrain_target_counts
 
     torch.manual_seed(0)
     cfg = bert(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout, is_decoder=system == "ltr")
@@ -216,7 +216,7 @@ def test_compiled_pretraining_steps_never_wait_for_the_device(compiled_syncs, tm
 @pytest.mark.parametrize("objective", ["cloze", "bilm", "cloze-bilm"])
 def test_two_tower_steps_never_wait_for_the_device(objective, syncs, tmp_path):
     from spanbert import cloze
-    from spanbert.pretrain import cloze_collate
+    from spanbert.collate import cloze_collate
 
     model = two_tower(objective)
     cfg = model.config

@@ -10,11 +10,15 @@ import torch
 from test_pretrain import synthetic_docs
 from test_qa import synthetic_squad
 
-from spanbert import data
+from spanbert.collate import collate_pretrain, pretrain_target_counts
 from spanbert.config import model_config
+from spanbert.dataset import PretrainDataset
 from spanbert.errors import SpanBertError
 from spanbert.model import Encoder, SpanBertForPreTraining
-from spanbert.pretrain import CausalLMBlocks, PretrainConfig, pretrain
+from spanbert.preprocess import preprocess
+from spanbert.pretrain import pretrain
+from spanbert.pretrain_config import PretrainConfig
+from spanbert.samplers import CausalLMBlocks
 from spanbert.tasks.qa import SpanBertForQuestionAnswering
 from spanbert.tokenization import train_tokenizer
 from spanbert.training_args import TrainingArguments
@@ -114,7 +118,7 @@ def test_flag_round_trips_and_task_models_keep_the_left_only_constraint(tmp_path
     hf = transformers.BertLMHeadModel.from_pretrained(tmp_path / "ltr").eval()
     assert hf.config.is_decoder
     ids, mask = _batch(padded=True)
-    batch = data.collate_pretrain([_causal_lm_item(ids[0].tolist()), _causal_lm_item(ids[1, :9].tolist())])
+    batch = collate_pretrain([_causal_lm_item(ids[0].tolist()), _causal_lm_item(ids[1, :9].tolist())])
     with torch.no_grad():
         ours = lm(**batch)["mlm_logits"]  # (N, V) at every position that has a next token
         ref = hf(ids, attention_mask=mask).logits.reshape(-1, VOCAB)[batch["mlm_positions"]]
@@ -156,13 +160,13 @@ def corpus(tmp_path_factory):
     text = root / "corpus.txt"
     text.write_text("\n\n".join(synthetic_docs()) + "\n")
     tok = train_tokenizer([text], vocab_size=200, output_dir=root / "tok", show_progress=False)
-    out = data.preprocess([text], tok, root / "pre", progress=False)
+    out = preprocess([text], tok, root / "pre", progress=False)
     return text, tok, out
 
 
 def test_blocks_are_unmasked_and_labelled_with_the_next_token(corpus):
     _, tok, out = corpus
-    masked = data.PretrainDataset(out, tok, max_seq_length=48, mode="single", seed=1)
+    masked = PretrainDataset(out, tok, max_seq_length=48, mode="single", seed=1)
     ltr = CausalLMBlocks(masked)
     assert len(ltr) == len(masked) and (ltr.lengths() == masked.lengths()).all()
     for i in (0, len(ltr) - 1):
@@ -171,14 +175,14 @@ def test_blocks_are_unmasked_and_labelled_with_the_next_token(corpus):
         ids = item["input_ids"]
         assert ids[0] == tok.cls_id and ids[-1] == tok.sep_id and (ids[1:-1] == masked.corpus.tokens(start, end)[0]).all()
         assert (item["labels"][:-1] == ids[1:]).all() and item["labels"][-1] == -100
-    batch = data.collate_pretrain([ltr[0], ltr[1]])
-    assert data.pretrain_target_counts(batch) == {"mlm": int(ltr.lengths()[:2].sum()) - 2, "sbo": 0}
+    batch = collate_pretrain([ltr[0], ltr[1]])
+    assert pretrain_target_counts(batch) == {"mlm": int(ltr.lengths()[:2].sum()) - 2, "sbo": 0}
 
 
 def test_ltr_overfits_one_batch(corpus):
     _, tok, out = corpus
-    ltr = CausalLMBlocks(data.PretrainDataset(out, tok, max_seq_length=32, mode="single", seed=1))
-    batch = data.collate_pretrain([ltr[i] for i in range(4)])
+    ltr = CausalLMBlocks(PretrainDataset(out, tok, max_seq_length=32, mode="single", seed=1))
+    batch = collate_pretrain([ltr[i] for i in range(4)])
     torch.manual_seed(0)
     cfg = model_config("tiny", vocab_size=tok.vocab_size, is_decoder=True, hidden_dropout_prob=0.0,
                        attention_probs_dropout_prob=0.0)  # fmt: skip

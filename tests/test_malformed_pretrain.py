@@ -29,13 +29,13 @@ def _text(tmp: Path, name: str = "corpus.txt", content: str | bytes = TEXT) -> P
 @pytest.fixture(scope="module")
 def good_corpus(tmp_path_factory) -> Path:
     """A valid preprocessed corpus that the cases copy and damage."""
-    from spanbert import data
+    from spanbert.preprocess import preprocess
     from spanbert.tokenization import train_tokenizer
 
     root = tmp_path_factory.mktemp("good")
     text = _text(root)
     tok = train_tokenizer([text], vocab_size=120, output_dir=root / "tok", show_progress=False)
-    return data.preprocess([text], tok, root / "pre", progress=False, num_workers=1)
+    return preprocess([text], tok, root / "pre", progress=False, num_workers=1)
 
 
 def _damaged(tmp: Path, good: Path, damage: Callable[[Path], None]) -> Path:

@@ -373,9 +373,9 @@ def test_cli_reads_replace_probs_and_table_8_names(capsys):
     from spanbert.cli import main as cli_main
     from spanbert.config import dataclass_from_args
     from spanbert.masking import MaskingConfig
-    from spanbert.pretrain import PRETRAIN_DEFAULTS, _parser
+    from spanbert.pretrain_config import PRETRAIN_DEFAULTS, pretrain_parser
 
-    p = _parser("spanbert pretrain", PRETRAIN_DEFAULTS, {})
+    p = pretrain_parser("spanbert pretrain", PRETRAIN_DEFAULTS, {})
     for argv, want in [
         (["--replace_probs", "0.8", "0.1", "0.1"], (0.8, 0.1, 0.1)),
         (["--replace_probs", "1,0,0"], (1.0, 0.0, 0.0)),

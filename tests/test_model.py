@@ -10,9 +10,11 @@ import pytest
 import torch
 
 from spanbert import Encoder
+from spanbert.checkpoint_files import SBO_FILE
+from spanbert.checkpoints import load_checkpoint, save_checkpoint
 from spanbert.config import BertConfig, model_config
 from spanbert.errors import SpanBertError
-from spanbert.model import SBO_FILE, SpanBertForPreTraining, load_checkpoint, save_checkpoint
+from spanbert.model import SpanBertForPreTraining
 
 transformers = pytest.importorskip("transformers")
 
@@ -369,7 +371,7 @@ def test_loaders_return_eval_mode(tmp_path):
 
 
 def test_check_checkpoint_reads_no_tensors_and_names_files(tmp_path):
-    from spanbert.model import check_checkpoint
+    from spanbert.checkpoints import check_checkpoint
 
     Encoder(tiny()).save_pretrained(tmp_path)
     assert check_checkpoint(tmp_path) == tiny()
@@ -401,7 +403,7 @@ def _gamma_beta(state: dict) -> dict:
 def test_google_bert_config_json_layout(tmp_path):
     """Google's release converted to PyTorch: bert_config.json + pytorch_model.bin of BertForPreTraining
     (gamma/beta names, pooler and NSP head), vocab.txt; no config.json."""
-    from spanbert.model import check_checkpoint, config_path
+    from spanbert.checkpoints import check_checkpoint, config_path
     from spanbert.tasks.common import load_encoder
 
     cfg = tiny()
@@ -438,7 +440,7 @@ def test_tensorflow_checkpoint_is_refused_with_the_conversion_command(tmp_path):
     (tmp_path / "bert_config.json").write_text(json.dumps(_google_config(tiny())))
     for name in ("bert_model.ckpt.index", "bert_model.ckpt.meta", "bert_model.ckpt.data-00000-of-00001"):
         (tmp_path / name).write_bytes(b"\x00")
-    from spanbert.model import check_checkpoint
+    from spanbert.checkpoints import check_checkpoint
 
     for load in (Encoder.from_pretrained, load_checkpoint, check_checkpoint, SpanBertForPreTraining.from_pretrained):
         with pytest.raises(SpanBertError, match=r"TensorFlow checkpoint files .*transformers-cli convert --model_type bert") as e:
@@ -607,15 +609,16 @@ def test_fill_sbo_from_fairseq_checkpoint(tmp_path, capsys):
 
 def test_pretrain_init_from_fairseq_checkpoint(tmp_path):
     """Continued pre-training starts from the fairseq span head (the 15 trained rows), not a fresh one."""
-    from spanbert import data
-    from spanbert.pretrain import PretrainConfig, pretrain
+    from spanbert.preprocess import preprocess
+    from spanbert.pretrain import pretrain
+    from spanbert.pretrain_config import PretrainConfig
     from spanbert.tokenization import train_tokenizer
     from spanbert.training_args import TrainingArguments
 
     text = tmp_path / "corpus.txt"
     text.write_text("\n\n".join(" ".join(f"word{(7 * i + j) % 23}" for j in range(40)) + "." for i in range(12)) + "\n")
     tok = train_tokenizer([text], vocab_size=100, output_dir=tmp_path / "tok", show_progress=False)
-    pre = data.preprocess([text], tok, tmp_path / "pre", progress=False)
+    pre = preprocess([text], tok, tmp_path / "pre", progress=False)
     cfg = model_config("tiny", vocab_size=tok.vocab_size)
     src = write_fairseq(tmp_path / "fairseq", cfg)
     tok.save(tmp_path / "fairseq")

@@ -17,6 +17,7 @@ import torch
 from safetensors.torch import load_file
 
 from spanbert import families, model, modernbert
+from spanbert.checkpoint_files import SBO_FILE
 from spanbert.cli import main
 from spanbert.errors import SpanBertError
 from spanbert.tokenization import train_byte_level_tokenizer
@@ -214,7 +215,7 @@ def test_an_exported_model_opens_in_transformers_with_equal_logits(exported):
     config = json.loads((exported / "config.json").read_text())
     assert config["model_type"] == "modernbert" and config["architectures"] == ["ModernBertForMaskedLM"]
     assert config["spanbert"]["system"] == "spanbert" and config["spanbert"]["sbo"] is True
-    assert (exported / model.SBO_FILE).is_file()  # beside model.safetensors: transformers loads that alone
+    assert (exported / SBO_FILE).is_file()  # beside model.safetensors: transformers loads that alone
     hf = transformers.AutoModelForMaskedLM.from_pretrained(exported).eval()
     assert type(hf).__name__ == "ModernBertForMaskedLM"
     tok = transformers.AutoTokenizer.from_pretrained(exported)
@@ -294,7 +295,7 @@ def test_fill_with_a_head_the_folder_lacks_is_a_clean_error(exported, tmp_path, 
 
     bare = tmp_path / "no-sbo"
     shutil.copytree(exported, bare)
-    (bare / model.SBO_FILE).unlink()
+    (bare / SBO_FILE).unlink()
     cli_error(["fill", "--model", str(bare), "--text", "a [MASK] b", "--head", "sbo"], names=str(bare),
               contains="needs the span boundary head")  # fmt: skip
     # the MLM head alone still fills; without being told, the loader adds no random span head
@@ -357,10 +358,10 @@ def test_a_two_segment_system_is_refused_on_modernbert(tmp_path, cli_error):
 
 
 def test_the_modernbert_recipe_masks_thirty_percent(corpus, tmp_path):
-    from spanbert import pretrain
+    from spanbert.pretrain_config import PretrainConfig, system_of
 
-    cfg = pretrain.PretrainConfig(system="modernbert-mlm", model="tiny")
-    assert pretrain.system_of(cfg).family == "modernbert" and pretrain.system_of(cfg).mask_prob == 0.3
+    cfg = PretrainConfig(system="modernbert-mlm", model="tiny")
+    assert system_of(cfg).family == "modernbert" and system_of(cfg).mask_prob == 0.3
     out = tmp_path / "mlm"
     argv = _pretrain_argv(corpus, out, 1)
     argv[argv.index("--system") + 1] = "modernbert-mlm"

@@ -15,10 +15,11 @@ from test_device import BF16_ATOL, BF16_RTOL, bert, pretrain_items
 from torch import nn
 
 import spanbert.precision as precision_mod
-from spanbert.data import collate_pretrain, pretrain_target_counts
+from spanbert.collate import collate_pretrain, pretrain_target_counts
 from spanbert.model import SpanBertForPreTraining
 from spanbert.precision import autocast_dtype, native_bf16, precision_text
-from spanbert.pretrain import PretrainConfig, _parser, preset_line
+from spanbert.pretrain import preset_line
+from spanbert.pretrain_config import PretrainConfig, pretrain_parser
 from spanbert.trainer import train
 from spanbert.training_args import TrainingArguments
 
@@ -55,7 +56,7 @@ def test_the_first_line_of_pretrain_names_the_precision(monkeypatch):
 
 @pytest.mark.parametrize("option", ["--dtype", "--precision"])
 def test_dtype_is_the_precision_option(option):
-    args = _parser("spanbert pretrain", {}, {}).parse_args([option, "fp32"])
+    args = pretrain_parser("spanbert pretrain", {}, {}).parse_args([option, "fp32"])
     assert args.precision == "fp32"
 
 

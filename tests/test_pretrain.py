@@ -4,19 +4,26 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from spanbert import data
+from spanbert import preprocess as preprocess_module
+from spanbert.blocks import held_out_documents
+from spanbert.collate import collate_pretrain, make_collate
 from spanbert.config import model_config
+from spanbert.corpus import TokenCorpus
+from spanbert.dataset import PretrainDataset
 from spanbert.errors import SpanBertError
 from spanbert.fill import fill
 from spanbert.folders import MANIFEST
 from spanbert.masking import MaskingConfig
 from spanbert.model import SpanBertForPreTraining
-from spanbert.pretrain import CAUSAL_SYSTEMS, SYSTEMS, PretrainConfig, main, pretrain
+from spanbert.preprocess import preprocess
+from spanbert.pretrain import main, pretrain
+from spanbert.pretrain_config import CAUSAL_SYSTEMS, SYSTEMS, PretrainConfig
 from spanbert.tokenization import train_tokenizer
 from spanbert.training_args import TrainingArguments
 
@@ -44,14 +51,14 @@ def corpus(tmp_path_factory):
     text = root / "corpus.txt"
     text.write_text("\n\n".join(synthetic_docs()) + "\n")
     tok = train_tokenizer([text], vocab_size=200, output_dir=root / "tok", show_progress=False)
-    out = data.preprocess([text], tok, root / "pre", progress=False)
+    out = preprocess([text], tok, root / "pre", progress=False)
     return root, text, tok, out
 
 
-def corpus_with_candidates(out) -> data.TokenCorpus:
+def corpus_with_candidates(out) -> TokenCorpus:
     """The corpus with synthetic entity / noun-phrase candidates (spaCy's are tested in test_data.py):
     every whole word that starts at a multiple of 7 tokens, as if it were a mention."""
-    tc = data.TokenCorpus(out)
+    tc = TokenCorpus(out)
     _, word_starts = tc.tokens(0, tc.num_tokens)  # the test corpus is one shard
     starts = np.flatnonzero(word_starts)
     ends = np.append(starts[1:], tc.num_tokens) - 1
@@ -66,10 +73,11 @@ def test_each_system_overfits_one_batch(corpus, system):
     _, _, tok, out = corpus
     scheme, mode, sbo, short = SYSTEMS[system]
     source = corpus_with_candidates(out) if scheme in ("named_entity", "noun_phrase") else out
-    ds = data.PretrainDataset(source, tok, max_seq_length=48, mode=mode, short_seq_prob=short, seed=1,
-                              masking=MaskingConfig(scheme=scheme))
+    ds = PretrainDataset(
+        source, tok, max_seq_length=48, mode=mode, short_seq_prob=short, seed=1, masking=MaskingConfig(scheme=scheme)
+    )
     ds.set_epoch(0)
-    batch = data.collate_pretrain([ds[i] for i in range(4)])
+    batch = collate_pretrain([ds[i] for i in range(4)])
     torch.manual_seed(0)
     cfg = model_config("tiny", vocab_size=tok.vocab_size, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     model = SpanBertForPreTraining(cfg, sbo=sbo, nsp=mode == "nsp")
@@ -94,7 +102,7 @@ def test_each_system_overfits_one_batch(corpus, system):
 def test_linguistic_schemes_need_candidates(corpus, system):
     _, _, tok, out = corpus
     with pytest.raises(SpanBertError, match="candidate"):
-        data.PretrainDataset(out, tok, max_seq_length=48, masking=MaskingConfig(scheme=system))
+        PretrainDataset(out, tok, max_seq_length=48, masking=MaskingConfig(scheme=system))
 
 
 def test_pretrain_job_end_to_end_and_resume(corpus, tmp_path):
@@ -170,8 +178,8 @@ def test_held_out_split_is_by_documents_and_does_not_leak(corpus, system):
 
     cfg = PretrainConfig(system=system, max_seq_length=48, eval_fraction=0.25, max_eval_blocks=1000)
     train_set, eval_set = build_datasets(cfg, out, tok, seed=3)
-    bounds = data.TokenCorpus(out).doc_bounds
-    split = data.held_out_documents(bounds, 0.25, 2, 2)
+    bounds = TokenCorpus(out).doc_bounds
+    split = held_out_documents(bounds, 0.25, 2, 2)
     assert 0 < split < len(bounds)
     assert train_set.documents == (0, split) and eval_set.dataset.documents == (split, len(bounds))
     if system == "bert":  # both segments of every pair, the "random next" ones too, stay on their side
@@ -193,22 +201,23 @@ def test_held_out_split_is_by_documents_and_does_not_leak(corpus, system):
 
 def test_held_out_documents_takes_the_last_documents_by_tokens():
     bounds = np.array([[0, 10], [10, 20], [20, 30], [30, 130]])  # the last document is 100 of 130 tokens
-    assert data.held_out_documents(bounds, 0.05) == 3  # one document at least, the last one
-    assert data.held_out_documents(bounds, 0.9) == 1  # 0.9 * 130 = 117 tokens: the last three
-    assert data.held_out_documents(bounds, 0.99) == 1  # one document is always kept for training
-    assert data.held_out_documents(bounds, 0.5, min_train_docs=2, min_eval_docs=2) == 2
-    assert data.held_out_documents(bounds[:1], 0.5) == 1  # one document: nothing held out
+    assert held_out_documents(bounds, 0.05) == 3  # one document at least, the last one
+    assert held_out_documents(bounds, 0.9) == 1  # 0.9 * 130 = 117 tokens: the last three
+    assert held_out_documents(bounds, 0.99) == 1  # one document is always kept for training
+    assert held_out_documents(bounds, 0.5, min_train_docs=2, min_eval_docs=2) == 2
+    assert held_out_documents(bounds[:1], 0.5) == 1  # one document: nothing held out
 
 
 def test_evaluation_averages_over_targets_not_batches(corpus):
     _, _, tok, out = corpus
-    from spanbert.pretrain import build_datasets, make_eval_fn, target_counts
+    from spanbert.families import bert_target_counts
+    from spanbert.pretrain import build_datasets, make_eval_fn
 
     cfg = PretrainConfig(system="bert", max_seq_length=48, eval_fraction=0.4, max_eval_blocks=1000)
     _, eval_set = build_datasets(cfg, out, tok, seed=0)
     torch.manual_seed(0)
     model = SpanBertForPreTraining(model_config("tiny", vocab_size=tok.vocab_size), sbo=True, nsp=True).eval()
-    collate = data.make_collate(tok.pad_id)
+    collate = make_collate(tok.pad_id)
     results = {bs: make_eval_fn(eval_set, bs, collate)(model, 0) for bs in (1, 3, len(eval_set))}
     # one batch of everything is the mean over all targets; any batching must give the same
     for bs in (1, 3):
@@ -220,7 +229,7 @@ def test_evaluation_averages_over_targets_not_batches(corpus):
         b = collate([eval_set[i]])
         with torch.no_grad():
             batch_means.append(float(model(**b)["mlm_loss"]))
-        assert target_counts(b, ("mlm",))["mlm"] > 0
+        assert bert_target_counts(b, ("mlm",))["mlm"] > 0
     assert results[1]["mlm_loss"] != pytest.approx(float(np.mean(batch_means)), rel=1e-6)
     assert set(results[1]) >= {"mlm_loss", "mlm_acc", "sbo_loss", "nsp_loss", "nsp_acc"}
 
@@ -237,7 +246,7 @@ def _captured_main(monkeypatch, argv, final=None):
 
     def fake(cfg, targs, masking):
         seen.update(cfg=cfg, targs=targs, masking=masking)
-        return final if final is not None else pt.Path(targs.output_dir) / "never-written"
+        return final if final is not None else Path(targs.output_dir) / "never-written"
 
     monkeypatch.setattr(pt, "pretrain", fake)
     assert main(argv) == 0
@@ -273,7 +282,8 @@ def test_yaml_sections_are_accepted(monkeypatch, tmp_path):
 
 
 def test_enormous_plans_are_announced(capsys):
-    from spanbert.pretrain import QUICKSTART, QUICKSTART_CONFIG, plan_warning
+    from spanbert.pretrain import plan_warning
+    from spanbert.pretrain_config import QUICKSTART, QUICKSTART_CONFIG
 
     cpu = torch.device("cpu")
     base = model_config("base", vocab_size=8000)
@@ -316,7 +326,7 @@ def test_resume_reuses_the_prepared_data(corpus, tmp_path, capsys, monkeypatch):
         raise AssertionError("a resumed run trained a tokenizer")
 
     monkeypatch.setattr(tokenization, "train_tokenizer", no_training)
-    monkeypatch.setattr(data, "preprocess", no_training)
+    monkeypatch.setattr(preprocess_module, "preprocess", no_training)
     capsys.readouterr()
     pretrain(cfg, dataclasses_replace(args, max_steps=4, resume=True))
     assert "reusing" in capsys.readouterr().out
@@ -357,7 +367,7 @@ rank = int(os.environ["RANK"])
 out = os.path.abspath(sys.argv[1])
 log = open(sys.argv[1] + f".rank{{rank}}.log", "a")
 
-import spanbert.data as D
+import spanbert.preprocess as P
 import spanbert.tokenization as T
 
 def record(mod, name):
@@ -367,7 +377,7 @@ def record(mod, name):
         return fn(*a, **k)
     setattr(mod, name, wrapper)
 
-for mod, name in ((T, "train_tokenizer"), (D, "preprocess"), (D, "builtin_corpus")):
+for mod, name in ((T, "train_tokenizer"), (P, "preprocess"), (P, "builtin_corpus")):
     record(mod, name)
 
 if rank != 0:  # every write under the output folder is recorded
@@ -435,7 +445,7 @@ def test_two_processes_pretrain_from_raw_text(corpus, tmp_path):
     ).read_bytes()
     # the ids trained on are the exported tokenizer's ids of the text
     tok = load_tokenizer(run / "final")
-    tc = data.TokenCorpus(run / "data" / "preprocessed")
+    tc = TokenCorpus(run / "data" / "preprocessed")
     first_doc = text.read_text().split("\n\n")[0]
     s, e = tc.doc_bounds[0]
     expected = [i for line in first_doc.splitlines() for i in tok.encode(line).ids.tolist()]
@@ -447,10 +457,12 @@ def test_two_processes_pretrain_from_raw_text(corpus, tmp_path):
 DDP_EVAL = r"""
 import json, sys
 import torch
-from spanbert import data, distributed
+from spanbert import distributed
+from spanbert.collate import make_collate
 from spanbert.config import model_config
 from spanbert.model import SpanBertForPreTraining
-from spanbert.pretrain import PretrainConfig, build_datasets, make_eval_fn
+from spanbert.pretrain import build_datasets, make_eval_fn
+from spanbert.pretrain_config import PretrainConfig
 from spanbert.tokenization import load_tokenizer
 
 distributed.init_distributed(torch.device("cpu"))
@@ -460,7 +472,7 @@ cfg = PretrainConfig(system="bert", max_seq_length=48, eval_fraction=0.4, max_ev
 _, eval_set = build_datasets(cfg, corpus, tok, seed=0)
 torch.manual_seed(0)
 model = SpanBertForPreTraining(model_config("tiny", vocab_size=tok.vocab_size), sbo=True, nsp=True).eval()
-result = make_eval_fn(eval_set, 2, data.make_collate(tok.pad_id))(model, 0)
+result = make_eval_fn(eval_set, 2, make_collate(tok.pad_id))(model, 0)
 with open(f"{out}.rank{distributed.rank()}.json", "w") as f:
     json.dump(result, f)
 """
@@ -499,16 +511,16 @@ def test_interrupted_preparation_leaves_nothing(corpus, tmp_path, monkeypatch):
     cfg = PretrainConfig(corpus=str(text), model="tiny", vocab_size=200, max_seq_length=48, num_proc=0)
     args = TrainingArguments(output_dir=str(run), max_steps=1, per_device_train_batch_size=4, save_steps=0,
                              disable_tqdm=True, report_to="none")
-    real = data.preprocess
+    real = preprocess_module.preprocess
 
     def killed(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(data, "preprocess", killed)
+    monkeypatch.setattr(preprocess_module, "preprocess", killed)
     with pytest.raises(KeyboardInterrupt):
         pretrain(cfg, args)
     assert not run.exists()
-    monkeypatch.setattr(data, "preprocess", real)
+    monkeypatch.setattr(preprocess_module, "preprocess", real)
     final = pretrain(cfg, args)
     assert (final / "vocab.txt").read_bytes() == (run / "data" / "tokenizer" / "vocab.txt").read_bytes()
     assert sorted(p.name for p in (run / "data").iterdir()) == ["prepared.json", "preprocessed", "tokenizer"]
@@ -587,7 +599,7 @@ def test_released_recipe_sets_the_released_optimiser(monkeypatch):
 
 def test_dataset_lengths_are_the_items_lengths(corpus):
     for mode in ("single", "nsp"):
-        ds = data.PretrainDataset(corpus[3], max_seq_length=64, mode=mode, seed=0)
+        ds = PretrainDataset(corpus[3], max_seq_length=64, mode=mode, seed=0)
         lengths = ds.lengths()
         assert lengths.shape == (len(ds),) and lengths.max() <= 64
         assert [len(ds[i]["input_ids"]) for i in range(len(ds))] == lengths.tolist()
@@ -611,7 +623,7 @@ def test_pretrain_with_a_token_budget_and_the_released_recipe(corpus, tmp_path):
 
 
 def test_seq_length_schedule_parses_and_rejects():
-    from spanbert.pretrain import seq_length_stages
+    from spanbert.pretrain_config import seq_length_stages
 
     assert seq_length_stages("128:0.9,512", 512, 1000) == [(128, 900), (512, 1000)]
     assert seq_length_stages(None, 512, 10) == [(512, 10)]

@@ -13,7 +13,8 @@ import pytest
 from test_pretrain import corpus  # noqa: F401 - the module-scoped tiny corpus fixture
 
 from spanbert import folders, utils
-from spanbert.pretrain import PretrainConfig, pretrain
+from spanbert.pretrain import pretrain
+from spanbert.pretrain_config import PretrainConfig
 from spanbert.training_args import TrainingArguments
 
 

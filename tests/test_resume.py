@@ -83,7 +83,7 @@ def _tiny_pretraining_model():
 def test_pretraining_accumulation_equals_the_big_batch(tmp_path, monkeypatch):
     """Gradients of each step (compared before AdamW, which turns rounding noise on near-zero
     gradients into visible parameter differences) equal those of the big batch."""
-    from spanbert.data import collate_pretrain, pretrain_target_counts
+    from spanbert.collate import collate_pretrain, pretrain_target_counts
 
     ds = PretrainItems(6)
     counts = [pretrain_target_counts(collate_pretrain([ds[i], ds[i + 1]])) for i in (0, 2, 4)]
@@ -106,7 +106,7 @@ def test_pretraining_accumulation_equals_the_big_batch(tmp_path, monkeypatch):
 
 
 def test_empty_sbo_batch_gives_every_parameter_a_zero_grad():
-    from spanbert.data import collate_pretrain, pretrain_target_counts
+    from spanbert.collate import collate_pretrain, pretrain_target_counts
 
     model = _tiny_pretraining_model()
     batch = collate_pretrain([PretrainItems(1)[0]])  # no masked token: no MLM, no SBO target
@@ -123,7 +123,7 @@ def test_empty_sbo_batch_gives_every_parameter_a_zero_grad():
 def test_released_normalisation_equals_the_fairseq_formula(tmp_path, adamw_grads):
     """--recipe released: the step's gradient is sum over micro-batches of
     (sum CE_mlm / n_i + sum CE_sbo / (p_i + 1) + sum CE_nsp / s_i) / (sum of n_i), computed by hand."""
-    from spanbert.data import collate_pretrain, pretrain_target_counts
+    from spanbert.collate import collate_pretrain, pretrain_target_counts
     from spanbert.pretrain import released_term_weights
 
     ds = PretrainItems(6)

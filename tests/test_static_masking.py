@@ -15,19 +15,16 @@ import numpy as np
 import pytest
 import torch
 
-from spanbert import cli, data, folders
+from spanbert import cli, folders
 from spanbert import preprocess as preprocess_module
-from spanbert.data import (
-    PretrainDataset,
-    StaticMaskingConfig,
-    TokenCorpus,
-    example_generator,
-    is_preprocessed,
-    preprocess,
-)
-from spanbert.errors import SpanBertError
+from spanbert.corpus import TokenCorpus, is_preprocessed
+from spanbert.dataset import PretrainDataset, example_generator
+from spanbert.errors import DataError, SpanBertError
 from spanbert.masking import IGNORE_INDEX, MaskingConfig, UnigramSampler, mask_block
-from spanbert.pretrain import PretrainConfig, build_datasets, pretrain
+from spanbert.preprocess import preprocess
+from spanbert.pretrain import build_datasets, pretrain
+from spanbert.pretrain_config import PretrainConfig
+from spanbert.static_masks import StaticMaskingConfig, static_mask_sets
 from spanbert.tokenization import train_tokenizer
 from spanbert.training_args import TrainingArguments
 
@@ -119,7 +116,7 @@ def test_stored_masks_equal_mask_block_with_the_documented_seed(static_corpus):
 
 def test_epoch_e_reads_duplicate_e_mod_dupe_factor(static_corpus):
     tc = TokenCorpus(static_corpus)
-    entry = data.static_mask_sets(tc)[1]
+    entry = static_mask_sets(tc)[1]
     ds = PretrainDataset(tc, max_seq_length=48, mode="nsp", short_seq_prob=0.1, scheme="subword",
                          documents=tuple(entry["settings"]["documents"]), static=True, seed=999)  # fmt: skip
     assert len(ds) == entry["num_examples"]
@@ -179,7 +176,7 @@ def test_stored_mask_statistics(root, tmp_path):
     assert abs(n_mask / masked - 0.8) < 0.03
     # a random replacement equal to the original counts as "unchanged" (vocabulary of 150: a small shift)
     assert abs(n_same / masked - 0.1) < 0.03 and abs(n_rand / masked - 0.1) < 0.03
-    entry = data.static_mask_sets(tc)[0]
+    entry = static_mask_sets(tc)[0]
     assert abs(entry["masked_fraction"] - masked / (ds.lengths().sum() * 8)) < 1e-4
 
 
@@ -289,7 +286,7 @@ def test_preprocess_cli_and_bad_options(root, tmp_path, capsys):
     assert cli.main([*argv, "--dupe_factor", "2", "--max_seq_length", "32", "48", "--mask_rates", "80/0/20"]) == 0
     printed = capsys.readouterr().out
     assert "static masks: 2 duplicate(s)" in printed and "<= 32 tokens" in printed and "<= 48 tokens" in printed
-    sets = data.static_mask_sets(TokenCorpus(out))
+    sets = static_mask_sets(TokenCorpus(out))
     assert [s["settings"]["masking"]["replace_probs"] for s in sets] == [[0.8, 0.2, 0.0]] * 2
     for bad, what in ((["--mask_prob", "0.2"], "--mask_prob: found it without --dupe_factor"),
                       (["--dupe_factor", "-1"], "--dupe_factor: found -1"),
@@ -305,25 +302,25 @@ def test_damaged_static_masks_are_a_data_error(static_corpus, tmp_path):
 
     copy = tmp_path / "copy"
     shutil.copytree(static_corpus, copy)
-    entry = data.static_mask_sets(TokenCorpus(copy))[1]
+    entry = static_mask_sets(TokenCorpus(copy))[1]
     path = copy / entry["dir"] / "dup-001.mlm"
     path.write_bytes(path.read_bytes()[:-4])
     ds = PretrainDataset(copy, max_seq_length=48, mode="nsp", short_seq_prob=0.1, scheme="subword",
                          documents=tuple(entry["settings"]["documents"]), static=True)  # fmt: skip
     ds[0]  # duplicate 0 is intact
     ds.set_epoch(1)
-    with pytest.raises(data.DataError, match="dup-001.mlm"):
+    with pytest.raises(DataError, match="dup-001.mlm"):
         ds[0]
     meta = json.loads((copy / "meta.json").read_text())
     meta["static_masks"][0]["dir"] = "../elsewhere"
     (copy / "meta.json").write_text(json.dumps(meta))
-    with pytest.raises(data.DataError, match="static_masks"):
+    with pytest.raises(DataError, match="static_masks"):
         TokenCorpus(copy)
 
 
 def test_interrupted_static_masking_leaves_no_corpus(root, tmp_path, monkeypatch):
     """An error while the masks are written: no output folder, and an earlier corpus there is kept whole."""
-    real = data.write_static_masks
+    real = preprocess_module.write_static_masks
     calls = []
 
     def fails_on_the_second_length(*args, **kw):
@@ -333,7 +330,7 @@ def test_interrupted_static_masking_leaves_no_corpus(root, tmp_path, monkeypatch
             raise KeyboardInterrupt  # ... and then the run is interrupted
         return real(*args, **kw)
 
-    # patched where preprocess looks it up (spanbert.data only re-exports it)
+    # patched where preprocess looks it up
     monkeypatch.setattr(preprocess_module, "write_static_masks", fails_on_the_second_length)
     out = tmp_path / "c"
     with pytest.raises(KeyboardInterrupt):
@@ -344,7 +341,7 @@ def test_interrupted_static_masking_leaves_no_corpus(root, tmp_path, monkeypatch
     calls.clear()
     with pytest.raises(KeyboardInterrupt):
         preprocess(root / "corpus.txt", root / "tok", out, num_workers=1, progress=False, static=google(2, (24, 48)))
-    assert sorted(p.name for p in out.iterdir()) == before and not data.static_mask_sets(TokenCorpus(out))
+    assert sorted(p.name for p in out.iterdir()) == before and not static_mask_sets(TokenCorpus(out))
 
 
 def test_preprocess_killed_while_masking_leaves_no_corpus(root, tmp_path):

@@ -34,7 +34,7 @@ from spanbert.tasks.common import (
     selection_defaults,
     start_distributed,
     task_parser,
-    write_json,
+    write_json_once,
 )
 from spanbert.tasks.spec import RESULTS_FILE, Results, SubTasks, TaskSpec
 from spanbert.tasks.splits import RecordSplit
@@ -93,7 +93,7 @@ def finetune_parity(model_dir: str, train: str, dev: str, targs: Any, rule: str 
                                lambda p: score([r[1] for r in dev_rows], p))  # fmt: skip
     C.save_model(model, targs.output_dir, tokenizer, "sequence", LABELS, {"task": "parity"})
     metrics = score([r[1] for r in dev_rows], done.predictions)
-    write_json(Path(targs.output_dir) / RESULTS_FILE, metrics)
+    write_json_once(Path(targs.output_dir) / RESULTS_FILE, metrics)
     return metrics
 
 

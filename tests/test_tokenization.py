@@ -227,7 +227,7 @@ def test_learned_vocab_is_close_to_upstream_trainer(tmp_path):
     only where upstream broke a tie by hash-map order (a few tokens of 1,000)."""
     import tokenizers as t
 
-    from spanbert.data import builtin_corpus
+    from spanbert.preprocess import builtin_corpus
     from spanbert.tokenization import SPECIAL_TOKENS, UNK, _build_pipeline, _iter_training_lines, corpus_files
 
     corpus = builtin_corpus(tmp_path / "corpus.txt")
@@ -251,7 +251,7 @@ def test_training_is_byte_identical_across_processes(tmp_path):
     import subprocess
     import sys
 
-    from spanbert.data import builtin_corpus
+    from spanbert.preprocess import builtin_corpus
 
     corpus = builtin_corpus(tmp_path / "corpus.txt")
     code = "import sys; from spanbert.tokenization import train_tokenizer; train_tokenizer([sys.argv[1]], 2000, sys.argv[2])"

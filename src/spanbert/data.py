@@ -1,4 +1,4 @@
-"""Pre-training data, one idea per module; this module re-exports their public names.
+"""The old spelling of the pre-training data's names: each lives in the module of its idea.
 
 The data flows text -> tokens on disk -> blocks -> masked examples -> batches:
 
@@ -15,110 +15,13 @@ The data flows text -> tokens on disk -> blocks -> masked examples -> batches:
     spanbert.collate        examples -> batches (`collate_pretrain`, `make_collate`,
                             `pretrain_dataloader`, `pretrain_target_counts`)
 
-`from spanbert import data; data.TokenCorpus` and `from spanbert.data import preprocess` keep working,
-as do the names data.py imported before it was split (`data.DataError`, `data.MaskingConfig`, ...).
-New code may import from either place.
+Import them from there. `spanbert.data.TokenCorpus`, `from spanbert.data import preprocess` and the
+other names this module once held still resolve, with a DeprecationWarning (`spanbert._aliases`).
 """
 
 from __future__ import annotations
 
-from spanbert.blocks import (
-    BLOCK_PACKINGS,
-    block_ends_mid_word,
-    held_out_documents,
-    nsp_pairs,
-    sentence_blocks,
-    single_segment_blocks,
-)
-from spanbert.collate import collate_pretrain, make_collate, pretrain_dataloader, pretrain_target_counts
-from spanbert.corpus import (
-    CANDIDATE_KINDS,
-    FORMAT,
-    STATIC_FORMAT,
-    TokenCorpus,
-    has_tokenizer,
-    is_preprocessed,
-    tokenizer_dir_of,
-)
-from spanbert.dataset import PretrainDataset, example_generator
-from spanbert.errors import DataError, SpanBertError
-from spanbert.masking import (
-    IGNORE_INDEX,
-    SCHEMES,
-    MaskingConfig,
-    MaskResult,
-    UnigramSampler,
-    check_replace_probs,
-    mask_block,
-)
-from spanbert.preprocess import (
-    NUMERIC_ENTITY_LABELS,
-    PreprocessConfig,
-    builtin_corpus,
-    iter_documents,
-    load_spacy,
-    main,
-    preprocess,
-    write_static_masks,
-)
-from spanbert.static_masks import StaticMaskingConfig, find_static_masks, static_mask_sets, static_settings
-from spanbert.tokenization import Tokenizer, corpus_files, is_jsonl, iter_lines, load_tokenizer, parse_jsonl_text
-from spanbert.utils import atomic_dir, atomic_write
+from spanbert import _aliases
 
-__all__ = [
-    # spanbert.preprocess
-    "NUMERIC_ENTITY_LABELS",
-    "PreprocessConfig",
-    "builtin_corpus",
-    "iter_documents",
-    "load_spacy",
-    "main",
-    "preprocess",
-    "write_static_masks",
-    # spanbert.corpus
-    "CANDIDATE_KINDS",
-    "FORMAT",
-    "STATIC_FORMAT",
-    "TokenCorpus",
-    "has_tokenizer",
-    "is_preprocessed",
-    "tokenizer_dir_of",
-    # spanbert.blocks
-    "BLOCK_PACKINGS",
-    "block_ends_mid_word",
-    "held_out_documents",
-    "nsp_pairs",
-    "sentence_blocks",
-    "single_segment_blocks",
-    # spanbert.static_masks
-    "StaticMaskingConfig",
-    "find_static_masks",
-    "static_mask_sets",
-    "static_settings",
-    # spanbert.dataset
-    "PretrainDataset",
-    "example_generator",
-    # spanbert.collate
-    "collate_pretrain",
-    "make_collate",
-    "pretrain_dataloader",
-    "pretrain_target_counts",
-    # re-exported from lower modules, as before the split
-    "DataError",
-    "SpanBertError",
-    "IGNORE_INDEX",
-    "SCHEMES",
-    "MaskingConfig",
-    "MaskResult",
-    "UnigramSampler",
-    "check_replace_probs",
-    "mask_block",
-    "Tokenizer",
-    "corpus_files",
-    "is_jsonl",
-    "iter_lines",
-    "load_tokenizer",
-    "parse_jsonl_text",
-    "atomic_dir",
-    "atomic_write",
-]
+__getattr__ = _aliases.getter(__name__)
+__all__ = sorted(_aliases.OLD_SPELLINGS[__name__])  # `from spanbert.data import *`, as before (each name warns)

@@ -2,7 +2,7 @@
 and `seeded_build`, which says where a new model's initial weights and each rank's dropout stream draw from.
 
 It lives below `spanbert.model`, `spanbert.cloze` and `spanbert.tasks` so that a task head can use it
-without importing a model file (`spanbert.model.Dropout` stays importable: it is this class).
+without importing a model file.
 """
 
 from __future__ import annotations

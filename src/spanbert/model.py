@@ -11,9 +11,8 @@ no remapping. Three things make it faster than the HF implementation on the same
   vocabulary logits for every token, which dominates the cost of a small model's pre-training step.
 
 How a folder of weights is read and written (every BERT layout, key renames, atomic saves) is
-`spanbert.checkpoints`; its public names stay importable from here (`load_checkpoint`,
-`save_checkpoint`, `check_checkpoint`, `config_path`, `SBO_FILE`, ...), as is `Dropout`
-(`spanbert.dropout`, which task heads share).
+`spanbert.checkpoints`, and `Dropout` is `spanbert.dropout` (task heads share it): import those names
+from there.
 """
 
 from __future__ import annotations
@@ -26,12 +25,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from spanbert import _aliases
 from spanbert.attention import attention
 from spanbert.checkpoints import (
-    _ENCODER_PREFIXES,  # noqa: F401 -- re-exported: an old private name
-    CONFIG_FILES,  # noqa: F401 -- re-exported
-    SBO_FILE,  # noqa: F401 -- re-exported
-    check_checkpoint,  # noqa: F401 -- re-exported
     config_path,
     describe_checkpoint,
     encoder_state_dict,
@@ -39,9 +35,6 @@ from spanbert.checkpoints import (
     load_checkpoint,
     load_encoder_weights,
     load_pretraining_checkpoint,
-    read_json,  # noqa: F401 -- re-exported
-    read_safetensors,  # noqa: F401 -- re-exported
-    save_checkpoint,  # noqa: F401 -- re-exported
     save_folder,
     split_pretraining_state,
     unplaced_weights,
@@ -49,7 +42,7 @@ from spanbert.checkpoints import (
 from spanbert.compile import any_compiled
 from spanbert.config import BertConfig, FinetuneHabits
 from spanbert.distributed import eprint0
-from spanbert.dropout import Dropout, cpu_keep_mask  # noqa: F401 -- Dropout, cpu_keep_mask re-exported: their old home
+from spanbert.dropout import Dropout
 from spanbert.errors import SpanBertError
 from spanbert.hub import resolve_model
 
@@ -619,10 +612,10 @@ class SpanBertForPreTraining(nn.Module):
     """Encoder + MLM head, with the SBO head (SpanBERT) and/or the NSP head (BERT baseline).
 
     Loss (§3.2): mlm_weight * mean CE(MLM) + sbo_weight * mean CE(SBO) [+ CE(NSP)]; every masked token
-    contributes one MLM and one SBO term. The batch layout is `spanbert.data.collate_pretrain`'s.
+    contributes one MLM and one SBO term. The batch layout is `spanbert.collate.collate_pretrain`'s.
 
     BERT's left-to-right baseline (§5.1, `--system ltr`) is this model with a causal config
-    (`is_decoder`), no SBO and no NSP: its batches (`spanbert.pretrain.CausalLMBlocks`) list every
+    (`is_decoder`), no SBO and no NSP: its batches (`spanbert.samplers.CausalLMBlocks`) list every
     position i with the label token i+1, so the same `cls.predictions` head is a next-token head.
     """
 
@@ -808,16 +801,11 @@ def head_flops(hidden: int, vocab: int, mask_rate: float, sbo: bool) -> float:
 
 
 __all__ = [
-    "Dropout",
     "Encoder",
     "SpanBertForPreTraining",
     "SpanBoundaryHead",
     "MaskedLMHead",
-    "load_checkpoint",
-    "check_checkpoint",
-    "config_path",
-    "save_checkpoint",
-    "SBO_FILE",
-    "encoder_state_dict",
     "flops_per_token",
 ]
+
+__getattr__ = _aliases.getter(__name__)

@@ -29,17 +29,21 @@ from typing import Any
 import torch
 from torch import nn
 
-from spanbert import cloze, cost, data, distributed, tokenization
+from spanbert import _aliases, cloze, cost, distributed, preprocess, tokenization
+from spanbert.blocks import held_out_documents
 from spanbert.budget import TimeBudget, format_duration, parse_duration
-from spanbert.collate import cloze_collate  # noqa: F401 -- its old home
+from spanbert.collate import collate_pretrain
 from spanbert.config import (
+    CLOZE_SYSTEMS,
     MODEL_PRESETS,
     BertConfig,
+    ClozeConfig,
     check_unknown_overrides,
     check_yaml,
     dataclass_from_args,
     parse_key_values,
 )
+from spanbert.corpus import TokenCorpus, has_tokenizer, tokenizer_dir_of
 from spanbert.distributed import eprint0, print0, resolve_device
 from spanbert.dropout import seeded_build, set_dropout
 from spanbert.errors import SpanBertError
@@ -54,14 +58,9 @@ from spanbert.families import (
 from spanbert.hub import resolve_model
 from spanbert.masking import SCHEMES, MaskingConfig
 from spanbert.microbatch import AUTO, planned_batch_size
-from spanbert.model import SpanBertForPreTraining  # noqa: F401 -- importable from here, as it was
 from spanbert.precision import precision_text
-from spanbert.pretrain_config import (  # noqa: F401 -- the systems, presets and parsers, re-exported where they were
-    CAUSAL_SYSTEMS,
-    CLOZE_SYSTEMS,
-    FAMILY_CHOICES,
+from spanbert.pretrain_config import (
     LEAVES_QUICKSTART,
-    MIN_SEQ_LENGTH,
     PRETRAIN_DEFAULTS,
     QUICKSTART,
     QUICKSTART_CONFIG,
@@ -69,19 +68,17 @@ from spanbert.pretrain_config import (  # noqa: F401 -- the systems, presets and
     RELEASED_MAX_TOKENS,
     SECTIONS,
     SEQUENCE_BATCHING,
-    STATIC_MASKS,
     SYSTEM_PRESETS,
-    SYSTEMS,
     PretrainConfig,
     System,
-    fill_parser,
     pretrain_parser,
     seq_length_stages,
     system_masking,
     system_of,
 )
 from spanbert.runs import check_output_dir, claim_run_dir, find_resume_checkpoint
-from spanbert.samplers import SAMPLERS, CausalLMBlocks, ClozeBlocks, Cut, HeldOut, Sampler  # noqa: F401 -- old homes
+from spanbert.samplers import SAMPLERS, Cut, HeldOut, Sampler
+from spanbert.static_masks import static_mask_sets
 from spanbert.tokenization import load_tokenizer
 from spanbert.trainer import predict_batches, token_batches, train
 from spanbert.training_args import TrainingArguments
@@ -231,7 +228,7 @@ def check_sources(cfg: PretrainConfig) -> _Sources:
     corpus = Path(cfg.corpus) if cfg.corpus else None
     preprocessed = corpus is not None and _looks_preprocessed(corpus)
     tokenizer = cfg.tokenizer
-    if tokenizer is not None and not data.has_tokenizer(tokenizer):
+    if tokenizer is not None and not has_tokenizer(tokenizer):
         raise SpanBertError(
             f"{tokenizer}: found no tokenizer.json or vocab.txt, expected a tokenizer folder (--tokenizer)"
         )
@@ -247,13 +244,13 @@ def check_sources(cfg: PretrainConfig) -> _Sources:
             )
         # config.json checked, weights present; no tensor read
         init_config = FAMILIES[family].pretraining.init_config(init_from)
-        if tokenizer is None and data.has_tokenizer(init_from):
+        if tokenizer is None and has_tokenizer(init_from):
             tokenizer = init_from
     if preprocessed:
-        corpus_data = data.TokenCorpus(corpus)  # checks meta.json and every array's size
+        corpus_data = TokenCorpus(corpus)  # checks meta.json and every array's size
         corpus_data.unigram_counts()
         if tokenizer is None:
-            tok_dir = data.tokenizer_dir_of(corpus)
+            tok_dir = tokenizer_dir_of(corpus)
             if tok_dir is None:
                 raise SpanBertError(
                     f"{corpus / 'tokenizer'}: not found, expected the corpus's tokenizer (or pass --tokenizer)"
@@ -286,7 +283,7 @@ def check_init_vocabulary(init_from: str, rows: int, tokenizer: str | None, voca
             f"--init_from: found the tokenizer {tokenizer} with {tok.vocab_size} ids, expected at most the "
             f"{rows} embedding rows of {init_from} (use the checkpoint's own tokenizer)"
         )
-    if not data.has_tokenizer(init_from):
+    if not has_tokenizer(init_from):
         return  # the checkpoint names no tokens: its size is all that can be checked
     own = load_tokenizer(init_from).get_vocab()
     ids = tok.get_vocab()
@@ -316,9 +313,6 @@ def _tokens_per_step(cfg: PretrainConfig, args: TrainingArguments) -> int:
     world = distributed.world_size()
     per_micro_batch = args.max_tokens_per_batch or planned_batch_size(args.per_device_train_batch_size) * cfg.max_seq_length
     return per_micro_batch * args.gradient_accumulation_steps * world
-
-
-_human = cost.human_duration
 
 
 def _plan_seconds(flops: float, device: torch.device) -> tuple[float, float]:
@@ -366,7 +360,7 @@ def plan_warning(
     size = f"{layers} layers x {hidden}"
     return (
         f"warning: this plan is very large for this machine: {size}, {steps:,} steps of "
-        f"{_tokens_per_step(cfg, args):,} tokens = {flops:.2g} FLOPs, {_human(seconds)} on {device.type} "
+        f"{_tokens_per_step(cfg, args):,} tokens = {flops:.2g} FLOPs, {cost.human_duration(seconds)} on {device.type} "
         f"(assuming {rate:.1g} FLOP/s); make it smaller with --max_steps, --model tiny or small, "
         "--max_seq_length or --tokens_per_update, or run the quick start (no --corpus/--model)"
     )
@@ -378,7 +372,7 @@ def corpus_files(sources: _Sources, tmp: Path, work_dir: Path) -> list:
 
     if sources.corpus is not None:
         return [sources.corpus]
-    files = [data.builtin_corpus(tmp / "corpus.txt")]
+    files = [preprocess.builtin_corpus(tmp / "corpus.txt")]
     print0(f"corpus: the Python reference manual (pydoc topics), written to {work_dir / 'corpus.txt'}")
     return files
 
@@ -462,7 +456,7 @@ def _prepare_into(
                     raise
                 raise SpanBertError(f"{', '.join(map(str, files))}: {e}") from None  # name the corpus
         # preprocess with the tokenizer as saved, the one every rank will load
-        data.preprocess(
+        preprocess.preprocess(
             files, load_tokenizer(tmp / "tokenizer"), tmp / "preprocessed", num_workers=num_proc,
             candidates=spec.get("candidates"), progress=not quiet,
         )  # fmt: skip
@@ -470,23 +464,9 @@ def _prepare_into(
             json.dump(spec, f, indent=2)
 
 
-def prepare_corpus(cfg: PretrainConfig, work_dir: Path, tokenizer_dir: str | None) -> tuple[Path, Any]:
-    """(preprocessed corpus folder, Tokenizer) with the data prepared under ``work_dir``'s parent run
-    folder (`prepare_data`); kept for callers of the earlier API."""
-
-    sources = check_sources(dataclasses.replace(cfg, tokenizer=tokenizer_dir or cfg.tokenizer))
-    args = TrainingArguments(output_dir=str(Path(work_dir).parent), disable_tqdm=True)
-    corpus_dir, tok_dir = prepare_data(cfg, args, sources)
-    return Path(corpus_dir), load_tokenizer(tok_dir)
-
-
-# The samplers live in `spanbert.samplers`; their earlier names here stay importable.
-_Blocks = HeldOut
-
-
 def uses_static_masks(cfg: PretrainConfig, corpus: Any) -> bool:
     """Whether the run reads the corpus's stored masks (`PretrainConfig.static_masks`; ``corpus`` a
-    `data.TokenCorpus`). auto: when the corpus has some and the system masks (not ltr, not the
+    `TokenCorpus`). auto: when the corpus has some and the system masks (not ltr, not the
     two-tower systems); on: always (an error for a system that masks nothing, and later for a corpus
     without them)."""
 
@@ -499,7 +479,7 @@ def uses_static_masks(cfg: PretrainConfig, corpus: Any) -> bool:
                 "LM masks nothing)"
             )
         return False
-    return cfg.static_masks == "on" or bool(data.static_mask_sets(corpus))
+    return cfg.static_masks == "on" or bool(static_mask_sets(corpus))
 
 
 def build_datasets(
@@ -507,24 +487,24 @@ def build_datasets(
     run: Resolved | None = None,
 ):  # fmt: skip
     """(training set, held-out set or None) of the system's sampler, split by whole documents
-    (`data.held_out_documents`).
+    (`held_out_documents`).
 
     Each set draws blocks, NSP pairs and NSP "random next" segments from its own documents only, so
     no held-out text is trained on. The held-out set keeps epoch 0's masks: the same examples at
     every evaluation. With static masks (`uses_static_masks`) the training set reads the examples and
-    masks stored in the corpus (`data.PretrainDataset(static=True)`, which refuses a set made with
+    masks stored in the corpus (`PretrainDataset(static=True)`, which refuses a set made with
     other settings); the held-out set is masked as always. ``tok`` is the family's framed tokenizer.
     """
     run = run or resolve(cfg)
     if run.family.masked:
         masking = dataclasses.replace(masking or MaskingConfig(), scheme=run.scheme)
     cut = Cut(cfg.max_seq_length, cfg.block_packing, seed, masking, run.short_seq_prob)
-    corpus = data.TokenCorpus(corpus_dir)
+    corpus = TokenCorpus(corpus_dir)
     n_docs = corpus.num_docs
     split = n_docs
     if cfg.max_eval_blocks:
         min_docs = run.sampler.min_docs  # NSP's random next segment comes from another document
-        split = data.held_out_documents(corpus.doc_bounds, cfg.eval_fraction, min_docs, min_docs)
+        split = held_out_documents(corpus.doc_bounds, cfg.eval_fraction, min_docs, min_docs)
     train_set = run.sampler.build(corpus, tok, (0, split), dataclasses.replace(cut, static=uses_static_masks(cfg, corpus)))
     eval_set = None
     if split < n_docs:
@@ -532,13 +512,6 @@ def build_datasets(
         if len(held_out):
             eval_set = HeldOut(held_out, 0, min(len(held_out), cfg.max_eval_blocks), fixed_epoch=0)
     return train_set, eval_set
-
-
-# loss_terms / target-count key of each BERT head, and the metrics averaged over its targets (each
-# family's table: `Pretraining.metrics`)
-HEAD_METRICS = BERT_PRETRAINING.metrics
-CLOZE_TERM_METRICS = TWO_TOWER_PRETRAINING.metrics
-target_counts = bert_target_counts
 
 
 def make_eval_fn(eval_set, batch_size: int, collate, count_targets=None, precision: str = "auto", metrics=None):
@@ -549,8 +522,8 @@ def make_eval_fn(eval_set, batch_size: int, collate, count_targets=None, precisi
     Called on every rank (contract 7): each rank predicts its share (`distributed.shard_range`), the
     sums are gathered, and every rank returns the same numbers.
     """
-    count_targets = count_targets or target_counts
-    metrics = metrics or HEAD_METRICS
+    count_targets = count_targets or bert_target_counts
+    metrics = metrics or BERT_PRETRAINING.metrics
 
     def evaluate(model, step: int) -> dict[str, float]:
         share = list(distributed.shard_range(len(eval_set)))
@@ -588,7 +561,7 @@ def make_eval_fn(eval_set, batch_size: int, collate, count_targets=None, precisi
 def cloze_eval_fn(eval_set: Any, batch_size: int, collate_fn: Callable, objective: str, precision: str = "auto"):
     """`make_eval_fn` with the two-tower terms of ``objective`` (kept for callers of the earlier API)."""
     count = functools.partial(cloze.count_targets, objective=objective)
-    return make_eval_fn(eval_set, batch_size, collate_fn, count, precision, CLOZE_TERM_METRICS)
+    return make_eval_fn(eval_set, batch_size, collate_fn, count, precision, TWO_TOWER_PRETRAINING.metrics)
 
 
 def run_config_of(cfg: PretrainConfig, masking: MaskingConfig) -> dict[str, Any]:
@@ -780,7 +753,7 @@ def _resume_step(output_dir: str) -> int:
     return int(ckpt.name.rsplit("-", 1)[-1])
 
 
-def _collate(items, pad_id: int, max_predictions: int | None, pad_to: int | None, collate: Callable = data.collate_pretrain):
+def _collate(items, pad_id: int, max_predictions: int | None, pad_to: int | None, collate: Callable = collate_pretrain):
     """The run's batches: the sampler's collate with the run's padding (one module-level function, so a
     test can watch every batch)."""
     return collate(items, pad_id=pad_id, max_predictions=max_predictions, pad_to=pad_to)
@@ -795,14 +768,6 @@ def export(model: nn.Module, tok: Any, final: Path, extra: dict[str, Any], metri
         (tmp / "train_metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
 
 
-def _export(model, tok, final: Path, cfg: PretrainConfig, scheme: str, metrics: dict[str, float]) -> None:
-    export(model, tok, final, {"system": cfg.system, "masking": scheme}, metrics)
-
-
-def _export_two_tower(model: cloze.TwoTowerModel, tok: Any, final: Path, system: str, metrics: dict[str, float]) -> None:
-    export(model, tok, final, {"system": system}, metrics)
-
-
 # ---------------------------------------------------------------------------------------------
 # The earlier two-tower entry points: the one pipeline above, kept under their names
 
@@ -815,17 +780,13 @@ def pretrain_cloze(cfg: Any, args: Any, masking: Any = None, model_overrides: di
     return pretrain(cfg, args, masking, model_overrides)
 
 
-def build_cloze_datasets(cfg: Any, corpus_dir: str | Path, model_cfg: cloze.ClozeConfig):
+def build_cloze_datasets(cfg: Any, corpus_dir: str | Path, model_cfg: ClozeConfig):
     """(training blocks, held-out blocks or None) of a two-tower system (`build_datasets`)."""
     class _Ids:  # the markers' ids, as the framed tokenizer gives them
         def token_to_id(self, t: str) -> int:
             return {"<s>": model_cfg.bos_id, "</s>": model_cfg.eos_id}[t]
 
     return build_datasets(cfg, corpus_dir, _Ids(), 0)
-
-
-
-_parser = pretrain_parser  # its old name
 
 
 def quick_start_in_force(args: argparse.Namespace) -> bool:
@@ -897,7 +858,7 @@ def scale_warmup(
 
 
 def main(argv: list[str], prog: str = "spanbert pretrain") -> int:
-    p = _parser(prog, PRETRAIN_DEFAULTS, {})
+    p = pretrain_parser(prog, PRETRAIN_DEFAULTS, {})
     args = p.parse_args(argv)
     check_unknown_overrides(args.overrides, list(SECTIONS))
     quick = quick_start_in_force(args)  # reads (and checks) the YAML file
@@ -950,13 +911,6 @@ def main(argv: list[str], prog: str = "spanbert pretrain") -> int:
     return 0
 
 
-__all__ = [
-    "SYSTEMS",
-    "CAUSAL_SYSTEMS",
-    "STATIC_MASKS",
-    "CausalLMBlocks",
-    "uses_static_masks",
-    "PretrainConfig",
-    "pretrain",
-    "main",
-]
+__all__ = ["uses_static_masks", "pretrain", "main"]
+
+__getattr__ = _aliases.getter(__name__)

@@ -2,8 +2,8 @@
 the training loop's presets (the paper's recipe, the quick start), and the parsers of `spanbert pretrain`
 and `spanbert fill`.
 
-`spanbert.pretrain` builds and trains what these describe and re-exports every name. They live apart
-from it so that a parser, and so `spanbert pretrain --help`, is built without loading torch.
+`spanbert.pretrain` builds and trains what these describe. They live apart from it so that a parser, and
+so `spanbert pretrain --help`, is built without loading torch.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Small helpers shared by every module: atomic file and directory writes; the C heap (glibc)."""
+"""Small helpers shared by every module: atomic file and directory writes; reading a text file that may be
+gzipped; the C heap (glibc)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import functools
+import gzip
 import json
 import os
 import shutil
@@ -14,6 +16,7 @@ import stat
 import sys
 import tempfile
 import time
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +25,7 @@ from tqdm.auto import tqdm as auto_tqdm
 from tqdm.std import tqdm as std_tqdm
 
 from spanbert.checkpoint_files import is_model_file
-from spanbert.errors import NoSpaceError, SpanBertError, out_of_space
+from spanbert.errors import DataError, NoSpaceError, SpanBertError, decode_utf8, out_of_space
 from spanbert.folders import (  # noqa: F401 - re-exported: their home is `spanbert.folders`
     KINDS,
     MANIFEST,
@@ -67,10 +70,41 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", **open_kwargs) -> Ite
 
 def write_json(path: str | os.PathLike, data: Any, *, sort_keys: bool = False, ensure_ascii: bool = True) -> None:
     """``data`` as JSON indented by 2, then a newline, written atomically (`atomic_write`) by this process;
-    under torchrun a command writes through `spanbert.tasks.common.write_json` (rank 0 only)."""
+    under torchrun a task writes through `spanbert.tasks.common.write_json_once` (rank 0 only)."""
     with atomic_write(path, encoding="utf-8") as f:
         json.dump(data, f, indent=2, sort_keys=sort_keys, ensure_ascii=ensure_ascii)
         f.write("\n")
+
+
+def read_text(path: str | os.PathLike, expected: str = "UTF-8 text") -> str:
+    """A whole text file, decompressed when its name ends in ``.gz``, decoded by `decode_utf8` (a leading
+    byte-order mark dropped; a byte that is not UTF-8 is named with its line and byte offset, in the
+    decompressed text of a ``.gz``). Line endings are kept as the file has them. A missing, unreadable or
+    damaged file is a DataError naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(path, "file not found")
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise DataError(path, f"cannot read: {e.strerror or e}") from None
+    if path.suffix == ".gz":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as e:  # not gzip, or cut short
+            raise DataError(path, f"found a damaged or truncated gzip file ({e}); expected gzip data") from None
+    return decode_utf8(data, path, expected)
+
+
+def open_text(path: str | os.PathLike, errors: str = "strict") -> Any:
+    """A UTF-8 text file opened for reading line by line, through gzip when its name ends in ``.gz``
+    (`read_text` reads a whole file); a missing file is a DataError naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(path, "file not found")
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8", errors=errors)
+    return open(path, encoding="utf-8", errors=errors)
 
 
 @contextlib.contextmanager

@@ -34,7 +34,7 @@ from typing import Any
 
 from spanbert.errors import SpanBertError  # tests expect `S.SpanBertError`, as the single file exposed it
 
-# module -> the names it lends the package
+# module (a submodule, or a full name for one outside the package) -> the names it lends the package
 _HOMES: dict[str, tuple[str, ...]] = {
     "cells": (
         "check_finished",
@@ -54,18 +54,15 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "estimate": (
         "ASSUMED_EPOCHS",
         "CHARS_PER_TOKEN",
-        "PROBE_SAMPLE_CHARS",
         "dry_run",
         "finetune_estimate",
     ),
     "heldout": (
-        "HELDOUT_SEED",
         "HeldOut",
         "heldout_plan",
         "legacy_folder",
         "score_heldout",
         "split_dev",
-        "split_half",
         "study_is_legacy",
     ),
     "layout": (
@@ -78,8 +75,9 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "model_dir",
         "shared_dir",
     ),
+    "options": ("PRESET_SYSTEMS",),
+    "probe": ("PROBE_SAMPLE_CHARS",),
     "spec": (
-        "PRESET_SYSTEMS",
         "STUDY_SET_OPTIONS",
         "Study",
         "SystemSpec",
@@ -104,6 +102,10 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "summarize",
         "table",
     ),
+    "spanbert.tasks.splits": (
+        "HELDOUT_SEED",
+        "split_half",
+    ),
 }
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 _SUBMODULES = ("spec", "options", "layout", "runner", "heldout", "cells", "stats", "summary", "probe", "estimate",
@@ -116,7 +118,8 @@ def __getattr__(name: str) -> Any:
         return importlib.import_module(f"{__name__}.{name}")
     if name not in _HOME_OF:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_HOME_OF[name]}"), name)
+    home = _HOME_OF[name]
+    value = getattr(importlib.import_module(home if home.startswith("spanbert.") else f"{__name__}.{home}"), name)
     globals()[name] = value
     return value
 

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from spanbert import distributed, folders
-from spanbert.data import is_preprocessed, tokenizer_dir_of
+from spanbert.corpus import is_preprocessed, tokenizer_dir_of
 from spanbert.errors import SpanBertError
-from spanbert.pretrain import SYSTEM_PRESETS
+from spanbert.pretrain_config import SYSTEM_PRESETS
 from spanbert.runs import latest_checkpoint
 from spanbert.study.heldout import dev_restriction, heldout_plan, score_heldout, split_dev, study_is_legacy
 from spanbert.study.layout import Cell, finetune_cell_dir, fold_dir, model_dir, shared_dir

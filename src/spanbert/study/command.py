@@ -36,8 +36,6 @@ from spanbert.study.summary import collect, summarize
 from spanbert.tasks import TASKS
 from spanbert.utils import atomic_dir, atomic_write, check_output, output_file, remove_debris
 
-_parser = study_parser  # its old name
-
 
 def _shard(text: str) -> tuple[int, int]:
     try:
@@ -50,7 +48,7 @@ def _shard(text: str) -> tuple[int, int]:
 
 
 def main(argv: list[str], prog: str = "spanbert study") -> int:
-    args = _parser(prog).parse_args(argv)
+    args = study_parser(prog).parse_args(argv)
     if bool(args.study) == bool(args.preset):
         raise SpanBertError("found " + ("both a study file and --preset" if args.study else "neither a study file nor --preset")
                             + ", expected exactly one")  # fmt: skip
@@ -201,15 +199,12 @@ def export_checkpoints(run_dir: Path, out: Path) -> list[tuple[int, Path]]:
     return models
 
 
-_curve_parser = curve_parser  # its old name
-
-
 def _option_value(text: str) -> Any:
     return yaml.safe_load(text)
 
 
 def curve_main(argv: list[str], prog: str = "spanbert curve") -> int:
-    args = _curve_parser(prog).parse_args(argv)
+    args = curve_parser(prog).parse_args(argv)
     run = Path(args.run)
     options = {}
     for item in args.option:

@@ -25,9 +25,8 @@ from spanbert.config import MODEL_PRESETS
 from spanbert.errors import SpanBertError
 from spanbert.pretrain_config import PRETRAIN_DEFAULTS, PretrainConfig
 from spanbert.study.cells import is_done, plan
-from spanbert.study.heldout import HELDOUT_SEED, heldout_plan, study_is_legacy
+from spanbert.study.heldout import heldout_plan, study_is_legacy
 from spanbert.study.probe import (
-    PROBE_SAMPLE_CHARS,  # noqa: F401 -- importable from here, as it was
     DataTimings,
     FinetuneTimings,
     PretrainTimings,
@@ -37,6 +36,7 @@ from spanbert.study.probe import (
     probe_pretraining,
 )
 from spanbert.study.spec import Study, TaskSpec
+from spanbert.tasks.splits import HELDOUT_SEED
 from spanbert.threads import load_mark, others_since, sharing
 from spanbert.utils import atomic_write
 

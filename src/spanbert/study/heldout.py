@@ -22,7 +22,6 @@ from spanbert.study.runner import in_log
 from spanbert.study.spec import Study, TaskSpec, subtask_options
 from spanbert.tasks import TASKS
 from spanbert.tasks import score as score_model
-from spanbert.tasks.splits import HELDOUT_SEED, split_half  # noqa: F401 -- also importable from here, as it was
 from spanbert.utils import write_json
 
 

@@ -13,7 +13,6 @@ a temporary folder (the study's folder is left as it was), each returning raw ti
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import json
 import math
 import os
@@ -27,14 +26,16 @@ from pathlib import Path
 
 import torch
 
-from spanbert.data import is_preprocessed, preprocess
+from spanbert.corpus import is_preprocessed
 from spanbert.errors import SpanBertError
+from spanbert.preprocess import preprocess
 from spanbert.study.cells import candidate_kinds, plan, prepare_folds, run_finetune
 from spanbert.study.heldout import heldout_plan, score_heldout, split_dev
 from spanbert.study.layout import shared_dir
 from spanbert.study.runner import run_command
 from spanbert.study.spec import Study, TaskSpec, is_random_init
 from spanbert.tokenization import corpus_files, count_corpus_words, load_tokenizer, train_tokenizer
+from spanbert.utils import open_text
 
 PROBE_SAMPLE_CHARS = 2_000_000
 """Characters of the corpus the probe prepares when the study's corpus is not prepared yet: enough for a
@@ -125,9 +126,8 @@ def probe_corpus(study: Study, tmp: Path) -> ProbeCorpus:
     share = PROBE_SAMPLE_CHARS // len(files) + 1
     with open(sample, "w", encoding="utf-8") as out, open(half, "w", encoding="utf-8") as out_half:
         for f in files:
-            opener = gzip.open if f.suffix == ".gz" else open
             left = share
-            with opener(f, "rt", encoding="utf-8", errors="replace") as src:
+            with open_text(f, errors="replace") as src:
                 for line in src:  # whole lines, so documents and JSON records stay intact
                     line = line if line.endswith("\n") else line + "\n"
                     out.write(line)

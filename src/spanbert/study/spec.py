@@ -20,11 +20,10 @@ import yaml
 from spanbert.config import MODEL_PRESETS, _read_yaml, convert_value
 from spanbert.errors import SpanBertError
 from spanbert.families import FAMILIES
-from spanbert.pretrain import FAMILY_CHOICES, SYSTEM_PRESETS
-from spanbert.study.options import PRESET_SYSTEMS  # noqa: F401 -- also importable from here, as it was
+from spanbert.pretrain_config import FAMILY_CHOICES, SYSTEM_PRESETS
+from spanbert.study.options import PRESET_SYSTEMS
 from spanbert.tasks import TASKS
 from spanbert.tasks.api import check_options
-from spanbert.tasks.spec import options_argv  # noqa: F401 -- also importable from here, as it was
 
 
 @dataclass

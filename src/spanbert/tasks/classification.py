@@ -30,7 +30,6 @@ from torch import Tensor, nn
 from spanbert import families
 from spanbert.distributed import is_main
 from spanbert.errors import DataError, SpanBertError
-from spanbert.tasks import common
 from spanbert.tasks.common import (
     KeepBest,
     load_encoder,
@@ -416,11 +415,3 @@ def finetune(
 ) -> Any:
     """`finetune_selected`'s dev predictions only (None without ``predict``)."""
     return finetune_selected(model, train_features, args, pad_id, predict, score).predictions
-
-
-# the finetune skeleton and the metrics printer live in `tasks.common` with the rest of the shared
-# command line; their old names here are kept for callers
-run_finetune_cli = common.run_finetune
-print_metrics = common.print_metrics
-
-

@@ -10,7 +10,7 @@ Under ``torchrun`` every task command runs on every rank and goes through the fe
 - `predict_sharded(n, predict)`: each rank predicts its share of the n items, every rank gets all
   predictions in the original order (contract 7: evaluation runs on every rank);
 - `write_once(fn)`: rank 0 writes, the others wait; its return value (a chosen threshold, the best
-  sweep run) or its error reaches every rank. `save_finetuned` and `write_json` use it;
+  sweep run) or its error reaches every rank. `save_finetuned` and `write_json_once` use it;
 - `with seeded_model(seed):` around building a model: the same head on every rank and run, drawn from
   the seed alone, then a per-rank dropout stream.
 """
@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from spanbert import distributed, families, folders, runs, threads, utils
+from spanbert import _aliases, distributed, families, folders, runs, threads, utils
 from spanbert.config import (
     ArgumentParser,
     add_dataclass_arguments,
@@ -48,7 +48,6 @@ from spanbert.errors import DataError, SpanBertError
 from spanbert.microbatch import planned_batch_size
 from spanbert.runs import BEST_DIR, claim_run_dir, latest_checkpoint, steps_per_epoch
 from spanbert.tasks.spec import Results
-from spanbert.tasks.splits import HELDOUT_SEED, split_half  # noqa: F401 -- `finetune glue --heldout_half`
 from spanbert.training_args import TrainingArguments
 from spanbert.utils import MMAP_THRESHOLD, atomic_write, input_paths, output_file
 
@@ -436,7 +435,7 @@ def seeded_model(seed: int | None) -> contextlib.AbstractContextManager[None]:
     return seeded_build(seed, distributed.rank())
 
 
-def write_json(path: str | Path, data: Any, sort_keys: bool = True) -> None:
+def write_json_once(path: str | Path, data: Any, sort_keys: bool = True) -> None:
     """Pretty JSON (UTF-8 as is), atomically, written once (rank 0): `spanbert.utils.write_json`."""
     write_once(lambda: utils.write_json(path, data, sort_keys=sort_keys, ensure_ascii=False))
 
@@ -799,3 +798,6 @@ def sweep(
         return record(complete=True)
 
     return write_once(choose_and_copy)
+
+
+__getattr__ = _aliases.getter(__name__)

@@ -47,7 +47,7 @@ from spanbert.tasks.common import (
     selection_summary,
     start_distributed,
     task_parser,
-    write_json,
+    write_json_once,
     write_once,
 )
 from spanbert.tasks.spec import RESULTS_FILE, Results, SubTasks, TaskSpec
@@ -409,7 +409,7 @@ def finetune_glue(
     gold = {split: [e.label for e in exs] for split, exs in dev.items()}
     if task.name == "WNLI":  # Table 5 note: WNLI is always the majority class, no model is trained
         majority = Counter(e.label for e in train).most_common(1)[0][0]
-        write_json(out / MAJORITY_FILE, {"task": task.name, "label": majority, "train_examples": len(train)})
+        write_json_once(out / MAJORITY_FILE, {"task": task.name, "label": majority, "train_examples": len(train)})
         pred = {s: [majority] * len(g) for s, g in gold.items()}
     else:
         tokenizer = load_tokenizer_for(model_dir, tokenizer_dir)
@@ -442,7 +442,7 @@ def finetune_glue(
     def write() -> None:
         for split, exs in dev.items():
             write_submission(out / _dev_name(task, split), exs, pred[split])
-        write_json(out / RESULTS_FILE, metrics)
+        write_json_once(out / RESULTS_FILE, metrics)
 
     write_once(write)
     return metrics

@@ -53,7 +53,7 @@ from spanbert.tasks.common import (
     start_distributed,
     task_parser,
     warn_unseen,
-    write_json,
+    write_json_once,
     write_once,
 )
 from spanbert.tasks.conll import (  # noqa: F401 -- the data side of the task, public names of this module
@@ -152,7 +152,7 @@ def finetune_ner(
         save()
         if dev:
             write_predictions(out / "dev_predictions.txt", dev, pred)
-            write_json(out / RESULTS_FILE, metrics)
+            write_json_once(out / RESULTS_FILE, metrics)
 
     write_once(write)
     return metrics

@@ -66,7 +66,7 @@ from spanbert.tasks.common import (
     selection_summary,
     start_distributed,
     warn_unseen,
-    write_json,
+    write_json_once,
     write_once,
 )
 from spanbert.tasks.conll import (
@@ -557,14 +557,14 @@ def finetune_features(
             save_head(model, run_dir, c, labels, settings)
             if dev:
                 write_predictions(run_dir / "dev_predictions.txt", dev, pred)
-                write_json(run_dir / RESULTS_FILE, metrics)
+                write_json_once(run_dir / RESULTS_FILE, metrics)
 
         write_once(write)
         results[c] = metrics
         if dev:
             print0(f"{c}: dev F1 {metrics['f1']:.2f} (selected step {metrics.get('selected_step')})")
     if len(choices) > 1:
-        write_json(out / "features_results.json", summary_table(results))
+        write_json_once(out / "features_results.json", summary_table(results))
     return results
 
 

@@ -66,7 +66,7 @@ from spanbert.tasks.common import (
     start_distributed,
     task_parser,
     warn_unseen,
-    write_json,
+    write_json_once,
     write_once,
 )
 from spanbert.tasks.spec import RESULTS_FILE, Results, TaskSpec
@@ -567,7 +567,7 @@ def finetune_parse(
         save_finetuned(model, out, tokenizer, families.architecture(encoder, TASK), {"spanbert": settings})
         if dev_trees:
             write_trees(out / "dev_predictions.txt", predicted)
-            write_json(out / RESULTS_FILE, metrics)
+            write_json_once(out / RESULTS_FILE, metrics)
 
     write_once(write)
     return metrics

@@ -55,7 +55,7 @@ from spanbert.tasks.common import (
     start_distributed,
     task_parser,
     warn_unseen,
-    write_json,
+    write_json_once,
     write_once,
 )
 from spanbert.tasks.spec import RESULTS_FILE, Results, TaskSpec
@@ -566,7 +566,7 @@ def finetune_relation(
         C.save_model(model, out, tokenizer, "sequence", labels, meta)
         if dev:
             write_predictions(task, dev, pred, out / "dev_predictions.txt")
-            write_json(out / RESULTS_FILE, metrics)
+            write_json_once(out / RESULTS_FILE, metrics)
 
     write_once(write)
     return metrics

@@ -13,7 +13,6 @@ No torch: a study plans its halves before any model is loaded.
 
 from __future__ import annotations
 
-import gzip
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from spanbert.errors import SpanBertError
-from spanbert.utils import atomic_write
+from spanbert.utils import atomic_write, read_text
 
 HELDOUT_SEED = 23
 """The seed of the dev halves: fixed, so every run (every system, learning rate and seed of a study, and
@@ -40,14 +39,6 @@ def split_half(n: int, seed: int = HELDOUT_SEED) -> tuple[list[int], list[int]]:
     held = sorted(int(i) for i in perm[: n // 2])
     select = sorted(int(i) for i in perm[n // 2 :])
     return select, held
-
-
-def read_text(path: Path) -> str:
-    """A dev file's text, gzipped or not; ``newline=""`` keeps its line endings (SemEval's are CRLF), so
-    the halves end their lines as the file does."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8", newline="") as f:
-        return f.read()
 
 
 # --------------------------------------------------------------------------- record formats
@@ -161,6 +152,7 @@ def cut(
 ) -> tuple[Any, list[Any], list[Any]]:
     """(head, selection records, held-out records) of a dev file of format ``kind``: the part of dev the
     user chose (``restrict`` with the first option of ``restriction`` set in ``options``), halved."""
+    # line endings kept as the file has them (SemEval's are CRLF), so the halves end their lines as it does
     head, records = FORMATS[kind].read(read_text(path))
     key, value = restricted(options, restriction)
     if key:

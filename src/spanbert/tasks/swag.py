@@ -53,7 +53,7 @@ from spanbert.tasks.common import (
     selection_summary,
     start_distributed,
     task_parser,
-    write_json,
+    write_json_once,
     write_once,
 )
 from spanbert.tasks.layers import apply_encoder_dropout, output_layer, scaled
@@ -341,7 +341,7 @@ def finetune_swag(
     save_finetuned(model, out, tokenizer, families.architecture(model.bert, "ForMultipleChoice"), {"spanbert": meta})
     if dev:
         write_once(lambda: write_predictions(out / "dev_predictions.csv", dev, pred))
-        write_json(out / RESULTS_FILE, metrics)
+        write_json_once(out / RESULTS_FILE, metrics)
     return metrics
 
 

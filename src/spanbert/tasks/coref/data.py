@@ -3,16 +3,14 @@ coreference column) and writer, OntoNotes genres."""
 
 from __future__ import annotations
 
-import gzip
-import io
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from spanbert.errors import DataError, SpanBertError, decode_utf8
-from spanbert.utils import atomic_write
+from spanbert.errors import DataError, SpanBertError
+from spanbert.utils import atomic_write, read_text
 
 Span = tuple[int, int]  # inclusive (start, end) word or sub-token indices
 
@@ -76,15 +74,6 @@ _ENTRY = re.compile(r"^(\()?(\d+)(\))?$")
 _EMPTY_COREF = ("", "-", "_")
 
 
-def _open_text(path: Path) -> TextIO:
-    try:
-        if path.suffix == ".gz":
-            return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
-        return open(path, encoding="utf-8")
-    except OSError as e:
-        raise DataError(path, f"cannot read: {e.strerror or e}") from None
-
-
 def parse_coref_column(value: str, path: Path | str = "<string>", line: int | None = None) -> list[tuple[str, int]]:
     """``"(1)|(2|3)"`` -> ``[("single", 1), ("open", 2), ("close", 3)]``; ``-``/``_``/empty -> []."""
     if value in _EMPTY_COREF:
@@ -130,110 +119,102 @@ def read_conll(path: str | Path) -> list[CorefDocument]:
 
     n_columns = 0  # of the document's first word line: every word line of a document has as many
     first_row = 0
-    with _open_text(path) as f:
-        lineno = 0
-        try:
-            data = f.buffer.read()
-        except (OSError, EOFError) as e:  # a .gz that is not gzip, or is cut short
-            raise DataError(path, f"found a file that cannot be decompressed ({e}); expected gzip data") from None
-        # decoded whole, so a byte that is not UTF-8 is named with its line and offset; split on "\n"
-        # only, as reading the file line by line did (str.splitlines also splits at \x0b, \x1c, ...)
-        pieces = decode_utf8(data, path).split("\n")
-        if pieces and pieces[-1] == "":
-            pieces.pop()
-        lines = list(enumerate(pieces, 1))
-        for lineno, raw in lines:
-            line = raw.rstrip("\n").rstrip("\r")
-            if line.startswith("#begin document"):
-                if doc is not None:
-                    raise DataError(
-                        path, f"found '#begin document' inside document {doc.key!r} (begun at line "
-                        f"{doc.source.rsplit(':', 1)[-1]}); expected '#end document' first", line=lineno,
-                    )  # fmt: skip
-                m = _BEGIN.match(line)
-                if not m or not m.group("key").strip():
-                    raise DataError(
-                        path, f"found {line[:80]!r}; expected '#begin document (KEY); part NNN'", line=lineno
-                    )
-                doc = CorefDocument(
-                    key=m.group("key").strip(),
-                    part=int(m.group("part") or 0),
-                    sentences=[],
-                    rows=[],
-                    source=f"{path}:{lineno}",
-                )
-                open_spans, clusters, n_words, n_columns = {}, {}, 0, 0
-                continue
-            if line.startswith("#end document"):
-                if doc is None:
-                    raise DataError(
-                        path, "found '#end document' outside a document; expected '#begin document' first", line=lineno
-                    )
-                close_sentence()
-                unclosed = [(cid, ln) for cid, stack in open_spans.items() for _, ln in stack]
-                if unclosed:
-                    cid, ln = unclosed[0]
-                    raise DataError(
-                        path,
-                        f"found a mention of entity {cid} opened here that is never closed (document {doc.key!r} "
-                        f"ends at line {lineno}); expected a matching '{cid})'",
-                        line=ln,
-                    )
-                doc.clusters = [clusters[c] for c in clusters]
-                docs.append(doc)
-                doc = None
-                continue
-            if not line.strip():
-                if doc is not None:
-                    close_sentence()
-                continue
-            if line.startswith("#"):  # other comment lines
-                continue
+    # read whole, so a byte that is not UTF-8 is named with its line and offset; split on "\n" only, as
+    # reading the file line by line did (str.splitlines also splits at \x0b, \x1c, ...)
+    pieces = read_text(path).split("\n")
+    if pieces and pieces[-1] == "":
+        pieces.pop()
+    lineno = 0
+    for lineno, raw in enumerate(pieces, 1):
+        line = raw.rstrip("\n").rstrip("\r")
+        if line.startswith("#begin document"):
+            if doc is not None:
+                raise DataError(
+                    path, f"found '#begin document' inside document {doc.key!r} (begun at line "
+                    f"{doc.source.rsplit(':', 1)[-1]}); expected '#end document' first", line=lineno,
+                )  # fmt: skip
+            m = _BEGIN.match(line)
+            if not m or not m.group("key").strip():
+                raise DataError(path, f"found {line[:80]!r}; expected '#begin document (KEY); part NNN'", line=lineno)
+            doc = CorefDocument(
+                key=m.group("key").strip(),
+                part=int(m.group("part") or 0),
+                sentences=[],
+                rows=[],
+                source=f"{path}:{lineno}",
+            )
+            open_spans, clusters, n_words, n_columns = {}, {}, 0, 0
+            continue
+        if line.startswith("#end document"):
             if doc is None:
                 raise DataError(
-                    path, f"found a word line outside a document ({line[:60]!r}); expected '#begin document' first",
-                    line=lineno,
-                )  # fmt: skip
-            cols = line.split("\t") if "\t" in line else line.split()
-            if len(cols) < 5:
+                    path, "found '#end document' outside a document; expected '#begin document' first", line=lineno
+                )
+            close_sentence()
+            unclosed = [(cid, ln) for cid, stack in open_spans.items() for _, ln in stack]
+            if unclosed:
+                cid, ln = unclosed[0]
                 raise DataError(
                     path,
-                    f"found {len(cols)} columns; expected at least 5 (document, part, index, word, ..., coreference)",
-                    line=lineno,
+                    f"found a mention of entity {cid} opened here that is never closed (document {doc.key!r} "
+                    f"ends at line {lineno}); expected a matching '{cid})'",
+                    line=ln,
                 )
-            if n_columns and len(cols) != n_columns:
-                raise DataError(
-                    path,
-                    f"found {len(cols)} columns; expected {n_columns}, as on line {first_row} of document {doc.key!r}",
-                    line=lineno,
-                )
-            if not n_columns:
-                n_columns, first_row = len(cols), lineno
-            word = cols[3]
-            if not word.strip():
-                raise DataError(path, "found an empty word (column 4); expected a token", line=lineno)
-            speaker = cols[9] if len(cols) >= 12 else NO_SPEAKER
-            for kind, cid in parse_coref_column(cols[-1].strip(), path, lineno):
-                if kind == "single":
-                    clusters.setdefault(cid, []).append((n_words, n_words))
-                elif kind == "open":
-                    open_spans.setdefault(cid, []).append((n_words, lineno))
-                else:
-                    stack = open_spans.get(cid)
-                    if not stack:
-                        raise DataError(
-                            path, f"found '{cid})' closing a mention of entity {cid} that was never opened; "
-                            f"expected a '({cid}' on this or an earlier line", line=lineno,
-                        )  # fmt: skip
-                    start, _ = stack.pop()
-                    if not stack:
-                        del open_spans[cid]
-                    clusters.setdefault(cid, []).append((start, n_words))
-            sentence.append(word)
-            speakers.append(speaker)
-            assert doc.rows is not None
-            doc.rows.append(cols)
-            n_words += 1
+            doc.clusters = [clusters[c] for c in clusters]
+            docs.append(doc)
+            doc = None
+            continue
+        if not line.strip():
+            if doc is not None:
+                close_sentence()
+            continue
+        if line.startswith("#"):  # other comment lines
+            continue
+        if doc is None:
+            raise DataError(
+                path, f"found a word line outside a document ({line[:60]!r}); expected '#begin document' first",
+                line=lineno,
+            )  # fmt: skip
+        cols = line.split("\t") if "\t" in line else line.split()
+        if len(cols) < 5:
+            raise DataError(
+                path,
+                f"found {len(cols)} columns; expected at least 5 (document, part, index, word, ..., coreference)",
+                line=lineno,
+            )
+        if n_columns and len(cols) != n_columns:
+            raise DataError(
+                path,
+                f"found {len(cols)} columns; expected {n_columns}, as on line {first_row} of document {doc.key!r}",
+                line=lineno,
+            )
+        if not n_columns:
+            n_columns, first_row = len(cols), lineno
+        word = cols[3]
+        if not word.strip():
+            raise DataError(path, "found an empty word (column 4); expected a token", line=lineno)
+        speaker = cols[9] if len(cols) >= 12 else NO_SPEAKER
+        for kind, cid in parse_coref_column(cols[-1].strip(), path, lineno):
+            if kind == "single":
+                clusters.setdefault(cid, []).append((n_words, n_words))
+            elif kind == "open":
+                open_spans.setdefault(cid, []).append((n_words, lineno))
+            else:
+                stack = open_spans.get(cid)
+                if not stack:
+                    raise DataError(
+                        path, f"found '{cid})' closing a mention of entity {cid} that was never opened; "
+                        f"expected a '({cid}' on this or an earlier line", line=lineno,
+                    )  # fmt: skip
+                start, _ = stack.pop()
+                if not stack:
+                    del open_spans[cid]
+                clusters.setdefault(cid, []).append((start, n_words))
+        sentence.append(word)
+        speakers.append(speaker)
+        assert doc.rows is not None
+        doc.rows.append(cols)
+        n_words += 1
     if doc is not None:
         raise DataError(
             path, f"found the end of the file inside document {doc.key!r} (begun at line "

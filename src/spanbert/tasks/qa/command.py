@@ -21,7 +21,7 @@ from spanbert.tasks.common import (
     finetune_command,
     start_distributed,
     task_parser,
-    write_json,
+    write_json_once,
     write_once,
 )
 from spanbert.tasks.qa.data import (
@@ -264,9 +264,9 @@ def _predict(task: str, argv: list[str], prog: str) -> Path | None:
     null_path = Path(args.null_odds) if args.null_odds else out.parent / "null_odds.json"
 
     def write() -> None:
-        write_json(out, decoded.predictions, sort_keys=False)
+        write_json_once(out, decoded.predictions, sort_keys=False)
         if cfg.version_2_with_negative:
-            write_json(null_path, decoded.null_odds, sort_keys=False)
+            write_json_once(null_path, decoded.null_odds, sort_keys=False)
 
     write_once(write)
     print0(

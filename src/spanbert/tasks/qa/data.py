@@ -3,15 +3,15 @@ character spans), dev restriction by article, id lists."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spanbert.errors import DataError, SpanBertError, decode_utf8
+from spanbert.errors import DataError, SpanBertError
 from spanbert.metrics import squad as squad_metrics
+from spanbert.utils import open_text, read_text
 
 # ---------------------------------------------------------------------------------------------
 # Readers
@@ -119,28 +119,8 @@ def _parse_slice(spec: str) -> slice:
     return slice(start, stop)
 
 
-def _open_text(path: Path):
-    if not path.is_file():
-        raise SpanBertError(f"{path}: file not found")
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8")
-    return open(path, encoding="utf-8")
-
-
-def _read_text(path: Path, expected: str = "UTF-8 text") -> str:
-    """A whole (possibly gzipped) file as text; bytes that are not UTF-8 are an error naming the line
-    and the byte offset (in the decompressed text of a ``.gz``)."""
-    if not path.is_file():
-        raise SpanBertError(f"{path}: file not found")
-    try:
-        data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
-        raise DataError(path, f"damaged or truncated gzip file: {e}") from None
-    return decode_utf8(data, path, expected)
-
-
 def _load_json_file(path: Path) -> Any:
-    text = _read_text(path)
+    text = read_text(path)
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
@@ -166,7 +146,7 @@ def _expect(obj: Any, key: str, kind: type | tuple[type, ...], path: Path, recor
 def _first_json_line(path: Path) -> Any:
     """The first non-empty line parsed as JSON, or None (not JSON on one line, unreadable, ...)."""
     try:
-        with _open_text(path) as f:
+        with open_text(path) as f:
             for line in f:
                 if line.strip():
                     return json.loads(line)
@@ -279,7 +259,7 @@ def read_mrqa(path: str | Path) -> QAData:
         )  # fmt: skip
     contexts: list[str] = []
     examples: list[QAExample] = []
-    text = _read_text(path, "UTF-8 JSON lines")  # whole, so a byte that is not UTF-8 is named with its line
+    text = read_text(path, "UTF-8 JSON lines")  # whole, so a byte that is not UTF-8 is named with its line
     for lineno, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
@@ -340,7 +320,7 @@ def read_qa(path: str | Path, task: str) -> QAData:
 def read_id_list(path: str | Path) -> set[str]:
     """Question ids to drop: the first tab-separated column of each line (a header line ``id`` is skipped)."""
     path = Path(path)
-    text = _read_text(path, "UTF-8 text (one question id per line)")
+    text = read_text(path, "UTF-8 text (one question id per line)")
     ids = {line.split("\t", 1)[0].strip() for line in text.splitlines() if line.strip()}
     ids.discard("id")
     return ids

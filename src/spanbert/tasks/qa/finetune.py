@@ -30,7 +30,7 @@ from spanbert.tasks.common import (
     selection_defaults,
     selection_summary,
     start_distributed,
-    write_json,
+    write_json_once,
     write_once,
 )
 from spanbert.tasks.qa.data import QAData, QAExample, read_id_list, read_qa
@@ -436,10 +436,10 @@ def finetune_qa(
         extra = {"spanbert": {"task": task, **_config_dict(cfg)}}
         save_finetuned(model, out, tokenizer, families.architecture(model.bert, "ForQuestionAnswering"), extra)
         if results:
-            write_json(out / "dev_predictions.json", results["predictions"], sort_keys=False)
+            write_json_once(out / "dev_predictions.json", results["predictions"], sort_keys=False)
             if cfg.version_2_with_negative:
-                write_json(out / "dev_null_odds.json", results["null_odds"], sort_keys=False)
-            write_json(out / RESULTS_FILE, metrics, sort_keys=False)
+                write_json_once(out / "dev_null_odds.json", results["null_odds"], sort_keys=False)
+            write_json_once(out / RESULTS_FILE, metrics, sort_keys=False)
 
     write_once(write)  # the command says where it saved (`common.run_finetune`), as for every task
     return metrics

@@ -1,0 +1,84 @@
+"""Old spellings of moved names, all in one table.
+
+A name has one home, the module that defines it. Where users were told to import a name from
+somewhere else (a facade that re-exported it, its module before a split, its name before a rename),
+that old spelling stays here: the module that held it ends with ``__getattr__ = _aliases.getter(__name__)``
+(PEP 562), so ``spanbert.data.TokenCorpus`` or ``from spanbert.data import preprocess`` resolves to the
+object in its home, with a DeprecationWarning that names the home. Spanbert's own modules, tests and
+benchmarks import from the homes (tests/test_aliases.py reads the source to check).
+
+Nothing is imported here until an old spelling is used, so any module may import this one.
+"""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+
+def _moved(home: str, *names: str) -> dict[str, tuple[str, str]]:
+    return {name: (home, name) for name in names}
+
+
+OLD_SPELLINGS: dict[str, dict[str, tuple[str, str]]] = {
+    # users import the pre-training data's names from here: docs/data.md and docs/architecture.md said it
+    # re-exported all six modules, and its docstring promised the lower modules' names it imported
+    "spanbert.data": {
+        **_moved("spanbert.preprocess", "NUMERIC_ENTITY_LABELS", "PreprocessConfig", "builtin_corpus",
+                 "iter_documents", "load_spacy", "main", "preprocess", "write_static_masks"),
+        **_moved("spanbert.corpus", "CANDIDATE_KINDS", "FORMAT", "STATIC_FORMAT", "TokenCorpus", "has_tokenizer",
+                 "is_preprocessed", "tokenizer_dir_of"),
+        **_moved("spanbert.blocks", "BLOCK_PACKINGS", "block_ends_mid_word", "held_out_documents", "nsp_pairs",
+                 "sentence_blocks", "single_segment_blocks"),
+        **_moved("spanbert.static_masks", "StaticMaskingConfig", "find_static_masks", "static_mask_sets",
+                 "static_settings"),
+        **_moved("spanbert.dataset", "PretrainDataset", "example_generator"),
+        **_moved("spanbert.collate", "collate_pretrain", "make_collate", "pretrain_dataloader",
+                 "pretrain_target_counts"),
+        **_moved("spanbert.errors", "DataError", "SpanBertError"),
+        **_moved("spanbert.masking", "IGNORE_INDEX", "SCHEMES", "MaskingConfig", "MaskResult", "UnigramSampler",
+                 "check_replace_probs", "mask_block"),
+        **_moved("spanbert.tokenization", "Tokenizer", "corpus_files", "is_jsonl", "iter_lines", "load_tokenizer",
+                 "parse_jsonl_text"),
+        **_moved("spanbert.utils", "atomic_dir", "atomic_write"),
+    },
+    # docs/architecture.md ("Model") told task authors to take the checkpoint helpers from the model file
+    "spanbert.model": {
+        **_moved("spanbert.checkpoint_files", "CONFIG_FILES", "SBO_FILE"),
+        **_moved("spanbert.checkpoints", "check_checkpoint", "read_json", "read_safetensors", "save_checkpoint"),
+    },
+    # docs/architecture.md and docs/pretraining.md named these importable from `spanbert.pretrain` (the
+    # systems and parsers live where no torch is loaded, the samplers and collates with their kin)
+    "spanbert.pretrain": {
+        **_moved("spanbert.pretrain_config", "CAUSAL_SYSTEMS", "FAMILY_CHOICES", "MIN_SEQ_LENGTH", "STATIC_MASKS",
+                 "SYSTEMS", "fill_parser"),
+        **_moved("spanbert.samplers", "CausalLMBlocks", "ClozeBlocks"),
+        **_moved("spanbert.collate", "cloze_collate"),
+    },
+    # a task file's JSON writer (docs/tasks.md), named for what sets it apart from `spanbert.utils.write_json`
+    "spanbert.tasks.common": {"write_json": ("spanbert.tasks.common", "write_json_once")},
+}  # fmt: skip
+"""old module -> {old name: (home module, name there)}."""
+
+
+def resolve(module: str, name: str) -> Any:
+    """The object ``module.name`` spells, from its home; AttributeError when ``name`` is no old spelling."""
+    try:
+        home, new = OLD_SPELLINGS[module][name]
+    except KeyError:
+        raise AttributeError(f"module {module!r} has no attribute {name!r}") from None
+    return getattr(importlib.import_module(home), new)
+
+
+def getter(module: str) -> Callable[[str], Any]:
+    """The ``__getattr__`` of ``module``: its old spellings, each with a DeprecationWarning."""
+
+    def __getattr__(name: str) -> Any:
+        value = resolve(module, name)
+        home, new = OLD_SPELLINGS[module][name]
+        warnings.warn(f"{module}.{name} moved to {home}.{new}; import it from there", DeprecationWarning, stacklevel=2)
+        return value
+
+    return __getattr__
