@@ -1,19 +1,23 @@
 """Model families: the one protocol every task uses, and the one loader that dispatches on config.json.
 
 A family is one readable model file: `spanbert.model` (the BERT encoder, and its causal variant for
-BERT's left-to-right baseline) and `spanbert.cloze` (the two-tower cloze model). Tasks never import
-them: they load an encoder here and use only the members of `Family`, so a new family reaches QA,
-coreference, relation extraction, GLUE, NER, SWAG and parsing by implementing those members and adding
-one row to `FAMILIES`. The family's fine-tuning habits (the two-tower paper's x16 output scale and
-zero-initialised projection, its cosine schedule and learning-rate grid) are defaults the family
-supplies to the shared heads (`Family.habits`), not a second pipeline.
+BERT's left-to-right baseline), `spanbert.cloze` (the two-tower cloze model) and `spanbert.modernbert`.
+Tasks never import them: they load an encoder here and use only the members of `Family`, so a new family
+reaches QA, coreference, relation extraction, GLUE, NER, SWAG and parsing by implementing those members
+and adding one row to `FAMILIES` (or, from another package or a test, `register_family`). The family's
+fine-tuning habits (the two-tower paper's x16 output scale and zero-initialised projection, its cosine
+schedule and learning-rate grid) are defaults the family supplies to the shared heads (`Family.habits`),
+not a second pipeline.
 
-Checkpoints say which family they hold in config.json's ``model_type`` (``"bert"``, or
-``"cloze-two-tower"``); a folder without it (HF BERT, Google's and SpanBERT's ``bert_config.json``
-releases, a fairseq state dict) is BERT, as it always was. ``FAMILIES`` maps model_type to its
-`FamilySpec`, as transformers' ``AutoModel`` maps it to a class. A family's row also says how its
-folders are read, checked and written (`spanbert.checkpoints` holds the layouts): the functions here
-dispatch on the row and never on a family's name, so a family with another weights layout adds a row.
+Checkpoints say which family they hold in config.json's ``model_type`` (``"bert"``, ``"cloze-two-tower"``,
+``"modernbert"``); a folder without it (HF BERT, Google's and SpanBERT's ``bert_config.json`` releases, a
+fairseq state dict) is BERT, as it always was. ``FAMILIES`` maps model_type to its `FamilySpec`, as
+transformers' ``AutoModel`` maps it to a class. A family's row also says how its folders are read, checked
+and written (`spanbert.checkpoints` holds the layouts) and how it pre-trains (`Pretraining`): the functions
+here dispatch on the row and never on a family's name. A row lists only what is its family's own: every
+field it leaves out has a default, BERT's way where that is general (HF-named config fields, WordPiece, the
+masked heads, a safetensors folder) and else the encoder's own answer (`habits`), so a new family states
+its model and what differs, and nothing else.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -34,7 +38,7 @@ from spanbert.config import BertConfig, FinetuneHabits, _json_kind, model_config
 from spanbert.distributed import print0
 from spanbert.errors import SpanBertError
 from spanbert.hub import resolve_model
-from spanbert.pretrain_config import DEFAULT_FAMILY
+from spanbert.pretrain_config import DEFAULT_FAMILY, PRETRAINING_FAMILIES, FamilyModels
 from spanbert.tokenization import load_tokenizer_for, train_byte_level_tokenizer, train_tokenizer
 
 
@@ -83,53 +87,212 @@ class Family(Protocol):
         ...
 
 
+# ---------------------------------------------------------------------------------------------
+# The defaults of a row. A row states what is its family's own and takes the rest from here: BERT's way
+# (HF-named config fields, cased WordPiece, the masked heads' batch, a config.json + model.safetensors
+# folder whose encoder loads whole), which any family whose config and model follow it gets for free.
+
+
+def check_positions(config: Any, *, max_seq_length: int, init_from: str | None, **_: Any) -> None:
+    """`Pretraining.check`'s default: a block longer than the planned model's positions (the HF-named
+    ``max_position_embeddings``) is refused; before the model is planned (``config`` None) nothing is."""
+    if config is not None and max_seq_length > config.max_position_embeddings:
+        raise SpanBertError(
+            f"--max_seq_length: found {max_seq_length}, expected at most the model's "
+            f"{config.max_position_embeddings} positions ({init_from or 'max_position_embeddings'})"
+        )
+
+
+def as_given(config: Any, args: Any) -> Any:
+    """`Pretraining.training_args`' default: the run's own `TrainingArguments`."""
+    return args
+
+
+def masked_lm_flops(config: Any, seq_len: int, objectives: tuple[str, ...]) -> float:
+    """`Pretraining.flops_per_token`'s default: a BERT layer stack of the config's HF-named sizes, its MLM
+    (and SBO) head at 15% of the tokens (`spanbert.model.flops_per_token`)."""
+    return model.flops_per_token(config, seq_len, sbo="sbo" in objectives)
+
+
+def hf_sizes(config: Any) -> tuple[int, int]:
+    """`Pretraining.sizes`' default: (num_hidden_layers, hidden_size) of an HF-named config."""
+    return config.num_hidden_layers, config.hidden_size
+
+
+def _vocabulary_line(kind: str, asked: int, train: Callable[[], Any], note: str = "") -> None:
+    """Train a vocabulary (``train()`` returns its tokenizer) and say what it came to: a small corpus has
+    fewer distinct pieces (or merges) than --vocab_size asks for, and the model is sized by the result."""
+    print0(f"training a {kind} vocabulary of up to {asked:,} tokens on the corpus{note}")
+    got = train().vocab_size
+    if got < asked:
+        print0(f"vocabulary: {got:,} tokens, all that the corpus gives (--vocab_size {asked:,} asked for more)")
+
+
+def wordpiece_vocabulary(files: list, vocab_size: int, folder: Path, config: Any) -> None:
+    """`Pretraining.vocabulary`'s default: BERT's cased WordPiece."""
+    _vocabulary_line("cased WordPiece", vocab_size,
+                     lambda: train_tokenizer(files, vocab_size=vocab_size, output_dir=folder, show_progress=False))  # fmt: skip
+
+
+def unframed(tokenizer: Any) -> Any:
+    """`Pretraining.frame`'s default: the tokenizer as trained (BERT's [CLS], [SEP], [MASK])."""
+    return tokenizer
+
+
+def masking_candidates(config: Any, scheme: str | None) -> dict[str, Any]:
+    """`Pretraining.data_spec`'s default: the spans a masking scheme draws from, marked in the prepared data
+    (named_entity: entities, noun_phrase: noun phrases; None for the others)."""
+    return {"candidates": {"named_entity": "entities", "noun_phrase": "noun_phrases"}.get(scheme)}
+
+
+def bert_heads(objectives: tuple[str, ...]) -> tuple[str, ...]:
+    """The `SpanBertForPreTraining` loss terms of a system's objectives (ltr's next-token LM is the MLM head)."""
+    return ("mlm",) + (("sbo",) if "sbo" in objectives else ()) + (("nsp",) if "nsp" in objectives else ())
+
+
+def bert_target_counts(batch: dict[str, Any], heads: tuple[str, ...] = ("mlm", "sbo", "nsp")) -> dict[str, int]:
+    """Real targets of each of ``heads`` in a pre-training batch: `collate.pretrain_target_counts`,
+    restricted to the heads the model has."""
+    return {k: v for k, v in pretrain_target_counts(batch).items() if k in heads}
+
+
+def masked_lm_counts(pre: nn.Module, objectives: tuple[str, ...]) -> Callable[[dict[str, Any]], dict[str, int]]:
+    """`Pretraining.count_targets`' default: the targets of the masked heads the objectives train."""
+    return functools.partial(bert_target_counts, heads=bert_heads(objectives))
+
+
+MASKED_LM_METRICS: dict[str, tuple[str, ...]] = {
+    "mlm": ("mlm_loss", "mlm_acc"), "sbo": ("sbo_loss", "sbo_acc"), "nsp": ("nsp_loss", "nsp_acc"),
+}  # fmt: skip
+"""`Pretraining.metrics`' default: the masked heads' held-out metrics (a term the model lacks counts no target)."""
+
+
+def masked_lm_run_config(options: dict[str, Any], masking: dict[str, Any] | None, config: Any) -> dict[str, Any]:
+    """`Pretraining.run_config`'s default: every option but the worker count, and the masking."""
+    return {
+        # block_packing="fixed" is left out: checkpoints from before the option had those blocks and no key
+        "PretrainConfig": {
+            k: v
+            for k, v in options.items()
+            if k != "num_proc"
+            and not (k == "block_packing" and v == "fixed")
+            # nor the settings of runs before these options (recipe paper, sequence batching)
+            and not (k == "recipe" and v == "paper")
+            and not (k == "tokens_per_update" and v == 0)
+            and not (k == "seq_length_schedule" and v is None)
+            and not (k == "static_masks" and v == "auto")
+            and not (k in ("dropout", "max_time") and v is None)
+        },
+        "MaskingConfig": masking,
+    }
+
+
+def describe_layers(pre: nn.Module) -> str:
+    """`Pretraining.describe`'s default: "L layers x H" of the model's HF-named config."""
+    return f"{pre.config.num_hidden_layers} layers x {pre.config.hidden_size}"
+
+
+def system_and_masking(system: str, scheme: str | None) -> dict[str, Any]:
+    """`Pretraining.export_extra`'s default: the system and its masking scheme."""
+    return {"system": system, "masking": scheme or "none"}
+
+
+def fine_tune_next(final: Path, objectives: tuple[str, ...]) -> list[str]:
+    """`Pretraining.next_steps`' default: where the model is and how to fine-tune it."""
+    return [
+        f"\nsaved the model to {final}",
+        f"next: fine-tune it on any task, e.g.: spanbert finetune squad --model {final} --train_file ... --validation_file ...",
+    ]
+
+
+def no_init_from(folder: str) -> Any:
+    """`Pretraining.init_config`'s default: the family continues no checkpoint, so --init_from is refused."""
+    raise SpanBertError(f"--init_from: found {folder}, expected none: this family does not continue a checkpoint")
+
+
+def continued(pre: nn.Module, init_from: str, tok: Any) -> nn.Module:
+    """For a `Pretraining.build`: the model loaded from --init_from, refused when its vocabulary has fewer
+    rows than the run's tokenizer has ids."""
+    if pre.config.vocab_size < tok.vocab_size:
+        raise SpanBertError(
+            f"{init_from}: vocabulary of {pre.config.vocab_size} is smaller than the tokenizer's "
+            f"{tok.vocab_size}; use the checkpoint's own tokenizer"
+        )
+    return pre
+
+
+def unframed_by_config(raw: dict[str, Any], tokenizer: Any) -> Any:
+    """`FamilySpec.frame`'s default: the tokenizer as saved (``[CLS] a [SEP] b [SEP]``, BERT's framing)."""
+    return tokenizer
+
+
+def encoder_keys(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """`FamilySpec.encoder_state`'s default: the keys under ``bert.``, without it (where a task model keeps
+    its encoder, and a pre-training model that does as BERT's); a state with none is a bare encoder's."""
+    inner = {k[len("bert.") :]: v for k, v in state.items() if k.startswith("bert.")}
+    return inner or dict(state)
+
+
+def load_strict(encoder: nn.Module, own: dict[str, Tensor], source: str) -> None:
+    """`FamilySpec.load_encoder_state`'s default: every weight of the encoder from ``own``, nothing else."""
+    checkpoints.load_encoder_weights(encoder, own, source, encoder.model_type)
+
+
+def save_in_place(path: Path, state: dict[str, Tensor], config_json: dict[str, Any], tokenizer: Any) -> None:
+    """`FamilySpec.save`'s default: config.json + model.safetensors (+ the tokenizer) in the run folder."""
+    checkpoints.save_checkpoint(path, state, config_json, tokenizer=tokenizer)
+
+
 @dataclass(frozen=True)
 class Pretraining:
     """What a family's pre-training needs (`FamilySpec.pretraining`). `spanbert.pretrain.pretrain` runs
     the same steps for every system (plan, prepare the data, build, cut the blocks, train, export) and
     calls these where the family matters; the system's sampler (`spanbert.samplers.SAMPLERS`) cuts the
-    blocks and batches them."""
+    blocks and batches them. A row states ``config`` and ``build`` and whatever else is its own; every
+    other field defaults to BERT's way (a model whose config has HF names and whose forward takes the
+    masked heads' batch, `spanbert.model.masked_heads`)."""
 
-    samplers: tuple[str, ...]
-    """The samplers whose items the family's pre-training model reads."""
-    masked: bool
-    """Whether its systems take the masking options (a `MaskingConfig` is checked and kept by a resume)."""
     config: Callable[..., Any]
     """(model preset, vocab_size=, max_seq_length=, objectives=, causal=, init_config=, overrides=) -> the
     model's config, planned before the vocabulary exists (the plan's cost is estimated from it)."""
-    check: Callable[..., None]
-    """(planned config, system=, masking=, init_from=, causal=, max_seq_length=, max_predictions=) -> None:
-    the family's refusals, before any work."""
-    training_args: Callable[[Any, Any], Any]
-    """(planned config, TrainingArguments) -> the arguments the family trains with (two-tower §5.2's
-    Nesterov schedule)."""
-    flops_per_token: Callable[[Any, int, tuple[str, ...]], float]
-    """(config, block length, objectives) -> training FLOPs per token (the plan's cost)."""
-    sizes: Callable[[Any], tuple[int, int]]
-    """config -> (layers, hidden size), for the plan's warning."""
-    vocabulary: Callable[[list, int, Path, Any], None]
-    """(corpus files, vocab_size, folder, planned config) -> None: trains the family's vocabulary into
-    folder (BERT: cased WordPiece; two-tower: byte-level BPE or words, as the config's input)."""
-    frame: Callable[[Any], Any]
-    """tokenizer -> the tokenizer the family pre-trains with (two-tower: + <s>, </s>, <sep>)."""
-    data_spec: Callable[[Any, str | None], dict[str, Any]]
-    """(planned config, masking scheme) -> what else shaped the prepared data (`prepared.json`)."""
     build: Callable[..., nn.Module]
     """(planned config, tokenizer, init_from=, objectives=, mlm_weight=, sbo_weight=) -> the model, its
-    `forward` returning ``loss`` and ``loss_terms``."""
-    count_targets: Callable[[nn.Module, tuple[str, ...]], Callable[[dict[str, Any]], dict[str, int]]]
+    `forward` returning ``loss`` and ``loss_terms``, its ``config`` the planned one, its
+    ``save_pretrained(folder, tokenizer=, extra=)`` the export."""
+    samplers: tuple[str, ...] = ("single",)
+    """The samplers whose items the family's pre-training model reads."""
+    masked: bool = True
+    """Whether its systems take the masking options (a `MaskingConfig` is checked and kept by a resume)."""
+    check: Callable[..., None] = check_positions
+    """(planned config, system=, masking=, init_from=, causal=, max_seq_length=, max_predictions=) -> None:
+    the family's refusals, before any work (first with no config, then with the planned one)."""
+    training_args: Callable[[Any, Any], Any] = as_given
+    """(planned config, TrainingArguments) -> the arguments the family trains with (two-tower §5.2's
+    Nesterov schedule)."""
+    flops_per_token: Callable[[Any, int, tuple[str, ...]], float] = masked_lm_flops
+    """(config, block length, objectives) -> training FLOPs per token (the plan's cost)."""
+    sizes: Callable[[Any], tuple[int, int]] = hf_sizes
+    """config -> (layers, hidden size), for the plan's warning."""
+    vocabulary: Callable[[list, int, Path, Any], None] = wordpiece_vocabulary
+    """(corpus files, vocab_size, folder, planned config) -> None: trains the family's vocabulary into
+    folder (BERT: cased WordPiece; two-tower: byte-level BPE or words, as the config's input)."""
+    frame: Callable[[Any], Any] = unframed
+    """tokenizer -> the tokenizer the family pre-trains with (two-tower: + <s>, </s>, <sep>)."""
+    data_spec: Callable[[Any, str | None], dict[str, Any]] = masking_candidates
+    """(planned config, masking scheme) -> what else shaped the prepared data (`prepared.json`)."""
+    count_targets: Callable[[nn.Module, tuple[str, ...]], Callable[[dict[str, Any]], dict[str, int]]] = masked_lm_counts
     """(model, objectives) -> batch -> real targets of each loss term (the trainer's weights)."""
-    metrics: dict[str, tuple[str, ...]]
+    metrics: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(MASKED_LM_METRICS))
     """Loss term -> the held-out metrics averaged over its targets."""
-    run_config: Callable[[dict[str, Any], dict[str, Any] | None, Any], dict[str, Any]]
+    run_config: Callable[[dict[str, Any], dict[str, Any] | None, Any], dict[str, Any]] = masked_lm_run_config
     """(PretrainConfig fields, MaskingConfig fields or None, model config) -> the settings a resume keeps."""
-    describe: Callable[[nn.Module], str]
+    describe: Callable[[nn.Module], str] = describe_layers
     """model -> its size, in words (the line `spanbert pretrain` prints)."""
-    export_extra: Callable[[str, str | None], dict[str, Any]]
+    export_extra: Callable[[str, str | None], dict[str, Any]] = system_and_masking
     """(system, masking scheme or None) -> the keys the exported config.json records."""
-    next_steps: Callable[[Path, tuple[str, ...]], list[str]]
+    next_steps: Callable[[Path, tuple[str, ...]], list[str]] = fine_tune_next
     """(exported folder, objectives) -> what to run next, printed after the export."""
-    init_config: Callable[[str], Any] = lambda folder: None
+    init_config: Callable[[str], Any] = no_init_from
     """--init_from folder -> the checkpoint's architecture, its weights checked present (no tensor read)."""
     load_heads: Callable[[str, tuple[str, ...], str], nn.Module] | None = None
     """(folder, heads, command) -> the pre-trained model with those heads (mlm, sbo) loaded from the folder,
@@ -138,28 +301,34 @@ class Pretraining:
 
 @dataclass(frozen=True)
 class FamilySpec:
-    """How to build and load one family (one row of `FAMILIES`)."""
+    """How to build and load one family (one row of `FAMILIES`). A row states ``from_config`` and ``prefix``
+    and whatever else is its own; the rest defaults to BERT's framing and to a folder of config.json +
+    model.safetensors whose encoder (the task model's ``bert.``) loads whole."""
 
     from_config: Callable[[dict[str, Any], bool, str], nn.Module]
     """(config.json dict, add_pooling_layer, source) -> an encoder, weights freshly initialised."""
-    encoder_state: Callable[[dict[str, Tensor]], dict[str, Tensor]]
-    """A checkpoint's state dict (pre-trained or fine-tuned) -> the encoder's own keys."""
-    habits: Callable[[dict[str, Any], str], FinetuneHabits]
-    """(config.json dict, source) -> fine-tuning habits, without building the model."""
-    frame: Callable[[dict[str, Any], Any], Any]
-    """(config.json dict, tokenizer) -> the tokenizer framed for the family (`Family.frame`, without weights)."""
     prefix: str
     """The family's part of a task model's architecture name (``Bert`` -> ``BertForQuestionAnswering``)."""
-    load: Callable[[Path], tuple[dict[str, Any], dict[str, Tensor]]]
+    habits: Callable[[dict[str, Any], str], FinetuneHabits] | None = None
+    """(config.json dict, source) -> the fine-tuning habits (`Family.habits`) from config.json alone. None:
+    the encoder's own, asked of one built on the meta device (`sized`); a row answers from the config where
+    a command needs them early (before its options are parsed, its ``--help`` too), as a first build on the
+    meta device imports torch._dynamo, seconds."""
+    frame: Callable[[dict[str, Any], Any], Any] = unframed_by_config
+    """(config.json dict, tokenizer) -> the tokenizer framed for the family (`Family.frame`, without
+    weights); default: BERT's, the tokenizer's own [CLS] and [SEP]."""
+    encoder_state: Callable[[dict[str, Tensor]], dict[str, Tensor]] = encoder_keys
+    """A checkpoint's state dict (pre-trained or fine-tuned) -> the encoder's own keys."""
+    load: Callable[[Path], tuple[dict[str, Any], dict[str, Tensor]]] = checkpoints.load_safetensors_checkpoint
     """folder -> (config.json dict, state dict in the family's own key names): every weights layout
     the family reads (BERT: HF, Google's and SpanBERT's releases, fairseq, shards, .bin)."""
-    check: Callable[[Path], None]
+    check: Callable[[Path], None] = checkpoints.check_safetensors_checkpoint
     """folder -> None; fails, naming the file, where `load` would (no weights, a broken header), without
     reading a tensor: what a command checks before it writes anything."""
-    load_encoder_state: Callable[[nn.Module, dict[str, Tensor], str], None]
+    load_encoder_state: Callable[[nn.Module, dict[str, Tensor], str], None] = load_strict
     """(encoder, its own keys from `encoder_state`, source) -> None: loads them, or an error naming
     ``source`` when they do not fit (BERT: a missing pooler stays freshly initialised)."""
-    save: Callable[[Path, dict[str, Tensor], dict[str, Any], Any], None]
+    save: Callable[[Path, dict[str, Tensor], dict[str, Any], Any], None] = save_in_place
     """(folder, state dict, config.json dict, tokenizer or None) -> None: writes a task model's files into a
     run folder, in place beside the run's other outputs (`spanbert.checkpoints.save_checkpoint`)."""
     pretraining: Pretraining | None = None
@@ -167,6 +336,10 @@ class FamilySpec:
     bare_task_folders: bool = False
     """A folder whose config.json has no ``architectures`` may still hold a task model, its weights
     decide (HF BERT folders written without the key); otherwise such a folder holds no task head."""
+
+
+# ---------------------------------------------------------------------------------------------
+# BERT (spanbert/model.py): its layouts, its causal variant (ltr), NSP, --init_from, `spanbert fill`
 
 
 def _bert_from_config(raw: dict[str, Any], add_pooling_layer: bool, source: str) -> nn.Module:
@@ -178,24 +351,13 @@ def _bert_habits(raw: dict[str, Any], source: str) -> FinetuneHabits:
     return FinetuneHabits(init_std=cfg.initializer_range, head_dropout=cfg.hidden_dropout_prob)
 
 
-def _load_strict(encoder: nn.Module, own: dict[str, Tensor], source: str) -> None:
-    """Every weight of the encoder from ``own``, nothing else."""
-    checkpoints.load_encoder_weights(encoder, own, source, encoder.model_type)
-
-
-def _save_hf(path: Path, state: dict[str, Tensor], config_json: dict[str, Any], tokenizer: Any) -> None:
-    checkpoints.save_checkpoint(path, state, config_json, tokenizer=tokenizer)
-
-
-# ---------------------------------------------------------------------------------------------
-# Pre-training (`Pretraining`): BERT's heads (MLM, SBO, NSP; the causal LM of ltr) and the two-tower's
-
-
-def _bert_config(name: str, *, vocab_size: int, max_seq_length: int, objectives: tuple[str, ...], causal: bool,
-                 init_config: BertConfig | None, overrides: dict[str, Any] | None) -> BertConfig:  # fmt: skip
+def _bert_config(name: str, *, vocab_size: int, max_seq_length: int, causal: bool, init_config: BertConfig | None,
+                 **_: Any) -> BertConfig:  # fmt: skip
     if init_config is not None:  # --init_from: the architecture is the checkpoint's
         return init_config
-    return model_config(name, vocab_size=vocab_size, max_position_embeddings=max(512, max_seq_length), is_decoder=causal)
+    return model_config(
+        name, vocab_size=vocab_size, max_position_embeddings=max(512, max_seq_length), is_decoder=causal
+    )
 
 
 def _bert_check(config: BertConfig, *, system: str, masking: str | None, init_from: str | None, causal: bool,
@@ -213,11 +375,7 @@ def _bert_check(config: BertConfig, *, system: str, masking: str | None, init_fr
             f"--max_predictions: found {max_predictions}, expected at least --max_seq_length - 1 "
             f"({max_seq_length - 1}) for --system {system}: every token is a target"
         )
-    if max_seq_length > config.max_position_embeddings:
-        raise SpanBertError(
-            f"--max_seq_length: found {max_seq_length}, expected at most the model's "
-            f"{config.max_position_embeddings} positions ({init_from})"
-        )
+    check_positions(config, max_seq_length=max_seq_length, init_from=init_from)
 
 
 def _bert_flops(config: BertConfig, seq_len: int, objectives: tuple[str, ...]) -> float:
@@ -225,64 +383,12 @@ def _bert_flops(config: BertConfig, seq_len: int, objectives: tuple[str, ...]) -
     return model.flops_per_token(config, seq_len, mask_rate=rate, sbo="sbo" in objectives)
 
 
-def _vocabulary_line(kind: str, asked: int, train: Callable[[], Any], note: str = "") -> None:
-    """Train a vocabulary (``train()`` returns its tokenizer) and say what it came to: a small corpus has
-    fewer distinct pieces (or merges) than --vocab_size asks for, and the model is sized by the result."""
-    print0(f"training a {kind} vocabulary of up to {asked:,} tokens on the corpus{note}")
-    got = train().vocab_size
-    if got < asked:
-        print0(f"vocabulary: {got:,} tokens, all that the corpus gives (--vocab_size {asked:,} asked for more)")
-
-
-def _bert_vocabulary(files: list, vocab_size: int, folder: Path, config: BertConfig) -> None:
-    _vocabulary_line("cased WordPiece", vocab_size,
-                     lambda: train_tokenizer(files, vocab_size=vocab_size, output_dir=folder, show_progress=False))  # fmt: skip
-
-
 def _bert_build(config: BertConfig, tok: Any, *, init_from: str | None, objectives: tuple[str, ...],
                 mlm_weight: float, sbo_weight: float) -> nn.Module:  # fmt: skip
     heads = dict(sbo="sbo" in objectives, nsp="nsp" in objectives, mlm_weight=mlm_weight, sbo_weight=sbo_weight)
     if init_from:
-        pre = model.SpanBertForPreTraining.from_pretrained(init_from, **heads)
-        if pre.config.vocab_size < tok.vocab_size:
-            raise SpanBertError(
-                f"{init_from}: vocabulary of {pre.config.vocab_size} is smaller than the tokenizer's "
-                f"{tok.vocab_size}; use the checkpoint's own tokenizer"
-            )
-        return pre
+        return continued(model.SpanBertForPreTraining.from_pretrained(init_from, **heads), init_from, tok)
     return model.SpanBertForPreTraining(dataclasses.replace(config, vocab_size=tok.vocab_size), **heads)
-
-
-def bert_heads(objectives: tuple[str, ...]) -> tuple[str, ...]:
-    """The `SpanBertForPreTraining` loss terms of a system's objectives (ltr's next-token LM is the MLM head)."""
-    return ("mlm",) + (("sbo",) if "sbo" in objectives else ()) + (("nsp",) if "nsp" in objectives else ())
-
-
-def bert_target_counts(batch: dict[str, Any], heads: tuple[str, ...] = ("mlm", "sbo", "nsp")) -> dict[str, int]:
-    """Real targets of each of ``heads`` in a pre-training batch: `collate.pretrain_target_counts`,
-    restricted to the heads the model has."""
-    return {k: v for k, v in pretrain_target_counts(batch).items() if k in heads}
-
-
-def _bert_counts(pre: nn.Module, objectives: tuple[str, ...]) -> Callable[[dict[str, Any]], dict[str, int]]:
-    return functools.partial(bert_target_counts, heads=bert_heads(objectives))
-
-
-def _bert_run_config(options: dict[str, Any], masking: dict[str, Any] | None, config: Any) -> dict[str, Any]:
-    return {
-        # block_packing="fixed" is left out: checkpoints from before the option had those blocks and no key
-        "PretrainConfig": {
-            k: v
-            for k, v in options.items()
-            if k != "num_proc" and not (k == "block_packing" and v == "fixed")
-            # nor the settings of runs before these options (recipe paper, sequence batching)
-            and not (k == "recipe" and v == "paper") and not (k == "tokens_per_update" and v == 0)
-            and not (k == "seq_length_schedule" and v is None)
-            and not (k == "static_masks" and v == "auto")
-            and not (k in ("dropout", "max_time") and v is None)
-        },
-        "MaskingConfig": masking,
-    }
 
 
 def _bert_next_steps(final: Path, objectives: tuple[str, ...]) -> list[str]:
@@ -293,28 +399,20 @@ def _bert_next_steps(final: Path, objectives: tuple[str, ...]) -> list[str]:
                   f'  spanbert fill --model {final} --text "{text}" --head sbo']  # fmt: skip
     elif "mlm" in objectives:  # no span boundary head: --head sbo would be refused
         # (a causal model's head predicts the next token, not a [MASK]: no fill hint)
-        lines += ["next: fill masked tokens with the MLM head:", f'  spanbert fill --model {final} --text "{text}" --head mlm']
+        lines += [
+            "next: fill masked tokens with the MLM head:",
+            f'  spanbert fill --model {final} --text "{text}" --head mlm',
+        ]
     lines.append(f"  or fine-tune it: spanbert finetune squad --model {final} --train_file ... --validation_file ...")
     return lines
 
 
 BERT_PRETRAINING = Pretraining(
-    samplers=("single", "nsp", "causal"),
-    masked=True,
     config=_bert_config,
-    check=_bert_check,
-    training_args=lambda config, args: args,
-    flops_per_token=_bert_flops,
-    sizes=lambda config: (config.num_hidden_layers, config.hidden_size),
-    vocabulary=_bert_vocabulary,
-    frame=lambda tok: tok,
-    data_spec=lambda config, scheme: {"candidates": {"named_entity": "entities", "noun_phrase": "noun_phrases"}.get(scheme)},
     build=_bert_build,
-    count_targets=_bert_counts,
-    metrics={"mlm": ("mlm_loss", "mlm_acc"), "sbo": ("sbo_loss", "sbo_acc"), "nsp": ("nsp_loss", "nsp_acc")},
-    run_config=_bert_run_config,
-    describe=lambda pre: f"{pre.config.num_hidden_layers} layers x {pre.config.hidden_size}",
-    export_extra=lambda system, scheme: {"system": system, "masking": scheme or "none"},
+    samplers=("single", "nsp", "causal"),
+    check=_bert_check,
+    flops_per_token=_bert_flops,
     next_steps=_bert_next_steps,
     init_config=checkpoints.check_checkpoint,
     load_heads=lambda folder, heads, command: model.SpanBertForPreTraining.from_pretrained(
@@ -323,8 +421,13 @@ BERT_PRETRAINING = Pretraining(
 )
 
 
-def _two_tower_config(name: str, *, vocab_size: int, max_seq_length: int, objectives: tuple[str, ...],
-                      causal: bool, init_config: Any, overrides: dict[str, Any] | None) -> cloze.ClozeConfig:  # fmt: skip
+# ---------------------------------------------------------------------------------------------
+# The two-tower cloze model (spanbert/cloze.py): its own blocks, vocabulary, objectives and schedule
+
+
+def _two_tower_config(
+    name: str, *, objectives: tuple[str, ...], overrides: dict[str, Any] | None, **_: Any
+) -> cloze.ClozeConfig:
     config = cloze.cloze_config(name, objective="-".join(objectives))  # cloze, bilm, cloze-bilm
     if overrides:
         config = dataclasses.replace(config, **overrides)
@@ -332,8 +435,7 @@ def _two_tower_config(name: str, *, vocab_size: int, max_seq_length: int, object
     return config
 
 
-def _two_tower_check(config: cloze.ClozeConfig, *, system: str, masking: str | None, init_from: str | None,
-                     causal: bool, max_seq_length: int, max_predictions: int | None) -> None:  # fmt: skip
+def _two_tower_check(config: cloze.ClozeConfig, *, masking: str | None, init_from: str | None, **_: Any) -> None:
     if masking is not None:
         raise SpanBertError(f"--masking: found {masking!r}, expected none: the two-tower systems mask nothing (§3)")
     if init_from:
@@ -344,7 +446,9 @@ def _two_tower_args(config: cloze.ClozeConfig, args: Any) -> Any:
     if config.optimizer != "nesterov":
         return args
     if args.learning_rate != cloze.PAPER_PEAK_LR:
-        print0(f"note: optimizer=nesterov runs §5.2's schedule, peak rate {cloze.PAPER_PEAK_LR:g} (not --learning_rate {args.learning_rate:g})")
+        print0(
+            f"note: optimizer=nesterov runs §5.2's schedule, peak rate {cloze.PAPER_PEAK_LR:g} (not --learning_rate {args.learning_rate:g})"
+        )
     return cloze.paper_training_arguments(args)
 
 
@@ -369,9 +473,10 @@ def _two_tower_next_steps(final: Path, objectives: tuple[str, ...]) -> list[str]
 
 
 TWO_TOWER_PRETRAINING = Pretraining(
+    config=_two_tower_config,
+    build=lambda config, tok, **_: cloze.build_model(config, tok),
     samplers=("cloze",),
     masked=False,
-    config=_two_tower_config,
     check=_two_tower_check,
     training_args=_two_tower_args,
     flops_per_token=lambda config, seq_len, objectives: cloze.flops_per_token(config, seq_len),
@@ -379,12 +484,16 @@ TWO_TOWER_PRETRAINING = Pretraining(
     vocabulary=_two_tower_vocabulary,
     frame=cloze.with_boundary_tokens,
     data_spec=lambda config, scheme: {"kind": "bpe" if config.input == "bpe" else "words"},
-    build=lambda config, tok, **_: cloze.build_model(config, tok),
     count_targets=lambda lm, objectives: functools.partial(cloze.count_targets, objective=lm.config.objective),
-    metrics={"cloze": ("cloze_loss", "cloze_acc"), "bilm_fwd": ("bilm_fwd_loss", "bilm_fwd_acc"),
-             "bilm_bwd": ("bilm_bwd_loss", "bilm_bwd_acc")},  # fmt: skip
+    metrics={
+        "cloze": ("cloze_loss", "cloze_acc"),
+        "bilm_fwd": ("bilm_fwd_loss", "bilm_fwd_acc"),
+        "bilm_bwd": ("bilm_bwd_loss", "bilm_bwd_acc"),
+    },
     run_config=lambda options, masking, config: {
-        "PretrainConfig": {k: v for k, v in options.items() if k != "num_proc" and not (k in ("dropout", "max_time") and v is None)},
+        "PretrainConfig": {
+            k: v for k, v in options.items() if k != "num_proc" and not (k in ("dropout", "max_time") and v is None)
+        },
         "ClozeConfig": dataclasses.asdict(config),
     },
     describe=_two_tower_describe,
@@ -393,22 +502,15 @@ TWO_TOWER_PRETRAINING = Pretraining(
 )
 
 
-def _modernbert_config(name: str, *, vocab_size: int, max_seq_length: int, objectives: tuple[str, ...], causal: bool,
-                       init_config: Any, overrides: dict[str, Any] | None) -> modernbert.ModernBertConfig:  # fmt: skip
+# ---------------------------------------------------------------------------------------------
+# ModernBERT (spanbert/modernbert.py): BERT's masked heads on its own architecture and byte-level BPE
+
+
+def _modernbert_config(name: str, *, vocab_size: int, init_config: Any, overrides: dict[str, Any] | None,
+                       **_: Any) -> modernbert.ModernBertConfig:  # fmt: skip
     if init_config is not None:  # --init_from: the architecture is the checkpoint's
         return init_config
     return modernbert.modernbert_config(name, vocab_size=vocab_size, **(overrides or {}))
-
-
-def _modernbert_check(config: Any, *, system: str, masking: str | None, init_from: str | None, causal: bool,
-                      max_seq_length: int, max_predictions: int | None) -> None:  # fmt: skip
-    if causal:
-        raise SpanBertError(f"--system {system}: found a left-to-right system, expected a bidirectional one for --family modernbert")
-    if config is not None and max_seq_length > config.max_position_embeddings:
-        raise SpanBertError(
-            f"--max_seq_length: found {max_seq_length}, expected at most the model's "
-            f"{config.max_position_embeddings} positions (max_position_embeddings)"
-        )
 
 
 def _modernbert_vocabulary(files: list, vocab_size: int, folder: Path, config: Any) -> None:
@@ -420,13 +522,7 @@ def _modernbert_build(config: Any, tok: Any, *, init_from: str | None, objective
                       mlm_weight: float, sbo_weight: float) -> nn.Module:  # fmt: skip
     heads = dict(sbo="sbo" in objectives, mlm_weight=mlm_weight, sbo_weight=sbo_weight)
     if init_from:
-        pre = modernbert.ModernBertForPreTraining.from_pretrained(init_from, **heads)
-        if pre.config.vocab_size < tok.vocab_size:
-            raise SpanBertError(
-                f"{init_from}: vocabulary of {pre.config.vocab_size} is smaller than the tokenizer's "
-                f"{tok.vocab_size}; use the checkpoint's own tokenizer"
-            )
-        return pre
+        return continued(modernbert.ModernBertForPreTraining.from_pretrained(init_from, **heads), init_from, tok)
     ids = dict(pad_token_id=tok.pad_id, cls_token_id=tok.cls_id, bos_token_id=tok.cls_id, sep_token_id=tok.sep_id,
                eos_token_id=tok.sep_id)  # fmt: skip
     return modernbert.ModernBertForPreTraining(dataclasses.replace(config, vocab_size=tok.vocab_size, **ids), **heads)
@@ -434,7 +530,9 @@ def _modernbert_build(config: Any, tok: Any, *, init_from: str | None, objective
 
 def _modernbert_init_config(folder: str) -> modernbert.ModernBertConfig:
     checkpoints.check_safetensors_checkpoint(Path(folder))
-    return modernbert.ModernBertConfig.from_hf_dict(read_config(folder), source=str(checkpoints.config_path(Path(folder))))
+    return modernbert.ModernBertConfig.from_hf_dict(
+        read_config(folder), source=str(checkpoints.config_path(Path(folder)))
+    )
 
 
 def _modernbert_next_steps(final: Path, objectives: tuple[str, ...]) -> list[str]:
@@ -450,26 +548,17 @@ def _modernbert_next_steps(final: Path, objectives: tuple[str, ...]) -> list[str
 
 
 MODERNBERT_PRETRAINING = Pretraining(
-    samplers=("single",),
-    masked=True,
     config=_modernbert_config,
-    check=_modernbert_check,
-    training_args=lambda config, args: args,
-    flops_per_token=lambda config, seq_len, objectives: modernbert.flops_per_token(config, seq_len, sbo="sbo" in objectives),
-    sizes=lambda config: (config.num_hidden_layers, config.hidden_size),
-    vocabulary=_modernbert_vocabulary,
-    frame=lambda tok: tok,
-    data_spec=lambda config, scheme: {
-        "kind": "byte-level-bpe",
-        "candidates": {"named_entity": "entities", "noun_phrase": "noun_phrases"}.get(scheme),
-    },
     build=_modernbert_build,
-    count_targets=_bert_counts,
-    metrics={"mlm": ("mlm_loss", "mlm_acc"), "sbo": ("sbo_loss", "sbo_acc")},
-    run_config=_bert_run_config,
-    describe=lambda pre: f"ModernBERT, {pre.config.num_hidden_layers} layers x {pre.config.hidden_size} "
-    f"(global every {pre.config.global_attn_every_n_layers}, local window {pre.config.local_attention})",
-    export_extra=lambda system, scheme: {"system": system, "masking": scheme or "none"},
+    flops_per_token=lambda config, seq_len, objectives: modernbert.flops_per_token(
+        config, seq_len, sbo="sbo" in objectives
+    ),
+    vocabulary=_modernbert_vocabulary,
+    data_spec=lambda config, scheme: {"kind": "byte-level-bpe", **masking_candidates(config, scheme)},
+    describe=lambda pre: (
+        f"ModernBERT, {pre.config.num_hidden_layers} layers x {pre.config.hidden_size} "
+        f"(global every {pre.config.global_attn_every_n_layers}, local window {pre.config.local_attention})"
+    ),
     next_steps=_modernbert_next_steps,
     init_config=_modernbert_init_config,
     load_heads=lambda folder, heads, command: modernbert.ModernBertForPreTraining.from_pretrained(
@@ -481,45 +570,65 @@ MODERNBERT_PRETRAINING = Pretraining(
 FAMILIES: dict[str, FamilySpec] = {
     "bert": FamilySpec(
         from_config=_bert_from_config,
-        encoder_state=checkpoints.encoder_state_dict,
-        habits=_bert_habits,
-        frame=lambda raw, tok: tok,
         prefix="Bert",
+        habits=_bert_habits,
+        encoder_state=checkpoints.encoder_state_dict,
         load=checkpoints.load_checkpoint,
         check=checkpoints.check_checkpoint,
         load_encoder_state=lambda encoder, own, source: encoder.load_bert_state(own, source=source),
-        save=_save_hf,
         pretraining=BERT_PRETRAINING,
         bare_task_folders=True,
     ),
     cloze.MODEL_TYPE: FamilySpec(
         from_config=lambda raw, pooled, source: cloze.encoder_from_config(raw, source),
-        encoder_state=cloze.encoder_state,
+        prefix="TwoTower",
         habits=lambda raw, source: cloze.FINETUNE_HABITS,
         frame=lambda raw, tok: cloze.frame_tokenizer(cloze.config_from_json(raw), tok),
-        prefix="TwoTower",
-        load=checkpoints.load_safetensors_checkpoint,
-        check=checkpoints.check_safetensors_checkpoint,
-        load_encoder_state=_load_strict,
-        save=_save_hf,
+        encoder_state=cloze.encoder_state,
         pretraining=TWO_TOWER_PRETRAINING,
     ),
     modernbert.MODEL_TYPE: FamilySpec(
         from_config=lambda raw, pooled, source: modernbert.Encoder(
             modernbert.ModernBertConfig.from_hf_dict(raw, source=source), add_pooling_layer=pooled
         ),
-        encoder_state=modernbert.encoder_state,
-        habits=lambda raw, source: modernbert.family_habits(modernbert.ModernBertConfig.from_hf_dict(raw, source=source)),
-        frame=lambda raw, tok: tok,
         prefix="SpanbertModernBert",
-        load=checkpoints.load_safetensors_checkpoint,
-        check=checkpoints.check_safetensors_checkpoint,
+        habits=lambda raw, source: modernbert.family_habits(
+            modernbert.ModernBertConfig.from_hf_dict(raw, source=source)
+        ),
+        encoder_state=modernbert.encoder_state,
         load_encoder_state=modernbert.load_encoder_state,
-        save=_save_hf,
         pretraining=MODERNBERT_PRETRAINING,
     ),
 }
-"""config.json ``model_type`` -> family. Any other model_type (or none) reads as `DEFAULT_FAMILY`."""
+"""config.json ``model_type`` -> family. Any other model_type (or none) reads as `DEFAULT_FAMILY`; a family
+of another package joins with `register_family`."""
+BUILT_IN = frozenset(FAMILIES)
+"""The families spanbert ships (`unregister_family` leaves them)."""
+
+
+def register_family(name: str, spec: FamilySpec, check_model: Callable[[str], Any] | None = None) -> None:
+    """Add a family to `FAMILIES`: ``name`` is the config.json ``model_type`` its folders record and its
+    encoder's `Family.model_type`; ``spec`` its row. From then on the one loader reads its folders, every
+    task fine-tunes it and, when the row has `pretraining`, ``spanbert pretrain --family NAME`` pre-trains
+    it. ``check_model`` refuses a ``--model`` the family has no preset for before any work (default: none
+    is refused here, the row's `Pretraining.config` decides). It holds in this process: a program calls it
+    before `spanbert.cli.run`, a test registers its own family and removes it with `unregister_family`."""
+    if name in FAMILIES:
+        raise SpanBertError(f"register_family: found {name!r}, a family already; expected a new model_type")
+    FAMILIES[name] = spec
+    if spec.pretraining is not None:
+        PRETRAINING_FAMILIES[name] = FamilyModels(check_model or (lambda model_name: None))
+
+
+def unregister_family(name: str) -> None:
+    """Remove a family that `register_family` added; the built-in ones (`BUILT_IN`) stay."""
+    if name in BUILT_IN or name not in FAMILIES:
+        added = sorted(set(FAMILIES) - BUILT_IN)
+        raise SpanBertError(
+            f"unregister_family: found {name!r}, expected a family that register_family added: {', '.join(added) or 'none'}"
+        )
+    del FAMILIES[name]
+    PRETRAINING_FAMILIES.pop(name, None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -553,12 +662,21 @@ def family_of(path: str | Path) -> str:
     return family_name(read_config(path))
 
 
+def sized(raw: dict[str, Any], source: str = "config.json") -> nn.Module:
+    """The encoder ``raw`` (a config.json dict) describes, built on the meta device: no memory and no
+    initialisation, yet every protocol member a command asks before it loads weights is there (the sizes,
+    `Family.habits`)."""
+    with torch.device("meta"):
+        return FAMILIES[family_name(raw)].from_config(raw, False, source)
+
+
 def habits_of(path: str | Path) -> FinetuneHabits:
     """The fine-tuning habits of the family in ``path`` (reads config.json only): what a task command
     needs before it parses its options, to show and use the family's defaults."""
     path = resolve_model(path)
-    raw = read_config(path)
-    return FAMILIES[family_name(raw)].habits(raw, str(checkpoints.config_path(path)))
+    raw, source = read_config(path), str(checkpoints.config_path(path))
+    answer = FAMILIES[family_name(raw)].habits
+    return answer(raw, source) if answer is not None else sized(raw, source).habits
 
 
 def num_layers_of(path: str | Path) -> int:
@@ -566,19 +684,15 @@ def num_layers_of(path: str | Path) -> int:
     to be there and readable (`FamilySpec.check`), nothing is loaded."""
     path = resolve_model(path)
     raw = read_config(path)
-    spec = FAMILIES[family_name(raw)]
-    spec.check(path)
-    with torch.device("meta"):  # the sizes only: no memory, no initialisation
-        return spec.from_config(raw, False, str(checkpoints.config_path(path))).num_layers
+    FAMILIES[family_name(raw)].check(path)
+    return sized(raw, str(checkpoints.config_path(path))).num_layers
 
 
 def max_positions_of(path: str | Path) -> int:
     """`Family.max_positions` (the longest framed input) of the checkpoint in ``path``, from its config.json
     alone: what a task's sequence length is checked against before any data is read."""
     path = resolve_model(path)
-    raw = read_config(path)
-    with torch.device("meta"):  # the sizes only: no memory, no initialisation
-        return int(FAMILIES[family_name(raw)].from_config(raw, False, str(checkpoints.config_path(path))).max_positions)
+    return int(sized(read_config(path), str(checkpoints.config_path(path))).max_positions)
 
 
 def load_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict[str, Tensor]]:
@@ -639,7 +753,11 @@ def architectures(task: str) -> tuple[str, ...]:
 
 
 def save_task_model(
-    task_model: nn.Module, output_dir: str | Path, tokenizer: Any, architecture: str, extra: dict[str, Any] | None = None
+    task_model: nn.Module,
+    output_dir: str | Path,
+    tokenizer: Any,
+    architecture: str,
+    extra: dict[str, Any] | None = None,
 ) -> None:
     """Save a task model (its encoder as ``task_model.bert`` + a head) as config.json (the encoder's keys,
     ``architectures``, then ``extra``: HF keys such as ``id2label`` at the top level, spanbert's task

@@ -278,6 +278,13 @@ def grow_embedding(old: nn.Embedding, vocab_size: int, init: Callable[[Tensor], 
     return new
 
 
+def config_size(field: str, doc: str = "") -> property:
+    """A size of the family protocol (`spanbert.families.Family`) read from the encoder's config by its HF
+    name: ``num_layers = config_size("num_hidden_layers")``. The encoders whose configs keep transformers'
+    names (BERT's, ModernBERT's) declare their sizes so, one line each."""
+    return property(lambda self: getattr(self.config, field), doc=doc or f"``config.{field}``.")
+
+
 class Encoder(nn.Module):
     """A BERT encoder whose `state_dict()` is exactly HF `BertModel`'s.
 
@@ -362,34 +369,12 @@ class Encoder(nn.Module):
     # What a task may use of an encoder (`spanbert.families.Family`); the two-tower model's
     # `spanbert.cloze.TwoTowerEncoder` has the same members.
     model_type = "bert"
-
-    @property
-    def hidden_size(self) -> int:
-        """H of the token states."""
-        return self.config.hidden_size
-
-    @property
-    def sentence_size(self) -> int:
-        """Width of `sentence`'s vector: the pooler's H."""
-        return self.config.hidden_size
-
-    @property
-    def num_layers(self) -> int:
-        """Transformer layers; ``output_hidden_states`` gives num_layers + 1 states."""
-        return self.config.num_hidden_layers
-
-    @property
-    def max_positions(self) -> int:
-        """The longest input, [CLS] and [SEP] included."""
-        return self.config.max_position_embeddings
-
-    @property
-    def vocab_size(self) -> int:
-        return self.config.vocab_size
-
-    @property
-    def ffn_size(self) -> int:
-        return self.config.intermediate_size
+    hidden_size = config_size("hidden_size", "H of the token states.")
+    sentence_size = config_size("hidden_size", "Width of `sentence`'s vector: the pooler's H.")
+    num_layers = config_size("num_hidden_layers", "Layers; ``output_hidden_states`` gives num_layers + 1 states.")
+    max_positions = config_size("max_position_embeddings", "The longest input, [CLS] and [SEP] included.")
+    vocab_size = config_size("vocab_size")
+    ffn_size = config_size("intermediate_size", "Width of a feed-forward layer's inner activation.")
 
     @property
     def habits(self) -> FinetuneHabits:
@@ -571,21 +556,23 @@ def masked_heads(
     mlm: Callable[[Tensor], Tensor],
     sbo: SpanBoundaryHead | None,
     embedding: Tensor,
-    mlm_positions: Tensor | None,
-    mlm_labels: Tensor | None,
-    sbo_positions: Tensor | None,
-    sbo_labels: Tensor | None,
-    sbo_left: Tensor | None,
-    sbo_right: Tensor | None,
-    sbo_rel: Tensor | None,
-    mlm_weight: float,
-    sbo_weight: float,
+    mlm_weight: float = 1.0,
+    sbo_weight: float = 1.0,
+    *,
+    mlm_positions: Tensor | None = None,
+    mlm_labels: Tensor | None = None,
+    sbo_positions: Tensor | None = None,
+    sbo_labels: Tensor | None = None,
+    sbo_left: Tensor | None = None,
+    sbo_right: Tensor | None = None,
+    sbo_rel: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """The MLM and SBO terms of a pre-training batch (§3.2), the same for every family: ``mlm`` maps the
     (N, H) states at the masked positions to (N, V) logits, the span boundary head reads the states at
-    each target's outside boundaries. Logits, losses and accuracies go into ``out``; returns the
-    weighted sum and the weighted terms (trainer contract 1: each a mean over its own targets, 0 but
-    attached without targets)."""
+    each target's outside boundaries. The keywords are the batch's targets as the collator names them
+    (`spanbert.collate`): a family's pre-training ``forward`` passes them on as it got them. Logits,
+    losses and accuracies go into ``out``; returns the weighted sum and the weighted terms (trainer
+    contract 1: each a mean over its own targets, 0 but attached without targets)."""
     flat = hidden.reshape(-1, hidden.shape[-1])  # (B*T, H)
     loss = hidden.new_zeros((), dtype=torch.float32)
     terms: dict[str, Tensor] = {}
@@ -640,22 +627,18 @@ class SpanBertForPreTraining(nn.Module):
         input_ids: Tensor,
         attention_mask: Tensor | None = None,
         token_type_ids: Tensor | None = None,
-        mlm_positions: Tensor | None = None,
-        mlm_labels: Tensor | None = None,
-        sbo_positions: Tensor | None = None,
-        sbo_labels: Tensor | None = None,
-        sbo_left: Tensor | None = None,
-        sbo_right: Tensor | None = None,
-        sbo_rel: Tensor | None = None,
         next_sentence_label: Tensor | None = None,
+        **targets: Tensor | None,
     ) -> dict[str, Tensor]:
+        """MLM and SBO logits at the masked positions (`masked_heads`, which takes ``targets``: the batch's
+        positions, labels and span boundaries), NSP logits when the model has the head; given labels, the
+        ``loss`` and its ``loss_terms``."""
         hidden = self.bert(input_ids, attention_mask, token_type_ids)  # (B, T, H)
         emb = self.bert.embeddings.word_embeddings.weight  # (V, H), tied decoder (§2)
         out: dict[str, Tensor] = {"hidden_states": hidden}
         loss, terms = masked_heads(
             out, hidden, lambda h: self.cls.predictions(h, emb), self.cls.span_predictions, emb,
-            mlm_positions, mlm_labels, sbo_positions, sbo_labels, sbo_left, sbo_right, sbo_rel,
-            self.mlm_weight, self.sbo_weight,
+            self.mlm_weight, self.sbo_weight, **targets,
         )  # fmt: skip
         if self.cls.seq_relationship is not None:
             nsp_logits = self.cls.seq_relationship(self.bert.pool(hidden))  # (B, 2)
@@ -664,7 +647,7 @@ class SpanBertForPreTraining(nn.Module):
                 out["nsp_loss"], out["nsp_acc"] = ce_and_acc(nsp_logits, next_sentence_label)
                 terms["nsp"] = out["nsp_loss"]
                 loss = loss + terms["nsp"]
-        if mlm_labels is not None or next_sentence_label is not None:
+        if targets.get("mlm_labels") is not None or next_sentence_label is not None:
             out["loss"] = loss
             out["loss_terms"] = terms
         return out

@@ -56,7 +56,7 @@ from spanbert.distributed import eprint0
 from spanbert.dropout import Dropout
 from spanbert.errors import SpanBertError
 from spanbert.hub import resolve_model
-from spanbert.model import SpanBoundaryHead, Unpad, grow_embedding, head_flops, masked_heads
+from spanbert.model import SpanBoundaryHead, Unpad, config_size, grow_embedding, head_flops, masked_heads
 
 varlen_attn: Any = None
 """PyTorch's variable-length FlashAttention (CUDA, fp16/bf16), once `varlen_available` has loaded it."""
@@ -638,30 +638,12 @@ class Encoder(nn.Module):
         self.gradient_checkpointing = enabled
 
     # ----------------------------------------------------------------- the family protocol
-    @property
-    def hidden_size(self) -> int:
-        return self.config.hidden_size
-
-    @property
-    def sentence_size(self) -> int:
-        return self.config.hidden_size
-
-    @property
-    def num_layers(self) -> int:
-        return self.config.num_hidden_layers
-
-    @property
-    def max_positions(self) -> int:
-        """The longest input: RoPE has no table, the context ModernBERT was trained for."""
-        return self.config.max_position_embeddings
-
-    @property
-    def vocab_size(self) -> int:
-        return self.config.vocab_size
-
-    @property
-    def ffn_size(self) -> int:
-        return self.config.intermediate_size
+    hidden_size = config_size("hidden_size")
+    sentence_size = config_size("hidden_size", "Width of `sentence`'s vector: the sentence head's H.")
+    num_layers = config_size("num_hidden_layers")
+    max_positions = config_size("max_position_embeddings", "RoPE has no table: the context ModernBERT was trained for.")
+    vocab_size = config_size("vocab_size")
+    ffn_size = config_size("intermediate_size")
 
     @property
     def habits(self) -> FinetuneHabits:
@@ -776,15 +758,11 @@ class ModernBertForPreTraining(nn.Module):
         input_ids: Tensor,
         attention_mask: Tensor | None = None,
         token_type_ids: Tensor | None = None,
-        mlm_positions: Tensor | None = None,
-        mlm_labels: Tensor | None = None,
-        sbo_positions: Tensor | None = None,
-        sbo_labels: Tensor | None = None,
-        sbo_left: Tensor | None = None,
-        sbo_right: Tensor | None = None,
-        sbo_rel: Tensor | None = None,
         next_sentence_label: Tensor | None = None,
+        **targets: Tensor | None,
     ) -> dict[str, Tensor]:
+        """`spanbert.model.SpanBertForPreTraining`'s batch and outputs, without NSP: ``token_type_ids`` are
+        ignored (no segment embeddings) and a ``next_sentence_label`` is refused."""
         if next_sentence_label is not None:
             raise SpanBertError("ModernBERT pre-trains on single sequences: it has no next-sentence head")
         hidden = self.model(input_ids, attention_mask)  # (B, T, H)
@@ -792,10 +770,9 @@ class ModernBertForPreTraining(nn.Module):
         out: dict[str, Tensor] = {"hidden_states": hidden}
         loss, terms = masked_heads(
             out, hidden, lambda h: F.linear(self.head(h), emb, self.decoder.bias), self.span_predictions, emb,
-            mlm_positions, mlm_labels, sbo_positions, sbo_labels, sbo_left, sbo_right, sbo_rel,
-            self.mlm_weight, self.sbo_weight,
+            self.mlm_weight, self.sbo_weight, **targets,
         )  # fmt: skip
-        if mlm_labels is not None:
+        if targets.get("mlm_labels") is not None:
             out["loss"] = loss
             out["loss_terms"] = terms
         return out

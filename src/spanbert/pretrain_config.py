@@ -105,13 +105,14 @@ PRETRAINING_FAMILIES: dict[str, FamilyModels] = {
     MODERNBERT_MODEL_TYPE: FamilyModels(_preset_check(MODERNBERT_PRESETS, "ModernBERT preset")),
 }
 """What `spanbert pretrain` knows of each family that pre-trains before torch is loaded, in the order
-``--family`` lists them."""
+``--family`` lists them (`spanbert.families.register_family` adds a registered family's row)."""
 DEFAULT_FAMILY = "bert"
 """The family of the paper's systems, and of a checkpoint folder whose config.json names no family (every
 BERT release predates the key)."""
-FAMILY_CHOICES = tuple(PRETRAINING_FAMILIES)
+FAMILY_CHOICES = PRETRAINING_FAMILIES.keys()
 """--family values: the families that pre-train (`PRETRAINING_FAMILIES`, the light mirror of the
-`spanbert.families.FAMILIES` rows with `pretraining`)."""
+`spanbert.families.FAMILIES` rows with `pretraining`). A live view, not a copy: a family that
+`spanbert.families.register_family` adds is a choice too."""
 
 # The paper's systems (those on the default family) as (masking scheme, "single" | "nsp", sbo,
 # short_seq_prob): what `pretrain`'s earlier API returned for a system (ltr's scheme is unused).
