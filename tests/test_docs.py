@@ -211,7 +211,7 @@ def test_python_snippet_runs_verbatim(block: Block, project: Path, monkeypatch):
     if _needs_data(block.code) and not (SHARED / "data").exists():
         pytest.skip(f"needs {SHARED / 'data'}, which is absent")
     monkeypatch.chdir(project)
-    code = compile(block.code, block.id, "exec")
+    code = compile(block.code, block.id, "exec", dont_inherit=True)  # a snippet runs as a user runs it: not under this file's __future__ imports
     with contextlib.redirect_stdout(io.StringIO()):
         exec(code, {"__name__": "__docs__"})
 
