@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from spanbert import checkpoints, cloze, families
+from spanbert import checkpoint_files, checkpoints, cloze, families
 from spanbert.config import model_config
 from spanbert.errors import SpanBertError
 from spanbert.model import Encoder, SpanBertForPreTraining
@@ -161,10 +161,10 @@ def test_an_in_place_save_drops_an_earlier_models_weight_files(tmp_path):
 
 
 def test_model_files_are_listed_once():
-    assert checkpoints.SBO_FILE in checkpoints.MODEL_FILES
-    assert checkpoints.is_model_file("model-00001-of-00002.safetensors")
-    assert checkpoints.is_model_file(".model.safetensors.abcd.tmp")
-    assert not checkpoints.is_model_file("notes.txt")
+    assert checkpoint_files.SBO_FILE in checkpoint_files.MODEL_FILES
+    assert checkpoint_files.is_model_file("model-00001-of-00002.safetensors")
+    assert checkpoint_files.is_model_file(".model.safetensors.abcd.tmp")
+    assert not checkpoint_files.is_model_file("notes.txt")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,8 +14,6 @@ from test_pretrain import synthetic_docs
 from spanbert import cloze
 from spanbert.cli import main
 from spanbert.cloze import (
-    CLOZE_PRESETS,
-    ClozeConfig,
     TwoTowerModel,
     adaptive_cutoffs,
     bilm_inputs,
@@ -25,6 +23,7 @@ from spanbert.cloze import (
     load_two_tower,
     train_cloze_tokenizer,
 )
+from spanbert.config import CLOZE_PRESETS, ClozeConfig
 from spanbert.errors import SpanBertError
 from spanbert.pretrain import pretrain
 from spanbert.pretrain_config import PretrainConfig

@@ -21,11 +21,11 @@ from torch._dynamo.testing import CompileCounter
 
 import spanbert.compile as compile_mod
 from spanbert import modernbert
-from spanbert.compile import compile_regions, compile_setting, is_compiled, regions, wants_compile
+from spanbert.compile import compile_regions, is_compiled, regions, wants_compile
 from spanbert.errors import SpanBertError
 from spanbert.model import SpanBertForPreTraining
 from spanbert.trainer import train
-from spanbert.training_args import TrainingArguments
+from spanbert.training_args import TrainingArguments, compile_setting
 
 
 @pytest.fixture(autouse=True)

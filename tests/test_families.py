@@ -89,7 +89,7 @@ PREFIX = {"bert": ("Bert", "SpanBert"), "ltr": ("Bert", "SpanBert"), "two-tower"
 @pytest.mark.parametrize("name", FAMILY_NAMES)
 def test_every_family_has_the_protocol(models, name):
     encoder = families.load_encoder(models[name], add_pooling_layer=True)
-    tok = families.load_tokenizer(models[name])
+    tok = families.load_framed_tokenizer(models[name])
     assert not encoder.training and families.family_of(models[name]) == EXPECTED[name]
     a, b = tok.encode("the movie was good").ids.tolist(), tok.encode("Mary saw John").ids.tolist()
     from spanbert.tasks.classification import pair_input
@@ -124,7 +124,7 @@ def test_every_family_checkpoints_its_layers_to_the_same_gradients(models, name)
     from spanbert.dropout import set_dropout
 
     set_dropout(encoder, 0.0)
-    x = torch.as_tensor(families.load_tokenizer(models[name]).encode("the movie was good").ids)[None]
+    x = torch.as_tensor(families.load_framed_tokenizer(models[name]).encode("the movie was good").ids)[None]
     grads = []
     for on in (False, True):
         encoder.zero_grad()

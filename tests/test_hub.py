@@ -50,7 +50,7 @@ def test_a_hub_name_loads_from_the_cache_offline(hub_cache):
     for (name, a), b in zip(encoder.state_dict().items(), loaded.state_dict().values()):
         assert torch.equal(a, b), name
     assert families.read_config(REPO)["hidden_size"] == 64
-    assert load_tokenizer_for(REPO).vocab_size == families.load_tokenizer(REPO).vocab_size > 0
+    assert load_tokenizer_for(REPO).vocab_size == families.load_framed_tokenizer(REPO).vocab_size > 0
     assert hub.resolve_model(str(snapshot)) == snapshot  # a local folder is itself
 
 

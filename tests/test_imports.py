@@ -187,7 +187,7 @@ def test_every_commands_help_imports_no_torch_and_no_task(argv):
 @pytest.mark.parametrize("task", ["squad", "tacred", "glue", "ner", "coref", "swag", "parse"])
 def test_a_tasks_help_loads_no_dynamo_and_no_other_task(task):
     # a task's options come from its module, which loads torch; never torch._dynamo, nor another task's file
-    from spanbert.tasks import _MODULES
+    from spanbert.tasks.registry import _MODULES
 
     seen = _modules_after(["finetune", task, "--help"])
     assert seen["code"] == 0 and seen["help"].startswith(f"usage: spanbert finetune {task}"), seen

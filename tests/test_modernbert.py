@@ -178,7 +178,7 @@ def test_a_transformers_folder_loads_through_the_one_loader(hf_folder):
     assert (ref - got)[mask.bool()].abs().max() <= 1e-4
     # the sentence head is the MLM head's transform, as transformers' classification models load it
     assert torch.equal(encoder.head.dense.weight, hf.head.dense.weight)
-    tok = families.load_tokenizer(hf_folder)
+    tok = families.load_framed_tokenizer(hf_folder)
     assert tok.byte_level and (tok.cls_id, tok.sep_id) == (hf.config.cls_token_id, hf.config.sep_token_id)
 
 

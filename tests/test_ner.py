@@ -11,7 +11,7 @@ import pytest
 from spanbert.cli import main as spanbert_main
 from spanbert.errors import DataError
 from spanbert.metrics.classification import conll_chunks
-from spanbert.tasks.ner import NerSentence, decode, label_list, ner_features, read_conll
+from spanbert.tasks.conll import NerSentence, decode, label_list, ner_features, read_conll
 
 CONLL = Path(__file__).parents[1] / "../shared/data/conll2003"
 

@@ -13,7 +13,7 @@ from test_ner import synthetic_conll, write_conll
 
 from spanbert.cli import main
 from spanbert.tasks import ner_features as NF
-from spanbert.tasks.ner import ner_features, read_conll
+from spanbert.tasks.conll import ner_features, read_conll
 
 
 @pytest.fixture(scope="module")

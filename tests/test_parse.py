@@ -205,7 +205,7 @@ def test_one_training_step_moves_encoder_and_parser_and_the_margin_loss_is_not_n
 
     trees = read_trees(tiny["dev"]).trees
     encoder = families.load_encoder(tiny["model"])
-    tok = families.load_tokenizer(tiny["model"])
+    tok = families.load_framed_tokenizer(tiny["model"])
     labels, tags = P.chart_labels(trees), P.tag_list(trees)
     torch.manual_seed(0)
     model = P.ChartParser(encoder, labels, tags, P.ParseConfig(d_model=32, num_heads=2, d_ff=64, label_hidden=16))

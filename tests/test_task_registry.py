@@ -243,7 +243,7 @@ def test_every_task_has_a_spec_with_its_facts():
 
 def test_the_task_list_describes_each_task_as_its_spec_does():
     # `spanbert finetune --help` lists the registry's lines without loading a task: each is its spec's
-    from spanbert.tasks import _DESCRIPTIONS, _MODULES, Registry
+    from spanbert.tasks.registry import _DESCRIPTIONS, _MODULES, Registry
 
     assert set(_DESCRIPTIONS) == set(_MODULES)
     fresh = Registry(_MODULES, _DESCRIPTIONS)

@@ -1,7 +1,7 @@
 """The names a model folder holds (any family's, spanbert's and transformers' saves): what a folder save may
 replace (`spanbert.checkpoints.save_folder`) and what no command's output may be written over
 (`spanbert.utils.check_apart`: a predictions file beside a model is fine, a file named like one of the
-model's is not). Below `utils`; `spanbert.checkpoints` re-exports every name."""
+model's is not). Below `utils` and `spanbert.checkpoints`, which import them."""
 
 from __future__ import annotations
 

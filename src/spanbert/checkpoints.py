@@ -7,8 +7,8 @@
 - writing: `save_checkpoint` (the files, each atomically, config.json last, into a run folder that
   holds other outputs too) and `save_folder` (a whole model folder, swapped in at once: what every
   ``save_pretrained`` and every export uses);
-- `MODEL_FILES`: the one list of the names a model folder holds, which decides what a folder save
-  may replace.
+- what a folder save may replace: a folder of `spanbert.checkpoint_files.MODEL_FILES` only, the one list
+  of the names a model folder holds.
 
 It sits below every family file (`spanbert.model`, `spanbert.cloze`) and `spanbert.families`, which
 say per family which of these readers and writers it uses (`families.FamilySpec`).
@@ -29,33 +29,18 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
-from spanbert.checkpoint_files import (  # noqa: F401 - re-exported: their home is `spanbert.checkpoint_files`
-    _SHARD,
-    CONFIG_FILES,
-    MODEL_FILES,
-    SBO_FILE,
-    TOKENIZER_FILES,
-    WEIGHT_FILES,
-    is_model_file,
-)
+from spanbert.checkpoint_files import _SHARD, CONFIG_FILES, SBO_FILE, WEIGHT_FILES, is_model_file
 from spanbert.config import BertConfig
 from spanbert.errors import SpanBertError
-from spanbert.folders import make_folders, remove
+from spanbert.folders import is_debris, make_folders, remove
 from spanbert.hub import resolve_model
-from spanbert.utils import (
-    atomic_dir,
-    check_output,
-    is_debris,
-    no_space_as_error,
-    publish_file,
-    temporary_file,
-)
+from spanbert.utils import atomic_dir, check_output, no_space_as_error, publish_file, temporary_file
 
 # ---------------------------------------------------------------------------------------------
 # What a model folder holds
 
-# the names (CONFIG_FILES, WEIGHT_FILES, TOKENIZER_FILES, MODEL_FILES, SBO_FILE): `spanbert.checkpoint_files`, below
-# `utils` (whose output check keeps a command from writing over a model's file), re-exported here
+# the names (CONFIG_FILES, WEIGHT_FILES, TOKENIZER_FILES, MODEL_FILES, SBO_FILE) live in `spanbert.checkpoint_files`,
+# below `utils`, whose output check keeps a command from writing over a model's file
 
 
 def is_model_folder(path: str | Path) -> bool:
@@ -524,9 +509,6 @@ def check_safetensors_checkpoint(path: str | Path) -> None:
 
 
 __all__ = [
-    "CONFIG_FILES",
-    "MODEL_FILES",
-    "SBO_FILE",
     "check_checkpoint",
     "config_path",
     "describe_checkpoint",

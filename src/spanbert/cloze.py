@@ -30,15 +30,15 @@ from torch import Tensor, nn
 
 from spanbert.attention import attention
 from spanbert.checkpoints import save_folder
-from spanbert.config import (  # noqa: F401 -- the config and presets live there (no torch), their names here too
+from spanbert.config import (
     CLOZE_MODEL_TYPE,
     CLOZE_PRESETS,
     CLOZE_SYSTEMS,
-    PAPER_CHAR_FILTERS,
     ClozeConfig,
     FinetuneHabits,
     _json_item,
-    _json_kind,
+    check_ranges,
+    check_settings,
     parse_model_spec,
     replace_checked,
     typed_fields,
@@ -615,13 +615,7 @@ def config_from_json(raw: dict[str, Any], source: str = "config.json") -> ClozeC
     type-checked and range-checked, each error starts with ``source``; unknown keys (HF label keys,
     spanbert's own ``spanbert`` section) are ignored."""
     where = f"{source}: "
-    if not isinstance(raw, dict):
-        raise SpanBertError(f"{where}found a JSON {_json_kind(raw)}, expected a JSON object of two-tower settings")
-    missing = [k for k in CONFIG_REQUIRED if raw.get(k) is None]
-    if missing:
-        raise SpanBertError(
-            f"{where}found no {', '.join(missing)}, expected the sizes of a two-tower model ({', '.join(CONFIG_REQUIRED)})"
-        )
+    check_settings(raw, where, "two-tower", "a two-tower model", CONFIG_REQUIRED)
     kwargs = typed_fields(ClozeConfig, raw, where, skip=("char_filters", "adaptive_cutoffs"))
     for key in ("char_filters", "adaptive_cutoffs"):
         value = raw.get(key)
@@ -632,8 +626,7 @@ def config_from_json(raw: dict[str, Any], source: str = "config.json") -> ClozeC
             raise SpanBertError(f"{where}found {_json_item(key, value)}, expected a list of "
                                 + ("[width, filters] integer pairs" if key == "char_filters" else "integers"))  # fmt: skip
         kwargs[key] = value
-    if kwargs["vocab_size"] < 1:
-        raise SpanBertError(f"{where}found {_json_item('vocab_size', kwargs['vocab_size'])}, expected a positive integer")
+    check_ranges(kwargs, where, positive=("vocab_size",))
     for key in ("pad_id", "bos_id", "eos_id", "sep_id"):
         if key in kwargs and not 0 <= kwargs[key] < kwargs["vocab_size"]:
             raise SpanBertError(
@@ -872,8 +865,6 @@ def paper_training_arguments(args: Any) -> Any:
 
 
 __all__ = [
-    "CLOZE_PRESETS",
-    "ClozeConfig",
     "SYSTEMS",
     "TwoTowerModel",
     "build_model",

@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from spanbert.distributed import print0
-from spanbert.training_args import COMPILE_CHOICES, compile_setting
+from spanbert.training_args import compile_setting
 
 BACKEND = "inductor"
 """The backend of `compile_regions` (tests use ``aot_eager``: the same graphs and autograd, no code
@@ -136,5 +136,4 @@ class CompileReport:
             print0(f"torch.compile: {new} more graph(s) at step {step} (a new kind of batch or mode; {took:.1f} s)")
 
 
-__all__ = ["COMPILE_CHOICES", "CompileReport", "compile_regions", "compile_setting", "graphs_compiled", "is_compiled", "regions",
-           "wants_compile"]  # fmt: skip
+__all__ = ["CompileReport", "compile_regions", "graphs_compiled", "is_compiled", "regions", "wants_compile"]

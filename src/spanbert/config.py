@@ -92,13 +92,7 @@ class BertConfig:
         the model) and the sizes must be there; ``source`` (the file) starts every error message.
         """
         where = f"{source}: " if source else ""
-        if not isinstance(d, dict):
-            raise SpanBertError(f"{where}found a JSON {_json_kind(d)}, expected a JSON object of BERT settings")
-        missing = [k for k in _REQUIRED_SIZES if d.get(k) is None]
-        if missing:
-            raise SpanBertError(
-                f"{where}found no {', '.join(missing)}, expected the sizes of a BERT encoder ({', '.join(_REQUIRED_SIZES)})"
-            )
+        check_settings(d, where, "BERT", "a BERT encoder", _REQUIRED_SIZES)
         # features transformers' BertModel would apply that this encoder does not have: refused by name, so
         # that hidden states never silently differ from transformers'
         position = d.get("position_embedding_type")
@@ -113,23 +107,14 @@ class BertConfig:
                 "encoder-decoder's cross-attention is not implemented here)"
             )
         kwargs = typed_fields(cls, d, where)  # absent or null: the BERT default
-        for k in (*_REQUIRED_SIZES, "max_position_embeddings", "type_vocab_size"):
-            if k in kwargs and kwargs[k] < 1:
-                raise SpanBertError(f"{where}found {_json_item(k, kwargs[k])}, expected a positive integer")
-        if "layer_norm_eps" in kwargs and not kwargs["layer_norm_eps"] > 0:
-            raise SpanBertError(f"{where}found {_json_item('layer_norm_eps', kwargs['layer_norm_eps'])}, expected a number > 0")
-        if "initializer_range" in kwargs and kwargs["initializer_range"] < 0:
-            raise SpanBertError(
-                f"{where}found {_json_item('initializer_range', kwargs['initializer_range'])}, expected a number >= 0"
-            )
+        check_ranges(kwargs, where, positive=(*_REQUIRED_SIZES, "max_position_embeddings", "type_vocab_size"),
+                     above_zero=("layer_norm_eps",), non_negative=("initializer_range",))  # fmt: skip
         if "pad_token_id" in kwargs and not 0 <= kwargs["pad_token_id"] < kwargs["vocab_size"]:
             raise SpanBertError(
                 f"{where}found {_json_item('pad_token_id', kwargs['pad_token_id'])}, expected an id of the vocabulary "
                 f"(0 to {kwargs['vocab_size'] - 1})"
             )
-        for k in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
-            if k in kwargs and not 0 <= kwargs[k] < 1:
-                raise SpanBertError(f"{where}found {_json_item(k, kwargs[k])}, expected a probability in [0, 1)")
+        check_ranges(kwargs, where, probabilities=("hidden_dropout_prob", "attention_probs_dropout_prob"))
         if kwargs.get("hidden_act") not in (None, "gelu", "gelu_new", "relu"):
             raise SpanBertError(
                 f"{where}found {_json_item('hidden_act', kwargs['hidden_act'])}, expected gelu, gelu_new or relu"
@@ -165,6 +150,41 @@ def typed_fields(cls: type, d: dict[str, Any], where: str, skip: tuple[str, ...]
             raise SpanBertError(f"{where}found {_json_item(f.name, value)}, expected {_type_name(tp)}")
         kwargs[f.name] = value
     return kwargs
+
+
+def check_settings(d: Any, where: str, family: str, model: str, required: tuple[str, ...]) -> None:
+    """Refuse a config.json value that is no JSON object of ``family`` settings, or one without a key of
+    ``required`` (the sizes: a default would build another ``model`` than the saved one). ``where`` starts
+    every message."""
+    if not isinstance(d, dict):
+        raise SpanBertError(f"{where}found a JSON {_json_kind(d)}, expected a JSON object of {family} settings")
+    missing = [k for k in required if d.get(k) is None]
+    if missing:
+        raise SpanBertError(f"{where}found no {', '.join(missing)}, expected the sizes of {model} ({', '.join(required)})")
+
+
+def check_ranges(
+    kwargs: dict[str, Any],
+    where: str,
+    positive: tuple[str, ...] = (),
+    above_zero: tuple[str, ...] = (),
+    non_negative: tuple[str, ...] = (),
+    probabilities: tuple[str, ...] = (),
+) -> None:
+    """Refuse a value of ``kwargs`` (config.json values `typed_fields` read) out of its range, in this
+    order: ``positive`` integers (sizes), numbers ``above_zero`` (epsilons, RoPE bases), ``non_negative``
+    numbers (initialisation scales), ``probabilities`` in [0, 1) (dropout). A key absent from ``kwargs``
+    passes; ``where`` starts every message."""
+    rules = (
+        (positive, lambda v: not v < 1, "a positive integer"),
+        (above_zero, lambda v: v > 0, "a number > 0"),
+        (non_negative, lambda v: not v < 0, "a number >= 0"),
+        (probabilities, lambda v: 0 <= v < 1, "a probability in [0, 1)"),
+    )
+    for keys, ok, expected in rules:
+        for k in keys:
+            if k in kwargs and not ok(kwargs[k]):
+                raise SpanBertError(f"{where}found {_json_item(k, kwargs[k])}, expected {expected}")
 
 
 # A config.json without these describes no encoder: BERT's defaults would silently build the wrong one.

@@ -34,7 +34,7 @@ from torch import Tensor, nn
 
 from spanbert import checkpoints, cloze, model, modernbert
 from spanbert.collate import pretrain_target_counts
-from spanbert.config import BertConfig, FinetuneHabits, _json_kind, model_config
+from spanbert.config import BertConfig, ClozeConfig, FinetuneHabits, _json_kind, model_config
 from spanbert.distributed import print0
 from spanbert.errors import SpanBertError
 from spanbert.hub import resolve_model
@@ -427,7 +427,7 @@ BERT_PRETRAINING = Pretraining(
 
 def _two_tower_config(
     name: str, *, objectives: tuple[str, ...], overrides: dict[str, Any] | None, **_: Any
-) -> cloze.ClozeConfig:
+) -> ClozeConfig:
     config = cloze.cloze_config(name, objective="-".join(objectives))  # cloze, bilm, cloze-bilm
     if overrides:
         config = dataclasses.replace(config, **overrides)
@@ -435,14 +435,14 @@ def _two_tower_config(
     return config
 
 
-def _two_tower_check(config: cloze.ClozeConfig, *, masking: str | None, init_from: str | None, **_: Any) -> None:
+def _two_tower_check(config: ClozeConfig, *, masking: str | None, init_from: str | None, **_: Any) -> None:
     if masking is not None:
         raise SpanBertError(f"--masking: found {masking!r}, expected none: the two-tower systems mask nothing (§3)")
     if init_from:
         raise SpanBertError(f"--init_from: found {init_from!r}, expected none: continuing a two-tower run is --resume")
 
 
-def _two_tower_args(config: cloze.ClozeConfig, args: Any) -> Any:
+def _two_tower_args(config: ClozeConfig, args: Any) -> Any:
     if config.optimizer != "nesterov":
         return args
     if args.learning_rate != cloze.PAPER_PEAK_LR:
@@ -452,7 +452,7 @@ def _two_tower_args(config: cloze.ClozeConfig, args: Any) -> Any:
     return cloze.paper_training_arguments(args)
 
 
-def _two_tower_vocabulary(files: list, vocab_size: int, folder: Path, config: cloze.ClozeConfig) -> None:
+def _two_tower_vocabulary(files: list, vocab_size: int, folder: Path, config: ClozeConfig) -> None:
     kind = "bpe" if config.input == "bpe" else "words"
     _vocabulary_line("byte-level BPE" if kind == "bpe" else "word", vocab_size,
                      lambda: cloze.train_cloze_tokenizer(files, vocab_size, kind, output_dir=folder))  # fmt: skip
@@ -729,7 +729,7 @@ def load_encoder_state(encoder: nn.Module, state: dict[str, Tensor], source: str
     spec.load_encoder_state(encoder, spec.encoder_state(state), source)
 
 
-def load_tokenizer(path: str | Path, tokenizer_dir: str | Path | None = None) -> Any:
+def load_framed_tokenizer(path: str | Path, tokenizer_dir: str | Path | None = None) -> Any:
     """The tokenizer saved with a checkpoint (or the one given), framed for the checkpoint's family
     (reads config.json, no weights): ``cls_id``/``mid_id``/``sep_id`` are the family's markers."""
     path = resolve_model(path)

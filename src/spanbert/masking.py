@@ -70,6 +70,8 @@ from spanbert.errors import SpanBertError
 SCHEMES = ("subword", "whole_word", "span", "named_entity", "noun_phrase")
 Scheme = Literal["subword", "whole_word", "span", "named_entity", "noun_phrase"]
 IGNORE_INDEX = -100
+"""Label of a position without a target, as in HF and `F.cross_entropy`'s default ``ignore_index``: an unmasked
+token here; a special token or a non-first sub-token in the tasks (`spanbert.tasks.classification`)."""
 _START_TRIES = 20  # starts tried for one drawn span length before the length is given up
 _ONES = b"\x01" * 64  # marks for up to 64 words at once (`_select_spans_word_anchor`)
 

@@ -35,13 +35,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from spanbert.attention import attention
-from spanbert.checkpoints import (
-    SBO_FILE,
-    load_encoder_weights,
-    load_safetensors_checkpoint,
-    read_safetensors,
-    save_folder,
-)
+from spanbert.checkpoint_files import SBO_FILE
+from spanbert.checkpoints import load_encoder_weights, load_safetensors_checkpoint, read_safetensors, save_folder
 from spanbert.compile import any_compiled
 from spanbert.config import (
     MODERNBERT_MODEL_TYPE,
@@ -49,7 +44,8 @@ from spanbert.config import (
     BertConfig,
     FinetuneHabits,
     _json_item,
-    _json_kind,
+    check_ranges,
+    check_settings,
     typed_fields,
 )
 from spanbert.distributed import eprint0
@@ -146,13 +142,7 @@ class ModernBertConfig:
         ``rope_type`` other than default) is refused by name, so hidden states never silently differ from
         transformers'. Unknown keys are ignored; ``source`` starts every error message."""
         where = f"{source}: " if source else ""
-        if not isinstance(d, dict):
-            raise SpanBertError(f"{where}found a JSON {_json_kind(d)}, expected a JSON object of ModernBERT settings")
-        missing = [k for k in REQUIRED if d.get(k) is None]
-        if missing:
-            raise SpanBertError(
-                f"{where}found no {', '.join(missing)}, expected the sizes of a ModernBERT encoder ({', '.join(REQUIRED)})"
-            )
+        check_settings(d, where, "ModernBERT", "a ModernBERT encoder", REQUIRED)
         scaling = d.get("rope_scaling")
         if scaling is not None and not (isinstance(scaling, dict) and scaling.get("rope_type", scaling.get("type")) == "default"):
             raise SpanBertError(
@@ -166,21 +156,13 @@ class ModernBertConfig:
             if not (isinstance(types, list) and all(t in (GLOBAL, LOCAL) for t in types)):
                 raise SpanBertError(f"{where}found {_json_item('layer_types', types)}, expected a list of {GLOBAL!r} / {LOCAL!r}")
             kwargs["layer_types"] = tuple(types)
-        for k in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                  "max_position_embeddings", "global_attn_every_n_layers"):  # fmt: skip
-            if k in kwargs and kwargs[k] < 1:
-                raise SpanBertError(f"{where}found {_json_item(k, kwargs[k])}, expected a positive integer")
+        check_ranges(kwargs, where, positive=("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                     "intermediate_size", "max_position_embeddings", "global_attn_every_n_layers"))  # fmt: skip
         if "local_attention" in kwargs and kwargs["local_attention"] < 2:  # a window of local_attention // 2 a side
             raise SpanBertError(f"{where}found {_json_item('local_attention', kwargs['local_attention'])}, expected an integer >= 2")
-        for k in ("global_rope_theta", "local_rope_theta", "norm_eps"):
-            if k in kwargs and not kwargs[k] > 0:
-                raise SpanBertError(f"{where}found {_json_item(k, kwargs[k])}, expected a number > 0")
-        for k in ("initializer_range", "initializer_cutoff_factor"):
-            if k in kwargs and kwargs[k] < 0:
-                raise SpanBertError(f"{where}found {_json_item(k, kwargs[k])}, expected a number >= 0")
-        for k in ("attention_dropout", "embedding_dropout", "mlp_dropout", "classifier_dropout"):
-            if k in kwargs and not 0 <= kwargs[k] < 1:
-                raise SpanBertError(f"{where}found {_json_item(k, kwargs[k])}, expected a probability in [0, 1)")
+        check_ranges(kwargs, where, above_zero=("global_rope_theta", "local_rope_theta", "norm_eps"),
+                     non_negative=("initializer_range", "initializer_cutoff_factor"),
+                     probabilities=("attention_dropout", "embedding_dropout", "mlp_dropout", "classifier_dropout"))  # fmt: skip
         for k in ("pad_token_id", "eos_token_id", "bos_token_id", "cls_token_id", "sep_token_id"):
             if k in kwargs and kwargs[k] < 0:  # the ids are the tokenizer's business: only their sign is the config's
                 raise SpanBertError(f"{where}found {_json_item(k, kwargs[k])}, expected an id >= 0")

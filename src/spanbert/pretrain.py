@@ -366,7 +366,7 @@ def plan_warning(
     )
 
 
-def corpus_files(sources: _Sources, tmp: Path, work_dir: Path) -> list:
+def corpus_or_builtin(sources: _Sources, tmp: Path, work_dir: Path) -> list:
     """The text files to prepare: the user's corpus, or the bundled Python reference manual written
     into the folder being prepared (``tmp``, renamed to ``work_dir`` when it is complete)."""
 
@@ -445,7 +445,7 @@ def _prepare_into(
     planned: Any,
 ) -> None:  # fmt: skip
     with atomic_dir(work_dir) as tmp:
-        files = corpus_files(sources, tmp, work_dir)
+        files = corpus_or_builtin(sources, tmp, work_dir)
         if sources.tokenizer:
             family.frame(load_tokenizer(sources.tokenizer)).save(tmp / "tokenizer")
         else:

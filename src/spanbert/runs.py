@@ -26,17 +26,8 @@ from torch import nn
 
 from spanbert import folders
 from spanbert.distributed import distributed_env, on_main, print0
-from spanbert.errors import SpanBertError
-from spanbert.utils import (
-    NoSpaceError,
-    atomic_dir,
-    atomic_write,
-    check_output,
-    fsync_dir,
-    no_space_as_error,
-    out_of_space,
-    remove_debris,
-)
+from spanbert.errors import NoSpaceError, SpanBertError, out_of_space
+from spanbert.utils import atomic_dir, atomic_write, check_output, no_space_as_error, remove_debris
 
 TrainingArguments = Any
 """`spanbert.training_args.TrainingArguments`, for the annotations here."""
@@ -136,19 +127,19 @@ def save_training_state(
         alt = output_dir / f".checkpoint-{step}.tmp-{pid}-alt"
         shutil.rmtree(alt, ignore_errors=True)
         shutil.copytree(tmp, alt, copy_function=os.link)  # same files, second name: no copy of the data
-        fsync_dir(alt)
-        fsync_dir(output_dir)
+        folders.fsync_dir(alt)
+        folders.fsync_dir(output_dir)
         _point_latest(output_dir, alt.name)
         aside = output_dir / f".checkpoint-{step}.old-{pid}"
         os.replace(final, aside)
         os.replace(tmp, final)
-        fsync_dir(output_dir)
+        folders.fsync_dir(output_dir)
         _point_latest(output_dir, final.name)
         shutil.rmtree(alt, ignore_errors=True)
         shutil.rmtree(aside, ignore_errors=True)
     else:
         os.replace(tmp, final)
-        fsync_dir(output_dir)
+        folders.fsync_dir(output_dir)
         _point_latest(output_dir, final.name)
     # Keep the newest `save_total_limit` checkpoints; the one `latest` names is never deleted.
     ckpts = sorted((p for p in output_dir.glob("checkpoint-*") if _ckpt_step(p) is not None), key=_ckpt_step)
@@ -183,7 +174,7 @@ def _write_state(
         json.dump(info, f, indent=2, default=str)
         f.flush()
         os.fsync(f.fileno())
-    fsync_dir(tmp)
+    folders.fsync_dir(tmp)
 
 
 def _rng_state() -> dict[str, Any]:
@@ -453,9 +444,9 @@ def _start_run_dir(output_dir: Path, args: TrainingArguments) -> list[str]:
                 shutil.rmtree(final, ignore_errors=True)
                 tmp = output_dir / f".checkpoint-{step}.tmp-{os.getpid()}-restore"
                 shutil.copytree(output_dir / name, tmp, copy_function=os.link)
-                fsync_dir(tmp)
+                folders.fsync_dir(tmp)
                 os.replace(tmp, final)
-                fsync_dir(output_dir)
+                folders.fsync_dir(output_dir)
                 _point_latest(output_dir, final.name)
     removed = []
     for p in output_dir.glob(".checkpoint-*.old-*"):  # checkpoints being deleted: never restore them

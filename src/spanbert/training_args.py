@@ -1,7 +1,7 @@
 """`TrainingArguments`: the options of the training loop, for pre-training and fine-tuning alike.
 
 A module of its own, beside the loop (`spanbert.trainer`), so that a command's parser (and its
-``--help``) is built without loading torch; the trainer re-exports it where callers have always found it.
+``--help``) is built without loading torch.
 """
 
 from __future__ import annotations

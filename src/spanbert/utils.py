@@ -26,7 +26,7 @@ from tqdm.std import tqdm as std_tqdm
 
 from spanbert.checkpoint_files import is_model_file
 from spanbert.errors import DataError, NoSpaceError, SpanBertError, decode_utf8, out_of_space
-from spanbert.folders import (  # noqa: F401 - re-exported: their home is `spanbert.folders`
+from spanbert.folders import (
     KINDS,
     MANIFEST,
     carry_claim,

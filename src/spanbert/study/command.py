@@ -184,7 +184,7 @@ def export_checkpoints(run_dir: Path, out: Path) -> list[tuple[int, Path]]:
     once, with the tokenizer and heads of the run's `final/`); returns [(step, folder)] by step."""
     checkpoints = run_checkpoints(run_dir)
     final = run_dir / "final"
-    tokenizer = families.load_tokenizer(final)
+    tokenizer = families.load_framed_tokenizer(final)
     remove_debris(out)  # what a killed export left (`.step-N.tmp-*`): the step is exported again
     models: list[tuple[int, Path]] = []
     for step, ckpt in checkpoints:

@@ -12,8 +12,7 @@
 """
 
 from spanbert.tasks.api import evaluate, finetune, predict, run, score
-from spanbert.tasks.registry import _DESCRIPTIONS, _MODULES, TASKS, Registry
+from spanbert.tasks.registry import TASKS, Registry
 from spanbert.tasks.spec import Results, TaskSpec
 
-__all__ = ["TASKS", "Registry", "Results", "TaskSpec", "evaluate", "finetune", "predict", "run", "score",
-           "_DESCRIPTIONS", "_MODULES"]  # fmt: skip
+__all__ = ["TASKS", "Registry", "Results", "TaskSpec", "evaluate", "finetune", "predict", "run", "score"]

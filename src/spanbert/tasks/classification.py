@@ -30,6 +30,7 @@ from torch import Tensor, nn
 from spanbert import families
 from spanbert.distributed import is_main
 from spanbert.errors import DataError, SpanBertError
+from spanbert.masking import IGNORE_INDEX
 from spanbert.tasks.common import (
     KeepBest,
     load_encoder,
@@ -40,10 +41,6 @@ from spanbert.tasks.common import (
 )
 from spanbert.tasks.layers import apply_encoder_dropout, output_layer, scaled
 from spanbert.trainer import predict_batches, train
-
-IGNORE_INDEX = -100
-"""Label of positions without a target (special tokens, non-first sub-tokens), as in HF."""
-
 
 # ---------------------------------------------------------------------------------------------
 # Features

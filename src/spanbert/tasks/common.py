@@ -466,8 +466,8 @@ def load_encoder(model_dir: str | Path, add_pooling_layer: bool = False) -> nn.M
 
 def load_tokenizer_for(model_dir: str | Path, tokenizer_dir: str | Path | None = None) -> Any:
     """The tokenizer saved with a checkpoint (or the one given), framed for the checkpoint's family
-    (`spanbert.families.load_tokenizer`): tasks frame ``cls_id a sep_id`` and ``cls_id a mid_id b sep_id``."""
-    return families.load_tokenizer(model_dir, tokenizer_dir)
+    (`spanbert.families.load_framed_tokenizer`): tasks frame ``cls_id a sep_id`` and ``cls_id a mid_id b sep_id``."""
+    return families.load_framed_tokenizer(model_dir, tokenizer_dir)
 
 
 def match_by_id(path: str | Path, by_id: dict[str, Any], wanted: Sequence[str], data: str, how: str = "") -> list[Any]:
@@ -557,6 +557,19 @@ def save_finetuned(
     # after DDP every rank holds the same weights: one writes, the others wait (a shared temporary
     # name written by two ranks at once was a FileNotFoundError in half of the 2-process runs)
     write_once(lambda: families.save_task_model(model, output_dir, tokenizer, architecture, extra))
+
+
+def check_task_settings(
+    model_dir: str | Path, architectures: tuple[str, ...], needs: str, tasks: tuple[str, ...]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(config.json dict, its ``spanbert`` settings) of a folder a predict/evaluate command reads a task
+    model from (`spanbert.families.check_task_folder`), refused when spanbert saved it for a task not in
+    ``tasks``; a folder without settings (transformers' own) passes."""
+    raw = families.check_task_folder(model_dir, architectures, needs)
+    settings = raw.get("spanbert") if isinstance(raw.get("spanbert"), dict) else {}
+    if settings.get("task") not in (None, *tasks):
+        raise SpanBertError(f"{model_dir}: found a {settings['task']} model, expected {needs}")
+    return raw, settings
 
 
 def load_finetuned(model_dir: str | Path) -> tuple[dict[str, Any], dict[str, torch.Tensor], Any]:

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from spanbert.errors import DataError, SpanBertError, decode_utf8
+from spanbert.masking import IGNORE_INDEX
 from spanbert.metrics.classification import conlleval
-from spanbert.tasks.classification import IGNORE_INDEX
 from spanbert.tasks.common import parse_bool, percent
 from spanbert.utils import atomic_write
 

@@ -10,7 +10,7 @@ biLSTM layer and a CRF, with dropout 0.3 at every level (§4). Two ways to stack
   learned mix of its layers (`spanbert.tasks.layers.ScalarMix`).
 
 Training stops early when the dev loss does not improve over the previous epoch (§4,
-`train_with_early_stopping`). Features are those of `spanbert.tasks.ner.ner_features`; `WordCollator`
+`train_with_early_stopping`). Features are those of `spanbert.tasks.conll.ner_features`; `WordCollator`
 turns them into word-level batches.
 """
 
@@ -31,7 +31,8 @@ from spanbert import runs, trainer
 from spanbert.distributed import is_main, print0, world_size
 from spanbert.dropout import Dropout, set_dropout
 from spanbert.errors import SpanBertError
-from spanbert.tasks.classification import IGNORE_INDEX, FeatureDataset
+from spanbert.masking import IGNORE_INDEX
+from spanbert.tasks.classification import FeatureDataset
 from spanbert.tasks.common import predict_sharded
 from spanbert.tasks.layers import CRF, ScalarMix
 from spanbert.trainer import predict_batches, train
@@ -154,7 +155,7 @@ def renamed(argv: list[str]) -> list[str]:
 
 
 class WordCollator:
-    """Pads NER features (`spanbert.tasks.ner.ner_features`) into a word-level batch for the CRF.
+    """Pads NER features (`spanbert.tasks.conll.ner_features`) into a word-level batch for the CRF.
 
     ``labels`` of a feature are per token (the tag on each word's first sub-token); the batch holds
     them per word: (B, W), -100 at padding. A class so it pickles for DataLoader workers."""

@@ -38,6 +38,7 @@ from spanbert.tasks.common import (
     add_scoring_source,
     add_sequence_length_argument,
     add_switch,
+    check_task_settings,
     family_defaults,
     finetune_command,
     load_tokenizer_for,
@@ -506,10 +507,7 @@ def check_model(task: GlueTask, model_dir: str | Path) -> None:
     folder, another task's model, or a GLUE model of another GLUE task."""
     if (Path(model_dir) / MAJORITY_FILE).exists():
         return
-    raw = families.check_task_folder(model_dir, families.architectures("ForSequenceClassification"), NEEDS)
-    settings = raw.get("spanbert") if isinstance(raw.get("spanbert"), dict) else {}
-    if settings.get("task") not in (None, "glue"):
-        raise SpanBertError(f"{model_dir}: found a {settings['task']} model, expected {NEEDS}")
+    _, settings = check_task_settings(model_dir, families.architectures("ForSequenceClassification"), NEEDS, ("glue",))
     saved = settings.get("glue_task")
     if saved and saved != task.name:
         raise SpanBertError(f"{model_dir} was fine-tuned on {saved}, not {task.name}; pass --task {saved}")

@@ -39,6 +39,7 @@ from spanbert.tasks.common import (
     add_predict_arguments,
     add_scoring_source,
     add_sequence_length_argument,
+    check_task_settings,
     family_defaults,
     finetune_command,
     load_encoder,
@@ -56,7 +57,7 @@ from spanbert.tasks.common import (
     write_json_once,
     write_once,
 )
-from spanbert.tasks.conll import (  # noqa: F401 -- the data side of the task, public names of this module
+from spanbert.tasks.conll import (
     _TAG,
     NerSentence,
     add_document_context_argument,
@@ -174,10 +175,7 @@ def check_model(model_dir: str | Path) -> dict[str, Any]:
     if NF.is_feature_model(model_dir):
         return {}
     accepted = families.architectures("ForTokenClassification") + families.architectures(CT.TASK)
-    raw = families.check_task_folder(model_dir, accepted, NEEDS)
-    settings = raw.get("spanbert") if isinstance(raw.get("spanbert"), dict) else {}
-    if settings.get("task") not in (None, "ner"):
-        raise SpanBertError(f"{model_dir}: found a {settings['task']} model, expected {NEEDS}")
+    raw, _ = check_task_settings(model_dir, accepted, NEEDS, ("ner",))
     return raw
 
 

@@ -7,7 +7,7 @@ stated advantage is that "an expensive representation of the training data" is c
 many cheaper models are run on top; so here:
 
 1. `cached_features` runs the encoder once per data file (each sentence inside its document context,
-   `spanbert.tasks.ner.ner_features`), and writes the activation of **every layer** at the first
+   `spanbert.tasks.conll.ner_features`), and writes the activation of **every layer** at the first
    sub-token of every word to ``CACHE/<file>-<key>/layer_NN.npy`` (one memory-mapped ``(words, H)``
    array per layer: the embedding output is layer 0, the last layer L). The key hashes the encoder
    files, the data file and the settings, so a second run with the same ones reads the cache and
@@ -43,15 +43,10 @@ from spanbert.config import ArgumentParser, add_dataclass_arguments, dataclass_f
 from spanbert.distributed import is_main, print0, resolve_device
 from spanbert.dropout import Dropout
 from spanbert.errors import DataError, SpanBertError
+from spanbert.masking import IGNORE_INDEX
 from spanbert.runs import RUN, claim_run_dir
 from spanbert.tasks import common
-from spanbert.tasks.classification import (
-    IGNORE_INDEX,
-    Collator,
-    label_config,
-    labels_from_config,
-    token_outputs,
-)
+from spanbert.tasks.classification import Collator, label_config, labels_from_config, token_outputs
 from spanbert.tasks.common import (
     KeepBest,
     add_finetune_arguments,

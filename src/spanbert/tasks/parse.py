@@ -526,7 +526,7 @@ def finetune_parse(
     train_trees, train_sources = train.trees[:max_train_examples], train.sources[:max_train_examples]
     dev_trees = dev.trees[:max_eval_examples] if dev else []
     dev_sources = dev.sources[:max_eval_examples] if dev else []
-    tokenizer = families.load_tokenizer(model_dir, tokenizer_dir)
+    tokenizer = families.load_framed_tokenizer(model_dir, tokenizer_dir)
     labels, tags = chart_labels(train_trees), tag_list(train_trees)
     if dev_path:
         warn_unseen_labels(dev_path, dev_trees, labels, f"the training trees used ({train_path}, {len(train_trees)} trees)")

@@ -98,14 +98,9 @@ class SwagExample:
     """The example's line in its file (for error messages)."""
 
 
-def read_swag(path: str | Path, labelled: bool | None = None) -> list[SwagExample]:
-    """The examples of a SWAG CSV file. ``labelled=True`` requires a ``label`` column (train, val),
-    False ignores it, None reads it when the header has it (the test file has none)."""
-    path = Path(path)
-    try:
-        text = decode_utf8(path.read_bytes(), path, "UTF-8 CSV")
-    except FileNotFoundError:
-        raise SpanBertError(f"{path}: file not found (expected a SWAG CSV file)") from None
+def _csv_rows(path: Path, text: str, expected: str) -> list[tuple[int, list[str]]]:
+    """Every record of the CSV ``text`` (read from ``path``) with the line it starts on; malformed CSV is an
+    error naming the line and what was ``expected``."""
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     rows: list[tuple[int, list[str]]] = []
     line = 1
@@ -114,7 +109,19 @@ def read_swag(path: str | Path, labelled: bool | None = None) -> list[SwagExampl
             rows.append((line, row))
             line = reader.line_num + 1  # a quoted field may span lines: the next record starts here
     except csv.Error as e:
-        raise DataError(path, f"found malformed CSV ({e}); expected comma-separated fields, quoted with \"", line=line) from None
+        raise DataError(path, f"found malformed CSV ({e}); expected {expected}", line=line) from None
+    return rows
+
+
+def read_swag(path: str | Path, labelled: bool | None = None) -> list[SwagExample]:
+    """The examples of a SWAG CSV file. ``labelled=True`` requires a ``label`` column (train, val),
+    False ignores it, None reads it when the header has it (the test file has none)."""
+    path = Path(path)
+    try:
+        text = decode_utf8(path.read_bytes(), path, "UTF-8 CSV")
+    except FileNotFoundError:
+        raise SpanBertError(f"{path}: file not found (expected a SWAG CSV file)") from None
+    rows = _csv_rows(path, text, 'comma-separated fields, quoted with "')
     rows = [(k, r) for k, r in rows if any(x.strip() for x in r)]
     if not rows:
         raise DataError(path, "found no rows; expected a header and one row per example")
@@ -376,16 +383,7 @@ def read_predictions(path: str | Path, examples: list[SwagExample]) -> list[int]
         text = decode_utf8(path.read_bytes(), path, "UTF-8 CSV")
     except FileNotFoundError:
         raise SpanBertError(f"{path}: predictions file not found") from None
-    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
-    rows: list[tuple[int, list[str]]] = []
-    line = 1
-    try:
-        for row in reader:
-            if row:
-                rows.append((line, row))
-            line = reader.line_num + 1
-    except csv.Error as e:
-        raise DataError(path, f"found malformed CSV ({e}); expected {','.join(PREDICTION_COLUMNS)} rows", line=line) from None
+    rows = [(k, r) for k, r in _csv_rows(path, text, f"{','.join(PREDICTION_COLUMNS)} rows") if r]
     if not rows or tuple(h.strip() for h in rows[0][1]) != PREDICTION_COLUMNS:
         found = rows[0][1] if rows else []
         raise DataError(path, f"found header {found}, expected {','.join(PREDICTION_COLUMNS)}", line=1)

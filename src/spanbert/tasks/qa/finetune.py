@@ -19,6 +19,7 @@ from spanbert.errors import DataError, SpanBertError
 from spanbert.tasks.common import (
     KeepBest,
     check_output_dir,
+    check_task_settings,
     cpu_batch_tokens,
     length_batches,
     load_encoder,
@@ -451,10 +452,7 @@ NEEDS = "a question-answering model (spanbert finetune squad|mrqa)"
 def check_model(model_dir: str | Path) -> None:
     """Refuse, before any data is read, a folder that holds no QA model (a pre-trained-only folder,
     another task's model). A HF ``BertForQuestionAnswering`` folder is a QA model."""
-    raw = families.check_task_folder(model_dir, families.architectures("ForQuestionAnswering"), NEEDS)
-    settings = raw.get("spanbert") if isinstance(raw.get("spanbert"), dict) else {}
-    if settings.get("task") not in (None, "squad", "mrqa"):
-        raise SpanBertError(f"{model_dir}: found a {settings['task']} model, expected {NEEDS}")
+    check_task_settings(model_dir, families.architectures("ForQuestionAnswering"), NEEDS, ("squad", "mrqa"))
 
 
 def load_qa_model(model_dir: str | Path) -> tuple[SpanBertForQuestionAnswering, Any, QAConfig]:
