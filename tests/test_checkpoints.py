@@ -160,13 +160,6 @@ def test_an_in_place_save_drops_an_earlier_models_weight_files(tmp_path):
     assert names(run) == {"config.json", "model.safetensors", "log.jsonl"}
 
 
-def test_model_files_are_listed_once():
-    assert checkpoints.SBO_FILE in checkpoints.MODEL_FILES
-    assert checkpoints.is_model_file("model-00001-of-00002.safetensors")
-    assert checkpoints.is_model_file(".model.safetensors.abcd.tmp")
-    assert not checkpoints.is_model_file("notes.txt")
-
-
 # ---------------------------------------------------------------------------------------------
 # the structure
 
