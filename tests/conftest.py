@@ -18,8 +18,12 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+
+from spanbert.preprocess import preprocess
+from spanbert.tokenization import train_tokenizer
 
 torch.set_num_threads(1)
 
@@ -108,3 +112,45 @@ def adamw_grads(monkeypatch) -> list[dict[int, torch.Tensor]]:
 def _cpu_without_native_bf16(monkeypatch):
     monkeypatch.setenv("SPANBERT_CPU_FLAGS", "fpu avx2")
 
+
+# ---------------------------------------------------------------------------------------------
+# Pre-training data, shared by the tests of the modules it flows through (test_preprocess.py, test_corpus.py,
+# test_blocks.py, test_dataset.py, test_collate.py): synthetic documents, a small vocabulary trained on them
+# (`tok_dir`) and the corpus `spanbert preprocess` makes of them (`corpus_dir`), built once per test module.
+
+WORDS = (
+    "the Denver Broncos won a game in 2016 and fans celebrated loudly while analysts wrote long reports "
+    "about defence offence quarterbacks stadiums weather tickets résumé café naïve"
+).split()
+
+
+def synthetic_docs(n_docs=40, seed=0):
+    rng = np.random.default_rng(seed)
+    docs = []
+    for d in range(n_docs):
+        paras = []
+        for _ in range(int(rng.integers(1, 6))):
+            n = int(rng.integers(5, 80))
+            paras.append(f"Doc{d} " + " ".join(rng.choice(WORDS, n)) + ".")
+        docs.append(paras)
+    return docs
+
+
+def write_txt(path: Path, docs) -> Path:
+    path.write_text("\n\n".join("\n".join(p) for p in docs) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def tok_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tok")
+    texts = [" ".join(p) for p in synthetic_docs(40)]
+    train_tokenizer(None, 120, out, texts=texts, show_progress=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def corpus_dir(tmp_path_factory, tok_dir):
+    tmp = tmp_path_factory.mktemp("corpus")
+    src = write_txt(tmp / "a.txt", synthetic_docs(40))
+    return preprocess(src, tok_dir, tmp / "out", num_workers=1, progress=False)

@@ -48,7 +48,7 @@ def test_a_save_without_sbo_over_one_with_it_leaves_only_the_new_model(tmp_path)
     torch.manual_seed(0)
     SpanBertForPreTraining(tiny(), sbo=True).save_pretrained(folder, extra={"system": "spanbert"})
     (folder / "train_metrics.json").write_text("{}\n")  # as the pre-training export leaves it
-    assert checkpoints.SBO_FILE in names(folder)
+    assert checkpoint_files.SBO_FILE in names(folder)
     torch.manual_seed(1)
     mlm_only = SpanBertForPreTraining(tiny(), sbo=False)
     mlm_only.save_pretrained(folder)
@@ -158,13 +158,6 @@ def test_an_in_place_save_drops_an_earlier_models_weight_files(tmp_path):
     (run / "pytorch_model.bin").write_bytes(b"old")
     checkpoints.save_checkpoint(run, Encoder(tiny()).state_dict(), tiny().to_hf_dict())
     assert names(run) == {"config.json", "model.safetensors", "log.jsonl"}
-
-
-def test_model_files_are_listed_once():
-    assert checkpoint_files.SBO_FILE in checkpoint_files.MODEL_FILES
-    assert checkpoint_files.is_model_file("model-00001-of-00002.safetensors")
-    assert checkpoint_files.is_model_file(".model.safetensors.abcd.tmp")
-    assert not checkpoint_files.is_model_file("notes.txt")
 
 
 # ---------------------------------------------------------------------------------------------

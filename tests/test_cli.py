@@ -184,13 +184,3 @@ def test_help_texts_name_every_option_as_it_is_listed(monkeypatch):
                 if m.group() not in listed(f"spanbert {named[0]}" if named else prog):
                     bad.append(f"{prog}: {m.group()} in {text[max(0, m.start() - 40) : m.end() + 20]!r}")
     assert not bad, "\n".join(bad)
-
-
-def test_older_spellings_still_work_unlisted():
-    from spanbert.pretrain_config import pretrain_parser
-
-    p = pretrain_parser()
-    args = vars(p.parse_args(["--dtype", "bf16", "--init-from", "x"]))
-    assert args == {"precision": "bf16", "init_from": "x", "config": None, "overrides": []}
-    shown = p.format_help()
-    assert "--precision" in shown and "--init_from" in shown and "--dtype" not in shown and "--init-from" not in shown

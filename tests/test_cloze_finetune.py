@@ -1,11 +1,10 @@
 """Fine-tuning the two-tower cloze model (§4) through the shared task heads: its encoder protocol
-(`TwoTowerEncoder`), its habits in the sentence classifier (x16, zero init, no LM dropout), the CRF,
-the biLSTM-CRF tagger in both stacking modes, the cosine schedule, early stopping on dev loss, and
-GLUE / NER end to end through the CLI."""
+(`TwoTowerEncoder`), its habits in the sentence classifier (x16, zero init, no LM dropout), the cosine
+schedule, and GLUE / NER end to end through the CLI. The CRF is tested in test_tasks_layers.py, the
+biLSTM-CRF tagger in both stacking modes and early stopping on dev loss in test_crf_tagger.py."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import random
@@ -13,13 +12,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch import nn
 
 from spanbert.cli import main as spanbert_main
 from spanbert.cloze import FINETUNE_HABITS, TwoTowerEncoder
 from spanbert.tasks import crf_tagger as CT
 from spanbert.tasks.classification import SequenceClassifier
-from spanbert.tasks.layers import CRF, ScalarMix
 
 POS = ["good", "great", "fine", "happy"]
 NEG = ["bad", "awful", "sad", "poor"]
@@ -144,55 +141,7 @@ def test_glue_features_wrap_in_boundary_markers_and_sep():
     assert f[0]["input_ids"].tolist() == [cfg.bos_id, *a[:2], cfg.eos_id]
 
 
-# ---------------------------------------------------------------------------------------------- CRF
-
-
-def brute_force(crf: CRF, emissions: torch.Tensor, n: int) -> tuple[float, list[int], dict[tuple, float]]:
-    """log Z, best path and every path's score of one sequence of length n, by enumeration."""
-    K = crf.num_tags
-    scores = {}
-    for path in itertools.product(range(K), repeat=n):
-        s = crf.start[path[0]] + crf.end[path[-1]] + sum(emissions[t, path[t]] for t in range(n))
-        s = s + sum(crf.transitions[path[t - 1], path[t]] for t in range(1, n))
-        scores[path] = float(s.detach())
-    log_z = float(torch.logsumexp(torch.tensor(list(scores.values()), dtype=torch.float64), 0))
-    return log_z, list(max(scores, key=scores.get)), scores
-
-
-def test_crf_matches_brute_force_enumeration():
-    g = torch.Generator().manual_seed(0)
-    K, lengths = 3, [4, 1, 3, 2]
-    crf = CRF(K).double()
-    with torch.no_grad():
-        for p in crf.parameters():
-            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64))
-    emissions = torch.randn(len(lengths), max(lengths), K, generator=g, dtype=torch.float64)
-    mask = torch.tensor([[t < n for t in range(max(lengths))] for n in lengths])
-    tags = torch.randint(0, K, mask.shape, generator=g).masked_fill(~mask, -100)
-    with torch.no_grad():
-        log_z = crf.log_partition(emissions, mask)
-        best = crf.decode(emissions, mask)
-        ll = crf.log_likelihood(emissions, tags, mask)
-    for i, n in enumerate(lengths):
-        z, path, scores = brute_force(crf, emissions[i], n)
-        assert math.isclose(float(log_z[i]), z, rel_tol=1e-9)
-        assert best[i, :n].tolist() == path and (best[i, n:] == -1).all()
-        gold = tuple(tags[i, :n].tolist())
-        assert math.isclose(float(ll[i]), scores[gold] - z, rel_tol=1e-9, abs_tol=1e-9)
-    # probabilities of all paths sum to one
-    _, _, scores = brute_force(crf, emissions[0], 4)
-    total = sum(math.exp(s - float(log_z[0])) for s in scores.values())
-    assert math.isclose(total, 1.0, rel_tol=1e-9)
-
-
-def test_crf_rejects_an_empty_sequence():
-    from spanbert.errors import SpanBertError
-
-    with pytest.raises(SpanBertError, match="at least one"):
-        CRF(2).log_partition(torch.zeros(1, 2, 2), torch.tensor([[False, False]]))
-
-
-# ---------------------------------------------------------------------------------------------- NER head
+# ------------------------------------------------------------------------------- NER head (tagger: test_crf_tagger.py)
 
 
 def _ner_batch(cfg):
@@ -204,53 +153,6 @@ def _ner_batch(cfg):
 
     feats = [{k: np.asarray(v) for k, v in f.items()} for f in feats]
     return CT.WordCollator(cfg.pad_id)(feats)
-
-
-def test_ner_collator_takes_word_labels_from_first_sub_tokens():
-    cfg = tiny_lm().config
-    batch = _ner_batch(cfg)
-    assert batch["labels"].tolist() == [[1, 2], [0, -100]]
-    assert batch["word_mask"].tolist() == [[1, 1], [1, 0]] and batch["first_token"].tolist() == [[1, 3], [1, 0]]
-    assert batch["attention_mask"].tolist() == [[1] * 5, [1, 1, 1, 0, 0]]
-
-
-def test_ner_frozen_mode_trains_only_the_mix_and_head():
-    lm = tiny_lm()
-    model = CT.CrfTagger(TwoTowerEncoder(lm), 3, stacking="frozen", projection_dim=8, lstm_hidden_size=6).train()
-    assert not lm.training and all(not p.requires_grad for p in lm.parameters())
-    assert model.scalar_mix.weights.numel() == lm.config.num_layers + 2  # embeddings, blocks, output
-    out = model(**_ner_batch(lm.config))
-    out["loss"].backward()
-    assert all(p.grad is None for p in lm.parameters())
-    assert model.scalar_mix.weights.grad.abs().sum() > 0 and model.scalar_mix.gamma.grad is not None
-    # the mix is softmax(w)-weighted times gamma: equal weights at the start
-    layers = [torch.full((1, 2, 3), float(i)) for i in range(4)]
-    assert torch.allclose(ScalarMix(4)(layers), torch.full((1, 2, 3), 1.5))
-
-
-def test_ner_finetune_mode_trains_the_lm_at_its_own_rate():
-    from spanbert.optim import param_groups
-
-    lm = tiny_lm()
-    model = CT.CrfTagger(TwoTowerEncoder(lm), 3, stacking="finetune", projection_dim=8, lstm_hidden_size=6).train()
-    assert not hasattr(model, "scalar_mix") and lm.training
-    assert {m.p for m in lm.modules() if hasattr(m, "p")} == {0.3}  # §4: 0.3 within the LM too
-    model(**_ner_batch(lm.config))["loss"].backward()
-    assert sum(float(p.grad.abs().sum()) for p in lm.parameters() if p.grad is not None) > 0
-    groups = param_groups(model, 1e-3, 0.0, {"bert.": 1e-5})
-    lm_ids = {id(p) for p in lm.parameters()}
-    for g in groups:
-        assert all((id(p) in lm_ids) == (g["lr"] == 1e-5) for p in g["params"])
-
-
-def test_ner_eval_outputs_viterbi_tags_and_per_sequence_loss():
-    lm = tiny_lm()
-    model = CT.CrfTagger(TwoTowerEncoder(lm), 3, projection_dim=8, lstm_hidden_size=6).eval()
-    batch = _ner_batch(lm.config)
-    out = model(**batch)
-    assert out["tags"][1, 1] == -1 and (out["tags"][0] >= 0).all()  # -1 at the padded word
-    assert out["nll"].shape == (2,) and torch.isclose(out["nll"].mean(), out["loss"])
-    assert torch.equal(out["tags"], model.crf.decode(out["logits"], batch["word_mask"].bool()))
 
 
 # ---------------------------------------------------------------------------------------------- schedule
@@ -269,40 +171,6 @@ def test_cosine_schedule_warms_up_from_1e7_and_anneals_to_1e6():
     assert math.isclose(lrs[55], 1e-6 + 0.5 * (peak - 1e-6))  # halfway down the cosine
     assert d["lr_scheduler_type"] == "cosine" and d["warmup_ratio"] == 0.1
     assert d["max_grad_norm"] == 0.0  # the paper states no clipping for fine-tuning (docs/fidelity.md)
-
-
-# ---------------------------------------------------------------------------------------------- early stopping
-
-
-class _Toy(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.w = nn.Parameter(torch.zeros(1))
-
-    def forward(self, x, labels):
-        return {"loss": ((self.w * x - labels) ** 2).mean()}
-
-
-def test_early_stopping_keeps_the_epoch_before_the_dev_loss_rose(tmp_path):
-    from spanbert.training_args import TrainingArguments
-
-    data = [{"x": torch.tensor(1.0), "labels": torch.tensor(1.0)} for _ in range(4)]
-    dev_losses = iter([3.0, 2.0, 2.5, 1.0])  # epoch 3 is worse than 2: stop there, keep epoch 2
-    weights = {}
-
-    def eval_fn(m, step):
-        weights[step] = float(m.w)
-        return {"loss": next(dev_losses)}
-
-    args = TrainingArguments(
-        output_dir=str(tmp_path / "run"), per_device_train_batch_size=2, num_train_epochs=4, learning_rate=0.1,
-        device="cpu", report_to="none", disable_tqdm=True, save_steps=0,
-    )  # fmt: skip
-    model = _Toy()
-    result = CT.train_with_early_stopping(model, data, args, lambda b: {k: torch.stack([x[k] for x in b]) for k in b[0]},
-                                         eval_fn)  # fmt: skip
-    assert sorted(weights) == [2, 4, 6] and result.global_step == 6 and result.best_step == 4
-    assert float(model.w) == weights[4] != weights[6]
 
 
 # ---------------------------------------------------------------------------------------------- end to end

@@ -1,4 +1,9 @@
-"""Coreference: CoNLL-2012 reader/writer, segments, non-crossing pruning, model, CLI end to end."""
+"""Coreference (`spanbert.tasks.coref`) end to end: a tiny model overfits two LitBank documents through the CLI,
+seeds, an existing output folder, one writer under torchrun, the released optimizer and best-on-dev selection:
+the tests of spanbert/tasks/coref/finetune.py.
+
+The other modules' tests are in test_coref_<module>.py (data, features, pruning, model, folder, predict,
+command); the helpers they share (a stand-in tokenizer, a toy document, a tiny model, a tiny run) are here."""
 
 from __future__ import annotations
 
@@ -8,27 +13,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from spanbert.config import model_config
-from spanbert.errors import DataError
 from spanbert.tasks.coref import (
     CorefConfig,
     CorefDataset,
     CorefDocument,
     CorefModel,
-    candidate_spans,
-    coref_column,
-    crossing,
-    decode_clusters,
-    evaluate_files,
     featurize,
-    genre_of,
-    prune_non_crossing,
     read_conll,
-    split_into_segments,
-    split_text,
     write_conll,
 )
 
@@ -49,118 +42,8 @@ bc/cctv/00/cctv_0001 0 1 smiled VBD * - - - Speaker#2 * -
 """
 
 
-def test_reader_parses_columns_and_clusters(tmp_path):
-    path = tmp_path / "a.conll"
-    path.write_text(SAMPLE)
-    (doc,) = read_conll(path)
-    assert (doc.key, doc.part, doc.genre) == ("bc/cctv/00/cctv_0001", 0, "bc")
-    assert doc.sentences == [["Alice", "met", "her", "sister", "."], ["She", "smiled"]]
-    assert doc.speakers[1] == ["Speaker#2", "Speaker#2"]
-    assert sorted(sorted(c) for c in doc.clusters) == [[(0, 0), (2, 2)], [(2, 3), (5, 5)]]
-    assert genre_of("1023_bleak_house_brat") == "other"
-
-
-@pytest.mark.parametrize(
-    "bad, line, message",
-    [
-        ("x 0 0 Alice NNP * - - - - * (0\n", 2, "never closed"),
-        ("x 0 0 Alice NNP * - - - - * 0)\n", 2, "never opened"),
-        ("x 0 0 Alice NNP * - - - - * (a)\n", 2, "found coreference entry"),
-        ("x 0 0 Alice\n", 2, "columns"),
-    ],
-)
-def test_reader_errors_name_file_and_line(tmp_path, bad, line, message):
-    path = tmp_path / "bad.conll"
-    path.write_text("#begin document (x); part 0\n" + bad + "#end document\n")
-    with pytest.raises(DataError, match=message) as e:
-        read_conll(path)
-    assert f"bad.conll:{line}" in str(e.value)
-
-
-def test_reader_errors_outside_document_and_truncated(tmp_path):
-    path = tmp_path / "t.conll"
-    path.write_text("x 0 0 Alice NNP * - - - - * -\n")
-    with pytest.raises(DataError, match=r"t.conll:1: found a word line outside a document"):
-        read_conll(path)
-    path.write_text("#begin document (x); part 0\nx 0 0 Alice NNP * - - - - * -\n")
-    with pytest.raises(DataError, match="end of the file inside document"):
-        read_conll(path)
-
-
-def test_writer_orders_entries_so_adjacent_mentions_round_trip(tmp_path):
-    # one entity with mentions (0,1) and (1,2) touching on word 1, nested (1,1), and a one-word mention
-    clusters = [[(0, 1), (1, 2), (1, 1)], [(3, 3)]]
-    assert coref_column(4, clusters) == ["(0", "0)|(0)|(0", "0)", "(1)"]
-    doc = CorefDocument("k", 0, [["a", "b", "c", "d"]], clusters=clusters)
-    write_conll(tmp_path / "o.conll", [doc])
-    (back,) = read_conll(tmp_path / "o.conll")
-    assert sorted(map(sorted, back.clusters)) == sorted(map(sorted, clusters))
-
-
-@needs_litbank
-@pytest.mark.realdata
-def test_litbank_round_trip_every_file(tmp_path):
-    files = sorted((LITBANK / "conll").glob("*.conll.gz"))
-    assert len(files) == 100
-    docs = [d for f in files for d in read_conll(f)]
-    # SOURCE.md: 100 documents, 210,532 tokens, 29,103 mentions, 7,927 entities
-    assert len(docs) == 100
-    assert sum(d.num_words for d in docs) == 210_532
-    assert sum(len(c) for d in docs for c in d.clusters) == 29_103
-    assert sum(len(d.clusters) for d in docs) == 7_927
-    out = tmp_path / "all.conll"
-    write_conll(out, docs)
-    back = read_conll(out)
-    assert [d.doc_id for d in back] == [d.doc_id for d in docs]
-    for a, b in zip(docs, back):
-        assert a.sentences == b.sentences
-        assert sorted(map(sorted, a.clusters)) == sorted(map(sorted, b.clusters)), a.key
-    # every id of the ten-fold splits names a file
-    names = {f.name[: -len(".conll.gz")] for f in files}
-    for ids in (LITBANK / "tenfold_splits").glob("*/*.ids"):
-        for line in ids.read_text().split():
-            assert line[: -len(".tsv")] in names
-
-
-def test_evaluate_files_matches_documents_and_rejects_mismatches(tmp_path):
-    from spanbert.errors import SpanBertError
-
-    gold = tmp_path / "gold.conll"
-    gold.write_text(SAMPLE)
-    (doc,) = read_conll(gold)
-    pred = tmp_path / "pred.conll"
-    write_conll(pred, [doc], [[[(0, 0), (2, 2)]]])  # finds one of the two entities
-    scores = evaluate_files(gold, pred)
-    assert scores["documents"] == 1
-    assert scores["muc_r"] == pytest.approx(50.0) and scores["muc_p"] == pytest.approx(100.0)
-    other = CorefDocument("other", 0, [["x"]])
-    write_conll(pred, [other])
-    with pytest.raises(SpanBertError, match="found no prediction for 1 gold document"):
-        evaluate_files(gold, pred)
-
-
-def test_split_text_words_sentences_and_offsets():
-    text = "Mr. Darcy didn't come. She waited—then left!  Fine."
-    sentences, offsets = split_text(text)
-    assert sentences == [
-        ["Mr", ".", "Darcy", "didn't", "come", "."],
-        ["She", "waited", "—", "then", "left", "!"],
-        ["Fine", "."],
-    ]
-    words = [w for s in sentences for w in s]
-    assert [text[a:b] for a, b in offsets] == words
-
-
 # ---------------------------------------------------------------------------------------------
-# Segments and features
-
-
-def test_segments_end_at_sentence_then_word_ends():
-    sentence_end = np.array([0, 0, 1, 0, 0, 0, 0, 1, 0, 1], bool)
-    word_end = np.array([1, 0, 1, 1, 0, 1, 0, 1, 1, 1], bool)
-    segs = split_into_segments(10, 4, sentence_end, word_end)
-    assert segs == [(0, 3), (3, 6), (6, 10)]  # [3, 7) holds no sentence end: cut after word end 5
-    assert split_into_segments(3, 2, np.zeros(3, bool), np.zeros(3, bool)) == [(0, 2), (2, 3)]  # one long word
+# Shared by the tests of the package's modules: a stand-in tokenizer, a toy document, a tiny model
 
 
 class CharTokenizer:
@@ -194,85 +77,6 @@ def toy_doc(n_sentences=6) -> CorefDocument:
     return CorefDocument("toy", 0, sentences, clusters=clusters)
 
 
-def test_featurize_segments_and_gold_spans():
-    doc = toy_doc()
-    f = featurize(doc, CharTokenizer(), max_seq_length=12)
-    assert all(len(s) <= 10 for s in f.segments)
-    assert sum(len(s) for s in f.segments) == f.num_subtokens == len(f.word_map)
-    # gold sub-token spans map back to the gold word spans
-    back = sorted(zip(f.word_map[f.gold_starts].tolist(), f.word_map[f.gold_ends].tolist()))
-    assert back == sorted(m for c in doc.clusters for m in c)
-    starts, ends = candidate_spans(f.sentence_map, f.word_map, 30)
-    assert (f.sentence_map[starts] == f.sentence_map[ends]).all()
-    assert (ends - starts < 30).all()
-    gold = set(zip(f.gold_starts.tolist(), f.gold_ends.tolist()))
-    assert gold <= set(zip(starts.tolist(), ends.tolist()))
-
-
-def test_training_cuts_a_random_run_of_segments():
-    f = featurize(toy_doc(12), CharTokenizer(), max_seq_length=12)
-    ds = CorefDataset([f], 30, 0, 2, 3, max_training_segments=2, seed=1)
-    batches = []
-    for epoch in range(6):
-        ds.set_epoch(epoch)
-        batches.append(ds[0])
-    assert all(b["input_ids"].shape[0] == 2 for b in batches)
-    assert len({tuple(b["input_ids"][0].tolist()) for b in batches}) > 1  # the run changes with the epoch
-    ds.set_epoch(0)
-    assert torch.equal(ds[0]["input_ids"], batches[0]["input_ids"])  # and is reproducible
-    for b in batches:
-        n = b["token_index"].numel()
-        assert ((b["gold_starts"] >= 0) & (b["gold_ends"] < n)).all()
-
-
-# ---------------------------------------------------------------------------------------------
-# Non-crossing pruning
-
-
-def greedy_reference(scores, starts, ends, k):
-    """The reference C++ op as a plain loop: best first, skip spans crossing a chosen one, stop at k."""
-    chosen = []
-    for i in sorted(range(len(scores)), key=lambda i: -scores[i]):
-        if len(chosen) == k:
-            break
-        if not any(crossing(starts[i], ends[i], starts[j], ends[j]) for j in chosen):
-            chosen.append(i)
-    return sorted(chosen, key=lambda i: (starts[i], ends[i]))
-
-
-@st.composite
-def span_sets(draw):
-    spans = draw(
-        st.lists(st.tuples(st.integers(0, 25), st.integers(0, 8)), min_size=1, max_size=60, unique_by=lambda t: t)
-    )
-    spans = sorted({(s, s + w) for s, w in spans})
-    scores = draw(
-        st.lists(st.floats(-5, 5, allow_nan=False, width=32), min_size=len(spans), max_size=len(spans), unique=True)
-    )
-    k = draw(st.integers(1, len(spans)))
-    chunk = draw(st.sampled_from([None, 1, 3, 8]))
-    return spans, scores, k, chunk
-
-
-@settings(max_examples=150, deadline=None)
-@given(span_sets())
-def test_pruning_keeps_no_crossing_pair_and_is_the_greedy_choice(case):
-    spans, scores, k, chunk = case
-    starts = torch.tensor([s for s, _ in spans])
-    ends = torch.tensor([e for _, e in spans])
-    kept = prune_non_crossing(torch.tensor(scores), starts, ends, k, chunk=chunk).tolist()
-    for a in kept:
-        for b in kept:
-            assert not crossing(spans[a][0], spans[a][1], spans[b][0], spans[b][1])
-    assert kept == greedy_reference(scores, starts.tolist(), ends.tolist(), k)
-    assert len(kept) <= k
-    assert [spans[i] for i in kept] == sorted(spans[i] for i in kept)
-
-
-# ---------------------------------------------------------------------------------------------
-# Model
-
-
 def tiny_model(**overrides) -> CorefModel:
     torch.manual_seed(0)
     cfg = CorefConfig(
@@ -293,113 +97,6 @@ def tiny_model(**overrides) -> CorefModel:
 def toy_batch(model):
     f = featurize(toy_doc(), CharTokenizer(), model.config.max_seq_length)
     return f, CorefDataset([f], model.config.max_span_width, 0, 2, 3)[0]
-
-
-def test_head_attention_prefix_sums_match_explicit_softmax():
-    model = tiny_model()
-    x = torch.randn(20, 64)
-    starts = torch.tensor([0, 3, 5, 19, 7])
-    ends = torch.tensor([0, 9, 5, 19, 18])
-    g = model.span_embeddings(x, starts, ends)
-    alpha = model.head_attention(x).squeeze(-1)
-    for i, (s, e) in enumerate(zip(starts.tolist(), ends.tolist())):
-        w = alpha[s : e + 1].softmax(0)
-        assert torch.allclose(g[i, 128:192], (w[:, None] * x[s : e + 1]).sum(0), atol=1e-5)
-        assert torch.equal(g[i, :64], x[s]) and torch.equal(g[i, 64:128], x[e])
-
-
-@pytest.mark.parametrize("gap", [0.0, 30.0, 40.0, 100.0, 1000.0])
-def test_head_attention_is_exact_at_any_logit_gap(gap):
-    """Prefix sums of exp(α - max α) lost 0.1 % at a 30-logit gap and returned inf at 40: compare with
-    a direct per-span softmax where a few tokens sit ``gap`` logits above (or below) the rest."""
-    model = tiny_model()
-    with torch.no_grad():  # α_t = x_t[0]: the gap is set through the first feature
-        model.head_attention.weight.zero_()
-        model.head_attention.weight[0, 0] = 1.0
-        model.head_attention.bias.zero_()
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(40, 64, generator=gen, dtype=torch.float64)
-    x[:, 0] = torch.randn(40, generator=gen, dtype=torch.float64)
-    x[[2, 17, 30], 0] += gap  # high tokens before, inside and after the spans below
-    x[[25, 26], 0] -= gap  # and a low run
-    x = x.float().requires_grad_(True)
-    spans = [(0, 0), (3, 9), (3, 16), (15, 20), (18, 29), (25, 26), (24, 27), (31, 39), (30, 39), (2, 2)]
-    starts = torch.tensor([s for s, _ in spans])
-    ends = torch.tensor([e for _, e in spans])
-    g = model.span_embeddings(x, starts, ends)
-    alpha = x.double()[:, 0]  # the head-attention logits, exactly
-    for i, (s, e) in enumerate(spans):
-        ref = (alpha[s : e + 1].softmax(0)[:, None] * x.double()[s : e + 1]).sum(0)
-        assert torch.allclose(g[i, 128:192].double(), ref, rtol=1e-5, atol=1e-6), (gap, s, e)
-    table = model.span_width_embeddings.weight
-    fast = model.mention_scores(x, starts, ends, table)
-    direct = model.mention_scorer(model.span_embeddings(x, starts, ends, table)).squeeze(-1)
-    assert torch.allclose(fast, direct, atol=1e-5)
-    fast.sum().backward()
-    assert torch.isfinite(x.grad).all() and torch.isfinite(model.head_attention.weight.grad).all()
-
-
-def test_decomposed_mention_scores_equal_the_ffnn_on_span_embeddings():
-    model = tiny_model()
-    x = torch.randn(30, 64)
-    starts = torch.tensor([0, 3, 5, 29, 7, 10])
-    ends = torch.tensor([0, 9, 5, 29, 18, 28])
-    table = model.span_width_embeddings.weight
-    direct = model.mention_scorer(model.span_embeddings(x, starts, ends, table)).squeeze(-1)
-    assert torch.allclose(model.mention_scores(x, starts, ends, table), direct, atol=1e-5)
-
-
-def test_forward_shapes_loss_and_gradients():
-    model = tiny_model(singletons="true")
-    f, batch = toy_batch(model)
-    out = model(**batch)
-    k, K1 = out["antecedent_scores"].shape
-    assert out["antecedents"].shape == (k, K1 - 1) and out["top_starts"].shape == (k,)
-    assert k == int(f.num_subtokens * 0.4)
-    assert (out["antecedent_scores"][:, 0] == 0).all()  # dummy antecedent
-    assert torch.isfinite(out["loss"]) and out["loss"] > 0
-    out["loss"].backward()
-    assert model.bert.embeddings.word_embeddings.weight.grad.abs().sum() > 0
-    assert model.pair_scorer[0].weight.grad.abs().sum() > 0
-    assert model.refine_gate.weight.grad.abs().sum() > 0  # the higher-order round is in the graph
-    # antecedents always come earlier in the (start, end) order of the kept spans
-    ante, valid = out["antecedents"], out["antecedent_scores"][:, 1:] > -1e3
-    assert (ante[valid] < torch.arange(k)[:, None].expand_as(ante)[valid]).all()
-
-
-@pytest.mark.parametrize("depth, singletons", [(1, "false"), (1, "true"), (2, "false"), (2, "true")])
-def test_every_parameter_gets_a_gradient(depth, singletons):
-    """DDP stops on a parameter outside the graph: with one inference round the refinement gate is
-    not built at all, and every other parameter takes part in the loss."""
-    model = tiny_model(coref_depth=depth, singletons=singletons)
-    assert (model.refine_gate is None) == (depth == 1)
-    _, batch = toy_batch(model)
-    model(**batch)["loss"].backward()
-    missing = [name for name, p in model.named_parameters() if p.grad is None]
-    assert not missing, missing
-
-
-def test_gradient_checkpointing_gives_the_same_loss():
-    f, batch = toy_batch(tiny_model())
-    plain = tiny_model()(**batch)["loss"]
-    ckpt_model = tiny_model(gradient_checkpointing=True)
-    ckpt_model.train()
-    ckpt = ckpt_model(**batch)["loss"]
-    assert torch.allclose(plain, ckpt)
-    ckpt.backward()
-
-
-def test_decode_links_antecedents_into_clusters():
-    out = {
-        "top_starts": torch.tensor([0, 2, 4, 6]),
-        "top_ends": torch.tensor([0, 3, 4, 6]),
-        "top_mention_scores": torch.tensor([1.0, 1.0, 1.0, -1.0]),
-        "antecedents": torch.tensor([[0, 0], [0, 0], [0, 1], [2, 1]]),
-        "antecedent_scores": torch.tensor([[0, -1e4, -1e4], [0, -1.0, -1e4], [0, -2.0, 3.0], [0, -1.0, -1.0]]),
-    }
-    word_map = np.arange(8) // 2  # two sub-tokens per word
-    assert decode_clusters(out, word_map, singletons=False) == [[(1, 1), (2, 2)]]
-    assert decode_clusters(out, word_map, singletons=True) == [[(0, 0)], [(1, 1), (2, 2)]]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -471,7 +168,7 @@ def test_tiny_model_overfits_two_litbank_documents_via_cli(tmp_path, capsys):
 
 
 # ---------------------------------------------------------------------------------------------
-# Seeds, existing output folders, eval mode, one writer under torchrun
+# Seeds, existing output folders, one writer under torchrun
 
 
 @pytest.fixture(scope="module")
@@ -532,19 +229,6 @@ def test_existing_output_dir_is_refused_before_any_work(tiny_run, tmp_path, cli_
     cli_error(finetune_argv(tiny_run, out), names=str(out), contains="--overwrite_output_dir", out=out)
 
 
-def test_loaders_return_eval_mode(tiny_run, tmp_path):
-    from spanbert.tasks.coref import CorefPredictor, load_coref_model, save_coref_model
-    from spanbert.tokenization import Tokenizer
-
-    model = tiny_model(coref_depth=1)
-    model.train()
-    save_coref_model(model, tmp_path / "m", Tokenizer.from_dir(tiny_run / "enc"))
-    loaded, _ = load_coref_model(tmp_path / "m")
-    assert not loaded.training and not any(m.training for m in loaded.modules())
-    assert loaded.refine_gate is None
-    assert not CorefPredictor.from_pretrained(tmp_path / "m", device="cpu").model.training
-
-
 DDP_SCRIPT = """
 import json, os, sys
 from spanbert.tasks.coref import CorefConfig, finetune_coref
@@ -592,67 +276,8 @@ def test_two_processes_write_one_model_and_agree_on_dev(tiny_run, tmp_path, dept
 
 
 # ---------------------------------------------------------------------------------------------
-# Issue 11.7: the released settings as presets, the segment-distance feature, best-on-dev selection
-
-# Transcribed from mandarjoshi90/coref @ bd04f2e: experiments.conf (`best`, `spanbert_base`,
-# `spanbert_large`), independent.py (k <= 3900, segment distance), optimization.py (eps, decay, clipping),
-# train.py (eval_frequency, model.max.ckpt).
-RELEASED = {
-    "spanbert_base": dict(max_seq_length=384, encoder_learning_rate=2e-5, learning_rate=1e-4),
-    "spanbert_large": dict(max_seq_length=512, encoder_learning_rate=1e-5, learning_rate=3e-4),
-}
-RELEASED_SHARED = dict(
-    adam_epsilon=1e-6, weight_decay=0.01, task_weight_decay=0.0, separate_clipping=True, max_grad_norm=1.0,
-    warmup_ratio=0.1, lr_scheduler_type="linear", num_train_epochs=20.0, per_device_train_batch_size=1,
-    max_top_spans=3900, max_span_width=30, top_span_ratio=0.4, max_top_antecedents=50, ffnn_size=3000,
-    ffnn_depth=1, feature_size=20, dropout=0.3, token_dropout=0.0, coref_depth=2, max_training_segments=3,
-    use_segment_distance=True, eval_steps=1000, metric_for_best_model="conll_f1",
-)  # fmt: skip
-
-
-def _parsed(monkeypatch, argv):
-    """(TrainingArguments, CorefConfig) that `spanbert finetune coref ARGV` would train with."""
-    from spanbert.cli import main
-    from spanbert.tasks import coref
-
-    seen = {}
-
-    def fake(model_dir, train_path, dev_path, targs, config, tokenizer_dir=None, max_eval_examples=None):
-        seen.update(targs=targs, config=config)
-        return {}
-
-    monkeypatch.setattr(coref.command, "finetune_coref", fake)  # where the command calls it
-    assert main(["finetune", "coref", "--model", "m", "--train", "t.conll", "--output_dir", "o", *argv]) == 0
-    return seen["targs"], seen["config"]
-
-
-@pytest.mark.parametrize("name", sorted(RELEASED))
-def test_presets_are_the_released_settings(monkeypatch, name, tmp_path):
-    targs, config = _parsed(monkeypatch, ["--preset", name])
-    for key, value in {**RELEASED_SHARED, **RELEASED[name]}.items():
-        got = getattr(targs, key) if hasattr(targs, key) else getattr(config, key)
-        assert got == value, (key, got, value)
-    # options given on the command line or in --config win over the preset
-    yaml = tmp_path / "c.yaml"
-    yaml.write_text("ffnn_size: 150\nadam_epsilon: 1.0e-8\n")
-    targs, config = _parsed(monkeypatch, ["--preset", name, "--config", str(yaml), "--learning_rate", "5e-5"])
-    assert (targs.learning_rate, targs.adam_epsilon, config.ffnn_size) == (5e-5, 1e-8, 150)
-    assert config.max_seq_length == RELEASED[name]["max_seq_length"]
-
-
-def test_default_selects_on_dev_conll_f1_and_an_unknown_preset_is_an_error(monkeypatch, tmp_path, capsys):
-    from spanbert.cli import main
-
-    targs, config = _parsed(monkeypatch, [])
-    assert targs.metric_for_best_model == "conll_f1" and targs.evals_per_epoch == 3
-    assert config.use_segment_distance and config.max_top_spans == 3900 and config.task_weight_decay == 0
-    yaml = tmp_path / "c.yaml"
-    yaml.write_text("preset: spanbert_huge\n")
-    argv = ["finetune", "coref", "--model", "m", "--train", "t.conll", "--output_dir", "o", "--config", str(yaml)]
-    assert main(argv) == 2
-    # the YAML value is checked as the flag is, naming the file and line
-    err = capsys.readouterr().err
-    assert f"{yaml}:1: option preset: found 'spanbert_huge', expected one of: spanbert_base, spanbert_large" in err
+# Issue 11.7: the released optimizer and best-on-dev selection (the presets: test_coref_command.py; the
+# segment-distance feature: test_coref_pruning.py, test_coref_model.py)
 
 
 def test_optimizer_groups_and_clipping_follow_the_released_code(tiny_run, tmp_path, monkeypatch):
@@ -684,80 +309,6 @@ def test_optimizer_groups_and_clipping_follow_the_released_code(tiny_run, tmp_pa
         len(list(model.bert.parameters())),
         len(list(model.parameters())) - len(list(model.bert.parameters())),
     ]
-
-
-def test_top_spans_are_capped():
-    model = tiny_model(max_top_spans=3).eval()
-    _, batch = toy_batch(model)
-    assert model(**batch)["top_starts"].shape == (3,)
-
-
-def test_segment_distance_is_the_clipped_difference_of_the_start_segments():
-    from spanbert.tasks.coref import segment_distance
-
-    model = tiny_model()
-    f, batch = toy_batch(model)
-    width = batch["input_ids"].shape[1]
-    segment_of = {}  # brute force: walk the (S, T) rows
-    position = 0
-    for s, seg in enumerate(f.segments):
-        for _ in seg:
-            segment_of[position] = s
-            position += 1
-    assert len(f.segments) >= 4  # pairs farther apart than the last bucket exist
-    starts = torch.arange(f.num_subtokens)
-    antecedents = torch.randint(0, f.num_subtokens, (f.num_subtokens, 7), generator=torch.Generator().manual_seed(0))
-    got = segment_distance(batch["token_index"], width, starts, antecedents, 3)
-    for i in range(f.num_subtokens):
-        for j, a in enumerate(antecedents[i].tolist()):
-            assert got[i, j] == min(2, max(0, segment_of[i] - segment_of[a]))
-
-
-def test_segment_distance_changes_scores_only_through_its_embedding():
-    """A model with the feature whose own weights contribute nothing scores exactly as the model
-    without it; changing one row of its embedding changes the fine scores of exactly the pairs at
-    that segment distance, and nothing before the fine scorer (kept spans, antecedents)."""
-    from spanbert.tasks.coref import segment_distance
-
-    without = tiny_model(use_segment_distance=False, coref_depth=1).eval()
-    with_ = tiny_model(use_segment_distance=True, coref_depth=1).eval()
-    assert without.segment_distance_embeddings is None
-    state = without.state_dict()
-    w = state["pair_scorer.0.weight"]  # (hidden, 3D + 3F)
-    fs = with_.config.feature_size
-    state["pair_scorer.0.weight"] = torch.cat([w, torch.zeros(w.shape[0], fs)], 1)  # the 4th feature: no effect
-    state["segment_distance_embeddings.weight"] = with_.segment_distance_embeddings.weight.detach()
-    with_.load_state_dict(state)
-    f, batch = toy_batch(with_)
-    with torch.no_grad():
-        a, b = without(**batch), with_(**batch)
-        assert torch.equal(a["antecedents"], b["antecedents"]) and torch.equal(a["top_starts"], b["top_starts"])
-        assert torch.allclose(a["antecedent_scores"], b["antecedent_scores"])
-        with_.pair_scorer[0].weight[:, -fs:].normal_(generator=torch.Generator().manual_seed(1))
-        before = with_(**batch)
-        with_.segment_distance_embeddings.weight[1] += 1.0
-        after = with_(**batch)
-    assert torch.equal(before["antecedents"], after["antecedents"])
-    width = batch["input_ids"].shape[1]
-    dist = segment_distance(batch["token_index"], width, before["top_starts"], before["antecedents"], 3)
-    changed = ~torch.isclose(before["antecedent_scores"][:, 1:], after["antecedent_scores"][:, 1:])
-    real = before["antecedent_scores"][:, 1:] > -1e3  # pairs with a real antecedent
-    assert (dist[real] == 1).any() and (dist[real] != 1).any()
-    assert torch.equal(changed[real], dist[real] == 1)
-
-
-def test_models_saved_without_the_newer_settings_still_load(tiny_run, tmp_path):
-    from spanbert.tasks.coref import load_coref_model, save_coref_model
-    from spanbert.tokenization import Tokenizer
-
-    model = tiny_model(use_segment_distance=False)
-    save_coref_model(model, tmp_path / "m", Tokenizer.from_dir(tiny_run / "enc"))
-    config = json.loads((tmp_path / "m" / "config.json").read_text())
-    for key in ("use_segment_distance", "token_dropout", "max_top_spans", "task_weight_decay", "separate_clipping"):
-        del config["spanbert"]["coref"][key]
-    (tmp_path / "m" / "config.json").write_text(json.dumps(config))
-    loaded, _ = load_coref_model(tmp_path / "m")
-    assert loaded.segment_distance_embeddings is None and loaded.config.token_dropout == loaded.config.dropout
 
 
 def test_the_best_dev_evaluation_is_the_model_saved(tiny_run, tmp_path, monkeypatch, capsys):

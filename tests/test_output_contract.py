@@ -7,7 +7,7 @@ naming the path, exit 2, before any work (no model read, no data featurized, no 
 the disk is left exactly as it was. A full disk at the command's first write is one ``error:`` line naming
 the output, and the disk is as it was.
 
-The checks themselves are `spanbert.utils.check_output` and `spanbert.folders` (unit tests: test_output.py);
+The checks themselves are `spanbert.utils.check_output` and `spanbert.folders` (unit tests: test_utils.py, test_folders.py);
 this file runs each command through the CLI against each case, and reads a model folder of every family
 with a damaged config.json. The inputs are the tiny models of test_malformed_tasks.py (and one fine-tuning
 step each of the tasks whose predict needs its own model); no refused case gets as far as reading them
@@ -317,7 +317,7 @@ def test_every_command_refuses_a_bad_output_before_any_work(
     model_before = {k: _tree(Path(v)) for k, v in m.items()}
     if case == "unwritable":
         # tests run as root, who may write anywhere but a read-only mount: the refusal is simulated where
-        # the check asks the system (as test_output.py does)
+        # the check asks the system (as test_utils.py does)
         monkeypatch.setattr(utils, "writable", lambda folder: False)
     says = inside_says if case == "inside an input" else CASES[case][1]
     try:

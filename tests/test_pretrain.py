@@ -1,4 +1,5 @@
-"""Pre-training: every system overfits a batch, the job runs end to end, `fill` uses both heads."""
+"""Pre-training (`spanbert.pretrain`): every system overfits a batch, the job runs end to end and resumes, the data is
+prepared once, torchrun from raw text, batching by tokens and the recipes, the sequence-length schedule."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from spanbert.config import model_config
 from spanbert.corpus import TokenCorpus
 from spanbert.dataset import PretrainDataset
 from spanbert.errors import SpanBertError
-from spanbert.fill import fill
 from spanbert.folders import MANIFEST
 from spanbert.masking import MaskingConfig
 from spanbert.model import SpanBertForPreTraining
@@ -56,7 +56,7 @@ def corpus(tmp_path_factory):
 
 
 def corpus_with_candidates(out) -> TokenCorpus:
-    """The corpus with synthetic entity / noun-phrase candidates (spaCy's are tested in test_data.py):
+    """The corpus with synthetic entity / noun-phrase candidates (spaCy's are tested in test_preprocess.py):
     every whole word that starts at a multiple of 7 tokens, as if it were a mention."""
     tc = TokenCorpus(out)
     _, word_starts = tc.tokens(0, tc.num_tokens)  # the test corpus is one shard
@@ -96,13 +96,6 @@ def test_each_system_overfits_one_batch(corpus, system):
         assert "sbo_loss" in final and float(final["sbo_acc"]) > 0.95
     if mode == "nsp":
         assert float(final["nsp_acc"]) == 1.0
-
-
-@pytest.mark.parametrize("system", ["named_entity", "noun_phrase"])
-def test_linguistic_schemes_need_candidates(corpus, system):
-    _, _, tok, out = corpus
-    with pytest.raises(SpanBertError, match="candidate"):
-        PretrainDataset(out, tok, max_seq_length=48, masking=MaskingConfig(scheme=system))
 
 
 def test_pretrain_job_end_to_end_and_resume(corpus, tmp_path):
@@ -146,20 +139,6 @@ def test_cli_rejects_unknown_options(capsys):
         pretrain(PretrainConfig(system="roberta"), TrainingArguments())
 
 
-def test_fill_with_both_heads(corpus, tmp_path):
-    _, _, tok, _ = corpus
-    torch.manual_seed(0)
-    model = SpanBertForPreTraining(model_config("tiny", vocab_size=tok.vocab_size))
-    for head in ("mlm", "sbo"):
-        out = fill(model, tok, "the river {MASK*2} past old stone bridges", head=head, top_k=3)
-        assert len(out["predictions"]) == 2 and len(out["predictions"][0]["candidates"]) == 3
-        assert "[MASK]" not in out["text"]
-    with pytest.raises(SpanBertError, match="no \\[MASK\\]"):
-        fill(model, tok, "no masks here")
-    with pytest.raises(SpanBertError, match="span boundary head"):
-        fill(SpanBertForPreTraining(model_config("tiny", vocab_size=tok.vocab_size), sbo=False), tok, "a [MASK]", head="sbo")
-
-
 # ---------------------------------------------------------------------------------------------
 # Held-out split by documents, evaluation averaged over targets
 
@@ -197,15 +176,6 @@ def test_held_out_split_is_by_documents_and_does_not_leak(corpus, system):
     if n_train is not None:
         n_eval = int((eval_set.dataset.blocks[:, 1] - eval_set.dataset.blocks[:, 0]).sum())
         assert n_train + n_eval == int(bounds[-1, 1] - bounds[0, 0])
-
-
-def test_held_out_documents_takes_the_last_documents_by_tokens():
-    bounds = np.array([[0, 10], [10, 20], [20, 30], [30, 130]])  # the last document is 100 of 130 tokens
-    assert held_out_documents(bounds, 0.05) == 3  # one document at least, the last one
-    assert held_out_documents(bounds, 0.9) == 1  # 0.9 * 130 = 117 tokens: the last three
-    assert held_out_documents(bounds, 0.99) == 1  # one document is always kept for training
-    assert held_out_documents(bounds, 0.5, min_train_docs=2, min_eval_docs=2) == 2
-    assert held_out_documents(bounds[:1], 0.5) == 1  # one document: nothing held out
 
 
 def test_evaluation_averages_over_targets_not_batches(corpus):
@@ -597,14 +567,6 @@ def test_released_recipe_sets_the_released_optimiser(monkeypatch):
         PretrainConfig(recipe="fairseq")
 
 
-def test_dataset_lengths_are_the_items_lengths(corpus):
-    for mode in ("single", "nsp"):
-        ds = PretrainDataset(corpus[3], max_seq_length=64, mode=mode, seed=0)
-        lengths = ds.lengths()
-        assert lengths.shape == (len(ds),) and lengths.max() <= 64
-        assert [len(ds[i]["input_ids"]) for i in range(len(ds))] == lengths.tolist()
-
-
 def test_pretrain_with_a_token_budget_and_the_released_recipe(corpus, tmp_path):
     cfg = PretrainConfig(corpus=str(corpus[1]), model="tiny", max_seq_length=64, max_eval_blocks=0,
                          tokens_per_update=512, recipe="released")
@@ -620,21 +582,6 @@ def test_pretrain_with_a_token_budget_and_the_released_recipe(corpus, tmp_path):
 
 # ---------------------------------------------------------------------------------------------
 # Google BERT's sequence-length schedule (BERT Appendix A.2): 128 then 512 within one run
-
-
-def test_seq_length_schedule_parses_and_rejects():
-    from spanbert.pretrain_config import seq_length_stages
-
-    assert seq_length_stages("128:0.9,512", 512, 1000) == [(128, 900), (512, 1000)]
-    assert seq_length_stages(None, 512, 10) == [(512, 10)]
-    assert seq_length_stages("64:0.5, 128:0.25,512", 512, 8) == [(64, 4), (128, 6), (512, 8)]
-    for bad in ("128,512", "128:0.9", "128:0.9,256", "128:1.5,512", "x:0.9,512", "4:0.9,512", "128:0.6,256:0.5,512"):
-        with pytest.raises(SpanBertError, match="--seq_length_schedule"):
-            seq_length_stages(bad, 512, 1000)
-    with pytest.raises(SpanBertError, match="no steps"):
-        seq_length_stages("128:0.1,512", 512, 3)
-    with pytest.raises(SpanBertError, match="--seq_length_schedule"):
-        PretrainConfig(seq_length_schedule="128:0.9")
 
 
 def _schedule_run(out, path, stop=-1, resume=False):

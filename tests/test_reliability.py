@@ -105,7 +105,7 @@ def test_every_temporary_name_is_known_to_the_cleanup(corpus, tmp_path, monkeypa
     hidden = {part for p in seen for part in Path(p).parts if part.startswith(".")}
     kinds = {name.split(".")[1] for name in hidden}
     assert {"checkpoint-2", "latest", "final", "model", "config"} <= kinds, sorted(hidden)  # the test saw them
-    bad = sorted(name for name in hidden if not utils.is_debris(name) and not folders.is_bookkeeping(name))
+    bad = sorted(name for name in hidden if not folders.is_debris(name) and not folders.is_bookkeeping(name))
     assert not bad, f"temporary names the cleanup does not know: {bad}"
     # the run folder keeps its manifest (the list of what spanbert wrote there) and nothing else hidden
     assert [p for p in os.listdir(run) if p.startswith(".")] == [folders.MANIFEST]

@@ -9,7 +9,6 @@ import torch
 from test_trainer import Net, Regression, args
 
 from spanbert.errors import SpanBertError
-from spanbert.optim import param_groups
 from spanbert.trainer import eval_schedule, train
 
 
@@ -119,23 +118,6 @@ def test_clip_by_prefix_clips_each_group_on_its_own(tmp_path):
         torch.optim.AdamW.step = original
     for norm in seen:
         assert norm["l1"] == pytest.approx(1.0, rel=1e-3) and norm["rest"] == pytest.approx(1.0, rel=1e-3)
-
-
-def test_weight_decay_by_prefix_keeps_bias_and_layernorm_at_zero():
-    net = Net()
-    groups = param_groups(net, 1e-4, 0.01, weight_decay_by_prefix={"l2.": 0.0, "l1.": 0.5})
-    lookup = {id(p): g["weight_decay"] for g in groups for p in g["params"]}
-    assert lookup[id(net.l1.weight)] == 0.5 and lookup[id(net.l1.bias)] == 0.0
-    assert lookup[id(net.l2.weight)] == 0.0 and lookup[id(net.norm.weight)] == 0.0
-
-
-def test_cosine_schedule_from_init_to_min():
-    from spanbert.optim import cosine_lambda
-
-    f = cosine_lambda(total_steps=110, warmup_steps=10, peak=1e-3, init_lr=1e-7, min_lr=1e-4)
-    assert f(0) * 1e-3 == pytest.approx(1e-7) and f(5) * 1e-3 == pytest.approx(1e-7 + (1e-3 - 1e-7) / 2)
-    assert f(10) == pytest.approx(1.0) and f(60) * 1e-3 == pytest.approx((1e-3 + 1e-4) / 2)
-    assert f(110) * 1e-3 == pytest.approx(1e-4) and f(500) * 1e-3 == pytest.approx(1e-4)
 
 
 def test_each_group_reaches_its_own_minimum_under_cosine(tmp_path):

@@ -1,9 +1,11 @@
 """The suite itself: every test runs in a folder of pytest's and writes nothing anywhere else, so the
-README's two commands, run in order in a checkout, leave it green (conftest.py)."""
+README's two commands, run in order in a checkout, leave it green (conftest.py); and a module's tests are
+found by its name (tests/README.md)."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -53,3 +55,70 @@ def test_the_readme_quick_start_then_the_suite_leaves_the_checkout_green(tmp_pat
     assert suite.returncode == 0, suite.stdout[-3000:] + suite.stderr[-2000:]
     assert " passed" in suite.stdout and "deselected" in suite.stdout, suite.stdout[-500:]
     assert _files(checkout) == before  # nothing written into the checkout, the user's run untouched
+
+
+# ---------------------------------------------------------------------------------------------
+# The layout (tests/README.md, "Where a module's tests are")
+
+SRC = REPO / "src" / "spanbert"
+TESTS = REPO / "tests"
+
+# The modules with no test file of their own, each with the reason. Keep it short: a module with logic of its
+# own gets a test file (an entry whose module is gone, or has a test file now, fails the test below).
+NO_TEST_FILE = {
+    "__init__.py": "the package's version and two lazy names (`import spanbert`: test_imports.py, test_utils.py)",
+    "__main__.py": "`python -m spanbert` is one call of `spanbert.cli.main` (test_cli.py)",
+    "data.py": "no code: the old spellings of the data modules' names, resolved by _aliases.py (test_aliases.py)",
+    "metrics/__init__.py": "a docstring",
+    "tasks/__init__.py": "re-exports the registry's and the Python API's names (test_tasks_registry.py, test_tasks_api.py)",
+}
+
+
+def _rule_files(module: Path) -> list[Path]:
+    """The test files of ``module`` (a file under src/spanbert) by tests/README.md's rule, those that exist."""
+    *packages, name = module.relative_to(SRC).with_suffix("").parts
+    if name == "__init__":  # the package itself: its package's file
+        return [p for p in [TESTS / f"test_{packages[-1]}.py"] if p.is_file()] if packages else []
+    name = name.lstrip("_")
+    if not packages:
+        return [p for p in [TESTS / f"test_{name}.py"] if p.is_file()]
+    package = packages[-1]
+    own = [TESTS / f"test_{package}_{name}.py"] + ([TESTS / f"test_{name}.py"] if packages == ["tasks"] else [])
+    if any(p.is_file() for p in own):
+        return [p for p in own if p.is_file()]
+    # a small module's tests in the package's file, which names it by its path (or its dotted name)
+    shared = TESTS / f"test_{package}.py"
+    path = module.relative_to(SRC.parent)
+    dotted = ".".join(path.with_suffix("").parts)
+    named = rf"{re.escape(path.as_posix())}|{re.escape(dotted)}(?!\w)"
+    return [shared] if shared.is_file() and re.search(named, shared.read_text(encoding="utf-8")) else []
+
+
+def test_every_module_has_its_test_file():
+    modules = sorted(p.relative_to(SRC).as_posix() for p in SRC.rglob("*.py"))
+    missing = [m for m in modules if m not in NO_TEST_FILE and not _rule_files(SRC / m)]
+    assert not missing, f"no test file by tests/README.md's rule (nor an entry in NO_TEST_FILE) for {missing}"
+    stale = [m for m in NO_TEST_FILE if m not in modules or _rule_files(SRC / m)]
+    assert not stale, f"NO_TEST_FILE lists modules that are gone or have a test file now: {stale}"
+
+
+def test_every_test_file_is_a_modules_or_a_listed_topic():
+    readme = (TESTS / "README.md").read_text(encoding="utf-8")
+    of_modules = {p.name for m in SRC.rglob("*.py") for p in _rule_files(m)}
+    topics = [p.name for p in sorted(TESTS.glob("test_*.py")) if p.name not in of_modules]
+    unlisted = [name for name in topics if f"| `{name}` |" not in readme]
+    assert not unlisted, f"test files of no module and not in tests/README.md's topic table: {unlisted}"
+    gone = sorted({name for name in re.findall(r"test_\w+\.py", readme) if not (TESTS / name).is_file()})
+    assert not gone, f"tests/README.md names test files that do not exist: {gone}"
+
+
+def test_the_rule_finds_each_kind_of_home():
+    assert _rule_files(SRC / "blocks.py") == [TESTS / "test_blocks.py"]
+    assert _rule_files(SRC / "_aliases.py") == [TESTS / "test_aliases.py"]
+    assert _rule_files(SRC / "study" / "spec.py") == [TESTS / "test_study_spec.py"]
+    assert _rule_files(SRC / "tasks" / "glue.py") == [TESTS / "test_glue.py"]
+    assert _rule_files(SRC / "tasks" / "registry.py") == [TESTS / "test_tasks_registry.py"]
+    assert _rule_files(SRC / "tasks" / "qa" / "finetune.py") == [TESTS / "test_qa.py"]  # named in the package's file
+    assert _rule_files(SRC / "tasks" / "coref" / "__init__.py") == [TESTS / "test_coref.py"]
+    assert _rule_files(SRC / "tasks" / "qa" / "nowhere.py") == []  # a module the package's file does not name
+    assert _rule_files(SRC / "data.py") == [] and _rule_files(SRC / "__init__.py") == []

@@ -236,12 +236,3 @@ def test_malformed_swag_predictions(tmp_path, cli_error):
     cli_error(["evaluate", "swag", "--data", data, "--predictions", p], names=f"{p}:1", contains="expected video-id,fold-ind,label")
     cli_error(["predict", "swag", "--model", tmp_path, "--data", data, "--output", tmp_path / "o.csv"],
               names=tmp_path, out=tmp_path)  # not a model folder  # fmt: skip
-
-
-def test_feature_lengths_count_every_choice_of_unequal_length():
-    # the trainer's cost estimate and token-budget batching read lengths(); SWAG's four choices differ in
-    # length, which np.asarray cannot make one array of
-    from spanbert.tasks.classification import FeatureDataset
-
-    ds = FeatureDataset([{"input_ids": [[1, 2, 3], [1, 2], [1], [1, 2, 3, 4]]}, {"input_ids": [5, 6]}])
-    assert ds.lengths().tolist() == [10, 2]

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from spanbert.errors import SpanBertError
-from spanbert.optim import lr_lambda, param_groups
+from spanbert.optim import lr_lambda
 from spanbert.runs import latest_checkpoint
 from spanbert.trainer import micro_batches, train
 from spanbert.training_args import TrainingArguments
@@ -168,27 +168,6 @@ def test_nan_skip_policy(tmp_path):
     result = train(model, Regression(), args(tmp_path, nan_policy="skip"))
     assert result.global_step == 12 and 0 < result.skipped_steps < 12
     assert all(torch.isfinite(v).all() for v in model.state_dict().values())
-
-
-def test_weight_decay_groups_skip_layernorm_and_bias():
-    groups = param_groups(Net(), 1e-4, 0.1, lr_by_prefix={"l2.": 1e-3})
-    by_decay = {}
-    for g in groups:
-        for p in g["params"]:
-            by_decay[id(p)] = (g["weight_decay"], g["lr"])
-    net = Net()
-    groups = param_groups(net, 1e-4, 0.1, lr_by_prefix={"l2.": 1e-3})
-    lookup = {id(p): (g["weight_decay"], g["lr"]) for g in groups for p in g["params"]}
-    assert lookup[id(net.l1.weight)] == (0.1, 1e-4)
-    assert lookup[id(net.l1.bias)] == (0.0, 1e-4)
-    assert lookup[id(net.norm.weight)] == (0.0, 1e-4)
-    assert lookup[id(net.l2.weight)] == (0.1, 1e-3)
-
-
-def test_linear_warmup_then_decay():
-    f = lr_lambda(total_steps=100, warmup_steps=10, kind="linear")
-    assert f(0) == pytest.approx(0.1) and f(9) == pytest.approx(1.0)
-    assert f(10) == pytest.approx(1.0) and f(55) == pytest.approx(0.5) and f(100) == 0.0
 
 
 def test_micro_batches_one_vs_two_processes_cover_the_same_samples():
@@ -384,22 +363,6 @@ def test_token_batching_accumulation_weighs_by_targets(tmp_path, adamw_grads):
 def test_token_batching_needs_lengths(tmp_path):
     with pytest.raises(SpanBertError, match="lengths"):
         train(Net(), Regression(), args(tmp_path, max_tokens_per_batch=8))
-
-
-def test_decay_all_parameters_decays_biases_and_layernorm():
-    net = Net()
-    lookup = {id(p): g["weight_decay"] for g in param_groups(net, 1e-4, 0.01, decay_all=True) for p in g["params"]}
-    assert {lookup[id(p)] for p in net.parameters()} == {0.01}
-    lookup = {id(p): g["weight_decay"] for g in param_groups(net, 1e-4, 0.01) for p in g["params"]}
-    assert lookup[id(net.l1.bias)] == 0.0 and lookup[id(net.norm.weight)] == 0.0 and lookup[id(net.l1.weight)] == 0.01
-
-
-def test_polynomial_schedule_is_fairseqs():
-    # fairseq polynomial_decay, warmup 10, total 100: update k (1-based) runs at max(1, k-1)/10, then 1 - (k-1)/100
-    f = lr_lambda(total_steps=100, warmup_steps=10, kind="polynomial")
-    assert [f(s) for s in (0, 1, 2, 9, 10)] == pytest.approx([0.1, 0.1, 0.2, 0.9, 1.0])
-    assert f(11) == pytest.approx(0.89) and f(50) == pytest.approx(0.5) and f(100) == 0.0
-    assert TrainingArguments(lr_scheduler_type="polynomial").lr_scheduler_type == "polynomial"
 
 
 TOKEN_DDP_SCRIPT = """

@@ -123,6 +123,8 @@ FORMATS: dict[str, RecordFormat] = {
                                        lambda head, part: "".join(head + part)),
     "rows-after-header": RecordFormat(lambda text: _read_rows(text, lambda lines: 1),
                                       lambda head, part: "".join(head + part)),
+    # one record a line, no header (a plain list of examples)
+    "rows": RecordFormat(lambda text: _read_rows(text, lambda lines: 0), lambda head, part: "".join(part)),
     "blank-line-blocks": RecordFormat(lambda text: _read_blocks(text, None),
                                       lambda head, part: "".join(head + [x for r in part for x in r])),
     "conll-documents": RecordFormat(lambda text: _read_blocks(text, lambda x: x.startswith("#begin document")),

@@ -1,8 +1,8 @@
-"""`spanbert study --preset cpu` and the dry run's estimate per stage: the preset passes the study's own
-checks, its random-init row trains nothing, the arithmetic that turns probe timings into stage times
-(checked with made-up timings against sums done by hand and against the trainer's own schedule), the
-summary's table of estimated and measured stage times, and a tiny dry run with every probe on that prints
-every stage and writes nothing into the study's folder."""
+"""What a study costs before it runs (`spanbert.study.estimate`): the arithmetic that turns probe timings into
+stage times (checked with made-up timings against sums done by hand and against the trainer's own schedule), and
+a tiny dry run with every probe on that prints every stage and writes nothing into the study's folder, its
+estimate kept for the real run's stage table. The CPU preset is tested in test_study_spec.py, the probes in
+test_study_probe.py, the stage table in test_study_summary.py."""
 
 from __future__ import annotations
 
@@ -20,64 +20,11 @@ from test_qa import synthetic_squad
 from spanbert import study as S
 from spanbert.cli import main
 from spanbert.study import estimate as E
-from spanbert.study.layout import ESTIMATE_FILE, finetune_cell_dir
-from spanbert.study.probe import DataTimings, FinetuneTimings, PretrainTimings, probe_size, uncompressed_size
-from spanbert.study.spec import CPU_TUNING, cpu_preset, is_random_init
-from spanbert.study.summary import stage_table
+from spanbert.study.layout import ESTIMATE_FILE
+from spanbert.study.probe import DataTimings, FinetuneTimings, PretrainTimings
 from spanbert.trainer import eval_schedule
 
 DATA = REPO.parent / "shared" / "data"
-
-# ---------------------------------------------------------------------------------------------
-# the preset
-
-
-@pytest.mark.realdata
-def test_the_cpu_preset_passes_the_studys_checks():
-    needed = [DATA / "pretrain-corpus", DATA / "squad/dev-v1.1.json", DATA / "glue/SST-2/train.tsv",
-              DATA / "litbank_coref/tenfold_splits"]  # fmt: skip
-    missing = [str(p) for p in needed if not p.exists()]
-    if missing:
-        pytest.skip(f"needs the shared data: {', '.join(missing)} absent")
-    study = S.study_from_dict(S.preset("cpu", None, str(DATA)), "--preset cpu")  # every check of a study file
-    assert [s.name for s in study.systems] == ["spanbert", "bert-1seq", "random-init"]
-    assert [t.name for t in study.tasks] == ["squad", "SST-2", "LitBank"] and study.seeds == 3
-    assert study.corpus == f"{DATA}/pretrain-corpus" and study.model == "small" and study.vocab_size == 8000
-    assert study.budget_tokens == CPU_TUNING["budget_tokens"] and study.pretrain_steps == math.ceil(CPU_TUNING["budget_tokens"] / (64 * 128))
-    cells = S.plan(study)
-    pre = {c.system: c.argv for c in cells if c.kind == "pretrain"}
-    for system in ("spanbert", "bert-1seq"):
-        argv = pre[system]
-        assert argv[argv.index("--dropout") + 1] == "0" and "--random_init" not in argv
-        assert argv[argv.index("--eval_steps") + 1] == str(CPU_TUNING["eval_steps"])
-    assert sum(c.kind == "finetune" for c in cells) == 3 * 3 * 3  # systems x tasks x seeds
-
-
-def test_the_random_init_row_plans_an_untrained_export(tmp_path):
-    row = S.SystemSpec("random-init", system="spanbert", options={"random_init": True})
-    study = S.Study(systems=[S.SystemSpec("spanbert"), row], tasks=[S.TaskSpec("squad", train="t", dev="d")],
-                    corpus="c", output_dir=str(tmp_path))  # fmt: skip
-    argv = {c.system: c.argv for c in S.plan(study) if c.kind == "pretrain"}
-    assert argv["random-init"][argv["random-init"].index("--random_init") + 1] == "true"
-    assert argv["random-init"][argv["random-init"].index("--system") + 1] == "spanbert"
-    assert "--random_init" not in argv["spanbert"]
-    assert is_random_init(row) and not is_random_init(S.SystemSpec("spanbert"))
-    # the cells fine-tune the exported control like any pre-trained row
-    ft = next(c for c in S.plan(study) if c.kind == "finetune" and c.system == "random-init")
-    assert ft.argv[ft.argv.index("--model") + 1] == str(tmp_path / "pretrain" / "random-init" / "final")
-
-
-def test_the_cpu_preset_has_one_size(tmp_path, cli_error):
-    cli_error(["study", "--preset", "cpu", "--scale", "tiny", "--dry-run"], names="--scale",
-              contains="found 'tiny' with --preset cpu, expected none")  # fmt: skip
-    out = tmp_path / "cpu.yaml"
-    assert main(["study", "--preset", "cpu", "--data_root", "D", "--write_config", str(out)]) == 0
-    text = out.read_text()
-    assert "output_dir: runs/study-cpu" in text and "random_init: true" in text and "corpus: D/pretrain-corpus" in text
-    # a table preset without --scale is the tiny one, as before
-    assert main(["study", "--preset", "table1", "--data_root", "D", "--write_config", str(tmp_path / "t.yaml")]) == 0
-    assert "output_dir: runs/study-table1-tiny" in (tmp_path / "t.yaml").read_text()
-    assert cpu_preset("D", {"budget_tokens": 5})["budget_tokens"] == 5  # the pilot's values go in one place
 
 
 # ---------------------------------------------------------------------------------------------
@@ -146,57 +93,6 @@ def test_a_fine_tuning_stage_extrapolates_the_steps_and_counts_the_evaluations()
     f = FinetuneTimings("SST-2", "examples", size=800, probe_size=100, wall_s=20.0, steps=4, step_s=1.0,
                         eval_s=[2.0, 3.0])  # fmt: skip
     assert E.finetune_task_estimate(f, sst, 1).per_cell == pytest.approx(11 + 32 * 1.0 + 2 * 2.5)
-
-
-def test_a_probe_trains_a_share_of_a_cell_and_a_few_steps_at_least():
-    assert probe_size(S.TaskSpec("coref", options={"max_steps": 300}), "steps", 300) == 38
-    batch = S.TaskSpec("squad", options={"max_train_examples": 2000, "per_device_train_batch_size": 32})
-    assert probe_size(batch, "examples", 2000) == 250
-    assert probe_size(batch, "examples", 400) == 128  # 4 steps of 32
-    assert probe_size(batch, "examples", 64) == 64  # never more than the cell
-
-
-def test_the_uncompressed_size_of_a_gzip_file_is_its_trailers(tmp_path):
-    text = "".join(f"line {i} of a corpus\n" for i in range(5000)).encode()
-    with gzip.open(tmp_path / "a.txt.gz", "wb") as f:
-        f.write(text)
-    (tmp_path / "b.txt").write_bytes(text)
-    assert uncompressed_size(tmp_path / "a.txt.gz") == len(text) == uncompressed_size(tmp_path / "b.txt")
-
-
-# ---------------------------------------------------------------------------------------------
-# measured stage times beside the estimate
-
-
-def test_the_summary_sets_measured_stage_times_beside_the_estimate(tmp_path):
-    study = S.Study(systems=[S.SystemSpec("spanbert"), S.SystemSpec("random-init", system="spanbert",
-                    options={"random_init": True})], tasks=[S.TaskSpec("squad", train="t", dev="d")], seeds=2,
-                    corpus="c", output_dir=str(tmp_path))  # fmt: skip
-    (tmp_path / "shared").mkdir()
-    (tmp_path / "shared" / "prepared.json").write_text(json.dumps({"seconds": {"tokenizer": 60.0, "preprocess": 90.0}}))
-    for name, seconds in (("spanbert", 3000.0), ("random-init", 2.0)):
-        (tmp_path / "pretrain" / name).mkdir(parents=True)
-        (tmp_path / "pretrain" / name / "cell.json").write_text(json.dumps({"seconds": seconds}))
-    for system in ("spanbert", "random-init"):
-        for seed in (0, 1):
-            d = finetune_cell_dir(study, system, "squad", 3e-5, seed)
-            d.mkdir(parents=True)
-            (d / "result.json").write_text(json.dumps({"seconds": 100.0, "heldout_seconds": 20.0}))
-    md, rows = stage_table(study)
-    assert "No estimate kept" in md
-    assert "| data | – | 2 min | – | 1/1 |" in md and "| fine-tuning squad | – | 8 min (2 min a cell) | – | 4/4 |" in md, md
-    assert rows[1] == ["data", "", "150.0", "", "", "1", "1"]
-    assert rows[2][:3] == ["pre-training spanbert", "", "3000.0"] and rows[3][:3] == ["pre-training random-init", "", "2.0"]
-    assert rows[4] == ["fine-tuning squad", "", "480.0", "", "120.0", "4", "4"]
-    assert rows[5][:3] == ["total", "", f"{150 + 3002 + 480:.1f}"]
-    (tmp_path / ESTIMATE_FILE).write_text(json.dumps({
-        "stages": {"data": 100.0, "pre-training spanbert": 2400.0, "pre-training random-init": 1.0,
-                   "fine-tuning squad": 400.0}, "total": 2901.0, "per_cell": {"fine-tuning squad": 100.0}}))  # fmt: skip
-    md, rows = stage_table(study)
-    assert "| pre-training spanbert | 40 min | 50 min | 1.25 | 1/1 |" in md, md
-    assert "| data | 2 min | 2 min | 1.50 | 1/1 |" in md and rows[1][:3] == ["data", "100.0", "150.0"]
-    assert rows[4][:5] == ["fine-tuning squad", "400.0", "480.0", "100.0", "120.0"]
-    assert rows[5][:3] == ["total", "2901.0", "3632.0"]
 
 
 # ---------------------------------------------------------------------------------------------

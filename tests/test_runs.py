@@ -1,4 +1,9 @@
-"""Trust at scale: loss weighting by targets, crash-safe checkpoints, exact resume rules, fp16 skips."""
+"""A training run's folder (`spanbert.runs`): checkpoints that stay complete through a kill at any instant, the
+`latest` pointer and its fallback, a killed run's debris removed, the exact rules of a resume (what may change and
+what may not), an output folder that holds a run refused, the log of a run started again or resumed, each rank's
+random state restored, and a full disk during a checkpoint or a log row.
+
+The loop's own part of trust at scale (loss weighting by targets, fp16 skips) is in test_loop.py."""
 
 from __future__ import annotations
 
@@ -8,166 +13,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
-from test_trainer import Net, Regression, args, params
+from test_trainer import Net, Regression, args
+from test_utils import _full_after
 
-import spanbert.trainer as trainer_mod
+from spanbert import errors, folders
 from spanbert.errors import SpanBertError
 from spanbert.folders import MANIFEST, record
 from spanbert.runs import check_output_dir, find_resume_checkpoint, latest_checkpoint
 from spanbert.trainer import train
-from spanbert.training_args import TrainingArguments
-
-
-class Small(torch.utils.data.Dataset):
-    def __init__(self, n: int = 8):
-        self.n = n
-
-    def __len__(self):
-        return self.n
-
-    def __getitem__(self, i):
-        return Regression()[i]
-
-
-def test_partial_last_step_equals_one_big_batch(tmp_path):
-    """8 examples, batch 3, accumulation 3: micro-batches of 3, 3, 2 weigh as one batch of 8."""
-    big, acc = Net(dropout=0.0), Net(dropout=0.0)
-    train(big, Small(8), args(tmp_path / "a", per_device_train_batch_size=8, max_steps=2, warmup_steps=0))
-    train(acc, Small(8), args(tmp_path / "b", per_device_train_batch_size=3, gradient_accumulation_steps=3,
-                              max_steps=2, warmup_steps=0))
-    for (k, a), b in zip(params(big).items(), params(acc).values()):
-        assert torch.allclose(a, b, atol=1e-6), k
-
-
-# --- pre-training: MLM/SBO/NSP terms weighted by their own target counts -----------------------
-
-
-class PretrainItems(torch.utils.data.Dataset):
-    """Random pre-training items with very unequal numbers of MLM/SBO targets (some none)."""
-
-    def __init__(self, n: int = 6, T: int = 12, V: int = 60):
-        rng = np.random.default_rng(0)
-        self.items = []
-        for i in range(n):
-            ids = rng.integers(5, V, size=T)
-            k = [0, 1, 5, 2, 7, 3][i % 6]
-            pos = np.sort(rng.choice(np.arange(2, T - 2), size=k, replace=False)) if k else np.zeros(0, np.int64)
-            labels = np.full(T, -100)
-            labels[pos] = ids[pos]
-            self.items.append({
-                "input_ids": ids, "token_type_ids": np.zeros(T, np.int64), "labels": labels,
-                "sbo_positions": pos.astype(np.int64), "sbo_left": (pos - 1).astype(np.int64),
-                "sbo_right": (pos + 1).astype(np.int64), "sbo_rel": np.zeros(k, np.int64),
-                "next_sentence_label": i % 2,
-            })
-
-    def __len__(self):
-        return len(self.items)
-
-    def __getitem__(self, i):
-        return self.items[i]
-
-
-def _tiny_pretraining_model():
-    from spanbert.config import model_config
-    from spanbert.model import SpanBertForPreTraining
-
-    torch.manual_seed(0)
-    cfg = model_config("tiny", vocab_size=60, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    return SpanBertForPreTraining(cfg, sbo=True, nsp=True, sbo_position_dim=8)
-
-
-def test_pretraining_accumulation_equals_the_big_batch(tmp_path, monkeypatch):
-    """Gradients of each step (compared before AdamW, which turns rounding noise on near-zero
-    gradients into visible parameter differences) equal those of the big batch."""
-    from spanbert.collate import collate_pretrain, pretrain_target_counts
-
-    ds = PretrainItems(6)
-    counts = [pretrain_target_counts(collate_pretrain([ds[i], ds[i + 1]])) for i in (0, 2, 4)]
-    assert len({c["mlm"] for c in counts}) > 1  # unequal MLM/SBO counts per micro-batch
-    grads: dict[str, list[torch.Tensor]] = {}
-    real_step = torch.optim.AdamW.step
-
-    def spy(self, *a, **k):
-        grads.setdefault(name, []).append(torch.cat([p.grad.flatten() for g in self.param_groups for p in g["params"]]))
-        return real_step(self, *a, **k)
-
-    monkeypatch.setattr(torch.optim.AdamW, "step", spy)
-    for name, b, accum in (("big", 6, 1), ("acc", 2, 3)):
-        train(_tiny_pretraining_model(), ds,
-              args(tmp_path / name, per_device_train_batch_size=b, gradient_accumulation_steps=accum,
-                   max_steps=2, warmup_steps=0, learning_rate=1e-3, seed=1, max_grad_norm=0.0),
-              collate_fn=collate_pretrain, count_targets=pretrain_target_counts)
-    for big, acc in zip(grads["big"], grads["acc"]):
-        assert float((big - acc).norm() / big.norm()) < 1e-5
-
-
-def test_empty_sbo_batch_gives_every_parameter_a_zero_grad():
-    from spanbert.collate import collate_pretrain, pretrain_target_counts
-
-    model = _tiny_pretraining_model()
-    batch = collate_pretrain([PretrainItems(1)[0]])  # no masked token: no MLM, no SBO target
-    assert pretrain_target_counts(batch) == {"mlm": 0, "sbo": 0, "nsp": 1}
-    out = model(**batch)
-    assert set(out["loss_terms"]) == {"mlm", "sbo", "nsp"}
-    assert float(out["loss_terms"]["sbo"].detach()) == 0.0 and torch.isfinite(out["loss"])
-    out["loss"].backward()
-    for name, p in model.named_parameters():
-        assert p.grad is not None, name
-    assert all(float(p.grad.abs().sum()) == 0 for n, p in model.named_parameters() if n.startswith("cls.span_predictions"))
-
-
-def test_released_normalisation_equals_the_fairseq_formula(tmp_path, adamw_grads):
-    """--recipe released: the step's gradient is sum over micro-batches of
-    (sum CE_mlm / n_i + sum CE_sbo / (p_i + 1) + sum CE_nsp / s_i) / (sum of n_i), computed by hand."""
-    from spanbert.collate import collate_pretrain, pretrain_target_counts
-    from spanbert.pretrain import released_term_weights
-
-    ds = PretrainItems(6)
-    grads = adamw_grads
-    model = _tiny_pretraining_model()
-    train(model, ds, args(tmp_path, per_device_train_batch_size=2, gradient_accumulation_steps=3, max_steps=1,
-                          warmup_steps=0, max_grad_norm=0.0, learning_rate=1e-3, seed=1),
-          collate_fn=collate_pretrain, count_targets=pretrain_target_counts, term_weights=released_term_weights)
-    plan = trainer_mod.micro_batches(len(ds), 1, 0, 2, 3, 0, 1, 0)[0]
-    ref = _tiny_pretraining_model()
-    batches = [collate_pretrain([ds[i] for i in mb]) for mb in plan]
-    counts = [pretrain_target_counts(b) for b in batches]
-    assert len({c["sbo"] for c in counts}) > 1  # unequal SBO counts: the p / (p + 1) factor matters
-    total_mlm = sum(c["mlm"] for c in counts)
-    loss = 0.0
-    for b, c in zip(batches, counts):
-        out = ref(**b)  # each *_loss is a mean over that head's targets: sum / count
-        loss = loss + out["mlm_loss"] + out["sbo_loss"] * c["sbo"] / (c["sbo"] + 1) + out["nsp_loss"]
-    (loss / total_mlm).backward()
-    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
-        if q.grad is not None:
-            assert torch.allclose(grads[0][id(p)], q.grad, atol=1e-7, rtol=1e-4), name
-
-
-# --- fp16 loss-scaler overflow -----------------------------------------------------------------
-
-
-def test_scaler_overflow_steps_are_skipped_and_counted(tmp_path, monkeypatch):
-    monkeypatch.setattr(trainer_mod, "make_grad_scaler", lambda dt, dev: torch.amp.GradScaler("cpu", init_scale=2.0**127))
-    model = Net(dropout=0.0)
-    model.scale = 1e3  # loss x 2^127 overflows float32: the first steps overflow until the scale falls
-    result = train(model, Regression(), args(tmp_path, max_steps=12))  # nan_policy stop: overflows are expected
-    assert result.global_step == 12 and 0 < result.skipped_steps < 12
-    assert all(torch.isfinite(v).all() for v in model.state_dict().values())
-
-
-def test_many_scaler_overflows_in_a_row_stop(tmp_path, monkeypatch):
-    monkeypatch.setattr(trainer_mod, "make_grad_scaler", lambda dt, dev: torch.amp.GradScaler("cpu", init_scale=2.0**127))
-    monkeypatch.setattr(trainer_mod, "MAX_CONSECUTIVE_SCALER_SKIPS", 3)
-    with pytest.raises(SpanBertError, match="overflow steps in a row"):
-        model = Net(dropout=0.0)
-        model.scale = 1e3
-        train(model, Regression(), args(tmp_path, max_steps=12))
-
 
 # --- checkpoints after a kill ------------------------------------------------------------------
 
@@ -227,18 +82,6 @@ def test_debris_of_a_killed_run_is_removed(tmp_path):
     assert not list((tmp_path / "final").iterdir())
 
 
-def test_interrupted_final_export_is_put_back(tmp_path):
-    """atomic_dir without an atomic swap: a kill between its renames leaves `.final.old-PID`."""
-    from spanbert.utils import remove_debris
-
-    (tmp_path / ".final.old-5").mkdir()
-    (tmp_path / ".final.old-5" / "config.json").write_text("{}")
-    (tmp_path / ".final.tmp-abc").mkdir()
-    remove_debris(tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["final"]
-    assert (tmp_path / "final" / "config.json").exists()
-
-
 def test_missing_or_broken_latest_falls_back_to_the_newest_complete(tmp_path, capsys):
     train(Net(), Regression(), args(tmp_path, stop_at_step=9))
     (tmp_path / "latest").unlink()
@@ -291,13 +134,6 @@ def test_resume_with_changed_settings(tmp_path, capsys):
     assert state["world_size"] == 1 and state["run_config"] == {"mask_ratio": 0.15}
 
 
-def test_logged_learning_rate_is_the_one_the_step_used(tmp_path):
-    train(Net(), Regression(), args(tmp_path, max_steps=4, warmup_steps=2, logging_steps=1, learning_rate=1e-2,
-                                    lr_scheduler_type="constant"))
-    lrs = [json.loads(line)["train/lr"] for line in (tmp_path / "log.jsonl").read_text().splitlines()]
-    assert lrs == pytest.approx([5e-3, 1e-2, 1e-2, 1e-2])
-
-
 def test_output_dir_with_a_run_is_refused(tmp_path):
     train(Net(), Regression(), args(tmp_path, max_steps=3))
     with pytest.raises(SpanBertError, match="--resume.*--overwrite_output_dir"):
@@ -306,26 +142,6 @@ def test_output_dir_with_a_run_is_refused(tmp_path):
         train(Net(), Regression(), args(tmp_path, max_steps=3))
     train(Net(), Regression(), args(tmp_path, max_steps=2, save_steps=1, overwrite_output_dir=True))
     assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
-
-
-@pytest.mark.parametrize(
-    "kw, text",
-    [
-        ({"learning_rate": -1.0}, "--learning_rate"),
-        ({"learning_rate": float("nan")}, "finite"),
-        ({"adam_beta1": 1.0}, "--adam_beta1"),
-        ({"adam_epsilon": 0.0}, "--adam_epsilon"),
-        ({"seed": -1}, "--seed"),
-        ({"warmup_ratio": 1.5}, "--warmup_ratio"),
-        ({"device": "cpux"}, "cpux"),
-        ({"device": "cuda:x"}, "cuda:x"),
-        ({"device": "gpu"}, "gpu"),
-        ({"resume": True, "overwrite_output_dir": True}, "at most one"),
-    ],
-)
-def test_training_arguments_are_validated(kw, text):
-    with pytest.raises(SpanBertError, match=text):
-        TrainingArguments(**kw)
 
 
 # --- two processes -------------------------------------------------------------------------------
@@ -399,3 +215,52 @@ def test_resume_drops_the_rows_logged_after_the_checkpoint(tmp_path, capsys):
     assert "dropped 3 row(s) after step 4" in out
     assert _logged_steps(tmp_path / "log.jsonl") == list(range(1, 13))
     assert not list(tmp_path.glob("log.jsonl.*"))  # a resume continues the log, nothing moved aside
+
+
+# --- a full disk during a checkpoint or a log row --------------------------------------------------
+
+
+def test_a_full_disk_during_a_checkpoint_or_a_log_row(tmp_path, monkeypatch):
+    import torch
+
+    from spanbert.runs import _Logger, latest_checkpoint, save_training_state
+    from spanbert.training_args import TrainingArguments
+
+    model = torch.nn.Linear(4, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    args = TrainingArguments(output_dir=str(tmp_path))
+    save_training_state(tmp_path, 1, model, opt, sched, None, args, {})
+    log = _Logger(tmp_path, True, False)
+    log.log(1, {"loss": 1.0})
+    kept = (tmp_path / "log.jsonl").read_bytes()
+    _full_after(monkeypatch, 64)
+    with pytest.raises(errors.NoSpaceError, match=rf"{tmp_path / 'checkpoint-2'}: found no space"):
+        save_training_state(tmp_path, 2, model, opt, sched, None, args, {})
+    assert latest_checkpoint(tmp_path) == tmp_path / "checkpoint-1" and not (tmp_path / "checkpoint-2").exists()
+    assert not [p for p in tmp_path.iterdir() if folders.is_debris(p.name)]
+    monkeypatch.undo()
+    # the log: a row that does not fit is not left half-written
+    class FullLog:
+        def __init__(self, f):
+            self.f = f
+
+        def tell(self):
+            return self.f.tell()
+
+        def write(self, text):
+            self.f.write(text[:5])
+            self.f.flush()
+            raise OSError(28, "No space left on device")
+
+        def flush(self):
+            self.f.flush()
+
+        def close(self):
+            self.f.close()
+
+    log.jsonl.close()
+    log.jsonl = FullLog(open(tmp_path / "log.jsonl", "a"))
+    with pytest.raises(errors.NoSpaceError, match="log.jsonl: found no space"):
+        log.log(2, {"loss": 0.5})
+    assert (tmp_path / "log.jsonl").read_bytes() == kept

@@ -1,9 +1,9 @@
-"""The task interface: a task is one `TaskSpec` in `spanbert.tasks.TASKS`.
+"""The task interface (`spanbert.tasks.registry`): a task is one `TaskSpec` in `spanbert.tasks.TASKS`.
 
 The toy task below (does a sentence have an even number of words?) is written here, in the test, the
 way docs/architecture.md ("Adding a task") says a task file is written, and registered from here: the
-CLI's finetune, predict and evaluate, the Python API and a study cell then run it, with no other file
-edited. A second toy task ("words") has two sub-tasks (its ``--rule``: parity or length) and its own rule
+CLI's finetune, predict and evaluate, the Python API (test_tasks_api.py) and a study cell then run it, with
+no other file edited. A second toy task ("words") has two sub-tasks (its ``--rule``: parity or length) and its own rule
 for cutting dev into a selection half and a held-out half; a study runs both sub-tasks, holding out the
 half the task's rule chose, with no other file edited either.
 """
@@ -20,7 +20,6 @@ import numpy as np
 import pytest
 import torch
 
-from spanbert import tasks
 from spanbert.cli import main
 from spanbert.config import model_config
 from spanbert.model import Encoder
@@ -136,7 +135,7 @@ SPEC = TaskSpec(
     evaluate=_evaluate,
     metric="accuracy",
     data="one sentence a line, a tab, odd or even",
-    dev_split=RecordSplit(".txt", "rows-after-header"),
+    dev_split=RecordSplit(".txt", "rows"),  # no header line: every line is a sentence
     scores_test=True,
 )
 
@@ -287,23 +286,6 @@ def test_a_registered_task_runs_as_a_study_cell(parity, capsys):
     result = json.loads((cells[0].dir / "result.json").read_text())
     assert 0 <= result["dev"] <= 100 and result["heldout_source"] == "test"
     assert 0 <= result["heldout"] <= 100
-
-
-def test_a_registered_task_runs_from_python(parity):
-    # the Python API: the same task, its scores as values (no log, no exit code)
-    d = parity
-    train, dev = _write(d / "train.txt", 24, 0), _write(d / "dev.txt", 8, 1)
-    run = tasks.finetune("parity", model=d / "encoder", train=train, dev=dev, output_dir=d / "py", max_steps=2,
-                         per_device_train_batch_size=4, device="cpu", disable_tqdm=True, report_to="none",
-                         save_steps=0, warmup_steps=0)  # fmt: skip
-    assert isinstance(run, Results) and run.output_dir == d / "py" and 0 <= run.score <= 100
-    assert run.scores == json.loads((d / "py" / RESULTS_FILE).read_text())
-    scored = tasks.score("parity", run.output_dir, dev)
-    preds = tasks.predict("parity", model=run.output_dir, data=dev, output=d / "preds.txt")
-    assert preds == d / "preds.txt" and len(preds.read_text().split()) == 8
-    assert tasks.evaluate("parity", data=dev, predictions=preds).scores == scored.scores
-    with pytest.raises(tasks.api.SpanBertError, match="found unknown task 'parityy'.*did you mean 'parity'"):
-        tasks.finetune("parityy", model=d, train=train, output_dir=d / "x")
 
 
 @pytest.fixture

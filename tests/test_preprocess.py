@@ -1,4 +1,10 @@
-"""Pre-training data: preprocess -> memory-mapped shards -> blocks / NSP pairs -> masked batches."""
+"""`spanbert preprocess` (`spanbert.preprocess`): text files (plain, gzip, JSON lines, a folder of them) -> the
+memory-mapped token arrays of a corpus, the same with any number of workers, chunks and shards; bad input named
+with its file and line; lines of megabytes read in pieces; entity and noun-phrase candidates; the quick start's
+built-in text; the whole pipeline on real text.
+
+The corpus read back is tested in test_corpus.py, its blocks in test_blocks.py, the masked dataset in
+test_dataset.py and the batches in test_collate.py; the synthetic corpus they share is in conftest.py."""
 
 from __future__ import annotations
 
@@ -8,10 +14,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
+from conftest import WORDS, synthetic_docs, write_txt
 
-from spanbert.blocks import block_ends_mid_word, sentence_blocks, single_segment_blocks
-from spanbert.collate import collate_pretrain, pretrain_dataloader
+from spanbert.collate import collate_pretrain
 from spanbert.corpus import TokenCorpus, has_tokenizer, is_preprocessed, tokenizer_dir_of
 from spanbert.dataset import PretrainDataset
 from spanbert.errors import DataError, SpanBertError
@@ -20,43 +25,6 @@ from spanbert.preprocess import builtin_corpus, main, preprocess
 from spanbert.tokenization import train_tokenizer
 
 REAL = Path(__file__).resolve().parents[1] / "../shared/data/pretrain-corpus"
-
-WORDS = (
-    "the Denver Broncos won a game in 2016 and fans celebrated loudly while analysts wrote long reports "
-    "about defence offence quarterbacks stadiums weather tickets résumé café naïve"
-).split()
-
-
-def synthetic_docs(n_docs=40, seed=0):
-    rng = np.random.default_rng(seed)
-    docs = []
-    for d in range(n_docs):
-        paras = []
-        for _ in range(int(rng.integers(1, 6))):
-            n = int(rng.integers(5, 80))
-            paras.append(f"Doc{d} " + " ".join(rng.choice(WORDS, n)) + ".")
-        docs.append(paras)
-    return docs
-
-
-def write_txt(path: Path, docs) -> Path:
-    path.write_text("\n\n".join("\n".join(p) for p in docs) + "\n", encoding="utf-8")
-    return path
-
-
-@pytest.fixture(scope="module")
-def tok_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("tok")
-    texts = [" ".join(p) for p in synthetic_docs(40)]
-    train_tokenizer(None, 120, out, texts=texts, show_progress=False)
-    return out
-
-
-@pytest.fixture(scope="module")
-def corpus_dir(tmp_path_factory, tok_dir):
-    tmp = tmp_path_factory.mktemp("corpus")
-    src = write_txt(tmp / "a.txt", synthetic_docs(40))
-    return preprocess(src, tok_dir, tmp / "out", num_workers=1, progress=False)
 
 
 def test_preprocess_arrays_match_the_tokenizer(tmp_path, tok_dir):
@@ -136,233 +104,6 @@ def test_candidates_need_spacy_with_an_install_hint(tmp_path, tok_dir):
     src = write_txt(tmp_path / "a.txt", synthetic_docs(2))
     with pytest.raises(SpanBertError, match=r"pip install 'spanbert\[spacy\]'.*spacy download en_core_web_sm"):
         preprocess(src, tok_dir, tmp_path / "o", candidates="entity", progress=False)
-
-
-def check_sentence_blocks(c: TokenCorpus, blocks: np.ndarray, max_tokens: int, doc_bounds=None) -> dict[str, int]:
-    """The properties of `sentence_blocks` on a whole corpus; returns counts for the caller to bound."""
-    doc_bounds = c.doc_bounds if doc_bounds is None else doc_bounds
-    lens = blocks[:, 1] - blocks[:, 0]
-    assert (lens >= 1).all() and (lens <= max_tokens).all()
-    # every token of every document lies in exactly one block, in order (nothing dropped)
-    assert blocks[0, 0] == doc_bounds[0, 0] and blocks[-1, 1] == doc_bounds[-1, 1]
-    assert (blocks[1:, 0] == blocks[:-1, 1]).all() and lens.sum() == (doc_bounds[:, 1] - doc_bounds[:, 0]).sum()
-    doc_of = np.searchsorted(doc_bounds[:, 0], blocks[:, 0], side="right") - 1
-    assert (blocks[:, 1] <= doc_bounds[doc_of, 1]).all(), "a block crosses a document boundary"
-    # line starts of the corpus, document starts included; a block starts at a line start unless it
-    # continues a line longer than a block
-    line_starts = np.union1d(c.para_starts, doc_bounds[:, 0])
-    line_of_start = np.searchsorted(line_starts, blocks[:, 0], side="right") - 1
-    line_end = np.append(line_starts, c.num_tokens)[line_of_start + 1]
-    line_end = np.minimum(line_end, doc_bounds[doc_of, 1])
-    at_line = line_starts[line_of_start] == blocks[:, 0]
-    long_line = line_end - line_starts[line_of_start] > max_tokens
-    assert (at_line | long_line).all(), "a block starts inside a line that fits a block"
-    # greedy: the next line (same document, whole, not longer than a block) did not fit
-    nxt = np.flatnonzero(np.isin(blocks[1:, 0], line_starts) & (doc_of[1:] == doc_of[:-1])) + 1
-    next_line = np.append(line_starts, c.num_tokens)[np.searchsorted(line_starts, blocks[nxt, 0]) + 1]
-    nxt_line_end = np.minimum(next_line, doc_bounds[doc_of[nxt], 1])
-    assert (nxt_line_end - blocks[nxt - 1, 0] > max_tokens).all(), "a line that fits was left for the next block"
-    mid = block_ends_mid_word(blocks, doc_bounds, c.tokens)
-    return {"blocks": len(blocks), "mid_word_ends": int(mid.sum()), "long_line_starts": int((~at_line).sum())}
-
-
-def test_sentence_blocks_pack_whole_lines(corpus_dir):
-    c = TokenCorpus(corpus_dir)
-    ds = PretrainDataset(c, max_seq_length=32, seed=1)  # block_packing="sentences" is the default
-    assert ds.block_packing == "sentences"
-    stats = check_sentence_blocks(c, ds.blocks, 30)
-    assert stats["mid_word_ends"] == 0
-    assert stats["long_line_starts"] > 0  # the corpus has lines longer than 30 tokens: they were split
-    # the old blocks of the same corpus do end inside words (so the check above can fail)
-    fixed = PretrainDataset(c, max_seq_length=32, seed=1, block_packing="fixed")
-    assert block_ends_mid_word(fixed.blocks, c.doc_bounds, c.tokens).sum() > 0
-    item = ds[3]
-    ids = item["input_ids"]
-    assert ids[0] == ds.cls_id and ids[-1] == ds.sep_id and len(ids) <= 32
-
-
-def test_fixed_packing_keeps_the_old_blocks(corpus_dir):
-    c = TokenCorpus(corpus_dir)
-    ds = PretrainDataset(c, max_seq_length=32, seed=1, block_packing="fixed")
-    assert np.array_equal(ds.blocks, single_segment_blocks(c.doc_bounds, 30))
-    with pytest.raises(SpanBertError, match="block_packing: found 'words', expected one of: sentences, fixed"):
-        PretrainDataset(c, max_seq_length=32, block_packing="words")
-
-
-def fake_tokens(word_starts: np.ndarray):
-    return lambda s, e: (np.zeros(e - s, np.int64), word_starts[s:e])
-
-
-def test_long_lines_split_at_word_starts():
-    # one document of two lines: [0, 19) and [19, 23); words of 1-3 pieces; blocks of 8 tokens
-    ws = np.zeros(23, dtype=bool)
-    ws[[0, 2, 5, 6, 7, 10, 12, 13, 15, 18, 19, 21]] = True
-    blocks = sentence_blocks(np.array([[0, 23]]), np.array([0, 19]), fake_tokens(ws), 8)
-    # the long line's pieces end at word starts, each the longest whole-word prefix that fits; its
-    # last piece [15, 19) is packed with the next line [19, 23)
-    assert blocks.tolist() == [[0, 7], [7, 15], [15, 23]]
-    # a word longer than a block (positions 1..11 continue word 0) is the one cut inside a word
-    ws = np.zeros(14, dtype=bool)
-    ws[[0, 12]] = True
-    blocks = sentence_blocks(np.array([[0, 14]]), np.array([0]), fake_tokens(ws), 5)
-    assert blocks.tolist() == [[0, 5], [5, 10], [10, 14]]
-    assert block_ends_mid_word(blocks, np.array([[0, 14]]), fake_tokens(ws)).tolist() == [True, True, False]
-    # lines are never merged across documents, and a document always starts a block
-    ws = np.ones(10, dtype=bool)
-    blocks = sentence_blocks(np.array([[0, 3], [3, 6], [6, 10]]), np.array([0, 1, 3, 6, 8]), fake_tokens(ws), 8)
-    assert blocks.tolist() == [[0, 3], [3, 6], [6, 10]]
-
-
-def test_single_segment_blocks_stop_at_document_boundaries(corpus_dir):
-    c = TokenCorpus(corpus_dir)
-    ds = PretrainDataset(c, max_seq_length=32, seed=1, block_packing="fixed")
-    doc_of = np.searchsorted(c.doc_bounds[:, 0], ds.blocks[:, 0], side="right") - 1
-    assert (ds.blocks[:, 1] <= c.doc_bounds[doc_of, 1]).all()  # never crosses a document boundary
-    assert (ds.blocks[:, 1] - ds.blocks[:, 0] <= 30).all()
-    # the blocks tile every document exactly
-    assert (ds.blocks[:, 1] - ds.blocks[:, 0]).sum() == c.num_tokens
-    item = ds[3]
-    ids = item["input_ids"]
-    assert ids[0] == ds.cls_id and ids[-1] == ds.sep_id and len(ids) <= 32
-    assert (item["token_type_ids"] == 0).all()
-
-
-def test_masks_are_reproducible_per_seed_epoch_index(corpus_dir):
-    ds = PretrainDataset(corpus_dir, max_seq_length=64, seed=3)
-    a = ds[5]["input_ids"]
-    assert np.array_equal(a, PretrainDataset(corpus_dir, max_seq_length=64, seed=3)[5]["input_ids"])
-    ds.set_epoch(1)
-    assert not np.array_equal(a, ds[5]["input_ids"])  # dynamic masking: another epoch, another mask
-    ds.set_epoch(0)
-    assert np.array_equal(a, ds[5]["input_ids"])
-
-
-def test_example_generator_depends_on_seed_epoch_index_only(corpus_dir):
-    ds = PretrainDataset(corpus_dir, max_seq_length=64, seed=3)
-    first = ds.example_rng(5, epoch=0).random(8)
-    ds.example_rng(7).random(3)  # another example in between changes nothing
-    assert np.array_equal(ds.example_rng(5, epoch=0).random(8), first)
-    assert not np.array_equal(ds.example_rng(6, epoch=0).random(8), first)
-    assert not np.array_equal(ds.example_rng(5, epoch=1).random(8), first)
-    assert not np.array_equal(PretrainDataset(corpus_dir, max_seq_length=64, seed=4).example_rng(5, 0).random(8), first)
-    # threads reading the same dataset (each thread has its own bit generator) get the same masks
-    from concurrent.futures import ThreadPoolExecutor
-
-    idx = list(range(min(len(ds), 24))) * 2
-    with ThreadPoolExecutor(2) as pool:
-        threaded = list(pool.map(lambda i: ds[i]["input_ids"], idx))
-    assert all(np.array_equal(a, ds[i]["input_ids"]) for i, a in zip(idx, threaded))
-
-
-def test_example_generator_is_the_dataset_s_generator(corpus_dir):
-    """`example_generator(seed, epoch, index)` (the static masks' documented seed) draws what the
-    dataset's per-thread `example_rng` draws."""
-    from spanbert.dataset import example_generator
-
-    ds = PretrainDataset(corpus_dir, max_seq_length=32, seed=7)
-    for epoch, index in ((0, 0), (3, 5), (1, 17)):
-        a = ds.example_rng(index, epoch=epoch).random(4)
-        np.testing.assert_array_equal(a, example_generator(7, epoch, index).random(4))
-    assert not np.array_equal(example_generator(7, 0, 1).random(4), example_generator(7, 1, 0).random(4))
-
-
-def test_items_hold_the_corpus_tokens(corpus_dir):
-    # the dataset reads blocks through its own views of the memory maps: same tokens as TokenCorpus.tokens
-    c = TokenCorpus(corpus_dir)
-    ds = PretrainDataset(c, max_seq_length=64, seed=2)
-    for i in range(len(ds)):
-        start, end = ds.blocks[i].tolist()
-        ids, _ = c.tokens(start, end)
-        it = ds[i]
-        original = np.where(it["labels"] != IGNORE_INDEX, it["labels"], it["input_ids"])
-        assert np.array_equal(original, np.concatenate([[ds.cls_id], ids, [ds.sep_id]])), i
-
-
-def test_dataloader_workers_give_the_same_masks(corpus_dir):
-    ds = PretrainDataset(corpus_dir, max_seq_length=64, seed=4)
-    ds.set_epoch(2)
-    loader = pretrain_dataloader(ds, batch_size=4, shuffle=False, num_workers=2, max_predictions=12)
-    for epoch in (2, 3):  # persistent workers must see set_epoch of the main process
-        ds.set_epoch(epoch)
-        first = next(iter(loader))
-        direct = collate_pretrain([ds[i] for i in range(4)], max_predictions=12)
-        for k in direct:
-            assert torch.equal(first[k], direct[k]), (epoch, k)
-
-
-def test_nsp_pairs(corpus_dir):
-    c = TokenCorpus(corpus_dir)
-    ds = PretrainDataset(c, max_seq_length=48, nsp=True, seed=5, short_seq_prob=0.1)
-    pairs = ds.pairs
-    labels = pairs[:, 4]
-    n = len(labels)
-    # 50/50 labels: SE of the share is 0.5/sqrt(n); allow 5 SE (n ~ 150 -> ±0.2 at worst)
-    assert abs(labels.mean() - 0.5) <= 5 * 0.5 / np.sqrt(n)
-    doc = lambda p: int(np.searchsorted(c.doc_bounds[:, 0], p, side="right") - 1)  # noqa: E731
-    for a0, a1, b0, b1, label in pairs.tolist():
-        assert (a1 - a0) + (b1 - b0) <= 45 and a1 > a0 and b1 > b0
-        assert doc(a0) == doc(a1 - 1) and doc(b0) == doc(b1 - 1)
-        if label == 0:  # "next" really is next: same document, B follows A
-            assert doc(a0) == doc(b0) and b0 >= a1
-        else:
-            assert doc(a0) != doc(b0)
-    item = ds[0]
-    tt = item["token_type_ids"]
-    assert tt[0] == 0 and tt[-1] == 1 and (np.diff(tt) >= 0).all()
-    assert (item["input_ids"] == ds.sep_id).sum() >= 2 and int(item["next_sentence_label"]) == labels[0]
-
-
-def test_nsp_segments_end_at_word_boundaries(corpus_dir):
-    c = TokenCorpus(corpus_dir)
-    kw = dict(max_seq_length=24, nsp=True, seed=5, short_seq_prob=0.1)
-    words = PretrainDataset(c, **kw).pairs  # block_packing="sentences"
-    fixed = PretrainDataset(c, block_packing="fixed", **kw).pairs  # Google's token-level cuts
-    assert abs(words[:, 4].mean() - 0.5) <= 5 * 0.5 / np.sqrt(len(words))
-    ws = np.append(c.tokens(0, c.num_tokens)[1], True)  # (n+1,) a token past the end starts a "word"
-    ws[c.doc_bounds[:, 1]] = True  # a document end is a word end
-    ws[c.doc_bounds[:, 0]] = True
-
-    def cut_mid_word(pairs):  # segment starts that are not word starts, ends before a "##" piece
-        return int((~ws[pairs[:, [0, 2]]]).sum() + (~ws[pairs[:, [1, 3]]]).sum())
-
-    assert cut_mid_word(fixed) > 0 and cut_mid_word(words) == 0
-    assert ((words[:, 1] - words[:, 0]) + (words[:, 3] - words[:, 2]) <= 21).all()
-
-
-def test_collate_matches_the_batch_table(corpus_dir):
-    ds = PretrainDataset(corpus_dir, max_seq_length=64, seed=6)
-    items = [ds[i] for i in range(6)]
-    b = collate_pretrain(items)
-    B, T = b["input_ids"].shape
-    assert B == 6 and T == max(len(it["input_ids"]) for it in items)
-    lens = [len(it["input_ids"]) for it in items]
-    if min(lens) < T:
-        assert b["attention_mask"].sum(1).tolist() == lens
-    labels = torch.full((B, T), IGNORE_INDEX)
-    for i, it in enumerate(items):
-        labels[i, : len(it["labels"])] = torch.from_numpy(it["labels"])
-    flat = labels.view(-1)
-    assert torch.equal(flat[b["mlm_positions"]], b["mlm_labels"])
-    assert (b["mlm_labels"] != IGNORE_INDEX).all()
-    assert torch.equal(flat[b["sbo_positions"]], b["sbo_labels"])
-    # external boundaries are observed tokens of the same row, on either side of the target
-    assert (flat[b["sbo_left"]] == IGNORE_INDEX).all() and (flat[b["sbo_right"]] == IGNORE_INDEX).all()
-    assert (b["sbo_left"] < b["sbo_positions"]).all() and (b["sbo_positions"] < b["sbo_right"]).all()
-    assert torch.equal(b["sbo_positions"] - b["sbo_left"] - 1, b["sbo_rel"])
-    assert (b["sbo_left"] // T == b["sbo_positions"] // T).all()
-    # fixed shapes: exactly k entries per sequence, padding entries ignored
-    k = 20
-    f = collate_pretrain(items, max_predictions=k, pad_to=64)
-    assert f["input_ids"].shape == (6, 64) and f["mlm_positions"].shape == (6 * k,)
-    assert f["sbo_rel"].shape == (6 * k,)
-    kept = f["mlm_labels"] != IGNORE_INDEX
-    assert torch.equal(
-        f["mlm_labels"][kept],
-        torch.from_numpy(np.concatenate([it["labels"][it["labels"] != IGNORE_INDEX][:k] for it in items])),
-    )
-    # no padding -> no attention mask
-    same = [ds[i] for i in range(len(ds)) if len(ds[i]["input_ids"]) == 64][:3]
-    assert same and "attention_mask" not in collate_pretrain(same)
 
 
 def test_builtin_corpus_quick_start_path(tmp_path):
@@ -577,39 +318,6 @@ def test_real_text_pipeline(tmp_path):
     assert abs(nsp.pairs[:, 4].mean() - 0.5) <= 5 * 0.5 / np.sqrt(n)
 
 
-@pytest.mark.realdata
-@pytest.mark.slow
-def test_sentence_blocks_on_a_real_corpus_file(tmp_path):
-    """One whole corpus file (Wikipedia, 1,191 articles, ~4 M tokens): the block properties hold."""
-    src = REAL / "enwiki-2015-00.txt.gz"
-    if not src.is_file():
-        pytest.skip(f"pre-training corpus not found at {REAL}")
-    train_tokenizer([src], 8000, tmp_path / "tok", show_progress=False)
-    c = TokenCorpus(preprocess(src, tmp_path / "tok", tmp_path / "c", num_workers=2, progress=False))
-    assert c.num_docs == 1191  # SOURCE.md
-    for length in (512, 128):
-        ds = PretrainDataset(c, max_seq_length=length, seed=0)
-        stats = check_sentence_blocks(c, ds.blocks, length - 2)
-        # no word of this corpus is longer than 126 pieces, so no block ends inside a word
-        assert stats["mid_word_ends"] == 0, (length, stats)
-        fixed = single_segment_blocks(c.doc_bounds, length - 2)
-        assert block_ends_mid_word(fixed, c.doc_bounds, c.tokens).sum() > 100  # what the old blocks did
-        nsp = PretrainDataset(c, max_seq_length=length, mode="nsp", seed=0, short_seq_prob=0.1).pairs
-        ws = np.append(c.tokens(0, c.num_tokens)[1], True)
-        ws[c.doc_bounds[:, 1]] = True
-        assert ws[nsp[:, :4]].all(), "an NSP segment starts or ends inside a word"
-
-
-def test_corpus_pickles_as_a_path(corpus_dir):
-    import pickle
-
-    c = TokenCorpus(corpus_dir)
-    blob = pickle.dumps(c)
-    assert len(blob) < 1000  # the memory maps are not copied into the pickle
-    d = pickle.loads(blob)
-    assert d.num_tokens == c.num_tokens and np.array_equal(d.tokens(0, 10)[0], c.tokens(0, 10)[0])
-
-
 SPACY_TEXT = (
     "Barack Obama visited Paris in 2015 with 300 advisers.\n"
     "The old president met Angela Merkel near the Eiffel Tower.\n\n"
@@ -662,37 +370,3 @@ def test_corpus_directory_reads_only_text_files(tmp_path, tok_dir):
     (d / "manifest.tsv").write_bytes(b"\xff\xfe binary-ish")
     c = TokenCorpus(preprocess(d, tok_dir, tmp_path / "o", num_workers=1, progress=False))
     assert c.num_docs == 3 and len(c.meta["sources"]) == 2
-
-
-def test_dataset_restricted_to_documents(corpus_dir):
-    from spanbert.blocks import held_out_documents
-    from spanbert.corpus import TokenCorpus
-    from spanbert.dataset import PretrainDataset
-
-    tc = TokenCorpus(corpus_dir)
-    split = held_out_documents(tc.doc_bounds, 0.2, 2, 2)
-    assert 2 <= split <= tc.num_docs - 2
-    lo_tok, hi_tok = int(tc.doc_bounds[split, 0]), int(tc.doc_bounds[-1, 1])
-    single = PretrainDataset(tc, max_seq_length=32, documents=(split, tc.num_docs))
-    assert (single.blocks[:, 0] >= lo_tok).all() and (single.blocks[:, 1] <= hi_tok).all()
-    nsp = PretrainDataset(tc, max_seq_length=32, mode="nsp", documents=(0, split))
-    assert (nsp.pairs[:, 4] == 1).any()  # some random next segments, all from documents 0..split-1
-    assert (nsp.pairs[:, [1, 3]] <= lo_tok).all()
-    with pytest.raises(SpanBertError, match="outside the corpus"):
-        PretrainDataset(tc, max_seq_length=32, documents=(0, tc.num_docs + 1))
-
-
-def test_damaged_corpus_is_a_data_error(tmp_path, corpus_dir):
-    import shutil
-
-    from spanbert.corpus import TokenCorpus
-
-    bad = tmp_path / "bad"
-    shutil.copytree(corpus_dir, bad)
-    (bad / "meta.json").write_text((corpus_dir / "meta.json").read_text()[:30])
-    with pytest.raises(DataError, match="meta.json:.*invalid JSON"):
-        TokenCorpus(bad)
-    shutil.copy(corpus_dir / "meta.json", bad / "meta.json")
-    (bad / "shard-00000.docs").write_bytes((corpus_dir / "shard-00000.docs").read_bytes()[:-8])
-    with pytest.raises(DataError, match="shard-00000.docs: found .* document offsets"):
-        TokenCorpus(bad)

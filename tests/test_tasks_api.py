@@ -1,0 +1,55 @@
+"""Every task from Python (`spanbert.tasks.api`): a task's actions return values (`Results`, the `Path` written),
+an unknown task or action is one clear error, and a task's options are known and checked by its own parser before
+anything runs. The toy task it runs is written and registered in test_tasks_registry.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_tasks_registry import _write, parity  # noqa: F401 - parity is a fixture
+
+from spanbert import tasks
+from spanbert.errors import SpanBertError
+from spanbert.tasks.api import check_options, option_names, spec_of
+from spanbert.tasks.spec import RESULTS_FILE, Results
+
+
+def test_an_unknown_task_or_action_is_one_error():
+    assert spec_of("squad") is tasks.TASKS["squad"]
+    with pytest.raises(SpanBertError, match=r"found unknown task 'sqaud'.*did you mean 'squad'.*expected one of: "):
+        spec_of("sqaud")
+    with pytest.raises(SpanBertError, match="found action 'train', expected one of: finetune, predict, evaluate"):
+        tasks.run("squad", "train", {})
+
+
+def test_a_tasks_options_are_its_parsers():
+    names = option_names("squad")
+    assert {"model", "train_file", "output_dir", "learning_rate", "doc_stride"} <= names
+    assert "doc_stride" not in option_names("glue", task="SST-2")
+
+
+def test_options_are_checked_before_anything_runs():
+    check_options("squad", {"learning_rate": 3e-5, "num_train_epochs": 2, "doc_stride": 64})
+    with pytest.raises(SpanBertError, match=r"found 'learning_rat', expected an option of `spanbert finetune squad` "
+                                            r"\(did you mean 'learning_rate'\?\)"):  # fmt: skip
+        check_options("squad", {"learning_rat": 3e-5})
+    with pytest.raises(SpanBertError, match="learning_rate"):
+        check_options("squad", {"learning_rate": "fast"})
+
+
+def test_a_registered_task_runs_from_python(parity):  # noqa: F811
+    # the Python API: the same task, its scores as values (no log, no exit code)
+    d = parity
+    train, dev = _write(d / "train.txt", 24, 0), _write(d / "dev.txt", 8, 1)
+    run = tasks.finetune("parity", model=d / "encoder", train=train, dev=dev, output_dir=d / "py", max_steps=2,
+                         per_device_train_batch_size=4, device="cpu", disable_tqdm=True, report_to="none",
+                         save_steps=0, warmup_steps=0)  # fmt: skip
+    assert isinstance(run, Results) and run.output_dir == d / "py" and 0 <= run.score <= 100
+    assert run.scores == json.loads((d / "py" / RESULTS_FILE).read_text())
+    scored = tasks.score("parity", run.output_dir, dev)
+    preds = tasks.predict("parity", model=run.output_dir, data=dev, output=d / "preds.txt")
+    assert preds == d / "preds.txt" and len(preds.read_text().split()) == 8
+    assert tasks.evaluate("parity", data=dev, predictions=preds).scores == scored.scores
+    with pytest.raises(tasks.api.SpanBertError, match="found unknown task 'parityy'.*did you mean 'parity'"):
+        tasks.finetune("parityy", model=d, train=train, output_dir=d / "x")
