@@ -59,6 +59,9 @@ OLD_SPELLINGS: dict[str, dict[str, tuple[str, str]]] = {
     },
     # a task file's JSON writer (docs/tasks.md), named for what sets it apart from `spanbert.utils.write_json`
     "spanbert.tasks.common": {"write_json": ("spanbert.tasks.common", "write_json_once")},
+    # docs/architecture.md listed `families.load_tokenizer`; renamed apart from `tokenization.load_tokenizer`,
+    # which reads a plain tokenizer where this one frames it for the checkpoint's family
+    "spanbert.families": {"load_tokenizer": ("spanbert.families", "load_framed_tokenizer")},
 }  # fmt: skip
 """old module -> {old name: (home module, name there)}."""
 

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor, nn
 
-from spanbert import checkpoints, cloze, model, modernbert
+from spanbert import _aliases, checkpoints, cloze, model, modernbert
 from spanbert.collate import pretrain_target_counts
 from spanbert.config import BertConfig, ClozeConfig, FinetuneHabits, _json_kind, model_config
 from spanbert.distributed import print0
@@ -786,3 +786,6 @@ def check_task_folder(path: str | Path, architectures: tuple[str, ...], needs: s
         what = f"a {held} model" if held else f"a {family_name(raw)} model without a task head"
         raise SpanBertError(f"{path}: found {what}, expected {needs} (architectures {list(architectures)})")
     return raw
+
+
+__getattr__ = _aliases.getter(__name__)
