@@ -36,13 +36,10 @@ from spanbert.config import (
     CLOZE_SYSTEMS,
     ClozeConfig,
     FinetuneHabits,
-    _json_item,
-    check_ranges,
-    check_settings,
     parse_model_spec,
     replace_checked,
-    typed_fields,
 )
+from spanbert.config_json import check_ranges, check_settings, json_item, typed_fields
 from spanbert.dropout import Dropout
 from spanbert.errors import SpanBertError
 from spanbert.model import grow_embedding
@@ -623,14 +620,14 @@ def config_from_json(raw: dict[str, Any], source: str = "config.json") -> ClozeC
             continue
         flat = value if key == "adaptive_cutoffs" else [x for pair in value for x in (pair if isinstance(pair, list) else [None])]
         if not isinstance(value, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in flat):
-            raise SpanBertError(f"{where}found {_json_item(key, value)}, expected a list of "
+            raise SpanBertError(f"{where}found {json_item(key, value)}, expected a list of "
                                 + ("[width, filters] integer pairs" if key == "char_filters" else "integers"))  # fmt: skip
         kwargs[key] = value
     check_ranges(kwargs, where, positive=("vocab_size",))
     for key in ("pad_id", "bos_id", "eos_id", "sep_id"):
         if key in kwargs and not 0 <= kwargs[key] < kwargs["vocab_size"]:
             raise SpanBertError(
-                f"{where}found {_json_item(key, kwargs[key])}, expected an id of the vocabulary (0 to {kwargs['vocab_size'] - 1})"
+                f"{where}found {json_item(key, kwargs[key])}, expected an id of the vocabulary (0 to {kwargs['vocab_size'] - 1})"
             )
     try:
         return ClozeConfig(**kwargs)

@@ -19,7 +19,6 @@ import dataclasses
 import difflib
 import functools
 import inspect
-import json
 import math
 import sys
 import textwrap
@@ -32,6 +31,7 @@ from typing import Any, Literal, TypeVar
 
 import yaml
 
+from spanbert.config_json import check_ranges, check_settings, json_item, type_hints, type_name, typed_fields
 from spanbert.errors import SpanBertError
 from spanbert.utils import check_apart, input_paths, output_file, output_folder
 
@@ -98,12 +98,12 @@ class BertConfig:
         position = d.get("position_embedding_type")
         if position not in (None, "absolute"):
             raise SpanBertError(
-                f"{where}found {_json_item('position_embedding_type', position)}, expected \"absolute\" (relative "
+                f"{where}found {json_item('position_embedding_type', position)}, expected \"absolute\" (relative "
                 "position embeddings are not implemented here)"
             )
         if d.get("add_cross_attention"):
             raise SpanBertError(
-                f"{where}found {_json_item('add_cross_attention', d['add_cross_attention'])}, expected false (an "
+                f"{where}found {json_item('add_cross_attention', d['add_cross_attention'])}, expected false (an "
                 "encoder-decoder's cross-attention is not implemented here)"
             )
         kwargs = typed_fields(cls, d, where)  # absent or null: the BERT default
@@ -111,13 +111,13 @@ class BertConfig:
                      above_zero=("layer_norm_eps",), non_negative=("initializer_range",))  # fmt: skip
         if "pad_token_id" in kwargs and not 0 <= kwargs["pad_token_id"] < kwargs["vocab_size"]:
             raise SpanBertError(
-                f"{where}found {_json_item('pad_token_id', kwargs['pad_token_id'])}, expected an id of the vocabulary "
+                f"{where}found {json_item('pad_token_id', kwargs['pad_token_id'])}, expected an id of the vocabulary "
                 f"(0 to {kwargs['vocab_size'] - 1})"
             )
         check_ranges(kwargs, where, probabilities=("hidden_dropout_prob", "attention_probs_dropout_prob"))
         if kwargs.get("hidden_act") not in (None, "gelu", "gelu_new", "relu"):
             raise SpanBertError(
-                f"{where}found {_json_item('hidden_act', kwargs['hidden_act'])}, expected gelu, gelu_new or relu"
+                f"{where}found {json_item('hidden_act', kwargs['hidden_act'])}, expected gelu, gelu_new or relu"
             )
         if kwargs["hidden_size"] % kwargs["num_attention_heads"]:
             raise SpanBertError(
@@ -127,81 +127,8 @@ class BertConfig:
         return cls(**kwargs)
 
 
-def typed_fields(cls: type, d: dict[str, Any], where: str, skip: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The values ``d`` (a config.json dict) gives the int, float, bool and str fields of the dataclass
-    ``cls``, each type-checked (``"hidden_size": "768"`` is an error naming the key, not a crash deep in
-    a model); absent or null keys and those in ``skip`` are left out. ``where`` starts every message."""
-    hints = _type_hints(cls)
-    kwargs: dict[str, Any] = {}
-    for f in fields(cls):
-        value = d.get(f.name)
-        if value is None or f.name in skip:
-            continue
-        tp = hints[f.name]
-        if tp is int:
-            ok = isinstance(value, int) and not isinstance(value, bool)
-        elif tp is float:
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-        elif tp is bool:
-            ok = isinstance(value, bool)
-        else:
-            ok = isinstance(value, str)
-        if not ok:
-            raise SpanBertError(f"{where}found {_json_item(f.name, value)}, expected {_type_name(tp)}")
-        kwargs[f.name] = value
-    return kwargs
-
-
-def check_settings(d: Any, where: str, family: str, model: str, required: tuple[str, ...]) -> None:
-    """Refuse a config.json value that is no JSON object of ``family`` settings, or one without a key of
-    ``required`` (the sizes: a default would build another ``model`` than the saved one). ``where`` starts
-    every message."""
-    if not isinstance(d, dict):
-        raise SpanBertError(f"{where}found a JSON {_json_kind(d)}, expected a JSON object of {family} settings")
-    missing = [k for k in required if d.get(k) is None]
-    if missing:
-        raise SpanBertError(f"{where}found no {', '.join(missing)}, expected the sizes of {model} ({', '.join(required)})")
-
-
-def check_ranges(
-    kwargs: dict[str, Any],
-    where: str,
-    positive: tuple[str, ...] = (),
-    above_zero: tuple[str, ...] = (),
-    non_negative: tuple[str, ...] = (),
-    probabilities: tuple[str, ...] = (),
-) -> None:
-    """Refuse a value of ``kwargs`` (config.json values `typed_fields` read) out of its range, in this
-    order: ``positive`` integers (sizes), numbers ``above_zero`` (epsilons, RoPE bases), ``non_negative``
-    numbers (initialisation scales), ``probabilities`` in [0, 1) (dropout). A key absent from ``kwargs``
-    passes; ``where`` starts every message."""
-    rules = (
-        (positive, lambda v: not v < 1, "a positive integer"),
-        (above_zero, lambda v: v > 0, "a number > 0"),
-        (non_negative, lambda v: not v < 0, "a number >= 0"),
-        (probabilities, lambda v: 0 <= v < 1, "a probability in [0, 1)"),
-    )
-    for keys, ok, expected in rules:
-        for k in keys:
-            if k in kwargs and not ok(kwargs[k]):
-                raise SpanBertError(f"{where}found {_json_item(k, kwargs[k])}, expected {expected}")
-
-
 # A config.json without these describes no encoder: BERT's defaults would silently build the wrong one.
 _REQUIRED_SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
-
-
-def _json_kind(value: Any) -> str:
-    return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
-        type(value), "number"
-    )
-
-
-def _json_item(key: str, value: Any) -> str:
-    text = json.dumps(value)
-    text = text if len(text) <= 40 else text[:37] + "..."
-    kind = _json_kind(value)
-    return f'"{key}": {text} ({"an" if kind[0] in "aeiou" else "a"} {kind})'
 
 
 # Named sizes (§4.2: SpanBERT matches BERT-large; base and large are the two released sizes).
@@ -455,12 +382,7 @@ def field_docs(cls: type) -> dict[str, str]:
 
 
 def _field_type(cls: type, name: str) -> Any:
-    return _type_hints(cls)[name]
-
-
-@functools.cache
-def _type_hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+    return type_hints(cls)[name]
 
 
 def _is_optional(tp: Any) -> tuple[bool, Any]:
@@ -490,20 +412,6 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _type_name(tp: Any) -> str:
-    origin = typing.get_origin(tp)
-    if origin is typing.Literal:
-        return "one of " + ", ".join(map(str, typing.get_args(tp)))
-    if origin in (list, tuple):
-        return f"a comma-separated list of {_type_name(typing.get_args(tp)[0])}"
-    if origin in (typing.Union, types.UnionType):  # int | Literal["auto"]: "an integer or auto"
-        return " or ".join(_type_name(a) if typing.get_origin(a) is not typing.Literal else "/".join(map(str, typing.get_args(a)))
-                           for a in typing.get_args(tp))  # fmt: skip
-    return {bool: "a boolean (true/false)", int: "an integer", float: "a number", str: "a string"}.get(
-        tp, getattr(tp, "__name__", str(tp))
-    )
-
-
 def convert_value(cls: type, name: str, value: Any, source: str = "") -> Any:
     """Check and convert ``value`` (a string from the command line, or a YAML value) to the field's type.
 
@@ -515,7 +423,7 @@ def convert_value(cls: type, name: str, value: Any, source: str = "") -> Any:
 
     def wrong(expected: str | None = None) -> SpanBertError:
         where = f"{source}: " if source else ""
-        expected = expected or _type_name(inner) + (" or null" if optional else "")
+        expected = expected or type_name(inner) + (" or null" if optional else "")
         return SpanBertError(f"{where}option {name}: found {_describe(value)}, expected {expected}")
 
     if value is None or (optional and isinstance(value, str) and value.lower() in ("none", "null", "")):

@@ -34,7 +34,8 @@ from torch import Tensor, nn
 
 from spanbert import _aliases, checkpoints, cloze, model, modernbert
 from spanbert.collate import pretrain_target_counts
-from spanbert.config import BertConfig, ClozeConfig, FinetuneHabits, _json_kind, model_config
+from spanbert.config import BertConfig, ClozeConfig, FinetuneHabits, model_config
+from spanbert.config_json import json_kind
 from spanbert.distributed import print0
 from spanbert.errors import SpanBertError
 from spanbert.hub import resolve_model
@@ -647,7 +648,7 @@ def read_config(path: str | Path) -> dict[str, Any]:
         raise SpanBertError(f"{path}: no config.json or bert_config.json, expected a model folder")
     raw = checkpoints.read_json(cfg_path, "a JSON object of model settings")
     if not isinstance(raw, dict):
-        raise SpanBertError(f"{cfg_path}: found a JSON {_json_kind(raw)}, expected a JSON object of model settings")
+        raise SpanBertError(f"{cfg_path}: found a JSON {json_kind(raw)}, expected a JSON object of model settings")
     return raw
 
 

@@ -43,11 +43,8 @@ from spanbert.config import (
     MODERNBERT_PRESETS,
     BertConfig,
     FinetuneHabits,
-    _json_item,
-    check_ranges,
-    check_settings,
-    typed_fields,
 )
+from spanbert.config_json import check_ranges, check_settings, json_item, typed_fields
 from spanbert.distributed import eprint0
 from spanbert.dropout import Dropout
 from spanbert.errors import SpanBertError
@@ -146,7 +143,7 @@ class ModernBertConfig:
         scaling = d.get("rope_scaling")
         if scaling is not None and not (isinstance(scaling, dict) and scaling.get("rope_type", scaling.get("type")) == "default"):
             raise SpanBertError(
-                f"{where}found {_json_item('rope_scaling', d['rope_scaling'])}, expected none: scaled RoPE is not "
+                f"{where}found {json_item('rope_scaling', d['rope_scaling'])}, expected none: scaled RoPE is not "
                 "implemented here (transformers would apply it, and the hidden states would differ)"
             )
         kwargs = typed_fields(cls, d, where, skip=("layer_types",))
@@ -154,23 +151,23 @@ class ModernBertConfig:
         types = d.get("layer_types")
         if types is not None:
             if not (isinstance(types, list) and all(t in (GLOBAL, LOCAL) for t in types)):
-                raise SpanBertError(f"{where}found {_json_item('layer_types', types)}, expected a list of {GLOBAL!r} / {LOCAL!r}")
+                raise SpanBertError(f"{where}found {json_item('layer_types', types)}, expected a list of {GLOBAL!r} / {LOCAL!r}")
             kwargs["layer_types"] = tuple(types)
         check_ranges(kwargs, where, positive=("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                      "intermediate_size", "max_position_embeddings", "global_attn_every_n_layers"))  # fmt: skip
         if "local_attention" in kwargs and kwargs["local_attention"] < 2:  # a window of local_attention // 2 a side
-            raise SpanBertError(f"{where}found {_json_item('local_attention', kwargs['local_attention'])}, expected an integer >= 2")
+            raise SpanBertError(f"{where}found {json_item('local_attention', kwargs['local_attention'])}, expected an integer >= 2")
         check_ranges(kwargs, where, above_zero=("global_rope_theta", "local_rope_theta", "norm_eps"),
                      non_negative=("initializer_range", "initializer_cutoff_factor"),
                      probabilities=("attention_dropout", "embedding_dropout", "mlp_dropout", "classifier_dropout"))  # fmt: skip
         for k in ("pad_token_id", "eos_token_id", "bos_token_id", "cls_token_id", "sep_token_id"):
             if k in kwargs and kwargs[k] < 0:  # the ids are the tokenizer's business: only their sign is the config's
-                raise SpanBertError(f"{where}found {_json_item(k, kwargs[k])}, expected an id >= 0")
+                raise SpanBertError(f"{where}found {json_item(k, kwargs[k])}, expected an id >= 0")
         for k in ("hidden_activation", "classifier_activation"):
             if kwargs.get(k) not in (None, *ACTIVATIONS):
-                raise SpanBertError(f"{where}found {_json_item(k, kwargs[k])}, expected one of {', '.join(ACTIVATIONS)}")
+                raise SpanBertError(f"{where}found {json_item(k, kwargs[k])}, expected one of {', '.join(ACTIVATIONS)}")
         if kwargs.get("classifier_pooling") not in (None, "cls", "mean"):
-            raise SpanBertError(f"{where}found {_json_item('classifier_pooling', kwargs['classifier_pooling'])}, expected cls or mean")
+            raise SpanBertError(f"{where}found {json_item('classifier_pooling', kwargs['classifier_pooling'])}, expected cls or mean")
         if "layer_types" in kwargs and "global_attn_every_n_layers" not in kwargs:  # 5.x: the n that spells it
             L = len(kwargs["layer_types"])
             kwargs["global_attn_every_n_layers"] = next(
@@ -200,7 +197,7 @@ def _rope_thetas(rope: Any, where: str) -> dict[str, float]:
     if rope is None:
         return {}
     if not isinstance(rope, dict):
-        raise SpanBertError(f"{where}found {_json_item('rope_parameters', rope)}, expected a JSON object")
+        raise SpanBertError(f"{where}found {json_item('rope_parameters', rope)}, expected a JSON object")
     unknown = sorted(set(rope) - {GLOBAL, LOCAL})
     if unknown:
         raise SpanBertError(
@@ -212,7 +209,7 @@ def _rope_thetas(rope: Any, where: str) -> dict[str, float]:
         if part is None:
             continue
         if not isinstance(part, dict):
-            raise SpanBertError(f"{where}found {_json_item(f'rope_parameters.{kind}', part)}, expected a JSON object")
+            raise SpanBertError(f"{where}found {json_item(f'rope_parameters.{kind}', part)}, expected a JSON object")
         if part.get("rope_type", "default") != "default":
             raise SpanBertError(
                 f"{where}found rope_parameters.{kind}.rope_type {part['rope_type']!r}, expected 'default' "
@@ -223,7 +220,7 @@ def _rope_thetas(rope: Any, where: str) -> dict[str, float]:
             continue
         if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not math.isfinite(theta) or theta <= 0:
             raise SpanBertError(
-                f"{where}found {_json_item(f'rope_parameters.{kind}.rope_theta', theta)}, expected a number > 0"
+                f"{where}found {json_item(f'rope_parameters.{kind}.rope_theta', theta)}, expected a number > 0"
             )
         out[key] = float(theta)
     return out
