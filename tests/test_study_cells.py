@@ -77,3 +77,24 @@ def test_the_lock_of_a_killed_study_is_released(tmp_path):
         proc.wait()
     with S.study_lock(out):
         pass
+
+
+def test_a_resumed_pretraining_cell_counts_the_time_before_its_checkpoint(tmp_path, monkeypatch):
+    """A pre-training cell killed and resumed reports the stage's whole time (what its checkpoint recorded, then
+    the resumed run), so the summary's measured column compares with the dry run's estimate."""
+    from spanbert.study import cells
+
+    study = S.Study(systems=[S.SystemSpec("bert")], tasks=[S.TaskSpec("glue", subtask="SST-2", train=str(tmp_path))],
+                    seeds=1, output_dir=str(tmp_path / "out"), corpus="c")  # fmt: skip
+    cell = next(c for c in S.plan(study) if c.kind == "pretrain")
+    ckpt = cell.dir / "checkpoint-5"
+    ckpt.mkdir(parents=True)
+    (ckpt / "state.pt").write_bytes(b"")
+    (ckpt / "trainer_state.json").write_text(json.dumps({"global_step": 5, "train_seconds": 500.0}))
+    (cell.dir / "latest").write_text("checkpoint-5\n")
+    ran = []
+    monkeypatch.setattr(cells, "run_command", lambda argv, log: (ran.append(argv), (0, ""))[1])
+    cells.run_cell(cell, study)
+    assert "--resume" in ran[0]
+    info = json.loads((cell.dir / "cell.json").read_text())
+    assert info["seconds_before_resume"] == 500.0 and 500.0 <= info["seconds"] < 560.0

@@ -78,6 +78,20 @@ def test_resume_gives_identical_parameters(tmp_path, accum):
         assert torch.equal(a, b), k
 
 
+def test_train_seconds_count_every_run_of_a_resumed_run(tmp_path):
+    """Each checkpoint records the wall time of training so far; a resumed run goes on from its checkpoint's
+    count (what `spanbert study` reports as a killed pre-training cell's time), not from zero."""
+    first = train(Net(), Regression(), args(tmp_path, stop_at_step=6))
+    state = tmp_path / "checkpoint-6" / "trainer_state.json"
+    saved = json.loads(state.read_text())
+    assert 0 < saved["train_seconds"] <= first.train_seconds
+    saved["train_seconds"] = 1000.0  # as if the killed run had trained for 1,000 s
+    state.write_text(json.dumps(saved))
+    result = train(Net(), Regression(), args(tmp_path, resume=True))
+    assert result.global_step == 12 and 1000.0 < result.train_seconds < 1000.0 + 600
+    assert json.loads((tmp_path / "checkpoint-9" / "trainer_state.json").read_text())["train_seconds"] > 1000.0
+
+
 def test_resume_across_an_epoch_boundary(tmp_path):
     # 48 examples / batch 4 = 12 steps per epoch; 20 steps cross into epoch 2
     straight = Net()

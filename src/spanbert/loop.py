@@ -104,6 +104,15 @@ class State:
     """The rate of the last step (read before its scheduler.step)."""
     last: dict[str, float] = field(default_factory=dict)
     """The last logged training averages, and the evaluation results since."""
+    seconds_before: float = 0.0
+    """Wall seconds of training that earlier runs of a resumed run did up to its checkpoint."""
+    started: float = field(default_factory=time.perf_counter)
+    """When this call's training began."""
+
+
+def train_seconds(state: State) -> float:
+    """Wall seconds of training from step 0 to now, earlier runs of a resumed run included."""
+    return state.seconds_before + time.perf_counter() - state.started
 
 
 def stop_step(total: int, args: TrainingArguments) -> int:
@@ -475,6 +484,7 @@ def _run_eval(eval_fn, model: nn.Module, step: int, rank: int, logger: _Logger, 
 def checkpoint(run: Run, state: State) -> None:
     """Save the training state at this step (rank 0 writes; every rank's RNG streams, so each resumes its own)."""
     settle_skips(run, state)
+    state.extra_state["train_seconds"] = train_seconds(state)
     rngs = all_gather_objects(_rng_state())  # every rank's stream, so each resumes its own
     on_main(lambda: save_training_state(Path(run.args.output_dir), state.step, run.model, run.optimizer,
                                         run.scheduler, run.scaler, run.args, state.extra_state, rngs))  # fmt: skip

@@ -236,6 +236,14 @@ def find_resume_checkpoint(output_dir: str | Path) -> tuple[Path, str | None]:
     raise SpanBertError("--resume: no usable checkpoint: " + "; ".join(problems))
 
 
+def resume_state(output_dir: str | Path) -> dict[str, Any]:
+    """The `trainer_state.json` of the checkpoint a --resume of ``output_dir`` starts from
+    (`find_resume_checkpoint`): what the killed run kept beside its weights (its settings, ``best``, a time
+    budget's decision, ``train_seconds``)."""
+    ckpt, _ = find_resume_checkpoint(output_dir)
+    return json.loads((ckpt / "trainer_state.json").read_text())
+
+
 def compare_settings(saved: dict, now: dict) -> tuple[list[str], list[str]]:
     """(refused, accepted) differences between a checkpoint's settings and this run's, each as
     'name: saved -> now'. ``saved``/``now`` hold "args" (TrainingArguments), "run_config" and

@@ -54,6 +54,7 @@ from spanbert.loop import (
     step_done,
     stop_step,
     to_device,
+    train_seconds,
 )
 from spanbert.microbatch import AUTO, resolve_batch_size
 from spanbert.optim import clip_groups, make_optimizer, param_groups
@@ -66,6 +67,7 @@ from spanbert.runs import (
     compare_settings,
     find_resume_checkpoint,
     load_training_state,
+    resume_state,
     steps_per_epoch,
 )
 from spanbert.training_args import TrainingArguments
@@ -86,6 +88,10 @@ class TrainResult:
     """With metric_for_best_model: the evaluation results of best_step."""
     total_steps: int = 0
     """The run's total steps (max_steps, the epochs' steps, or what a time budget decided)."""
+    train_seconds: float = 0.0
+    """Wall seconds of training from step 0 to the end of this call, every run of it counted: a resumed
+    run adds its own to what its checkpoint recorded (the work a killed run did after that checkpoint,
+    done again, counts once)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -433,11 +439,13 @@ def train(
 
     run, step, best = _start(model, args, rank, world, device, total, warmup, settings, lr_by_prefix,
                              weight_decay_by_prefix, clip_by_prefix)  # fmt: skip
+    # the wall time of training so far: a resumed run's goes on from what its checkpoint recorded
+    seconds_before = float(on_main(lambda: resume_state(output_dir).get("train_seconds", 0.0))) if args.resume else 0.0
     extra_state = {"world_size": world, "run_config": settings["run_config"], "best": best}
     if budget_state is not None:
         extra_state["time_budget"] = budget_state
     state = State(step, total, stop_step(total, args), best, extra_state, skipped_t=torch.zeros((), device=device),
-                  first_bad=torch.zeros(3, device=device), decide_at=decide_at)  # fmt: skip
+                  first_bad=torch.zeros(3, device=device), decide_at=decide_at, seconds_before=seconds_before)  # fmt: skip
     compile_report = CompileReport(n_regions, total, graphs_before) if n_regions else None
     run.model.train()
     stream = None
@@ -480,6 +488,7 @@ def train(
         best_step=best["step"],
         best_metrics=dict(best["metrics"]),
         total_steps=state.total,
+        train_seconds=train_seconds(state),
     )
 
 
@@ -551,7 +560,7 @@ def _planned_total(
     decide_at = time_budget.measure_until(args.warmup_steps)
     budget_state = None
     if args.resume:  # the total the resumed run decided, if it got that far
-        budget_state = on_main(lambda: _saved_time_budget(output_dir))
+        budget_state = on_main(lambda: resume_state(output_dir).get("time_budget"))
     if budget_state is not None:
         return int(budget_state["max_steps"]), 0, budget_state
     return max(total, decide_at + 1), decide_at, None  # provisional, until the warm-up's speed is measured
@@ -654,12 +663,6 @@ def _epoch_plan(
     if budget:
         return token_micro_batches(lengths, budget, args.seed, epoch, accum, rank, world, start)
     return micro_batches(len(dataset), args.seed, epoch, args.per_device_train_batch_size, accum, rank, world, start)
-
-
-def _saved_time_budget(output_dir: Path) -> dict[str, Any] | None:
-    """The time budget's decision kept in the checkpoint a resume starts from, if it was made."""
-    ckpt, _ = find_resume_checkpoint(output_dir)
-    return json.loads((ckpt / "trainer_state.json").read_text()).get("time_budget")
 
 
 def predict_batches(

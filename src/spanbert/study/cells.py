@@ -26,7 +26,7 @@ from spanbert import distributed, folders
 from spanbert.corpus import is_preprocessed, tokenizer_dir_of
 from spanbert.errors import SpanBertError
 from spanbert.pretrain_config import SYSTEM_PRESETS
-from spanbert.runs import latest_checkpoint
+from spanbert.runs import latest_checkpoint, resume_state
 from spanbert.study.heldout import dev_restriction, heldout_plan, score_heldout, split_dev, study_is_legacy
 from spanbert.study.layout import Cell, finetune_cell_dir, fold_dir, model_dir, shared_dir
 from spanbert.study.runner import in_log, run_command
@@ -212,11 +212,15 @@ def run_cell(cell: Cell, study: Study, allow_long_run: bool = False) -> None:
     log = cell.dir / "log.txt"
     t0 = time.perf_counter()
     if cell.kind == "pretrain":
+        # a resumed cell's time goes on from what its checkpoint recorded: the stage's time as if never killed
+        before = distributed.on_main(lambda: resume_state(cell.dir).get("train_seconds", 0.0)) if resumable else 0.0
         code, last = run_command(argv, log)
         if code != 0:
             raise SpanBertError(f"study: cell '{cell.label}' failed (exit {code}): {last}; its log: {log}")
-        info = {"system": cell.system, "seconds": time.perf_counter() - t0, "steps": study.pretrain_steps,
+        info = {"system": cell.system, "seconds": before + time.perf_counter() - t0, "steps": study.pretrain_steps,
                 "budget_tokens": study.budget_tokens, "argv": argv}  # fmt: skip
+        if resumable:
+            info["seconds_before_resume"] = before
     else:
         task = next(t for t in study.tasks if t.name == cell.task)
         extra = {"output_dir": str(cell.dir), **({"allow_long_run": True} if allow_long_run else {}),

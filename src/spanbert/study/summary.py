@@ -172,7 +172,9 @@ def stage_times(study: Study) -> list[dict[str, Any]]:
     """Every stage's measured wall time from what the finished cells recorded: the shared data (vocabulary
     and preprocessing, `prepared.json`), each system's pre-training cell (`cell.json`), each task's
     fine-tuning cells (`result.json`: the run and the held-out scoring after it). Rows: {stage, seconds
-    (None: nothing recorded), cells, done}. A cell resumed after a kill records its last run only."""
+    (None: nothing recorded), cells, done}. A pre-training cell resumed after a kill counts its earlier runs
+    up to the checkpoint it resumed from (the checkpoint's ``train_seconds``; the work done again after it
+    counts once); a fine-tuning cell killed midway starts over and counts its last run."""
     out = Path(study.output_dir)
     rows: list[dict[str, Any]] = []
 
