@@ -160,14 +160,15 @@ def project(tmp_path_factory) -> Path:
     corpus.write_text("\n\n".join(TEXTS) + "\n", encoding="utf-8")
     preprocess([corpus], runs / "tokenizer", runs / "corpus", num_workers=1, progress=False)
 
-    # `spanbert pretrain` (quick start), the README's small model and the other pre-training outputs the
-    # documents fine-tune (docs/pretraining.md: runs/spanbert-base, runs/bert-base; docs/gpu.md: runs/spanbert-base;
-    # docs/results.md: the study's runs/fam/spanbert): the pre-training export layout. Four layers, as the
-    # `small` preset, so that the feature-based NER's "last four" rows (`--features table7`) run.
+    # `spanbert pretrain` (quick start), the README's small model and its random-init control, and the
+    # other pre-training outputs the documents fine-tune (docs/pretraining.md: runs/spanbert-base,
+    # runs/bert-base; docs/gpu.md: runs/spanbert-base; docs/results.md: the study's runs/fam/spanbert):
+    # the pre-training export layout. Four layers, as the `small` preset, so that the feature-based NER's
+    # "last four" rows (`--features table7`) run.
     torch.manual_seed(0)
     config = model_config("tiny", vocab_size=tok.vocab_size, num_hidden_layers=4)
     spanbert = SpanBertForPreTraining(config, sbo=True, nsp=False)
-    for name in ("spanbert-quickstart", "spanbert-small", "spanbert-base", "fam/spanbert"):
+    for name in ("spanbert-quickstart", "spanbert-small", "random-init-small", "spanbert-base", "fam/spanbert"):
         spanbert.save_pretrained(runs / name / "final", tokenizer=tok, extra={"system": "spanbert", "masking": "span"})
     bert = SpanBertForPreTraining(config, sbo=False, nsp=True)
     bert.save_pretrained(runs / "bert-base" / "final", tokenizer=tok, extra={"system": "bert", "masking": "random"})

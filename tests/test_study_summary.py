@@ -1,14 +1,17 @@
 """The summary of a study (`spanbert.study.summary`): the learning rate with the best mean dev score is selected,
 the table has a row per system with the held-out score (the best in bold) beside the dev score that selected it,
-and the stage table sets measured times beside the dry run's estimate."""
+the stage table sets measured times beside the dry run's estimate, and each task's chart draws the held-out
+score beside the dev score."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
+
 from spanbert import study as S
 from spanbert.study.layout import ESTIMATE_FILE, finetune_cell_dir
-from spanbert.study.summary import stage_table
+from spanbert.study.summary import _plots, stage_table
 
 
 def test_table_has_a_row_per_system_and_the_best_in_bold(tmp_path):
@@ -82,3 +85,31 @@ def test_the_summary_sets_measured_stage_times_beside_the_estimate(tmp_path):
     assert "| data | 2 min | 2 min | 1.50 | 1/1 |" in md and rows[1][:3] == ["data", "100.0", "150.0"]
     assert rows[4][:5] == ["fine-tuning squad", "400.0", "480.0", "100.0", "120.0"]
     assert rows[5][:3] == ["total", "2901.0", "3632.0"]
+
+
+def test_the_task_plots_show_the_held_out_score_beside_the_dev_score_that_selected(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib", reason="the plots need matplotlib (pip install 'spanbert[plot]')")
+    from matplotlib.axes import Axes
+
+    drawn: list[tuple[str, list[float]]] = []
+    bar = Axes.bar
+
+    def recording_bar(self, x, height, *args, **kwargs):
+        drawn.append((kwargs.get("label"), [round(h, 3) for h in height]))
+        return bar(self, x, height, *args, **kwargs)
+
+    monkeypatch.setattr(Axes, "bar", recording_bar)
+    study = S.Study(systems=[S.SystemSpec("bert"), S.SystemSpec("spanbert")], tasks=[S.TaskSpec("glue", name="SST-2")],
+                    seeds=2, output_dir=str(tmp_path))  # fmt: skip
+    results = {
+        "bert": {"SST-2": {"lr": 1e-4, "scores": [80.0, 82.0], "heldout": [78.0, 80.0]}},
+        "spanbert": {"SST-2": {"lr": 1e-4, "scores": [79.0, 79.0], "heldout": [77.0, 77.0]}},
+    }
+    _plots(study, results, tmp_path)
+    assert (tmp_path / "task_SST-2.png").stat().st_size > 0
+    assert drawn == [("held-out", [79.0, 77.0]), ("dev (selection)", [81.0, 79.0])]
+    # cells finished before held-out scoring: the dev score alone
+    drawn.clear()
+    results["spanbert"]["SST-2"]["heldout"] = None
+    _plots(study, results, tmp_path)
+    assert drawn == [("dev", [81.0, 79.0])]

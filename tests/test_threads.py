@@ -76,6 +76,17 @@ def test_own_children_are_not_neighbours():
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the load is read from /proc")
+def test_the_work_of_children_that_ended_stays_this_runs():
+    # the preprocessing pool of `spanbert pretrain` ends before training starts: its ticks leave /proc
+    # with it, and read as a neighbour's unless the reaped children's ticks (cutime, cstime) are counted
+    before = threads._tree_jiffies(os.getpid())
+    work = "import time\nend = time.process_time() + 0.5\nwhile time.process_time() < end: pass"
+    subprocess.run([sys.executable, "-c", work], check=True)  # waited for: reaped
+    clk = os.sysconf("SC_CLK_TCK")
+    assert threads._tree_jiffies(os.getpid()) - before >= 0.4 * clk
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the load is read from /proc")
 @pytest.mark.skipif(threads.usable_cores() < 2, reason="needs two cores to give one up")
 def test_a_busy_neighbour_takes_a_thread():
     # a process that is not ours (started by a shell that exits at once: no child of this one) keeps a

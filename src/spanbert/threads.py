@@ -55,10 +55,10 @@ def _busy_jiffies() -> int | None:
 
 
 def _tree_jiffies(pid: int) -> int:
-    """Clock ticks (user + system) used by process ``pid`` and its live descendants (DataLoader
-    workers, preprocessing workers): this run's own work, which must not count as a neighbour's.
-    One pass over /proc (under a millisecond for a hundred processes): not every kernel has the
-    per-task `children` lists."""
+    """Clock ticks (user + system) used by process ``pid`` and its descendants, live or ended
+    (DataLoader workers, preprocessing workers): this run's own work, which must not count as a
+    neighbour's. One pass over /proc (under a millisecond for a hundred processes): not every kernel
+    has the per-task `children` lists."""
     parent, ticks = {}, {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -70,7 +70,10 @@ def _tree_jiffies(pid: int) -> int:
         # the fields after the command name, which is in parentheses and may hold spaces
         rest = stat[stat.rindex(")") + 2 :].split()
         parent[int(name)] = int(rest[1])  # ppid (field 4)
-        ticks[int(name)] = int(rest[11]) + int(rest[12])  # utime, stime (fields 14 and 15)
+        # utime, stime (fields 14, 15) and cutime, cstime (16, 17): the children it has reaped. A worker
+        # pool that ended leaves /proc with its ticks; without these, the machine's busy ticks would keep
+        # them and the run's would not, and its own preprocessing would read as a neighbour's load
+        ticks[int(name)] = sum(int(x) for x in rest[11:15])
     children: dict[int, list[int]] = {}
     for child, ppid in parent.items():
         children.setdefault(ppid, []).append(child)

@@ -336,12 +336,22 @@ def _plots(study: Study, results: dict, summary: Path) -> None:
         names = [s.name for s in study.systems if t.name in results.get(s.name, {})]
         if not names:
             continue
-        stats = [mean_std(results[n][t.name]["scores"]) for n in names]
-        fig, ax = plt.subplots(figsize=(max(4, 1.2 * len(names)), 3.5))
-        ax.bar(range(len(names)), [m for m, _ in stats], yerr=[sd for _, sd in stats], capsize=4)
+        rows = [results[n][t.name] for n in names]
+        # the held-out score where every row has one (what comparisons.md compares), the selection's dev
+        # score beside it, lighter: it chose the checkpoint, so it flatters every row
+        held = all(r.get("heldout") for r in rows)
+        bars = [("held-out", "heldout")] if held else []
+        bars.append(("dev (selection)" if held else "dev", "scores"))
+        fig, ax = plt.subplots(figsize=(max(4, 1.5 * len(names)), 3.5))
+        width = 0.8 / len(bars)
+        for i, (label, key) in enumerate(bars):
+            stats = [mean_std(r[key]) for r in rows]
+            ax.bar([x + (i - (len(bars) - 1) / 2) * width for x in range(len(names))], [m for m, _ in stats],
+                   width, yerr=[sd for _, sd in stats], capsize=4, label=label, alpha=1.0 if i == 0 else 0.45)  # fmt: skip
         ax.set_xticks(range(len(names)), names, rotation=20, fontsize=8)
-        ax.set_ylabel(f"dev {TASKS[t.task].metric}")
+        ax.set_ylabel(TASKS[t.task].metric)
         ax.set_title(f"{t.name}: mean ± std over {study.seeds} seeds")
+        ax.legend(fontsize=7)
         fig.tight_layout()
         fig.savefig(summary / f"task_{t.name}.png", dpi=120)
         plt.close(fig)
