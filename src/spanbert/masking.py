@@ -103,7 +103,7 @@ class MaskingConfig:
     candidate_fraction: float = 0.5
     """named_entity/noun_phrase: share of the budget drawn from the candidate spans (§6.1: 50%)."""
     random_token: Literal["unigram", "uniform"] = "unigram"
-    """Where the random replacements come from: unigram = a token drawn from the corpus (the released SpanBERT code), uniform = any ordinary token of the vocabulary alike (Google BERT's create_pretraining_data.py, transformers' DataCollatorForLanguageModeling); uniform is the one to use at a small budget: through 2 M tokens it learns per token as fast as transformers' BertForMaskedLM, unigram a little slower (the measurements: docs/pretraining.md, "Learning speed")."""
+    """Where the random replacements come from: unigram = a token drawn from the corpus (SpanBERT §2, "according to the unigram distribution", and the released code), uniform = any ordinary token of the vocabulary alike (Google BERT's create_pretraining_data.py, transformers' DataCollatorForLanguageModeling); uniform is the one to use at a small budget: through 2 M tokens it learns per token as fast as transformers' BertForMaskedLM, unigram a little slower (the measurements: docs/pretraining.md, "Learning speed")."""
 
     def settings(self) -> dict[str, Any]:
         """The fields as a dict for a run's settings and stored masks: ``random_token`` left out at its
