@@ -72,6 +72,10 @@ def test_each_micro_batch_weighs_its_share_of_the_steps_targets():
     # a recipe's own weights replace the shares
     weights = lambda counts, totals, world: {"mlm": 0.5}  # noqa: E731
     assert float(loop.weighted_loss(out, {"mlm": 6}, totals, 1, lambda mb: {}, weights)) == pytest.approx(0.5)
+    # a step's scale multiplies the terms it names, on top of either weighting
+    scaled = loop.weighted_loss(out, {"mlm": 6, "sbo": 1, "loss": 3}, totals, 1, lambda mb: {}, None, {"sbo": 0.5})
+    assert float(scaled) == pytest.approx(6 / 10 + 0.5 * 2 * 1 / 4)
+    assert float(loop.weighted_loss(out, {"mlm": 6}, totals, 1, lambda mb: {}, weights, {"mlm": 0.5})) == pytest.approx(0.25)
 
 
 # --- accumulation through `train`: a short last step weighs as one big batch ----------------------
@@ -159,6 +163,59 @@ def test_pretraining_accumulation_equals_the_big_batch(tmp_path, monkeypatch):
               collate_fn=collate_pretrain, count_targets=pretrain_target_counts)
     for big, acc in zip(grads["big"], grads["acc"]):
         assert float((big - acc).norm() / big.norm()) < 1e-5
+
+
+def test_a_term_schedule_follows_the_step_count_through_accumulation_and_resume(tmp_path, monkeypatch):
+    """--sbo_warmup_steps 4 (`sbo_warmup`): every micro-batch of step s weighs the SBO term s/4 (then 1),
+    whatever the accumulation, and a run stopped after step 2 and resumed goes on at 3/4."""
+    from spanbert.collate import collate_pretrain, pretrain_target_counts
+    from spanbert.pretrain import sbo_warmup
+
+    assert sbo_warmup(0) is None
+    assert [sbo_warmup(4)(s) for s in (1, 2, 4, 9)] == [{"sbo": 0.25}, {"sbo": 0.5}, {"sbo": 1.0}, {"sbo": 1.0}]
+    seen: list[float] = []
+    real = loop.weighted_loss
+
+    def spy(*a, **k):
+        scale = a[6] if len(a) > 6 else k.get("scale")
+        seen.append(scale["sbo"])
+        return real(*a, **k)
+
+    monkeypatch.setattr(loop, "weighted_loss", spy)
+    kw = dict(per_device_train_batch_size=2, gradient_accumulation_steps=3, max_steps=5, warmup_steps=0, seed=1)
+    run = lambda out, **more: train(  # noqa: E731
+        _tiny_pretraining_model(), PretrainItems(6), args(tmp_path / out, **kw, **more), collate_fn=collate_pretrain,
+        count_targets=pretrain_target_counts, term_schedule=sbo_warmup(4),
+    )
+    run("straight")
+    assert seen == [0.25] * 3 + [0.5] * 3 + [0.75] * 3 + [1.0] * 6
+    seen.clear()
+    run("resumed", stop_at_step=2, save_steps=2)
+    run("resumed", resume=True)
+    assert seen == [0.25] * 3 + [0.5] * 3 + [0.75] * 3 + [1.0] * 6
+
+
+def test_a_scaled_sbo_term_is_the_same_gradient_as_that_sbo_weight(tmp_path, monkeypatch):
+    """Step 1 of --sbo_warmup_steps 4 takes the gradient of --sbo_weight 0.25 (a power of two: exactly)."""
+    from spanbert.collate import collate_pretrain, pretrain_target_counts
+    from spanbert.pretrain import sbo_warmup
+
+    grads: dict[str, torch.Tensor] = {}
+    real_step = torch.optim.AdamW.step
+
+    def spy(self, *a, **k):
+        grads[name] = torch.cat([p.grad.flatten() for g in self.param_groups for p in g["params"]])
+        return real_step(self, *a, **k)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", spy)
+    for name, weight, schedule in (("ramp", 1.0, sbo_warmup(4)), ("quarter", 0.25, None), ("full", 1.0, None)):
+        model = _tiny_pretraining_model()
+        model.sbo_weight = weight
+        train(model, PretrainItems(6), args(tmp_path / name, per_device_train_batch_size=3, gradient_accumulation_steps=2,
+                                            max_steps=1, warmup_steps=0, seed=1),
+              collate_fn=collate_pretrain, count_targets=pretrain_target_counts, term_schedule=schedule)  # fmt: skip
+    assert torch.equal(grads["ramp"], grads["quarter"])
+    assert not torch.allclose(grads["ramp"], grads["full"])
 
 
 def test_empty_sbo_batch_gives_every_parameter_a_zero_grad():

@@ -317,7 +317,7 @@ def test_resume_with_changed_settings_is_refused(corpus, tmp_path):
     args = TrainingArguments(output_dir=str(tmp_path / "run"), max_steps=2, per_device_train_batch_size=4,
                              save_steps=2, disable_tqdm=True, report_to="none")
     pretrain(cfg, args)
-    for change in (dict(max_seq_length=40), dict(system="span-1seq")):
+    for change in (dict(max_seq_length=40), dict(system="span-1seq"), dict(sbo_warmup_steps=4)):
         with pytest.raises(SpanBertError):
             pretrain(dataclasses_replace(cfg, **change), dataclasses_replace(args, max_steps=4, resume=True))
 
@@ -621,3 +621,44 @@ def test_seq_length_schedule_switches_in_one_run_and_resumes_exactly(corpus, tmp
         resumed = _schedule_run(out, run, resume=True)
         for k, v in straight.items():
             assert torch.equal(v, resumed[k]), (stop, k)
+
+
+# ---------------------------------------------------------------------------------------------
+# --sbo_warmup_steps: the SBO's weight ramped from 0 (a small-budget option, docs/pretraining.md part 5)
+
+
+def _one_step(out, path, **options):
+    from safetensors.torch import load_file
+
+    cfg = PretrainConfig(corpus=str(out), model="tiny", max_seq_length=48, num_proc=0, eval_fraction=0.1,
+                         tokens_per_update=0, **options)  # fmt: skip
+    args = TrainingArguments(output_dir=str(path), max_steps=1, per_device_train_batch_size=4, learning_rate=1e-3,
+                             warmup_steps=0, save_steps=0, disable_tqdm=True, report_to="none", seed=3)  # fmt: skip
+    return load_file(str(pretrain(cfg, args) / "model.safetensors"))
+
+
+def test_sbo_warmup_steps_weighs_the_first_step_as_that_share_of_the_sbo_weight(corpus, tmp_path):
+    _, _, _, out = corpus
+    ramp = _one_step(out, tmp_path / "ramp", sbo_warmup_steps=4)
+    quarter = _one_step(out, tmp_path / "quarter", sbo_weight=0.25)
+    full = _one_step(out, tmp_path / "full")
+    assert all(torch.equal(ramp[k], quarter[k]) for k in ramp)
+    assert not all(torch.equal(ramp[k], full[k]) for k in ramp)
+
+
+@pytest.mark.parametrize("argv,contains", [
+    (("--sbo_warmup_steps", "-1"), "expected an integer >= 0"),
+    (("--sbo_warmup_steps", "100", "--system", "bert-1seq"), "which has no SBO; expected 0, or a system with one (spanbert"),
+])  # fmt: skip
+def test_sbo_warmup_steps_is_checked_before_any_work(argv, contains, tmp_path, cli_error):
+    cli_error(["pretrain", "--output_dir", str(tmp_path / "run"), "--corpus", "c.txt", *argv], names=argv[0],
+              contains=contains, out=tmp_path)  # fmt: skip
+
+
+def test_a_run_without_sbo_warmup_records_no_key_so_older_checkpoints_resume():
+    from spanbert.families import masked_lm_run_config
+
+    recorded = masked_lm_run_config({"system": "spanbert", "sbo_warmup_steps": 0, "num_proc": 2}, None, None)
+    assert recorded["PretrainConfig"] == {"system": "spanbert"}
+    ramped = masked_lm_run_config({"system": "spanbert", "sbo_warmup_steps": 200}, None, None)
+    assert ramped["PretrainConfig"] == {"system": "spanbert", "sbo_warmup_steps": 200}

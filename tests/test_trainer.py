@@ -247,6 +247,14 @@ def test_two_processes_match_one(tmp_path):
     _assert_two_processes_match_one(tmp_path, DDP_SCRIPT)
 
 
+@pytest.mark.slow
+def test_two_processes_match_one_with_a_term_schedule(tmp_path):
+    """A step-dependent loss factor (`train`'s ``term_schedule``, pre-training's --sbo_warmup_steps) is
+    the same on both ranks and for both micro-batches of an accumulated step."""
+    schedule = "term_schedule=lambda step: {{'loss': min(1.0, step / 4)}})"
+    _assert_two_processes_match_one(tmp_path, DDP_SCRIPT.replace("save_steps=0))", f"save_steps=0), {schedule}"))
+
+
 def test_denormals_are_flushed_only_while_training(tmp_path):
     seen = {}
 

@@ -168,21 +168,21 @@ MASKED_LM_METRICS: dict[str, tuple[str, ...]] = {
 """`Pretraining.metrics`' default: the masked heads' held-out metrics (a term the model lacks counts no target)."""
 
 
+# Each option's value in the runs from before it existed: a run with that value leaves the key out, so
+# their checkpoints still resume (block_packing: the blocks those runs had; the rest: the defaults).
+BEFORE_THE_OPTION = {
+    "block_packing": "fixed", "recipe": "paper", "tokens_per_update": 0, "seq_length_schedule": None,
+    "static_masks": "auto", "dropout": None, "max_time": None, "sbo_warmup_steps": 0,
+}
+
+
 def masked_lm_run_config(options: dict[str, Any], masking: dict[str, Any] | None, config: Any) -> dict[str, Any]:
     """`Pretraining.run_config`'s default: every option but the worker count, and the masking."""
     return {
-        # block_packing="fixed" is left out: checkpoints from before the option had those blocks and no key
         "PretrainConfig": {
             k: v
             for k, v in options.items()
-            if k != "num_proc"
-            and not (k == "block_packing" and v == "fixed")
-            # nor the settings of runs before these options (recipe paper, sequence batching)
-            and not (k == "recipe" and v == "paper")
-            and not (k == "tokens_per_update" and v == 0)
-            and not (k == "seq_length_schedule" and v is None)
-            and not (k == "static_masks" and v == "auto")
-            and not (k in ("dropout", "max_time") and v is None)
+            if k != "num_proc" and not (k in BEFORE_THE_OPTION and v == BEFORE_THE_OPTION[k])
         },
         "MaskingConfig": masking,
     }
@@ -493,7 +493,9 @@ TWO_TOWER_PRETRAINING = Pretraining(
     },
     run_config=lambda options, masking, config: {
         "PretrainConfig": {
-            k: v for k, v in options.items() if k != "num_proc" and not (k in ("dropout", "max_time") and v is None)
+            # two-tower checkpoints record the older options of BEFORE_THE_OPTION; these three came after them
+            k: v for k, v in options.items()
+            if k != "num_proc" and not (k in ("dropout", "max_time", "sbo_warmup_steps") and v == BEFORE_THE_OPTION[k])
         },
         "ClozeConfig": dataclasses.asdict(config),
     },

@@ -204,13 +204,18 @@ def close_loader(stream: Any) -> None:
 def optimisation_step(
     run: Run, state: State, mbs: list[Any], pads: list[bool], count_targets: Callable[[Any], dict[str, int]] | None,
     term_weights: Callable[[dict[str, int], dict[str, float], int], dict[str, float]] | None,
+    term_schedule: Callable[[int], dict[str, float]] | None = None,
 ) -> None:  # fmt: skip
     """One optimizer step over this rank's micro-batches ``mbs`` of the step (collated, on the host;
     ``pads[i]``: micro-batch i is a `trainer.PadBatch`): forward and backward with the loss weights of
-    the whole step, clipping, the update (or its skip) and the schedule's step; ``state.step`` advances."""
+    the whole step, clipping, the update (or its skip) and the schedule's step; ``state.step`` advances.
+    ``term_schedule(step)`` (1-based) scales the step's loss terms (`train`)."""
     counts, totals = step_counts(mbs, pads, count_targets, run.world, run.device)
     state.lr_used = _shown_lr(run.optimizer, run.args)  # the rate this step uses (before scheduler.step)
-    loss_sum = accumulate(run, state, mbs, pads, counts, totals, count_targets, term_weights)
+    # from the step count, not a count of calls: the same factor on every rank, after a resume and
+    # for every micro-batch of an accumulated step
+    scale = term_schedule(state.step + 1) if term_schedule is not None else None
+    loss_sum = accumulate(run, state, mbs, pads, counts, totals, count_targets, term_weights, scale)
     if run.scaler is not None:
         run.scaler.unscale_(run.optimizer)
     norms = [clip_gradients(g, run.args.max_grad_norm) for g in run.clipped]
@@ -253,10 +258,12 @@ def accumulate(
     run: Run, state: State, mbs: list[Any], pads: list[bool], counts: list[dict[str, int]], totals: dict[str, float],
     count_targets: Callable[[Any], dict[str, int]] | None,
     term_weights: Callable[[dict[str, int], dict[str, float], int], dict[str, float]] | None,
+    scale: dict[str, float] | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """Forward and backward over the step's micro-batches, their gradients added up (DDP syncs on the
-    last); returns the sum of their weighted losses (on the device). Counts the tokens and keeps the
-    model's scalar losses and accuracies in the logging window."""
+    last); returns the sum of their weighted losses (on the device), each term times ``scale``'s factor
+    (`weighted_loss`). Counts the tokens and keeps the model's scalar losses and accuracies (unscaled)
+    in the logging window."""
     model, device, amp_dtype = run.model, run.device, run.amp_dtype
     loss_sum = torch.zeros((), device=device)
     for i, mb in enumerate(mbs):
@@ -266,7 +273,7 @@ def accumulate(
         ctx = model.no_sync() if not sync else nullcontext()
         with ctx, torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
             out = model(**mb)
-            loss = weighted_loss(out, counts[i], totals, run.world, count_targets, term_weights)
+            loss = weighted_loss(out, counts[i], totals, run.world, count_targets, term_weights, scale)
             if pads[i]:
                 loss = loss * 0.0  # a backward for DDP, no contribution (also under term_weights)
         if run.scaler is not None:
@@ -284,9 +291,11 @@ def weighted_loss(
     out: dict[str, Any], counts: dict[str, int], totals: dict[str, float], world: int,
     count_targets: Callable[[Any], dict[str, int]] | None,
     term_weights: Callable[[dict[str, int], dict[str, float], int], dict[str, float]] | None,
+    scale: dict[str, float] | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """One micro-batch's loss: each of its terms (``loss_terms`` with ``count_targets``, else ``loss``)
-    times the micro-batch's share of the step's targets, so accumulation and N processes equal one batch."""
+    times the micro-batch's share of the step's targets, so accumulation and N processes equal one batch,
+    and times ``scale[term]`` (a term it does not name: 1)."""
     terms = out.get("loss_terms") if count_targets is not None else None
     if not terms:
         terms = {"loss": out["loss"]}
@@ -299,6 +308,8 @@ def weighted_loss(
             total_k = totals.get(k, 0.0)
             # DDP averages gradients over ranks: times world makes that a sum
             w = counts.get(k, 0) * world / total_k if total_k else 0.0
+        if scale is not None:
+            w = w * scale.get(k, 1.0)
         loss = loss + term.float() * w
     return loss
 

@@ -137,6 +137,14 @@ def released_term_weights(counts: dict[str, int], totals: dict[str, float], worl
     p = counts.get("sbo", 0)
     return {"mlm": world / n, "sbo": world * p / (p + 1) / n, "nsp": world / n}
 
+def sbo_warmup(steps: int) -> Callable[[int], dict[str, float]] | None:
+    """--sbo_warmup_steps as `train`'s ``term_schedule``: the SBO term of step s (1-based) weighs
+    min(1, s / steps) of --sbo_weight; None (no schedule) for 0."""
+    if steps <= 0:
+        return None
+    return lambda step: {"sbo": min(1.0, step / steps)}
+
+
 # Sustained training FLOP/s assumed for the time estimate (a planning figure, not a benchmark): fp32
 # matmuls on one CPU core, and bf16 on a recent datacenter GPU at a typical share of its peak; a plan
 # longer than LONG_PLAN_SECONDS is worth a warning before it starts. Shared with fine-tuning (`cost`).
@@ -717,7 +725,8 @@ def pretrain(
             result = train(
                 model, stage_set, stage_args, collate_fn=collate, eval_fn=stage_eval,
                 count_targets=count, run_config=run_config,
-                term_weights=released_term_weights if cfg.recipe == "released" else None, cost_warning=False,
+                term_weights=released_term_weights if cfg.recipe == "released" else None,
+                term_schedule=sbo_warmup(cfg.sbo_warmup_steps), cost_warning=False,
                 time_budget=budget,
             )  # fmt: skip
             began, begin = True, end

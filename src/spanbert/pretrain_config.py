@@ -183,6 +183,8 @@ class PretrainConfig:
     """Weight of the MLM loss."""
     sbo_weight: float = 1.0
     """Weight of the SBO loss (§3.2 sums the two with weight 1)."""
+    sbo_warmup_steps: int = 0
+    """Raise the SBO loss's weight linearly from 0 to --sbo_weight over the first N optimizer steps (step s of the run weighs s/N of it), then keep it; 0 = the paper's weight from the first step. Not in the paper or the released code: a small-budget option. A few hundred steps from random init, the SBO's gradient into the encoder holds spanbert on the unigram plateau, and a ramp lets the MLM leave it first (docs/pretraining.md part 5)."""
     eval_fraction: float = 0.01
     """Share of the corpus's tokens held out for MLM/SBO evaluation: whole documents, the last ones (0 < x < 1; --max_eval_blocks 0 turns evaluation off)."""
     max_eval_blocks: int = 256
@@ -249,6 +251,14 @@ class PretrainConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise SpanBertError(f"--{name}: found {value}, expected a finite number >= 0")
+        if isinstance(self.sbo_warmup_steps, bool) or not isinstance(self.sbo_warmup_steps, int) or self.sbo_warmup_steps < 0:
+            raise SpanBertError(f"--sbo_warmup_steps: found {self.sbo_warmup_steps!r}, expected an integer >= 0")
+        if self.sbo_warmup_steps and "sbo" not in system_of(self).objectives:
+            sbo_systems = ", ".join(n for n, s in SYSTEM_PRESETS.items() if "sbo" in s.objectives)
+            raise SpanBertError(
+                f"--sbo_warmup_steps: found {self.sbo_warmup_steps} with --system {self.system}, which has no SBO; "
+                f"expected 0, or a system with one ({sbo_systems})"
+            )
         if self.short_seq_prob is not None and not 0.0 <= self.short_seq_prob <= 1.0:
             raise SpanBertError(f"--short_seq_prob: found {self.short_seq_prob}, expected a probability in [0, 1]")
         if self.max_predictions is not None and self.max_predictions < 1:

@@ -375,6 +375,7 @@ def train(
     weight_decay_by_prefix: dict[str, float] | None = None,
     clip_by_prefix: tuple[str, ...] | None = None,
     term_weights: Callable[[dict[str, int], dict[str, float], int], dict[str, float]] | None = None,
+    term_schedule: Callable[[int], dict[str, float]] | None = None,
     cost_warning: bool = True,
     eval_size: EvalSize | None = None,
     time_budget: TimeBudget | None = None,
@@ -402,6 +403,10 @@ def train(
     terms: it gets one micro-batch's counts, the step's totals (all micro-batches and ranks) and the
     world size, and returns each term's factor (default: ``counts[k] * world / totals[k]``; the
     released SpanBERT normalisation is `spanbert.pretrain.released_term_weights`).
+    ``term_schedule(step)`` returns, for the optimizer step being taken (1-based, counted over the whole
+    run, so a resumed run goes on with it), a factor per term that multiplies that term's weight (a term
+    it leaves out: 1); the logged losses stay unscaled (pre-training's --sbo_warmup_steps,
+    `spanbert.pretrain.sbo_warmup`).
 
     ``time_budget`` (`spanbert.budget`): the total is not ``args.max_steps`` but what fits the budget,
     decided once after the first warm-up steps (`TimeBudget.measure_until`) from their speed and one
@@ -464,7 +469,7 @@ def train(
                 # target counts of all of them, summed over the ranks, before the first backward.
                 mbs = [next(stream) for _ in step_mbs]
                 pads = [isinstance(ix, PadBatch) for ix in step_mbs]
-                optimisation_step(run, state, mbs, pads, count_targets, term_weights)
+                optimisation_step(run, state, mbs, pads, count_targets, term_weights, term_schedule)
                 step_done(run, state, compile_report)
                 if state.step % max(1, args.logging_steps) == 0 or state.step == state.end:
                     log_window(run, state)
