@@ -637,11 +637,12 @@ def _one_step(out, path, **options):
     return load_file(str(pretrain(cfg, args) / "model.safetensors"))
 
 
-def test_sbo_warmup_steps_weighs_the_first_step_as_that_share_of_the_sbo_weight(corpus, tmp_path):
+@pytest.mark.parametrize("family", [None, "modernbert"])
+def test_sbo_warmup_steps_weighs_the_first_step_as_that_share_of_the_sbo_weight(corpus, tmp_path, family):
     _, _, _, out = corpus
-    ramp = _one_step(out, tmp_path / "ramp", sbo_warmup_steps=4)
-    quarter = _one_step(out, tmp_path / "quarter", sbo_weight=0.25)
-    full = _one_step(out, tmp_path / "full")
+    ramp = _one_step(out, tmp_path / "ramp", sbo_warmup_steps=4, family=family)
+    quarter = _one_step(out, tmp_path / "quarter", sbo_weight=0.25, family=family)
+    full = _one_step(out, tmp_path / "full", family=family)
     assert all(torch.equal(ramp[k], quarter[k]) for k in ramp)
     assert not all(torch.equal(ramp[k], full[k]) for k in ramp)
 
