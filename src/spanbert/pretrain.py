@@ -137,6 +137,7 @@ def released_term_weights(counts: dict[str, int], totals: dict[str, float], worl
     p = counts.get("sbo", 0)
     return {"mlm": world / n, "sbo": world * p / (p + 1) / n, "nsp": world / n}
 
+
 def sbo_warmup(steps: int) -> Callable[[int], dict[str, float]] | None:
     """--sbo_warmup_steps as `train`'s ``term_schedule``: the SBO term of step s (1-based) weighs
     min(1, s / steps) of --sbo_weight; None (no schedule) for 0."""
