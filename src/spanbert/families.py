@@ -176,16 +176,15 @@ BEFORE_THE_OPTION = {
 }
 
 
+def recorded_options(options: dict[str, Any], before: dict[str, Any] = BEFORE_THE_OPTION) -> dict[str, Any]:
+    """The options a checkpoint records and --resume compares: all but the worker count, and but those
+    at their value of ``before`` (the runs from before the option, whose checkpoints lack the key)."""
+    return {k: v for k, v in options.items() if k != "num_proc" and not (k in before and v == before[k])}
+
+
 def masked_lm_run_config(options: dict[str, Any], masking: dict[str, Any] | None, config: Any) -> dict[str, Any]:
     """`Pretraining.run_config`'s default: every option but the worker count, and the masking."""
-    return {
-        "PretrainConfig": {
-            k: v
-            for k, v in options.items()
-            if k != "num_proc" and not (k in BEFORE_THE_OPTION and v == BEFORE_THE_OPTION[k])
-        },
-        "MaskingConfig": masking,
-    }
+    return {"PretrainConfig": recorded_options(options), "MaskingConfig": masking}
 
 
 def describe_layers(pre: nn.Module) -> str:
@@ -492,11 +491,10 @@ TWO_TOWER_PRETRAINING = Pretraining(
         "bilm_bwd": ("bilm_bwd_loss", "bilm_bwd_acc"),
     },
     run_config=lambda options, masking, config: {
-        "PretrainConfig": {
-            # two-tower checkpoints record the older options of BEFORE_THE_OPTION; these three came after them
-            k: v for k, v in options.items()
-            if k != "num_proc" and not (k in ("dropout", "max_time", "sbo_warmup_steps") and v == BEFORE_THE_OPTION[k])
-        },
+        # two-tower checkpoints record the older options of BEFORE_THE_OPTION; these three came after them
+        "PretrainConfig": recorded_options(
+            options, {k: BEFORE_THE_OPTION[k] for k in ("dropout", "max_time", "sbo_warmup_steps")}
+        ),
         "ClozeConfig": dataclasses.asdict(config),
     },
     describe=_two_tower_describe,
