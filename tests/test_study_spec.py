@@ -8,12 +8,13 @@ from __future__ import annotations
 import math
 
 import pytest
+import yaml
 from conftest import REPO
 from test_study import _raw_study, _sst_folder
 
 from spanbert import study as S
 from spanbert.cli import main
-from spanbert.study.spec import CPU_TUNING, cpu_preset, is_random_init
+from spanbert.study.spec import CPU_TUNING, SystemSpec, cpu_preset, cross_families, is_random_init
 
 DATA = REPO.parent / "shared" / "data"
 
@@ -162,3 +163,17 @@ def test_the_cpu_preset_has_one_size(tmp_path, cli_error):
     assert main(["study", "--preset", "table1", "--data_root", "D", "--write_config", str(tmp_path / "t.yaml")]) == 0
     assert "output_dir: runs/study-table1-tiny" in (tmp_path / "t.yaml").read_text()
     assert cpu_preset("D", {"budget_tokens": 5})["budget_tokens"] == 5  # the pilot's values go in one place
+
+
+def test_families_flag_puts_a_preset_on_another_architecture(tmp_path):
+    """`--families modernbert`: every row of the cpu preset (the random-init control too) on ModernBERT,
+    as a study file's `families:` would; the rows' names say so."""
+    out = tmp_path / "cpu-modernbert.yaml"
+    assert main(["study", "--preset", "cpu", "--data_root", "D", "--families", "modernbert", "--write_config", str(out)]) == 0
+    data = yaml.safe_load(out.read_text())
+    assert data["families"] == ["modernbert"]
+    rows = cross_families([SystemSpec(**s) if isinstance(s, dict) else SystemSpec(name=s) for s in data["systems"]],
+                          data["families"], lambda *k: "at")  # fmt: skip
+    assert [(r.name, r.family) for r in rows] == [
+        ("spanbert-modernbert", "modernbert"), ("bert-1seq-modernbert", "modernbert"), ("random-init-modernbert", "modernbert")]
+    assert rows[2].options == {"random_init": True}

@@ -74,6 +74,8 @@ def main(argv: list[str], prog: str = "spanbert study") -> int:
         data["seeds"] = args.seeds
     if args.budget_tokens is not None:
         data["budget_tokens"] = args.budget_tokens
+    if args.families is not None:
+        data["families"] = [f.strip() for f in args.families.split(",")]
     if args.write_config:
         data.pop("__lines__", None)
         with atomic_write(args.write_config) as f:

@@ -70,6 +70,9 @@ def study_parser(prog: str = "spanbert study") -> argparse.ArgumentParser:
     threads.add_option(p, " of every cell (other shards count as other processes)")
     p.add_argument("--seeds", type=int, help="override the number of fine-tuning seeds")
     p.add_argument("--budget_tokens", "--budget-tokens", type=int, help="override the pre-training budget in tokens")
+    p.add_argument("--families", metavar="F[,F]",
+                   help="override the study's families: put every system row that names no family or checkpoint "
+                        "on each of these model families (bert, modernbert; e.g. --preset cpu --families modernbert)")
     p.add_argument("--write_config", "--write-config", type=output_file,
                    help="write the study (e.g. a preset) as YAML to this file and stop")
     p.add_argument("--allow_long_run", "--allow-long-run", action="store_true",
