@@ -268,6 +268,35 @@ def test_denormals_are_flushed_only_while_training(tmp_path):
     assert float(torch.tensor([1e-39]) * 1.0) != 0.0  # the caller's float mode is restored
 
 
+def test_denormals_are_flushed_on_torchs_worker_threads_too(tmp_path):
+    """torch's OpenMP workers exist before a run starts (`torch.set_num_threads` makes them) and a thread's
+    flush flag is its own: with the flag on the calling thread only, the workers' share of every large op
+    kept its denormals, ~100x slower arithmetic (half of each op on 2 threads)."""
+    from spanbert.precision import _openmp_runtime
+
+    if _openmp_runtime() is None or not torch.set_flush_denormal(False):
+        pytest.skip("no OpenMP runtime with omp_pause_resource_all, or a CPU without flush-to-zero")
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    subnormals = torch.full((1 << 20,), 1e-39)  # large enough to be split between the threads
+    try:
+        assert bool(((subnormals * 0.5) != 0).all())  # the pool exists, without the flag
+        seen = {}
+
+        class Probe(Net):
+            def forward(self, x, y):
+                seen["threads"] = torch.get_num_threads()
+                seen["kept"] = int(((subnormals * 0.5) != 0).sum())
+                return super().forward(x, y)
+
+        train(Probe(), Regression(), args(tmp_path, max_steps=1, threads=2))
+        assert seen["threads"] == 2
+        assert seen["kept"] == 0  # every thread flushed them (old code: the worker's half, 524,288)
+        assert bool(((subnormals * 0.5) != 0).all())  # and every thread has IEEE subnormals again
+    finally:
+        torch.set_num_threads(before)
+
+
 # --- token-budget batching (max_tokens_per_batch), fairseq's schedule and decay of every parameter ---
 
 import numpy as np  # noqa: E402

@@ -8,6 +8,7 @@ import functools
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
@@ -108,20 +109,62 @@ def flush_denormals() -> Iterator[None]:
     Arithmetic on denormals is microcode-assisted on x86, ~100x slower: fresh models hold many
     (tiny gradients, Adam's squared-gradient averages), which made the first hundreds of CPU steps
     3-25x slower than the later ones (docs/benchmarks.md). Values below 1e-38 do not change the
-    result of training. The flag is per thread and process-wide in effect, so it is switched off
-    again when the outermost block ends: a caller's own float code (numpy, hypothesis) keeps IEEE
-    subnormals.
+    result of training. The flag is per thread: torch's OpenMP workers get it by being restarted from
+    this thread (`restart_openmp_workers`). It is switched off again, workers too, when the outermost
+    block ends: a caller's own float code (numpy, hypothesis, torch) keeps IEEE subnormals.
     """
     global _flush_depth
-    if _flush_depth == 0:
-        torch.set_flush_denormal(True)
+    if _flush_depth == 0 and torch.set_flush_denormal(True):
+        restart_openmp_workers()
     _flush_depth += 1
     try:
         yield
     finally:
         _flush_depth -= 1
-        if _flush_depth == 0:
-            torch.set_flush_denormal(False)
+        if _flush_depth == 0 and torch.set_flush_denormal(False):
+            restart_openmp_workers()
+
+
+OMP_PAUSE_HARD = 2
+"""`omp_pause_resource_all`'s ``omp_pause_hard`` (OpenMP 5.0): free the calling thread's worker threads."""
+
+
+@functools.cache
+def _openmp_runtime() -> Any:
+    """torch's OpenMP runtime (GNU libgomp, LLVM libomp or Intel libiomp5) as a `ctypes.CDLL`, found among
+    the libraries this process has already loaded (/proc/self/maps; nothing new is loaded), or None: not
+    Linux, no OpenMP in this torch, or a runtime without OpenMP 5.0's ``omp_pause_resource_all``."""
+    import ctypes
+    import re
+
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return None
+    paths = {m.group(0) for m in re.finditer(r"/\S*lib(?:gomp|omp|iomp5)[-.\w]*\.so[.\d]*", maps)}
+    own = str(Path(torch.__file__).parent)  # another package's runtime (scikit-learn's libgomp) has its own pool
+    for path in sorted(paths, key=lambda p: (not p.startswith(own), p)):
+        try:
+            lib = ctypes.CDLL(path, mode=getattr(os, "RTLD_NOLOAD", 0) | ctypes.RTLD_LOCAL)
+            pause = lib.omp_pause_resource_all
+        except (OSError, AttributeError):
+            continue
+        pause.argtypes, pause.restype = [ctypes.c_int], ctypes.c_int
+        return lib
+    return None
+
+
+def restart_openmp_workers() -> bool:
+    """Free this thread's OpenMP worker threads, so that the next parallel region starts new ones; True
+    when it did.
+
+    Why: a thread's flush-to-zero flags are its own, and a new thread copies its creator's. torch makes
+    its workers early (`torch.set_num_threads` does, before any run starts), so setting the flag on this
+    thread alone left every worker computing with denormals: with 2 threads half of each parallel op ran
+    ~100× slower (docs/benchmarks.md, "Denormal floats"). A restart costs a thread start per worker, at
+    the next parallel region; without a pool (one thread) it does nothing."""
+    lib = _openmp_runtime()
+    return lib is not None and lib.omp_pause_resource_all(OMP_PAUSE_HARD) == 0
 
 
 T = TypeVar("T")
