@@ -4,8 +4,10 @@ a GPU, fp32 elsewhere (`autocast_dtype`, `precision_text`), and denormals flushe
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -134,9 +136,6 @@ def _openmp_runtime() -> Any:
     """torch's OpenMP runtime (GNU libgomp, LLVM libomp or Intel libiomp5) as a `ctypes.CDLL`, found among
     the libraries this process has already loaded (/proc/self/maps; nothing new is loaded), or None: not
     Linux, no OpenMP in this torch, or a runtime without OpenMP 5.0's ``omp_pause_resource_all``."""
-    import ctypes
-    import re
-
     try:
         maps = Path("/proc/self/maps").read_text()
     except OSError:
