@@ -71,6 +71,51 @@ def test_a_pretraining_stage_is_its_steps_evaluations_checkpoints_and_start_up()
     assert control.seconds == 3.0 and "no training" in control.how
 
 
+def _fit_case(steps: int = 1600) -> tuple[E.Estimate, S.Study]:
+    """A plan of two pre-training cells (2 s and 1 s a step) beside 1 hour of fine-tuning and a control."""
+    argv = ["pretrain", "--eval_steps", "300", "--max_eval_blocks", "256", "--save_steps", "300", "--warmup_steps", "200"]
+    pre = [PretrainTimings("spanbert", wall_s=40.0, steps=10, step_s=2.0, eval_s=10.0, eval_blocks=256, save_s=1.0),
+           PretrainTimings("bert-1seq", wall_s=30.0, steps=10, step_s=1.0, eval_s=5.0, eval_blocks=256, save_s=1.0),
+           PretrainTimings("random-init", random_init=True, wall_s=2.0)]  # fmt: skip
+    stages = [E.StageEstimate("data", 180.0, "")] + [E.pretrain_estimate(p, steps, argv) for p in pre]
+    stages.append(E.StageEstimate("fine-tuning squad", 3600.0, ""))
+    study = S.Study(corpus="c", systems=[S.SystemSpec("spanbert")], tasks=[], budget_tokens=steps * 64 * 128,
+                    batch_size=64, max_seq_length=128)  # fmt: skip
+    return E.Estimate(stages, 1.0, "", "", None, [(p, argv) for p in pre], steps), study
+
+
+def test_a_time_limit_is_met_by_the_largest_pre_training_budget_that_fits_it():
+    est, study = _fit_case()
+    assert est.total_at(1600) == pytest.approx(est.total)
+    # each pre-training step costs 3 s of the two cells (and their evaluations and checkpoints on the way)
+    assert 3 * 100 <= est.total_at(1700) - est.total_at(1600) < 3.2 * 100
+    total = est.total  # about 2 h 25 min
+    (fits,) = E.fit_lines(est, study, 3 * 3600, "3h")
+    assert fits.startswith(f"time limit 3h: the estimate ({E._human(total)}) fits it")
+    (over,) = E.fit_lines(est, study, 2 * 3600, "2h")
+    assert "over it" in over and "--budget_tokens" in over
+    steps = int(over.split(" pre-training steps instead of")[0].split("; ")[-1].replace(",", ""))
+    target = 0.9 * 2 * 3600
+    assert est.total_at(steps) <= target < est.total_at(steps + 1)  # the largest that keeps 10% free
+    assert over.endswith(f"--budget_tokens {steps * 64 * 128}")
+    # over 90% of the limit but under it: still refitted; nothing fits once the other stages fill it
+    (close,) = E.fit_lines(est, study, total / 0.95, "x")
+    assert "keeps less than 10% of it free" in close and "--budget_tokens" in close
+    (none,) = E.fit_lines(est, study, 3600, "1h")
+    assert "no pre-training longer than its 200 warm-up steps fits" in none and "--budget_tokens" not in none
+    checkpoint_only = E.Estimate([E.StageEstimate("fine-tuning squad", 7200.0, "")], 1.0, "", "")
+    (fine,) = E.fit_lines(checkpoint_only, study, 3600, "1h")
+    assert "there is no pre-training to shorten" in fine
+
+
+def test_a_time_limit_needs_a_measured_dry_run(cli_error):
+    cli_error(["study", "--preset", "cpu", "--time_limit", "3h"], names="--time_limit", contains="without --dry-run")
+    cli_error(["study", "--preset", "cpu", "--dry-run", "--probe_steps", "0", "--time_limit", "3h"],
+              names="--time_limit", contains="with --probe_steps 0")  # fmt: skip
+    cli_error(["study", "--preset", "cpu", "--dry-run", "--time_limit", "3 hours"], names="--time_limit",
+              contains="expected a duration")  # fmt: skip
+
+
 def test_a_fine_tuning_stage_extrapolates_the_steps_and_counts_the_evaluations():
     squad = S.TaskSpec("squad", train="t", dev="d", options={"max_train_examples": 2000, "num_train_epochs": 1,
                                                              "evals_per_epoch": 2})  # fmt: skip
@@ -130,8 +175,9 @@ def test_a_dry_run_estimates_every_stage_and_writes_nothing(tmp_path, capsys, cl
     cli_error(["study", str(f), "--dry-run", "--estimate", str(out / "e.json")], names="--estimate",
               contains="inside the study's folder")  # fmt: skip
     saved = tmp_path / "estimate.json"
-    assert main(["study", str(f), "--dry-run", "--probe_steps", "2", "--estimate", str(saved)]) == 0
+    assert main(["study", str(f), "--dry-run", "--probe_steps", "2", "--estimate", str(saved), "--time_limit", "1s"]) == 0
     text = capsys.readouterr().out
+    assert "\ntime limit 1s: the estimate (" in text and "over it" in text
     for stage in ("data", "pre-training spanbert", "pre-training random-init", "fine-tuning SST-2", "fine-tuning squad",
                   "total"):  # fmt: skip
         assert f"\n  {stage}: " in text, text

@@ -4,6 +4,7 @@ pre-training run, BERT Appendix C.1, Figure 5)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ import torch
 import yaml
 
 from spanbert import cost, distributed, families, folders
+from spanbert.budget import parse_duration
 from spanbert.config import _read_yaml
 from spanbert.errors import SpanBertError
 from spanbert.model import SpanBertForPreTraining
@@ -23,6 +25,7 @@ from spanbert.study.layout import ESTIMATE_FILE
 from spanbert.study.options import curve_parser, study_parser
 from spanbert.study.runner import write_csv
 from spanbert.study.spec import (
+    CPU_TIME_LIMIT,
     Study,
     SystemSpec,
     TaskSpec,
@@ -47,12 +50,24 @@ def _shard(text: str) -> tuple[int, int]:
     return i, n
 
 
+def _time_limit(args: argparse.Namespace) -> tuple[float, str] | None:
+    """``--time_limit`` (seconds, as written), checked before any work; the cpu preset's own by default."""
+    if args.time_limit is None:
+        return (parse_duration(CPU_TIME_LIMIT), CPU_TIME_LIMIT) if args.preset == "cpu" else None
+    if not args.dry_run or args.probe_steps <= 0:
+        raise SpanBertError(f"--time_limit: found it {'with --probe_steps 0' if args.dry_run else 'without --dry-run'}, "
+                            "expected it with a measured dry run (--dry-run, --probe_steps > 0): it checks that "
+                            "run's estimate")  # fmt: skip
+    return parse_duration(args.time_limit, "--time_limit"), args.time_limit
+
+
 def main(argv: list[str], prog: str = "spanbert study") -> int:
     args = study_parser(prog).parse_args(argv)
     if bool(args.study) == bool(args.preset):
         raise SpanBertError("found " + ("both a study file and --preset" if args.study else "neither a study file nor --preset")
                             + ", expected exactly one")  # fmt: skip
     shard = _shard(args.shard)
+    time_limit = _time_limit(args)
     if args.preset:
         data = preset(args.preset, args.scale, args.data_root)
         if args.preset == "cpu":
@@ -90,7 +105,7 @@ def main(argv: list[str], prog: str = "spanbert study") -> int:
     distributed.init_distributed(distributed.resolve_device("auto"))
     estimate = _estimate_file(args.estimate, study, args.dry_run) if args.estimate else None
     if args.dry_run:  # writes nothing in the study's folder: no lock either
-        distributed.print0(dry_run(study, args.probe_steps, save=estimate))
+        distributed.print0(dry_run(study, args.probe_steps, save=estimate, time_limit=time_limit))
         if estimate:
             distributed.print0(f"wrote the estimate to {estimate}; give it to the real run (--estimate {estimate}) "
                                "for the summary's table of estimated and measured stage times")  # fmt: skip

@@ -14,7 +14,7 @@ import math
 import statistics
 import tempfile
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -62,16 +62,20 @@ def plan_lines(study: Study) -> list[str]:
     return lines
 
 
-def dry_run(study: Study, probe_steps: int = 0, save: str | Path | None = None) -> str:
+def dry_run(study: Study, probe_steps: int = 0, save: str | Path | None = None,
+            time_limit: tuple[float, str] | None = None) -> str:
     """The plan with its cost: with ``probe_steps`` > 0 an estimate of every stage measured on this machine
-    (`measure`), else the fine-tuning cells' FLOPs; then every cell. ``save``: also write the estimate
-    there as JSON (`--estimate FILE`), for the summary to set beside the measured times."""
+    (`measure`), checked against ``time_limit`` (seconds, as written) when given (`fit_lines`), else the
+    fine-tuning cells' FLOPs; then every cell. ``save``: also write the estimate there as JSON (`--estimate
+    FILE`), for the summary to set beside the measured times."""
     cells = plan(study)
     lines = plan_lines(study)
     fine = [c for c in cells if c.kind == "finetune"]
     if probe_steps > 0:
         estimate = measure(study, probe_steps)
         lines += estimate.lines()
+        if time_limit:
+            lines += fit_lines(estimate, study, *time_limit)
         if save:
             with atomic_write(save) as f:
                 f.write(json.dumps(estimate.as_json(), indent=2) + "\n")
@@ -105,10 +109,21 @@ class Estimate:
     load: str
     """What else used the cores during the probes, in words."""
     others: float | None = None
+    pretrain: list[tuple[PretrainTimings, list[str]]] = field(default_factory=list)
+    """Each pre-training probe with its cell's command: the pre-training stages at another step count
+    (`total_at`)."""
+    pretrain_steps: int = 0
+    """The step count the pre-training stages were estimated at (the study's)."""
 
     @property
     def total(self) -> float:
         return sum(s.seconds for s in self.stages)
+
+    def total_at(self, steps: int) -> float:
+        """The total with every pre-training cell at ``steps`` steps and every other stage as estimated."""
+        return self.total + sum(pretrain_estimate(p, steps, argv).seconds
+                                - pretrain_estimate(p, self.pretrain_steps, argv).seconds
+                                for p, argv in self.pretrain)  # fmt: skip
 
     def lines(self) -> list[str]:
         out = [f"estimate per stage, measured on this machine (probes: {_human(self.probe_s)}"
@@ -135,6 +150,7 @@ def measure(study: Study, probe_steps: int) -> Estimate:
     mark = load_mark()
     t0 = time.perf_counter()
     stages: list[StageEstimate] = []
+    pretrain: list[tuple[PretrainTimings, list[str]]] = []
     what = ""
     trained = [s for s in study.systems if not s.checkpoint]
     with tempfile.TemporaryDirectory(prefix="spanbert-dry-run-") as folder:
@@ -147,6 +163,7 @@ def measure(study: Study, probe_steps: int) -> Estimate:
             pre = probe_pretraining(study, tmp_study, corpus.path, probe_steps, tmp)
             argv = {c.system: c.argv for c in plan(study) if c.kind == "pretrain"}
             stages += [pretrain_estimate(p, study.pretrain_steps, argv[p.system]) for p in pre]
+            pretrain = [(p, argv[p.system]) for p in pre]
         fine = probe_finetuning(study, tmp_study, tmp)
     cells = _finetune_cells(study)
     for t in study.tasks:
@@ -167,7 +184,44 @@ def measure(study: Study, probe_steps: int) -> Estimate:
         load = f"{shared}: a run beside the same load takes about this long"
     else:
         load = "the other processes left the cores idle: a run beside other work takes longer"
-    return Estimate(stages, probe_s, what, load, others)
+    return Estimate(stages, probe_s, what, load, others, pretrain, study.pretrain_steps)
+
+
+FIT_MARGIN = 0.10
+"""`--time_limit`: the share of the limit a plan keeps free. The same plan ran 1.21 and 0.99 times the
+estimates of two dry runs on two evenings of the 2-core VM (docs/results.md, study v2); the dry run
+right before a study is the one to trust, and this margin is for what moves within an evening."""
+
+
+def fit_lines(estimate: Estimate, study: Study, limit_s: float, limit: str) -> list[str]:
+    """`--time_limit`: whether the estimate fits ``limit_s`` with `FIT_MARGIN` of it to spare; if not, the
+    largest pre-training budget that does (every pre-training cell at that step count, the other stages as
+    estimated), as the ``--budget_tokens`` to run it with."""
+    target = limit_s * (1 - FIT_MARGIN)
+    total = estimate.total
+    head = f"time limit {limit}: the estimate ({_human(total)}) "
+    if total <= target:
+        return [head + f"fits it, {_human(limit_s - total)} to spare"]
+    if total > limit_s:
+        head += f"is {_human(total - limit_s)} over it"
+    else:
+        head += f"keeps less than {FIT_MARGIN:.0%} of it free ({_human(limit_s - total)})"
+    smaller = "make the fine-tuning smaller (fewer tasks, seeds or learning rates, max_train_examples) or raise --time_limit"
+    trained = [(p, argv) for p, argv in estimate.pretrain if not p.random_init]
+    if not trained:
+        return [head + f"; there is no pre-training to shorten: {smaller}"]
+    lo, hi = 0, estimate.pretrain_steps
+    while lo < hi:  # the largest step count that fits (the total grows with the steps)
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if estimate.total_at(mid) <= target else (lo, mid - 1)
+    warmup = max(_argv_int(argv, "warmup_steps", 0) for _, argv in trained)
+    if lo <= warmup:
+        return [head + f"; no pre-training longer than its {warmup} warm-up steps fits (every stage but the "
+                f"pre-training steps takes {_human(estimate.total_at(0))}): {smaller}"]
+    tokens = lo * study.batch_size * study.max_seq_length
+    return [head + f"; {lo:,} pre-training steps instead of {estimate.pretrain_steps:,} fit it with "
+            f"{FIT_MARGIN:.0%} to spare (estimated total {_human(estimate.total_at(lo))}): run the study with "
+            f"--budget_tokens {tokens}"]
 
 
 def _finetune_cells(study: Study) -> dict[str, int]:

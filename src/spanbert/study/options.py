@@ -60,6 +60,10 @@ def study_parser(prog: str = "spanbert study") -> argparse.ArgumentParser:
     p.add_argument("--probe_steps", "--probe-steps", type=int, default=PROBE_STEPS,
                    help=f"with --dry-run: time this many pre-training steps of each system, and short fine-tuning runs "
                         f"of each task (0: no probe, an estimate from FLOPs only) (default: {PROBE_STEPS})")
+    p.add_argument("--time_limit", "--time-limit", metavar="DURATION",
+                   help="with --dry-run: check the measured estimate against this wall time (e.g. 3h, 2h30m) and, "
+                        "if it does not fit with 10%% to spare, print the pre-training budget (--budget_tokens) that "
+                        "does (default: 3h for --preset cpu, none otherwise)")
     p.add_argument("--estimate", metavar="FILE",
                    help="with --dry-run: also write the estimate to FILE (JSON, outside the output folder); otherwise: "
                         "FILE of an earlier dry run, kept in the study folder so that the summary's stage table "

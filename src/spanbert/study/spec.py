@@ -424,6 +424,11 @@ CPU_TUNING: dict[str, Any] = {
 }
 
 
+CPU_TIME_LIMIT = "3h"
+"""The cpu preset's promise: the whole study in this much wall time. Its dry run checks the estimate against it
+(`spanbert study --preset cpu --dry-run`; ``--time_limit`` to change it)."""
+
+
 def cpu_preset(data_root: str = "../shared/data", tuning: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``--preset cpu`` study (a dict as the YAML would hold it): spanbert and bert-1seq pre-trained on
     the same tokens, drawn from the whole pretrain-corpus folder, beside a random-init control of the same
