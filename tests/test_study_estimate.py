@@ -81,7 +81,7 @@ def _fit_case(steps: int = 1600) -> tuple[E.Estimate, S.Study]:
     stages.append(E.StageEstimate("fine-tuning squad", 3600.0, ""))
     study = S.Study(corpus="c", systems=[S.SystemSpec("spanbert")], tasks=[], budget_tokens=steps * 64 * 128,
                     batch_size=64, max_seq_length=128)  # fmt: skip
-    return E.Estimate(stages, 1.0, "", "", None, [(p, argv) for p in pre], steps), study
+    return E.Estimate(stages, 1.0, "", "", None, [(p, argv) for p in pre]), study
 
 
 def test_a_time_limit_is_met_by_the_largest_pre_training_budget_that_fits_it():

@@ -112,8 +112,6 @@ class Estimate:
     pretrain: list[tuple[PretrainTimings, list[str]]] = field(default_factory=list)
     """Each pre-training probe with its cell's command: the pre-training stages at another step count
     (`total_at`)."""
-    pretrain_steps: int = 0
-    """The step count the pre-training stages were estimated at (the study's)."""
 
     @property
     def total(self) -> float:
@@ -121,9 +119,9 @@ class Estimate:
 
     def total_at(self, steps: int) -> float:
         """The total with every pre-training cell at ``steps`` steps and every other stage as estimated."""
-        return self.total + sum(pretrain_estimate(p, steps, argv).seconds
-                                - pretrain_estimate(p, self.pretrain_steps, argv).seconds
-                                for p, argv in self.pretrain)  # fmt: skip
+        at = [pretrain_estimate(p, steps, argv) for p, argv in self.pretrain]
+        replaced = {s.stage for s in at}
+        return sum(s.seconds for s in self.stages if s.stage not in replaced) + sum(s.seconds for s in at)
 
     def lines(self) -> list[str]:
         out = [f"estimate per stage, measured on this machine (probes: {_human(self.probe_s)}"
@@ -184,7 +182,7 @@ def measure(study: Study, probe_steps: int) -> Estimate:
         load = f"{shared}: a run beside the same load takes about this long"
     else:
         load = "the other processes left the cores idle: a run beside other work takes longer"
-    return Estimate(stages, probe_s, what, load, others, pretrain, study.pretrain_steps)
+    return Estimate(stages, probe_s, what, load, others, pretrain)
 
 
 FIT_MARGIN = 0.10
@@ -210,7 +208,7 @@ def fit_lines(estimate: Estimate, study: Study, limit_s: float, limit: str) -> l
     trained = [(p, argv) for p, argv in estimate.pretrain if not p.random_init]
     if not trained:
         return [head + f"; there is no pre-training to shorten: {smaller}"]
-    lo, hi = 0, estimate.pretrain_steps
+    lo, hi = 0, study.pretrain_steps
     while lo < hi:  # the largest step count that fits (the total grows with the steps)
         mid = (lo + hi + 1) // 2
         lo, hi = (mid, hi) if estimate.total_at(mid) <= target else (lo, mid - 1)
@@ -219,7 +217,7 @@ def fit_lines(estimate: Estimate, study: Study, limit_s: float, limit: str) -> l
         return [head + f"; no pre-training longer than its {warmup} warm-up steps fits (every stage but the "
                 f"pre-training steps takes {_human(estimate.total_at(0))}): {smaller}"]
     tokens = lo * study.batch_size * study.max_seq_length
-    return [head + f"; {lo:,} pre-training steps instead of {estimate.pretrain_steps:,} fit it with "
+    return [head + f"; {lo:,} pre-training steps instead of {study.pretrain_steps:,} fit it with "
             f"{FIT_MARGIN:.0%} to spare (estimated total {_human(estimate.total_at(lo))}): run the study with "
             f"--budget_tokens {tokens}"]
 
