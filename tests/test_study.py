@@ -3,7 +3,7 @@ middle and resumed without redoing finished cells, its pre-training cells under 
 every checkpoint and checking its options first: the tests of spanbert/study/command.py, spanbert/study/options.py,
 spanbert/study/runner.py and spanbert/study/layout.py, which only a whole study exercises.
 
-The other modules' tests are in test_study_<module>.py (spec, cells, heldout, stats, summary, probe, estimate);
+The other modules' tests are in test_study_<module>.py (spec, cells, heldout, stats, summary, trial, estimate);
 the study files and data they share are made here."""
 
 from __future__ import annotations
@@ -187,7 +187,7 @@ def test_curve_refuses_a_run_without_checkpoints_before_any_work(tmp_path, cli_e
 
 # ---------------------------------------------------------------------------------------------
 # a study file on a raw-text corpus (the docs' case), for test_study_spec.py, test_study_cells.py and
-# test_study_probe.py
+# test_study_trial.py
 
 
 def _raw_study(tmp_path: Path, out: Path, tasks: str | None = None) -> Path:

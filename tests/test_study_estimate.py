@@ -1,8 +1,8 @@
-"""What a study costs before it runs (`spanbert.study.estimate`): the arithmetic that turns probe timings into
+"""What a study costs before it runs (`spanbert.study.estimate`): the arithmetic that turns trial timings into
 stage times (checked with made-up timings against sums done by hand and against the trainer's own schedule), and
-a tiny dry run with every probe on that prints every stage and writes nothing into the study's folder, its
-estimate kept for the real run's stage table. The CPU preset is tested in test_study_spec.py, the probes in
-test_study_probe.py, the stage table in test_study_summary.py."""
+a tiny dry run with every trial on that prints every stage and writes nothing into the study's folder, its
+estimate kept for the real run's stage table. The CPU preset is tested in test_study_spec.py, the trials in
+test_study_trial.py, the stage table in test_study_summary.py."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from spanbert import study as S
 from spanbert.cli import main
 from spanbert.study import estimate as E
 from spanbert.study.layout import ESTIMATE_FILE
-from spanbert.study.probe import DataTimings, FinetuneTimings, PretrainTimings
+from spanbert.study.trials import DataTimings, FinetuneTimings, PretrainTimings
 from spanbert.trainer import eval_schedule
 
 DATA = REPO.parent / "shared" / "data"
@@ -42,7 +42,7 @@ def test_the_data_stage_scales_counting_learning_and_preprocessing_apart():
                     half_words=20_000, count_s=0.5, tokenizer_s=2.5, preprocess_s=2.2)  # fmt: skip
     stage = E.data_estimate(d)
     # counting: 0.5 s x 100; learning: 2 s x distinct words, which double with the text (power 1 here);
-    # preprocessing: the whole sample's 2.2 s x 100 (in proportion: the probe's in-process run has no start-up)
+    # preprocessing: the whole sample's 2.2 s x 100 (in proportion: the trial's in-process run has no start-up)
     assert stage.stage == "data"
     assert stage.seconds == pytest.approx(0.5 * 100 + 2.0 * 100 + 2.2 * 100)
     d.half_words = 28_284  # power 0.5: words x 10, learning x 10
@@ -61,7 +61,7 @@ def test_a_pretraining_stage_is_its_steps_evaluations_checkpoints_and_start_up()
     p = PretrainTimings("spanbert", wall_s=30.0, steps=7, step_s=2.0, eval_s=4.0, eval_blocks=128, save_s=1.0)
     argv = ["pretrain", "--eval_steps", "150", "--max_eval_blocks", "256", "--save_steps", "200"]
     stage = E.pretrain_estimate(p, 1465, argv)
-    # start-up and export: 30 - 7 x 2 - 4 - 1 = 11 s; 10 evaluations of 256 blocks (8 s, twice the probe's
+    # start-up and export: 30 - 7 x 2 - 4 - 1 = 11 s; 10 evaluations of 256 blocks (8 s, twice the trial's
     # 128); 8 checkpoints (at 200, ..., 1400 and the end)
     assert stage.seconds == pytest.approx(11 + 1465 * 2.0 + 10 * 8.0 + 8 * 1.0)
     assert stage.stage == "pre-training spanbert" and "10 evaluations" in stage.how and "8 checkpoints" in stage.how
@@ -110,8 +110,8 @@ def test_a_time_limit_is_met_by_the_largest_pre_training_budget_that_fits_it():
 
 def test_a_time_limit_needs_a_measured_dry_run(cli_error):
     cli_error(["study", "--preset", "cpu", "--time_limit", "3h"], names="--time_limit", contains="without --dry-run")
-    cli_error(["study", "--preset", "cpu", "--dry-run", "--probe_steps", "0", "--time_limit", "3h"],
-              names="--time_limit", contains="with --probe_steps 0")  # fmt: skip
+    cli_error(["study", "--preset", "cpu", "--dry-run", "--trial_steps", "0", "--time_limit", "3h"],
+              names="--time_limit", contains="with --trial_steps 0")  # fmt: skip
     cli_error(["study", "--preset", "cpu", "--dry-run", "--time_limit", "3 hours"], names="--time_limit",
               contains="expected a duration")  # fmt: skip
 
@@ -119,7 +119,7 @@ def test_a_time_limit_needs_a_measured_dry_run(cli_error):
 def test_a_fine_tuning_stage_extrapolates_the_steps_and_counts_the_evaluations():
     squad = S.TaskSpec("squad", train="t", dev="d", options={"max_train_examples": 2000, "num_train_epochs": 1,
                                                              "evals_per_epoch": 2})  # fmt: skip
-    f = FinetuneTimings("squad", "examples", size=2000, probe_size=250, wall_s=60.0, steps=8, step_s=2.5,
+    f = FinetuneTimings("squad", "examples", size=2000, trial_size=250, wall_s=60.0, steps=8, step_s=2.5,
                         full_steps=7.5, eval_s=[20.0], one_eval_per_epoch=True, heldout_s=18.0, prepare_s=1.0,
                         model="spanbert")  # fmt: skip
     stage = E.finetune_task_estimate(f, squad, cells=9)
@@ -129,19 +129,19 @@ def test_a_fine_tuning_stage_extrapolates_the_steps_and_counts_the_evaluations()
     assert stage.per_cell == pytest.approx(cell) and stage.seconds == pytest.approx(9 * cell + 1.0)
     assert "60 steps × 2.50 s + 2 evaluations × 20.0 s" in stage.how
     coref = S.TaskSpec("coref", train="t", folds=[0], options={"max_steps": 300, "eval_steps": 100})
-    f = FinetuneTimings("LitBank", "steps", size=300, probe_size=38, wall_s=40.0, steps=38, step_s=0.5,
+    f = FinetuneTimings("LitBank", "steps", size=300, trial_size=38, wall_s=40.0, steps=38, step_s=0.5,
                         eval_s=[9.0], heldout_s=10.0)  # fmt: skip
     # fixed 40 - 19 - 9 = 12 s; 300 steps; evaluations at 100, 200 and the end
     assert E.finetune_task_estimate(f, coref, 3).per_cell == pytest.approx(12 + 150 + 3 * 9.0 + 10)
-    # no schedule named: as many evaluations as the probe made
+    # no schedule named: as many evaluations as the trial made
     sst = S.TaskSpec("glue", subtask="SST-2", train="t", options={"max_train_examples": 800})
-    f = FinetuneTimings("SST-2", "examples", size=800, probe_size=100, wall_s=20.0, steps=4, step_s=1.0,
+    f = FinetuneTimings("SST-2", "examples", size=800, trial_size=100, wall_s=20.0, steps=4, step_s=1.0,
                         eval_s=[2.0, 3.0])  # fmt: skip
     assert E.finetune_task_estimate(f, sst, 1).per_cell == pytest.approx(11 + 32 * 1.0 + 2 * 2.5)
 
 
 # ---------------------------------------------------------------------------------------------
-# a tiny dry run with every probe on
+# a tiny dry run with every trial on
 
 
 def _tiny_study(tmp_path: Path, out: Path) -> Path:
@@ -175,7 +175,7 @@ def test_a_dry_run_estimates_every_stage_and_writes_nothing(tmp_path, capsys, cl
     cli_error(["study", str(f), "--dry-run", "--estimate", str(out / "e.json")], names="--estimate",
               contains="inside the study's folder")  # fmt: skip
     saved = tmp_path / "estimate.json"
-    assert main(["study", str(f), "--dry-run", "--probe_steps", "2", "--estimate", str(saved), "--time_limit", "1s"]) == 0
+    assert main(["study", str(f), "--dry-run", "--trial_steps", "2", "--estimate", str(saved), "--time_limit", "1s"]) == 0
     text = capsys.readouterr().out
     assert "\ntime limit 1s: the estimate (" in text and "over it" in text
     for stage in ("data", "pre-training spanbert", "pre-training random-init", "fine-tuning SST-2", "fine-tuning squad",

@@ -18,8 +18,8 @@ The modules, each using only those above it in this list:
     cells      planning and running cells: resume, locks, shards
     stats      mean ± std, paired t and bootstrap intervals
     summary    model selection, tables, comparisons, plots, each stage's wall time
-    probe      short measured runs of the study's own commands, in a temporary folder (--dry-run)
-    estimate   the cost of each stage of a study before it runs, from the probes (--dry-run)
+    trials     short measured runs of the study's own commands, in a temporary folder (--dry-run)
+    estimate   the cost of each stage of a study before it runs, from the trials (--dry-run)
     command    `main` (spanbert study) and `curve_main` (spanbert curve)
 
 Every name below was importable from the single-file `spanbert.study` and still is; each is loaded from
@@ -76,7 +76,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "shared_dir",
     ),
     "options": ("PRESET_SYSTEMS",),
-    "probe": ("PROBE_SAMPLE_CHARS",),
+    "trials": ("TRIAL_SAMPLE_CHARS", "PROBE_SAMPLE_CHARS"),
     "spec": (
         "STUDY_SET_OPTIONS",
         "Study",
@@ -108,7 +108,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
     ),
 }
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
-_SUBMODULES = ("spec", "options", "layout", "runner", "heldout", "cells", "stats", "summary", "probe", "estimate",
+_SUBMODULES = ("spec", "options", "layout", "runner", "heldout", "cells", "stats", "summary", "trials", "estimate",
                "command")  # fmt: skip
 
 
@@ -129,7 +129,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "ASSUMED_EPOCHS", "CHARS_PER_TOKEN", "HELDOUT_SEED", "PRESET_SYSTEMS", "PROBE_SAMPLE_CHARS", "STUDY_NAMES",
+    "ASSUMED_EPOCHS", "CHARS_PER_TOKEN", "HELDOUT_SEED", "PRESET_SYSTEMS", "PROBE_SAMPLE_CHARS", "TRIAL_SAMPLE_CHARS", "STUDY_NAMES",
     "STUDY_SET_OPTIONS", "Cell", "Comparison", "HeldOut", "SpanBertError", "Study", "SystemSpec", "TaskSpec",
     "check_finished", "check_study", "check_task_options", "collect", "comparisons", "curve_main", "dry_run",
     "export_checkpoints", "finetune_estimate", "heldout_dir", "heldout_notes", "heldout_plan", "holds_a_study",

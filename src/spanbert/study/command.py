@@ -54,9 +54,9 @@ def _time_limit(args: argparse.Namespace) -> tuple[float, str] | None:
     """``--time_limit`` (seconds, as written), checked before any work; the cpu preset's own by default."""
     if args.time_limit is None:
         return (parse_duration(CPU_TIME_LIMIT), CPU_TIME_LIMIT) if args.preset == "cpu" else None
-    if not args.dry_run or args.probe_steps <= 0:
-        raise SpanBertError(f"--time_limit: found it {'with --probe_steps 0' if args.dry_run else 'without --dry-run'}, "
-                            "expected it with a measured dry run (--dry-run, --probe_steps > 0): it checks that "
+    if not args.dry_run or args.trial_steps <= 0:
+        raise SpanBertError(f"--time_limit: found it {'with --trial_steps 0' if args.dry_run else 'without --dry-run'}, "
+                            "expected it with a measured dry run (--dry-run, --trial_steps > 0): it checks that "
                             "run's estimate")  # fmt: skip
     return parse_duration(args.time_limit, "--time_limit"), args.time_limit
 
@@ -105,7 +105,7 @@ def main(argv: list[str], prog: str = "spanbert study") -> int:
     distributed.init_distributed(distributed.resolve_device("auto"))
     estimate = _estimate_file(args.estimate, study, args.dry_run) if args.estimate else None
     if args.dry_run:  # writes nothing in the study's folder: no lock either
-        distributed.print0(dry_run(study, args.probe_steps, save=estimate, time_limit=time_limit))
+        distributed.print0(dry_run(study, args.trial_steps, save=estimate, time_limit=time_limit))
         if estimate:
             distributed.print0(f"wrote the estimate to {estimate}; give it to the real run (--estimate {estimate}) "
                                "for the summary's table of estimated and measured stage times")  # fmt: skip

@@ -1,7 +1,7 @@
 """What a study costs before it runs (`--dry-run`, and the warning or refusal before the cells run): the
 plan, then an estimate of every stage (the shared data, each system's pre-training, each task's
-fine-tuning, the total) from short measured runs of the study's own commands (`spanbert.study.probe`,
-in a temporary folder), or, without probes, an estimate of the fine-tuning cells from their FLOPs.
+fine-tuning, the total) from short measured runs of the study's own commands (`spanbert.study.trials`,
+in a temporary folder), or, without trials, an estimate of the fine-tuning cells from their FLOPs.
 
 The arithmetic is here, apart from the measurements, so that it can be checked with made-up timings:
 a stage's time is its fixed part (start-up, evaluations, saves, held-out scoring) plus its size (steps,
@@ -26,14 +26,14 @@ from spanbert.errors import SpanBertError
 from spanbert.pretrain_config import PRETRAIN_DEFAULTS, PretrainConfig
 from spanbert.study.cells import is_done, plan
 from spanbert.study.heldout import heldout_plan, study_is_legacy
-from spanbert.study.probe import (
+from spanbert.study.trials import (
     DataTimings,
     FinetuneTimings,
     PretrainTimings,
     megabytes,
-    probe_corpus,
-    probe_finetuning,
-    probe_pretraining,
+    trial_corpus,
+    trial_finetuning,
+    trial_pretraining,
 )
 from spanbert.study.spec import Study, TaskSpec
 from spanbert.tasks.splits import HELDOUT_SEED
@@ -62,17 +62,17 @@ def plan_lines(study: Study) -> list[str]:
     return lines
 
 
-def dry_run(study: Study, probe_steps: int = 0, save: str | Path | None = None,
+def dry_run(study: Study, trial_steps: int = 0, save: str | Path | None = None,
             time_limit: tuple[float, str] | None = None) -> str:
-    """The plan with its cost: with ``probe_steps`` > 0 an estimate of every stage measured on this machine
+    """The plan with its cost: with ``trial_steps`` > 0 an estimate of every stage measured on this machine
     (`measure`), checked against ``time_limit`` (seconds, as written) when given (`fit_lines`), else the
     fine-tuning cells' FLOPs; then every cell. ``save``: also write the estimate there as JSON (`--estimate
     FILE`), for the summary to set beside the measured times."""
     cells = plan(study)
     lines = plan_lines(study)
     fine = [c for c in cells if c.kind == "finetune"]
-    if probe_steps > 0:
-        estimate = measure(study, probe_steps)
+    if trial_steps > 0:
+        estimate = measure(study, trial_steps)
         lines += estimate.lines()
         if time_limit:
             lines += fit_lines(estimate, study, *time_limit)
@@ -102,15 +102,15 @@ class StageEstimate:
 @dataclass
 class Estimate:
     stages: list[StageEstimate]
-    probe_s: float
-    """What the dry run's probes took."""
+    trial_s: float
+    """What the dry run's trials took."""
     corpus: str
-    """The text the pre-training probes ran on, in words."""
+    """The text the pre-training trials ran on, in words."""
     load: str
-    """What else used the cores during the probes, in words."""
+    """What else used the cores during the trials, in words."""
     others: float | None = None
     pretrain: list[tuple[PretrainTimings, list[str]]] = field(default_factory=list)
-    """Each pre-training probe with its cell's command: the pre-training stages at another step count
+    """Each pre-training trial with its cell's command: the pre-training stages at another step count
     (`total_at`)."""
 
     @property
@@ -124,7 +124,7 @@ class Estimate:
         return sum(s.seconds for s in self.stages if s.stage not in replaced) + sum(s.seconds for s in at)
 
     def lines(self) -> list[str]:
-        out = [f"estimate per stage, measured on this machine (probes: {_human(self.probe_s)}"
+        out = [f"estimate per stage, measured on this machine (trials: {_human(self.trial_s)}"
                + (f", pre-training on {self.corpus}" if self.corpus else "") + f"; {self.load}):"]
         out += [f"  {s.stage}: {_human(s.seconds)} ({s.how})" for s in self.stages]
         out.append(f"  total: {_human(self.total)}")
@@ -133,18 +133,18 @@ class Estimate:
     def as_json(self) -> dict[str, Any]:
         return {"stages": {s.stage: s.seconds for s in self.stages}, "total": self.total,
                 "per_cell": {s.stage: s.per_cell for s in self.stages if s.per_cell is not None},
-                "details": [asdict(s) for s in self.stages], "probe_seconds": self.probe_s, "corpus": self.corpus,
+                "details": [asdict(s) for s in self.stages], "trial_seconds": self.trial_s, "corpus": self.corpus,
                 "load": self.load, "other_cores": self.others}  # fmt: skip
 
 
-def measure(study: Study, probe_steps: int) -> Estimate:
-    """Every stage's estimate from probes run here, in a temporary folder (the study's folder is left as
-    it was): the data (`probe_corpus`), each system's pre-training (`probe_pretraining`), each task's
-    fine-tuning (`probe_finetuning`); with what else used the cores meanwhile, since a real run beside
+def measure(study: Study, trial_steps: int) -> Estimate:
+    """Every stage's estimate from trials run here, in a temporary folder (the study's folder is left as
+    it was): the data (`trial_corpus`), each system's pre-training (`trial_pretraining`), each task's
+    fine-tuning (`trial_finetuning`); with what else used the cores meanwhile, since a real run beside
     another load takes as much longer."""
     if distributed.world_size() > 1:
-        raise SpanBertError("--dry-run: found several processes (torchrun), expected one: the probes time this "
-                            "machine from one process (or pass --probe_steps 0)")  # fmt: skip
+        raise SpanBertError("--dry-run: found several processes (torchrun), expected one: the trials time this "
+                            "machine from one process (or pass --trial_steps 0)")  # fmt: skip
     mark = load_mark()
     t0 = time.perf_counter()
     stages: list[StageEstimate] = []
@@ -155,14 +155,14 @@ def measure(study: Study, probe_steps: int) -> Estimate:
         tmp = Path(folder)
         tmp_study = replace(study, output_dir=str(tmp / "study"))
         if trained:
-            corpus = probe_corpus(study, tmp)
+            corpus = trial_corpus(study, tmp)
             what = corpus.what
             stages.append(data_estimate(corpus.data) if corpus.data else StageEstimate("data", 0.0, corpus.why))
-            pre = probe_pretraining(study, tmp_study, corpus.path, probe_steps, tmp)
+            pre = trial_pretraining(study, tmp_study, corpus.path, trial_steps, tmp)
             argv = {c.system: c.argv for c in plan(study) if c.kind == "pretrain"}
             stages += [pretrain_estimate(p, study.pretrain_steps, argv[p.system]) for p in pre]
             pretrain = [(p, argv[p.system]) for p in pre]
-        fine = probe_finetuning(study, tmp_study, tmp)
+        fine = trial_finetuning(study, tmp_study, tmp)
     cells = _finetune_cells(study)
     for t in study.tasks:
         if t.name in fine:
@@ -170,10 +170,10 @@ def measure(study: Study, probe_steps: int) -> Estimate:
         else:
             seconds = flop_seconds(study, t)
             stages.append(StageEstimate(f"fine-tuning {t.name}", seconds * cells[t.name],
-                                        f"{_n(cells[t.name], 'cell')} × {_human(seconds)} from FLOPs: not probed, set "
+                                        f"{_n(cells[t.name], 'cell')} × {_human(seconds)} from FLOPs: not timed, set "
                                         "max_train_examples or max_steps in its options to have it measured",
                                         cells[t.name], seconds))  # fmt: skip
-    probe_s = time.perf_counter() - t0
+    trial_s = time.perf_counter() - t0
     others = others_since(mark)
     shared = sharing(others) if others is not None else None
     if others is None:
@@ -182,7 +182,7 @@ def measure(study: Study, probe_steps: int) -> Estimate:
         load = f"{shared}: a run beside the same load takes about this long"
     else:
         load = "the other processes left the cores idle: a run beside other work takes longer"
-    return Estimate(stages, probe_s, what, load, others, pretrain)
+    return Estimate(stages, trial_s, what, load, others, pretrain)
 
 
 FIT_MARGIN = 0.10
@@ -248,7 +248,7 @@ def data_estimate(d: DataTimings) -> StageEstimate:
     """The shared data stage: vocabulary training and preprocessing of the whole corpus. Counting words and
     preprocessing grow with the text; learning the vocabulary grows with the distinct words (measured: 44
     µs a distinct word at 20,000, 31,000 and 70,000 of them), which grow more slowly (`distinct_words`);
-    preprocessing in proportion to the whole sample's time: the probe runs it in this process, so it has
+    preprocessing in proportion to the whole sample's time: the trial runs it in this process, so it has
     no start-up to separate, and a line through two samples of 1 and 2 MB put a third of their time in a
     fixed part and the rest at 0.04 s a MB (the whole corpus then took 45 s, not the 10 s that line gave:
     0.17 s a MB, the whole sample's own rate)."""
@@ -284,9 +284,9 @@ def evaluations(steps: float, every: int) -> int:
 
 
 def pretrain_estimate(p: PretrainTimings, steps: int, argv: list[str]) -> StageEstimate:
-    """A pre-training cell: its steps at the probe's step time, its evaluations (``--eval_steps``, of
-    ``--max_eval_blocks`` blocks: the probe's evaluation scaled by blocks), its checkpoints
-    (``--save_steps``), and the probe's start-up and export (what the probe took beyond its steps,
+    """A pre-training cell: its steps at the trial's step time, its evaluations (``--eval_steps``, of
+    ``--max_eval_blocks`` blocks: the trial's evaluation scaled by blocks), its checkpoints
+    (``--save_steps``), and the trial's start-up and export (what the trial took beyond its steps,
     evaluation and checkpoint). A random-init row: its export, as measured."""
     name = f"pre-training {p.system}"
     if p.random_init:
@@ -300,22 +300,22 @@ def pretrain_estimate(p: PretrainTimings, steps: int, argv: list[str]) -> StageE
     fixed = max(0.0, p.wall_s - p.steps * p.step_s - (p.eval_s or 0.0) - p.save_s)
     seconds = fixed + steps * p.step_s + n_evals * eval_s + n_saves * p.save_s
     evals = (f"{_n(n_evals, 'evaluation')} × {eval_s:.1f} s" if p.eval_s is not None or not n_evals
-             else f"{_n(n_evals, 'evaluation')} not measured (the probe's sample held out no document)")  # fmt: skip
+             else f"{_n(n_evals, 'evaluation')} not measured (the trial's sample held out no document)")  # fmt: skip
     how = (f"{_n(steps, 'step')} × {p.step_s:.2f} s + {evals} + {_n(n_saves, 'checkpoint')} × {p.save_s:.1f} s + "
            f"start-up and export {fixed:.0f} s")
     return StageEstimate(name, seconds, how)
 
 
 def finetune_task_estimate(f: FinetuneTimings, t: TaskSpec, cells: int) -> StageEstimate:
-    """A task's cells: each its fixed part (what the probe run took beyond its steps and evaluations:
-    start-up, reading and featurizing, the selected model written), its steps at the probe's step time (a
-    cell's steps: ``max_steps``, or the probe's steps, in full steps, scaled by the examples), its dev
-    evaluations at the probe's time each (``eval_steps`` when the task names it, ``evals_per_epoch`` x
-    ``num_train_epochs`` when it names those, else as many as the probe made), and the held-out scoring
+    """A task's cells: each its fixed part (what the trial run took beyond its steps and evaluations:
+    start-up, reading and featurizing, the selected model written), its steps at the trial's step time (a
+    cell's steps: ``max_steps``, or the trial's steps, in full steps, scaled by the examples), its dev
+    evaluations at the trial's time each (``eval_steps`` when the task names it, ``evals_per_epoch`` x
+    ``num_train_epochs`` when it names those, else as many as the trial made), and the held-out scoring
     after it; times the cells, plus the task's shared files once."""
     full = f.full_steps or f.steps
     fixed = max(0.0, f.wall_s - full * f.step_s - sum(f.eval_s))
-    steps = f.size if f.unit == "steps" else math.ceil(full * f.size / max(1, f.probe_size))
+    steps = f.size if f.unit == "steps" else math.ceil(full * f.size / max(1, f.trial_size))
     eval_s = statistics.mean(f.eval_s) if f.eval_s else 0.0
     every = int(t.options.get("eval_steps") or 0)
     if every and f.eval_s:
@@ -327,7 +327,7 @@ def finetune_task_estimate(f: FinetuneTimings, t: TaskSpec, cells: int) -> Stage
     cell = fixed + steps * f.step_s + n_evals * eval_s + f.heldout_s
     how = (f"{_n(cells, 'cell')} × {_human(cell)}: start-up {fixed:.0f} s + {_n(round(steps), 'step')} × "
            f"{f.step_s:.2f} s + {_n(n_evals, 'evaluation')} × {eval_s:.1f} s + held-out scoring {f.heldout_s:.0f} s; "
-           f"probed on {f.probe_size:,} {f.unit}" + (f" ({_n(f.steps, 'step')})" if f.unit != "steps" else "")
+           f"timed on {f.trial_size:,} {f.unit}" + (f" ({_n(f.steps, 'step')})" if f.unit != "steps" else "")
            + f" with {f.model}'s architecture"
            + (f"; shared files {f.prepare_s:.0f} s once" if f.prepare_s >= 0.5 else ""))  # fmt: skip
     return StageEstimate(f"fine-tuning {t.name}", cell * cells + f.prepare_s, how, cells, cell)
@@ -369,7 +369,7 @@ def finetune_estimate(
 ) -> tuple[str, bool]:
     """(a line estimating every fine-tuning cell's cost from its FLOPs (`flop_seconds`), whether it exceeds
     ``over`` seconds: a day, or `cost.LONG_RUN_SECONDS` for the refusal of a week). Reads file sizes only:
-    what a real run checks before its first cell, and a dry run without probes prints."""
+    what a real run checks before its first cell, and a dry run without trials prints."""
     device_type = device_type or ("cuda" if torch.cuda.is_available() else "cpu")
     cells = _finetune_cells(study)
     total_seconds, parts = 0.0, []

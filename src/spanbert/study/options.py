@@ -12,10 +12,10 @@ from spanbert.config import ArgumentParser
 from spanbert.tasks import TASKS
 from spanbert.utils import output_file
 
-PROBE_STEPS = 6
-"""``--probe_steps`` by default: the step time is the median of the steps after the first (which pays for
+TRIAL_STEPS = 6
+"""``--trial_steps`` by default: the step time is the median of the steps after the first (which pays for
 start-up); 5 of them hold it against a step slowed by a neighbour's burst, and at the cpu preset's 1.5-2 s
-a step the probes of its two systems stay under a minute."""
+a step the trials of its two systems stay under a minute."""
 
 
 PRESET_SYSTEMS: dict[str, list[str]] = {
@@ -57,9 +57,9 @@ def study_parser(prog: str = "spanbert study") -> argparse.ArgumentParser:
     p.add_argument("--dry-run", "--dry_run", action="store_true",
                    help="print the plan and a measured estimate of each stage (data, each system's pre-training, each "
                         "task's fine-tuning); run nothing, write nothing in the output folder")
-    p.add_argument("--probe_steps", "--probe-steps", type=int, default=PROBE_STEPS,
+    p.add_argument("--trial_steps", "--trial-steps", "--probe_steps", "--probe-steps", dest="trial_steps", type=int, default=TRIAL_STEPS,
                    help=f"with --dry-run: time this many pre-training steps of each system, and short fine-tuning runs "
-                        f"of each task (0: no probe, an estimate from FLOPs only) (default: {PROBE_STEPS})")
+                        f"of each task (0: no trial, an estimate from FLOPs only) (default: {TRIAL_STEPS})")
     p.add_argument("--time_limit", "--time-limit", metavar="DURATION",
                    help="with --dry-run: check the measured estimate against this wall time (e.g. 3h, 2h30m) and, "
                         "if it does not fit with 10%% to spare, print the pre-training budget (--budget_tokens) that "

@@ -418,7 +418,7 @@ CPU_TUNING: dict[str, Any] = {
     "squad_validation_articles": ":8",  # 8 dev articles: the cells select on 4, the other 4 are scored
     "squad_learning_rate": 1e-4,
     "sst2_max_train_examples": 8000,
-    "sst2_evals_per_epoch": 2,  # named, so every cell evaluates as often as the dry run's probe measured
+    "sst2_evals_per_epoch": 2,  # named, so every cell evaluates as often as the dry run's trial measured
     "sst2_learning_rate": 1e-4,
     "litbank_max_steps": 300,
 }

@@ -3,11 +3,11 @@ a temporary folder (the study's folder is left as it was), each returning raw ti
 `spanbert.study.estimate` turns into a time per stage.
 
 - data: the vocabulary and the preprocessing on a sample of the corpus taken from every file, and the
-  distinct words of its first half too (`probe_corpus`);
+  distinct words of its first half too (`trial_corpus`);
 - pre-training: a few steps of each system's own cell command, its held-out evaluation and a checkpoint
-  (`probe_pretraining`); a random-init row is its export, timed as it is;
+  (`trial_pretraining`); a random-init row is its export, timed as it is;
 - fine-tuning: each task's first cell command with its training cut short, each step timed, then the
-  held-out scoring the study does after every cell (`probe_finetuning`).
+  held-out scoring the study does after every cell (`trial_finetuning`).
 """
 
 from __future__ import annotations
@@ -37,17 +37,18 @@ from spanbert.study.spec import Study, TaskSpec, is_random_init
 from spanbert.tokenization import corpus_files, count_corpus_words, load_tokenizer, train_tokenizer
 from spanbert.utils import open_text
 
-PROBE_SAMPLE_CHARS = 2_000_000
-"""Characters of the corpus the probe prepares when the study's corpus is not prepared yet: enough for a
+TRIAL_SAMPLE_CHARS = 2_000_000
+"""Characters of the corpus the trial prepares when the study's corpus is not prepared yet: enough for a
 vocabulary, the blocks of a few steps and a held-out evaluation, read in seconds (the full corpus is the
 study's first stage, not the dry run's)."""
+PROBE_SAMPLE_CHARS = TRIAL_SAMPLE_CHARS  # its name before study/probe.py became study/trials.py
 
-FINETUNE_PROBE_SHARE = 0.125
-"""A task's probe run trains on this share of a cell's examples (or steps): its steps give the step time
+FINETUNE_TRIAL_SHARE = 0.125
+"""A task's trial run trains on this share of a cell's examples (or steps): its steps give the step time
 (their median), the rest of its wall time the cell's fixed part."""
 
-MIN_PROBE_STEPS = 4
-"""A probe run trains at least this many steps: the first pays for start-up, the median of the others is
+MIN_TRIAL_STEPS = 4
+"""A trial run trains at least this many steps: the first pays for start-up, the median of the others is
 the step time."""
 
 
@@ -98,32 +99,32 @@ class DataTimings:
 
 
 @dataclass
-class ProbeCorpus:
+class TrialCorpus:
     path: str
-    """The preprocessed corpus the pre-training probes read."""
+    """The preprocessed corpus the pre-training trials read."""
     what: str
     data: DataTimings | None
     """None when the study has nothing to prepare: ``why``."""
     why: str = ""
 
 
-def probe_corpus(study: Study, tmp: Path) -> ProbeCorpus:
-    """The corpus for the probes, writing only under ``tmp``: the study's shared corpus when an earlier run
+def trial_corpus(study: Study, tmp: Path) -> TrialCorpus:
+    """The corpus for the trials, writing only under ``tmp``: the study's shared corpus when an earlier run
     prepared it, the study's own corpus when it is already preprocessed (both: no data stage), else a sample
-    of `PROBE_SAMPLE_CHARS` characters, an equal share from the start of every corpus file (all the text
+    of `TRIAL_SAMPLE_CHARS` characters, an equal share from the start of every corpus file (all the text
     kinds a corpus mixes), with the vocabulary and preprocessing timed on it and on its first half."""
     shared = shared_dir(study)
     if (shared / "prepared.json").is_file() and is_preprocessed(shared / "corpus"):
-        return ProbeCorpus(str(shared / "corpus"), "the study's prepared corpus", None, f"already prepared in {shared}")
+        return TrialCorpus(str(shared / "corpus"), "the study's prepared corpus", None, f"already prepared in {shared}")
     needs_candidates = sorted({k for s in study.systems if not s.checkpoint for k in candidate_kinds(s)})
     if is_preprocessed(study.corpus) and not needs_candidates and not study.tokenizer:
-        return ProbeCorpus(study.corpus, "the preprocessed corpus", None, "the corpus is preprocessed already (linked)")
+        return TrialCorpus(study.corpus, "the preprocessed corpus", None, "the corpus is preprocessed already (linked)")
     files = corpus_files([study.corpus])
     jsonl = ".jsonl" in files[0].suffixes
     files = [f for f in files if (".jsonl" in f.suffixes) == jsonl]
     suffix = ".jsonl" if jsonl else ".txt"
     sample, half = tmp / f"sample{suffix}", tmp / f"sample-half{suffix}"
-    share = PROBE_SAMPLE_CHARS // len(files) + 1
+    share = TRIAL_SAMPLE_CHARS // len(files) + 1
     with open(sample, "w", encoding="utf-8") as out, open(half, "w", encoding="utf-8") as out_half:
         for f in files:
             left = share
@@ -157,18 +158,18 @@ def probe_corpus(study: Study, tmp: Path) -> ProbeCorpus:
                           tokenizer_s, preprocess_s)  # fmt: skip
     what = (f"a {megabytes(timings.sample_bytes)} sample of the corpus (the start of each of its {len(files)} "
             f"file(s)), vocabulary {tok.vocab_size:,}")  # fmt: skip
-    return ProbeCorpus(str(tmp / "corpus"), what, timings)
+    return TrialCorpus(str(tmp / "corpus"), what, timings)
 
 
 @dataclass
 class PretrainTimings:
-    """One system's probe: a few steps of its cell command, an evaluation at the end, one checkpoint."""
+    """One system's trial: a few steps of its cell command, an evaluation at the end, one checkpoint."""
 
     system: str
     random_init: bool = False
     """A random-init row: nothing trains; ``wall_s`` is its whole cell (the export)."""
     wall_s: float = 0.0
-    """The probe command, start to end."""
+    """The trial command, start to end."""
     steps: int = 0
     step_s: float = 0.0
     """The median step after the first (the first pays for start-up)."""
@@ -176,7 +177,7 @@ class PretrainTimings:
     """One held-out evaluation of ``eval_blocks`` blocks (None: the sample held out nothing)."""
     eval_blocks: int = 0
     save_s: float = 0.0
-    """One checkpoint: the probe's, written again."""
+    """One checkpoint: the trial's, written again."""
 
 
 def _log_rows(run: Path) -> list[dict]:
@@ -198,19 +199,19 @@ def _held_out_blocks(log: Path) -> int:
 
 
 def _save_seconds(run: Path, tmp: Path) -> float:
-    """A checkpoint's cost, measured by writing the probe's training state again (what every save writes:
+    """A checkpoint's cost, measured by writing the trial's training state again (what every save writes:
     the model, the optimizer's moments, the RNG states), flushed to disk."""
     states = sorted(run.glob("checkpoint-*/state.pt"))
     if not states:
         return 0.0
     state = torch.load(states[-1], map_location="cpu", weights_only=False)
     t0 = time.perf_counter()
-    with open(tmp / "save-probe.pt", "wb") as f:
+    with open(tmp / "save-trial.pt", "wb") as f:
         torch.save(state, f)
         f.flush()
         os.fsync(f.fileno())
     seconds = _since(t0)
-    (tmp / "save-probe.pt").unlink()
+    (tmp / "save-trial.pt").unlink()
     return seconds
 
 
@@ -226,12 +227,12 @@ def _with(argv: list[str], **values: object) -> list[str]:
     return argv
 
 
-def probe_pretraining(study: Study, tmp_study: Study, corpus: str, steps: int, tmp: Path) -> list[PretrainTimings]:
-    """Every pre-training row of the study on the probe corpus: ``steps`` + 1 steps of each system's cell
+def trial_pretraining(study: Study, tmp_study: Study, corpus: str, steps: int, tmp: Path) -> list[PretrainTimings]:
+    """Every pre-training row of the study on the trial corpus: ``steps`` + 1 steps of each system's cell
     command (a step's time from the log: its real tokens over its tokens per second), the held-out
     evaluation the cell makes (its ``max_eval_blocks``) once at the end, one checkpoint; a random-init
     row's command as it is. Each run's model lands where ``tmp_study`` plans it (``model_dir``), so the
-    fine-tuning probes read it."""
+    fine-tuning trials read it."""
     out = []
     for cell in (c for c in plan(tmp_study) if c.kind == "pretrain"):
         system = next(s for s in study.systems if s.name == cell.system)
@@ -243,14 +244,14 @@ def probe_pretraining(study: Study, tmp_study: Study, corpus: str, steps: int, t
         code, last = run_command(argv, tmp / f"pretrain-{cell.system}.log")
         wall = _since(t0)
         if code != 0:
-            raise SpanBertError(f"study: the probe of {cell.label} failed: {last}; run without --probe_steps")
+            raise SpanBertError(f"study: the trial of {cell.label} failed: {last}; run without --trial_steps")
         if is_random_init(system):
             out.append(PretrainTimings(cell.system, random_init=True, wall_s=wall))
             continue
         rows = _log_rows(run)
         durations = _step_durations(rows)
         if len(durations) < 2:
-            raise SpanBertError(f"study: the probe of {cell.label} logged no step time; run without --probe_steps")
+            raise SpanBertError(f"study: the trial of {cell.label} logged no step time; run without --trial_steps")
         evals = [r["time/eval_s"] for r in rows if "time/eval_s" in r]
         out.append(PretrainTimings(
             cell.system, wall_s=wall, steps=len(durations), step_s=statistics.median(durations[1:]),
@@ -262,7 +263,7 @@ def probe_pretraining(study: Study, tmp_study: Study, corpus: str, steps: int, t
 
 @dataclass
 class FinetuneTimings:
-    """One reduced run of a task's first cell command (its training cut to `probe_size`), and the
+    """One reduced run of a task's first cell command (its training cut to `trial_size`), and the
     held-out scoring the study does after every cell."""
 
     task: str
@@ -270,7 +271,7 @@ class FinetuneTimings:
     """"examples" or "steps": what a cell's size counts and the run was cut by."""
     size: int
     """A cell's real size in that unit."""
-    probe_size: int
+    trial_size: int
     wall_s: float
     """The run, start to end: start-up, training, evaluations, the selected model written."""
     steps: int
@@ -294,7 +295,7 @@ class FinetuneTimings:
 
 def size_option(t: TaskSpec) -> tuple[str, str, int] | None:
     """(option, unit, a cell's size) of the option that bounds a task's training, or None when none does
-    (its whole training file: not probed)."""
+    (its whole training file: not timed)."""
     for key, unit in (("max_steps", "steps"), ("max_train_examples", "examples")):
         value = t.options.get(key)
         if value not in (None, "", -1, 0):
@@ -302,25 +303,25 @@ def size_option(t: TaskSpec) -> tuple[str, str, int] | None:
     return None
 
 
-def probe_size(t: TaskSpec, unit: str, size: int) -> int:
-    """The reduced size a task is probed at: `FINETUNE_PROBE_SHARE` of a cell's, and at least
-    `MIN_PROBE_STEPS` steps (their median is the step time), at most the cell's size."""
+def trial_size(t: TaskSpec, unit: str, size: int) -> int:
+    """The reduced size a task is timed at: `FINETUNE_TRIAL_SHARE` of a cell's, and at least
+    `MIN_TRIAL_STEPS` steps (their median is the step time), at most the cell's size."""
     batch = int(t.options.get("per_device_train_batch_size", 1)) if unit == "examples" else 1
-    return min(size, max(math.ceil(size * FINETUNE_PROBE_SHARE), MIN_PROBE_STEPS * batch))
+    return min(size, max(math.ceil(size * FINETUNE_TRIAL_SHARE), MIN_TRIAL_STEPS * batch))
 
 
 def per_epoch_schedule(t: TaskSpec) -> bool:
     """Whether a task's cells evaluate a named ``evals_per_epoch`` times an epoch over a named number of
     epochs (no ``eval_steps``, no ``max_steps``): then a cell's evaluations are known without running it,
-    and the probe needs only one of them."""
+    and the trial needs only one of them."""
     o = t.options
     return bool(o.get("evals_per_epoch")) and bool(o.get("num_train_epochs")) and not o.get("eval_steps") \
         and not o.get("max_steps")  # fmt: skip
 
 
-def probe_finetuning(study: Study, tmp_study: Study, tmp: Path) -> dict[str, FinetuneTimings]:
+def trial_finetuning(study: Study, tmp_study: Study, tmp: Path) -> dict[str, FinetuneTimings]:
     """Each task whose cells' training is bounded (`size_option`): its first cell's command cut to
-    `probe_size`, fine-tuning the first row's probe model (a few steps trained, or untrained: the
+    `trial_size`, fine-tuning the first row's trial model (a few steps trained, or untrained: the
     architecture is what costs), logging every step, evaluating once an epoch where the cell's count is
     known anyway (`per_epoch_schedule`); then its model scored on the held-out data. Tasks without a bound
     are left out (the estimate says so)."""
@@ -337,7 +338,7 @@ def probe_finetuning(study: Study, tmp_study: Study, tmp: Path) -> dict[str, Fin
             prepare_folds(tmp_study, t, fold)
         split_dev(tmp_study, t)
         prepare_s = _since(t0)
-        n = probe_size(t, unit, size)
+        n = trial_size(t, unit, size)
         run = tmp / "finetune" / t.name
         options = {**cell.options, key: n, "output_dir": str(run), "logging_steps": 1}
         once = per_epoch_schedule(t)
@@ -347,7 +348,7 @@ def probe_finetuning(study: Study, tmp_study: Study, tmp: Path) -> dict[str, Fin
         try:
             run_finetune(t.task, options, tmp / f"finetune-{t.name}.log")
         except SpanBertError as e:
-            raise SpanBertError(f"study: the probe of {cell.label} failed: {e}; run without --probe_steps") from None
+            raise SpanBertError(f"study: the trial of {cell.label} failed: {e}; run without --trial_steps") from None
         wall = _since(t0)
         rows = _log_rows(run)
         durations = _step_durations(rows)
