@@ -32,7 +32,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor, nn
 
-from spanbert import _aliases, checkpoints, cloze, model, modernbert
+from spanbert import _aliases, checkpoints, cloze, model, modernbert, trained_inputs
 from spanbert.collate import pretrain_target_counts
 from spanbert.config import BertConfig, ClozeConfig, FinetuneHabits, model_config
 from spanbert.config_json import json_kind
@@ -720,6 +720,7 @@ def load_encoder(path: str | Path, add_pooling_layer: bool = False) -> nn.Module
     raw, state = load_checkpoint(path)
     encoder = encoder_from_config(raw, add_pooling_layer, str(checkpoints.config_path(path)))
     load_encoder_state(encoder, state, str(path))
+    trained_inputs.attach(encoder, raw)  # what pre-training trained of its inputs: fine-tuning warns beyond it
     return encoder.eval()
 
 

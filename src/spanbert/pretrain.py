@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from spanbert import _aliases, cloze, cost, distributed, preprocess, tokenization
+from spanbert import _aliases, cloze, cost, distributed, preprocess, tokenization, trained_inputs
 from spanbert.blocks import held_out_documents
 from spanbert.budget import TimeBudget, format_duration, parse_duration
 from spanbert.collate import collate_pretrain
@@ -736,6 +736,8 @@ def pretrain(
         final = Path(args.output_dir) / cfg.output_name
         if result.global_step >= (args.max_steps if args.max_steps > 0 else 0) and result.global_step >= result.total_steps:
             extra = family.export_extra(cfg.system, None if run.causal else run.scheme)
+            # what fine-tuning may rely on: the positions of the longest block, and type 1 only from two segments
+            extra |= trained_inputs.record(max(length for length, _ in stages), 2 if system.sampler == "nsp" else 1)
             distributed.on_main(lambda: export(model, tok, final, extra, result.metrics))
             if budget is not None and not args.resume:
                 took = time.perf_counter() - started

@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from spanbert import cost, threads
+from spanbert import cost, threads, trained_inputs
 from spanbert.budget import TimeBudget
 from spanbert.compile import CompileReport, compile_regions, graphs_compiled, wants_compile
 from spanbert.cost import finetune_warning
@@ -454,6 +454,7 @@ def train(
     compile_report = CompileReport(n_regions, total, graphs_before) if n_regions else None
     run.model.train()
     stream = None
+    untrained = trained_inputs.watch(model)  # warns once when a batch uses inputs pre-training never trained
     if compile_report is not None:
         compile_report.start()
     try:
@@ -468,6 +469,8 @@ def train(
                 # The whole step's micro-batches first (collated, on CPU): the loss weights need the
                 # target counts of all of them, summed over the ranks, before the first backward.
                 mbs = [next(stream) for _ in step_mbs]
+                if untrained is not None:
+                    untrained(mbs)
                 pads = [isinstance(ix, PadBatch) for ix in step_mbs]
                 optimisation_step(run, state, mbs, pads, count_targets, term_weights, term_schedule)
                 step_done(run, state, compile_report)
