@@ -112,6 +112,8 @@ class Estimate:
     pretrain: list[tuple[PretrainTimings, list[str]]] = field(default_factory=list)
     """Each pre-training trial with its cell's command: the pre-training stages at another step count
     (`total_at`)."""
+    pretrain_runs: int = 1
+    """Pre-training cells per system (the study's pre-training seeds): each stage above is that many runs."""
 
     @property
     def total(self) -> float:
@@ -119,7 +121,7 @@ class Estimate:
 
     def total_at(self, steps: int) -> float:
         """The total with every pre-training cell at ``steps`` steps and every other stage as estimated."""
-        at = [pretrain_estimate(p, steps, argv) for p, argv in self.pretrain]
+        at = [pretrain_estimate(p, steps, argv, self.pretrain_runs) for p, argv in self.pretrain]
         replaced = {s.stage for s in at}
         return sum(s.seconds for s in self.stages if s.stage not in replaced) + sum(s.seconds for s in at)
 
@@ -159,8 +161,8 @@ def measure(study: Study, trial_steps: int) -> Estimate:
             what = corpus.what
             stages.append(data_estimate(corpus.data) if corpus.data else StageEstimate("data", 0.0, corpus.why))
             pre = trial_pretraining(study, tmp_study, corpus.path, trial_steps, tmp)
-            argv = {c.system: c.argv for c in plan(study) if c.kind == "pretrain"}
-            stages += [pretrain_estimate(p, study.pretrain_steps, argv[p.system]) for p in pre]
+            argv = {c.system: c.argv for c in plan(study) if c.kind == "pretrain" and not c.pretrain_seed}
+            stages += [pretrain_estimate(p, study.pretrain_steps, argv[p.system], study.pretrain_seeds) for p in pre]
             pretrain = [(p, argv[p.system]) for p in pre]
         fine = trial_finetuning(study, tmp_study, tmp)
     cells = _finetune_cells(study)
@@ -182,7 +184,7 @@ def measure(study: Study, trial_steps: int) -> Estimate:
         load = f"{shared}: a run beside the same load takes about this long"
     else:
         load = "the other processes left the cores idle: a run beside other work takes longer"
-    return Estimate(stages, trial_s, what, load, others, pretrain)
+    return Estimate(stages, trial_s, what, load, others, pretrain, study.pretrain_seeds)
 
 
 FIT_MARGIN = 0.10
@@ -283,11 +285,18 @@ def evaluations(steps: float, every: int) -> int:
     return (steps - 1) // every + 1 if every > 0 else 1
 
 
-def pretrain_estimate(p: PretrainTimings, steps: int, argv: list[str]) -> StageEstimate:
-    """A pre-training cell: its steps at the trial's step time, its evaluations (``--eval_steps``, of
-    ``--max_eval_blocks`` blocks: the trial's evaluation scaled by blocks), its checkpoints
-    (``--save_steps``), and the trial's start-up and export (what the trial took beyond its steps,
-    evaluation and checkpoint). A random-init row: its export, as measured."""
+def pretrain_estimate(p: PretrainTimings, steps: int, argv: list[str], runs: int = 1) -> StageEstimate:
+    """A system's pre-training: ``runs`` cells (its pre-training seeds), each its steps at the trial's step
+    time, its evaluations (``--eval_steps``, of ``--max_eval_blocks`` blocks: the trial's evaluation scaled
+    by blocks), its checkpoints (``--save_steps``), and the trial's start-up and export (what the trial took
+    beyond its steps, evaluation and checkpoint). A random-init row: its export, as measured."""
+    one = _one_pretrain_estimate(p, steps, argv)
+    if runs == 1:
+        return one
+    return StageEstimate(one.stage, runs * one.seconds, f"{runs} pre-training seeds × ({one.how})", runs, one.seconds)
+
+
+def _one_pretrain_estimate(p: PretrainTimings, steps: int, argv: list[str]) -> StageEstimate:
     name = f"pre-training {p.system}"
     if p.random_init:
         return StageEstimate(name, p.wall_s, "no training: --random_init exports the initial model, as measured")

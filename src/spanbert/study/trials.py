@@ -234,7 +234,8 @@ def trial_pretraining(study: Study, tmp_study: Study, corpus: str, steps: int, t
     row's command as it is. Each run's model lands where ``tmp_study`` plans it (``model_dir``), so the
     fine-tuning trials read it."""
     out = []
-    for cell in (c for c in plan(tmp_study) if c.kind == "pretrain"):
+    # one trial per system: its other pre-training seeds run the same command at the same speed
+    for cell in (c for c in plan(tmp_study) if c.kind == "pretrain" and not c.pretrain_seed):
         system = next(s for s in study.systems if s.name == cell.system)
         run = cell.dir
         argv = _with(cell.argv, corpus=corpus, output_dir=run)

@@ -153,6 +153,14 @@ def add_scoring_source(parser: argparse.ArgumentParser, predictions_help: str, u
     add_inference_arguments(parser, unit, with_model=True)
 
 
+def add_example_stats_argument(parser: argparse.ArgumentParser) -> None:
+    """``--example_stats FILE``: also write the per-example statistics of the headline score (the input of a
+    study's test-sampling intervals; `spanbert.metrics.resample`)."""
+    parser.add_argument("--example_stats", metavar="FILE",
+                        help="also write each example's counts behind the headline score to FILE (JSON; what "
+                             "`spanbert study` resamples for its intervals)")  # fmt: skip
+
+
 def finetune_command(
     prog: str,
     doc: str | None,
