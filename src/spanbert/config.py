@@ -782,6 +782,8 @@ class ArgumentParser(argparse.ArgumentParser):
         for action in self._actions:
             if action.option_strings and (action.dest in PATH_OPTIONS or action.type in (output_file, output_folder)):
                 value = getattr(parsed, action.dest, None)
+                if value == "" and action.dest in INPUT_OPTIONS:
+                    continue  # an input given as '' is one not given (`spanbert curve` passes --dev '')
                 if value is not None:
                     setattr(parsed, action.dest, user_path(value, action.option_strings[0]))
 

@@ -649,8 +649,8 @@ def pretrain(
     5. export ``output_dir/<output_name>`` atomically, with the family's config.json keys.
 
     ``model_overrides`` sets the family's model config fields directly (tests: the two-tower's dropout 0).
-    ``vocab_size_given``: whether the user set ``vocab_size`` (the command line knows; None: when it is not
-    the field's default), refused when a tokenizer or a prepared corpus decides another size.
+    ``vocab_size_given``: whether the user set ``vocab_size`` (None: when it is neither the field's default
+    nor the quick start's), refused when a tokenizer or a prepared corpus decides another size.
     """
     started = time.perf_counter()  # a --max_time budget counts from here, data preparation included
     cfg.__post_init__()  # a config edited after construction is checked again
@@ -683,8 +683,8 @@ def pretrain(
     check_output_dir(args, input_paths(cfg, ("corpus", "tokenizer", "init_from")))  # contract 3, before any work
     # the folder is held (lock and manifest) from here to the export: data/, checkpoints, final/
     with claim_run_dir(args.output_dir, "spanbert pretrain"):
-        if vocab_size_given is None:
-            vocab_size_given = cfg.vocab_size != PretrainConfig.vocab_size
+        if vocab_size_given is None:  # the command line checks a --vocab_size it was given (`main`)
+            vocab_size_given = cfg.vocab_size not in (PretrainConfig.vocab_size, QUICKSTART_CONFIG["vocab_size"])
         sources = check_sources(cfg, vocab_size_given)
         planned = plan_model(cfg, run, sources.init_config, model_overrides)
         family.check(planned, **checks)  # and what needs the planned model (its positions, causal or not)
@@ -967,7 +967,10 @@ def main(argv: list[str], prog: str = "spanbert pretrain") -> int:
         targs, note = scale_warmup(targs, train_defaults, named_schedule)
         if note:
             print0(note)
-    final = pretrain(cfg, targs, masking, vocab_size_given=bool(named_options(args, "PretrainConfig", ("vocab_size",))))
+    decided = cfg.tokenizer or cfg.init_from or (cfg.corpus and _looks_preprocessed(Path(cfg.corpus)))
+    if decided and named_options(args, "PretrainConfig", ("vocab_size",)):
+        check_sources(cfg, vocab_size_given=True)  # a --vocab_size the corpus or tokenizer contradicts: refused now
+    final = pretrain(cfg, targs, masking)
     if final.exists():
         system = system_of(cfg)
         lines = FAMILIES[system.family].pretraining.next_steps(final, system.objectives)
