@@ -736,7 +736,16 @@ def load_framed_tokenizer(path: str | Path, tokenizer_dir: str | Path | None = N
     (reads config.json, no weights): ``cls_id``/``mid_id``/``sep_id`` are the family's markers."""
     path = resolve_model(path)
     raw = read_config(path)
-    return FAMILIES[family_name(raw)].frame(raw, load_tokenizer_for(path, tokenizer_dir))
+    tok = load_tokenizer_for(path, tokenizer_dir)
+    rows = raw.get("vocab_size")
+    if isinstance(rows, int) and not isinstance(rows, bool) and tok.vocab_size > rows:
+        # an id past the embedding table: an IndexError at the first batch, naming nothing (issue 58.1)
+        where = f"{tokenizer_dir} (--tokenizer)" if tokenizer_dir else f"{path}'s own tokenizer"
+        raise SpanBertError(
+            f"{'--tokenizer' if tokenizer_dir else path}: found {where} with {tok.vocab_size:,} ids, expected at "
+            f"most the {rows:,} embedding rows of {path} (config.json vocab_size): use the model's own vocabulary"
+        )
+    return FAMILIES[family_name(raw)].frame(raw, tok)
 
 
 def architecture(encoder: Any, task: str) -> str:

@@ -30,12 +30,12 @@ from typing import Any
 
 import numpy as np
 
-from spanbert import folders
+from spanbert import folders, vocab_match
 from spanbert.blocks import BLOCK_PACKINGS, held_out_documents
 from spanbert.config import ArgumentParser, add_dataclass_arguments, dataclass_from_args, field_docs
 from spanbert.corpus import CANDIDATE_KINDS, FORMAT, STATIC_FORMAT, TokenCorpus
 from spanbert.dataset import PretrainDataset
-from spanbert.distributed import print0
+from spanbert.distributed import eprint0, print0
 from spanbert.errors import DataError, SpanBertError
 from spanbert.masking import IGNORE_INDEX, SCHEMES, MaskingConfig, add_replace_probs_arguments
 from spanbert.static_masks import StaticMaskingConfig, static_mask_sets, static_settings
@@ -318,11 +318,14 @@ class _ShardWriter:
         self.para_offsets: list[np.ndarray] = []
         self.n_tokens = 0
         self.n_docs = 0
+        self.max_id = -1  # recorded in meta.json: the corpus's ids are checked against a vocabulary without reading them
         self.n_cand = dict.fromkeys(kinds, 0)
         self.open_tokens = 0  # tokens so far of the document the last chunk ended in
 
     def add(self, r: _ChunkResult) -> None:
         self.f_ids.write(r.ids.astype(self.id_dtype).tobytes())
+        if len(r.ids):
+            self.max_id = max(self.max_id, int(r.ids.max()))
         self.f_starts.write(r.starts.astype(np.uint8).tobytes())
         ends = self.n_tokens + np.cumsum(r.doc_lens)  # (D,) where each document of the chunk ends
         new = r.doc_lens > 0  # a document with no tokens (nothing left after normalisation) is dropped
@@ -352,6 +355,7 @@ class _ShardWriter:
             "num_tokens": self.n_tokens,
             "num_docs": self.n_docs,
             "num_paragraphs": int(len(paras)),
+            "max_id": self.max_id,
             "num_candidates": self.n_cand,
         }
 
@@ -429,6 +433,11 @@ def preprocess(
     if kinds:
         load_spacy(spacy_model)  # fail now, with the install hint, not in a worker
     tok = tokenizer if isinstance(tokenizer, Tokenizer) else load_tokenizer(tokenizer)
+    if not isinstance(tokenizer, Tokenizer):  # a vocabulary that leaves most of the text [UNK]: before any work
+        unk, total = vocab_match.unknown_share(tok, vocab_match.text_sample(files))
+        warning = vocab_match.check_coverage(unk, total, "--tokenizer", str(tokenizer), "a sample of the corpus")
+        if warning:
+            eprint0(warning)
     if num_workers <= 0:
         num_workers = min(os.cpu_count() or 1, 8)
     id_dtype = np.dtype(np.uint16 if tok.vocab_size <= 65536 else np.int32)
@@ -470,6 +479,7 @@ def preprocess(
             "num_tokens": n_tokens,
             "num_docs": sum(s["num_docs"] for s in shards),
             "vocab_size": tok.vocab_size,
+            "vocab_fingerprint": vocab_match.tokenizer_fingerprint(tok),  # what a --tokenizer given later is checked against
             "id_dtype": id_dtype.name,
             "candidates": list(kinds),
             "one_doc_per_line": one_doc_per_line,

@@ -20,16 +20,18 @@ import dataclasses
 import functools
 import json
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
-from spanbert import _aliases, cloze, cost, distributed, preprocess, tokenization, trained_inputs
+from spanbert import _aliases, cloze, cost, distributed, preprocess, tokenization, trained_inputs, vocab_match
 from spanbert.blocks import held_out_documents
 from spanbert.budget import TimeBudget, format_duration, parse_duration
 from spanbert.collate import collate_pretrain
@@ -231,9 +233,10 @@ class _Sources:
     init_from: str | None = None  # the --init_from folder, resolved once (a hub name: its snapshot)
 
 
-def check_sources(cfg: PretrainConfig) -> _Sources:
+def check_sources(cfg: PretrainConfig, vocab_size_given: bool = False) -> _Sources:
     """Check the corpus, tokenizer and checkpoint paths (and a preprocessed corpus's files) exist and
-    are readable; nothing is written. A hub name for --init_from is resolved here, once."""
+    are readable, and that they agree (the vocabulary behind a prepared corpus's ids, a --vocab_size the
+    user gave: ``vocab_size_given``); nothing is written. A hub name for --init_from is resolved here, once."""
     corpus = Path(cfg.corpus) if cfg.corpus else None
     preprocessed = corpus is not None and _looks_preprocessed(corpus)
     tokenizer = cfg.tokenizer
@@ -255,19 +258,69 @@ def check_sources(cfg: PretrainConfig) -> _Sources:
         init_config = FAMILIES[family].pretraining.init_config(init_from)
         if tokenizer is None and has_tokenizer(init_from):
             tokenizer = init_from
+    option = "--tokenizer" if cfg.tokenizer else "--init_from"
     if preprocessed:
         corpus_data = TokenCorpus(corpus)  # checks meta.json and every array's size
-        corpus_data.unigram_counts()
+        counts = corpus_data.unigram_counts()
         if tokenizer is None:
             tok_dir = tokenizer_dir_of(corpus)
             if tok_dir is None:
                 raise SpanBertError(
                     f"{corpus / 'tokenizer'}: not found, expected the corpus's tokenizer (or pass --tokenizer)"
                 )
-            tokenizer = str(tok_dir)
+            tokenizer, option = str(tok_dir), "--corpus"
+        check_corpus_vocabulary(corpus_data, counts, tokenizer, option)
     elif corpus is not None:
-        tokenization.corpus_files([corpus])  # exists, and a folder holds text files
+        files = tokenization.corpus_files([corpus])  # exists, and a folder holds text files
+        if tokenizer is not None:  # a vocabulary that does not cover the text is refused before any work
+            tok = load_tokenizer(tokenizer)
+            unk, total = vocab_match.unknown_share(tok, vocab_match.text_sample(files))
+            warning = vocab_match.check_coverage(unk, total, option, str(tokenizer), f"a sample of {corpus}")
+            if warning:
+                eprint0(warning)
+    if vocab_size_given and tokenizer is not None:
+        size = load_tokenizer(tokenizer).vocab_size
+        if size != cfg.vocab_size:
+            raise SpanBertError(
+                f"--vocab_size: found {cfg.vocab_size:,}, expected the {size:,} ids of {tokenizer} ({option}), the "
+                f"vocabulary this run uses (--vocab_size sizes a vocabulary trained from text): drop --vocab_size, "
+                f"or train a {cfg.vocab_size:,}-token vocabulary from the text (pass the text as --corpus)"
+            )
     return _Sources(corpus, preprocessed, tokenizer, init_config, init_from)
+
+
+def check_corpus_vocabulary(corpus: TokenCorpus, counts: np.ndarray, tokenizer: str, option: str) -> None:
+    """The vocabulary ``tokenizer`` (given with ``option``) must be the one the ids of the prepared ``corpus``
+    were made with (issue 58.1): the fingerprint recorded in its meta.json, or, for a corpus prepared before
+    fingerprints, its own ``tokenizer/`` compared id by id; a casing that differs is a warning. A vocabulary
+    under which most of the corpus is ``[UNK]`` (``counts``: its unigram counts) is refused too."""
+    tok = load_tokenizer(tokenizer)
+    own_dir = tokenizer_dir_of(corpus.path)
+    recorded = corpus.meta.get("vocab_fingerprint")
+    ours = own_dir is not None and os.path.realpath(own_dir) == os.path.realpath(tokenizer)
+    if not ours and recorded != vocab_match.tokenizer_fingerprint(tok):
+        why = "its token ids were made with it: drop the option to use its tokenizer/, or preprocess the text again"
+        if own_dir is not None:
+            own = load_tokenizer(own_dir)
+            vocab_match.check_same_ids(own.get_vocab(), tok.get_vocab(), option, tokenizer, str(own_dir), why)
+            warning = vocab_match.casing_warning(tok, f"{tokenizer} ({option})", own, f"the corpus {corpus.path}")
+            if warning:
+                eprint0(warning)
+        elif recorded:
+            raise SpanBertError(
+                f"{option}: found {tokenizer} with the vocabulary {vocab_match.tokenizer_fingerprint(tok)}, expected "
+                f"the vocabulary {recorded} that {corpus.path}/meta.json records ({why})"
+            )
+    if tok.vocab_size < corpus.vocab_size:
+        raise SpanBertError(
+            f"{option}: found {tokenizer} with {tok.vocab_size:,} ids, expected the {corpus.vocab_size:,} ids of the "
+            f"vocabulary {corpus.path} was prepared with (use the corpus's own tokenizer/)"
+        )
+    specials = [i for i in tok.special_ids().tolist() if i != tok.unk_id and i < len(counts)]
+    total = int(counts.sum()) - int(counts[specials].sum())
+    warning = vocab_match.check_coverage(int(counts[tok.unk_id]), total, option, tokenizer, f"the corpus {corpus.path}")
+    if warning:
+        eprint0(warning)
 
 
 def check_init_vocabulary(init_from: str, rows: int, tokenizer: str | None, vocab_size: int) -> None:
@@ -581,7 +634,7 @@ def run_config_of(cfg: PretrainConfig, masking: MaskingConfig) -> dict[str, Any]
 
 def pretrain(
     cfg: PretrainConfig, args: TrainingArguments, masking: MaskingConfig | None = None,
-    model_overrides: dict[str, Any] | None = None,
+    model_overrides: dict[str, Any] | None = None, vocab_size_given: bool | None = None,
 ) -> Path:  # fmt: skip
     """Run a pre-training job end to end, the same steps for every system; returns the folder of the
     exported model.
@@ -596,6 +649,8 @@ def pretrain(
     5. export ``output_dir/<output_name>`` atomically, with the family's config.json keys.
 
     ``model_overrides`` sets the family's model config fields directly (tests: the two-tower's dropout 0).
+    ``vocab_size_given``: whether the user set ``vocab_size`` (None: when it is neither the field's default
+    nor the quick start's), refused when a tokenizer or a prepared corpus decides another size.
     """
     started = time.perf_counter()  # a --max_time budget counts from here, data preparation included
     cfg.__post_init__()  # a config edited after construction is checked again
@@ -628,7 +683,9 @@ def pretrain(
     check_output_dir(args, input_paths(cfg, ("corpus", "tokenizer", "init_from")))  # contract 3, before any work
     # the folder is held (lock and manifest) from here to the export: data/, checkpoints, final/
     with claim_run_dir(args.output_dir, "spanbert pretrain"):
-        sources = check_sources(cfg)
+        if vocab_size_given is None:  # the command line checks a --vocab_size it was given (`main`)
+            vocab_size_given = cfg.vocab_size not in (PretrainConfig.vocab_size, QUICKSTART_CONFIG["vocab_size"])
+        sources = check_sources(cfg, vocab_size_given)
         planned = plan_model(cfg, run, sources.init_config, model_overrides)
         family.check(planned, **checks)  # and what needs the planned model (its positions, causal or not)
         if sources.init_from is not None:  # the vocabulary the run tokenizes with names the checkpoint's rows
@@ -912,6 +969,9 @@ def main(argv: list[str], prog: str = "spanbert pretrain") -> int:
         targs, note = scale_warmup(targs, train_defaults, named_schedule)
         if note:
             print0(note)
+    decided = cfg.tokenizer or cfg.init_from or (cfg.corpus and _looks_preprocessed(Path(cfg.corpus)))
+    if decided and named_options(args, "PretrainConfig", ("vocab_size",)):
+        check_sources(cfg, vocab_size_given=True)  # a --vocab_size the corpus or tokenizer contradicts: refused now
     final = pretrain(cfg, targs, masking)
     if final.exists():
         system = system_of(cfg)

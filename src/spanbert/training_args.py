@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from spanbert.distributed import resolve_device
 from spanbert.errors import SpanBertError
+from spanbert.utils import user_path
 
 COMPILE_CHOICES = ("auto", "true", "false")
 """``--compile``'s values; the option holds ``"auto"`` or a boolean (`spanbert.compile`)."""
@@ -139,6 +140,11 @@ class TrainingArguments:
         # Checked at construction so a command fails before any work (contract 4).
         def bad(name: str, value: Any, expected: str) -> SpanBertError:
             return SpanBertError(f"--{name}: found {value!r}, expected {expected}")
+
+        # the same path rule as the command line and a YAML file: ~ expanded, None and "" refused (issue 58.5)
+        if self.output_dir is None:
+            raise bad("output_dir", None, "a folder to write the run into")
+        self.output_dir = user_path(self.output_dir, "--output_dir")
 
         def finite(name: str, lo: float = 0.0, lo_open: bool = False, hi: float | None = None, hi_open=True):
             v = getattr(self, name)
