@@ -796,14 +796,29 @@ def pretrain(
             # what fine-tuning may rely on: the positions of the longest block, and type 1 only from two segments
             extra |= trained_inputs.record(max(length for length, _ in stages), 2 if system.sampler == "nsp" else 1)
             distributed.on_main(lambda: export(model, tok, final, extra, result.metrics))
-            if budget is not None and not args.resume:
-                took = time.perf_counter() - started
-                off = took - budget.seconds
-                print0(
-                    f"time budget {budget.text}: the run took {format_duration(took)}, "
-                    f"{format_duration(abs(off))} ({abs(off) / budget.seconds:.1%}) {'over' if off > 0 else 'under'} it"
-                )
+            if budget is not None:
+                print0(budget_end_line(budget, args.resume))
         return final
+
+
+def budget_end_line(budget: TimeBudget, resumed: bool) -> str:
+    """The last line of a --max_time run: what it took against the budget (a resumed run: its processes
+    together, each up to its last checkpoint), how its plan moved, and how to rerun its steps."""
+    took = budget.elapsed()
+    off = took - budget.seconds
+    line = (f"time budget {budget.text}: the run took {format_duration(took)}"
+            + (" (its processes together)" if resumed else "")
+            + f", {format_duration(abs(off))} ({abs(off) / budget.seconds:.1%}) {'over' if off > 0 else 'under'} it")  # fmt: skip
+    planned = budget.plans[1:]  # the first is the provisional one, before the speed was measured
+    if not planned:
+        return line
+    last = planned[-1]
+    if len(planned) == 1:
+        return line + f"; to rerun exactly these steps: --max_steps {last.total} --warmup_steps {last.warmup}"
+    moves = " -> ".join(f"{p.total:,}" for p in planned)
+    return (line + f"; the plan moved {len(planned) - 1} time(s) with the speed ({moves} steps, each from the rate "
+            f"reached: the plans are in trainer_state.json); --max_steps {last.total} --warmup_steps {last.warmup} "
+            "trains as many steps on the last plan's schedule")  # fmt: skip
 
 
 def _objective_line(run: Resolved) -> str:

@@ -41,6 +41,7 @@ from spanbert.errors import SpanBertError
 from spanbert.loop import (
     Run,
     State,
+    check_time_budget,
     checkpoint,
     close_run,
     decide_time_budget,
@@ -49,7 +50,9 @@ from spanbert.loop import (
     finish,
     log_window,
     optimisation_step,
+    planned_schedule,
     restore_best,
+    save_interval,
     schedule,
     step_done,
     stop_step,
@@ -432,6 +435,10 @@ def train(
     lengths, n_batches, epoch_steps = _epoch_length(train_dataset, args, world)
     total, decide_at, budget_state = _planned_total(args, epoch_steps, time_budget, output_dir)
     warmup = args.warmup_steps or math.ceil(args.warmup_ratio * total)
+    if budget_state is not None:  # a time budget's plans (the first: provisional, until its speed is measured)
+        warmup = int(budget_state.get("warmup_steps") or warmup)
+        budget_state["plans"] = [dict(p) for p in budget_state.get("plans") or
+                                 [{"step": 0, "total": total, "warmup": warmup}]]  # fmt: skip
     settings = _settings(args, run_config, world, n, n_batches)
     evals_per_epoch = args.evals_per_epoch
     if cost_warning:
@@ -442,8 +449,9 @@ def train(
     if removed:
         print0(f"note: removed what an interrupted run left in {output_dir}: {', '.join(removed)}")
 
+    plans = plans_from(budget_state["plans"], total, warmup) if budget_state is not None else None
     run, step, best = _start(model, args, rank, world, device, total, warmup, settings, lr_by_prefix,
-                             weight_decay_by_prefix, clip_by_prefix)  # fmt: skip
+                             weight_decay_by_prefix, clip_by_prefix, plans, undecided=bool(decide_at))  # fmt: skip
     # the wall time of training so far: a resumed run's goes on from what its checkpoint recorded
     seconds_before = float(on_main(lambda: resume_state(output_dir).get("train_seconds", 0.0))) if args.resume else 0.0
     extra_state = {"world_size": world, "run_config": settings["run_config"], "best": best}
@@ -451,6 +459,8 @@ def train(
         extra_state["time_budget"] = budget_state
     state = State(step, total, stop_step(total, args), best, extra_state, skipped_t=torch.zeros((), device=device),
                   first_bad=torch.zeros(3, device=device), decide_at=decide_at, seconds_before=seconds_before)  # fmt: skip
+    if time_budget is not None:
+        _start_budget(state, time_budget, budget_state, plans, step, warmup)
     compile_report = CompileReport(n_regions, total, graphs_before) if n_regions else None
     run.model.train()
     stream = None
@@ -479,9 +489,13 @@ def train(
                 evaluated = False
                 if state.decide_at and state.step == state.decide_at:
                     evaluated = decide_time_budget(run, state, time_budget, eval_fn, epoch_steps)
-                if eval_fn is not None and is_eval_step(state.step) and state.step != state.total and not evaluated:
+                elif state.next_check and state.step >= state.next_check and state.step < state.end:
+                    check_time_budget(run, state, epoch_steps)
+                due = state.step % state.eval_every == 0 if state.eval_every else is_eval_step(state.step)
+                if eval_fn is not None and due and state.step != state.total and not evaluated:
                     evaluate(run, state, eval_fn)
-                if args.save_steps and state.step % args.save_steps == 0 and state.step != state.end:
+                save_every = save_interval(run, state)
+                if save_every and state.step % save_every == 0 and state.step != state.end:
                     checkpoint(run, state)
         finish(run, state, eval_fn)
     finally:
@@ -560,18 +574,40 @@ def _epoch_length(dataset: Any, args: TrainingArguments, world: int) -> tuple[np
 def _planned_total(
     args: TrainingArguments, epoch_steps: int, time_budget: TimeBudget | None, output_dir: Path
 ) -> tuple[int, int, dict[str, Any] | None]:
-    """(the run's total steps, the step after which a time budget fixes the total (0: no decision to make),
-    the decision a resumed run made already)."""
+    """(the run's total steps, the step after which a time budget plans the total first (0: no plan to make),
+    a time budget's state: the one a resumed run recorded, or a new one)."""
     total = args.max_steps if args.max_steps > 0 else math.ceil(args.num_train_epochs * epoch_steps)
     if time_budget is None:
         return total, 0, None
     decide_at = time_budget.measure_until(args.warmup_steps)
     budget_state = None
-    if args.resume:  # the total the resumed run decided, if it got that far
+    if args.resume:  # the plans the resumed run made, if it got that far
         budget_state = on_main(lambda: resume_state(output_dir).get("time_budget"))
-    if budget_state is not None:
-        return int(budget_state["max_steps"]), 0, budget_state
-    return max(total, decide_at + 1), decide_at, None  # provisional, until the warm-up's speed is measured
+    if budget_state is not None and budget_state.get("decided", True):  # a checkpoint of before 'decided': planned
+        return int(budget_state["max_steps"]), 0, {**budget_state, "decided": True}
+    if budget_state is None:
+        budget_state = {"max_time": time_budget.text, "decided": False, "elapsed_seconds": 0.0}
+    provisional = max(total, decide_at + 1)  # until the warm-up's speed is measured
+    if budget_state.get("plans"):
+        provisional = int(budget_state["plans"][0]["total"])
+    return provisional, decide_at, budget_state
+
+
+def _start_budget(state: State, budget: TimeBudget, budget_state: dict[str, Any], plans: list[Any], step: int,
+                  warmup: int) -> None:  # fmt: skip
+    """A time budget's part of the run's state: the plans (a resumed run's, from its checkpoint), what the
+    budget's earlier processes used of it, this process's own pace, and when it plans or checks first
+    (after steps of its own: a plan is made from this process's timings only, `budget.first_plan_step`)."""
+    budget.spent_before = float(budget_state.get("elapsed_seconds") or 0.0)
+    budget.plans = list(plans)
+    state.budget = budget
+    state.pace = Pace(budget.clock, started=budget.clock())
+    if state.decide_at:
+        state.decide_at = first_plan_step(state.decide_at, step, warmup)
+    else:
+        state.next_check = step + max(replan_every(state.total), 2 + MIN_MEASURED)
+        state.eval_every = budget_state.get("eval_steps")
+        state.save_every = budget_state.get("save_steps")
 
 
 def _settings(
@@ -588,11 +624,12 @@ def _settings(
 def _start(
     model: nn.Module, args: TrainingArguments, rank: int, world: int, device: torch.device, total: int, warmup: int,
     settings: dict[str, Any], lr_by_prefix: dict[str, float] | None, weight_decay_by_prefix: dict[str, float] | None,
-    clip_by_prefix: tuple[str, ...] | None,
+    clip_by_prefix: tuple[str, ...] | None, plans: list[Any] | None = None, undecided: bool = False,
 ) -> tuple[Run, int, dict[str, Any]]:  # fmt: skip
     """(the `Run`, the step it starts at, the best evaluation so far): the model on its device (DDP-wrapped
-    with several processes), its optimizer, schedule, loss scaler and clipping groups, restored with
-    --resume; the log and the progress bar opened."""
+    with several processes), its optimizer, schedule (a time budget's ``plans``: `loop.planned_schedule`),
+    loss scaler and clipping groups, restored with --resume; the log and the progress bar opened (with no
+    total while a time budget is ``undecided``)."""
     output_dir = Path(args.output_dir)
     model.to(device)
     raw_model = model
@@ -601,7 +638,8 @@ def _start(
     groups = param_groups(raw_model, args.learning_rate, args.weight_decay, lr_by_prefix, weight_decay_by_prefix,
                           args.decay_all_parameters)  # fmt: skip
     optimizer = make_optimizer(groups, args, device)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule(total, warmup, groups, args))
+    lambdas = planned_schedule(plans, groups, args) if plans else schedule(total, warmup, groups, args)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambdas)
     amp_dtype = autocast_dtype(args.precision, device)
     scaler = make_grad_scaler(amp_dtype, device)
     params = [p for g in groups for p in g["params"]]
@@ -609,7 +647,7 @@ def _start(
     best: dict[str, Any] = {"step": None, "score": None, "metrics": {}}
     step = 0
     if args.resume:
-        step = _resume(model, optimizer, scheduler, scaler, output_dir, settings, total, best)
+        step = _resume(model, optimizer, scheduler, scaler, output_dir, settings, "?" if undecided else total, best)
     resume_step = step if args.resume else None
     log_note = on_main(lambda: _start_log(output_dir, resume_step))
     if log_note:
@@ -617,7 +655,8 @@ def _start(
     logger = _Logger(output_dir, rank == 0, args.report_to == "tensorboard", resume_step)
     bar = None
     if rank == 0 and not args.disable_tqdm:
-        bar = progress_bar(total=total, initial=step, desc="train", unit="step", dynamic_ncols=True)
+        bar = progress_bar(total=None if undecided else total, initial=step, desc="train", unit="step",
+                           dynamic_ncols=True)  # fmt: skip
     device_skip = scaler is None and getattr(optimizer, "_step_supports_amp_scaling", False)
     run = Run(model=model, raw_model=raw_model, optimizer=optimizer, scheduler=scheduler, scaler=scaler, groups=groups,
               clipped=clipped, args=args, device=device, amp_dtype=amp_dtype, rank=rank, world=world, warmup=warmup,
@@ -627,7 +666,7 @@ def _start(
 
 def _resume(
     model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, scaler: Any, output_dir: Path,
-    settings: dict[str, Any], total: int, best: dict[str, Any],
+    settings: dict[str, Any], total: int | str, best: dict[str, Any],
 ) -> int:  # fmt: skip
     """--resume: the step of the checkpoint chosen (once, on rank 0, for every rank) after its settings were
     compared with this run's; the training state restored, ``best`` updated to the saved one."""
