@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from spanbert import _aliases, cloze, cost, distributed, preprocess, tokenization, trained_inputs, vocab_match
+from spanbert import _aliases, cloze, cost, distributed, preprocess, threads, tokenization, trained_inputs, vocab_match
 from spanbert.blocks import held_out_documents
 from spanbert.budget import TimeBudget, format_duration, parse_duration
 from spanbert.collate import collate_pretrain
@@ -82,7 +82,7 @@ from spanbert.runs import check_output_dir, claim_run_dir, find_resume_checkpoin
 from spanbert.samplers import SAMPLERS, Cut, HeldOut, Sampler
 from spanbert.static_masks import static_mask_sets
 from spanbert.tokenization import load_tokenizer
-from spanbert.trainer import predict_batches, token_batches, train
+from spanbert.trainer import recorded_threads, predict_batches, token_batches, train
 from spanbert.training_args import TrainingArguments
 from spanbert.utils import atomic_dir, atomic_write, input_paths
 
@@ -907,7 +907,14 @@ def preset_line(quick: bool, cfg: PretrainConfig, args: TrainingArguments) -> st
         size = f"{batch} x {cfg.max_seq_length} tokens"
     device = resolve_device(args.device)
     precision = f"on {device.type}, {precision_text(args.precision, device)}"  # which dtype, and why
-    plan = f"{model}, {length} of {size}, {cfg.recipe} optimisation, {precision}, output {args.output_dir}"
+    if device.type == "cpu":  # the weights depend on the thread count (`threads.decide_for_run`)
+        n = torch.get_num_threads()
+        precision += f", {n} CPU thread{'' if n == 1 else 's'}"
+    steps = f"{length} of {size}"
+    if cfg.max_time:
+        steps = (f"as many steps of {size} as fit --max_time {cfg.max_time} (data preparation included; planned "
+                 "from the speed measured in the warm-up, re-planned as it changes)")
+    plan = f"{model}, {steps}, {cfg.recipe} optimisation, {precision}, output {args.output_dir}"
     if quick:
         return (
             f"preset: quick start (tiny SpanBERT on the Python reference manual; {plan}); "
@@ -969,7 +976,13 @@ def main(argv: list[str], prog: str = "spanbert pretrain") -> int:
     # path the run reads (the corpus, a tokenizer, an --init_from model, the --config file)
     check_output_dir(targs, input_paths(cfg, ("corpus", "tokenizer", "init_from")) + input_paths(args, ("config",)))
     masking = build(MaskingConfig, defaults=system_masking(system_of(cfg)))  # a flag or YAML key still wins
+    note = None
+    if resolve_device(targs.device).type == "cpu":  # before the first line, which says it
+        recorded = recorded_threads(targs) if targs.resume else None
+        _, note = threads.decide_for_run(recorded, targs.threads)
     print0(preset_line(quick, cfg, targs))
+    if note:
+        eprint0(note)
     named_schedule = named_options(args, "TrainingArguments", ("max_steps", "warmup_steps", "warmup_ratio"))
     if cfg.max_time:
         if "max_steps" in named_schedule:

@@ -33,7 +33,7 @@ import torch.distributed as dist
 from torch import nn
 
 from spanbert import cost, threads, trained_inputs
-from spanbert.budget import TimeBudget
+from spanbert.budget import MIN_MEASURED, Pace, TimeBudget, first_plan_step, plans_from, replan_every
 from spanbert.compile import CompileReport, compile_regions, graphs_compiled, wants_compile
 from spanbert.cost import finetune_warning
 from spanbert.distributed import distributed_env, eprint0, init_distributed, is_main, on_main, print0, resolve_device
@@ -455,6 +455,8 @@ def train(
     # the wall time of training so far: a resumed run's goes on from what its checkpoint recorded
     seconds_before = float(on_main(lambda: resume_state(output_dir).get("train_seconds", 0.0))) if args.resume else 0.0
     extra_state = {"world_size": world, "run_config": settings["run_config"], "best": best}
+    if device.type == "cpu":  # the weights depend on it: a --resume takes it again (`_set_up_device`)
+        extra_state["threads"] = torch.get_num_threads()
     if budget_state is not None:
         extra_state["time_budget"] = budget_state
     state = State(step, total, stop_step(total, args), best, extra_state, skipped_t=torch.zeros((), device=device),
@@ -520,7 +522,16 @@ def _set_up_device(args: TrainingArguments) -> tuple[int, int, torch.device, str
     rank, world, _ = distributed_env()
     device = resolve_device(args.device)
     init_distributed(device)
-    if args.threads:  # also from a --config file, which the command line's early read does not see
+    note = None
+    if device.type == "cpu":
+        # one count for the whole run (its weights depend on it): --threads (also from a --config file,
+        # which the command line's early read does not see), the resumed run's own, or the free cores now;
+        # rank 0's for every rank
+        recorded = on_main(lambda: recorded_threads(args)) if args.resume else None
+        n, note = threads.decide_for_run(recorded, args.threads)
+        if world > 1:
+            threads.follow_main(on_main(lambda: n))
+    elif args.threads:
         threads.configure(args.threads)
     # what else keeps the cores busy, since the command started: the time a plan promises is an idle
     # machine's, so the lines that promise one say when it is not
@@ -528,11 +539,22 @@ def _set_up_device(args: TrainingArguments) -> tuple[int, int, torch.device, str
     if device.type == "cpu":
         beside = f"; {shared}: expect a slower run than on idle cores" if shared else ""
         print0(f"{threads.describe()}; {precision_text(args.precision, device)}{beside}")
+        if note:
+            eprint0(note)
         note = precision_note(args.precision, device)
         if note:
             eprint0(note)
         configure_malloc()  # tensors >= 8 MB go back to the system when freed (utils.configure_malloc)
     return rank, world, device, shared
+
+
+def recorded_threads(args: TrainingArguments) -> int | None:
+    """The CPU threads the run being resumed trained with (its checkpoint's), None when it recorded none."""
+    try:
+        count = resume_state(args.output_dir).get("threads")
+    except (SpanBertError, OSError, ValueError):  # no usable checkpoint: `_resume` says why, later
+        return None
+    return int(count) if isinstance(count, int) and count > 0 else None
 
 
 def _compile(model: nn.Module, args: TrainingArguments, device: torch.device) -> tuple[int, int]:
