@@ -284,3 +284,65 @@ def test_set_dropout_reaches_every_rate_of_every_family():
         assert torch.equal(m(input_ids=ids)["hidden_states"], m(input_ids=ids)["hidden_states"])
     with pytest.raises(ValueError):
         set_dropout(bert, 1.0)
+
+
+_RANKS_SCRIPT = '''
+import json, sys
+import torch
+import torch.distributed as dist
+from torch import nn
+from spanbert.budget import TimeBudget
+from spanbert.trainer import train
+from spanbert.training_args import TrainingArguments
+
+class Data(torch.utils.data.Dataset):
+    def __len__(self):
+        return 48
+    def __getitem__(self, i):
+        x = torch.randn(4, generator=torch.Generator().manual_seed(i))
+        return {"x": x, "y": x.sum().unsqueeze(0)}
+
+class Clock:
+    t = 0.0
+    def __call__(self):
+        return self.t
+
+class Net(nn.Module):
+    def __init__(self, clock, step_s):
+        super().__init__()
+        torch.manual_seed(0)
+        self.l1, self.l2 = nn.Linear(4, 16), nn.Linear(16, 1)
+        self.clock, self.step_s = clock, step_s
+    def forward(self, x, y):
+        self.clock.t += self.step_s
+        return {"loss": ((self.l2(torch.relu(self.l1(x))) - y) ** 2).mean()}
+
+out, rank = sys.argv[1], int(__import__("os").environ["RANK"])
+clock = Clock()
+# rank 1's clock runs three times as fast: were each rank to plan from its own, they would part ways
+model = Net(clock, 0.125 if rank == 0 else 0.375)
+args = TrainingArguments(output_dir=out, max_steps=-1, warmup_steps=6, save_steps=20, logging_steps=50,
+                         per_device_train_batch_size=2, learning_rate=1e-2, disable_tqdm=True, report_to="none")
+result = train(model, Data(), args, time_budget=TimeBudget(12.5, "12.5s", clock=clock))
+w = torch.cat([p.detach().flatten() for p in model.parameters()])
+json.dump({"step": result.global_step, "total": result.total_steps, "w": w.tolist()}, open(f"{out}/rank{rank}.json", "w"))
+'''
+
+
+@pytest.mark.slow
+def test_under_torchrun_rank_0_plans_for_every_rank(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "ranks.py"
+    script.write_text(_RANKS_SCRIPT)
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script), str(out)]
+    proc = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0]["step"] == ranks[1]["step"] == ranks[0]["total"] == 100  # rank 0's clock: 0.125 s a step
+    assert ranks[0]["w"] == ranks[1]["w"]  # the same schedule on both: the same weights
+    state = _state(out)
+    assert state["step_seconds"] == 0.125 and [p["total"] for p in state["plans"]][1:] == [100]
