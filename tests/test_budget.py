@@ -9,7 +9,14 @@ import pytest
 import torch
 from test_trainer import Net, Regression, args, params
 
-from spanbert.budget import TimeBudget, evaluations_between, format_duration, parse_duration, seconds_needed, total_steps
+from spanbert.budget import (
+    TimeBudget,
+    evaluations_between,
+    format_duration,
+    parse_duration,
+    seconds_needed,
+    total_steps,
+)
 from spanbert.errors import SpanBertError
 from spanbert.runs import latest_checkpoint
 from spanbert.trainer import train

@@ -82,7 +82,7 @@ from spanbert.runs import check_output_dir, claim_run_dir, find_resume_checkpoin
 from spanbert.samplers import SAMPLERS, Cut, HeldOut, Sampler
 from spanbert.static_masks import static_mask_sets
 from spanbert.tokenization import load_tokenizer
-from spanbert.trainer import recorded_threads, predict_batches, token_batches, train
+from spanbert.trainer import predict_batches, recorded_threads, token_batches, train
 from spanbert.training_args import TrainingArguments
 from spanbert.utils import atomic_dir, atomic_write, input_paths
 
@@ -911,7 +911,9 @@ def preset_line(quick: bool, cfg: PretrainConfig, args: TrainingArguments) -> st
         n = torch.get_num_threads()
         precision += f", {n} CPU thread{'' if n == 1 else 's'}"
     steps = f"{length} of {size}"
-    if cfg.max_time:
+    if cfg.random_init:  # nothing trains: the preset's count would be a promise not kept
+        steps = "no training steps (--random_init exports the initialised model)"
+    elif cfg.max_time:
         steps = (f"as many steps of {size} as fit --max_time {cfg.max_time} (data preparation included; planned "
                  "from the speed measured in the warm-up, re-planned as it changes)")
     plan = f"{model}, {steps}, {cfg.recipe} optimisation, {precision}, output {args.output_dir}"
@@ -977,7 +979,7 @@ def main(argv: list[str], prog: str = "spanbert pretrain") -> int:
     check_output_dir(targs, input_paths(cfg, ("corpus", "tokenizer", "init_from")) + input_paths(args, ("config",)))
     masking = build(MaskingConfig, defaults=system_masking(system_of(cfg)))  # a flag or YAML key still wins
     note = None
-    if resolve_device(targs.device).type == "cpu":  # before the first line, which says it
+    if resolve_device(targs.device).type == "cpu" and not cfg.random_init:  # before the first line, which says it
         recorded = recorded_threads(targs) if targs.resume else None
         _, note = threads.decide_for_run(recorded, targs.threads)
     print0(preset_line(quick, cfg, targs))
@@ -1005,7 +1007,8 @@ def main(argv: list[str], prog: str = "spanbert pretrain") -> int:
         system = system_of(cfg)
         lines = FAMILIES[system.family].pretraining.next_steps(final, system.objectives)
         if cfg.random_init:  # untrained heads fill nothing worth reading: only the fine-tuning hint
-            lines = [line for line in lines if "fill" not in line and "head" not in line]
+            lines = [f"next: fine-tune it as the pre-trained model it is a control for, e.g.: spanbert finetune squad "
+                     f"--model {final} --train_file ... --validation_file ..."]  # fmt: skip
         for line in lines:
             print0(line)
     return 0

@@ -32,6 +32,7 @@ from spanbert.errors import SpanBertError
 from spanbert.pretrain_config import PRETRAIN_DEFAULTS, PretrainConfig
 from spanbert.study.cells import is_done, plan
 from spanbert.study.heldout import heldout_plan, study_is_legacy
+from spanbert.study.spec import Study, TaskSpec
 from spanbert.study.trials import (
     TRIAL_ROUNDS,
     DataTimings,
@@ -42,7 +43,6 @@ from spanbert.study.trials import (
     trial_finetuning,
     trial_pretraining,
 )
-from spanbert.study.spec import Study, TaskSpec
 from spanbert.tasks.splits import HELDOUT_SEED
 from spanbert.threads import load_mark, others_since, sharing, usable_cores
 from spanbert.utils import atomic_write

@@ -21,9 +21,7 @@ import os
 import re
 import shutil
 import statistics
-import struct
 import time
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,7 +29,7 @@ import torch
 
 from spanbert.corpus import is_preprocessed
 from spanbert.errors import SpanBertError
-from spanbert.preprocess import preprocess
+from spanbert.preprocess import preprocess, uncompressed_size  # noqa: F401 - uncompressed_size: its name here too
 from spanbert.study.cells import candidate_kinds, plan, prepare_folds, run_finetune
 from spanbert.study.heldout import heldout_plan, score_heldout, split_dev
 from spanbert.study.layout import shared_dir
@@ -70,23 +68,6 @@ def _since(t0: float) -> float:
 def megabytes(n: float) -> str:
     """A size in bytes as a person reads it: "261.5 MB", "2.1 MB", "46 kB"."""
     return f"{n / 1e6:,.1f} MB" if n >= 1e5 else f"{n / 1e3:,.0f} kB"
-
-
-def uncompressed_size(path: Path) -> int:
-    """Bytes of text in a corpus file: its size, or for a .gz file the size its gzip trailer records
-    (ISIZE, the last 4 bytes: the length modulo 4 GiB), or, for a file so large that the trailer may
-    have wrapped, its size times the compression ratio of its first megabyte."""
-    size = path.stat().st_size
-    if path.suffix != ".gz":
-        return size
-    with open(path, "rb") as f:
-        if size < 2**28:  # under 256 MiB compressed: under 4 GiB of text for any ratio below 16
-            f.seek(-4, os.SEEK_END)
-            return struct.unpack("<I", f.read(4))[0]
-        head = f.read(1 << 20)
-    inflate = zlib.decompressobj(wbits=31)
-    text = inflate.decompress(head)
-    return int(size * len(text) / max(1, len(head) - len(inflate.unconsumed_tail)))
 
 
 @dataclass
