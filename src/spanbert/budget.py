@@ -272,9 +272,11 @@ def fit_plan(total: int, step: int, warmup: int, eval_steps: int, save_steps: in
     new_warmup = warmup
     if warmup > step and warmup > most:
         new_warmup = most
+        until = (f"warming up over {new_warmup} instead (at most {MAX_WARMUP_SHARE:.0%} of them)" if new_warmup > step + 1
+                 else f"the warm-up ends at the next step instead ({MAX_WARMUP_SHARE:.0%} of them have passed)")  # fmt: skip
         notes.append(
-            f"--warmup_steps {warmup} is {warmup / total:.0%} of the {total:,} planned steps: warming up over "
-            f"{new_warmup} instead (at most {MAX_WARMUP_SHARE:.0%} of them), from the rate of step {step} on"
+            f"--warmup_steps {warmup} is {warmup / total:.0%} of the {total:,} planned steps: {until}, from the rate "
+            f"of step {step} on"
         )
     share = math.ceil(total / MIN_EVENTS)
     fitted = []

@@ -599,14 +599,19 @@ def _first_plan(budget: TimeBudget, pace: Pace, step: int, warmup: int, eval_s: 
     remaining = budget.remaining()
     end_s = pace.save_s  # the export after the last step: about a checkpoint's writing, once measured
     total = total_steps(step, remaining, step_s, eval_s, every, pace.save_s, save_every, end_s)
-    fit = fit_plan(total, step, warmup, every if fit_evals else 0, save_every)
-    new_every = fit.eval_steps if fit_evals else every
-    if (new_every, fit.save_steps) != (every, save_every):  # more evaluations or checkpoints: fewer steps fit
-        total = total_steps(step, remaining, step_s, eval_s, new_every, pace.save_s, fit.save_steps, end_s)
+    for _ in range(3):  # shorter intervals make more evaluations and checkpoints: fewer steps fit, and so on
+        fit = fit_plan(total, step, warmup, every if fit_evals else 0, save_every)
+        new_every = fit.eval_steps if fit_evals else every
+        again = total_steps(step, remaining, step_s, eval_s, new_every, pace.save_s, fit.save_steps, end_s)
+        if again == total:
+            break
+        total = again
     plans = [*budget.plans, Plan(step, total, fit.warmup)]
+    # the intervals only where the plan shortened them: a resumed run reads its own options otherwise
     state = {"max_steps": total, "decided_at_step": step, "step_seconds": step_s, "eval_seconds": eval_s,
              "remaining_seconds": remaining, "plans": plan_rows(plans), "decided": True, "warmup_steps": fit.warmup,
-             "eval_steps": new_every, "save_steps": fit.save_steps}  # fmt: skip
+             "eval_steps": new_every if new_every != every else None,
+             "save_steps": fit.save_steps if fit.save_steps != save_every else None}  # fmt: skip
     return {"state": state, "warmup": fit.warmup, "eval_steps": new_every, "save_steps": fit.save_steps,
             "notes": list(fit.notes)}  # fmt: skip
 

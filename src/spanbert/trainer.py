@@ -462,7 +462,7 @@ def train(
     state = State(step, total, stop_step(total, args), best, extra_state, skipped_t=torch.zeros((), device=device),
                   first_bad=torch.zeros(3, device=device), decide_at=decide_at, seconds_before=seconds_before)  # fmt: skip
     if time_budget is not None:
-        _start_budget(state, time_budget, budget_state, plans, step, warmup)
+        _start_budget(state, time_budget, budget_state, plans, step, warmup, args)
     compile_report = CompileReport(n_regions, total, graphs_before) if n_regions else None
     run.model.train()
     stream = None
@@ -616,7 +616,7 @@ def _planned_total(
 
 
 def _start_budget(state: State, budget: TimeBudget, budget_state: dict[str, Any], plans: list[Any], step: int,
-                  warmup: int) -> None:  # fmt: skip
+                  warmup: int, args: TrainingArguments) -> None:  # fmt: skip
     """A time budget's part of the run's state: the plans (a resumed run's, from its checkpoint), what the
     budget's earlier processes used of it, this process's own pace, and when it plans or checks first
     (after steps of its own: a plan is made from this process's timings only, `budget.first_plan_step`)."""
@@ -626,6 +626,9 @@ def _start_budget(state: State, budget: TimeBudget, budget_state: dict[str, Any]
     state.pace = Pace(budget.clock, started=budget.clock())
     if state.decide_at:
         state.decide_at = first_plan_step(state.decide_at, step, warmup)
+        if state.total <= state.decide_at:  # a provisional total that would end before the plan is made
+            state.total = state.decide_at + 1
+            state.end = stop_step(state.total, args)
     else:
         state.next_check = step + max(replan_every(state.total), 2 + MIN_MEASURED)
         state.eval_every = budget_state.get("eval_steps")
