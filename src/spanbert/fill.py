@@ -130,7 +130,7 @@ def expectation(model_dir: str | Path, head: str) -> str | None:
         return None
     return (f"note: this model's {head.upper()} head predicted {acc:.0%} of the masked tokens of its last {where} "
             "batches: expect frequent tokens (punctuation, 'the', 'of') more than the missing words. Short CPU "
-            "runs stay there (the quick start reaches about 12%, the README's 40-minute small model 16%); "
+            "runs stay there (the quick start ends near 11%, the README's 40-minute small model 16%); "
             "filling spans with the right words takes pre-training at the paper's scale")  # fmt: skip
 
 
