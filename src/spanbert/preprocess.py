@@ -531,7 +531,7 @@ def _progress_bar(enabled: bool, files: list[Path]):
         return None
     # the text's size, as the user counts it; a compressed corpus's size on disk beside it
     text, disk = sum(uncompressed_size(p) for p in files), sum(p.stat().st_size for p in files)
-    size = f"{text / 1e6:.1f} MB" + (f" of text, {disk / 1e6:.1f} MB compressed" if text != disk else "")
+    size = f"{text / 1e6:.1f} MB" + (f" of text, {disk / 1e6:.1f} MB on disk" if text != disk else "")
     return progress_bar(unit="tok", unit_scale=True, desc=f"preprocess ({size})", file=sys.stderr, mininterval=0.5)
 
 
