@@ -12,6 +12,8 @@ import pytest
 from conftest import REPO
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
+FLAT = " ".join(README.split())
+"""The README with its line breaks as spaces: what a sentence says, wherever its lines break."""
 BENCHMARKS = (REPO / "docs" / "benchmarks.md").read_text(encoding="utf-8")
 DATA = REPO.parent / "shared" / "data"
 
@@ -34,13 +36,13 @@ def test_the_model_shapes_and_the_paper_schedule_are_the_presets():
     from spanbert.pretrain_config import PRETRAIN_DEFAULTS, PretrainConfig
 
     tiny, small = MODEL_PRESETS["tiny"], MODEL_PRESETS["small"]
-    assert f"tiny SpanBERT ({tiny['num_hidden_layers']} layers × {tiny['hidden_size']}," in README
+    assert f"tiny SpanBERT ({tiny['num_hidden_layers']} layers × {tiny['hidden_size']}," in FLAT
     assert (f"`small` SpanBERT ({small['num_hidden_layers']} layers × {small['hidden_size']}, "
-            f"{small['num_attention_heads']} heads)") in README  # fmt: skip
+            f"{small['num_attention_heads']} heads)") in FLAT  # fmt: skip
     mb = MODERNBERT_PRESETS["tiny"]
-    assert f"tiny ModernBERT ({mb['num_hidden_layers']} layers × {mb['hidden_size']})" in README
+    assert f"tiny ModernBERT ({mb['num_hidden_layers']} layers × {mb['hidden_size']})" in FLAT
     steps, tokens = PRETRAIN_DEFAULTS["max_steps"], PretrainConfig().tokens_per_update
-    assert f"base model, {steps / 1e6:g} M steps of ~{round(tokens / 1000)}k tokens each" in README
+    assert f"base model, {steps / 1e6:g} M steps of ~{round(tokens / 1000)}k tokens each" in FLAT
 
 
 def test_the_recorded_run_adds_up():
@@ -80,12 +82,12 @@ def test_the_data_figures_are_the_datas():
         pytest.skip(f"needs {corpus} and {sst2}")
     files = sorted(p for p in corpus.iterdir() if p.name.endswith((".txt", ".txt.gz")))
     size = sum(uncompressed_size(p) for p in files)
-    assert f"all {size / 1e6:.1f} MB of text" in README
+    assert f"all {size / 1e6:.1f} MB of text" in FLAT
     dev = len((sst2 / "dev.tsv").read_text().splitlines()) - 1  # a header line
     train = len((sst2 / "train.tsv").read_text().splitlines()) - 1
-    assert f"only half of it ({dev // 2} of the {dev} sentences" in README and f"on the other {dev - dev // 2}" in README
-    shown = int(re.search(r"GLUE SST-2: ([\d,]+) training sentences", README).group(1).replace(",", ""))
-    assert shown <= train and f"--max_train_examples {shown}" in README
+    assert f"only half of it ({dev // 2} of the {dev} sentences" in FLAT and f"on the other {dev - dev // 2}" in FLAT
+    shown = int(re.search(r"GLUE SST-2: ([\d,]+) training sentences", FLAT).group(1).replace(",", ""))
+    assert shown <= train and f"--max_train_examples {shown}" in FLAT
 
 
 @pytest.mark.realdata
