@@ -645,7 +645,8 @@ def read_config(path: str | Path) -> dict[str, Any]:
         raise SpanBertError(f"{path}: model folder not found, expected a folder with config.json and weights")
     cfg_path = checkpoints.config_path(path)
     if not cfg_path.is_file():
-        raise SpanBertError(f"{path}: no config.json or bert_config.json, expected a model folder")
+        raise SpanBertError(f"{path}: no config.json or bert_config.json, expected a model folder"
+                            + checkpoints.run_folder_hint(path))  # fmt: skip
     raw = checkpoints.read_json(cfg_path, "a JSON object of model settings")
     if not isinstance(raw, dict):
         raise SpanBertError(f"{cfg_path}: found a JSON {json_kind(raw)}, expected a JSON object of model settings")

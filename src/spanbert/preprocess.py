@@ -19,9 +19,11 @@ import multiprocessing as mp
 import os
 import pkgutil
 import re
+import struct
 import sys
 import time
 import warnings
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -441,8 +443,6 @@ def preprocess(
     if num_workers <= 0:
         num_workers = min(os.cpu_count() or 1, 8)
     id_dtype = np.dtype(np.uint16 if tok.vocab_size <= 65536 else np.int32)
-    total_bytes = sum(p.stat().st_size for p in files)
-
     with atomic_dir(output_dir) as tmp:
         tok.save(tmp / "tokenizer")
         counts = np.zeros(tok.vocab_size, dtype=np.int64)
@@ -450,7 +450,7 @@ def preprocess(
         writer = _ShardWriter(tmp, 0, id_dtype, kinds)
         docs = iter_documents(files, one_doc_per_line, max_line_bytes=max_line_bytes, part_chars=chunk_chars)
         chunk_iter = _chunks(docs, chunk_chars)
-        bar = _progress_bar(progress, total_bytes)
+        bar = _progress_bar(progress, files)
         chars = 0
         t0 = time.perf_counter()
         try:
@@ -526,13 +526,30 @@ def _write_static_sets(corpus: TokenCorpus, static: StaticMaskingConfig, progres
     ]
 
 
-def _progress_bar(enabled: bool, total_bytes: int):
+def _progress_bar(enabled: bool, files: list[Path]):
     if not enabled:
         return None
+    # the text's size, as the user counts it; a compressed corpus's size on disk beside it
+    text, disk = sum(uncompressed_size(p) for p in files), sum(p.stat().st_size for p in files)
+    size = f"{text / 1e6:.1f} MB" + (f" of text, {disk / 1e6:.1f} MB on disk" if text != disk else "")
+    return progress_bar(unit="tok", unit_scale=True, desc=f"preprocess ({size})", file=sys.stderr, mininterval=0.5)
 
-    return progress_bar(
-        unit="tok", unit_scale=True, desc=f"preprocess ({total_bytes / 1e6:.1f} MB)", file=sys.stderr, mininterval=0.5
-    )
+
+def uncompressed_size(path: Path) -> int:
+    """Bytes of text in a corpus file: its size, or for a .gz file the size its gzip trailer records
+    (ISIZE, the last 4 bytes: the length modulo 4 GiB), or, for a file so large that the trailer may
+    have wrapped, its size times the compression ratio of its first megabyte."""
+    size = path.stat().st_size
+    if path.suffix != ".gz":
+        return size
+    with open(path, "rb") as f:
+        if size < 2**28:  # under 256 MiB compressed: under 4 GiB of text for any ratio below 16
+            f.seek(-4, os.SEEK_END)
+            return struct.unpack("<I", f.read(4))[0]
+        head = f.read(1 << 20)
+    inflate = zlib.decompressobj(wbits=31)
+    text = inflate.decompress(head)
+    return int(size * len(text) / max(1, len(head) - len(inflate.unconsumed_tail)))
 
 
 def _map_chunks(chunks, tokenizer_dir: str, kinds, spacy_model: str, num_workers: int) -> Iterator[_ChunkResult]:

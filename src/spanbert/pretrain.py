@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from spanbert import _aliases, cloze, cost, distributed, preprocess, tokenization, trained_inputs, vocab_match
+from spanbert import _aliases, cloze, cost, distributed, preprocess, threads, tokenization, trained_inputs, vocab_match
 from spanbert.blocks import held_out_documents
 from spanbert.budget import TimeBudget, format_duration, parse_duration
 from spanbert.collate import collate_pretrain
@@ -82,7 +82,7 @@ from spanbert.runs import check_output_dir, claim_run_dir, find_resume_checkpoin
 from spanbert.samplers import SAMPLERS, Cut, HeldOut, Sampler
 from spanbert.static_masks import static_mask_sets
 from spanbert.tokenization import load_tokenizer
-from spanbert.trainer import predict_batches, token_batches, train
+from spanbert.trainer import predict_batches, recorded_threads, token_batches, train
 from spanbert.training_args import TrainingArguments
 from spanbert.utils import atomic_dir, atomic_write, input_paths
 
@@ -796,14 +796,29 @@ def pretrain(
             # what fine-tuning may rely on: the positions of the longest block, and type 1 only from two segments
             extra |= trained_inputs.record(max(length for length, _ in stages), 2 if system.sampler == "nsp" else 1)
             distributed.on_main(lambda: export(model, tok, final, extra, result.metrics))
-            if budget is not None and not args.resume:
-                took = time.perf_counter() - started
-                off = took - budget.seconds
-                print0(
-                    f"time budget {budget.text}: the run took {format_duration(took)}, "
-                    f"{format_duration(abs(off))} ({abs(off) / budget.seconds:.1%}) {'over' if off > 0 else 'under'} it"
-                )
+            if budget is not None:
+                print0(budget_end_line(budget, args.resume))
         return final
+
+
+def budget_end_line(budget: TimeBudget, resumed: bool) -> str:
+    """The last line of a --max_time run: what it took against the budget (a resumed run: its processes
+    together, each up to its last checkpoint), how its plan moved, and how to rerun its steps."""
+    took = budget.elapsed()
+    off = took - budget.seconds
+    line = (f"time budget {budget.text}: the run took {format_duration(took)}"
+            + (" (its processes together)" if resumed else "")
+            + f", {format_duration(abs(off))} ({abs(off) / budget.seconds:.1%}) {'over' if off > 0 else 'under'} it")  # fmt: skip
+    planned = budget.plans[1:]  # the first is the provisional one, before the speed was measured
+    if not planned:
+        return line
+    last = planned[-1]
+    if len(planned) == 1:
+        return line + f"; to rerun exactly these steps: --max_steps {last.total} --warmup_steps {last.warmup}"
+    moves = " -> ".join(f"{p.total:,}" for p in planned)
+    return (line + f"; the plan moved {len(planned) - 1} time(s) with the speed ({moves} steps, each from the rate "
+            f"reached: the plans are in trainer_state.json); --max_steps {last.total} --warmup_steps {last.warmup} "
+            "trains as many steps on the last plan's schedule")  # fmt: skip
 
 
 def _objective_line(run: Resolved) -> str:
@@ -892,7 +907,16 @@ def preset_line(quick: bool, cfg: PretrainConfig, args: TrainingArguments) -> st
         size = f"{batch} x {cfg.max_seq_length} tokens"
     device = resolve_device(args.device)
     precision = f"on {device.type}, {precision_text(args.precision, device)}"  # which dtype, and why
-    plan = f"{model}, {length} of {size}, {cfg.recipe} optimisation, {precision}, output {args.output_dir}"
+    if device.type == "cpu":  # the weights depend on the thread count (`threads.decide_for_run`)
+        n = torch.get_num_threads()
+        precision += f", {n} CPU thread{'' if n == 1 else 's'}"
+    steps = f"{length} of {size}"
+    if cfg.random_init:  # nothing trains: the preset's count would be a promise not kept
+        steps = "no training steps (--random_init exports the initialised model)"
+    elif cfg.max_time:
+        steps = (f"as many steps of {size} as fit --max_time {cfg.max_time} (data preparation included; planned "
+                 "from the speed measured in the warm-up, re-planned as it changes)")
+    plan = f"{model}, {steps}, {cfg.recipe} optimisation, {precision}, output {args.output_dir}"
     if quick:
         return (
             f"preset: quick start (tiny SpanBERT on the Python reference manual; {plan}); "
@@ -954,7 +978,13 @@ def main(argv: list[str], prog: str = "spanbert pretrain") -> int:
     # path the run reads (the corpus, a tokenizer, an --init_from model, the --config file)
     check_output_dir(targs, input_paths(cfg, ("corpus", "tokenizer", "init_from")) + input_paths(args, ("config",)))
     masking = build(MaskingConfig, defaults=system_masking(system_of(cfg)))  # a flag or YAML key still wins
+    note = None
+    if resolve_device(targs.device).type == "cpu" and not cfg.random_init:  # before the first line, which says it
+        recorded = recorded_threads(targs) if targs.resume else None
+        _, note = threads.decide_for_run(recorded, targs.threads)
     print0(preset_line(quick, cfg, targs))
+    if note:
+        eprint0(note)
     named_schedule = named_options(args, "TrainingArguments", ("max_steps", "warmup_steps", "warmup_ratio"))
     if cfg.max_time:
         if "max_steps" in named_schedule:
@@ -977,7 +1007,8 @@ def main(argv: list[str], prog: str = "spanbert pretrain") -> int:
         system = system_of(cfg)
         lines = FAMILIES[system.family].pretraining.next_steps(final, system.objectives)
         if cfg.random_init:  # untrained heads fill nothing worth reading: only the fine-tuning hint
-            lines = [line for line in lines if "fill" not in line and "head" not in line]
+            lines = [f"next: fine-tune it as the pre-trained model it is a control for, e.g.: spanbert finetune squad "
+                     f"--model {final} --train_file ... --validation_file ..."]  # fmt: skip
         for line in lines:
             print0(line)
     return 0

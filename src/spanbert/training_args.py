@@ -114,7 +114,7 @@ class TrainingArguments:
     dataloader_num_workers: int = 0
     """Worker processes that load and collate batches."""
     threads: int = 0
-    """CPU threads for torch; 0 = the cores other processes leave free, re-measured every second (OMP_NUM_THREADS also fixes it)."""
+    """CPU threads for torch; 0 = the cores other processes leave free when the run starts, kept to its end and on --resume (its weights depend on the count; OMP_NUM_THREADS also fixes it)."""
     stop_at_step: int = -1
     """Stop after this step with a checkpoint, keeping the schedule of max_steps (for jobs split across
     time limits; continue with --resume). -1 = run to the end."""
