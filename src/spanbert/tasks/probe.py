@@ -42,6 +42,7 @@ from spanbert.distributed import eprint0, is_main, print0, resolve_device
 from spanbert.dropout import Dropout
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics.resample import STATS_FILE, write_example_stats
+from spanbert.microbatch import planned_batch_size
 from spanbert.tasks.classification import label_config, labels_from_config
 from spanbert.tasks.common import (
     KeepBest,
@@ -359,8 +360,8 @@ def finetune_probe(model_dir: str | Path, name: str, train_path: str | Path, dev
                    run_config={k: v for k, v in settings.items() if k != "features_cache"},
                    eval_size=EvalSize(len(dev_features.spans), len(dev_features.spans)))  # fmt: skip
     pred, selected = keeper.chosen(model, args, result, len(data))
-    epoch_steps = math.ceil(len(data) / (args.per_device_train_batch_size * args.gradient_accumulation_steps
-                                         * distributed.world_size()))  # fmt: skip
+    G = planned_batch_size(args.per_device_train_batch_size) * args.gradient_accumulation_steps * distributed.world_size()
+    epoch_steps = math.ceil(len(data) / G)
     metrics = {
         **score(dev_set, pred), **selection_summary(selected, args),
         "layers": config.layers, "targets": len(dev_features.spans), "contexts": len(dev_set), "cut_off": dev_cut,
