@@ -11,7 +11,7 @@ from conftest import REPO
 
 from spanbert.errors import DataError, SpanBertError
 from spanbert.tasks import probe_data as D
-from spanbert.tasks.probe_sets import DATA_SEED, NAMES, PROBE_SETS, canonical
+from spanbert.tasks.probe_sets import DATA_SEED, PROBE_SETS
 
 DATA = REPO.parent / "shared" / "data"
 
@@ -172,12 +172,6 @@ def test_the_dev_carve_is_fixed_and_disjoint():
     train, dev = D.carve_dev(contexts)
     assert len(dev) == 10 and len(train) == 90 and not {c.id for c in train} & {c.id for c in dev}
     assert [c.id for c in D.carve_dev(contexts)[1]] == [c.id for c in dev]
-
-
-def test_every_probe_has_a_reader_and_its_spellings():
-    assert set(D.READERS) == set(NAMES) == set(PROBE_SETS)
-    assert canonical("Entity") == "entities" and canonical("POS") == "pos" and canonical("ner") is None
-    assert all(p.spans in (1, 2) and p.train_examples > p.eval_examples > 0 for p in PROBE_SETS.values())
 
 
 # ---------------------------------------------------------------------------------------------

@@ -547,8 +547,8 @@ def _scoring_parser(prog: str) -> argparse.ArgumentParser:
     _probe_option(parser, required=False)
     parser.add_argument("--data", required=True, help="labelled data in the probe's format (a test file)")
     parser.add_argument("--max_examples", type=int, default=None, metavar="N",
-                        help="targets of the fixed subsample scored (default: the --max_eval_examples of the "
-                        "probe's training run; 0: all)")  # fmt: skip
+                        help="targets of the fixed subsample scored (default: the dev size of the probe's run, "
+                        "spanbert finetune probe --max_eval_examples; 0: all)")  # fmt: skip
     parser.add_argument("--features_cache", default=None, help="folder of the cached encoder features (default: "
                         "the one the probe's training run used)")  # fmt: skip
     return parser
