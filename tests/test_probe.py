@@ -295,7 +295,7 @@ def test_two_processes_write_one_probe_and_score_as_one(probe_files, tmp_path):
     f = probe_files
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     outs = {}
-    for nproc, batch in ((1, "8"), (2, "4")):
+    for nproc, batch in ((1, "4"), (2, "4")):
         out = tmp_path / f"n{nproc}"
         argv = [*finetune_argv(f, out, tmp_path / f"cache{nproc}"), "--per_device_train_batch_size", batch]
         if nproc == 1:
