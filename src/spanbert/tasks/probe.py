@@ -360,7 +360,11 @@ def finetune_probe(model_dir: str | Path, name: str, train_path: str | Path, dev
                    run_config={k: v for k, v in settings.items() if k != "features_cache"},
                    eval_size=EvalSize(len(dev_features.spans), len(dev_features.spans)))  # fmt: skip
     pred, selected = keeper.chosen(model, args, result, len(data))
-    G = planned_batch_size(args.per_device_train_batch_size) * args.gradient_accumulation_steps * distributed.world_size()
+    G = (
+        planned_batch_size(args.per_device_train_batch_size)
+        * args.gradient_accumulation_steps
+        * distributed.world_size()
+    )
     epoch_steps = math.ceil(len(data) / G)
     metrics = {
         **score(dev_set, pred), **selection_summary(selected, args),
@@ -516,7 +520,7 @@ def _finetune(task: str, argv: list[str], prog: str) -> Results:
     def add_options(parser: argparse.ArgumentParser) -> None:
         _probe_option(parser, required=True)
         parser.add_argument("--train_file", "--train", dest="train", required=True,
-                            help="the probe's training data (its format: --probe above)")  # fmt: skip
+                            help="the probe's training data: " + "; ".join(f"{p.name}: {p.data}" for p in PROBE_SETS.values()))  # fmt: skip
         parser.add_argument("--validation_file", "--dev", dest="dev", required=True,
                             help="dev data: the best epoch is kept by its micro F1; the training file itself for "
                             "a data set without dev (SemEval): a fixed 10%% of it is carved out as dev")  # fmt: skip
