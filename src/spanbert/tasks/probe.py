@@ -389,7 +389,7 @@ def finetune_probe(model_dir: str | Path, name: str, train_path: str | Path, dev
 
 
 def scalar_mix(model: SpanProbe) -> dict[str, Any]:
-    """The learned mix: gamma and the softmax weight of each hidden state (what the paper's Figure 2 plots)."""
+    """The learned mix: gamma and the softmax weight of each hidden state (which layers the probe reads)."""
     weights = torch.softmax(model.mix.weights.detach().float(), 0).tolist()
     return {"gamma": float(model.mix.gamma.detach()), "weights": [round(w, 4) for w in weights]}
 

@@ -202,10 +202,11 @@ def main(argv: list[str], prog: str = "spanbert probe") -> int:
             f"--model: found no folder {args.model}, expected an encoder folder (config.json and weights)"
         )
     out = Path(args.output_dir) if args.output_dir else default_output(args.model)
-    check_output(out, folder=True, owner="study", inputs=[("--model", args.model), ("--data_root", str(root))],
+    # a folder of runs with their table, as a --sweep's folder is: a run folder (its manifest's kind)
+    check_output(out, folder=True, owner="run", inputs=[("--model", args.model), ("--data_root", str(root))],
                  writes=("results.json", "table.md", *names))  # fmt: skip
     distributed.init_distributed(distributed.resolve_device(args.device))
-    claim = folders.Claim(out, "study", prog)
+    claim = folders.Claim(out, "run", prog)
     distributed.on_main(claim.acquire)
     t0 = time.perf_counter()
     try:
