@@ -136,3 +136,16 @@ def test_help_loads_no_torch():
     assert not seen["torch"] and set(seen["tasks"]) <= {"spanbert.tasks.probe_command", "spanbert.tasks.probe_sets"}, (
         seen
     )
+
+
+def test_the_light_help_is_the_commands_own(capsys):
+    from spanbert import cli
+    from spanbert.tasks import probe_command
+
+    assert cli.HELP_PARSERS["probe"] == ("spanbert.tasks.probe_command", "probe_parser") and "probe" in cli.COMPUTE
+    with pytest.raises(SystemExit):
+        cli.main(["probe", "--help"])
+    light = capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        probe_command.main(["--help"])
+    assert capsys.readouterr().out == light and "--data_root" in light
