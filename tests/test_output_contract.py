@@ -33,11 +33,11 @@ from spanbert.folders import MANIFEST, claim_manifest, record
 
 # What each command writes: "owned" a folder it owns as a whole (a run, a corpus, a vocabulary, a study),
 # "file" one file, "collect" a folder it adds files of its own names to (GLUE submission TSVs).
-TASKS = ("squad", "mrqa", "tacred", "semeval", "glue", "ner", "coref", "swag", "parse")
+TASKS = ("squad", "mrqa", "tacred", "semeval", "glue", "ner", "coref", "swag", "parse", "probe")
 KINDS = {
     "tokenizer train": "owned", "preprocess": "owned", "pretrain": "owned", "pretrain cloze": "owned",
     **{f"finetune {t}": "owned" for t in TASKS},
-    "finetune ner --features": "owned", "study": "owned", "study --dry-run": "owned", "curve": "owned",
+    "finetune ner --features": "owned", "study": "owned", "study --dry-run": "owned", "curve": "owned", "probe": "owned",
     "study --write_config": "file", "predict squad --null_odds": "file",
     **{f"predict {t}": "file" for t in TASKS if t != "glue"},
     "predict glue": "collect",
@@ -45,7 +45,7 @@ KINDS = {
 TRAINS = {"pretrain", "pretrain cloze", "finetune ner --features", *(f"finetune {t}" for t in TASKS)}
 """The commands that train: a run folder, --overwrite_output_dir, a manifest of kind run."""
 OWNER = {"tokenizer train": "tokenizer", "preprocess": "corpus", "study": "study", "study --dry-run": "study",
-         "curve": "study", **{name: "run" for name in TRAINS}}  # fmt: skip
+         "curve": "study", "probe": "run", **{name: "run" for name in TRAINS}}  # fmt: skip
 """The kind of output (`spanbert.folders.KINDS`) of each command that owns its folder."""
 READS_NOTHING = {"study --write_config"}  # writes a preset as YAML: no input to collide with
 WRITES_NOTHING = {"study --dry-run"}  # plans into its folder, writes nothing there: no lock, no full disk
@@ -77,6 +77,10 @@ def _inputs(t: Path) -> dict[str, Path]:
     paths["swag"].write_text(f",video-id,fold-ind,startphrase,sent1,sent2,gold-source,{ENDINGS},label\n"
                              "0,v,1,Alice was born,Alice,was born,gold,in Paris.,in a car.,on a boat.,at home.,0\n")  # fmt: skip
     paths["trees"].write_text("(TOP (S (NP (NNP Alice)) (VP (VBD slept)) (. .)))\n")
+    paths["probe_root"] = t / "probe-data"  # what `spanbert probe --probes entities` reads under its --data_root
+    (paths["probe_root"] / "conll2003").mkdir(parents=True, exist_ok=True)
+    for name in ("train", "valid", "test"):
+        (paths["probe_root"] / "conll2003" / f"{name}.txt").write_text(CONLL)
     sst = t / "SST-2"
     sst.mkdir(exist_ok=True)
     (sst / "train.tsv").write_text(SST)
@@ -108,7 +112,8 @@ def _study_file(t: Path, m: dict) -> Path:
 
 # predict <task>: the model it reads (`task_models`) and the data option's input
 PREDICT = {"squad": ("qa", "squad"), "mrqa": ("qa", "mrqa"), "tacred": ("tacred", "tacred"), "semeval": ("semeval", "semeval"),
-           "ner": ("ner", "conll"), "coref": ("coref", "coref"), "swag": ("swag", "swag"), "parse": ("parse", "trees")}  # fmt: skip
+           "ner": ("ner", "conll"), "coref": ("coref", "coref"), "swag": ("swag", "swag"), "parse": ("parse", "trees"),
+           "probe": ("probe", "conll")}  # fmt: skip
 
 
 def _argv(name: str, t: Path, m: dict, out: Path) -> list:
@@ -141,6 +146,11 @@ def _argv(name: str, t: Path, m: dict, out: Path) -> list:
         "finetune coref": finetune("coref", "--train", i["coref"]),
         "finetune swag": finetune("swag", "--train", i["swag"]),
         "finetune parse": finetune("parse", "--train", i["trees"]),
+        "finetune probe": finetune("probe", "--probe", "entities", "--train", i["conll"], "--dev", i["conll"],
+                                   "--features_cache", t / "probe-cache"),
+        "probe": ["probe", "--model", m["enc"], "--data_root", i["probe_root"], "--output_dir", out, "--probes", "entities",
+                  "--layers", "0", "--features_cache", t / "probe-cache", "--max_train_examples", "2",
+                  "--num_train_epochs", "1", "--device", "cpu", "--disable_tqdm"],
         "study": ["study", study, "--output_dir", out],
         "study --dry-run": ["study", study, "--dry-run", "--probe_steps", "0", "--output_dir", out],
         "curve": ["curve", _pretraining_run(t, m), "--task", "glue", "--glue_task", "SST-2", "--train", i["sst"],
@@ -168,6 +178,8 @@ def _reads(name: str, t: Path, m: dict) -> tuple[Path, Path, Path, str]:
         return i["texts"], i["texts"], i["texts"] / "sub", whole
     if name == "finetune glue":
         return i["sst"], i["sst"], i["sst"] / "sub", whole
+    if name == "probe":  # its --data_root, read whole
+        return i["probe_root"], i["probe_root"], i["probe_root"] / "sub", whole
     if name.startswith("finetune "):
         return Path(m["enc"]), Path(m["enc"]), Path(m["enc"]) / "config.json", model
     return i["sst"], i["sst"], i["sst"] / "sub", whole  # the GLUE folder of the study, the curve and predict glue
@@ -186,6 +198,10 @@ def task_models(models, tmp_path_factory) -> dict[str, Path]:  # noqa: F811 - mo
         out[task] = root / task
         assert main(["finetune", task, "--model", str(models["enc"]), "--train", str(i[data]), "--output_dir",
                      str(out[task]), *FT, "--save_steps", "0"]) == 0  # fmt: skip
+    out["probe"] = root / "probe"
+    assert main(["finetune", "probe", "--probe", "entities", "--model", str(models["enc"]), "--train", str(i["conll"]),
+                 "--dev", str(i["conll"]), "--features_cache", str(root / "probe-cache"), "--output_dir",
+                 str(out["probe"]), *FT]) == 0  # fmt: skip
     return out
 
 
@@ -611,7 +627,7 @@ def test_init_from_needs_the_checkpoints_own_vocabulary(tmp_path, family_models,
 
 
 SEQ_TASKS = ["finetune squad", "finetune mrqa", "finetune tacred", "finetune semeval", "finetune glue", "finetune ner",
-             "finetune ner --features", "finetune coref", "finetune swag", "finetune parse"]  # fmt: skip
+             "finetune ner --features", "finetune coref", "finetune swag", "finetune parse", "finetune probe"]  # fmt: skip
 
 
 @pytest.mark.parametrize("name", SEQ_TASKS)
@@ -734,7 +750,7 @@ def test_every_command_that_writes_is_covered():
     assert {f"finetune {t}" for t in TASKS} <= covered
     assert {f"predict {t}" for t in TASKS} <= covered
     writers = {"tokenizer": "tokenizer train", "preprocess": "preprocess", "pretrain": "pretrain", "study": "study",
-               "curve": "curve"}  # fmt: skip
+               "curve": "curve", "probe": "probe"}  # fmt: skip
     readers = {"fill", "finetune", "predict", "evaluate"}  # evaluate prints its scores; fill prints its guesses
     assert set(CLI_COMMANDS) == set(writers) | readers
     assert set(writers.values()) <= covered

@@ -40,6 +40,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "evaluate": ("", "", "score predictions with the task's official metrics (prints JSON)"),
     "study": ("spanbert.study", "main", "rerun the paper's comparisons (Tables 1, 6, 7): pre-train, fine-tune, tabulate"),
     "curve": ("spanbert.study", "curve_main", "fine-tune from every checkpoint of a pre-training run: score vs step"),
+    "probe": ("spanbert.tasks.probe_command", "main", "span probes of a frozen encoder (all layers and layer 0): one table"),
 }
 
 # command -> (module, function) building the command's parser without loading torch: its `--help`. The
@@ -49,11 +50,12 @@ HELP_PARSERS: dict[str, tuple[str, str]] = {
     "fill": ("spanbert.pretrain_config", "fill_parser"),
     "study": ("spanbert.study.options", "study_parser"),
     "curve": ("spanbert.study.options", "curve_parser"),
+    "probe": ("spanbert.tasks.probe_command", "probe_parser"),
 }
 
 TASK_ACTIONS = ("finetune", "predict", "evaluate")
 # commands that run a model: they get the CPU thread policy (`spanbert.threads`)
-COMPUTE = ("pretrain", "finetune", "predict", "evaluate", "study", "curve")
+COMPUTE = ("pretrain", "finetune", "predict", "evaluate", "study", "curve", "probe")
 
 
 def _threads_option(argv: list[str]) -> int:

@@ -24,6 +24,7 @@ _MODULES: dict[str, str] = {
     "coref": "spanbert.tasks.coref",
     "swag": "spanbert.tasks.swag",
     "parse": "spanbert.tasks.parse",
+    "probe": "spanbert.tasks.probe",
 }
 
 # task -> its spec's one-line description, for the task list before any task is loaded (a test keeps
@@ -38,6 +39,7 @@ _DESCRIPTIONS: dict[str, str] = {
     "coref": "coreference resolution, CoNLL-2012 format",
     "swag": "multiple choice, SWAG CSV (BERT §4.4)",
     "parse": "constituency parsing, Penn Treebank trees, EVALB F1 (cloze paper §6.2.2)",
+    "probe": "span probes of a frozen encoder (edge probing, Tenney et al. 2019; --probe)",
 }
 
 
