@@ -104,7 +104,7 @@ def add_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup, scope:
     parser.add_argument(
         "--threads", type=_thread_count, default=0, metavar="N",
         help=f"CPU threads{scope} (default 0: the cores other processes leave free; a training run decides "
-        "once at its start, keeps the count to its end and on --resume, since its weights depend on it; "
+        "once at its start, keeps the count to its end and when it is resumed, since its weights depend on it; "
         "OMP_NUM_THREADS also fixes it)",
     )  # fmt: skip
 

