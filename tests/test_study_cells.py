@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from test_study import _raw_study
 
 from spanbert import study as S
@@ -89,7 +90,7 @@ def test_a_resumed_pretraining_cell_counts_the_time_before_its_checkpoint(tmp_pa
     cell = next(c for c in S.plan(study) if c.kind == "pretrain")
     ckpt = cell.dir / "checkpoint-5"
     ckpt.mkdir(parents=True)
-    (ckpt / "state.pt").write_bytes(b"")
+    torch.save({}, ckpt / "state.pt")  # a whole torch file: a 0-byte one is no complete checkpoint
     (ckpt / "trainer_state.json").write_text(json.dumps({"global_step": 5, "train_seconds": 500.0}))
     (cell.dir / "latest").write_text("checkpoint-5\n")
     ran = []

@@ -13,8 +13,8 @@ from conftest import REPO
 from test_study import _raw_study, _sst_folder
 
 from spanbert import study as S
-from spanbert.study import spec as spec_module
 from spanbert.cli import main
+from spanbert.study import spec as spec_module
 from spanbert.study.spec import CPU_TUNING, SystemSpec, cpu_preset, cross_families, is_random_init
 
 DATA = REPO.parent / "shared" / "data"
@@ -131,7 +131,8 @@ def test_the_cpu_preset_passes_the_studys_checks(calibrated, tmp_path, monkeypat
     study = S.study_from_dict(S.preset("cpu", None, str(DATA)), "--preset cpu")  # every check of a study file
     rows = ["spanbert", "bert-1seq", "random-init", *(["all-MiniLM-L6-v2"] if calibrated else [])]
     assert [s.name for s in study.systems] == rows
-    assert [t.name for t in study.tasks] == ["NER", "LitBank"] and study.seeds == 1
+    probes = [n for p in ("entities", "constituents", "pos", "relations", "gap", "litbank") for n in (p, f"{p}-L0")]
+    assert [t.name for t in study.tasks] == [*probes, "NER", "LitBank-coref"] and study.seeds == 1
     assert study.pretrain_seeds == 3 and study.grid_on_first_seed
     assert study.corpus == f"{DATA}/pretrain-corpus" and study.model == "small" and study.vocab_size == 8000
     assert study.budget_tokens == CPU_TUNING["budget_tokens"] and study.pretrain_steps == math.ceil(CPU_TUNING["budget_tokens"] / (64 * 128))
@@ -148,9 +149,10 @@ def test_the_cpu_preset_passes_the_studys_checks(calibrated, tmp_path, monkeypat
         assert ("--sbo_warmup_steps" in argv) == (c.system == "spanbert")
     fine = [c for c in cells if c.kind == "finetune"]
     # per trained system and task: the grid of 2 rates on seed 0, then seeds 1 and 2 at the rate it selects
-    assert len(fine) == 3 * 2 * (2 + 2) + (2 * 2 if calibrated else 0)
-    assert sum(c.pending for c in fine) == 3 * 2 * 2
-    litbank = next(c for c in fine if c.task == "LitBank" and not c.pending)
+    tasks = len(study.tasks)  # 12 probe rows, NER, LitBank: a grid of 2 rates each
+    assert len(fine) == 3 * tasks * (2 + 2) + (tasks * 2 if calibrated else 0)
+    assert sum(c.pending for c in fine) == 3 * tasks * 2
+    litbank = next(c for c in fine if c.task == "LitBank-coref" and not c.pending)
     assert litbank.argv[litbank.argv.index("--encoder_learning_rate") + 1] == "0.0003"
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from spanbert import study as S
 from spanbert.metrics.resample import ExampleStats
-from spanbert.study.stats import NOT_SYSTEMS, seed_comparison, example_sampling_variance
+from spanbert.study.stats import NOT_SYSTEMS, example_sampling_variance, seed_comparison
 
 
 def test_paired_t_interval_by_hand():

@@ -41,9 +41,8 @@ from typing import Any
 import numpy as np
 import tokenizers
 
-from spanbert import folders
+from spanbert import folders, vocab_match
 from spanbert.config import ArgumentParser
-from spanbert import vocab_match
 from spanbert.distributed import eprint0, print0
 from spanbert.errors import DataError, SpanBertError
 from spanbert.hub import resolve_model

@@ -28,7 +28,16 @@ from spanbert.errors import SpanBertError
 from spanbert.pretrain_config import SYSTEM_PRESETS
 from spanbert.runs import latest_checkpoint, resume_state
 from spanbert.study.heldout import dev_restriction, heldout_plan, score_heldout, split_dev, study_is_legacy
-from spanbert.study.layout import Cell, finetune_cell_dir, fold_dir, model_dir, pretrain_dir, pretrain_seeds_of, shared_dir
+from spanbert.study.layout import (
+    Cell,
+    features_dir,
+    finetune_cell_dir,
+    fold_dir,
+    model_dir,
+    pretrain_dir,
+    pretrain_seeds_of,
+    shared_dir,
+)
 from spanbert.study.runner import in_log, run_command
 from spanbert.study.spec import Study, SystemSpec, TaskSpec, subtask_options
 from spanbert.tasks import TASKS
@@ -41,7 +50,6 @@ def plan(study: Study) -> list[Cell]:
     """Every cell of the study in the order they run: pre-training (each system, each pre-training seed),
     then fine-tuning. With `Study.grid_on_first_seed`, a later seed's cells take the rate the first seed's
     grid selected: `pending` until that grid is finished (the plan made after it names the rate)."""
-    out = Path(study.output_dir)
     cells: list[Cell] = []
     corpus = str(shared_dir(study) / "corpus")
     world = distributed.world_size()
@@ -122,6 +130,9 @@ def finetune_options(study: Study, t: TaskSpec, model: Path, lr: float, seed: in
     options = dict(t.options)
     if fold is None and h is not None and h.source == "dev half":
         options.pop(dev_restriction(t)[0], None)  # already applied to the halves
+    cache = spec.cache_option
+    if cache and cache not in options:  # the study's own cache, not the user's: features shared by its cells
+        options[cache] = str(features_dir(study))
     rate = {"learning_rate": lr} if t.rate_option == "learning_rate" else {}  # the argv of studies before rate_option
     return {**data, "model": str(model), **rate, "seed": seed, "disable_tqdm": True, **options,
             **({} if rate else {t.rate_option: lr})}  # fmt: skip
@@ -341,7 +352,7 @@ def run_study(
                 raise SpanBertError(f"study: {cell.label}: the learning-rate grid of {cell.system} / {cell.task} on "
                                     f"pre-training seed 0 is not finished; run its cells first (they come before "
                                     f"this one: drop --shard, or run that shard first)")  # fmt: skip
-            distributed.on_main(lambda: _write_plan(study, cells))
+            distributed.on_main(lambda cells=cells: _write_plan(study, cells))
             cell = todo[i]
         i += 1
         if distributed.on_main(lambda c=cell: is_done(c)):

@@ -43,6 +43,7 @@ from spanbert.study.trials import (
     trial_finetuning,
     trial_pretraining,
 )
+from spanbert.tasks import TASKS
 from spanbert.tasks.splits import HELDOUT_SEED
 from spanbert.threads import load_mark, others_since, sharing, usable_cores
 from spanbert.utils import atomic_write
@@ -233,8 +234,11 @@ def measure(study: Study, trial_steps: int, rounds: int = TRIAL_ROUNDS) -> Estim
             pretrain = [(p, argv[p.system]) for p in pre]
         fine = trial_finetuning(study, tmp_study, tmp)
     cells = _finetune_cells(study)
+    extractions = feature_extractions(study)
     for t in study.tasks:
-        if t.name in fine:
+        if t.name in fine and fine[t.name].warm_s is not None:
+            stages.append(cached_task_estimate(fine[t.name], t, cells[t.name], extractions[t.name]))
+        elif t.name in fine:
             stages.append(finetune_task_estimate(fine[t.name], t, cells[t.name]))
         else:
             seconds = flop_seconds(study, t)
@@ -398,6 +402,35 @@ def _one_pretrain_estimate(p: PretrainTimings, steps: int, argv: list[str]) -> S
     how = (f"{_n(steps, 'step')} × {p.step_s:.2f} s{rounds} + {evals} + {_n(n_saves, 'checkpoint')} × {p.save_s:.1f} s "
            f"+ start-up and export {fixed:.0f} s")
     return StageEstimate(name, seconds, how, low=low, high=high)
+
+
+def cached_task_estimate(f: FinetuneTimings, t: TaskSpec, cells: int, extractions: int) -> StageEstimate:
+    """A task whose cells share a features cache: every cell at the warm trial's time (features read), plus
+    ``extractions`` times what the cold trial took beyond it (the features of one encoder and data set
+    computed: once per encoder, shared with every other rate, seed and row on the same data)."""
+    warm, extra = f.warm_s or 0.0, max(0.0, (f.cold_s or 0.0) - (f.warm_s or 0.0))
+    seconds = cells * warm + extractions * extra + f.prepare_s
+    how = (f"{_n(cells, 'cell')} × {warm:.0f} s (features read) + {_n(extractions, 'encoder')} × {extra:.0f} s "
+           f"computing the features; timed whole, cache cold then warm, with {f.model}'s architecture")
+    return StageEstimate(f"fine-tuning {t.name}", seconds, how, cells, seconds / max(1, cells))
+
+
+def feature_extractions(study: Study) -> dict[str, int]:
+    """Per task with a features cache: how many encoders compute its features, counted on the first task of
+    each data set (the layer-0 row of a probe reads the features of its all-layer row) and 0 on the others."""
+    seen: dict[tuple, set[str]] = {}
+    out: dict[str, int] = {}
+    cells = [c for c in plan(study) if c.kind == "finetune"]
+    for t in study.tasks:
+        if not TASKS[t.task].cache_option:
+            continue
+        key = (t.task, t.subtask, t.train, t.dev, t.test)
+        first = key not in seen
+        models = {str(c.options.get("model")) for c in cells if c.task == t.name and not c.pending}
+        models |= {f"{c.system}/{c.pretrain_seed}" for c in cells if c.task == t.name and c.pending}
+        out[t.name] = len(models - seen.get(key, set())) if first else 0
+        seen.setdefault(key, set()).update(models)
+    return out
 
 
 def finetune_task_estimate(f: FinetuneTimings, t: TaskSpec, cells: int) -> StageEstimate:

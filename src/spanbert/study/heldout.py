@@ -91,7 +91,10 @@ def score_heldout(cell: Cell, t: TaskSpec, h: HeldOut) -> dict[str, Any]:
     """Score a finished cell's selected model (its folder) on the held-out data: every number the task
     computed, the headline under "score". What the scoring prints goes to the cell's heldout_log.txt; the
     per-example statistics, where the task writes them, to its `HELDOUT_STATS`."""
-    stats = {"example_stats": str(cell.dir / HELDOUT_STATS)} if TASKS[t.task].example_stats else {}
+    spec = TASKS[t.task]
+    stats = {"example_stats": str(cell.dir / HELDOUT_STATS)} if spec.example_stats else {}
+    if spec.cache_option and cell.options.get(spec.cache_option):  # the cache the cell trained with
+        stats[spec.cache_option] = cell.options[spec.cache_option]
     try:
         with in_log(cell.dir / "heldout_log.txt", f"score {cell.dir} on {h.heldout}"):
             results = score_model(t.task, cell.dir, h.heldout, **subtask_options(t), **stats)

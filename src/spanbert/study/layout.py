@@ -98,6 +98,12 @@ def fold_dir(study: Study, t: TaskSpec, fold: int) -> Path:
     return shared_dir(study) / folds.name / f"fold{fold}"
 
 
+def features_dir(study: Study) -> Path:
+    """Where the cells of a task with a features cache (`spanbert.tasks.spec.TaskSpec.cache_option`) keep it:
+    one cache for the study, each encoder's features computed once and read by every rate, seed and row."""
+    return shared_dir(study) / "features"
+
+
 def heldout_dir(study: Study, t: TaskSpec) -> Path:
     return shared_dir(study) / "heldout" / t.name
 

@@ -27,6 +27,7 @@ from spanbert.families import FAMILIES
 from spanbert.pretrain_config import FAMILY_CHOICES, SYSTEM_PRESETS
 from spanbert.study.options import PRESET_SYSTEMS
 from spanbert.tasks import TASKS
+from spanbert.tasks.probe_sets import PROBE_SETS
 from spanbert.tasks.api import check_options
 
 
@@ -454,6 +455,9 @@ CPU_TUNING: dict[str, Any] = {
     "eval_steps": 112,
     "save_steps": 224,  # a resumable checkpoint about every 5 minutes
     "sbo_warmup_steps": 180,  # 40% of the 448 steps
+    # span probes (docs/probes.md): the six probes, each with all layers and with layer 0 (the embeddings
+    # alone: token identity without context); the probes' own subsample sizes and 10 epochs
+    "probe_learning_rates": [1e-3, 3e-3],
     # fine-tuning: CoNLL-2003 NER on the full training set (one epoch, each sentence alone: 4x cheaper than
     # document context), selected on valid, scored on test
     "ner_learning_rates": [3e-4, 1e-3],
@@ -499,14 +503,27 @@ def calibration_checkpoint(cache: str | Path | None = None) -> Path | None:
     return target
 
 
+def probe_tasks(data_root: str, learning_rates: list[float]) -> list[dict[str, Any]]:
+    """Every span probe of `spanbert.tasks.probe_sets` as a study's tasks, each twice: with the scalar mix of
+    all layers (column NAME) and with layer 0 only (NAME-L0: the embeddings, what token identity alone
+    gives), on the probe's own train, dev and test files under ``data_root``."""
+    out = []
+    for p in PROBE_SETS.values():
+        train, dev, test = (f"{data_root}/{f}" for f in p.files)
+        for name, options in ((p.name, {}), (f"{p.name}-L0", {"layers": "0"})):
+            out.append({"task": "probe", "probe": p.name, "name": name, "train": train, "dev": dev, "test": test,
+                        "learning_rates": list(learning_rates), "options": options})  # fmt: skip
+    return out
+
+
 def cpu_preset(data_root: str = "../shared/data", tuning: dict[str, Any] | None = None,
                calibration: str | Path | None = None) -> dict[str, Any]:  # fmt: skip
     """The ``--preset cpu`` study (v3; a dict as the YAML would hold it): spanbert and bert-1seq pre-trained
     on the same tokens, drawn from the whole pretrain-corpus folder, with 3 pre-training seeds each, beside
     a random-init control of the same architecture (3 initialisations) and the calibration row (the real
     all-MiniLM-L6-v2 weights, when its package is installed: ``calibration``, default
-    `calibration_checkpoint`); CoNLL-2003 NER and LitBank fold 0, each system at the rate its first seed's
-    grid selects. Sized for 2 CPU cores and 3 hours with ``tuning`` (default `CPU_TUNING`)."""
+    `calibration_checkpoint`); the span probes (`probe_tasks`), CoNLL-2003 NER and LitBank fold 0, each system
+    at the rate its first seed's grid selects. Sized for 2 CPU cores and 3 hours with ``tuning`` (default `CPU_TUNING`)."""
     k = {**CPU_TUNING, **(tuning or {})}
     d = data_root.rstrip("/")
     calibration = calibration if calibration is not None else calibration_checkpoint()
@@ -534,11 +551,12 @@ def cpu_preset(data_root: str = "../shared/data", tuning: dict[str, Any] | None 
             *([{"name": "all-MiniLM-L6-v2", "checkpoint": str(calibration)}] if calibration else []),
         ],
         "tasks": [
+            *probe_tasks(d, k["probe_learning_rates"]),
             {"task": "ner", "name": "NER", "train": f"{d}/conll2003/train.txt", "dev": f"{d}/conll2003/valid.txt",
              "test": f"{d}/conll2003/test.txt", "learning_rates": k["ner_learning_rates"], "options": {
                  "num_train_epochs": 1, "max_seq_length": 128, "document_context": False,
                  "per_device_train_batch_size": 32, "evals_per_epoch": k["ner_evals_per_epoch"]}},
-            {"task": "coref", "name": "LitBank", "train": f"{d}/litbank_coref", "folds": [0],
+            {"task": "coref", "name": "LitBank-coref", "train": f"{d}/litbank_coref", "folds": [0],
              "learning_rates": k["litbank_encoder_learning_rates"], "rate_option": "encoder_learning_rate",
              "options": {
                  "learning_rate": 1e-3, "max_steps": k["litbank_max_steps"], "max_seq_length": 128,

@@ -16,11 +16,18 @@ import numpy as np
 from spanbert import distributed, folders
 from spanbert.cost import human_duration
 from spanbert.errors import SpanBertError
-from spanbert.study.cells import plan
-from spanbert.study.layout import ESTIMATE_FILE, HELDOUT_STATS, finetune_cell_dir, pretrain_dir, pretrain_seeds_of, shared_dir
-from spanbert.study.runner import in_log, write_csv
-from spanbert.study.spec import Study, is_random_init, subtask_options
 from spanbert.metrics.resample import ExampleStats, read_example_stats
+from spanbert.study.cells import plan
+from spanbert.study.layout import (
+    ESTIMATE_FILE,
+    HELDOUT_STATS,
+    finetune_cell_dir,
+    pretrain_dir,
+    pretrain_seeds_of,
+    shared_dir,
+)
+from spanbert.study.runner import in_log, write_csv
+from spanbert.study.spec import Study, SystemSpec, TaskSpec, is_random_init, subtask_options
 from spanbert.study.stats import Comparison, example_sampling_variance, mean_std, paired_comparison, seed_comparison
 from spanbert.tasks import TASKS
 from spanbert.tasks import score as score_model
@@ -32,6 +39,27 @@ def _read(marker: Path) -> dict[str, Any] | None:
         return json.loads(marker.read_text())
     except (OSError, ValueError):
         return None
+
+
+def _units(study: Study, s: SystemSpec, t: TaskSpec, lr: float, over: list[int | None],
+           replicated: bool) -> list[list[tuple[str, Path, dict[str, Any]]]] | None:  # fmt: skip
+    """The finished cells of row ``s`` and task ``t`` at ``lr`` grouped by unit ((test set, folder, result)
+    each), the pre-training seeds ``over``; None while one is unfinished. A pre-training seed's unit holds all
+    its cells; without pre-training seeds each fine-tuning seed is one."""
+    out = []
+    for k in over:
+        group = []
+        for seed in range(study.seeds):
+            cells = []
+            for f in t.folds or [None]:
+                d = finetune_cell_dir(study, s.name, t.name, lr, seed, f, k)
+                info = _read(d / "result.json")
+                if info is None:
+                    return None
+                cells.append(("heldout" if f is None else f"fold{f}", d, info))
+            group.append(cells)
+        out += [[c for g in group for c in g]] if replicated else group
+    return out
 
 
 def collect(study: Study) -> dict[str, dict[str, dict[str, Any]]]:
@@ -46,34 +74,15 @@ def collect(study: Study) -> dict[str, dict[str, dict[str, Any]]]:
         replicated = len(seeds) > 1
         grid_seeds = seeds[:1] if study.grid_on_first_seed and replicated else seeds
         for t in study.tasks:
-
-            def units(lr: float, over: list[int | None]) -> list[list[tuple[str, Path, dict[str, Any]]]] | None:
-                """The finished cells at ``lr`` grouped by unit ((test set, folder, result) each), or None."""
-                out = []
-                for k in over:
-                    group = []
-                    for seed in range(study.seeds):
-                        cells = []
-                        for f in t.folds or [None]:
-                            d = finetune_cell_dir(study, s.name, t.name, lr, seed, f, k)
-                            info = _read(d / "result.json")
-                            if info is None:
-                                return None
-                            cells.append(("heldout" if f is None else f"fold{f}", d, info))
-                        group.append(cells)
-                    # a pre-training seed's unit holds all its cells; without seeds each fine-tuning seed is one
-                    out += [[c for g in group for c in g]] if replicated else group
-                return out
-
             by_lr: dict[float, list[float]] = {}
             for lr in t.learning_rates:
-                got = units(lr, grid_seeds)
+                got = _units(study, s, t, lr, grid_seeds, replicated)
                 if got is not None:
                     by_lr[lr] = [float(np.mean([i["dev"] for _, _, i in u])) for u in got]
             if len(by_lr) < len(t.learning_rates):
                 continue  # the grid is not finished: no rate is selected yet
             best_lr = max(by_lr, key=lambda lr: (np.mean(by_lr[lr]), -lr))  # the paper: best dev mean
-            chosen = units(best_lr, seeds)
+            chosen = _units(study, s, t, best_lr, seeds, replicated)
             if chosen is None:
                 continue
             infos = [i for u in chosen for _, _, i in u]
@@ -249,7 +258,6 @@ def stage_times(study: Study) -> list[dict[str, Any]]:
     (None: nothing recorded), cells, done}. A pre-training cell resumed after a kill counts its earlier runs
     up to the checkpoint it resumed from (the checkpoint's ``train_seconds``; the work done again after it
     counts once); a fine-tuning cell killed midway starts over and counts its last run."""
-    out = Path(study.output_dir)
     rows: list[dict[str, Any]] = []
 
     def read(path: Path) -> dict[str, Any] | None:

@@ -24,6 +24,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -35,6 +36,7 @@ from spanbert.study.heldout import heldout_plan, score_heldout, split_dev
 from spanbert.study.layout import shared_dir
 from spanbert.study.runner import run_command
 from spanbert.study.spec import Study, TaskSpec, is_random_init
+from spanbert.tasks import TASKS
 from spanbert.threads import load_mark, others_since
 from spanbert.tokenization import corpus_files, count_corpus_words, load_tokenizer, train_tokenizer
 from spanbert.utils import open_text
@@ -315,6 +317,10 @@ class FinetuneTimings:
     """The task's shared files (LitBank's fold, the dev halves): once per study."""
     model: str = ""
     """The row whose architecture the run fine-tuned."""
+    cold_s: float | None = None
+    """A task with a features cache (`TaskSpec.cache_option`): a whole cell and its held-out scoring with the
+    cache empty (the encoder's features computed), beside ``warm_s``, the same again reading them."""
+    warm_s: float | None = None
 
 
 def size_option(t: TaskSpec) -> tuple[str, str, int] | None:
@@ -343,6 +349,30 @@ def per_epoch_schedule(t: TaskSpec) -> bool:
         and not o.get("max_steps")  # fmt: skip
 
 
+def trial_cached(t: TaskSpec, cell: Any, tmp_study: Study, tmp: Path) -> FinetuneTimings:
+    """A task whose cells share a features cache (the probes): its first cell whole, with its held-out
+    scoring, twice: first with the trial's cache empty, then reading what the first run stored. A study's
+    cells pay the first cost once per encoder and data, and the second for every other rate, seed and row;
+    a cell is short once its features are there, so it is run whole rather than cut."""
+    t0 = time.perf_counter()
+    split_dev(tmp_study, t)
+    prepare_s = _since(t0)
+    h = heldout_plan(tmp_study, t, cell.fold)
+    times = []
+    for k in ("cold", "warm"):
+        run = tmp / "finetune" / f"{t.name}-{k}"
+        t0 = time.perf_counter()
+        try:
+            run_finetune(t.task, {**cell.options, "output_dir": str(run)}, tmp / f"finetune-{t.name}-{k}.log")
+            if h is not None:
+                score_heldout(dataclasses.replace(cell, dir=run), t, h)
+        except SpanBertError as e:
+            raise SpanBertError(f"study: the trial of {cell.label} failed: {e}; run without --trial_steps") from None
+        times.append(_since(t0))
+    return FinetuneTimings(t.name, "cells", 1, 1, times[0], 0, 0.0, prepare_s=prepare_s, model=cell.system,
+                           cold_s=times[0], warm_s=times[1])  # fmt: skip
+
+
 def trial_finetuning(study: Study, tmp_study: Study, tmp: Path) -> dict[str, FinetuneTimings]:
     """Each task whose cells' training is bounded (`size_option`): its first cell's command cut to
     `trial_size`, fine-tuning the first row's trial model (a few steps trained, or untrained: the
@@ -352,6 +382,9 @@ def trial_finetuning(study: Study, tmp_study: Study, tmp: Path) -> dict[str, Fin
     out: dict[str, FinetuneTimings] = {}
     cells = [c for c in plan(tmp_study) if c.kind == "finetune"]
     for t in study.tasks:
+        if TASKS[t.task].cache_option and cells:
+            out[t.name] = trial_cached(t, next(c for c in cells if c.task == t.name), tmp_study, tmp)
+            continue
         bound = size_option(t)
         if bound is None or not cells:
             continue

@@ -42,9 +42,9 @@ from spanbert.config import (
     parse_args_with_config,
     parse_key_values,
 )
+from spanbert.corpus import has_tokenizer
 from spanbert.distributed import resolve_device
 from spanbert.dropout import seeded_build
-from spanbert.corpus import has_tokenizer
 from spanbert.errors import DataError, SpanBertError
 from spanbert.hub import resolve_model
 from spanbert.microbatch import planned_batch_size

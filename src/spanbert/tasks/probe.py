@@ -613,5 +613,6 @@ SPECS = {
         _evaluate, metric="f1", data="each probe's own files (docs/probes.md)", scores_test=True,
         configs=(("spanbert.tasks.probe", "ProbeConfig"),),
         subtasks=SubTasks(option="probe", key="probe", names=NAMES, canonical=canonical),
+        cache_option="features_cache", example_stats=True,
     )
 }  # fmt: skip

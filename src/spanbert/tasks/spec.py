@@ -191,6 +191,10 @@ class TaskSpec:
     folds: Folds | None = None
     """The fold split its data may come as (LitBank's); None: plain train and dev files only."""
     results_file: str = RESULTS_FILE
+    cache_option: str = ""
+    """The option naming a cache of encoder features the task's runs share (the probes' ``features_cache``):
+    a study points it into its own shared folder, and its dry run times a cell with the cache cold and warm
+    (the features are computed once per encoder and data, then reused by every rate and row)."""
     example_stats: bool = False
     """Scoring a model on labelled data (``evaluate --model``, or `score_model`) takes ``example_stats=FILE``
     and writes there the per-example statistics of its headline score (`spanbert.metrics.resample`), from
