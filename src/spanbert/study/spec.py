@@ -27,8 +27,8 @@ from spanbert.families import FAMILIES
 from spanbert.pretrain_config import FAMILY_CHOICES, SYSTEM_PRESETS
 from spanbert.study.options import PRESET_SYSTEMS
 from spanbert.tasks import TASKS
-from spanbert.tasks.probe_sets import PROBE_SETS
 from spanbert.tasks.api import check_options
+from spanbert.tasks.probe_sets import PROBE_SETS
 
 
 @dataclass
