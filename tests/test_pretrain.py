@@ -663,3 +663,24 @@ def test_a_run_without_sbo_warmup_records_no_key_so_older_checkpoints_resume():
     assert recorded["PretrainConfig"] == {"system": "spanbert"}
     ramped = masked_lm_run_config({"system": "spanbert", "sbo_warmup_steps": 200}, None, None)
     assert ramped["PretrainConfig"] == {"system": "spanbert", "sbo_warmup_steps": 200}
+
+
+def test_random_init_from_a_checkpoint_keeps_its_shape_and_none_of_its_weights(corpus_dir, tmp_path):
+    """`--random_init --init_from M` is M's untrained twin (a calibration's control): it exported M's own
+    weights while saying "freshly initialised"."""
+    from safetensors.torch import load_file
+
+    from spanbert.cli import main
+
+    common = ["--corpus", str(corpus_dir), "--model", "tiny", "--max_seq_length", "16", "--per_device_train_batch_size",
+              "4", "--disable_tqdm", "--report_to", "none"]  # fmt: skip
+    assert main(["pretrain", *common, "--max_steps", "2", "--warmup_steps", "1", "--output_dir", str(tmp_path / "m")]) == 0
+    source = tmp_path / "m" / "final"
+    assert main(["pretrain", "--random_init", "--init_from", str(source), "--corpus", str(corpus_dir),
+                 "--max_seq_length", "16", "--disable_tqdm", "--output_dir", str(tmp_path / "twin")]) == 0  # fmt: skip
+    a, b = load_file(str(source / "model.safetensors")), load_file(str(tmp_path / "twin" / "final" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(a[k].shape == b[k].shape for k in a)
+    moved = [k for k in a if "LayerNorm" not in k and not torch.equal(a[k], b[k])]
+    assert len(moved) == len([k for k in a if "LayerNorm" not in k])  # every trained weight drawn afresh
+    twin = json.loads((tmp_path / "twin" / "final" / "config.json").read_text())
+    assert twin["spanbert"]["random_init"] is True

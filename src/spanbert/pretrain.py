@@ -701,9 +701,11 @@ def pretrain(
         tok = family.frame(load_tokenizer(tok_dir))  # from disk on every rank: the file that is exported
 
         with seeded_build(args.seed, distributed.rank()):  # the same weights on every rank, then a dropout stream per rank
+            # --random_init with --init_from M: M's architecture and vocabulary, none of its weights (the
+            # untrained twin a calibration compares M with)
             model = family.build(
-                planned, tok, init_from=sources.init_from, objectives=system.objectives, mlm_weight=cfg.mlm_weight,
-                sbo_weight=cfg.sbo_weight,
+                planned, tok, init_from=None if cfg.random_init else sources.init_from, objectives=system.objectives,
+                mlm_weight=cfg.mlm_weight, sbo_weight=cfg.sbo_weight,
             )  # fmt: skip
         if cfg.random_init:
             final = Path(args.output_dir) / cfg.output_name
