@@ -304,9 +304,11 @@ def prepared(text, tmp_path_factory):
     return preprocess([text], tok, root / "pre", progress=False)
 
 
-def job(text, out, system="cloze", model="tiny", **kw):
-    cfg = PretrainConfig(system=system, model=model, corpus=str(text), vocab_size=150, max_seq_length=32,
-                         eval_fraction=0.2, max_eval_blocks=8, tokens_per_update=0, num_proc=0)  # fmt: skip
+def job(text, out, system="cloze", model="tiny", vocab_size=150, **kw):
+    # a prepared corpus brings its own vocabulary: a --vocab_size beside it would be refused (issue 58)
+    sized = {} if vocab_size is None else {"vocab_size": vocab_size}
+    cfg = PretrainConfig(system=system, model=model, corpus=str(text), max_seq_length=32, eval_fraction=0.2,
+                         max_eval_blocks=8, tokens_per_update=0, num_proc=0, **sized)  # fmt: skip
     base = dict(output_dir=str(out), per_device_train_batch_size=4, gradient_accumulation_steps=1, max_steps=4,
                 warmup_steps=1, learning_rate=1e-3, save_steps=2, eval_steps=2, logging_steps=2, device="cpu",
                 report_to="none", disable_tqdm=True, max_tokens_per_batch=0)  # fmt: skip
@@ -353,11 +355,11 @@ def test_pretrain_char_cnn_words(text, tmp_path):
 
 
 def test_resume_is_exact(prepared, tmp_path):
-    cfg, args = job(prepared, tmp_path / "straight", max_steps=4)
+    cfg, args = job(prepared, tmp_path / "straight", vocab_size=None, max_steps=4)
     pretrain(cfg, args)
-    cfg, args = job(prepared, tmp_path / "split", max_steps=4, stop_at_step=2)
+    cfg, args = job(prepared, tmp_path / "split", vocab_size=None, max_steps=4, stop_at_step=2)
     pretrain(cfg, args)
-    cfg, args = job(prepared, tmp_path / "split", max_steps=4, resume=True)
+    cfg, args = job(prepared, tmp_path / "split", vocab_size=None, max_steps=4, resume=True)
     pretrain(cfg, args)
     a, b = weights(tmp_path / "straight" / "final"), weights(tmp_path / "split" / "final")
     assert a.keys() == b.keys()
@@ -378,7 +380,7 @@ from spanbert.pretrain import pretrain_cloze
 from spanbert.pretrain_config import PretrainConfig
 from spanbert.training_args import TrainingArguments
 text, out, batch = sys.argv[1], sys.argv[2], int(sys.argv[3])
-cfg = PretrainConfig(system="cloze-bilm", model="tiny", corpus=text, vocab_size=150, max_seq_length=32,
+cfg = PretrainConfig(system="cloze-bilm", model="tiny", corpus=text, max_seq_length=32,
                      eval_fraction=0.2, max_eval_blocks=8, tokens_per_update=0, num_proc=0)
 args = TrainingArguments(output_dir=out, per_device_train_batch_size=batch, gradient_accumulation_steps=1,
                          max_steps=3, warmup_steps=1, learning_rate=1e-3, save_steps=0, eval_steps=3,

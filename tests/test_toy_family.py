@@ -201,7 +201,9 @@ def test_a_family_registered_from_a_test_pretrains_and_fine_tunes_through_the_cl
     final = run / "final"
     saved = json.loads((final / "config.json").read_text())
     assert saved["model_type"] == toy and saved["architectures"] == ["ToyForMaskedLM"]
-    assert saved["spanbert"] == {"system": "bert-1seq", "masking": "subword"}  # the row's default export keys
+    # the row's default export keys, and the inputs pre-training trained (trained_inputs.py)
+    assert saved["spanbert"] == {"system": "bert-1seq", "masking": "subword", "pretraining_max_seq_length": 32,
+                                 "pretraining_token_types": 1}  # fmt: skip
     trained = json.loads((final / "train_metrics.json").read_text())
     assert trained and all(math.isfinite(v) for v in trained.values() if isinstance(v, float))
     encoder = families.load_encoder(final)  # the row's defaults: safetensors folder, `bert.` keys, strict load
