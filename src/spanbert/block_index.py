@@ -44,6 +44,8 @@ from spanbert import distributed
 from spanbert.blocks import BLOCK_PACKINGS, nsp_pairs, pack_sentences, single_segment_blocks
 from spanbert.corpus import TokenCorpus
 from spanbert.errors import DataError, SpanBertError
+from spanbert.folders import make_folders
+from spanbert.utils import atomic_dir
 
 INDEX_FORMAT = "spanbert-example-index-v1"
 INDEX_DIR = "index"
@@ -164,9 +166,6 @@ def example_index(corpus: TokenCorpus, spec: IndexSpec, cache: bool = True) -> E
 def build_index(corpus: TokenCorpus, spec: IndexSpec, root: Path, name: str, fp: str) -> Path:
     """Compute the examples and write ``root/name`` atomically (a kill leaves no index that looks complete);
     returns its path. Memory: one shard's offsets and one window's arrays at a time."""
-    from spanbert.folders import make_folders
-    from spanbert.utils import atomic_dir
-
     make_folders(root)  # recorded in the corpus folder's manifest, where it has one
     n = 0
     longest = 0
@@ -284,11 +283,9 @@ def _pack_window(corpus: TokenCorpus, k: int, docs: np.ndarray, paras: np.ndarra
     lines = paras[np.searchsorted(paras, t0) : np.searchsorted(paras, t1)] - t0
 
     def word_starts_in(la: np.ndarray, lb: np.ndarray) -> np.ndarray:
-        _, ws = corpus._shards.tokens(k, t0, t1)  # the window's word starts (a view, or table[ids])
-        inside = np.zeros(t1 - t0 + 1, dtype=np.int8)
-        inside[la + 1] += 1  # the long lines' positions after their first token ...
-        inside[lb] -= 1  # ... up to their end
-        return np.flatnonzero(ws & np.cumsum(inside[:-1], dtype=np.int8).astype(bool))
+        inner = lb - la - 1  # (L,) positions after each long line's first token
+        at = np.arange(int(inner.sum()), dtype=np.int64) + np.repeat(la + 1 - (np.cumsum(inner) - inner), inner)
+        return at[corpus.shard_word_starts(k, at + t0)]
 
     return pack_sentences(bounds, lines, word_starts_in, max_tokens) + t0
 

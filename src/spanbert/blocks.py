@@ -92,27 +92,36 @@ def pack_sentences(
     ds, de = db[:, 0], db[:, 1]
     paras = np.asarray(line_starts, dtype=np.int64)
     doc = np.searchsorted(ds, paras, side="right") - 1
-    inside = (doc >= 0) & (paras < de[np.maximum(doc, 0)])
-    starts = np.union1d(paras[inside], ds)  # (L,) every line start; a document always starts a line
+    starts = paras[(doc >= 0) & (paras < de[np.maximum(doc, 0)])]  # the line starts inside the documents
+    at = np.minimum(np.searchsorted(starts, ds), max(len(starts) - 1, 0))
+    if not len(starts) or (starts[at] != ds).any():  # a document always starts a line
+        starts = np.union1d(starts, ds)
     doc = np.searchsorted(ds, starts, side="right") - 1  # (L,) the document of each line
     ends = np.minimum(np.append(starts[1:], de[-1]), de[doc])  # (L,) a line ends at the next or at its document's end
-    long = ends - starts > max_tokens
-    if long.any():
+    long = np.flatnonzero(ends - starts > max_tokens)
+    if len(long):
         piece_line, piece_start, piece_end = _split_long_lines(starts[long], ends[long], word_starts_in, max_tokens)
-        keep = ~long
-        unit_start = np.concatenate([starts[keep], piece_start])
-        unit_end = np.concatenate([ends[keep], piece_end])
-        unit_doc = np.concatenate([doc[keep], doc[long][piece_line]])
-        order = np.argsort(unit_start, kind="stable")
-        unit_start, unit_end, unit_doc = unit_start[order], unit_end[order], unit_doc[order]
+        # the units in order: each short line, or the pieces of a long one in its place
+        count = np.ones(len(starts), dtype=np.int64)
+        count[long] = np.bincount(piece_line, minlength=len(long))
+        first_unit = np.cumsum(count) - count
+        n = int(count.sum())
+        unit_start, unit_end, unit_doc = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
+        short = np.ones(len(starts), dtype=bool)
+        short[long] = False
+        at = first_unit[short]
+        unit_start[at], unit_end[at], unit_doc[at] = starts[short], ends[short], doc[short]
+        at = first_unit[long[piece_line]] + np.arange(len(piece_line)) - np.searchsorted(piece_line, piece_line)
+        unit_start[at], unit_end[at], unit_doc[at] = piece_start, piece_end, doc[long[piece_line]]
     else:
         unit_start, unit_end, unit_doc = starts, ends, doc
     n = len(unit_start)
     first = np.searchsorted(unit_doc, np.arange(len(db)), side="left")  # (D,) each document's first unit
     last = np.searchsorted(unit_doc, np.arange(len(db)), side="right") - 1  # (D,) and its last
+    last_of = last[unit_doc]  # (U,)
     # a block opened at unit u takes the units after it while they fit: up to the last one ending by start + max
-    upto = np.minimum(np.searchsorted(unit_end, unit_start + max_tokens, side="right") - 1, last[unit_doc])  # (U,)
-    nxt = np.where(upto == last[unit_doc], n, upto + 1)  # the unit opening the next block; n: the document is done
+    upto = np.minimum(np.searchsorted(unit_end, unit_start + max_tokens, side="right") - 1, last_of)  # (U,)
+    nxt = np.where(upto == last_of, n, upto + 1)  # the unit opening the next block; n: the document is done
     opens = reached(nxt, first)
     return np.stack([unit_start[opens], unit_end[upto[opens]]], axis=1)
 
@@ -120,30 +129,37 @@ def pack_sentences(
 def _split_long_lines(
     a: np.ndarray, b: np.ndarray, word_starts_in: Callable[[np.ndarray, np.ndarray], np.ndarray], max_tokens: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(line, start, end) of the pieces of the (L,) long lines [a, b): each piece ends at the last word
-    start that fits (a word longer than a block is cut every ``max_tokens``), the last at b."""
-    ws = np.asarray(word_starts_in(a, b), dtype=np.int64)
+    """(line, start, end) of the pieces of the (L,) long lines [a, b), in order: each piece ends at the last
+    word start that fits (a word longer than a block is cut every ``max_tokens``), the last at b."""
+    ws = np.asarray(word_starts_in(a, b), dtype=np.int64)  # sorted, inside the lines
     n_lines = len(a)
     lines = np.arange(n_lines)
-    pos = np.concatenate([a, ws, b])  # nodes: line start, word starts inside, line end
-    line = np.concatenate([lines, np.searchsorted(a, ws, side="right") - 1, lines])
-    order = np.lexsort((pos, line))
-    pos, line = pos[order], line[order]
+    inner = np.searchsorted(ws, b) - np.searchsorted(ws, a, side="right")  # (L,) word starts inside each line
+    # the nodes of line i, in order: a_i, its word starts, b_i (no sort: each line's slots are known)
+    size = inner + 2
+    first = np.cumsum(size) - size
+    n = int(size.sum())
+    pos, line = np.empty(n, np.int64), np.repeat(lines, size)
+    pos[first], pos[first + size - 1] = a, b
+    inside = np.ones(n, dtype=bool)
+    inside[first] = inside[first + size - 1] = False
+    pos[inside] = ws
     gap = np.diff(pos)
     big = (line[1:] == line[:-1]) & (gap > max_tokens)  # a word longer than a block: cut it every max_tokens
-    if big.any():
+    if big.any():  # rare (tiny blocks): add the cuts and sort again
         k = (gap[big] - 1) // max_tokens  # (G,) cuts inside each such word
-        first = np.repeat(np.cumsum(k) - k, k)
-        extra = np.repeat(pos[:-1][big], k) + max_tokens * (np.arange(int(k.sum())) - first + 1)
+        before = np.repeat(np.cumsum(k) - k, k)
+        extra = np.repeat(pos[:-1][big], k) + max_tokens * (np.arange(int(k.sum())) - before + 1)
         pos = np.concatenate([pos, extra])
         line = np.concatenate([line, np.repeat(line[:-1][big], k)])
         order = np.lexsort((pos, line))
         pos, line = pos[order], line[order]
-    n = len(pos)
+        n = len(pos)
     last = np.searchsorted(line, lines, side="right") - 1  # (L,) each line's end node
+    last_of = last[line]
     # from node p the piece ends at the last node within p + max_tokens, of the same line
-    upto = np.minimum(np.searchsorted(pos, pos + max_tokens, side="right") - 1, last[line])  # (n,)
-    is_end = np.arange(n) == last[line]
+    upto = np.minimum(np.searchsorted(pos, pos + max_tokens, side="right") - 1, last_of)  # (n,)
+    is_end = np.arange(n) == last_of
     nxt = np.where(is_end, n, upto)
     cuts = reached(nxt, np.searchsorted(line, lines, side="left")) & ~is_end  # (n,) the pieces' starts
     return line[cuts], pos[cuts], pos[upto[cuts]]

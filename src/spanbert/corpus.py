@@ -128,6 +128,11 @@ class TokenCorpus:
         s = self.meta["shards"][k]
         return _offsets_file(Path(f"{self.path / s['name']}.paras"), int(s["num_tokens"]), s.get("num_paragraphs"), "paragraph")
 
+    def shard_word_starts(self, k: int, positions: np.ndarray) -> np.ndarray:
+        """(n,) bool: whether a word starts at each of ``positions`` (relative to shard k)."""
+        ids, starts = self._shards.arrays(k)
+        return starts[positions] if starts is not None else self._shards.table[ids[positions]]
+
     @property
     def doc_bounds(self) -> np.ndarray:
         """(D, 2) global [start, end) of every document (read from every shard on first use)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import errno
+import mmap  # noqa: F401 - np.memmap imports it at its first map: loaded now, not when descriptors may have run out
 from pathlib import Path
 
 import numpy as np
