@@ -28,7 +28,7 @@ import numpy as np
 
 from spanbert.errors import SpanBertError
 
-CHUNK = 1 << 20
+CHUNK = 1 << 16
 """Examples sorted at a time by the counting sort (its temporary arrays are a few bytes per example of a chunk)."""
 
 
@@ -44,6 +44,15 @@ def permutation(n: int, seed: int, epoch: int) -> np.ndarray:
     out = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)
     np.random.default_rng([seed, epoch]).shuffle(out)
     return out
+
+
+def length_histogram(lengths: np.ndarray) -> np.ndarray:
+    """(L+1,) int64 count of each length, a chunk at a time (`np.bincount` would copy all of ``lengths`` to int64)."""
+    hist = np.zeros(int(lengths.max()) + 1 if len(lengths) else 1, dtype=np.int64)
+    for c0 in range(0, len(lengths), CHUNK):
+        h = np.bincount(np.asarray(lengths[c0 : c0 + CHUNK]))
+        hist[: len(h)] += h
+    return hist
 
 
 def check_budget(lengths: np.ndarray, max_tokens: int) -> None:
@@ -67,7 +76,7 @@ def token_batch_cuts(lengths: np.ndarray, max_tokens: int) -> np.ndarray:
     n = len(lengths)
     if n == 0:
         return np.zeros(1, dtype=np.int64)
-    hist = np.bincount(lengths)
+    hist = length_histogram(lengths)
     values = np.flatnonzero(hist)
     run_end = np.cumsum(hist[values])  # (V,) where each length's run ends in the sorted order
     run_start = run_end - hist[values]
@@ -93,15 +102,11 @@ def _batch_shuffle(n_batches: int, seed: int, epoch: int) -> np.ndarray:
     return np.random.default_rng([seed, epoch, 0xBA7C]).permutation(n_batches)
 
 
-def sorted_positions(lengths: np.ndarray, perm: np.ndarray, wanted: np.ndarray) -> np.ndarray:
-    """``order[wanted]`` where ``order = perm[argsort(lengths[perm], kind="stable")]`` (examples by length,
-    equal lengths in the permutation's order), without making ``order``: a counting sort of ``perm`` in
-    chunks that keeps only the sorted positions in ``wanted`` (sorted, unique)."""
-    wanted = np.asarray(wanted, dtype=np.int64)
-    out = np.empty(len(wanted), dtype=perm.dtype)
-    if not len(wanted):
-        return out
-    hist = np.bincount(np.asarray(lengths))
+def _counting_sort(lengths: np.ndarray, perm: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(sorted positions, examples) of ``perm``'s examples, a chunk at a time: the stable sort by length of
+    ``perm`` (examples by length, equal lengths in the permutation's order) as a counting sort, so that no
+    (n,) int64 array of the sorted order is ever made."""
+    hist = length_histogram(lengths)
     next_slot = np.cumsum(hist) - hist  # (L,) the next free sorted position of each length
     for c0 in range(0, len(perm), CHUNK):
         p = perm[c0 : c0 + CHUNK]
@@ -110,11 +115,41 @@ def sorted_positions(lengths: np.ndarray, perm: np.ndarray, wanted: np.ndarray) 
         vs = v[o]
         dest = next_slot[vs] + (np.arange(len(vs)) - np.searchsorted(vs, vs, side="left"))  # (C,) sorted positions
         next_slot += np.bincount(v, minlength=len(next_slot))
+        yield dest, p[o]
+
+
+def sorted_positions(lengths: np.ndarray, perm: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """``order[wanted]`` where ``order = perm[argsort(lengths[perm], kind="stable")]``, without making ``order``
+    (``wanted``: sorted, unique sorted positions)."""
+    wanted = np.asarray(wanted, dtype=np.int64)
+    out = np.empty(len(wanted), dtype=perm.dtype)
+    if not len(wanted):
+        return out
+    for dest, examples in _counting_sort(lengths, perm):
         slot = np.searchsorted(wanted, dest)
         hit = slot < len(wanted)
         hit[hit] = wanted[slot[hit]] == dest[hit]
-        out[slot[hit]] = p[o[hit]]
+        out[slot[hit]] = examples[hit]
     return out
+
+
+def _batches_of(lengths: np.ndarray, perm: np.ndarray, cuts: np.ndarray, slot: np.ndarray, size: int,
+                extra: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """(the examples of the batches b with ``slot[b]`` >= 0, each batch's at slot[b] on in an array of ``size``;
+    the examples at the sorted positions ``extra``): this rank's share of the sorted order, nothing else kept."""
+    out = np.empty(size, dtype=perm.dtype)
+    extra = np.asarray(extra, dtype=np.int64)
+    extra_out = np.empty(len(extra), dtype=perm.dtype)
+    for dest, examples in _counting_sort(lengths, perm):
+        b = np.searchsorted(cuts, dest, side="right") - 1  # (C,) the batch of each sorted position
+        base = slot[b]
+        mine = base >= 0
+        out[base[mine] + dest[mine] - cuts[b[mine]]] = examples[mine]
+        if len(extra):
+            at = np.minimum(np.searchsorted(extra, dest), len(extra) - 1)
+            hit = extra[at] == dest
+            extra_out[at[hit]] = examples[hit]
+    return out, extra_out
 
 
 class EpochPlan(Sequence):
@@ -245,34 +280,34 @@ def token_plan(lengths: np.ndarray, max_tokens: int, seed: int, epoch: int, accu
     steps = math.ceil(n_batches / M)
     first = min(max(start_step, 0), steps)
     shuffle = _batch_shuffle(n_batches, seed, epoch)
-    # the batch numbers j of this rank, step by step: s*M + m*world + rank
+    # the batch numbers j of this rank, step by step: s*M + m*world + rank; only the micro-batches it runs
+    # (every rank runs as many as rank 0 has in a short step) are kept
     s_idx = np.arange(first, steps, dtype=np.int64)
-    j = (s_idx[:, None] * M + np.arange(accum, dtype=np.int64)[None, :] * world + rank).reshape(-1)  # (S*accum,)
-    step_of = np.repeat(s_idx, accum)
-    real = j < n_batches
     present = np.minimum(M, n_batches - s_idx * M)  # (S,) micro-batches of each step over all ranks
     keep_k = -(-present // world)  # (S,) rank 0's count: the micro-batches every rank runs
-    slot_in_step = np.tile(np.arange(accum), len(s_idx))
-    kept = slot_in_step < np.repeat(keep_k, accum)  # (S*accum,) the micro-batches this rank runs
-    b = np.where(real, shuffle[np.minimum(j, max(n_batches - 1, 0))], -1)
-    sizes = np.where(real, cuts[b + 1] - cuts[b], 0)[kept]
-    b_kept, real_kept, step_kept = b[kept], real[kept], step_of[kept]
-    # the sorted positions to fetch: every example of this rank's batches, and each padded step's first one
-    starts = cuts[b_kept[real_kept]]
-    want = np.repeat(starts - np.cumsum(sizes[real_kept]) + sizes[real_kept], sizes[real_kept]) + np.arange(
-        int(sizes[real_kept].sum()), dtype=np.int64
-    )
+    kept = (np.arange(accum)[None, :] < keep_k[:, None]).reshape(-1)  # (S*accum,)
+    j = (s_idx[:, None] * M + np.arange(accum, dtype=np.int64)[None, :] * world + rank).reshape(-1)[kept]
+    step_kept = np.repeat(s_idx, accum)[kept]
+    del kept, present
+    real_kept = j < n_batches
+    b_kept = np.where(real_kept, shuffle[np.minimum(j, max(n_batches - 1, 0))], 0)
+    sizes = np.where(real_kept, cuts[b_kept + 1] - cuts[b_kept], 0)
+    del j
+    # where each of this rank's batches goes in its examples array; the first example of each step where it
+    # pads (a short last step: the step's first batch, rank 0's)
+    slot = np.full(n_batches, -1, dtype=np.int64 if len(lengths) >= 2**31 else np.int32)
+    slot[b_kept[real_kept]] = (np.cumsum(sizes) - sizes)[real_kept]
     pad_steps = np.unique(step_kept[~real_kept])
-    pad_pos = cuts[shuffle[pad_steps * M]] if len(pad_steps) else np.zeros(0, np.int64)
-    positions = np.union1d(want, pad_pos)
+    pad_first = cuts[shuffle[pad_steps * M]] if len(pad_steps) else np.zeros(0, np.int64)  # (P,) sorted positions
+    del shuffle, b_kept
     perm = permutation(len(lengths), seed, epoch)
-    found = sorted_positions(lengths, perm, positions)
-    del perm
-    examples = found[np.searchsorted(positions, want)]
-    pad = np.full(len(b_kept), -1, dtype=np.int64)
+    pad_pos = np.unique(pad_first)
+    examples, firsts = _batches_of(lengths, perm, cuts, slot, int(sizes.sum()), pad_pos)
+    del perm, slot
+    pad = np.full(len(sizes), -1, dtype=np.int64)
     empty = np.flatnonzero(~real_kept)  # at most accum - 1, in the short last step
     if len(empty):
-        first_of = dict(zip(pad_steps.tolist(), found[np.searchsorted(positions, pad_pos)].tolist()))
+        first_of = dict(zip(pad_steps.tolist(), firsts[np.searchsorted(pad_pos, pad_first)].tolist()))
         pad[empty] = [first_of[int(s)] for s in step_kept[empty]]
     mb_bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     step_bounds = np.concatenate([[0], np.cumsum(np.minimum(keep_k, accum))]).astype(np.int64)
