@@ -90,7 +90,7 @@ def token_batch_cuts(lengths: np.ndarray, max_tokens: int) -> np.ndarray:
             cuts.append(c)
             lo = int(c[-1])
     cuts.append(np.array([n], np.int64))
-    return np.concatenate(cuts)
+    return np.concatenate(cuts).astype(np.int32 if n < 2**31 else np.int64)
 
 
 def token_batch_count(lengths: np.ndarray, max_tokens: int) -> int:
@@ -110,11 +110,13 @@ def _counting_sort(lengths: np.ndarray, perm: np.ndarray) -> Iterator[tuple[np.n
     next_slot = np.cumsum(hist) - hist  # (L,) the next free sorted position of each length
     for c0 in range(0, len(perm), CHUNK):
         p = perm[c0 : c0 + CHUNK]
-        v = np.asarray(lengths[p], dtype=np.int64)  # (C,)
+        v = np.asarray(lengths[p])  # (C,) uint16 for blocks: a radix sort
         o = np.argsort(v, kind="stable")
         vs = v[o]
-        dest = next_slot[vs] + (np.arange(len(vs)) - np.searchsorted(vs, vs, side="left"))  # (C,) sorted positions
-        next_slot += np.bincount(v, minlength=len(next_slot))
+        first = np.flatnonzero(np.concatenate([[True], vs[1:] != vs[:-1]]))  # where each length's run starts
+        run = np.diff(np.append(first, len(vs)))
+        dest = next_slot[vs] + (np.arange(len(vs)) - np.repeat(first, run))  # (C,) sorted positions
+        next_slot[vs[first]] += run
         yield dest, p[o]
 
 
@@ -141,7 +143,8 @@ def _batches_of(lengths: np.ndarray, perm: np.ndarray, cuts: np.ndarray, slot: n
     extra = np.asarray(extra, dtype=np.int64)
     extra_out = np.empty(len(extra), dtype=perm.dtype)
     for dest, examples in _counting_sort(lengths, perm):
-        b = np.searchsorted(cuts, dest, side="right") - 1  # (C,) the batch of each sorted position
+        # (C,) the batch of each sorted position (dest in the cuts' dtype: searchsorted would copy the cuts)
+        b = np.searchsorted(cuts, dest.astype(cuts.dtype), side="right") - 1
         base = slot[b]
         mine = base >= 0
         out[base[mine] + dest[mine] - cuts[b[mine]]] = examples[mine]
@@ -288,10 +291,12 @@ def token_plan(lengths: np.ndarray, max_tokens: int, seed: int, epoch: int, accu
     kept = (np.arange(accum)[None, :] < keep_k[:, None]).reshape(-1)  # (S*accum,)
     j = (s_idx[:, None] * M + np.arange(accum, dtype=np.int64)[None, :] * world + rank).reshape(-1)[kept]
     step_kept = np.repeat(s_idx, accum)[kept]
-    del kept, present
+    keep_k = keep_k.astype(np.int32)
+    del kept, present, s_idx
     real_kept = j < n_batches
     b_kept = np.where(real_kept, shuffle[np.minimum(j, max(n_batches - 1, 0))], 0)
-    sizes = np.where(real_kept, cuts[b_kept + 1] - cuts[b_kept], 0)
+    sizes = np.where(real_kept, cuts[b_kept + 1] - cuts[b_kept], 0).astype(np.int32)
+    step_kept = step_kept.astype(np.int32)
     del j
     # where each of this rank's batches goes in its examples array; the first example of each step where it
     # pads (a short last step: the step's first batch, rank 0's)
@@ -304,13 +309,14 @@ def token_plan(lengths: np.ndarray, max_tokens: int, seed: int, epoch: int, accu
     pad_pos = np.unique(pad_first)
     examples, firsts = _batches_of(lengths, perm, cuts, slot, int(sizes.sum()), pad_pos)
     del perm, slot
-    pad = np.full(len(sizes), -1, dtype=np.int64)
+    pad = np.full(len(sizes), -1, dtype=np.int32 if len(lengths) < 2**31 else np.int64)
     empty = np.flatnonzero(~real_kept)  # at most accum - 1, in the short last step
     if len(empty):
         first_of = dict(zip(pad_steps.tolist(), firsts[np.searchsorted(pad_pos, pad_first)].tolist()))
         pad[empty] = [first_of[int(s)] for s in step_kept[empty]]
-    mb_bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    step_bounds = np.concatenate([[0], np.cumsum(np.minimum(keep_k, accum))]).astype(np.int64)
+    small = np.int32 if len(lengths) < 2**31 else np.int64  # a rank's offsets: 4 bytes each
+    mb_bounds = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).astype(small)
+    step_bounds = np.concatenate([[0], np.cumsum(np.minimum(keep_k, accum))]).astype(small)
     return EpochPlan(examples, mb_bounds, step_bounds, pad)
 
 
