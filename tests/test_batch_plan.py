@@ -9,6 +9,7 @@ import pytest
 
 from spanbert.batch_plan import (
     EpochPlan,
+    epoch_permutation,
     PadBatch,
     flat_micro_batches,
     permutation,
@@ -134,3 +135,24 @@ def test_a_plan_keeps_only_this_ranks_share():
     sizes = [len(p.examples) for p in plans]
     assert sum(sizes) == 40_000 and max(sizes) - min(sizes) <= 31  # a quarter each, not the epoch each
     assert plans[1][0] == [[int(x) for x in plans[1].examples[:31]]]  # a step's lists come from the array
+
+
+def test_cached_plans_equal_the_in_memory_ones(tmp_path):
+    rng = np.random.default_rng(7)
+    lengths = rng.choice(rng.integers(2, 66, 9), 700).astype(np.uint16)
+    for world, accum in ((1, 1), (2, 3), (3, 2)):
+        for rank in range(world):
+            for epoch, start in ((0, 0), (1, 2)):
+                got = token_plan(lengths, 150, 4, epoch, accum, rank, world, start, cache=tmp_path)
+                assert same(got, ref_token_micro_batches(lengths, 150, 4, epoch, accum, rank, world, start))
+                got = sequence_plan(700, 4, epoch, 6, accum, rank, world, start, cache=tmp_path)
+                assert same(got, ref_micro_batches(700, 4, epoch, 6, accum, rank, world, start))
+    # a file per (kind, seed, epoch), mapped read-only; the order is the loop's
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["order-s4-e0.bin", "order-s4-e1.bin", "perm-s4-e0.bin",
+                                                           "perm-s4-e1.bin"]  # fmt: skip
+    order = np.fromfile(tmp_path / "order-s4-e1.bin", np.int32)
+    perm = epoch_permutation(len(lengths), 4, 1)
+    assert np.array_equal(order, perm[np.argsort(lengths[perm], kind="stable")])
+    # epochs done with go: the one being trained and the one before stay
+    token_plan(lengths, 150, 4, 3, 1, 0, 1, 0, cache=tmp_path)
+    assert sorted(p.name for p in tmp_path.glob("order-*")) == ["order-s4-e3.bin"]

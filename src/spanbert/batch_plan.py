@@ -22,10 +22,13 @@ they are these plans materialised.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import numpy as np
 
+from spanbert import distributed
 from spanbert.errors import SpanBertError
 
 CHUNK = 1 << 16
@@ -55,6 +58,89 @@ def length_histogram(lengths: np.ndarray) -> np.ndarray:
     return hist
 
 
+def epoch_permutation(n: int, seed: int, epoch: int, cache: Path | None = None) -> np.ndarray:
+    """`permutation` (n, seed, epoch); with ``cache`` (a folder), a file there: built once (rank 0 under torchrun,
+    the others waiting on the store), memory-mapped read-only by every rank, so no rank holds a copy."""
+    if cache is None:
+        return permutation(n, seed, epoch)
+
+    def fill(out: np.ndarray) -> None:
+        for c0 in range(0, n, CHUNK * 16):
+            out[c0 : c0 + CHUNK * 16] = np.arange(c0, min(n, c0 + CHUNK * 16), dtype=out.dtype)
+        # in place, in the file: the numbers of `permutation` (a plain ndarray view: numpy shuffles a memmap,
+        # an ndarray subclass, with a Python loop)
+        np.random.default_rng([seed, epoch]).shuffle(np.asarray(out))
+
+    return _cached(Path(cache), "perm", seed, epoch, n, fill)
+
+
+def epoch_order(lengths: np.ndarray, seed: int, epoch: int, cache: Path | None = None) -> np.ndarray:
+    """(n,) the examples sorted by length, equal lengths in the epoch's permutation order: ``perm[argsort(
+    lengths[perm], kind="stable")]``, the order token batches are cut from. With ``cache`` (a folder) a file
+    there, built once and memory-mapped by every rank (Megatron-LM caches its shuffle index the same way);
+    the permutation it is made from is a temporary file, so the builder holds neither in its own memory."""
+    n = len(lengths)
+    if cache is None:
+        return sorted_positions(lengths, permutation(n, seed, epoch), np.arange(n))
+
+    def fill(out: np.ndarray) -> None:
+        tmp = Path(cache) / f".perm-s{seed}-e{epoch}.order.tmp-{os.getpid()}"
+        try:
+            perm = np.memmap(tmp, dtype=out.dtype, mode="w+", shape=(n,))
+            for c0 in range(0, n, CHUNK * 16):
+                perm[c0 : c0 + CHUNK * 16] = np.arange(c0, min(n, c0 + CHUNK * 16), dtype=out.dtype)
+            np.random.default_rng([seed, epoch]).shuffle(np.asarray(perm))  # see epoch_permutation
+            for dest, examples in _counting_sort(lengths, perm):
+                out[dest] = examples
+            del perm
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    return _cached(Path(cache), "order", seed, epoch, n, fill)
+
+
+KEEP_EPOCHS = 2
+"""Epoch files (`epoch_order`, `epoch_permutation`) kept per seed: the one being trained and the one before."""
+
+
+def _cached(folder: Path, kind: str, seed: int, epoch: int, n: int, fill) -> np.ndarray:
+    """(n,) int32 (int64 past 2^31 examples) array ``folder/<kind>-s<seed>-e<epoch>.bin``, written by
+    ``fill(memmap)`` into a temporary file renamed in whole (one writer: `distributed.on_main_long`), then
+    memory-mapped read-only; older epochs of the seed removed. A rank that cannot see rank 0's file (no
+    shared folder) builds its own."""
+    dtype = np.dtype(_offsets_dtype(n))
+    name = f"{kind}-s{seed}-e{epoch}.bin"
+    path = folder / name
+
+    def build() -> str:
+        if path.is_file() and path.stat().st_size == n * dtype.itemsize:
+            return str(path)
+        tmp = folder / f".{name}.tmp-{os.getpid()}"
+        try:
+            if n:
+                out = np.memmap(tmp, dtype=dtype, mode="w+", shape=(n,))
+                fill(out)
+                out.flush()
+                del out
+            else:
+                tmp.write_bytes(b"")
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        for old in folder.glob(f"{kind}-s{seed}-e*.bin"):  # epochs done with (a resume builds one again)
+            e = old.name[len(f"{kind}-s{seed}-e") : -len(".bin")]
+            if e.isdigit() and int(e) <= epoch - KEEP_EPOCHS:
+                old.unlink(missing_ok=True)
+        return str(path)
+
+    where = Path(distributed.on_main_long(build, key=f"batch_plan/{folder.name}/{name}"))
+    if not (where.is_file() and where.stat().st_size == n * dtype.itemsize):
+        where = Path(build())  # rank 0's folder is not this machine's: a copy of its own
+    return np.memmap(where, dtype=dtype, mode="r", shape=(n,)) if n else np.zeros(0, dtype)
+
+
 def check_budget(lengths: np.ndarray, max_tokens: int) -> None:
     if len(lengths) and int(lengths.max()) > max_tokens:
         i = int(np.argmax(lengths))
@@ -80,17 +166,18 @@ def token_batch_cuts(lengths: np.ndarray, max_tokens: int) -> np.ndarray:
     values = np.flatnonzero(hist)
     run_end = np.cumsum(hist[values])  # (V,) where each length's run ends in the sorted order
     run_start = run_end - hist[values]
-    cuts = [np.zeros(1, np.int64)]
+    small = _offsets_dtype(n)
+    cuts = [np.zeros(1, small)]
     lo = 0  # the open batch's first position
     for v, rs, re in zip(values.tolist(), run_start.tolist(), run_end.tolist()):
         cap = max_tokens // v if v else n + 1  # >= 1: no example is longer than the budget (empty ones never overflow)
         first = max(rs, lo + cap)  # the first position of this run that does not fit the open batch
         if first < re:
-            c = np.arange(first, re, cap, dtype=np.int64)
+            c = np.arange(first, re, cap, dtype=small)
             cuts.append(c)
             lo = int(c[-1])
-    cuts.append(np.array([n], np.int64))
-    return np.concatenate(cuts).astype(np.int32 if n < 2**31 else np.int64)
+    cuts.append(np.array([n], small))
+    return np.concatenate(cuts)
 
 
 def token_batch_count(lengths: np.ndarray, max_tokens: int) -> int:
@@ -99,7 +186,10 @@ def token_batch_count(lengths: np.ndarray, max_tokens: int) -> int:
 
 
 def _batch_shuffle(n_batches: int, seed: int, epoch: int) -> np.ndarray:
-    return np.random.default_rng([seed, epoch, 0xBA7C]).permutation(n_batches)
+    """The order the epoch's token batches are used in: ``default_rng([seed, epoch, 0xBA7C]).permutation``, int32."""
+    out = np.arange(n_batches, dtype=_offsets_dtype(n_batches))
+    np.random.default_rng([seed, epoch, 0xBA7C]).shuffle(out)
+    return out
 
 
 def _counting_sort(lengths: np.ndarray, perm: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -159,12 +249,14 @@ class EpochPlan(Sequence):
     """One rank's micro-batches of one epoch from its start step on, grouped by optimizer step: step i is a
     list of micro-batches (lists of example indices; `PadBatch` where this rank has none in a short step).
 
-    ``examples``: this rank's examples in plan order; ``mb_bounds`` (M+1,) where each micro-batch's examples
-    start in it; ``step_bounds`` (S+1,) where each step's micro-batches start; ``pad`` (M,) the example a
-    padding micro-batch runs (-1: a real one)."""
+    Micro-batch m is ``source[mb_start[m] : mb_start[m] + mb_size[m]]``: ``source`` is this rank's own
+    examples, or the epoch's order shared by every rank (a memory-mapped file, `epoch_order`); ``step_bounds``
+    (S+1,) says where each step's micro-batches start, ``pad`` (M,) the example a padding micro-batch runs
+    (-1: a real one)."""
 
-    def __init__(self, examples: np.ndarray, mb_bounds: np.ndarray, step_bounds: np.ndarray, pad: np.ndarray):
-        self.examples, self.mb_bounds, self.step_bounds, self.pad = examples, mb_bounds, step_bounds, pad
+    def __init__(self, source: np.ndarray, mb_start: np.ndarray, mb_size: np.ndarray, step_bounds: np.ndarray,
+                 pad: np.ndarray):  # fmt: skip
+        self.source, self.mb_start, self.mb_size, self.step_bounds, self.pad = source, mb_start, mb_size, step_bounds, pad
 
     def __len__(self) -> int:
         return len(self.step_bounds) - 1
@@ -181,11 +273,24 @@ class EpochPlan(Sequence):
     def _micro_batch(self, m: int) -> list[int]:
         if self.pad[m] >= 0:
             return PadBatch([int(self.pad[m])])
-        return self.examples[self.mb_bounds[m] : self.mb_bounds[m + 1]].tolist()
+        a = int(self.mb_start[m])
+        return self.source[a : a + int(self.mb_size[m])].tolist()
+
+    @property
+    def examples(self) -> np.ndarray:
+        """Every example of the plan in order (pads left out), as one array."""
+        return _gather(self.source, self.mb_start, self.mb_size)
 
     def micro_batches(self) -> MicroBatches:
         """Every micro-batch of the plan in order, made one at a time (a DataLoader's ``batch_sampler``)."""
         return MicroBatches(self)
+
+
+def _gather(source: np.ndarray, start: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """``concatenate([source[a : a + k] for a, k in zip(start, size)])`` in a few array calls."""
+    size = np.asarray(size, dtype=np.int64)
+    at = np.repeat(np.asarray(start, dtype=np.int64) - (np.cumsum(size) - size), size) + np.arange(int(size.sum()))
+    return np.asarray(source[at])
 
 
 class MicroBatches:
@@ -208,74 +313,47 @@ def flat_micro_batches(plan: Sequence[Sequence[list[int]]]):
     return [mb for step_mbs in plan for mb in step_mbs]
 
 
-def _plan(parts: list[tuple[np.ndarray, int]], steps: list[int]) -> EpochPlan:
-    """An `EpochPlan` of micro-batches given as (examples, pad example or -1), ``steps`` micro-batches each."""
-    sizes = np.array([len(e) for e, _ in parts], dtype=np.int64)
-    examples = np.concatenate([e for e, _ in parts]) if parts else np.zeros(0, np.int32)
-    mb_bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    step_bounds = np.concatenate([[0], np.cumsum(steps)]).astype(np.int64)
-    pad = np.array([p for _, p in parts], dtype=np.int64)
-    return EpochPlan(examples, mb_bounds, step_bounds, pad)
-
-
-def _short_step_parts(parts: list[np.ndarray], first: int, present: int, world: int) -> list[tuple[np.ndarray, int]]:
-    """A rank's micro-batches of a short step, ``parts[m]`` empty where its share has run out: as many as
-    rank 0 has (``present`` = micro-batches of the step over all ranks), empty ones padded with example
-    ``first`` (`PadBatch`), so one process and N processes train on the same examples, each once."""
-    k = -(-present // world)
-    return [(mb, -1) if len(mb) else (np.zeros(0, np.int32), first) for mb in parts[:k]]
+def _offsets_dtype(n: int):
+    return np.int32 if n < 2**31 else np.int64
 
 
 def sequence_plan(n: int, seed: int, epoch: int, batch: int, accum: int, rank: int, world: int,
-                  start_step: int) -> EpochPlan:  # fmt: skip
+                  start_step: int, cache: Path | None = None) -> EpochPlan:  # fmt: skip
     """`trainer.micro_batches` as an `EpochPlan`: global step s covers perm[s*G : (s+1)*G], G = batch x world x
-    accum; micro-batch m of rank r is the slice at (m * world + r) * batch. Full steps are one reshape."""
+    accum; micro-batch m of rank r is the slice at (m * world + r) * batch; in a short last step every rank runs
+    as many micro-batches as rank 0 has, an empty one padding with the step's first example. With ``cache`` (a
+    folder) the permutation is a file there (`epoch_permutation`), shared by the ranks; else this rank's
+    examples are copied out of it."""
     G = batch * world * accum
     steps = math.ceil(n / G)
-    perm = permutation(n, seed, epoch)
-    full = n // G  # steps with every micro-batch full
     first = min(max(start_step, 0), steps)
-    parts: list[tuple[np.ndarray, int]] = []
-    counts: list[int] = []
-    if first < full:
-        block = perm[first * G : full * G].reshape(full - first, accum, world, batch)[:, :, rank, :]  # (S, accum, batch)
-        mine = np.ascontiguousarray(block).reshape(-1)
-        n_mb = (full - first) * accum
-        examples = mine
-        mb_bounds = np.arange(n_mb + 1, dtype=np.int64) * batch
-        step_bounds = np.arange(full - first + 1, dtype=np.int64) * accum
-        pad = np.full(n_mb, -1, dtype=np.int64)
-        plan = EpochPlan(examples, mb_bounds, step_bounds, pad)
-    else:
-        plan = None
-    for s in range(max(first, full), steps):  # the short last step
-        chunk = perm[s * G : (s + 1) * G]
-        mbs = [chunk[(m * world + rank) * batch :][:batch] for m in range(accum)]
-        step = _short_step_parts(mbs, int(chunk[0]), -(-len(chunk) // batch), world)
-        parts += step
-        counts.append(len(step))
-    tail = _plan(parts, counts) if counts else None
-    return _join(plan, tail)
-
-
-def _join(a: EpochPlan | None, b: EpochPlan | None) -> EpochPlan:
-    if a is None and b is None:
-        return _plan([], [])
-    if a is None or b is None:
-        return a if b is None else b
-    return EpochPlan(
-        np.concatenate([a.examples, b.examples.astype(a.examples.dtype)]),
-        np.concatenate([a.mb_bounds, a.mb_bounds[-1] + b.mb_bounds[1:]]),
-        np.concatenate([a.step_bounds, a.step_bounds[-1] + b.step_bounds[1:]]),
-        np.concatenate([a.pad, b.pad]),
-    )
+    perm = epoch_permutation(n, seed, epoch, cache)
+    s_idx = np.arange(first, steps, dtype=np.int64)
+    chunk = np.minimum(G, n - s_idx * G)  # (S,) examples of each step
+    present = -(-chunk // batch)  # (S,) micro-batches of the step over all ranks
+    keep_k = -(-present // world)  # (S,) rank 0's count: the micro-batches every rank runs
+    at = (np.arange(accum, dtype=np.int64) * world + rank) * batch  # (accum,) offset of micro-batch m in a step
+    kept = (np.arange(accum)[None, :] < keep_k[:, None]).reshape(-1)  # (S*accum,)
+    start = (s_idx[:, None] * G + at[None, :]).reshape(-1)[kept]
+    size = np.clip((chunk[:, None] - at[None, :]).reshape(-1)[kept], 0, batch)
+    step_first = np.repeat(s_idx * G, accum)[kept]
+    pad = np.where(size > 0, -1, np.asarray(perm[np.minimum(step_first, max(n - 1, 0))]) if n else -1)
+    small = _offsets_dtype(n)
+    step_bounds = np.concatenate([[0], np.cumsum(keep_k)]).astype(small)
+    if cache is None:  # this rank's share copied out, the permutation dropped
+        source = _gather(perm, start, size)
+        start = np.cumsum(size) - size
+        perm = source
+    return EpochPlan(perm, start.astype(small), size.astype(small), step_bounds, pad.astype(small))
 
 
 def token_plan(lengths: np.ndarray, max_tokens: int, seed: int, epoch: int, accum: int, rank: int, world: int,
-               start_step: int) -> EpochPlan:  # fmt: skip
+               start_step: int, cache: Path | None = None) -> EpochPlan:  # fmt: skip
     """`trainer.token_micro_batches` as an `EpochPlan`: step s takes micro-batches [s*M, (s+1)*M) of the epoch's
     shuffled token batches, M = world x accum, micro-batch m of rank r being number s*M + m*world + r. Only
-    this rank's batches (and the example a short last step pads with) are taken out of the sorted order."""
+    this rank's batches (and the example a short last step pads with) are taken out of the sorted order. With
+    ``cache`` (a folder) the epoch's sorted order is a file there, built once and mapped by every rank
+    (`epoch_order`): a micro-batch is then a slice of it, and the rank keeps only where each one starts."""
     lengths = np.asarray(lengths)
     cuts = token_batch_cuts(lengths, max_tokens)
     n_batches = len(cuts) - 1
@@ -298,30 +376,38 @@ def token_plan(lengths: np.ndarray, max_tokens: int, seed: int, epoch: int, accu
     sizes = np.where(real_kept, cuts[b_kept + 1] - cuts[b_kept], 0).astype(np.int32)
     step_kept = step_kept.astype(np.int32)
     del j
-    # where each of this rank's batches goes in its examples array; the first example of each step where it
-    # pads (a short last step: the step's first batch, rank 0's)
-    slot = np.full(n_batches, -1, dtype=np.int64 if len(lengths) >= 2**31 else np.int32)
-    slot[b_kept[real_kept]] = (np.cumsum(sizes) - sizes)[real_kept]
+    # the first example of each step where this rank pads (a short last step: the step's first batch, rank 0's)
     pad_steps = np.unique(step_kept[~real_kept])
     pad_first = cuts[shuffle[pad_steps * M]] if len(pad_steps) else np.zeros(0, np.int64)  # (P,) sorted positions
-    del shuffle, b_kept
+    del shuffle
+    small = _offsets_dtype(len(lengths))  # a rank's offsets: 4 bytes each
+    pad = np.full(len(sizes), -1, dtype=small)
+    empty = np.flatnonzero(~real_kept)  # at most accum - 1, in the short last step
+    step_bounds = np.concatenate([[0], np.cumsum(np.minimum(keep_k, accum))]).astype(small)
+    if cache is not None:  # the epoch's order is a file every rank maps: a micro-batch is a slice of it
+        order = epoch_order(lengths, seed, epoch, cache)
+        if len(empty):
+            first_of = dict(zip(pad_steps.tolist(), np.asarray(order[pad_first]).tolist()))
+            pad[empty] = [first_of[int(s)] for s in step_kept[empty]]
+        start = np.where(real_kept, cuts[b_kept], 0).astype(small)  # batch b's examples start at cuts[b]
+        return EpochPlan(order, start, sizes.astype(small), step_bounds, pad)
+    slot = np.full(n_batches, -1, dtype=small)  # where each of this rank's batches goes in its own array
+    slot[b_kept[real_kept]] = (np.cumsum(sizes) - sizes)[real_kept]
     perm = permutation(len(lengths), seed, epoch)
     pad_pos = np.unique(pad_first)
     examples, firsts = _batches_of(lengths, perm, cuts, slot, int(sizes.sum()), pad_pos)
     del perm, slot
-    pad = np.full(len(sizes), -1, dtype=np.int32 if len(lengths) < 2**31 else np.int64)
-    empty = np.flatnonzero(~real_kept)  # at most accum - 1, in the short last step
     if len(empty):
         first_of = dict(zip(pad_steps.tolist(), firsts[np.searchsorted(pad_pos, pad_first)].tolist()))
         pad[empty] = [first_of[int(s)] for s in step_kept[empty]]
-    small = np.int32 if len(lengths) < 2**31 else np.int64  # a rank's offsets: 4 bytes each
-    mb_bounds = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).astype(small)
-    step_bounds = np.concatenate([[0], np.cumsum(np.minimum(keep_k, accum))]).astype(small)
-    return EpochPlan(examples, mb_bounds, step_bounds, pad)
+    start = (np.cumsum(sizes, dtype=np.int64) - sizes).astype(small)
+    return EpochPlan(examples, start, sizes.astype(small), step_bounds, pad)
 
 
 __all__ = [
     "EpochPlan",
+    "epoch_order",
+    "epoch_permutation",
     "PadBatch",
     "flat_micro_batches",
     "permutation",

@@ -174,6 +174,12 @@ class PretrainDataset:
         lo, hi = self.documents
         return self.corpus.doc_bounds[lo:hi]
 
+    @property
+    def plan_cache(self) -> Path | None:
+        """Where the trainer keeps this dataset's epoch orders (`batch_plan.epoch_order`): its index's folder,
+        beside the blocks they order (None: not indexed, computed in memory)."""
+        return self._index.path if self._index is not None else None
+
     def set_epoch(self, epoch: int) -> None:
         """Masks of the next epoch (dynamic masking, RoBERTa/SpanBERT §4.2 (a))."""
         self._epoch[0] = int(epoch)

@@ -67,6 +67,10 @@ class CausalLMBlocks(torch.utils.data.Dataset):
     def lengths(self):
         return self.dataset.lengths()  # the same blocks: [CLS] block [SEP]
 
+    @property
+    def plan_cache(self):
+        return self.dataset.plan_cache  # the same blocks: the same epoch orders
+
     def set_epoch(self, epoch: int) -> None:
         self.dataset.set_epoch(epoch)  # nothing is random here; kept for the trainer's contract
 
@@ -101,6 +105,7 @@ class ClozeBlocks(torch.utils.data.Dataset):
         index = example_index(corpus, spec)
         self.corpus, self.blocks = corpus, index.rows[:limit]  # (N, 2) (limit None: all)
         self._lengths = index.lengths[:limit]
+        self.plan_cache = index.path if limit is None else None  # the trainer's epoch orders go beside it
         self.bos_id, self.eos_id = bos_id, eos_id
 
     def __len__(self) -> int:

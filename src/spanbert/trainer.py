@@ -636,9 +636,11 @@ def _epoch_plan(
     if hasattr(dataset, "set_epoch"):
         dataset.set_epoch(epoch)
     accum, budget = args.gradient_accumulation_steps, args.max_tokens_per_batch
+    cache = getattr(dataset, "plan_cache", None)  # a folder for the epoch's order, shared by the ranks
     if budget:
-        return token_plan(lengths, budget, args.seed, epoch, accum, rank, world, start)
-    return sequence_plan(len(dataset), args.seed, epoch, args.per_device_train_batch_size, accum, rank, world, start)
+        return token_plan(lengths, budget, args.seed, epoch, accum, rank, world, start, cache)
+    return sequence_plan(len(dataset), args.seed, epoch, args.per_device_train_batch_size, accum, rank, world, start,
+                         cache)  # fmt: skip
 
 
 def predict_batches(
