@@ -5,15 +5,19 @@
       tokenizer/                 the tokenizer used (the corpus is self-contained)
       unigram.npy                (V,) int64 token counts: random replacements follow them (§2)
       shard-00000.ids            (n,) uint16 | int32 token ids
-      shard-00000.starts         (n,) uint8 1 where the token starts a word
+      shard-00000.starts         (n,) uint8 1 where the token starts a word (none where the ids tell it:
+                                 ``"word_starts": "from_ids"`` in the shard's entry, flags from word_starts.npy)
+      word_starts.npy            (V,) uint8 1 where a token id starts a word
       shard-00000.docs           (D+1,) int64 document offsets into the shard
       shard-00000.paras          (P,) int64 paragraph (line) start offsets (NSP segment boundaries)
       shard-00000.entity         (C, 2) int32 inclusive token spans (named_entity scheme, optional)
       shard-00000.noun_phrase    (C, 2) int32 inclusive token spans (noun_phrase scheme, optional)
       static-128/                stored masks (``--dupe_factor N``, `spanbert.static_masks`, optional)
+      index/                     example indices and epoch orders (`spanbert.block_index`, written on first use)
 
 Documents never cross shards. `TokenCorpus` opens the folder (checking meta.json and the size of every
-array, so a damaged corpus is a `DataError` naming the file) and reads tokens by global position.
+array, so a damaged corpus is a `DataError` naming the file; nothing is read or kept open) and reads
+tokens by global position, mapping a shard when a read first needs it (`spanbert.shards`).
 `spanbert.preprocess` writes the folder.
 """
 
