@@ -96,6 +96,9 @@ def test_merge_adds_a_corpus_to_another(tmp_path, texts, tok_dir, cli_error):
     c = tmp_path / "c"  # the same corpus, its vocabulary's last two tokens swapped: another tokenizer
     shutil.copytree(a, c)
     (c / "tokenizer" / "tokenizer.json").unlink(missing_ok=True)
+    meta = json.loads((c / "meta.json").read_text())
+    meta.pop("vocab_fingerprint", None)  # so the vocabulary is told from the tokenizer files
+    (c / "meta.json").write_text(json.dumps(meta))
     vocab = (c / "tokenizer" / "vocab.txt").read_text().splitlines()
     (c / "tokenizer" / "vocab.txt").write_text("\n".join(vocab[:-2] + vocab[-1:] + vocab[-2:-1]) + "\n")
     cli_error(["preprocess", "--merge", str(a), str(c), "--output_dir", str(tmp_path / "ac")], names="tokenizer",

@@ -42,3 +42,18 @@ def test_written_statistics_read_back_and_damage_is_one_error(tmp_path):
         read_example_stats(path)
     with pytest.raises(SpanBertError, match="kind 'x'"):
         write_example_stats(tmp_path / "other.json", "x", [[1]])
+
+
+def test_the_rows_of_conlleval_and_of_the_coreference_scorer_give_their_scores():
+    from spanbert.metrics.classification import conlleval, conlleval_rows
+    from spanbert.metrics.coref import document_rows, evaluate_documents
+
+    gold = [["B-PER", "I-PER", "O", "B-LOC"], ["O", "B-ORG"], ["B-MISC"]]
+    pred = [["B-PER", "I-PER", "O", "B-ORG"], ["O", "B-ORG"], ["O"]]
+    assert ExampleStats("f1", np.array(conlleval_rows(gold, pred), float)).score() == pytest.approx(
+        100 * conlleval(gold, pred)["f1"])
+    keys = [[[(0, 0), (3, 4)], [(6, 6), (8, 8), (10, 11)]], [[(1, 1), (5, 5)]]]
+    responses = [[[(0, 0), (3, 4), (6, 6)], [(8, 8), (10, 11)]], [[(1, 1), (2, 2)]]]
+    rows = np.array(document_rows(keys, responses), float)
+    assert rows.shape == (2, 12)
+    assert ExampleStats("conll", rows).score() == pytest.approx(evaluate_documents(keys, responses)["conll_f1"])

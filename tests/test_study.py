@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from test_glue import synthetic_sst
 from test_pretrain import synthetic_docs
 from test_qa import synthetic_squad
@@ -152,7 +153,7 @@ def _fake_run(root: Path) -> Path:
     (root / "final").mkdir(parents=True)
     (root / "final" / "config.json").write_text("{}")
     (root / "checkpoint-2").mkdir()
-    (root / "checkpoint-2" / "state.pt").write_bytes(b"")
+    torch.save({}, root / "checkpoint-2" / "state.pt")  # a whole torch file: a 0-byte one is no complete checkpoint
     (root / "checkpoint-2" / "trainer_state.json").write_text("{}")
     return root
 

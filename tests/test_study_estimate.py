@@ -108,6 +108,56 @@ def test_a_time_limit_is_met_by_the_largest_pre_training_budget_that_fits_it():
     assert "there is no pre-training to shorten" in fine
 
 
+def _rounds_case() -> tuple[E.Estimate, S.Study]:
+    """Three rounds of trials taken in turn: spanbert 1.8, 2.0 and 2.6 s a step, bert-1seq 0.9, 1.0, 1.1."""
+    argv = ["pretrain", "--eval_steps", "300", "--max_eval_blocks", "256", "--save_steps", "300", "--warmup_steps", "200"]
+    pre = [PretrainTimings("spanbert", wall_s=40.0, steps=10, step_s=2.0, eval_s=10.0, eval_blocks=256, save_s=1.0,
+                           round_step_s=[2.6, 1.8, 2.0], others=[1.5, 0.2, 0.6]),
+           PretrainTimings("bert-1seq", wall_s=30.0, steps=10, step_s=1.0, eval_s=5.0, eval_blocks=256, save_s=1.0,
+                           round_step_s=[1.1, 0.9, 1.0], others=[1.4, 0.3, 0.5])]  # fmt: skip
+    spread = E.spread_of(pre)
+    stages = [E.with_spread(E.StageEstimate("data", 180.0, ""), spread)]
+    stages += [E.pretrain_estimate(p, 1600, argv) for p in pre]
+    stages.append(E.with_spread(E.StageEstimate("fine-tuning sst2", 3600.0, "", cells=6, per_cell=600.0), spread))
+    study = S.Study(corpus="c", systems=[S.SystemSpec("spanbert"), S.SystemSpec("bert-1seq")], tasks=[],
+                    budget_tokens=1600 * 64 * 128, batch_size=64, max_seq_length=128)  # fmt: skip
+    est = E.Estimate(stages, 60.0, "", "", 0.7, [(p, argv) for p in pre], spread=spread, rounds=3, others_range=(0.2, 1.5))
+    return est, study
+
+
+def test_an_estimate_says_how_sure_it_is_from_rounds_timed_beside_the_same_load():
+    est, _ = _rounds_case()
+    assert est.spread == (0.9, 1.3)  # spanbert's rounds: 1.8 / 2.0 and 2.6 / 2.0, the widest of the two
+    spanbert = est.stages[1]
+    # the median round's step time; the steps at the fastest and slowest round's, the rest scaled alike
+    rest = spanbert.seconds - 1600 * 2.0
+    assert spanbert.low == pytest.approx(1600 * 1.8 + rest * 0.9) and spanbert.high == pytest.approx(1600 * 2.6 + rest * 1.3)
+    assert "median of 3 rounds, 1.80-2.60 s" in spanbert.how
+    data = est.stages[0]  # timed once: the rounds' relative spread
+    assert (data.low, data.seconds, data.high) == pytest.approx((162.0, 180.0, 234.0))
+    assert est.low < est.total < est.high
+    assert est.high == pytest.approx(sum(s.high for s in est.stages))
+    total = est.lines()[-1]
+    assert f"total: {E._human(est.total)}, range {E._human(est.low)} to {E._human(est.high)}" in total
+    assert "the fastest and the slowest round" in total and "other processes kept 0.2-1.5 of the" in total
+    saved = est.as_json()
+    assert saved["low"] == est.low and saved["high"] == est.high and saved["rounds"] == 3
+    assert saved["other_cores_range"] == [0.2, 1.5]
+
+
+def test_a_time_limit_is_fitted_to_the_pessimistic_end():
+    est, study = _rounds_case()
+    # a limit the median fits with 10% to spare but the slow end does not: refitted to the slow end
+    limit = est.total / 0.85
+    assert est.total <= 0.9 * limit < est.high
+    (line,) = E.fit_lines(est, study, limit, "x")
+    assert "at the slow end of its range" in line and "--budget_tokens" in line
+    steps = int(line.split(" pre-training steps instead of")[0].split("; ")[-1].replace(",", ""))
+    assert est.total_at(steps, "high") <= 0.9 * limit < est.total_at(steps + 1, "high")
+    (fits,) = E.fit_lines(est, study, est.high / 0.85, "y")
+    assert "fits it" in fits
+
+
 def test_a_time_limit_needs_a_measured_dry_run(cli_error):
     cli_error(["study", "--preset", "cpu", "--time_limit", "3h"], names="--time_limit", contains="without --dry-run")
     cli_error(["study", "--preset", "cpu", "--dry-run", "--trial_steps", "0", "--time_limit", "3h"],

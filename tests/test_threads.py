@@ -4,6 +4,7 @@ bench/threads.py, never here."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -199,3 +200,80 @@ def test_what_other_processes_use_of_the_cores_is_told(monkeypatch):
     assert plan.line() == ("plan: 94 steps (1 epoch), about 5 min of training on idle cpu cores; other processes "
                            "kept about 1.4 of the 2 cores busy: expect longer")  # fmt: skip
     threads.reset()
+
+
+# ---------------------------------------------------------------------------------------------
+# A training run's count: decided once, recorded, reused on --resume (its weights depend on it)
+
+
+def _fake_proc(monkeypatch, others: float) -> None:
+    """/proc as it reads when other processes keep ``others`` of 2 cores busy (and this run none)."""
+    monkeypatch.setattr(threads, "others_since", lambda mark: others)
+    monkeypatch.setattr(threads, "usable_cores", lambda: 2)
+    monkeypatch.setattr(threads, "SAMPLE_S", 0.0)
+
+
+def test_a_run_takes_the_free_cores_once_and_says_how_to_pin_them(monkeypatch):
+    _fake_proc(monkeypatch, 1.2)
+    torch.set_num_threads(2)
+    threads.configure()  # a command's policy: follow the load
+    n, note = threads.decide_for_run()
+    assert n == torch.get_num_threads() == 1 and not threads.active()
+    assert "not the 2 of idle cores" in note and "--threads 1 repeats this run" in note and "--threads 2 matches" in note
+    assert "the cores free when the run started, kept to its end" in threads.describe()
+    torch.set_num_threads(1)
+    monkeypatch.setattr(threads, "others_since", lambda mark: 0.0)  # the load went: the run keeps its count
+    threads.tick()
+    assert torch.get_num_threads() == 1
+    assert threads.decide_for_run() == (1, None)  # the trainer's own call: the same count, said once
+
+
+def test_idle_cores_give_every_thread_and_no_note(monkeypatch):
+    _fake_proc(monkeypatch, 0.1)
+    torch.set_num_threads(2)
+    threads.configure()
+    assert threads.decide_for_run() == (2, None)
+
+
+def test_a_resumed_run_takes_its_recorded_count_whatever_the_load(monkeypatch):
+    _fake_proc(monkeypatch, 1.5)
+    torch.set_num_threads(2)
+    threads.configure()
+    n, note = threads.decide_for_run(recorded=2)
+    assert n == torch.get_num_threads() == 2 and note is None
+    assert "kept on --resume" in threads.describe()
+    threads.reset()
+    n, note = threads.decide_for_run(recorded=2, pinned=1)  # the user's count wins, and is told what it costs
+    assert n == 1 and "where the run started with 2" in note and "--threads 2 keeps them equal" in note
+
+
+def test_a_killed_run_resumed_at_another_count_ends_bit_identical_to_the_straight_run(tmp_path):
+    # the straight run at 1 thread; the resumed one would get 2 (torch's count now) but takes the recorded 1
+    from test_trainer import Net, Regression, args, params
+
+    from spanbert.runs import latest_checkpoint
+    from spanbert.trainer import train
+
+    if threads.most_threads() < 2:
+        pytest.skip("one usable core: no other count to resume at")
+    torch.set_num_threads(1)
+    straight = Net()
+    train(straight, Regression(), args(tmp_path / "a"))
+    first = Net()
+    train(first, Regression(), args(tmp_path / "b", stop_at_step=6))
+    state = json.loads((latest_checkpoint(tmp_path / "b") / "trainer_state.json").read_text())
+    assert state["threads"] == 1
+    threads.reset()
+    torch.set_num_threads(2)
+    seen = {}
+
+    class Watch(Net):
+        def forward(self, x, y):
+            seen["threads"] = torch.get_num_threads()
+            return super().forward(x, y)
+
+    resumed = Watch()
+    train(resumed, Regression(), args(tmp_path / "b", resume=True))
+    assert seen["threads"] == 1
+    for (k, a), b in zip(params(straight).items(), params(resumed).values()):
+        assert torch.equal(a, b), k

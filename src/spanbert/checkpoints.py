@@ -248,6 +248,21 @@ def config_path(path: str | Path) -> Path:
     return path / CONFIG_FILES[0]
 
 
+def run_folder_hint(path: str | Path) -> str:
+    """What to pass instead when ``path`` is a training run's folder rather than a model folder: its
+    exported model (``final/``, `spanbert pretrain`'s), or, before there is one, its checkpoints; "" when it
+    is no run folder."""
+    path = Path(path)
+    final = path / "final"
+    if any((final / name).is_file() for name in CONFIG_FILES):
+        return f"; {path} is a pre-training run's folder: its model is {final} (--model {final})"
+    steps = sorted((int(p.name.rsplit("-", 1)[1]), p) for p in path.glob("checkpoint-*") if p.name.rsplit("-", 1)[1].isdigit())
+    if steps:
+        return (f"; {path} is a training run's folder with no exported model yet (its last checkpoint: {steps[-1][1].name}): "
+                "finish the run with --resume, which exports its model")  # fmt: skip
+    return ""
+
+
 def _tf_checkpoint_files(path: Path) -> list[str]:
     return sorted(p.name for p in path.glob("*.ckpt*") if p.is_file())
 
@@ -284,6 +299,7 @@ def _checked_config(path: Path) -> dict[str, Any]:
     if not cfg_path.exists():
         raise SpanBertError(
             f"{path}: no config.json or bert_config.json (a BERT checkpoint folder has one of them + model weights)"
+            + run_folder_hint(path)
         )
     config_json = read_json(cfg_path, "a JSON object of BERT settings")
     BertConfig.from_hf_dict(config_json, source=str(cfg_path))

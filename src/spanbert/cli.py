@@ -14,7 +14,11 @@ from __future__ import annotations
 import errno
 import importlib
 import os
+import signal
 import sys
+import threading
+from collections.abc import Callable
+from typing import Any
 
 from spanbert.environment import check_omp_environment
 from spanbert.errors import SpanBertError
@@ -161,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     note = check_omp_environment()  # before any command loads torch and its OpenMP runtime
     if note and os.environ.get("RANK", "0") == "0":  # once for a torchrun job
         print(note, file=sys.stderr)
+    restore = _second_interrupt_ends_at_once()
     try:
         code = run(argv)
         return code
@@ -201,6 +206,29 @@ def main(argv: list[str] | None = None) -> int:
             if code != 0:
                 distributed.mark_failed()  # the other ranks may wait for this one in a collective: leave at once
             distributed.shutdown()
+        restore()
+
+
+def _second_interrupt_ends_at_once() -> Callable[[], None]:
+    """Ctrl-C stops a command as always (a KeyboardInterrupt: the atomic writers remove their temporaries,
+    "interrupted", exit 130); a second one while it stops (20 ms later) ends the process at once, exit 130,
+    silently, instead of a KeyboardInterrupt traceback from an exit hook (issue 58.8). What the cut cleanup
+    leaves is temporary names the next run's start removes (`spanbert.folders.is_debris`). Returns what puts
+    the previous handler back (an in-process caller, a test) unless the first Ctrl-C came."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is not signal.default_int_handler:  # someone else's handling (a debugger, an embedding program)
+        return lambda: None
+    interrupted = []
+
+    def first(signum: int, frame: Any) -> None:
+        interrupted.append(signum)
+        signal.signal(signal.SIGINT, lambda *_: os._exit(130))
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, first)
+    return lambda: None if interrupted else signal.signal(signal.SIGINT, previous)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,10 @@ import yaml
 
 from spanbert.config_json import check_ranges, check_settings, json_item, type_hints, type_name, typed_fields
 from spanbert.errors import SpanBertError
-from spanbert.utils import check_apart, input_paths, output_file, output_folder
+from spanbert.utils import INPUT_OPTIONS, check_apart, input_paths, output_file, output_folder, user_path
+
+PATH_OPTIONS = (*INPUT_OPTIONS, "output_dir", "output", "null_odds", "write_config")
+"""The argparse dests that name a path: what a command reads (`spanbert.utils.INPUT_OPTIONS`) and writes."""
 
 T = TypeVar("T")
 
@@ -769,8 +772,20 @@ class ArgumentParser(argparse.ArgumentParser):
                     self.error(f"found unknown option {name!r}{self._suggest(name)}; expected one of the options "
                                "that --help lists")
             self.error(f"found unexpected argument(s) {' '.join(extras)!r}; expected the options that --help lists")
+        self._read_paths(parsed)
         self._check_outputs(parsed)
         return parsed
+
+    def _read_paths(self, parsed: argparse.Namespace) -> None:
+        # every option naming a path, from argv or a --config YAML (the parser's defaults): ~ expanded, an
+        # empty path refused (`spanbert.utils.user_path`), as a dataclass field and a Python keyword are
+        for action in self._actions:
+            if action.option_strings and (action.dest in PATH_OPTIONS or action.type in (output_file, output_folder)):
+                value = getattr(parsed, action.dest, None)
+                if value == "" and action.dest in INPUT_OPTIONS:
+                    continue  # an input given as '' is one not given (`spanbert curve` passes --dev '')
+                if value is not None:
+                    setattr(parsed, action.dest, user_path(value, action.option_strings[0]))
 
     def _check_outputs(self, parsed: argparse.Namespace) -> None:
         # an output option (``--output``, ``--null_odds``, ``predict glue --output_dir``) against the paths

@@ -117,6 +117,7 @@ class TokenCorpus:
         self._doc_bounds: np.ndarray | None = None
         self._para_starts: np.ndarray | None = None
         self._candidate_spans: dict[str, np.ndarray] | None = None
+        self._ids_checked = [self._check_ids(k) for k in range(self.num_shards)]
 
     @property
     def num_shards(self) -> int:
@@ -199,7 +200,30 @@ class TokenCorpus:
             raise IndexError(f"token range [{start}, {end}) is outside the corpus of {self.num_tokens} tokens")
         if end > self._offsets[k + 1]:
             raise IndexError(f"token range [{start}, {end}) crosses a shard boundary")
+        if not self._ids_checked[k]:
+            self._ids_checked[k] = self._check_ids(k, read=True)
         return self._shards.tokens(k, start - self._offsets[k], end - self._offsets[k])
+
+    def _check_ids(self, k: int, read: bool = False) -> bool:
+        """Whether shard ``k``'s ids are known to lie below the vocabulary (issue 58.6: an id past it was an
+        IndexError at step 1 naming no file): from the largest id `spanbert preprocess` records per shard,
+        at open, reading no token; a shard of a corpus prepared before that record is read once, when its
+        tokens are first read (``read``), never all shards at the start. An id past it is a DataError naming
+        the shard's file."""
+        shard = self.meta["shards"][k]
+        top = shard.get("max_id")
+        if top is None:
+            if not read:
+                return False
+            ids = self._shards.arrays(k)[0]
+            top = int(ids.max()) if len(ids) else -1
+        if isinstance(top, int) and top < self.vocab_size:
+            return True
+        raise DataError(
+            self.path / f"{shard['name']}.ids",
+            f"found token id {top!r}, expected ids below the {self.vocab_size:,} of the corpus's vocabulary "
+            f"(meta.json vocab_size): {_DAMAGED}",
+        )
 
     def candidates(self, kind: str, start: int, end: int) -> np.ndarray:
         """(C, 2) candidate spans of ``kind`` inside [start, end), inclusive, relative to ``start``."""

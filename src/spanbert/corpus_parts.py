@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from spanbert import vocab_match
 from spanbert.corpus import FORMAT, WORD_STARTS, TokenCorpus
 from spanbert.errors import DataError, SpanBertError
 from spanbert.utils import atomic_dir
@@ -71,19 +72,14 @@ def default_parts_dir(output_dir: Path) -> Path:
     return output_dir.with_name(output_dir.name + ".parts")
 
 
-def tokenizer_fingerprint(folder: Path) -> str:
-    """A hash of a tokenizer folder's vocabulary files: parts are merged only when theirs are the same."""
-    h = hashlib.sha256()
-    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json"):
-        f = Path(folder) / name
-        if f.is_file():
-            h.update(name.encode())
-            h.update(f.read_bytes())
-    return h.hexdigest()[:16]
+def vocabulary_of(corpus: TokenCorpus) -> str:
+    """The fingerprint of a corpus's vocabulary (`vocab_match.tokenizer_fingerprint`): meta.json's, or its
+    tokenizer's for a corpus written before it was recorded. Corpora are merged only when theirs agree."""
+    return corpus.meta.get("vocab_fingerprint") or vocab_match.tokenizer_fingerprint(corpus.tokenizer)
 
 
 def part_spec(files: Sequence[Path], k: int, parts: int, tokenizer: str, options: dict[str, Any]) -> dict[str, Any]:
-    """What part ``k`` of ``parts`` is made from: its files (path and size), the tokenizer's fingerprint and
+    """What part ``k`` of ``parts`` is made from: its files (path and size), the vocabulary's fingerprint and
     the preprocessing options that change the arrays. A part on disk with another spec is not reused."""
     return {
         "index": k,
@@ -171,12 +167,12 @@ def merge(corpora: Sequence[str | os.PathLike], output_dir: str | os.PathLike) -
         raise SpanBertError("--merge: found no corpus folder, expected one or more")
     opened = [TokenCorpus(f) for f in folders]
     first = opened[0]
-    tok = tokenizer_fingerprint(first.path / "tokenizer")
+    tok = vocabulary_of(first)
     for c in opened:
         for key in ("vocab_size", "id_dtype"):
             if c.meta[key] != first.meta[key]:
                 raise SpanBertError(f"{c.path}: found {key} {c.meta[key]!r}, expected {first.meta[key]!r} as in {first.path}")
-        if tokenizer_fingerprint(c.path / "tokenizer") != tok:
+        if vocabulary_of(c) != tok:
             raise SpanBertError(f"{c.path / 'tokenizer'}: found another vocabulary than {first.path / 'tokenizer'}, "
                                 "expected corpora made with the same tokenizer")  # fmt: skip
         if sorted(c.meta.get("candidates", [])) != sorted(first.meta.get("candidates", [])):
@@ -218,6 +214,7 @@ def merge(corpora: Sequence[str | os.PathLike], output_dir: str | os.PathLike) -
             "max_line_bytes": first.meta.get("max_line_bytes"),
             "sources": sources,
             "seconds": round(sum(float(c.meta.get("seconds", 0.0)) for c in opened), 3),
+            "vocab_fingerprint": tok,
             "merged": merged,
             "shards": shards,
         }
@@ -229,4 +226,4 @@ def merge(corpora: Sequence[str | os.PathLike], output_dir: str | os.PathLike) -
     return Path(output_dir)
 
 
-__all__ = ["build_parts", "default_parts_dir", "finished_part", "merge", "part_dir", "part_files", "part_spec"]
+__all__ = ["build_parts", "default_parts_dir", "finished_part", "merge", "part_dir", "part_files", "part_spec", "vocabulary_of"]

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor, nn
 
-from spanbert import _aliases, checkpoints, cloze, model, modernbert
+from spanbert import _aliases, checkpoints, cloze, model, modernbert, trained_inputs
 from spanbert.collate import pretrain_target_counts
 from spanbert.config import BertConfig, ClozeConfig, FinetuneHabits, model_config
 from spanbert.config_json import json_kind
@@ -645,7 +645,8 @@ def read_config(path: str | Path) -> dict[str, Any]:
         raise SpanBertError(f"{path}: model folder not found, expected a folder with config.json and weights")
     cfg_path = checkpoints.config_path(path)
     if not cfg_path.is_file():
-        raise SpanBertError(f"{path}: no config.json or bert_config.json, expected a model folder")
+        raise SpanBertError(f"{path}: no config.json or bert_config.json, expected a model folder"
+                            + checkpoints.run_folder_hint(path))  # fmt: skip
     raw = checkpoints.read_json(cfg_path, "a JSON object of model settings")
     if not isinstance(raw, dict):
         raise SpanBertError(f"{cfg_path}: found a JSON {json_kind(raw)}, expected a JSON object of model settings")
@@ -720,6 +721,7 @@ def load_encoder(path: str | Path, add_pooling_layer: bool = False) -> nn.Module
     raw, state = load_checkpoint(path)
     encoder = encoder_from_config(raw, add_pooling_layer, str(checkpoints.config_path(path)))
     load_encoder_state(encoder, state, str(path))
+    trained_inputs.attach(encoder, raw)  # what pre-training trained of its inputs: fine-tuning warns beyond it
     return encoder.eval()
 
 
@@ -735,7 +737,16 @@ def load_framed_tokenizer(path: str | Path, tokenizer_dir: str | Path | None = N
     (reads config.json, no weights): ``cls_id``/``mid_id``/``sep_id`` are the family's markers."""
     path = resolve_model(path)
     raw = read_config(path)
-    return FAMILIES[family_name(raw)].frame(raw, load_tokenizer_for(path, tokenizer_dir))
+    tok = load_tokenizer_for(path, tokenizer_dir)
+    rows = raw.get("vocab_size")
+    if isinstance(rows, int) and not isinstance(rows, bool) and tok.vocab_size > rows:
+        # an id past the embedding table: an IndexError at the first batch, naming nothing (issue 58.1)
+        where = f"{tokenizer_dir} (--tokenizer)" if tokenizer_dir else f"{path}'s own tokenizer"
+        raise SpanBertError(
+            f"{'--tokenizer' if tokenizer_dir else path}: found {where} with {tok.vocab_size:,} ids, expected at "
+            f"most the {rows:,} embedding rows of {path} (config.json vocab_size): use the model's own vocabulary"
+        )
+    return FAMILIES[family_name(raw)].frame(raw, tok)
 
 
 def architecture(encoder: Any, task: str) -> str:

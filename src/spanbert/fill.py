@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import json
 import re
+import sys
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from spanbert.distributed import print0
+from spanbert.distributed import eprint0, print0
 from spanbert.errors import SpanBertError, utf8_argument
-from spanbert.families import FAMILIES, family_of
+from spanbert.families import FAMILIES, family_of, read_config
 from spanbert.pretrain_config import fill_parser
 from spanbert.tokenization import load_tokenizer_for
 
@@ -101,6 +103,37 @@ def _shown(tok: Any, i: int) -> str:
     return text if text and "\ufffd" not in text else tok.id_to_token(i)
 
 
+UNDERTRAINED_ACC = 0.5
+"""Below this share of held-out masked tokens predicted, `spanbert fill` says what to expect of the model."""
+
+
+def expectation(model_dir: str | Path, head: str) -> str | None:
+    """A note on what ``head`` of the pre-trained model in ``model_dir`` can be expected to fill, from what
+    its pre-training recorded (``train_metrics.json``: the held-out accuracy of its last evaluation, else
+    the training batches'); None for a model that predicts at least `UNDERTRAINED_ACC` of them, or one that
+    recorded nothing (an imported checkpoint)."""
+    folder = Path(model_dir)
+    try:
+        config = json.loads((folder / "config.json").read_text())
+        metrics = json.loads((folder / "train_metrics.json").read_text())
+    except (OSError, ValueError):
+        config, metrics = {}, None
+    if (config.get("spanbert") or {}).get("random_init") or config.get("random_init"):
+        return ("note: this model was never trained (spanbert pretrain --random_init): its predictions are "
+                "random tokens, a control for fine-tuning, not a model to fill text with")  # fmt: skip
+    if not isinstance(metrics, dict):
+        return None
+    acc, where = metrics.get(f"eval_{head}_acc"), "held-out"
+    if not isinstance(acc, (int, float)):
+        acc, where = metrics.get(f"{head}_acc"), "training"
+    if not isinstance(acc, (int, float)) or acc >= UNDERTRAINED_ACC:
+        return None
+    return (f"note: this model's {head.upper()} head predicted {acc:.0%} of the masked tokens of its last {where} "
+            "batches: expect frequent tokens (punctuation, 'the', 'of') more than the missing words. Short CPU "
+            "runs stay there (the quick start ends near 11%, the README's 40-minute small model 16%); "
+            "filling spans with the right words takes pre-training at the paper's scale")  # fmt: skip
+
+
 def fill_main(argv: list[str], prog: str = "spanbert fill") -> int:
     p = fill_parser(prog)
     args = p.parse_args(argv)
@@ -112,6 +145,8 @@ def fill_main(argv: list[str], prog: str = "spanbert fill") -> int:
     if args.top_k < 1:
         raise SpanBertError(f"--top_k: found {args.top_k}; expected an integer >= 1")
 
+    if Path(args.model).is_dir():  # a run's folder for its model: the error points to its final/
+        read_config(args.model)
     tok = load_tokenizer_for(args.model, args.tokenizer)  # a folder without one fails before weights are read
     # the head that predicts must come from the folder: a fine-tuned or bare encoder has none, and a
     # freshly initialised one would print a different random guess each run
@@ -126,11 +161,15 @@ def fill_main(argv: list[str], prog: str = "spanbert fill") -> int:
     result = fill(model, tok, text, head=args.head, top_k=args.top_k)
     if args.json:
         print0(json.dumps(result, indent=2, ensure_ascii=False))
-        return 0
-    print0(result["text"])
-    for pred in result["predictions"]:
-        cands = ", ".join(f"{t} {pr:.2f}" for t, pr in pred["candidates"])
-        print0(f"  position {pred['position']}: {cands}")
+    else:
+        print0(result["text"])
+        for pred in result["predictions"]:
+            cands = ", ".join(f"{t} {pr:.2f}" for t, pr in pred["candidates"])
+            print0(f"  position {pred['position']}: {cands}")
+    note = expectation(args.model, args.head) if Path(args.model).is_dir() else None
+    if note:
+        sys.stdout.flush()
+        eprint0(note)  # after the predictions, on stderr: --json's output stays JSON
     return 0
 
 

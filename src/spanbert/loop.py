@@ -29,7 +29,19 @@ from torch import nn
 
 from spanbert.attention import release_buffers
 from spanbert.batch_plan import flat_micro_batches
-from spanbert.budget import TimeBudget, total_steps
+from spanbert.budget import (
+    REPLAN_TOLERANCE,
+    Pace,
+    Plan,
+    TimeBudget,
+    fit_plan,
+    format_duration,
+    plan_rows,
+    planned_lambda,
+    replan_every,
+    seconds_needed,
+    total_steps,
+)
 from spanbert.distributed import all_gather_objects, on_main, print0
 from spanbert.errors import SpanBertError
 from spanbert.optim import clip_gradients, cosine_lambda, lr_lambda
@@ -89,7 +101,18 @@ class State:
     first_bad: torch.Tensor
     """(step, loss, grad norm) of the first step skipped on the device; step 0: none."""
     decide_at: int = 0
-    """The step after which a time budget fixes the total (0: no decision to make)."""
+    """The step after which a time budget plans the total for the first time (0: planned already, or no
+    budget)."""
+    budget: TimeBudget | None = None
+    """The time budget, if any: its plans (`spanbert.budget.Plan`) are in ``extra_state["time_budget"]``."""
+    pace: Pace | None = None
+    """This process's step times (a time budget plans from these only)."""
+    next_check: int = 0
+    """The step after which a time budget checks its plan next (0: none)."""
+    eval_every: int | None = None
+    """A time budget's evaluation interval when it shortened --eval_steps (`spanbert.budget.fit_plan`)."""
+    save_every: int | None = None
+    """A time budget's checkpoint interval when it shortened --save_steps."""
     skipped: int = 0
     """Steps skipped for a non-finite loss or gradient (or an fp16 overflow), read on the host."""
     scaler_skips_in_a_row: int = 0
@@ -99,8 +122,6 @@ class State:
     """Real (unpadded) tokens this rank trained on since the last logging step."""
     t0: float = field(default_factory=time.perf_counter)
     """When the logging window began."""
-    t_step1: float = 0.0
-    """When step 1 ended: the time budget's measurement starts there."""
     lr_used: float = 0.0
     """The rate of the last step (read before its scheduler.step)."""
     last: dict[str, float] = field(default_factory=dict)
@@ -389,15 +410,15 @@ def settle_skips(run: Run, state: State) -> None:
 
 def step_done(run: Run, state: State, compile_report: Any) -> None:
     """After each step: the compilation's report, the CPU heap's trim, the progress bar, and the time
-    budget's clock."""
+    budget's clock (this process's step times)."""
     if compile_report is not None:
         compile_report.step_done(state.step)  # the compilation's time and graphs, in the log
     if run.device.type == "cpu":
         trim_heap()  # bounded resident memory on CPU, at most every 2 s (utils.trim_heap)
     if run.bar is not None:
         run.bar.update(1)
-    if state.decide_at and state.step == 1:
-        state.t_step1 = time.perf_counter()
+    if state.pace is not None:
+        state.pace.step_done(state.step)
 
 
 def _shown_lr(optimizer, args: TrainingArguments) -> float:
@@ -435,7 +456,9 @@ def log_window(run: Run, state: State) -> None:
         shown = {k: f"{last[k]:.3f}" for k in _SHOWN if k in last}
         shown |= {"tok/s": f"{last['tokens_per_s']:.0f}", "lr": f"{last['lr']:.2e}"}
         # a line per logging step, so the history of the losses stays on screen
-        line = f"step {state.step}/{state.total} " + " ".join(f"{k} {v}" for k, v in shown.items())
+        # before a time budget's first plan the total is not known: "?" (the bar shows no total either)
+        total = "?" if state.decide_at else state.total
+        line = f"step {state.step}/{total} " + " ".join(f"{k} {v}" for k, v in shown.items())
         if run.bar is not None:
             run.bar.set_postfix(shown)
             run.bar.write(line)
@@ -446,8 +469,11 @@ def log_window(run: Run, state: State) -> None:
 
 def evaluate(run: Run, state: State, eval_fn: Callable[[nn.Module, int], dict[str, float]]) -> None:
     """Evaluate at this step, log the results, and keep the weights when they are the best so far."""
+    t = state.budget.clock() if state.budget is not None else 0.0
     results = _run_eval(eval_fn, run.raw_model, state.step, run.rank, run.logger, state.last)
     _select(results, state.step, run.raw_model, run.args, state.best)
+    if state.pace is not None:  # not a step's time; what an evaluation costs, for the plan
+        state.pace.overhead("eval", state.budget.clock() - t)
 
 
 def _select(results: dict[str, Any], step: int, model: nn.Module, args: TrainingArguments, best: dict) -> None:
@@ -496,55 +522,161 @@ def _run_eval(eval_fn, model: nn.Module, step: int, rank: int, logger: _Logger, 
 def checkpoint(run: Run, state: State) -> None:
     """Save the training state at this step (rank 0 writes; every rank's RNG streams, so each resumes its own)."""
     settle_skips(run, state)
+    t = state.budget.clock() if state.budget is not None else 0.0
     state.extra_state["train_seconds"] = train_seconds(state)
+    if state.budget is not None:  # what the budget has used up to this checkpoint, for a resumed run
+        state.extra_state["time_budget"]["elapsed_seconds"] = state.budget.elapsed()
     rngs = all_gather_objects(_rng_state())  # every rank's stream, so each resumes its own
     on_main(lambda: save_training_state(Path(run.args.output_dir), state.step, run.model, run.optimizer,
                                         run.scheduler, run.scaler, run.args, state.extra_state, rngs))  # fmt: skip
+    if state.pace is not None:
+        state.pace.overhead("save", state.budget.clock() - t)
 
 
 # ---------------------------------------------------------------------------------------------
 # The time budget and the end of a run
 
 
+def eval_interval(run: Run, state: State, epoch_steps: int) -> int:
+    """Steps between two evaluations (0: at the end only): a time budget's, --eval_steps, or an epoch's
+    share under --evals_per_epoch."""
+    args = run.args
+    if state.eval_every is not None:
+        return state.eval_every
+    return args.eval_steps or (max(1, epoch_steps // args.evals_per_epoch) if args.evals_per_epoch else 0)
+
+
+def save_interval(run: Run, state: State) -> int:
+    """Steps between two checkpoints (0: none before the end): a time budget's or --save_steps."""
+    return state.save_every if state.save_every is not None else run.args.save_steps
+
+
 def decide_time_budget(
     run: Run, state: State, budget: TimeBudget, eval_fn: Callable[[nn.Module, int], dict[str, float]] | None,
     epoch_steps: int,
 ) -> bool:  # fmt: skip
-    """At the end of the time budget's warm-up: time one evaluation, fix the total steps that fit the
-    budget (on rank 0, for every rank), and make the schedule, the stop step and the bar follow it.
-    Returns whether it evaluated."""
-    args, step = run.args, state.step
-    step_s = (time.perf_counter() - state.t_step1) / max(1, step - 1)
-    eval_s, evaluated = 0.0, False
-    if eval_fn is not None:  # one evaluation, timed (and logged as any other)
-        t = time.perf_counter()
+    """The time budget's first plan, at the step `State.decide_at` names (in the warm-up): time one
+    evaluation, plan the total steps that fit what is left of the budget from this process's step times,
+    fit the warm-up and the intervals to it (`spanbert.budget.fit_plan`), all on rank 0 for every rank,
+    and make the schedule, the stop step and the bar follow it. Returns whether it evaluated."""
+    evaluated = False
+    if eval_fn is not None:  # one evaluation, timed (`evaluate` tells the pace) and logged as any other
         evaluate(run, state, eval_fn)
-        eval_s, evaluated = time.perf_counter() - t, True
-    # evaluations every `every` steps (0: at the end only); none without an eval_fn (eval_s 0)
-    every = args.eval_steps or (max(1, epoch_steps // args.evals_per_epoch) if args.evals_per_epoch else 0)
-    budget_state = on_main(functools.partial(_decide_total, budget, step, step_s, eval_s, every))
-    state.total, state.decide_at = int(budget_state["max_steps"]), 0
-    state.end = stop_step(state.total, args)
-    run.scheduler.lr_lambdas = schedule(state.total, run.warmup, run.groups, args)
-    state.extra_state["time_budget"] = budget_state
-    if run.bar is not None:
-        run.bar.total = state.total
-        run.bar.refresh()
+        evaluated = True
+    pace, args = state.pace, run.args
+    eval_s = pace.eval_s if eval_fn is not None else 0.0
+    every, save_every = eval_interval(run, state, epoch_steps), save_interval(run, state)
+    decision = on_main(functools.partial(_first_plan, budget, pace, state.step, run.warmup, eval_s, every, save_every,
+                                         eval_fn is not None and bool(args.eval_steps)))  # fmt: skip
+    budget_state = state.extra_state["time_budget"]
+    budget_state.update(decision["state"])
+    if decision["eval_steps"] != every:
+        state.eval_every = decision["eval_steps"]
+    if decision["save_steps"] != save_every:
+        state.save_every = decision["save_steps"]
+    run.warmup = decision["warmup"]
+    state.decide_at = 0
+    _follow_plans(run, state)
+    first = decision["state"]
+    steps = f"steps {pace.first_step + 1}-{state.step}" if pace.steps else f"step {state.step}"
     print0(
-        f"time budget {budget.text}: {step_s:.2f} s a step over steps 2-{step}"
+        f"time budget {budget.text}" + (" (data preparation included)" if budget.includes_data else "")
+        + f": {first['step_seconds']:.2f} s a step over {steps}"
         + (f", {eval_s:.1f} s an evaluation" if eval_fn is not None else "")
-        + f" -> {state.total} steps in all (to rerun exactly these steps: --max_steps {state.total} "
-        f"--warmup_steps {run.warmup})"
-    )
+        + f"; {format_duration(budget.seconds - first['remaining_seconds'])} of it used so far -> {state.total} steps "
+        f"in all, re-planned if the speed changes"
+    )  # fmt: skip
+    for note in decision["notes"]:
+        print0(f"note: {note}")
     return evaluated
 
 
-def _decide_total(budget: TimeBudget, step: int, step_s: float, eval_s: float, every: int) -> dict[str, Any]:
-    """The time budget's decision at ``step``: the total steps that fit what is left of it."""
+def _first_plan(budget: TimeBudget, pace: Pace, step: int, warmup: int, eval_s: float, every: int, save_every: int,
+                fit_evals: bool) -> dict[str, Any]:  # fmt: skip
+    """Rank 0's first plan at ``step``: the total, the warm-up and intervals that fit it, its notes."""
+    step_s = pace.step_seconds(ahead=1 << 30)  # every step this process timed
+    if step_s is None:  # no step after this process's first: the first, start-up and all (errs short)
+        step_s = max(1e-6, pace.clock() - pace.started) / max(1, step - pace.first_step + 1)
     remaining = budget.remaining()
-    total = total_steps(step, remaining, step_s, eval_s, every)
-    return {"max_time": budget.text, "max_steps": total, "decided_at_step": step, "step_seconds": step_s,
-            "eval_seconds": eval_s, "remaining_seconds": remaining}  # fmt: skip
+    end_s = pace.save_s  # the export after the last step: about a checkpoint's writing, once measured
+    total = total_steps(step, remaining, step_s, eval_s, every, pace.save_s, save_every, end_s)
+    for _ in range(3):  # shorter intervals make more evaluations and checkpoints: fewer steps fit, and so on
+        fit = fit_plan(total, step, warmup, every if fit_evals else 0, save_every)
+        new_every = fit.eval_steps if fit_evals else every
+        again = total_steps(step, remaining, step_s, eval_s, new_every, pace.save_s, fit.save_steps, end_s)
+        if again == total:
+            break
+        total = again
+    plans = [*budget.plans, Plan(step, total, fit.warmup)]
+    # the intervals only where the plan shortened them: a resumed run reads its own options otherwise
+    state = {"max_steps": total, "decided_at_step": step, "step_seconds": step_s, "eval_seconds": eval_s,
+             "remaining_seconds": remaining, "plans": plan_rows(plans), "decided": True, "warmup_steps": fit.warmup,
+             "eval_steps": new_every if new_every != every else None,
+             "save_steps": fit.save_steps if fit.save_steps != save_every else None}  # fmt: skip
+    return {"state": state, "warmup": fit.warmup, "eval_steps": new_every, "save_steps": fit.save_steps,
+            "notes": list(fit.notes)}  # fmt: skip
+
+
+def check_time_budget(run: Run, state: State, epoch_steps: int) -> None:
+    """Every few steps after the first plan (`spanbert.budget.replan_every`): on rank 0 for every rank,
+    whether the steps left still end the run at the budget at this process's latest speed; when the end
+    it predicts is more than `REPLAN_TOLERANCE` of the budget away, a new total (`Plan`), and the
+    schedule, stop step, bar and log follow it."""
+    budget = state.budget
+    every, save_every = eval_interval(run, state, epoch_steps), save_interval(run, state)
+    plan = on_main(functools.partial(_replan, budget, state.pace, state.step, state.total, run.warmup, every,
+                                     save_every))  # fmt: skip
+    if plan is None:
+        state.next_check = state.step + replan_every(state.total)
+        return
+    was = state.total
+    budget_state = state.extra_state["time_budget"]
+    budget_state["plans"] = plan_rows([*budget.plans, Plan(**plan["plan"])])
+    budget_state["max_steps"] = plan["plan"]["total"]
+    _follow_plans(run, state)
+    print0(
+        f"time budget {budget.text}: {plan['step_seconds']:.2f} s a step over the last {plan['timed']} steps, "
+        f"{format_duration(max(0.0, plan['remaining']))} left -> {state.total} steps in all (was {was})"
+    )
+
+
+def _replan(budget: TimeBudget, pace: Pace, step: int, total: int, warmup: int, every: int,
+            save_every: int) -> dict[str, Any] | None:  # fmt: skip
+    """Rank 0's check of the plan at ``step``: None to keep it, else the new plan and what it came from."""
+    ahead = total - step
+    step_s = pace.step_seconds(ahead)
+    if step_s is None or len(pace.steps) < 2:
+        return None
+    remaining = budget.remaining()
+    end_s = pace.save_s
+    need = seconds_needed(step, total, step_s, pace.eval_s, every, pace.save_s, save_every, end_s)
+    if abs(need - remaining) <= REPLAN_TOLERANCE * budget.seconds:
+        return None
+    new = total_steps(step, remaining, step_s, pace.eval_s, every, pace.save_s, save_every, end_s)
+    if new == total:
+        return None
+    timed = min(len(pace.steps), max(4, ahead))
+    return {"plan": {"step": step, "total": new, "warmup": warmup}, "step_seconds": step_s, "remaining": remaining,
+            "timed": timed}  # fmt: skip
+
+
+def _follow_plans(run: Run, state: State) -> None:
+    """The schedule, the stop step, the bar and the next check made from ``extra_state``'s plans."""
+    budget_state, budget = state.extra_state["time_budget"], state.budget
+    budget.plans = [Plan(**p) for p in budget_state["plans"]]
+    state.total = budget.plans[-1].total
+    state.end = stop_step(state.total, run.args)
+    run.scheduler.lr_lambdas = planned_schedule(budget.plans, run.groups, run.args)
+    state.next_check = state.step + replan_every(state.total)
+    if run.bar is not None:
+        run.bar.total = state.total
+        run.bar.refresh()
+
+
+def planned_schedule(plans: list[Plan], groups: list[dict[str, Any]], args: TrainingArguments) -> list[Callable[[int], float]]:
+    """Each parameter group's multipliers under a time budget's successive plans (`spanbert.budget.planned_lambda`)."""
+    return [planned_lambda(plans, lambda total, warmup, i=i: schedule(total, warmup, groups, args)[i])
+            for i in range(len(groups))]  # fmt: skip
 
 
 def finish(run: Run, state: State, eval_fn: Callable[[nn.Module, int], dict[str, float]] | None) -> None:

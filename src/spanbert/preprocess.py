@@ -19,9 +19,11 @@ import multiprocessing as mp
 import os
 import pkgutil
 import re
+import struct
 import sys
 import time
 import warnings
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,14 +32,14 @@ from typing import Any
 
 import numpy as np
 
-from spanbert import folders
+from spanbert import folders, vocab_match
 from spanbert.block_index import held_out_split
 from spanbert.blocks import BLOCK_PACKINGS
 from spanbert.config import ArgumentParser, add_dataclass_arguments, dataclass_from_args, field_docs
-from spanbert.corpus_parts import build_parts, default_parts_dir, merge, tokenizer_fingerprint
+from spanbert.corpus_parts import build_parts, default_parts_dir, merge
 from spanbert.corpus import CANDIDATE_KINDS, FORMAT, STATIC_FORMAT, WORD_STARTS, TokenCorpus
 from spanbert.dataset import PretrainDataset
-from spanbert.distributed import print0
+from spanbert.distributed import eprint0, print0
 from spanbert.errors import DataError, SpanBertError
 from spanbert.masking import IGNORE_INDEX, SCHEMES, MaskingConfig, add_replace_probs_arguments
 from spanbert.static_masks import StaticMaskingConfig, static_mask_sets, static_settings
@@ -332,11 +334,14 @@ class _ShardWriter:
         self.para_offsets: list[np.ndarray] = []
         self.n_tokens = 0
         self.n_docs = 0
+        self.max_id = -1  # recorded in meta.json: the corpus's ids are checked against a vocabulary without reading them
         self.n_cand = dict.fromkeys(kinds, 0)
         self.open_tokens = 0  # tokens so far of the document the last chunk ended in
 
     def add(self, r: _ChunkResult) -> None:
         self.f_ids.write(r.ids.astype(self.id_dtype).tobytes())
+        if len(r.ids):
+            self.max_id = max(self.max_id, int(r.ids.max()))
         self.f_starts.write(r.starts.astype(np.uint8).tobytes())
         if self.from_ids and not np.array_equal(self.table[r.ids], r.starts):
             self.from_ids = False  # a line's first token that the table calls a continuation (byte-level BPE)
@@ -368,6 +373,7 @@ class _ShardWriter:
             "num_tokens": self.n_tokens,
             "num_docs": self.n_docs,
             "num_paragraphs": int(len(paras)),
+            "max_id": self.max_id,
             "num_candidates": self.n_cand,
         }
         if self.from_ids:  # derivable: 1 of the 3 bytes a token takes on disk saved, one memory map fewer
@@ -450,11 +456,14 @@ def preprocess(
     if kinds:
         load_spacy(spacy_model)  # fail now, with the install hint, not in a worker
     tok = tokenizer if isinstance(tokenizer, Tokenizer) else load_tokenizer(tokenizer)
+    if not isinstance(tokenizer, Tokenizer):  # a vocabulary that leaves most of the text [UNK]: before any work
+        unk, total = vocab_match.unknown_share(tok, vocab_match.text_sample(files))
+        warning = vocab_match.check_coverage(unk, total, "--tokenizer", str(tokenizer), "a sample of the corpus")
+        if warning:
+            eprint0(warning)
     if num_workers <= 0:
         num_workers = usable_cores()  # the main process feeds ~20 workers: no fixed cap below that
     id_dtype = np.dtype(np.uint16 if tok.vocab_size <= 65536 else np.int32)
-    total_bytes = sum(p.stat().st_size for p in files)
-
     with atomic_dir(output_dir) as tmp:
         tok.save(tmp / "tokenizer")
         counts = np.zeros(tok.vocab_size, dtype=np.int64)
@@ -463,7 +472,7 @@ def preprocess(
         writer = _ShardWriter(tmp, 0, id_dtype, kinds, table)
         docs = iter_documents(files, one_doc_per_line, max_line_bytes=max_line_bytes, part_chars=chunk_chars)
         chunk_iter = _chunks(docs, chunk_chars)
-        bar = _progress_bar(progress, total_bytes)
+        bar = _progress_bar(progress, files)
         chars = 0
         t0 = time.perf_counter()
         try:
@@ -494,6 +503,7 @@ def preprocess(
             "num_tokens": n_tokens,
             "num_docs": sum(s["num_docs"] for s in shards),
             "vocab_size": tok.vocab_size,
+            "vocab_fingerprint": vocab_match.tokenizer_fingerprint(tok),  # what a --tokenizer given later is checked against
             "id_dtype": id_dtype.name,
             "candidates": list(kinds),
             "one_doc_per_line": one_doc_per_line,
@@ -542,13 +552,30 @@ def _write_static_sets(corpus: TokenCorpus, static: StaticMaskingConfig, progres
     ]
 
 
-def _progress_bar(enabled: bool, total_bytes: int):
+def _progress_bar(enabled: bool, files: list[Path]):
     if not enabled:
         return None
+    # the text's size, as the user counts it; a compressed corpus's size on disk beside it
+    text, disk = sum(uncompressed_size(p) for p in files), sum(p.stat().st_size for p in files)
+    size = f"{text / 1e6:.1f} MB" + (f" of text, {disk / 1e6:.1f} MB on disk" if text != disk else "")
+    return progress_bar(unit="tok", unit_scale=True, desc=f"preprocess ({size})", file=sys.stderr, mininterval=0.5)
 
-    return progress_bar(
-        unit="tok", unit_scale=True, desc=f"preprocess ({total_bytes / 1e6:.1f} MB)", file=sys.stderr, mininterval=0.5
-    )
+
+def uncompressed_size(path: Path) -> int:
+    """Bytes of text in a corpus file: its size, or for a .gz file the size its gzip trailer records
+    (ISIZE, the last 4 bytes: the length modulo 4 GiB), or, for a file so large that the trailer may
+    have wrapped, its size times the compression ratio of its first megabyte."""
+    size = path.stat().st_size
+    if path.suffix != ".gz":
+        return size
+    with open(path, "rb") as f:
+        if size < 2**28:  # under 256 MiB compressed: under 4 GiB of text for any ratio below 16
+            f.seek(-4, os.SEEK_END)
+            return struct.unpack("<I", f.read(4))[0]
+        head = f.read(1 << 20)
+    inflate = zlib.decompressobj(wbits=31)
+    text = inflate.decompress(head)
+    return int(size * len(text) / max(1, len(head) - len(inflate.unconsumed_tail)))
 
 
 def _map_chunks(chunks, tokenizer_dir: str, kinds, spacy_model: str, num_workers: int) -> Iterator[_ChunkResult]:
@@ -855,7 +882,7 @@ def _parts_command(args: argparse.Namespace, prog: str, static: StaticMaskingCon
                        num_workers=args.num_workers, shard_tokens=args.shard_tokens, max_line_bytes=args.max_line_bytes,
                        candidates=args.candidates, spacy_model=args.spacy_model, progress=not args.quiet, part=spec)  # fmt: skip
 
-    tok = tokenizer_fingerprint(Path(args.tokenizer))
+    tok = vocab_match.tokenizer_fingerprint(load_tokenizer(args.tokenizer))
     folders_, busy = build_parts(build, files, args.parts, parts_dir, tok, options, only=args.part or None, say=print0)
     if args.part:
         print0(f"part {args.part} of {args.parts} is in {folders_[args.part - 1]}; when every part is done, "

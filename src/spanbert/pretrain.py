@@ -20,16 +20,18 @@ import dataclasses
 import functools
 import json
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
-from spanbert import _aliases, cloze, cost, distributed, preprocess, tokenization
+from spanbert import _aliases, cloze, cost, distributed, preprocess, threads, tokenization, trained_inputs, vocab_match
 from spanbert.batch_plan import token_batch_count
 from spanbert.block_index import held_out_split
 from spanbert.budget import TimeBudget, format_duration, parse_duration
@@ -81,7 +83,7 @@ from spanbert.runs import check_output_dir, claim_run_dir, find_resume_checkpoin
 from spanbert.samplers import SAMPLERS, Cut, HeldOut, Sampler
 from spanbert.static_masks import static_mask_sets
 from spanbert.tokenization import load_tokenizer
-from spanbert.trainer import predict_batches, train
+from spanbert.trainer import predict_batches, recorded_threads, train
 from spanbert.training_args import TrainingArguments
 from spanbert.utils import atomic_dir, atomic_write, input_paths
 
@@ -232,9 +234,10 @@ class _Sources:
     init_from: str | None = None  # the --init_from folder, resolved once (a hub name: its snapshot)
 
 
-def check_sources(cfg: PretrainConfig) -> _Sources:
+def check_sources(cfg: PretrainConfig, vocab_size_given: bool = False) -> _Sources:
     """Check the corpus, tokenizer and checkpoint paths (and a preprocessed corpus's files) exist and
-    are readable; nothing is written. A hub name for --init_from is resolved here, once."""
+    are readable, and that they agree (the vocabulary behind a prepared corpus's ids, a --vocab_size the
+    user gave: ``vocab_size_given``); nothing is written. A hub name for --init_from is resolved here, once."""
     corpus = Path(cfg.corpus) if cfg.corpus else None
     preprocessed = corpus is not None and _looks_preprocessed(corpus)
     tokenizer = cfg.tokenizer
@@ -256,19 +259,69 @@ def check_sources(cfg: PretrainConfig) -> _Sources:
         init_config = FAMILIES[family].pretraining.init_config(init_from)
         if tokenizer is None and has_tokenizer(init_from):
             tokenizer = init_from
+    option = "--tokenizer" if cfg.tokenizer else "--init_from"
     if preprocessed:
         corpus_data = TokenCorpus(corpus)  # checks meta.json and every array's size
-        corpus_data.unigram_counts()
+        counts = corpus_data.unigram_counts()
         if tokenizer is None:
             tok_dir = tokenizer_dir_of(corpus)
             if tok_dir is None:
                 raise SpanBertError(
                     f"{corpus / 'tokenizer'}: not found, expected the corpus's tokenizer (or pass --tokenizer)"
                 )
-            tokenizer = str(tok_dir)
+            tokenizer, option = str(tok_dir), "--corpus"
+        check_corpus_vocabulary(corpus_data, counts, tokenizer, option)
     elif corpus is not None:
-        tokenization.corpus_files([corpus])  # exists, and a folder holds text files
+        files = tokenization.corpus_files([corpus])  # exists, and a folder holds text files
+        if tokenizer is not None:  # a vocabulary that does not cover the text is refused before any work
+            tok = load_tokenizer(tokenizer)
+            unk, total = vocab_match.unknown_share(tok, vocab_match.text_sample(files))
+            warning = vocab_match.check_coverage(unk, total, option, str(tokenizer), f"a sample of {corpus}")
+            if warning:
+                eprint0(warning)
+    if vocab_size_given and tokenizer is not None:
+        size = load_tokenizer(tokenizer).vocab_size
+        if size != cfg.vocab_size:
+            raise SpanBertError(
+                f"--vocab_size: found {cfg.vocab_size:,}, expected the {size:,} ids of {tokenizer} ({option}), the "
+                f"vocabulary this run uses (--vocab_size sizes a vocabulary trained from text): drop --vocab_size, "
+                f"or train a {cfg.vocab_size:,}-token vocabulary from the text (pass the text as --corpus)"
+            )
     return _Sources(corpus, preprocessed, tokenizer, init_config, init_from)
+
+
+def check_corpus_vocabulary(corpus: TokenCorpus, counts: np.ndarray, tokenizer: str, option: str) -> None:
+    """The vocabulary ``tokenizer`` (given with ``option``) must be the one the ids of the prepared ``corpus``
+    were made with (issue 58.1): the fingerprint recorded in its meta.json, or, for a corpus prepared before
+    fingerprints, its own ``tokenizer/`` compared id by id; a casing that differs is a warning. A vocabulary
+    under which most of the corpus is ``[UNK]`` (``counts``: its unigram counts) is refused too."""
+    tok = load_tokenizer(tokenizer)
+    own_dir = tokenizer_dir_of(corpus.path)
+    recorded = corpus.meta.get("vocab_fingerprint")
+    ours = own_dir is not None and os.path.realpath(own_dir) == os.path.realpath(tokenizer)
+    if not ours and recorded != vocab_match.tokenizer_fingerprint(tok):
+        why = "its token ids were made with it: drop the option to use its tokenizer/, or preprocess the text again"
+        if own_dir is not None:
+            own = load_tokenizer(own_dir)
+            vocab_match.check_same_ids(own.get_vocab(), tok.get_vocab(), option, tokenizer, str(own_dir), why)
+            warning = vocab_match.casing_warning(tok, f"{tokenizer} ({option})", own, f"the corpus {corpus.path}")
+            if warning:
+                eprint0(warning)
+        elif recorded:
+            raise SpanBertError(
+                f"{option}: found {tokenizer} with the vocabulary {vocab_match.tokenizer_fingerprint(tok)}, expected "
+                f"the vocabulary {recorded} that {corpus.path}/meta.json records ({why})"
+            )
+    if tok.vocab_size < corpus.vocab_size:
+        raise SpanBertError(
+            f"{option}: found {tokenizer} with {tok.vocab_size:,} ids, expected the {corpus.vocab_size:,} ids of the "
+            f"vocabulary {corpus.path} was prepared with (use the corpus's own tokenizer/)"
+        )
+    specials = [i for i in tok.special_ids().tolist() if i != tok.unk_id and i < len(counts)]
+    total = int(counts.sum()) - int(counts[specials].sum())
+    warning = vocab_match.check_coverage(int(counts[tok.unk_id]), total, option, tokenizer, f"the corpus {corpus.path}")
+    if warning:
+        eprint0(warning)
 
 
 def check_init_vocabulary(init_from: str, rows: int, tokenizer: str | None, vocab_size: int) -> None:
@@ -582,7 +635,7 @@ def run_config_of(cfg: PretrainConfig, masking: MaskingConfig) -> dict[str, Any]
 
 def pretrain(
     cfg: PretrainConfig, args: TrainingArguments, masking: MaskingConfig | None = None,
-    model_overrides: dict[str, Any] | None = None,
+    model_overrides: dict[str, Any] | None = None, vocab_size_given: bool | None = None,
 ) -> Path:  # fmt: skip
     """Run a pre-training job end to end, the same steps for every system; returns the folder of the
     exported model.
@@ -597,6 +650,8 @@ def pretrain(
     5. export ``output_dir/<output_name>`` atomically, with the family's config.json keys.
 
     ``model_overrides`` sets the family's model config fields directly (tests: the two-tower's dropout 0).
+    ``vocab_size_given``: whether the user set ``vocab_size`` (None: when it is neither the field's default
+    nor the quick start's), refused when a tokenizer or a prepared corpus decides another size.
     """
     started = time.perf_counter()  # a --max_time budget counts from here, data preparation included
     cfg.__post_init__()  # a config edited after construction is checked again
@@ -629,7 +684,9 @@ def pretrain(
     check_output_dir(args, input_paths(cfg, ("corpus", "tokenizer", "init_from")))  # contract 3, before any work
     # the folder is held (lock and manifest) from here to the export: data/, checkpoints, final/
     with claim_run_dir(args.output_dir, "spanbert pretrain"):
-        sources = check_sources(cfg)
+        if vocab_size_given is None:  # the command line checks a --vocab_size it was given (`main`)
+            vocab_size_given = cfg.vocab_size not in (PretrainConfig.vocab_size, QUICKSTART_CONFIG["vocab_size"])
+        sources = check_sources(cfg, vocab_size_given)
         planned = plan_model(cfg, run, sources.init_config, model_overrides)
         family.check(planned, **checks)  # and what needs the planned model (its positions, causal or not)
         if sources.init_from is not None:  # the vocabulary the run tokenizes with names the checkpoint's rows
@@ -740,15 +797,32 @@ def pretrain(
         final = Path(args.output_dir) / cfg.output_name
         if result.global_step >= (args.max_steps if args.max_steps > 0 else 0) and result.global_step >= result.total_steps:
             extra = family.export_extra(cfg.system, None if run.causal else run.scheme)
+            # what fine-tuning may rely on: the positions of the longest block, and type 1 only from two segments
+            extra |= trained_inputs.record(max(length for length, _ in stages), 2 if system.sampler == "nsp" else 1)
             distributed.on_main(lambda: export(model, tok, final, extra, result.metrics))
-            if budget is not None and not args.resume:
-                took = time.perf_counter() - started
-                off = took - budget.seconds
-                print0(
-                    f"time budget {budget.text}: the run took {format_duration(took)}, "
-                    f"{format_duration(abs(off))} ({abs(off) / budget.seconds:.1%}) {'over' if off > 0 else 'under'} it"
-                )
+            if budget is not None:
+                print0(budget_end_line(budget, args.resume))
         return final
+
+
+def budget_end_line(budget: TimeBudget, resumed: bool) -> str:
+    """The last line of a --max_time run: what it took against the budget (a resumed run: its processes
+    together, each up to its last checkpoint), how its plan moved, and how to rerun its steps."""
+    took = budget.elapsed()
+    off = took - budget.seconds
+    line = (f"time budget {budget.text}: the run took {format_duration(took)}"
+            + (" (its processes together)" if resumed else "")
+            + f", {format_duration(abs(off))} ({abs(off) / budget.seconds:.1%}) {'over' if off > 0 else 'under'} it")  # fmt: skip
+    planned = budget.plans[1:]  # the first is the provisional one, before the speed was measured
+    if not planned:
+        return line
+    last = planned[-1]
+    if len(planned) == 1:
+        return line + f"; to rerun exactly these steps: --max_steps {last.total} --warmup_steps {last.warmup}"
+    moves = " -> ".join(f"{p.total:,}" for p in planned)
+    return (line + f"; the plan moved {len(planned) - 1} time(s) with the speed ({moves} steps, each from the rate "
+            f"reached: the plans are in trainer_state.json); --max_steps {last.total} --warmup_steps {last.warmup} "
+            "trains as many steps on the last plan's schedule")  # fmt: skip
 
 
 def _objective_line(run: Resolved) -> str:
@@ -837,7 +911,16 @@ def preset_line(quick: bool, cfg: PretrainConfig, args: TrainingArguments) -> st
         size = f"{batch} x {cfg.max_seq_length} tokens"
     device = resolve_device(args.device)
     precision = f"on {device.type}, {precision_text(args.precision, device)}"  # which dtype, and why
-    plan = f"{model}, {length} of {size}, {cfg.recipe} optimisation, {precision}, output {args.output_dir}"
+    if device.type == "cpu":  # the weights depend on the thread count (`threads.decide_for_run`)
+        n = torch.get_num_threads()
+        precision += f", {n} CPU thread{'' if n == 1 else 's'}"
+    steps = f"{length} of {size}"
+    if cfg.random_init:  # nothing trains: the preset's count would be a promise not kept
+        steps = "no training steps (--random_init exports the initialised model)"
+    elif cfg.max_time:
+        steps = (f"as many steps of {size} as fit --max_time {cfg.max_time} (data preparation included; planned "
+                 "from the speed measured in the warm-up, re-planned as it changes)")
+    plan = f"{model}, {steps}, {cfg.recipe} optimisation, {precision}, output {args.output_dir}"
     if quick:
         return (
             f"preset: quick start (tiny SpanBERT on the Python reference manual; {plan}); "
@@ -899,7 +982,13 @@ def main(argv: list[str], prog: str = "spanbert pretrain") -> int:
     # path the run reads (the corpus, a tokenizer, an --init_from model, the --config file)
     check_output_dir(targs, input_paths(cfg, ("corpus", "tokenizer", "init_from")) + input_paths(args, ("config",)))
     masking = build(MaskingConfig, defaults=system_masking(system_of(cfg)))  # a flag or YAML key still wins
+    note = None
+    if resolve_device(targs.device).type == "cpu" and not cfg.random_init:  # before the first line, which says it
+        recorded = recorded_threads(targs) if targs.resume else None
+        _, note = threads.decide_for_run(recorded, targs.threads)
     print0(preset_line(quick, cfg, targs))
+    if note:
+        eprint0(note)
     named_schedule = named_options(args, "TrainingArguments", ("max_steps", "warmup_steps", "warmup_ratio"))
     if cfg.max_time:
         if "max_steps" in named_schedule:
@@ -914,12 +1003,16 @@ def main(argv: list[str], prog: str = "spanbert pretrain") -> int:
         targs, note = scale_warmup(targs, train_defaults, named_schedule)
         if note:
             print0(note)
+    decided = cfg.tokenizer or cfg.init_from or (cfg.corpus and _looks_preprocessed(Path(cfg.corpus)))
+    if decided and named_options(args, "PretrainConfig", ("vocab_size",)):
+        check_sources(cfg, vocab_size_given=True)  # a --vocab_size the corpus or tokenizer contradicts: refused now
     final = pretrain(cfg, targs, masking)
     if final.exists():
         system = system_of(cfg)
         lines = FAMILIES[system.family].pretraining.next_steps(final, system.objectives)
         if cfg.random_init:  # untrained heads fill nothing worth reading: only the fine-tuning hint
-            lines = [line for line in lines if "fill" not in line and "head" not in line]
+            lines = [f"next: fine-tune it as the pre-trained model it is a control for, e.g.: spanbert finetune squad "
+                     f"--model {final} --train_file ... --validation_file ..."]  # fmt: skip
         for line in lines:
             print0(line)
     return 0

@@ -30,6 +30,7 @@ from spanbert.config import (
 from spanbert.errors import SpanBertError
 from spanbert.masking import SCHEMES, MaskingConfig, add_replace_probs_arguments
 from spanbert.training_args import TrainingArguments
+from spanbert.utils import user_path
 
 
 @dataclass(frozen=True)
@@ -207,6 +208,8 @@ class PretrainConfig:
     def __post_init__(self) -> None:
         # Each field alone; checks that involve the model or the data are in `pretrain` (a config is
         # built field by field from presets, YAML and flags, so a pair may be briefly inconsistent).
+        for name in ("corpus", "tokenizer", "init_from"):  # ~ expanded, "" refused, as on the command line
+            setattr(self, name, user_path(getattr(self, name), f"--{name}"))
         if self.system not in SYSTEM_PRESETS:
             raise SpanBertError(
                 f"--system: found unknown system {self.system!r}, expected one of: {', '.join(SYSTEM_PRESETS)}"

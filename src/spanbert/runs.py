@@ -16,6 +16,7 @@ import json
 import math
 import os
 import shutil
+import zipfile
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict
 from pathlib import Path
@@ -191,6 +192,11 @@ def _complete(path: Path) -> str | None:
     for name in ("state.pt", "trainer_state.json"):
         if not (path / name).is_file():
             return f"it has no {name}"
+    size = (path / "state.pt").stat().st_size
+    if size == 0:  # issue 58.8: said, and the checkpoint before it used (torch's own message was empty)
+        return "its state.pt is empty (0 bytes: its write was cut short)"
+    if not zipfile.is_zipfile(path / "state.pt"):  # torch.save writes a zip: a cut one has no directory at its end
+        return f"its state.pt is cut short or damaged ({size:,} bytes, not a whole torch file)"
     try:
         json.loads((path / "trainer_state.json").read_text())
     except (OSError, ValueError) as e:
@@ -316,7 +322,7 @@ def load_training_state(path: Path, model: nn.Module, optimizer, scheduler, scal
     try:
         state = torch.load(path / "state.pt", map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any failure here means the checkpoint is unusable
-        raise SpanBertError(f"{where}: cannot read the training checkpoint: {e}") from None
+        raise SpanBertError(f"{where}: cannot read the training checkpoint: {e or type(e).__name__}") from None
     if not isinstance(state, dict):
         raise SpanBertError(f"{where}: found a {type(state).__name__}, expected a dict of training state")
     missing = [k for k in STATE_KEYS if k not in state]

@@ -1,4 +1,5 @@
-"""How many CPU threads torch uses: the cores that other processes leave free, measured every second.
+"""How many CPU threads torch uses: the cores that other processes leave free, measured every second,
+and, for a training run, decided once at its start and kept (`decide_for_run`).
 
 Why: torch's OpenMP threads spin while they wait for each other at the end of every parallel region.
 A small model's step is hundreds of short regions, so when another process holds one of two cores,
@@ -11,8 +12,20 @@ children used is read from /proc, and torch gets the cores it leaves (at least o
 started with). On an idle machine nothing changes. Measured in `bench/threads.py` (docs/benchmarks.md,
 "Threads beside other work").
 
-An explicit count always wins: `OMP_NUM_THREADS` in the environment, or `--threads N`, fixes it and
-turns the measurement off. Outside Linux (no /proc) the count stays torch's default.
+A training run's weights depend on its thread count: the forward pass is the same to the bit at 1 and
+2 threads, but the backward's reductions over the batch's rows (the weight and bias gradients of every
+LayerNorm and Linear) are split between the threads, so their sums round differently (after the quick
+start's first step its gradients differ by up to 7e-5, its weights after 60 steps by up to 8.5e-3;
+docs/pretraining.md, "What is bit-identical to what"). So a training run (`decide_for_run`) takes the
+cores free when it starts (after a half-second look at the load when the command has not measured
+longer) and keeps that count to its end, records it in its checkpoints, and a `--resume` uses the
+recorded count whatever the load then: a resumed run ends bit-identical to the straight run. A run that
+starts with fewer threads than idle cores would give says so before its first step, with the option that
+pins the count. Commands that only run a model forward (predict, evaluate) follow the load every second.
+
+An explicit count always wins: `OMP_NUM_THREADS` in the environment, or `--threads N` (`threads: N` in a
+`--config` file), fixes it and turns the measurement off. Outside Linux (no /proc) the count stays
+torch's default.
 
 torch is imported by the functions that set or read its threads: `add_option` and the load measurement
 serve parsers and plans that load no torch (every `spanbert <command> --help`).
@@ -90,8 +103,9 @@ def add_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup, scope:
     ``scope`` says what it applies to when that is not the whole command (a study's cells)."""
     parser.add_argument(
         "--threads", type=_thread_count, default=0, metavar="N",
-        help=f"CPU threads{scope} (default 0: the cores other processes leave free, re-measured every "
-        "second; OMP_NUM_THREADS also fixes it)",
+        help=f"CPU threads{scope} (default 0: the cores other processes leave free; a training run decides "
+        "once at its start, keeps the count to its end and on --resume, since its weights depend on it; "
+        "OMP_NUM_THREADS also fixes it)",
     )  # fmt: skip
 
 
@@ -117,6 +131,10 @@ class _Policy:
 
 _policy: _Policy | None = None
 _fixed = 0  # a count given by --threads, kept for the rest of the process (a study's cells)
+_said: set[str] = set()
+_run: tuple[int, str] | None = None
+"""(count, why) a training run of this process decided (`decide_for_run`): kept for the process's
+later runs (a study's cells, a length schedule's stages) unless one is given a count."""
 _window: tuple[float, int, int] | None = None
 """(time, busy ticks of the machine, this run's ticks) where the next `others_cores` reading starts."""
 
@@ -251,9 +269,88 @@ def describe() -> str:
         return f"{count}, fixed by --threads"
     if omp_threads_setting():
         return f"{count}, fixed by OMP_NUM_THREADS"
+    if _run is not None:
+        return f"{count}, {_run[1]}"
     if _policy is None:
         return count
     return f"{count}, fewer while other processes use the cores (--threads N fixes the count)"
+
+
+SAMPLE_S = 0.5
+"""The shortest look at the load a training run decides its thread count from."""
+
+
+def decide_for_run(recorded: int | None = None, pinned: int = 0) -> tuple[int, str | None]:
+    """Fix torch's thread count for a training run and return (the count, a note for stderr or None).
+
+    ``pinned`` (``--threads N``, ``threads: N``) or `OMP_NUM_THREADS` wins; else ``recorded`` (the count a
+    resumed run's checkpoint holds: its weights depend on it); else the count an earlier run of this
+    process decided; else, with the load policy in force (a command's `configure`), the cores other
+    processes leave free now (measured since the command started, at least `SAMPLE_S`), and otherwise
+    torch's own count. Either way the per-second policy is off from here: a count that changed during a
+    run would make its weights depend on the load's history. The note says when the count is below what
+    idle cores give, or differs from ``recorded``, and how to pin it."""
+    import torch
+
+    global _policy, _run
+    note = None
+    if pinned > 0:
+        configure(pinned)
+        n, why = torch.get_num_threads(), "fixed by --threads"
+    elif omp_threads_setting() or _fixed:
+        n, why = torch.get_num_threads(), "fixed by OMP_NUM_THREADS" if omp_threads_setting() else "fixed by --threads"
+    elif recorded:
+        n, why = int(recorded), "the count this run started with, kept on --resume (its weights depend on it)"
+        if n > usable_cores():
+            note = (f"note: --resume: this run started with {n} CPU threads and keeps them for bit-identical "
+                    f"weights, on {usable_cores()} usable core(s) now (slower); --threads N changes the count")
+        torch.set_num_threads(n)
+        _policy = None
+    elif _policy is not None:
+        p = _policy
+        idle = p.most
+        others = None
+        if idle > 1:
+            if time.monotonic() - (_window[0] if _window else 0.0) < SAMPLE_S:
+                time.sleep(SAMPLE_S)
+            others = others_since(_window)
+        n = choose_threads(others or 0.0, p.cores, p.most)
+        torch.set_num_threads(n)
+        _policy = None
+        why = "the cores free when the run started, kept to its end (--threads N fixes the count)"
+        if n < idle:
+            note = (f"note: {n} CPU thread{'' if n == 1 else 's'}, not the {idle} of idle cores: other processes keep "
+                    f"about {min(others or 0.0, p.cores):.1f} of the {p.cores} cores busy. A run's weights depend on "
+                    f"its thread count (bit-identical only at the same count): --threads {n} repeats this run, "
+                    f"--threads {idle} matches a run on idle cores")  # fmt: skip
+    else:  # torch's count: a Python caller's own, or what an earlier run of this process decided
+        n = torch.get_num_threads()
+        why = _run[1] if _run is not None and _run[0] == n else "torch's count, kept to the run's end"
+    if recorded and n != int(recorded) and note is None:
+        note = (f"note: --resume with {n} CPU thread(s) where the run started with {recorded}: its weights from "
+                f"here on differ from the straight run's in the last bits (--threads {recorded} keeps them equal)")
+    _run = (n, why)
+    if note in _said:  # the command decided before the trainer: one note
+        return n, None
+    if note is not None:
+        _said.add(note)
+    return n, note
+
+
+def follow_main(n: int) -> None:
+    """A torchrun rank takes rank 0's decision (``n``): one count for every rank, chosen once."""
+    import torch
+
+    global _policy, _run
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+    _policy = None
+    _run = (n, _run[1] if _run is not None else "rank 0's count, kept to the run's end")
+
+
+def run_threads() -> int | None:
+    """The count `decide_for_run` fixed in this process (None: no training run decided one)."""
+    return _run[0] if _run is not None else None
 
 
 def tick() -> None:
@@ -285,6 +382,6 @@ def active() -> bool:
 
 
 def reset() -> None:
-    """Forget the policy and any fixed count (tests)."""
-    global _policy, _fixed
-    _policy, _fixed = None, 0
+    """Forget the policy, any fixed count and a run's decision (tests)."""
+    global _policy, _fixed, _run
+    _policy, _fixed, _run = None, 0, None

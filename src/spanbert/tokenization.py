@@ -43,7 +43,8 @@ import tokenizers
 
 from spanbert import folders
 from spanbert.config import ArgumentParser
-from spanbert.distributed import print0
+from spanbert import vocab_match
+from spanbert.distributed import eprint0, print0
 from spanbert.errors import DataError, SpanBertError
 from spanbert.hub import resolve_model
 from spanbert.utils import atomic_files, check_output, input_paths, progress_bar
@@ -141,6 +142,13 @@ class Tokenizer:
             if source is not None:  # the file it came from (`from_dir`)
                 raise DataError(source, f"found {found}; {expected}")
             raise SpanBertError(f"found {found}; {expected}")
+        vocab = hf_tokenizer.get_vocab(with_added_tokens=True)
+        if source is not None and not set(vocab) - set(SPECIAL_TOKENS):
+            # every word would be [UNK]: a model trained through it learns nothing (issue 58.1)
+            raise DataError(
+                source, f"found a vocabulary of only the {len(vocab)} special tokens, expected word pieces as well "
+                "(train one with `spanbert tokenizer train`)"
+            )
         self.pad_id: int = hf_tokenizer.token_to_id(PAD)
         self.unk_id: int = hf_tokenizer.token_to_id(UNK)
         self.cls_id: int = hf_tokenizer.token_to_id(CLS)
@@ -150,7 +158,6 @@ class Tokenizer:
         """The token between the two segments of a pair. A task frames its inputs as ``cls_id a mid_id b
         sep_id`` (one segment: ``cls_id a sep_id``); BERT's framing has ``[SEP]`` twice, a model family with
         other markers gives its own through `framed` (the two-tower model: ``<s> a <sep> b </s>``)."""
-        vocab = hf_tokenizer.get_vocab(with_added_tokens=True)
         self.vocab_size: int = max(vocab.values()) + 1
         self._byte_level = _is_byte_level(hf_tokenizer)
         # (V,) bool: ids of continuation pieces; lets `word_starts_of(ids)` be one lookup.
@@ -404,7 +411,27 @@ def load_tokenizer_for(model_dir: str | Path, tokenizer_dir: str | Path | None =
             f"SpanBERT release ships none: it uses the cased BERT vocabulary (bert-base-cased / bert-large-cased, "
             f"28,996 tokens). Pass --tokenizer DIR pointing at a folder with that vocab.txt."
         )
-    return Tokenizer.from_dir(source)
+    tok = Tokenizer.from_dir(source)
+    if tokenizer_dir and os.path.realpath(source) != os.path.realpath(model_dir):
+        check_given_tokenizer(model_dir, tok, source)
+    return tok
+
+
+def check_given_tokenizer(model_dir: str | os.PathLike, tok: Tokenizer, source: str | os.PathLike) -> None:
+    """A ``--tokenizer`` given for the checkpoint ``model_dir`` must be its vocabulary (issue 58.1): where the
+    checkpoint has a tokenizer of its own, a token ``tok`` gives another id is refused (its embedding rows
+    are learned per id); a casing that disagrees with it, or with ``tok``'s own vocabulary, is a warning."""
+    own_dir = Path(model_dir)
+    own = None
+    if (own_dir / "tokenizer.json").is_file() or (own_dir / "vocab.txt").is_file():
+        own = Tokenizer.from_dir(own_dir)
+        vocab_match.check_same_ids(
+            own.get_vocab(), tok.get_vocab(), "--tokenizer", str(source), f"{model_dir}'s own tokenizer",
+            "the one its embedding rows were learned under: drop --tokenizer to use it",
+        )  # fmt: skip
+    warning = vocab_match.casing_warning(tok, f"{source} (--tokenizer)", own, str(model_dir))
+    if warning:
+        eprint0(warning)
 
 
 def load_tokenizer(path: str | os.PathLike, do_lower_case: bool | None = None) -> Tokenizer:

@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from spanbert import cost, threads
+from spanbert import cost, threads, trained_inputs
 from spanbert.batch_plan import (
     PadBatch,
     permutation,
@@ -42,7 +42,7 @@ from spanbert.batch_plan import (
     token_batch_cuts,
     token_plan,
 )
-from spanbert.budget import TimeBudget
+from spanbert.budget import MIN_MEASURED, Pace, TimeBudget, first_plan_step, plans_from, replan_every
 from spanbert.compile import CompileReport, compile_regions, graphs_compiled, wants_compile
 from spanbert.cost import finetune_warning
 from spanbert.distributed import distributed_env, eprint0, init_distributed, is_main, on_main, print0, resolve_device
@@ -50,6 +50,7 @@ from spanbert.errors import SpanBertError
 from spanbert.loop import (
     Run,
     State,
+    check_time_budget,
     checkpoint,
     close_run,
     decide_time_budget,
@@ -58,7 +59,9 @@ from spanbert.loop import (
     finish,
     log_window,
     optimisation_step,
+    planned_schedule,
     restore_best,
+    save_interval,
     schedule,
     step_done,
     stop_step,
@@ -402,6 +405,10 @@ def train(
     lengths, n_batches, epoch_steps = _epoch_length(train_dataset, args, world)
     total, decide_at, budget_state = _planned_total(args, epoch_steps, time_budget, output_dir)
     warmup = args.warmup_steps or math.ceil(args.warmup_ratio * total)
+    if budget_state is not None:  # a time budget's plans (the first: provisional, until its speed is measured)
+        warmup = int(budget_state.get("warmup_steps") or warmup)
+        budget_state["plans"] = [dict(p) for p in budget_state.get("plans") or
+                                 [{"step": 0, "total": total, "warmup": warmup}]]  # fmt: skip
     settings = _settings(args, run_config, world, n, n_batches)
     evals_per_epoch = args.evals_per_epoch
     if cost_warning:
@@ -412,18 +419,24 @@ def train(
     if removed:
         print0(f"note: removed what an interrupted run left in {output_dir}: {', '.join(removed)}")
 
+    plans = plans_from(budget_state["plans"], total, warmup) if budget_state is not None else None
     run, step, best = _start(model, args, rank, world, device, total, warmup, settings, lr_by_prefix,
-                             weight_decay_by_prefix, clip_by_prefix)  # fmt: skip
+                             weight_decay_by_prefix, clip_by_prefix, plans, undecided=bool(decide_at))  # fmt: skip
     # the wall time of training so far: a resumed run's goes on from what its checkpoint recorded
     seconds_before = float(on_main(lambda: resume_state(output_dir).get("train_seconds", 0.0))) if args.resume else 0.0
     extra_state = {"world_size": world, "run_config": settings["run_config"], "best": best}
+    if device.type == "cpu":  # the weights depend on it: a --resume takes it again (`_set_up_device`)
+        extra_state["threads"] = torch.get_num_threads()
     if budget_state is not None:
         extra_state["time_budget"] = budget_state
     state = State(step, total, stop_step(total, args), best, extra_state, skipped_t=torch.zeros((), device=device),
                   first_bad=torch.zeros(3, device=device), decide_at=decide_at, seconds_before=seconds_before)  # fmt: skip
+    if time_budget is not None:
+        _start_budget(state, time_budget, budget_state, plans, step, warmup, args)
     compile_report = CompileReport(n_regions, total, graphs_before) if n_regions else None
     run.model.train()
     stream = None
+    untrained = trained_inputs.watch(model)  # warns once when a batch uses inputs pre-training never trained
     if compile_report is not None:
         compile_report.start()
     try:
@@ -438,6 +451,8 @@ def train(
                 # The whole step's micro-batches first (collated, on CPU): the loss weights need the
                 # target counts of all of them, summed over the ranks, before the first backward.
                 mbs = [next(stream) for _ in step_mbs]
+                if untrained is not None:
+                    untrained(mbs)
                 pads = [isinstance(ix, PadBatch) for ix in step_mbs]
                 optimisation_step(run, state, mbs, pads, count_targets, term_weights, term_schedule)
                 step_done(run, state, compile_report)
@@ -446,9 +461,13 @@ def train(
                 evaluated = False
                 if state.decide_at and state.step == state.decide_at:
                     evaluated = decide_time_budget(run, state, time_budget, eval_fn, epoch_steps)
-                if eval_fn is not None and is_eval_step(state.step) and state.step != state.total and not evaluated:
+                elif state.next_check and state.step >= state.next_check and state.step < state.end:
+                    check_time_budget(run, state, epoch_steps)
+                due = state.step % state.eval_every == 0 if state.eval_every else is_eval_step(state.step)
+                if eval_fn is not None and due and state.step != state.total and not evaluated:
                     evaluate(run, state, eval_fn)
-                if args.save_steps and state.step % args.save_steps == 0 and state.step != state.end:
+                save_every = save_interval(run, state)
+                if save_every and state.step % save_every == 0 and state.step != state.end:
                     checkpoint(run, state)
         finish(run, state, eval_fn)
     finally:
@@ -473,7 +492,16 @@ def _set_up_device(args: TrainingArguments) -> tuple[int, int, torch.device, str
     rank, world, _ = distributed_env()
     device = resolve_device(args.device)
     init_distributed(device)
-    if args.threads:  # also from a --config file, which the command line's early read does not see
+    note = None
+    if device.type == "cpu":
+        # one count for the whole run (its weights depend on it): --threads (also from a --config file,
+        # which the command line's early read does not see), the resumed run's own, or the free cores now;
+        # rank 0's for every rank
+        recorded = on_main(lambda: recorded_threads(args)) if args.resume else None
+        n, note = threads.decide_for_run(recorded, args.threads)
+        if world > 1:
+            threads.follow_main(on_main(lambda: n))
+    elif args.threads:
         threads.configure(args.threads)
     # what else keeps the cores busy, since the command started: the time a plan promises is an idle
     # machine's, so the lines that promise one say when it is not
@@ -481,11 +509,22 @@ def _set_up_device(args: TrainingArguments) -> tuple[int, int, torch.device, str
     if device.type == "cpu":
         beside = f"; {shared}: expect a slower run than on idle cores" if shared else ""
         print0(f"{threads.describe()}; {precision_text(args.precision, device)}{beside}")
+        if note:
+            eprint0(note)
         note = precision_note(args.precision, device)
         if note:
             eprint0(note)
         configure_malloc()  # tensors >= 8 MB go back to the system when freed (utils.configure_malloc)
     return rank, world, device, shared
+
+
+def recorded_threads(args: TrainingArguments) -> int | None:
+    """The CPU threads the run being resumed trained with (its checkpoint's), None when it recorded none."""
+    try:
+        count = resume_state(args.output_dir).get("threads")
+    except (SpanBertError, OSError, ValueError):  # no usable checkpoint: `_resume` says why, later
+        return None
+    return int(count) if isinstance(count, int) and count > 0 else None
 
 
 def _compile(model: nn.Module, args: TrainingArguments, device: torch.device) -> tuple[int, int]:
@@ -527,18 +566,43 @@ def _epoch_length(dataset: Any, args: TrainingArguments, world: int) -> tuple[np
 def _planned_total(
     args: TrainingArguments, epoch_steps: int, time_budget: TimeBudget | None, output_dir: Path
 ) -> tuple[int, int, dict[str, Any] | None]:
-    """(the run's total steps, the step after which a time budget fixes the total (0: no decision to make),
-    the decision a resumed run made already)."""
+    """(the run's total steps, the step after which a time budget plans the total first (0: no plan to make),
+    a time budget's state: the one a resumed run recorded, or a new one)."""
     total = args.max_steps if args.max_steps > 0 else math.ceil(args.num_train_epochs * epoch_steps)
     if time_budget is None:
         return total, 0, None
     decide_at = time_budget.measure_until(args.warmup_steps)
     budget_state = None
-    if args.resume:  # the total the resumed run decided, if it got that far
+    if args.resume:  # the plans the resumed run made, if it got that far
         budget_state = on_main(lambda: resume_state(output_dir).get("time_budget"))
-    if budget_state is not None:
-        return int(budget_state["max_steps"]), 0, budget_state
-    return max(total, decide_at + 1), decide_at, None  # provisional, until the warm-up's speed is measured
+    if budget_state is not None and budget_state.get("decided", True):  # a checkpoint of before 'decided': planned
+        return int(budget_state["max_steps"]), 0, {**budget_state, "decided": True}
+    if budget_state is None:
+        budget_state = {"max_time": time_budget.text, "decided": False, "elapsed_seconds": 0.0}
+    provisional = max(total, decide_at + 1)  # until the warm-up's speed is measured
+    if budget_state.get("plans"):
+        provisional = int(budget_state["plans"][0]["total"])
+    return provisional, decide_at, budget_state
+
+
+def _start_budget(state: State, budget: TimeBudget, budget_state: dict[str, Any], plans: list[Any], step: int,
+                  warmup: int, args: TrainingArguments) -> None:  # fmt: skip
+    """A time budget's part of the run's state: the plans (a resumed run's, from its checkpoint), what the
+    budget's earlier processes used of it, this process's own pace, and when it plans or checks first
+    (after steps of its own: a plan is made from this process's timings only, `budget.first_plan_step`)."""
+    budget.spent_before = float(budget_state.get("elapsed_seconds") or 0.0)
+    budget.plans = list(plans)
+    state.budget = budget
+    state.pace = Pace(budget.clock, started=budget.clock())
+    if state.decide_at:
+        state.decide_at = first_plan_step(state.decide_at, step, warmup)
+        if state.total <= state.decide_at:  # a provisional total that would end before the plan is made
+            state.total = state.decide_at + 1
+            state.end = stop_step(state.total, args)
+    else:
+        state.next_check = step + max(replan_every(state.total), 2 + MIN_MEASURED)
+        state.eval_every = budget_state.get("eval_steps")
+        state.save_every = budget_state.get("save_steps")
 
 
 def _settings(
@@ -555,11 +619,12 @@ def _settings(
 def _start(
     model: nn.Module, args: TrainingArguments, rank: int, world: int, device: torch.device, total: int, warmup: int,
     settings: dict[str, Any], lr_by_prefix: dict[str, float] | None, weight_decay_by_prefix: dict[str, float] | None,
-    clip_by_prefix: tuple[str, ...] | None,
+    clip_by_prefix: tuple[str, ...] | None, plans: list[Any] | None = None, undecided: bool = False,
 ) -> tuple[Run, int, dict[str, Any]]:  # fmt: skip
     """(the `Run`, the step it starts at, the best evaluation so far): the model on its device (DDP-wrapped
-    with several processes), its optimizer, schedule, loss scaler and clipping groups, restored with
-    --resume; the log and the progress bar opened."""
+    with several processes), its optimizer, schedule (a time budget's ``plans``: `loop.planned_schedule`),
+    loss scaler and clipping groups, restored with --resume; the log and the progress bar opened (with no
+    total while a time budget is ``undecided``)."""
     output_dir = Path(args.output_dir)
     model.to(device)
     raw_model = model
@@ -568,7 +633,8 @@ def _start(
     groups = param_groups(raw_model, args.learning_rate, args.weight_decay, lr_by_prefix, weight_decay_by_prefix,
                           args.decay_all_parameters)  # fmt: skip
     optimizer = make_optimizer(groups, args, device)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule(total, warmup, groups, args))
+    lambdas = planned_schedule(plans, groups, args) if plans else schedule(total, warmup, groups, args)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambdas)
     amp_dtype = autocast_dtype(args.precision, device)
     scaler = make_grad_scaler(amp_dtype, device)
     params = [p for g in groups for p in g["params"]]
@@ -576,7 +642,7 @@ def _start(
     best: dict[str, Any] = {"step": None, "score": None, "metrics": {}}
     step = 0
     if args.resume:
-        step = _resume(model, optimizer, scheduler, scaler, output_dir, settings, total, best)
+        step = _resume(model, optimizer, scheduler, scaler, output_dir, settings, "?" if undecided else total, best)
     resume_step = step if args.resume else None
     log_note = on_main(lambda: _start_log(output_dir, resume_step))
     if log_note:
@@ -584,7 +650,8 @@ def _start(
     logger = _Logger(output_dir, rank == 0, args.report_to == "tensorboard", resume_step)
     bar = None
     if rank == 0 and not args.disable_tqdm:
-        bar = progress_bar(total=total, initial=step, desc="train", unit="step", dynamic_ncols=True)
+        bar = progress_bar(total=None if undecided else total, initial=step, desc="train", unit="step",
+                           dynamic_ncols=True)  # fmt: skip
     device_skip = scaler is None and getattr(optimizer, "_step_supports_amp_scaling", False)
     run = Run(model=model, raw_model=raw_model, optimizer=optimizer, scheduler=scheduler, scaler=scaler, groups=groups,
               clipped=clipped, args=args, device=device, amp_dtype=amp_dtype, rank=rank, world=world, warmup=warmup,
@@ -594,7 +661,7 @@ def _start(
 
 def _resume(
     model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, scaler: Any, output_dir: Path,
-    settings: dict[str, Any], total: int, best: dict[str, Any],
+    settings: dict[str, Any], total: int | str, best: dict[str, Any],
 ) -> int:  # fmt: skip
     """--resume: the step of the checkpoint chosen (once, on rank 0, for every rank) after its settings were
     compared with this run's; the training state restored, ``best`` updated to the saved one."""

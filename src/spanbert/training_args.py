@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from spanbert.distributed import resolve_device
 from spanbert.errors import SpanBertError
+from spanbert.utils import user_path
 
 COMPILE_CHOICES = ("auto", "true", "false")
 """``--compile``'s values; the option holds ``"auto"`` or a boolean (`spanbert.compile`)."""
@@ -113,7 +114,7 @@ class TrainingArguments:
     dataloader_num_workers: int = 0
     """Worker processes that load and collate batches."""
     threads: int = 0
-    """CPU threads for torch; 0 = the cores other processes leave free, re-measured every second (OMP_NUM_THREADS also fixes it)."""
+    """CPU threads for torch; 0 = the cores other processes leave free when the run starts, kept to its end and on --resume (its weights depend on the count; OMP_NUM_THREADS also fixes it)."""
     stop_at_step: int = -1
     """Stop after this step with a checkpoint, keeping the schedule of max_steps (for jobs split across
     time limits; continue with --resume). -1 = run to the end."""
@@ -139,6 +140,11 @@ class TrainingArguments:
         # Checked at construction so a command fails before any work (contract 4).
         def bad(name: str, value: Any, expected: str) -> SpanBertError:
             return SpanBertError(f"--{name}: found {value!r}, expected {expected}")
+
+        # the same path rule as the command line and a YAML file: ~ expanded, None and "" refused (issue 58.5)
+        if self.output_dir is None:
+            raise bad("output_dir", None, "a folder to write the run into")
+        self.output_dir = user_path(self.output_dir, "--output_dir")
 
         def finite(name: str, lo: float = 0.0, lo_open: bool = False, hi: float | None = None, hi_open=True):
             v = getattr(self, name)

@@ -3,13 +3,17 @@ gzipped; the C heap (glibc)."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import ctypes
 import ctypes.util
 import functools
+import glob
 import gzip
+import io
 import json
 import os
+import re
 import shutil
 import socket
 import stat
@@ -31,6 +35,7 @@ from spanbert.folders import (
     MANIFEST,
     carry_claim,
     fsync_dir,
+    holds,
     is_bookkeeping,
     is_debris,
     make_folders,
@@ -48,12 +53,22 @@ def _umask() -> int:
 
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike, mode: str = "w", **open_kwargs) -> Iterator:
-    """Open a temporary file beside ``path``; on success fsync and rename it over ``path``.
+    """Open a temporary file beside ``path``; on success fsync and rename it over ``path``. The one writer of
+    every single-file output (issue 58.2): what it may replace is a regular file or a new path; a symbolic
+    link to one keeps the link and replaces the file it reaches; anything else that can be written (a named
+    pipe, a character device such as /dev/null or a terminal, /dev/stdout, a link to /proc/self/fd/1) is
+    written through, as tee does (`writes_through`), once the whole text is ready.
 
     A crash or an exception leaves the previous file (or no file), never a half-written one; a full disk
     or quota is one `NoSpaceError` naming ``path`` (`no_space_as_error`).
     """
     path = Path(path)
+    if writes_through(path):
+        with _write_through(path, mode, **open_kwargs) as f:
+            yield f
+        return
+    if path.is_symlink():  # a link to a file (or to a name not yet used): the file is replaced, the link kept
+        path = Path(os.path.realpath(path))
     with _created_folders(path.parent), no_space_as_error(path):
         tmp = temporary_file(path)
         try:
@@ -66,6 +81,75 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", **open_kwargs) -> Ite
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
             raise
+
+
+def _own_fd(path: str | os.PathLike) -> int | None:
+    """The descriptor of this process's a path names (/dev/stdout: 1, /dev/fd/2, /proc/self/fd/1, a link to
+    one), or None. Written through it, the output goes where the shell connected it, at its offset (reopened,
+    a file the shell opened with > would be written from its start again and then overwritten). The links are
+    followed one by one: the last one (/proc/self/fd/1 -> the file) would hide where it came from."""
+    p = os.path.abspath(path)
+    for _ in range(40):  # the kernel's own limit on a chain of links
+        std = {"/dev/stdout": 1, "/dev/stderr": 2, "/dev/stdin": 0}.get(p)
+        if std is not None:
+            return std
+        m = re.fullmatch(r"/(?:proc/(self|\d+)|dev)/fd/(\d+)", p)
+        if m and m.group(1) in (None, "self", str(os.getpid())):
+            return int(m.group(2))
+        if not os.path.islink(p):
+            return None
+        p = os.path.normpath(os.path.join(os.path.dirname(p), os.readlink(p)))
+    return None
+
+
+def writes_through(path: str | os.PathLike) -> bool:
+    """Whether an output at ``path`` is written through rather than replaced: a named pipe, a character device
+    (``/dev/null``, a terminal), one of this process's open files (``/dev/stdout``), or a link to one of them."""
+    path = Path(path)
+    try:
+        st = os.stat(path)  # follows links
+    except OSError:
+        return False
+    return stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode) or _own_fd(path) is not None
+
+
+def not_writable_through(path: str | os.PathLike) -> str | None:
+    """What ``path`` is when it exists, is not a regular file, a folder or something `writes_through` writes
+    (a block device, a socket), or None: an output there is refused."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    kinds = {stat.S_ISBLK: "a block device", stat.S_ISSOCK: "a socket"}
+    return next((what for test, what in kinds.items() if test(st.st_mode)), None)
+
+
+@contextlib.contextmanager
+def _write_through(path: Path, mode: str, **open_kwargs: Any) -> Iterator[Any]:
+    """`atomic_write` onto what is written through: the text is gathered first (an error while it is made
+    writes nothing), then written in one go: through this process's own descriptor when ``path`` names one
+    (`_own_fd`: Python's buffered stdout is flushed first, so the lines keep their order), else opened (a
+    pipe, a device)."""
+    binary = "b" in mode
+    with tempfile.TemporaryFile("w+b") as buffer:
+        stream = buffer if binary else io.TextIOWrapper(buffer, **{"encoding": "utf-8", **open_kwargs})
+        yield stream
+        stream.flush()
+        buffer.seek(0)
+        fd = _own_fd(path)
+        if fd is None:
+            with open(path, "wb") as out:
+                shutil.copyfileobj(buffer, out)
+        else:
+            for s in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    s.flush()
+            while chunk := buffer.read(1 << 20):
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(fd, view) :]
+        if not binary:
+            stream.detach()
 
 
 def write_json(path: str | os.PathLike, data: Any, *, sort_keys: bool = False, ensure_ascii: bool = True) -> None:
@@ -310,6 +394,22 @@ def check_output(
     existing = next((p for p in path.parents if os.path.lexists(p)), Path("."))
     if not existing.is_dir():
         raise SpanBertError(f"{path}: found a file at {existing}, expected a folder there to hold the output")
+    if not folder and (os.path.lexists(path) or path.is_symlink()):
+        odd = not_writable_through(path)
+        if odd:
+            raise SpanBertError(
+                f"{path}: found {odd}, expected a file name for the output (a regular file, a named pipe or a "
+                f"character device such as /dev/null or /dev/stdout, which it is written through)"
+            )
+        if writes_through(path):  # written through, never replaced: what counts is that it can be written
+            if not os.access(path, os.W_OK):
+                raise SpanBertError(f"{path}: found it not writable (no permission), expected a writable output")
+            return path
+        if path.is_symlink():  # a link to a file (or a name not yet used): what it reaches is what is written
+            path = Path(os.path.realpath(path))
+            existing = next((p for p in path.parents if os.path.lexists(p)), Path("."))
+            if not existing.is_dir():
+                raise SpanBertError(f"{path}: found a file at {existing}, expected a folder there to hold the output")
     if os.path.lexists(path):
         if folder and not path.is_dir():
             raise SpanBertError(f"{path}: found a file, expected a folder for the output (or a path not yet used)")
@@ -337,6 +437,15 @@ def _check_owned_folder(
         if owner is None and (ours is None or ours(path)):
             return
         shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+        if owner == "run" and _looks_like_a_run(path):
+            # issue 58.8: a run copied without its hidden files (`cp -r run/* copy/`): say how to resume it
+            listed = json.dumps({"kind": "run", "command": "spanbert", "files": names})
+            raise SpanBertError(
+                f"{path}: found a training run without its {MANIFEST} (copied without its hidden files, as "
+                f"`cp -r RUN/* {path}` does), expected a run folder with it; to resume it, copy the run again with "
+                f"its hidden files (`cp -a RUN/. {path}/`), or, when the original is gone, write back what it lists: "
+                f"echo '{listed}' > {path / MANIFEST}; then run the same command with --resume"
+            )
         raise SpanBertError(
             f"{path}: found a folder holding other files ({shown}), expected an empty folder or an earlier "
             f"output of this command (a folder spanbert wrote, with its {MANIFEST}); choose another output "
@@ -363,6 +472,16 @@ def _check_owned_folder(
         )
 
 
+def _looks_like_a_run(path: Path) -> bool:
+    """Whether a folder without a manifest holds a spanbert training run: its ``latest`` pointer naming a
+    ``checkpoint-N`` folder that holds a ``trainer_state.json``."""
+    try:
+        name = (path / "latest").read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return False
+    return name.startswith("checkpoint-") and (path / name / "trainer_state.json").is_file()
+
+
 def writable(folder: Path) -> bool:
     """Whether this process may create files in ``folder``. access(2) knows read-only mounts and what
     root may do, and creates nothing: under torchrun every rank checks its outputs and only rank 0
@@ -370,11 +489,37 @@ def writable(folder: Path) -> bool:
     return os.access(folder, os.W_OK | os.X_OK)
 
 
+def user_path(value: Any, option: str) -> Any:
+    """A path the user gave (``option``: how they named it, ``--output_dir`` or ``output_dir``), read the same
+    way from the command line, a ``--config`` YAML and Python (issue 58.5): ``~`` and ``~user`` expanded (a
+    shell expands them on the command line only, so a YAML ``output_dir: ~/run`` made a folder named ``~``);
+    an empty path, or None where a path is required (``output_dir=None`` trained into ``./None``), refused.
+    None stays None (an option left unset); a list is read item by item."""
+    if isinstance(value, (list, tuple)):
+        return type(value)(user_path(v, option) for v in value)
+    if value is None:
+        return None
+    if not isinstance(value, (str, os.PathLike)):
+        raise SpanBertError(f"{option}: found {value!r} ({type(value).__name__}), expected a path")
+    text = os.fspath(value)
+    if not text.strip():
+        raise SpanBertError(f"{option}: found an empty path {text!r}, expected a file or folder name")
+    return os.path.expanduser(text)
+
+
+def _typed_path(value: str, what: str) -> str:
+    """`user_path` inside an argparse ``type``, whose errors argparse names by the option."""
+    if not str(value).strip():
+        raise argparse.ArgumentTypeError(f"found an empty path {value!r}, expected a {what} name")
+    return os.path.expanduser(value)
+
+
 def output_file(value: str) -> str:
     """The argparse ``type`` of an option naming a file the command writes (``--output``,
     ``--write_config``): the output contract (`check_output`) is checked as the option is parsed, so
     a bad path is refused before the command reads a model or a line of data. The file is the user's
     to replace (`spanbert.folders.name_output`), also beside a model in its run folder."""
+    value = _typed_path(value, "file")
     check_output(value, folder=False)
     name_output(value)
     return value
@@ -386,6 +531,7 @@ def output_folder(value: str) -> str:
     only a file in the way and an unwritable location are refused, a folder of other files is normal.
     A folder a command owns as a whole (a training run, a study) is checked by that command instead,
     with its rule of what an earlier output of its own looks like (`check_output`'s ``ours``)."""
+    value = _typed_path(value, "folder")
     check_output(value, folder=True)
     return value
 
@@ -404,9 +550,22 @@ def atomic_dir(path: str | os.PathLike, overwrite: bool = True) -> Iterator[Path
         raise FileExistsError(f"{path} already exists")
     with _created_folders(path.parent), no_space_as_error(path):
         record(path)
+        _remove_stale_temporaries(path)
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp creates 0700
         yield from _fill_and_swap(tmp, path)
+
+
+def _remove_stale_temporaries(path: Path) -> None:
+    """Remove the ``.NAME.tmp-*`` folders an earlier writer of ``path`` left when it was killed (issue 58.8: a
+    study killed in its shared preprocessing kept a 10 MB ``shared/.corpus.tmp-*`` after the rerun), when
+    this process holds ``path``'s lock (`spanbert.folders.holds`): no other writer of it can be at work, so
+    every such folder is a dead one's. An unheld target's siblings are left (`remove_debris` at a run's start)."""
+    if not holds(path):
+        return
+    for entry in path.parent.glob(f".{glob.escape(path.name)}.tmp-*"):
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
 
 
 def _fill_and_swap(tmp: Path, path: Path) -> Iterator[Path]:

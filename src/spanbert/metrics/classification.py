@@ -253,6 +253,17 @@ def conll_chunks(tags: Sequence[str]) -> list[tuple[int, int, str]]:
     return chunks
 
 
+def conlleval_rows(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> list[list[int]]:
+    """Per sentence ``[correct entities, predicted entities, gold entities]``: summed, `conlleval`'s
+    micro F1 (a ``f1`` row of `spanbert.metrics.resample`, to resample the sentences)."""
+    _check_lengths(gold, pred)
+    rows = []
+    for g, p in zip(gold, pred):
+        gc, pc = set(conll_chunks(g)), set(conll_chunks(p))
+        rows.append([len(gc & pc), len(pc), len(gc)])
+    return rows
+
+
 def conlleval(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> dict[str, object]:
     """Entity-level P/R/F1 over sentences of tags, as ``conlleval`` (fractions, not percentages).
 

@@ -249,6 +249,23 @@ class CorefEvaluator:
         return out
 
 
+def document_rows(keys: Sequence[Clustering], responses: Sequence[Clustering]) -> list[list[float]]:
+    """Per document, for MUC, B3 and CEAF-e in turn, ``[precision numerator, precision denominator, recall
+    numerator, recall denominator]``: summed over documents, the CoNLL F1 of `evaluate_documents` (a
+    ``conll`` row of `spanbert.metrics.resample`, to resample the documents)."""
+    if len(keys) != len(responses):
+        raise ValueError(f"{len(keys)} key documents but {len(responses)} response documents")
+    rows = []
+    for key, response in zip(keys, responses):
+        key, response = dedup(key), dedup(response)
+        row: list[float] = []
+        for metric in METRICS:
+            r_num, r_den, p_num, p_den = COUNTS[metric](key, response)
+            row += [p_num, p_den, r_num, r_den]
+        rows.append(row)
+    return rows
+
+
 def evaluate_documents(keys: Sequence[Clustering], responses: Sequence[Clustering]) -> dict[str, float]:
     """Corpus scores (percent) for parallel lists of key and response clusterings."""
     if len(keys) != len(responses):

@@ -28,7 +28,7 @@ from spanbert.errors import SpanBertError
 from spanbert.pretrain_config import SYSTEM_PRESETS
 from spanbert.runs import latest_checkpoint, resume_state
 from spanbert.study.heldout import dev_restriction, heldout_plan, score_heldout, split_dev, study_is_legacy
-from spanbert.study.layout import Cell, finetune_cell_dir, fold_dir, model_dir, shared_dir
+from spanbert.study.layout import Cell, finetune_cell_dir, fold_dir, model_dir, pretrain_dir, pretrain_seeds_of, shared_dir
 from spanbert.study.runner import in_log, run_command
 from spanbert.study.spec import Study, SystemSpec, TaskSpec, subtask_options
 from spanbert.tasks import TASKS
@@ -38,7 +38,9 @@ from spanbert.utils import atomic_write, progress_bar, write_json
 
 
 def plan(study: Study) -> list[Cell]:
-    """Every cell of the study in the order they run: pre-training, then fine-tuning."""
+    """Every cell of the study in the order they run: pre-training (each system, each pre-training seed),
+    then fine-tuning. With `Study.grid_on_first_seed`, a later seed's cells take the rate the first seed's
+    grid selected: `pending` until that grid is finished (the plan made after it names the rate)."""
     out = Path(study.output_dir)
     cells: list[Cell] = []
     corpus = str(shared_dir(study) / "corpus")
@@ -47,30 +49,59 @@ def plan(study: Study) -> list[Cell]:
     for s in study.systems:
         if s.checkpoint:
             continue
-        opts = {
-            "system": s.pretrain_system,
-            **({"family": s.family} if s.family else {}),  # absent: the argv of studies before families
-            "corpus": corpus,
-            "model": study.model,
-            "max_seq_length": study.max_seq_length,
-            "max_steps": study.pretrain_steps,
-            "per_device_train_batch_size": max(1, per_device),
-            "gradient_accumulation_steps": study.gradient_accumulation_steps,
-            "disable_tqdm": True,
-            **study.pretrain_options,
-            **s.options,
-        }
-        cells.append(Cell("pretrain", s.name, out / "pretrain" / s.name, ["pretrain", *options_argv(opts)]))
+        for k in pretrain_seeds_of(study, s):
+            opts = {
+                "system": s.pretrain_system,
+                **({"family": s.family} if s.family else {}),  # absent: the argv of studies before families
+                "corpus": corpus,
+                "model": study.model,
+                "max_seq_length": study.max_seq_length,
+                "max_steps": study.pretrain_steps,
+                "per_device_train_batch_size": max(1, per_device),
+                "gradient_accumulation_steps": study.gradient_accumulation_steps,
+                "disable_tqdm": True,
+                **study.pretrain_options,
+                **s.options,
+                **({} if k is None else {"seed": k}),  # absent: the argv of studies of one pre-training run
+            }
+            argv = ["pretrain", *options_argv(opts)]
+            cells.append(Cell("pretrain", s.name, pretrain_dir(study, s, k), argv, pretrain_seed=k))
     for s in study.systems:
-        for t in study.tasks:
-            for lr in t.learning_rates:
-                for seed in range(study.seeds):
-                    for fold in t.folds or [None]:
-                        d = finetune_cell_dir(study, s.name, t.name, lr, seed, fold)
-                        opts = finetune_options(study, t, model_dir(study, s), lr, seed, fold)
-                        argv = ["finetune", t.task, *options_argv(opts)]
-                        cells.append(Cell("finetune", s.name, d, argv, t.name, lr, seed, fold, opts))
+        for k in pretrain_seeds_of(study, s):
+            for t in study.tasks:
+                rates: list[float | None] = list(t.learning_rates)
+                if study.grid_on_first_seed and k is not None and k > 0 and len(rates) > 1:
+                    rates = [chosen_rate(study, s, t)]
+                for lr in rates:
+                    for seed in range(study.seeds):
+                        for fold in t.folds or [None]:
+                            if lr is None:
+                                cells.append(Cell("finetune", s.name, Path(), [], t.name, 0.0, seed, fold,
+                                                  pretrain_seed=k, pending=True))  # fmt: skip
+                                continue
+                            d = finetune_cell_dir(study, s.name, t.name, lr, seed, fold, k)
+                            opts = finetune_options(study, t, model_dir(study, s, k), lr, seed, fold)
+                            argv = ["finetune", t.task, *options_argv(opts)]
+                            cells.append(Cell("finetune", s.name, d, argv, t.name, lr, seed, fold, opts, pretrain_seed=k))
     return cells
+
+
+def chosen_rate(study: Study, s: SystemSpec, t: TaskSpec) -> float | None:
+    """The learning rate the grid on ``s``'s first pre-training seed selected for ``t`` (the best mean dev
+    score over its fine-tuning seeds and folds; a tie goes to the smaller rate, as the summary's selection),
+    or None while a cell of that grid is unfinished."""
+    k = None if study.pretrain_seeds == 1 else 0
+    means = {}
+    for lr in t.learning_rates:
+        scores = []
+        for seed in range(study.seeds):
+            for fold in t.folds or [None]:
+                marker = finetune_cell_dir(study, s.name, t.name, lr, seed, fold, k) / "result.json"
+                if not marker.is_file():
+                    return None
+                scores.append(float(json.loads(marker.read_text())["dev"]))
+        means[lr] = sum(scores) / len(scores)
+    return max(means, key=lambda lr: (means[lr], -lr))
 
 
 def finetune_options(study: Study, t: TaskSpec, model: Path, lr: float, seed: int, fold: int | None) -> dict[str, Any]:
@@ -91,7 +122,9 @@ def finetune_options(study: Study, t: TaskSpec, model: Path, lr: float, seed: in
     options = dict(t.options)
     if fold is None and h is not None and h.source == "dev half":
         options.pop(dev_restriction(t)[0], None)  # already applied to the halves
-    return {**data, "model": str(model), "learning_rate": lr, "seed": seed, "disable_tqdm": True, **options}
+    rate = {"learning_rate": lr} if t.rate_option == "learning_rate" else {}  # the argv of studies before rate_option
+    return {**data, "model": str(model), **rate, "seed": seed, "disable_tqdm": True, **options,
+            **({} if rate else {t.rate_option: lr})}  # fmt: skip
 
 
 def read_dev_score(task: str, cell_dir: Path) -> tuple[float, dict[str, Any]]:
@@ -119,7 +152,7 @@ def _marker(cell: Cell) -> Path:
 
 
 def is_done(cell: Cell) -> bool:
-    return _marker(cell).is_file()
+    return not cell.pending and _marker(cell).is_file()
 
 
 def _prepare_shared(study: Study) -> None:
@@ -218,7 +251,8 @@ def run_cell(cell: Cell, study: Study, allow_long_run: bool = False) -> None:
         if code != 0:
             raise SpanBertError(f"study: cell '{cell.label}' failed (exit {code}): {last}; its log: {log}")
         info = {"system": cell.system, "seconds": before + time.perf_counter() - t0, "steps": study.pretrain_steps,
-                "budget_tokens": study.budget_tokens, "argv": argv}  # fmt: skip
+                "budget_tokens": study.budget_tokens, "argv": argv,
+                **({} if cell.pretrain_seed is None else {"pretrain_seed": cell.pretrain_seed})}  # fmt: skip
         if resumable:
             info["seconds_before_resume"] = before
     else:
@@ -232,7 +266,8 @@ def run_cell(cell: Cell, study: Study, allow_long_run: bool = False) -> None:
         seconds = time.perf_counter() - t0
         score, numbers = distributed.on_main(lambda: (results.score, results.numbers))
         info = {"system": cell.system, "task": cell.task, "learning_rate": cell.lr, "seed": cell.seed, "fold": cell.fold,
-                "dev": score, "dev_results": numbers, "seconds": seconds, "argv": argv}  # fmt: skip
+                "dev": score, "dev_results": numbers, "seconds": seconds, "argv": argv,
+                **({} if cell.pretrain_seed is None else {"pretrain_seed": cell.pretrain_seed})}  # fmt: skip
         _drop_training_state(cell.dir)
         if not study_is_legacy(study):
             h = heldout_plan(study, task, cell.fold)
@@ -268,14 +303,19 @@ def run_study(
     study: Study, only: str = "all", shard: tuple[int, int] = (0, 1), allow_long_run: bool = False
 ) -> list[Cell]:
     """Run every unfinished cell (those of this shard); returns the plan. ``allow_long_run`` passes
-    --allow_long_run to every cell's command."""
-    cells = plan(study)
-    todo = [c for c in cells if only == "all" or c.kind == only]
-    if shard[1] > 1:
-        if only != "finetune":
-            raise SpanBertError("--shard: found it without --only finetune, expected the pre-training cells to run "
-                                "first (--only pretrain, under torchrun if you like) and the shards to split fine-tuning")  # fmt: skip
-        todo = todo[shard[0] :: shard[1]]
+    --allow_long_run to every cell's command. A pending cell (its rate chosen by the first pre-training
+    seed's grid) is planned again when it is reached: by then that grid has run, in the plan's order."""
+    if shard[1] > 1 and only != "finetune":
+        raise SpanBertError("--shard: found it without --only finetune, expected the pre-training cells to run "
+                            "first (--only pretrain, under torchrun if you like) and the shards to split fine-tuning")  # fmt: skip
+
+    def select(cells: list[Cell]) -> list[Cell]:
+        todo = [c for c in cells if only == "all" or c.kind == only]
+        return todo[shard[0] :: shard[1]] if shard[1] > 1 else todo
+
+    # planned on rank 0 (a pending cell's rate is read from the cells' markers) and the same on every rank
+    cells = distributed.on_main(lambda: plan(study))
+    todo = select(cells)
     # refused before anything is written: a changed study must not overwrite the study.json of the
     # cells that were run
     distributed.on_main(lambda: check_finished(cells))
@@ -291,13 +331,26 @@ def run_study(
 
     done_before = distributed.on_main(lambda: [is_done(c) for c in todo])
     bar = progress_bar(total=len(todo), initial=sum(done_before), desc="study", unit="cell", disable=not distributed.is_main())
-    for cell, done in zip(todo, done_before):
-        if done:
+    i = 0
+    while i < len(todo):
+        cell = todo[i]
+        if cell.pending:
+            cells = distributed.on_main(lambda: plan(study))  # the grid before it has finished: its rate is known
+            todo = select(cells)
+            if todo[i].pending:
+                raise SpanBertError(f"study: {cell.label}: the learning-rate grid of {cell.system} / {cell.task} on "
+                                    f"pre-training seed 0 is not finished; run its cells first (they come before "
+                                    f"this one: drop --shard, or run that shard first)")  # fmt: skip
+            distributed.on_main(lambda: _write_plan(study, cells))
+            cell = todo[i]
+        i += 1
+        if distributed.on_main(lambda c=cell: is_done(c)):
             continue
         if cell.kind == "finetune":
             system = next(s for s in study.systems if s.name == cell.system)
-            if not distributed.on_main(lambda s=system: (model_dir(study, s) / "config.json").is_file()):
-                raise SpanBertError(f"study: {cell.label}: the model {model_dir(study, system)} does not exist yet; "
+            model = model_dir(study, system, cell.pretrain_seed)
+            if not distributed.on_main(lambda m=model: (m / "config.json").is_file()):
+                raise SpanBertError(f"study: {cell.label}: the model {model} does not exist yet; "
                                     f"run the pre-training cells first (--only pretrain)")  # fmt: skip
         bar.set_postfix_str(cell.label)
         run_cell(cell, study, allow_long_run)
@@ -313,6 +366,8 @@ def check_finished(cells: list[Cell]) -> None:
     some cells finished (another budget, other task options) would otherwise mix results silently.
     Adding systems, tasks, learning rates or seeds only adds cells and is fine."""
     for cell in cells:
+        if cell.pending:
+            continue
         marker = _marker(cell)
         if not marker.is_file():
             continue
@@ -399,4 +454,5 @@ def study_lock(output_dir: str | Path, shard: tuple[int, int] = (0, 1)) -> Any:
 
 def _write_plan(study: Study, cells: list[Cell]) -> None:
     with atomic_write(Path(study.output_dir) / "study.json") as f:
-        f.write(json.dumps({"study": asdict(study), "cells": [str(c.dir) for c in cells]}, indent=2, default=str) + "\n")
+        f.write(json.dumps({"study": asdict(study), "cells": [f"pending: {c.label}" if c.pending else str(c.dir)
+                                                             for c in cells]}, indent=2, default=str) + "\n")  # fmt: skip

@@ -5,7 +5,13 @@ in a temporary folder), or, without trials, an estimate of the fine-tuning cells
 
 The arithmetic is here, apart from the measurements, so that it can be checked with made-up timings:
 a stage's time is its fixed part (start-up, evaluations, saves, held-out scoring) plus its size (steps,
-examples, bytes of text) times a measured cost per unit."""
+examples, bytes of text) times a measured cost per unit.
+
+How sure an estimate is: the pre-training trials run in rounds that take the systems in turn
+(`spanbert.study.trials.TRIAL_ROUNDS`), so every system is timed beside the same load; a stage's figure
+is its median round, its range the fastest and the slowest round, and the stages timed once (data,
+fine-tuning) take the same relative spread. The load beside the trials is reported with the range,
+and `--time_limit` fits the study to the pessimistic end."""
 
 from __future__ import annotations
 
@@ -26,7 +32,9 @@ from spanbert.errors import SpanBertError
 from spanbert.pretrain_config import PRETRAIN_DEFAULTS, PretrainConfig
 from spanbert.study.cells import is_done, plan
 from spanbert.study.heldout import heldout_plan, study_is_legacy
+from spanbert.study.spec import Study, TaskSpec
 from spanbert.study.trials import (
+    TRIAL_ROUNDS,
     DataTimings,
     FinetuneTimings,
     PretrainTimings,
@@ -35,9 +43,8 @@ from spanbert.study.trials import (
     trial_finetuning,
     trial_pretraining,
 )
-from spanbert.study.spec import Study, TaskSpec
 from spanbert.tasks.splits import HELDOUT_SEED
-from spanbert.threads import load_mark, others_since, sharing
+from spanbert.threads import load_mark, others_since, sharing, usable_cores
 from spanbert.utils import atomic_write
 
 
@@ -63,16 +70,16 @@ def plan_lines(study: Study) -> list[str]:
 
 
 def dry_run(study: Study, trial_steps: int = 0, save: str | Path | None = None,
-            time_limit: tuple[float, str] | None = None) -> str:
+            time_limit: tuple[float, str] | None = None, rounds: int = TRIAL_ROUNDS) -> str:
     """The plan with its cost: with ``trial_steps`` > 0 an estimate of every stage measured on this machine
-    (`measure`), checked against ``time_limit`` (seconds, as written) when given (`fit_lines`), else the
-    fine-tuning cells' FLOPs; then every cell. ``save``: also write the estimate there as JSON (`--estimate
-    FILE`), for the summary to set beside the measured times."""
+    (`measure`, ``rounds`` rounds of pre-training trials), checked against ``time_limit`` (seconds, as
+    written) when given (`fit_lines`), else the fine-tuning cells' FLOPs; then every cell. ``save``: also
+    write the estimate there as JSON (`--estimate FILE`), for the summary to set beside the measured times."""
     cells = plan(study)
     lines = plan_lines(study)
     fine = [c for c in cells if c.kind == "finetune"]
     if trial_steps > 0:
-        estimate = measure(study, trial_steps)
+        estimate = measure(study, trial_steps, rounds)
         lines += estimate.lines()
         if time_limit:
             lines += fit_lines(estimate, study, *time_limit)
@@ -97,6 +104,18 @@ class StageEstimate:
     how: str
     cells: int = 1
     per_cell: float | None = None
+    low: float | None = None
+    """The fastest round's figure (None: ``seconds``)."""
+    high: float | None = None
+    """The slowest round's figure (None: ``seconds``)."""
+
+    def at(self, end: str) -> float:
+        """The figure at ``end``: "low", "median" (``seconds``) or "high"."""
+        value = {"low": self.low, "high": self.high}.get(end)
+        return self.seconds if value is None else value
+
+
+ENDS = ("low", "median", "high")
 
 
 @dataclass
@@ -112,36 +131,86 @@ class Estimate:
     pretrain: list[tuple[PretrainTimings, list[str]]] = field(default_factory=list)
     """Each pre-training trial with its cell's command: the pre-training stages at another step count
     (`total_at`)."""
+    pretrain_runs: int = 1
+    """Pre-training cells per system (the study's pre-training seeds): each stage above is that many runs."""
+    spread: tuple[float, float] = (1.0, 1.0)
+    """The rounds' fastest and slowest step time over their median, the widest of any system: the range
+    of the stages timed once (`spread_of`)."""
+    rounds: int = 1
+    others_range: tuple[float, float] | None = None
+    """The least and the most cores other processes kept busy during one round's trial."""
 
     @property
     def total(self) -> float:
         return sum(s.seconds for s in self.stages)
 
-    def total_at(self, steps: int) -> float:
-        """The total with every pre-training cell at ``steps`` steps and every other stage as estimated."""
-        at = [pretrain_estimate(p, steps, argv) for p, argv in self.pretrain]
+    @property
+    def low(self) -> float:
+        return sum(s.at("low") for s in self.stages)
+
+    @property
+    def high(self) -> float:
+        """The pessimistic end: every stage at its slowest round (`fit_lines` fits to it)."""
+        return sum(s.at("high") for s in self.stages)
+
+    def total_at(self, steps: int, end: str = "median") -> float:
+        """The total with every pre-training cell at ``steps`` steps and every other stage as estimated, at
+        ``end`` of the range ("low", "median", "high")."""
+        at = [pretrain_estimate(p, steps, argv, self.pretrain_runs) for p, argv in self.pretrain]
         replaced = {s.stage for s in at}
-        return sum(s.seconds for s in self.stages if s.stage not in replaced) + sum(s.seconds for s in at)
+        return sum(s.at(end) for s in self.stages if s.stage not in replaced) + sum(s.at(end) for s in at)
 
     def lines(self) -> list[str]:
-        out = [f"estimate per stage, measured on this machine (trials: {_human(self.trial_s)}"
+        rounds = f"{self.rounds} rounds of pre-training trials, " if self.rounds > 1 else ""
+        out = [f"estimate per stage, measured on this machine (trials: {rounds}{_human(self.trial_s)}"
                + (f", pre-training on {self.corpus}" if self.corpus else "") + f"; {self.load}):"]
-        out += [f"  {s.stage}: {_human(s.seconds)} ({s.how})" for s in self.stages]
-        out.append(f"  total: {_human(self.total)}")
+        out += [f"  {s.stage}: {_human(s.seconds)}{_range(s.at('low'), s.at('high'))} ({s.how})" for s in self.stages]
+        beside = ""
+        if self.others_range is not None:
+            lo, hi = self.others_range
+            beside = (f"; other processes kept {lo:.1f}-{hi:.1f} of the {usable_cores()} cores busy during the "
+                      f"rounds: beside more load than that, longer")  # fmt: skip
+        how = ("the fastest and the slowest round; the stages timed once take the same relative spread"
+               if self.rounds > 1 else "one round of trials: no spread measured")  # fmt: skip
+        out.append(f"  total: {_human(self.total)}, range {_human(self.low)} to {_human(self.high)} ({how}{beside})")
         return out
 
     def as_json(self) -> dict[str, Any]:
         return {"stages": {s.stage: s.seconds for s in self.stages}, "total": self.total,
+                "low": self.low, "high": self.high,
                 "per_cell": {s.stage: s.per_cell for s in self.stages if s.per_cell is not None},
                 "details": [asdict(s) for s in self.stages], "trial_seconds": self.trial_s, "corpus": self.corpus,
-                "load": self.load, "other_cores": self.others}  # fmt: skip
+                "load": self.load, "other_cores": self.others, "rounds": self.rounds,
+                "other_cores_range": list(self.others_range) if self.others_range else None}  # fmt: skip
 
 
-def measure(study: Study, trial_steps: int) -> Estimate:
+def _range(low: float, high: float) -> str:
+    return "" if math.isclose(low, high, rel_tol=1e-3) else f", {_human(low)} to {_human(high)}"
+
+
+def spread_of(pretrain: list[PretrainTimings]) -> tuple[float, float]:
+    """(fastest round / median, slowest round / median), the widest over the trained systems: how far the
+    load moved a step time between rounds taken beside each other; (1, 1) with one round or none."""
+    lo, hi = 1.0, 1.0
+    for p in pretrain:
+        if p.random_init or not p.step_s:
+            continue
+        fast, slow = p.step_range
+        lo, hi = min(lo, fast / p.step_s), max(hi, slow / p.step_s)
+    return lo, hi
+
+
+def with_spread(stage: StageEstimate, spread: tuple[float, float]) -> StageEstimate:
+    """A stage timed once, its range the pre-training rounds' relative spread."""
+    return replace(stage, low=stage.seconds * spread[0], high=stage.seconds * spread[1])
+
+
+def measure(study: Study, trial_steps: int, rounds: int = TRIAL_ROUNDS) -> Estimate:
     """Every stage's estimate from trials run here, in a temporary folder (the study's folder is left as
-    it was): the data (`trial_corpus`), each system's pre-training (`trial_pretraining`), each task's
-    fine-tuning (`trial_finetuning`); with what else used the cores meanwhile, since a real run beside
-    another load takes as much longer."""
+    it was): the data (`trial_corpus`), each system's pre-training (`trial_pretraining`, ``rounds`` rounds
+    taking the systems in turn), each task's fine-tuning (`trial_finetuning`); with what else used the
+    cores meanwhile, since a real run beside another load takes as much longer, and the range the rounds
+    give (`spread_of`)."""
     if distributed.world_size() > 1:
         raise SpanBertError("--dry-run: found several processes (torchrun), expected one: the trials time this "
                             "machine from one process (or pass --trial_steps 0)")  # fmt: skip
@@ -158,9 +227,9 @@ def measure(study: Study, trial_steps: int) -> Estimate:
             corpus = trial_corpus(study, tmp)
             what = corpus.what
             stages.append(data_estimate(corpus.data) if corpus.data else StageEstimate("data", 0.0, corpus.why))
-            pre = trial_pretraining(study, tmp_study, corpus.path, trial_steps, tmp)
-            argv = {c.system: c.argv for c in plan(study) if c.kind == "pretrain"}
-            stages += [pretrain_estimate(p, study.pretrain_steps, argv[p.system]) for p in pre]
+            pre = trial_pretraining(study, tmp_study, corpus.path, trial_steps, tmp, rounds)
+            argv = {c.system: c.argv for c in plan(study) if c.kind == "pretrain" and not c.pretrain_seed}
+            stages += [pretrain_estimate(p, study.pretrain_steps, argv[p.system], study.pretrain_seeds) for p in pre]
             pretrain = [(p, argv[p.system]) for p in pre]
         fine = trial_finetuning(study, tmp_study, tmp)
     cells = _finetune_cells(study)
@@ -182,7 +251,13 @@ def measure(study: Study, trial_steps: int) -> Estimate:
         load = f"{shared}: a run beside the same load takes about this long"
     else:
         load = "the other processes left the cores idle: a run beside other work takes longer"
-    return Estimate(stages, trial_s, what, load, others, pretrain)
+    spread = spread_of([p for p, _ in pretrain])
+    timed = {f"pre-training {p.system}" for p, _ in pretrain}
+    stages = [s if s.stage in timed else with_spread(s, spread) for s in stages]
+    seen = [x for p, _ in pretrain for x in p.others if x is not None]
+    others_range = (min(seen), max(seen)) if seen else None
+    return Estimate(stages, trial_s, what, load, others, pretrain, study.pretrain_seeds, spread, max(1, rounds),
+                    others_range)  # fmt: skip
 
 
 FIT_MARGIN = 0.10
@@ -196,8 +271,9 @@ def fit_lines(estimate: Estimate, study: Study, limit_s: float, limit: str) -> l
     largest pre-training budget that does (every pre-training cell at that step count, the other stages as
     estimated), as the ``--budget_tokens`` to run it with."""
     target = limit_s * (1 - FIT_MARGIN)
-    total = estimate.total
-    head = f"time limit {limit}: the estimate ({_human(total)}) "
+    total = estimate.high  # the pessimistic end of the range: a limit is a promise
+    shown = _human(total) if math.isclose(total, estimate.total) else f"{_human(total)} at the slow end of its range"
+    head = f"time limit {limit}: the estimate ({shown}) "
     if total <= target:
         return [head + f"fits it, {_human(limit_s - total)} to spare"]
     if total > limit_s:
@@ -211,14 +287,15 @@ def fit_lines(estimate: Estimate, study: Study, limit_s: float, limit: str) -> l
     lo, hi = 0, study.pretrain_steps
     while lo < hi:  # the largest step count that fits (the total grows with the steps)
         mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if estimate.total_at(mid) <= target else (lo, mid - 1)
+        lo, hi = (mid, hi) if estimate.total_at(mid, "high") <= target else (lo, mid - 1)
     warmup = max(_argv_int(argv, "warmup_steps", 0) for _, argv in trained)
     if lo <= warmup:
         return [head + f"; no pre-training longer than its {warmup} warm-up steps fits (every stage but the "
-                f"pre-training steps takes {_human(estimate.total_at(0))}): {smaller}"]
+                f"pre-training steps takes {_human(estimate.total_at(0, 'high'))}): {smaller}"]
     tokens = lo * study.batch_size * study.max_seq_length
     return [head + f"; {lo:,} pre-training steps instead of {study.pretrain_steps:,} fit it with "
-            f"{FIT_MARGIN:.0%} to spare (estimated total {_human(estimate.total_at(lo))}): run the study with "
+            f"{FIT_MARGIN:.0%} to spare (estimated total {_human(estimate.total_at(lo, 'high'))} at the slow end): run "
+            "the study with "
             f"--budget_tokens {tokens}"]
 
 
@@ -283,11 +360,21 @@ def evaluations(steps: float, every: int) -> int:
     return (steps - 1) // every + 1 if every > 0 else 1
 
 
-def pretrain_estimate(p: PretrainTimings, steps: int, argv: list[str]) -> StageEstimate:
-    """A pre-training cell: its steps at the trial's step time, its evaluations (``--eval_steps``, of
-    ``--max_eval_blocks`` blocks: the trial's evaluation scaled by blocks), its checkpoints
-    (``--save_steps``), and the trial's start-up and export (what the trial took beyond its steps,
-    evaluation and checkpoint). A random-init row: its export, as measured."""
+def pretrain_estimate(p: PretrainTimings, steps: int, argv: list[str], runs: int = 1) -> StageEstimate:
+    """A system's pre-training: ``runs`` cells (its pre-training seeds), each its steps at the trial's step
+    time, its evaluations (``--eval_steps``, of ``--max_eval_blocks`` blocks: the trial's evaluation scaled
+    by blocks), its checkpoints (``--save_steps``), and the trial's start-up and export (what the trial took
+    beyond its steps, evaluation and checkpoint). A random-init row: its export, as measured. With several
+    rounds of trials, its range: the steps at the fastest and the slowest round's step time, the rest in
+    the same proportion (`StageEstimate.low`, ``high``)."""
+    one = _one_pretrain_estimate(p, steps, argv)
+    if runs == 1:
+        return one
+    return StageEstimate(one.stage, runs * one.seconds, f"{runs} pre-training seeds × ({one.how})", runs, one.seconds,
+                         low=runs * one.at("low"), high=runs * one.at("high"))  # fmt: skip
+
+
+def _one_pretrain_estimate(p: PretrainTimings, steps: int, argv: list[str]) -> StageEstimate:
     name = f"pre-training {p.system}"
     if p.random_init:
         return StageEstimate(name, p.wall_s, "no training: --random_init exports the initial model, as measured")
@@ -299,11 +386,18 @@ def pretrain_estimate(p: PretrainTimings, steps: int, argv: list[str]) -> StageE
     eval_s = p.eval_s * blocks / p.eval_blocks if p.eval_s is not None and p.eval_blocks > 0 else 0.0
     fixed = max(0.0, p.wall_s - p.steps * p.step_s - (p.eval_s or 0.0) - p.save_s)
     seconds = fixed + steps * p.step_s + n_evals * eval_s + n_saves * p.save_s
+    fast, slow = p.step_range
+    scale = (fast / p.step_s, slow / p.step_s) if p.step_s else (1.0, 1.0)
+    # the rounds' spread: the steps at each end's step time, the rest (timed once) in the same proportion
+    low = steps * fast + (seconds - steps * p.step_s) * scale[0]
+    high = steps * slow + (seconds - steps * p.step_s) * scale[1]
     evals = (f"{_n(n_evals, 'evaluation')} × {eval_s:.1f} s" if p.eval_s is not None or not n_evals
              else f"{_n(n_evals, 'evaluation')} not measured (the trial's sample held out no document)")  # fmt: skip
-    how = (f"{_n(steps, 'step')} × {p.step_s:.2f} s + {evals} + {_n(n_saves, 'checkpoint')} × {p.save_s:.1f} s + "
-           f"start-up and export {fixed:.0f} s")
-    return StageEstimate(name, seconds, how)
+    rounds = (f" (median of {len(p.round_step_s)} rounds, {fast:.2f}-{slow:.2f} s)"
+              if len(p.round_step_s) > 1 else "")  # fmt: skip
+    how = (f"{_n(steps, 'step')} × {p.step_s:.2f} s{rounds} + {evals} + {_n(n_saves, 'checkpoint')} × {p.save_s:.1f} s "
+           f"+ start-up and export {fixed:.0f} s")
+    return StageEstimate(name, seconds, how, low=low, high=high)
 
 
 def finetune_task_estimate(f: FinetuneTimings, t: TaskSpec, cells: int) -> StageEstimate:

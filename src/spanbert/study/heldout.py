@@ -17,7 +17,7 @@ from typing import Any
 
 from spanbert import folders
 from spanbert.errors import SpanBertError
-from spanbert.study.layout import Cell, fold_dir, heldout_dir
+from spanbert.study.layout import HELDOUT_STATS, Cell, fold_dir, heldout_dir
 from spanbert.study.runner import in_log
 from spanbert.study.spec import Study, TaskSpec, subtask_options
 from spanbert.tasks import TASKS
@@ -89,10 +89,12 @@ def split_dev(study: Study, t: TaskSpec) -> None:
 
 def score_heldout(cell: Cell, t: TaskSpec, h: HeldOut) -> dict[str, Any]:
     """Score a finished cell's selected model (its folder) on the held-out data: every number the task
-    computed, the headline under "score". What the scoring prints goes to the cell's heldout_log.txt."""
+    computed, the headline under "score". What the scoring prints goes to the cell's heldout_log.txt; the
+    per-example statistics, where the task writes them, to its `HELDOUT_STATS`."""
+    stats = {"example_stats": str(cell.dir / HELDOUT_STATS)} if TASKS[t.task].example_stats else {}
     try:
         with in_log(cell.dir / "heldout_log.txt", f"score {cell.dir} on {h.heldout}"):
-            results = score_model(t.task, cell.dir, h.heldout, **subtask_options(t))
+            results = score_model(t.task, cell.dir, h.heldout, **subtask_options(t), **stats)
     except SpanBertError as e:
         raise SpanBertError(f"study: scoring {cell.label} on {h.heldout} failed: {e}; see {cell.dir / 'heldout_log.txt'}") from None
     return {"score": results.score, **results.numbers}

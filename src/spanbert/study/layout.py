@@ -5,6 +5,8 @@ writes at the top of its output_dir (the output contract's "an earlier output of
     OUT/shared/tokenizer, OUT/shared/corpus        one vocabulary and one preprocessed corpus for all
     OUT/pretrain/<system>/                         `spanbert pretrain` with an equal budget of tokens
     OUT/finetune/<system>/<task>/lr<lr>_seed<s>/   `spanbert finetune <task>` (best dev checkpoint)
+    with several pre-training seeds (`Study.pretrain_seeds`): OUT/pretrain/<system>/seed<k>/ and
+    OUT/finetune/<system>/pretrain-seed<k>/<task>/lr<lr>_seed<s>/ (a checkpoint row: pretrain-seed0)
     OUT/shared/<folds>/fold<k>/, OUT/shared/heldout/<task>/   a fold's files, the dev halves
     OUT/summary/                                   table.md, table.csv, comparisons.md/.csv, *.png
 """
@@ -33,32 +35,58 @@ class Cell:
     options: dict[str, Any] = field(default_factory=dict)
     """A fine-tuning cell's options for `spanbert.tasks.finetune` (``argv`` is their command line: the
     cell's identity, kept in its marker)."""
+    pretrain_seed: int | None = None
+    """The pre-training seed of the checkpoint (None: the study has one pre-training run per system)."""
+    pending: bool = False
+    """A fine-tuning cell whose learning rate is not chosen yet: the rate the grid on the first pre-training
+    seed selects (`Study.grid_on_first_seed`); it has no folder and no command until then."""
 
     @property
     def label(self) -> str:
+        ps = "" if self.pretrain_seed is None else f" / pre-training seed {self.pretrain_seed}"
         if self.kind == "pretrain":
-            return f"pretrain {self.system}"
+            return f"pretrain {self.system}{ps}"
         fold = "" if self.fold is None else f" / fold {self.fold}"
-        return f"finetune {self.system} / {self.task} / lr {self.lr:g} / seed {self.seed}{fold}"
+        lr = "the selected lr" if self.pending else f"lr {self.lr:g}"
+        return f"finetune {self.system}{ps} / {self.task} / {lr} / seed {self.seed}{fold}"
 
 
 def shared_dir(study: Study) -> Path:
     return Path(study.output_dir) / "shared"
 
 
-def model_dir(study: Study, system: SystemSpec) -> Path:
+def replicates(study: Study, system: SystemSpec) -> int:
+    """How many checkpoints a row has: one per pre-training seed, one for a checkpoint row."""
+    return 1 if system.checkpoint else study.pretrain_seeds
+
+
+def pretrain_seeds_of(study: Study, system: SystemSpec) -> list[int | None]:
+    """The pre-training seeds of a row's checkpoints; [None] when the study has one run per system (its
+    folders and commands as before pre-training seeds existed)."""
+    return [None] if study.pretrain_seeds == 1 else list(range(replicates(study, system)))
+
+
+def pretrain_dir(study: Study, system: SystemSpec, pretrain_seed: int | None = None) -> Path:
+    d = Path(study.output_dir) / "pretrain" / system.name
+    return d if pretrain_seed is None else d / f"seed{pretrain_seed}"
+
+
+def model_dir(study: Study, system: SystemSpec, pretrain_seed: int | None = None) -> Path:
     if system.checkpoint:
         return Path(system.checkpoint)
-    return Path(study.output_dir) / "pretrain" / system.name / "final"
+    return pretrain_dir(study, system, pretrain_seed) / "final"
 
 
 def _lr_name(lr: float) -> str:
     return f"lr{lr:g}"
 
 
-def finetune_cell_dir(study: Study, system: str, task: str, lr: float, seed: int, fold: int | None = None) -> Path:
+def finetune_cell_dir(study: Study, system: str, task: str, lr: float, seed: int, fold: int | None = None,
+                      pretrain_seed: int | None = None) -> Path:  # fmt: skip
     suffix = "" if fold is None else f"_fold{fold}"
-    return Path(study.output_dir) / "finetune" / system / task / f"{_lr_name(lr)}_seed{seed}{suffix}"
+    base = Path(study.output_dir) / "finetune" / system
+    base = base if pretrain_seed is None else base / f"pretrain-seed{pretrain_seed}"
+    return base / task / f"{_lr_name(lr)}_seed{seed}{suffix}"
 
 
 def fold_dir(study: Study, t: TaskSpec, fold: int) -> Path:
@@ -73,6 +101,10 @@ def fold_dir(study: Study, t: TaskSpec, fold: int) -> Path:
 def heldout_dir(study: Study, t: TaskSpec) -> Path:
     return shared_dir(study) / "heldout" / t.name
 
+
+HELDOUT_STATS = "heldout_stats.json"
+"""A fine-tuning cell's per-example statistics on its held-out data (`spanbert.metrics.resample`), for the
+test-sampling term of the comparisons; written when the task can (`spanbert.tasks.spec.TaskSpec.example_stats`)."""
 
 ESTIMATE_FILE = "estimate.json"
 """A dry run's estimate of every stage, kept in the study's folder when the real run is given it (``--estimate``)."""

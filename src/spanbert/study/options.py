@@ -46,7 +46,8 @@ def study_parser(prog: str = "spanbert study") -> argparse.ArgumentParser:
     p.add_argument("study", nargs="?", help="the study's YAML file (see docs/study.md); or use --preset")
     p.add_argument("--preset", choices=PRESETS,
                    help="a preset instead of a file: one of the paper's comparisons (table1, table6, table7, at a "
-                        "--scale), or cpu: spanbert, bert-1seq and a random-init control on SQuAD, SST-2 and LitBank "
+                        "--scale), or cpu: spanbert, bert-1seq and a random-init control, 3 pre-training seeds each, "
+                        "beside the real all-MiniLM-L6-v2 weights, on the span probes, CoNLL-2003 NER and LitBank "
                         "in about 3 hours on 2 CPU cores")
     p.add_argument("--scale", choices=("tiny", "small", "base"),
                    help="size of a table preset: tiny (CPU smoke test, < 1 h on 2 cores), small, base (GPU) "

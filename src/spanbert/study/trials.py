@@ -5,7 +5,9 @@ a temporary folder (the study's folder is left as it was), each returning raw ti
 - data: the vocabulary and the preprocessing on a sample of the corpus taken from every file, and the
   distinct words of its first half too (`trial_corpus`);
 - pre-training: a few steps of each system's own cell command, its held-out evaluation and a checkpoint
-  (`trial_pretraining`); a random-init row is its export, timed as it is;
+  (`trial_pretraining`), in several rounds that take the systems in turn, so that every system is timed
+  beside the same load (a step's time is the median of its round's steps, the system's the median of its
+  rounds, and the rounds' spread is the estimate's range); a random-init row is its export, timed as it is;
 - fine-tuning: each task's first cell command with its training cut short, each step timed, then the
   held-out scoring the study does after every cell (`trial_finetuning`).
 """
@@ -17,10 +19,9 @@ import json
 import math
 import os
 import re
+import shutil
 import statistics
-import struct
 import time
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,12 +29,13 @@ import torch
 
 from spanbert.corpus import is_preprocessed
 from spanbert.errors import SpanBertError
-from spanbert.preprocess import preprocess
+from spanbert.preprocess import preprocess, uncompressed_size  # noqa: F401 - uncompressed_size: its name here too
 from spanbert.study.cells import candidate_kinds, plan, prepare_folds, run_finetune
 from spanbert.study.heldout import heldout_plan, score_heldout, split_dev
 from spanbert.study.layout import shared_dir
 from spanbert.study.runner import run_command
 from spanbert.study.spec import Study, TaskSpec, is_random_init
+from spanbert.threads import load_mark, others_since
 from spanbert.tokenization import corpus_files, count_corpus_words, load_tokenizer, train_tokenizer
 from spanbert.utils import open_text
 
@@ -51,6 +53,13 @@ MIN_TRIAL_STEPS = 4
 """A trial run trains at least this many steps: the first pays for start-up, the median of the others is
 the step time."""
 
+TRIAL_ROUNDS = 3
+"""Rounds of pre-training trials a dry run makes: each times every system once, in turn. One round put
+spanbert at 3.30 s a step beside bert-1seq's 1.02 s (a ratio no run showed: the load rose between the
+two), and two dry runs of one evening 5 h 31 min and 9 h 42 min apart; the median of three rounds
+taken in turn is timed beside the same load for every system, and their spread says how far the
+load moved the figure."""
+
 
 def _since(t0: float) -> float:
     return time.perf_counter() - t0
@@ -59,23 +68,6 @@ def _since(t0: float) -> float:
 def megabytes(n: float) -> str:
     """A size in bytes as a person reads it: "261.5 MB", "2.1 MB", "46 kB"."""
     return f"{n / 1e6:,.1f} MB" if n >= 1e5 else f"{n / 1e3:,.0f} kB"
-
-
-def uncompressed_size(path: Path) -> int:
-    """Bytes of text in a corpus file: its size, or for a .gz file the size its gzip trailer records
-    (ISIZE, the last 4 bytes: the length modulo 4 GiB), or, for a file so large that the trailer may
-    have wrapped, its size times the compression ratio of its first megabyte."""
-    size = path.stat().st_size
-    if path.suffix != ".gz":
-        return size
-    with open(path, "rb") as f:
-        if size < 2**28:  # under 256 MiB compressed: under 4 GiB of text for any ratio below 16
-            f.seek(-4, os.SEEK_END)
-            return struct.unpack("<I", f.read(4))[0]
-        head = f.read(1 << 20)
-    inflate = zlib.decompressobj(wbits=31)
-    text = inflate.decompress(head)
-    return int(size * len(text) / max(1, len(head) - len(inflate.unconsumed_tail)))
 
 
 @dataclass
@@ -178,6 +170,16 @@ class PretrainTimings:
     eval_blocks: int = 0
     save_s: float = 0.0
     """One checkpoint: the trial's, written again."""
+    round_step_s: list[float] = field(default_factory=list)
+    """The step time of each round (its steps' median), in the order run; ``step_s`` is their median."""
+    others: list[float | None] = field(default_factory=list)
+    """Cores that other processes kept busy during each round's trial (None: not known here)."""
+
+    @property
+    def step_range(self) -> tuple[float, float]:
+        """(fastest, slowest) round's step time; the one step time when a single round ran."""
+        times = self.round_step_s or [self.step_s]
+        return min(times), max(times)
 
 
 def _log_rows(run: Path) -> list[dict]:
@@ -227,38 +229,60 @@ def _with(argv: list[str], **values: object) -> list[str]:
     return argv
 
 
-def trial_pretraining(study: Study, tmp_study: Study, corpus: str, steps: int, tmp: Path) -> list[PretrainTimings]:
+def trial_pretraining(study: Study, tmp_study: Study, corpus: str, steps: int, tmp: Path,
+                      rounds: int = 1) -> list[PretrainTimings]:  # fmt: skip
     """Every pre-training row of the study on the trial corpus: ``steps`` + 1 steps of each system's cell
     command (a step's time from the log: its real tokens over its tokens per second), the held-out
     evaluation the cell makes (its ``max_eval_blocks``) once at the end, one checkpoint; a random-init
     row's command as it is. Each run's model lands where ``tmp_study`` plans it (``model_dir``), so the
-    fine-tuning trials read it."""
-    out = []
-    for cell in (c for c in plan(tmp_study) if c.kind == "pretrain"):
-        system = next(s for s in study.systems if s.name == cell.system)
-        run = cell.dir
-        argv = _with(cell.argv, corpus=corpus, output_dir=run)
-        if not is_random_init(system):
-            argv = _with(argv, max_steps=steps + 1, save_steps=steps + 1, eval_steps=0, logging_steps=1)
-        t0 = time.perf_counter()
-        code, last = run_command(argv, tmp / f"pretrain-{cell.system}.log")
-        wall = _since(t0)
-        if code != 0:
-            raise SpanBertError(f"study: the trial of {cell.label} failed: {last}; run without --trial_steps")
-        if is_random_init(system):
-            out.append(PretrainTimings(cell.system, random_init=True, wall_s=wall))
-            continue
-        rows = _log_rows(run)
-        durations = _step_durations(rows)
-        if len(durations) < 2:
-            raise SpanBertError(f"study: the trial of {cell.label} logged no step time; run without --trial_steps")
-        evals = [r["time/eval_s"] for r in rows if "time/eval_s" in r]
-        out.append(PretrainTimings(
-            cell.system, wall_s=wall, steps=len(durations), step_s=statistics.median(durations[1:]),
-            eval_s=evals[-1] if evals else None, eval_blocks=_held_out_blocks(tmp / f"pretrain-{cell.system}.log"),
-            save_s=_save_seconds(run, tmp),
-        ))  # fmt: skip
-    return out
+    fine-tuning trials read it.
+
+    ``rounds`` > 1: every system's trial again, the systems in turn in each round (A B C, A B C, ...), so
+    that each is timed beside the same load as the others; a system's step time is the median of its
+    rounds' (each the median of its steps), the rounds' own are kept (`PretrainTimings.round_step_s`),
+    with the load beside each. The evaluation, checkpoint and start-up are the first round's."""
+    # one trial per system: its other pre-training seeds run the same command at the same speed
+    cells = [c for c in plan(tmp_study) if c.kind == "pretrain" and not c.pretrain_seed]
+    out: dict[str, PretrainTimings] = {}
+    for r in range(max(1, rounds)):
+        for cell in cells:
+            system = next(s for s in study.systems if s.name == cell.system)
+            if r and is_random_init(system):
+                continue  # nothing trains: its export, timed once
+            run = Path(cell.dir) if r == 0 else Path(f"{cell.dir}-round{r + 1}")
+            argv = _with(cell.argv, corpus=corpus, output_dir=run)
+            if not is_random_init(system):
+                argv = _with(argv, max_steps=steps + 1, save_steps=steps + 1, eval_steps=0, logging_steps=1)
+            log = tmp / f"pretrain-{cell.system}{'' if r == 0 else f'-round{r + 1}'}.log"
+            mark = load_mark()
+            t0 = time.perf_counter()
+            code, last = run_command(argv, log)
+            wall = _since(t0)
+            others = others_since(mark)
+            if code != 0:
+                raise SpanBertError(f"study: the trial of {cell.label} failed: {last}; run without --trial_steps")
+            if is_random_init(system):
+                out[cell.system] = PretrainTimings(cell.system, random_init=True, wall_s=wall, others=[others])
+                continue
+            rows = _log_rows(run)
+            durations = _step_durations(rows)
+            if len(durations) < 2:
+                raise SpanBertError(f"study: the trial of {cell.label} logged no step time; run without --trial_steps")
+            step_s = statistics.median(durations[1:])
+            if r:
+                p = out[cell.system]
+                p.round_step_s.append(step_s)
+                p.others.append(others)
+                p.step_s = statistics.median(p.round_step_s)
+                shutil.rmtree(run, ignore_errors=True)  # only its log was needed
+                continue
+            evals = [row["time/eval_s"] for row in rows if "time/eval_s" in row]
+            out[cell.system] = PretrainTimings(
+                cell.system, wall_s=wall, steps=len(durations), step_s=step_s,
+                eval_s=evals[-1] if evals else None, eval_blocks=_held_out_blocks(log),
+                save_s=_save_seconds(run, tmp), round_step_s=[step_s], others=[others],
+            )  # fmt: skip
+    return [out[c.system] for c in cells]
 
 
 @dataclass

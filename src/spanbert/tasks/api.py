@@ -35,6 +35,7 @@ from spanbert.errors import SpanBertError
 from spanbert.tasks.registry import TASKS
 from spanbert.tasks.spec import ACTIONS, Results, TaskSpec, options_argv
 from spanbert.training_args import TrainingArguments
+from spanbert.utils import user_path
 
 
 def spec_of(name: str) -> TaskSpec:
@@ -49,13 +50,24 @@ def run(name: str, action: str, options: Mapping[str, Any]) -> Any:
     """``action`` (finetune, predict, evaluate) of task ``name`` with ``options`` by the command's names:
     what `finetune`, `predict` and `evaluate` call. The options are the command line `options_argv`
     spells (which a study records as the run's identity); ``threads`` sets torch's CPU threads for the
-    run, as ``--threads`` does on the command line (unset: the cores other processes leave free)."""
+    run, as ``--threads`` does on the command line (unset: the cores other processes leave free).
+    ``help=True`` prints the command's usage and returns None."""
     if action not in ACTIONS:
         raise SpanBertError(f"found action {action!r}, expected one of: {', '.join(ACTIONS)}")
     spec = spec_of(name)
+    if options.get("help"):  # issue 58.8: argparse's exit (SystemExit) never reaches a Python caller
+        code, out, err = _help(name, action, {k: v for k, v in options.items() if k != "help"})
+        print(out, end="")
+        if code != 0:
+            raise SpanBertError(_last_error(err) or f"`spanbert {action} {name} --help` failed")
+        return None
     count = options.get("threads")
     threads.configure(int(count) if isinstance(count, int) and not isinstance(count, bool) else 0)
-    return getattr(spec, action)(name, options_argv(options), f"spanbert {action} {name}")
+    try:
+        return getattr(spec, action)(name, options_argv(options), f"spanbert {action} {name}")
+    except SystemExit as e:  # an option that makes argparse exit (--version-like): an error, not an exit
+        raise SpanBertError(f"spanbert {action} {name}: the options ended the command (exit status {e.code}) "
+                            "instead of running it") from None  # fmt: skip
 
 
 def finetune(
@@ -67,9 +79,19 @@ def finetune(
     task's headline metric), the step whose weights were saved and the folder. ``options``: any option of
     ``spanbert finetune NAME`` (``learning_rate=3e-5``, ``num_train_epochs=2``, ``task="SST-2"``)."""
     spec = spec_of(name)
-    data = spec.finetune_data(str(train), "" if dev is None else str(dev))
+    # read as the command line reads them (`spanbert.utils.user_path`): ~ expanded, None and "" refused by
+    # keyword (str(None) trained into ./None)
+    model, train, output_dir = (_required_path(v, k) for k, v in (("model", model), ("train", train), ("output_dir", output_dir)))
+    dev = None if dev is None else _required_path(dev, "dev")
+    data = spec.finetune_data(train, "" if dev is None else dev)
     data = {k: v for k, v in data.items() if v}  # no dev: none passed, not an empty name
-    return run(name, "finetune", {**data, "model": str(model), "output_dir": str(output_dir), **options})
+    return run(name, "finetune", {**data, "model": model, "output_dir": output_dir, **options})
+
+
+def _required_path(value: Any, keyword: str) -> str:
+    if value is None:
+        raise SpanBertError(f"{keyword}: found None, expected a path")
+    return str(user_path(value, keyword))
 
 
 def predict(name: str, **options: Any) -> Path:

@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from spanbert import _aliases, distributed, families, folders, runs, threads, utils
+from spanbert import _aliases, distributed, families, folders, runs, threads, utils, vocab_match
 from spanbert.config import (
     ArgumentParser,
     add_dataclass_arguments,
@@ -44,10 +44,13 @@ from spanbert.config import (
 )
 from spanbert.distributed import resolve_device
 from spanbert.dropout import seeded_build
+from spanbert.corpus import has_tokenizer
 from spanbert.errors import DataError, SpanBertError
+from spanbert.hub import resolve_model
 from spanbert.microbatch import planned_batch_size
 from spanbert.runs import BEST_DIR, claim_run_dir, latest_checkpoint, steps_per_epoch
 from spanbert.tasks.spec import Results
+from spanbert.tokenization import Tokenizer
 from spanbert.training_args import TrainingArguments
 from spanbert.utils import MMAP_THRESHOLD, atomic_write, input_paths, output_file
 
@@ -153,6 +156,14 @@ def add_scoring_source(parser: argparse.ArgumentParser, predictions_help: str, u
     add_inference_arguments(parser, unit, with_model=True)
 
 
+def add_example_stats_argument(parser: argparse.ArgumentParser) -> None:
+    """``--example_stats FILE``: also write the per-example statistics of the headline score (the input of a
+    study's test-sampling intervals; `spanbert.metrics.resample`)."""
+    parser.add_argument("--example_stats", metavar="FILE",
+                        help="also write each example's counts behind the headline score to FILE (JSON; what "
+                             "`spanbert study` resamples for its intervals)")  # fmt: skip
+
+
 def finetune_command(
     prog: str,
     doc: str | None,
@@ -193,9 +204,37 @@ def run_finetune(
     targs = training_arguments(args, defaults)
     check_output_dir(targs, input_paths(args))  # before reading any data (a sweep: the top folder)
     resolve_sequence_length(args)  # before any data is read
+    check_training_text(args)
     start_distributed(targs.device)
     with claim_run_dir(targs.output_dir, prog):
         return _finetune_claimed(args, targs, run_one, metric)
+
+
+TRAINING_INPUTS = ("train", "train_file", "data_dir")
+"""The options naming a task's training text (a GLUE task folder: its files)."""
+
+
+def check_training_text(args: Any) -> None:
+    """The vocabulary a fine-tuning run tokenizes with covers its training text (issue 58.1): a sample of the
+    training file(s) with a sizable share of [UNK] under it is said (`spanbert.vocab_match.check_coverage`; the
+    raw file holds tags and keys too, so it is not refused), before any data is read. Nothing to check without a vocabulary (the task names the missing one)."""
+    given = getattr(args, "tokenizer", None)
+    source = given or getattr(args, "model", None)
+    try:
+        path = resolve_model(source) if source else None
+    except SpanBertError:
+        return  # the task's own loader names it
+    if path is None or not has_tokenizer(path):
+        return
+    tok = Tokenizer.from_dir(path)
+    paths = [p for _, p in input_paths(args, TRAINING_INPUTS)]
+    if not paths:
+        return
+    unk, total = vocab_match.unknown_share(tok, vocab_match.text_sample(paths))
+    option = "--tokenizer" if given else "--model"
+    warning = vocab_match.check_coverage(unk, total, option, str(source), f"a sample of {paths[0]}", refuse=False)
+    if warning:
+        distributed.eprint0(warning)
 
 
 def finetune_results(metrics: dict[str, Any], metric: str, output_dir: str | Path) -> Results:

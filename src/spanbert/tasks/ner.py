@@ -32,10 +32,13 @@ from spanbert import families
 from spanbert.config import add_dataclass_arguments, dataclass_from_args, load_yaml
 from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError
+from spanbert.metrics.classification import conlleval_rows
+from spanbert.metrics.resample import write_example_stats
 from spanbert.tasks import classification as C
 from spanbert.tasks import crf_tagger as CT
 from spanbert.tasks import ner_features as NF
 from spanbert.tasks.common import (
+    add_example_stats_argument,
     add_predict_arguments,
     add_scoring_source,
     add_sequence_length_argument,
@@ -345,6 +348,7 @@ def _evaluate(task: str, argv: list[str], prog: str) -> Results:
     parser = task_parser(prog, __doc__)
     parser.add_argument("--data", required=True, help="CoNLL-2003 file (tags optional for predict)")
     add_scoring_source(parser, "file written by `spanbert predict ner` (predicted tag in the last column)", "sequences")
+    add_example_stats_argument(parser)
     args = parser.parse_args(argv)
     if args.model:
         check_model(args.model)
@@ -355,6 +359,9 @@ def _evaluate(task: str, argv: list[str], prog: str) -> Results:
         if args.model
         else read_predictions(args.predictions, sentences)
     )
+    if args.example_stats:
+        rows = conlleval_rows([s.tags for s in sentences], pred)
+        write_once(lambda: write_example_stats(args.example_stats, "f1", rows))
     return Results({**score(sentences, pred), "sentences": len(sentences)}, "f1")
 
 
@@ -370,5 +377,6 @@ SPECS = {
         configs=(("spanbert.tasks.ner_features", "HeadConfig"), ("spanbert.tasks.crf_tagger", "CrfTaggerConfig")),
         dev_split=RecordSplit(".txt", "blank-line-blocks"),
         scores_test=True,
+        example_stats=True,
     )
 }

@@ -191,6 +191,10 @@ class TaskSpec:
     folds: Folds | None = None
     """The fold split its data may come as (LitBank's); None: plain train and dev files only."""
     results_file: str = RESULTS_FILE
+    example_stats: bool = False
+    """Scoring a model on labelled data (``evaluate --model``, or `score_model`) takes ``example_stats=FILE``
+    and writes there the per-example statistics of its headline score (`spanbert.metrics.resample`), from
+    which a study's intervals resample the test examples."""
 
     def finetune_data(self, train: str, dev: str) -> dict[str, str]:
         """The `finetune` options naming the training and dev data (what a study cell passes)."""

@@ -13,6 +13,8 @@ from spanbert import threads
 from spanbert.config import add_dataclass_arguments, dataclass_from_args, parse_key_values
 from spanbert.distributed import eprint0, print0
 from spanbert.errors import SpanBertError, utf8_argument
+from spanbert.metrics.coref import document_rows
+from spanbert.metrics.resample import write_example_stats
 from spanbert.runs import claim_run_dir
 from spanbert.tasks import api, common
 from spanbert.tasks.common import (
@@ -143,9 +145,17 @@ def _evaluate(task: str, argv: list[str], prog: str) -> Results:
 
 
 def _score_model(model: str, data: str, options: dict[str, Any]) -> Results:
-    """A fine-tuned model scored on gold documents: resolved into the model folder, then scored."""
+    """A fine-tuned model scored on gold documents: resolved into the model folder, then scored; with
+    ``example_stats=FILE`` each document's counts are written there too (`document_rows`)."""
+    options = dict(options)
+    stats = options.pop("example_stats", None)
     predictions = api.predict("coref", model=model, data=data, output=Path(model) / "heldout.conll",
                               disable_tqdm=True, **options)  # fmt: skip
+    if stats:
+        key_docs = read_documents(data)
+        resp = {d.doc_id: d.clusters for d in read_documents(predictions)}
+        rows = document_rows([d.clusters for d in key_docs], [resp.get(d.doc_id, []) for d in key_docs])
+        write_once(lambda: write_example_stats(stats, "conll", rows))
     return Results(evaluate_files(data, predictions), "conll_f1")
 
 
@@ -224,5 +234,6 @@ SPECS = {
         data_options=lambda train, dev: {"train": train, "dev": dev},
         score_model=_score_model,
         folds=LITBANK_FOLDS,
+        example_stats=True,
     )
 }

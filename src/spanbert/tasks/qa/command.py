@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from spanbert.tasks.common import (
     write_once,
 )
 from spanbert.tasks.qa.data import (
+    DUPLICATE_ID,
     _expect,
     _load_json_file,
     _looks_like_mrqa,
@@ -46,7 +48,7 @@ from spanbert.tasks.qa.finetune import (
 )
 from spanbert.tasks.spec import Results, TaskSpec
 from spanbert.tasks.splits import RecordSplit
-from spanbert.utils import output_file
+from spanbert.utils import output_file, writes_through
 
 
 def _read_predictions(path: str | Path, what: str, kind: type) -> dict[str, Any]:
@@ -116,12 +118,15 @@ def _squad_gold_ids(raw: dict[str, Any], path: Path) -> list[str]:
     """Every question id of a SQuAD JSON, checking the structure the official scripts walk (each
     article's ``paragraphs``, each paragraph's ``qas``, each question's ``id`` and ``answers`` with a
     ``text``): a missing or mistyped field names its place instead of the scripts' KeyError."""
-    ids = []
+    ids, seen = [], set()
     for a, article in enumerate(raw["data"]):
         for p, paragraph in enumerate(_expect(article, "paragraphs", list, path, f"data[{a}]")):
             where = f"data[{a}].paragraphs[{p}]"
             for q, qa in enumerate(_expect(paragraph, "qas", list, path, where)):
                 qid = _expect(qa, "id", (str, int), path, f"{where}.qas[{q}]")
+                if str(qid) in seen:  # as `read_squad` refuses it for finetune and predict (issue 58.7)
+                    raise DataError(path, DUPLICATE_ID, record=f"id {qid}")
+                seen.add(str(qid))
                 for k, answer in enumerate(_expect(qa, "answers", list, path, f"id {qid}")):
                     _expect(answer, "text", str, path, f"id {qid}, answers[{k}]")
                 ids.append(qid)
@@ -240,7 +245,8 @@ def _predict(task: str, argv: list[str], prog: str) -> Path | None:
     parser.add_argument("--context_file", help="a UTF-8 text file holding the context of --question")
     parser.add_argument(
         "--null_odds", type=output_file,
-        help="where to write the null-score differences (default: null_odds.json beside --output)",
+        help="SQuAD 2.0: where to write the null-score differences (default: null_odds.json beside --output, "
+        "when that name is free or holds the null odds of this data from an earlier run)",
     )
     parser.add_argument("--articles", help="only these articles, a slice start:stop")
     parser.add_argument(
@@ -257,23 +263,67 @@ def _predict(task: str, argv: list[str], prog: str) -> Path | None:
         print0(json.dumps(answer_with(model, tokenizer, cfg, args.question, context, args.device), ensure_ascii=False))
         return None
     data = read_qa(args.data, task).select_articles(args.articles)
+    out = Path(args.output)
+    null_path = null_odds_path(args, {e.qid for e in data.examples}) if cfg.version_2_with_negative else None
     decoded = run_prediction(
         model, data, tokenizer, cfg, args.batch_size, args.device, progress=not args.disable_tqdm
     )
-    out = Path(args.output)
-    null_path = Path(args.null_odds) if args.null_odds else out.parent / "null_odds.json"
 
     def write() -> None:
         write_json_once(out, decoded.predictions, sort_keys=False)
-        if cfg.version_2_with_negative:
+        if null_path is not None:
             write_json_once(null_path, decoded.null_odds, sort_keys=False)
 
     write_once(write)
     print0(
         f"wrote {len(decoded.predictions)} predictions to {out}"
-        + (f" and {null_path}" if cfg.version_2_with_negative else "")
+        + (f" and their null odds to {null_path}" if null_path is not None else "")
     )
     return out
+
+
+NULL_ODDS = "null_odds.json"
+"""BERT's run_squad.py name of the null odds, written beside --output when --null_odds names no file."""
+
+
+def null_odds_path(args: argparse.Namespace, qids: set[str]) -> Path:
+    """Where a SQuAD 2.0 ``predict`` writes its null odds (issue 58.3): ``--null_odds``, which must not be
+    ``--output``; unnamed, `NULL_ODDS` beside ``--output``, which may not be ``--output`` itself and may only
+    replace the null odds of these questions (``qids``) an earlier run wrote there, never a file of the user's.
+    Refused before any prediction, one line naming the option and the path."""
+    out = Path(args.output)
+    if args.null_odds:
+        path = Path(args.null_odds)
+        if os.path.realpath(path) == os.path.realpath(out):
+            raise SpanBertError(f"--null_odds: found {path}, the --output file, expected another file for the null odds")
+        return path
+    path = out.parent / NULL_ODDS
+    if os.path.realpath(path) == os.path.realpath(out):
+        raise SpanBertError(
+            f"--output: found {out}, the file a SQuAD 2.0 model writes its null odds to, expected another name for the "
+            f"predictions (or name the null odds' file with --null_odds)"
+        )
+    if os.path.lexists(path) and not writes_through(path) and not _null_odds_of(path, qids):
+        raise SpanBertError(
+            f"--null_odds: found {path}, a file this command did not write (not the null odds of these questions), "
+            f"where the SQuAD 2.0 null odds go by default; expected --null_odds naming where to write them (or naming "
+            f"that file, to replace it)"
+        )
+    return path
+
+
+def _null_odds_of(path: Path, qids: set[str]) -> bool:
+    """Whether ``path`` holds null odds (question id -> number) of exactly the questions ``qids``: an earlier
+    run's output, replaced by this one."""
+    try:
+        odds = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return (
+        isinstance(odds, dict)
+        and set(odds) == qids
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in odds.values())
+    )
 
 
 def _evaluate(task: str, argv: list[str], prog: str) -> Results:

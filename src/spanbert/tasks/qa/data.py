@@ -13,6 +13,9 @@ from spanbert.errors import DataError, SpanBertError
 from spanbert.metrics import squad as squad_metrics
 from spanbert.utils import open_text, read_text
 
+DUPLICATE_ID = "duplicate question id; ids must be unique (predictions are matched to questions by id)"
+"""What a data file that repeats a question id is told, by every command that reads one (finetune, predict, evaluate)."""
+
 # ---------------------------------------------------------------------------------------------
 # Readers
 
@@ -209,7 +212,7 @@ def read_squad(path: str | Path) -> QAData:
                 qid = str(_expect(qa, "id", (str, int), path, rec))
                 rec = f"id {qid}"
                 if qid in seen:
-                    raise DataError(path, "duplicate question id; ids must be unique", record=rec)
+                    raise DataError(path, DUPLICATE_ID, record=rec)
                 seen.add(qid)
                 question = _expect(qa, "question", str, path, rec)
                 answers = _expect(qa, "answers", list, path, rec)
@@ -259,6 +262,7 @@ def read_mrqa(path: str | Path) -> QAData:
         )  # fmt: skip
     contexts: list[str] = []
     examples: list[QAExample] = []
+    seen: set[str] = set()
     text = read_text(path, "UTF-8 JSON lines")  # whole, so a byte that is not UTF-8 is named with its line
     for lineno, line in enumerate(text.split("\n"), 1):
         if not line.strip():
@@ -277,6 +281,9 @@ def read_mrqa(path: str | Path) -> QAData:
             rec = f"qas[{q}]"
             qid = str(_expect(qa, "qid", (str, int), path, rec, lineno))
             rec = f"qid {qid}"
+            if qid in seen:
+                raise DataError(path, DUPLICATE_ID, line=lineno, record=rec)
+            seen.add(qid)
             question = _expect(qa, "question", str, path, rec, lineno)
             answers = _expect(qa, "answers", list, path, rec, lineno)
             detected = _expect(qa, "detected_answers", list, path, rec, lineno)
