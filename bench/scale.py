@@ -2,7 +2,7 @@
 `spanbert pretrain` on synthetic corpora of given sizes in the exact `spanbert preprocess` format (issue 57).
 
     nice -n 19 python bench/scale.py --sizes 250M 1B 4B --work_dir /tmp/i57-scale   # fabricate, measure, print
-    python bench/scale.py --smoke                          # tiny sizes, seconds (tests/test_bench.py)
+    python bench/scale.py --smoke      # one tiny size, first start and restart only (tests/test_bench.py)
     python bench/scale.py --src /path/to/other/checkout/src ...   # the same measurement of other code
 
 The corpora: a real token stream (``../shared/data/pretrain-corpus``'s first Wikipedia and first
@@ -93,14 +93,18 @@ def source_corpus(work: Path, smoke: bool) -> Path:
     return out / "corpus"
 
 
-def fabricate(source: Path, out: Path, tokens: int, shard_tokens: int) -> Path:
+def fabricate(source: Path, out: Path, tokens: int, shard_tokens: int, word_starts: str = "file") -> Path:
     """A corpus of about ``tokens`` tokens (whole source documents tiled, the last one completed) in the
-    `spanbert preprocess` layout, written into ``out`` (reused when it was made with the same numbers)."""
+    `spanbert preprocess` layout, written into ``out`` (reused when it was made with the same numbers).
+    ``word_starts``: "file" writes every shard's .starts (what every version of spanbert reads), "ids" none
+    (the flags from the ids, `corpus.WORD_STARTS`: what `spanbert preprocess` writes for WordPiece now)."""
     import numpy as np
 
     from spanbert.corpus import TokenCorpus
 
     stamp = {"source": str(source), "tokens": tokens, "shard_tokens": shard_tokens}
+    if word_starts != "file":
+        stamp["word_starts"] = word_starts
     if (out / "meta.json").is_file() and (out / "fabricated.json").is_file():
         if json.loads((out / "fabricated.json").read_text()) == stamp:
             return out
@@ -110,7 +114,13 @@ def fabricate(source: Path, out: Path, tokens: int, shard_tokens: int) -> Path:
     name = source / src.meta["shards"][0]["name"]
     dtype = np.dtype(src.meta["id_dtype"])
     ids = np.fromfile(f"{name}.ids", dtype=dtype)
-    starts = np.fromfile(f"{name}.starts", dtype=np.uint8)
+    table = np.load(source / "word_starts.npy") if (source / "word_starts.npy").is_file() else None
+    if Path(f"{name}.starts").is_file():
+        starts = np.fromfile(f"{name}.starts", dtype=np.uint8)
+    else:  # a source preprocessed with its word starts left to the ids
+        starts = table[ids].astype(np.uint8)
+    if word_starts == "ids" and table is None:
+        table = src.tokenizer.word_starts_of(np.arange(src.vocab_size)).astype(np.uint8)
     docs = np.fromfile(f"{name}.docs", dtype=np.int64)  # (D+1,)
     paras = np.fromfile(f"{name}.paras", dtype=np.int64)
     n_src, vocab = len(ids), src.vocab_size
@@ -135,7 +145,7 @@ def fabricate(source: Path, out: Path, tokens: int, shard_tokens: int) -> Path:
         e = min(boundary_at_or_after(s + shard_tokens), total_end)
         base = f"shard-{k:05d}"
         doc_off, para_off = [np.zeros(1, np.int64)], []
-        with open(tmp / f"{base}.ids", "wb") as f_ids, open(tmp / f"{base}.starts", "wb") as f_st:
+        with open(tmp / f"{base}.ids", "wb") as f_ids, open(tmp / f"{base}.starts", "wb") as f_st:  # .starts: below
             p = s
             while p < e:
                 off = p % n_src
@@ -154,8 +164,13 @@ def fabricate(source: Path, out: Path, tokens: int, shard_tokens: int) -> Path:
         para_arr.tofile(tmp / f"{base}.paras")
         shards.append({"name": base, "num_tokens": int(e - s), "num_docs": int(len(doc_arr) - 1),
                        "num_paragraphs": int(len(para_arr)), "num_candidates": {}})  # fmt: skip
+        if word_starts == "ids":
+            (tmp / f"{base}.starts").unlink()
+            shards[-1]["word_starts"] = "from_ids"
         s, k = e, k + 1
     np.save(tmp / "unigram.npy", counts)
+    if word_starts == "ids":
+        np.save(tmp / "word_starts.npy", np.asarray(table, dtype=np.uint8))
     meta = {"format": src.meta["format"], "num_tokens": int(total_end), "num_docs": sum(x["num_docs"] for x in shards),
             "vocab_size": vocab, "id_dtype": dtype.name, "candidates": [], "one_doc_per_line": False,
             "max_line_bytes": src.meta.get("max_line_bytes", 100000),
@@ -299,7 +314,7 @@ def launch(src: Path, ranks: int, argv: list[str], stop: bool, log: Path) -> dic
     }
 
 
-def measure(src: Path, corpus: Path, ranks: int, work: Path, seq: int, log: Path) -> dict:
+def measure(src: Path, corpus: Path, ranks: int, work: Path, seq: int, log: Path, second: bool = True) -> dict:
     run = work / f"run-{corpus.name}-{ranks}"
     warm_run = work / f"run-{corpus.name}-{ranks}-second"
     for d in (run, warm_run, corpus / "index"):
@@ -308,7 +323,8 @@ def measure(src: Path, corpus: Path, ranks: int, work: Path, seq: int, log: Path
               "--disable_tqdm", "--report_to", "none", "--tokens_per_update", "8192", "--warmup_steps", "0",
               "--save_steps", "1"]  # fmt: skip
     out = {"first": launch(src, ranks, [*common, "--output_dir", str(run), "--max_steps", "1"], False, log)}
-    out["second"] = launch(src, ranks, [*common, "--output_dir", str(warm_run), "--max_steps", "1"], True, log)
+    if second:
+        out["second"] = launch(src, ranks, [*common, "--output_dir", str(warm_run), "--max_steps", "1"], True, log)
     out["restart"] = launch(src, ranks, [*common, "--output_dir", str(run), "--max_steps", "2", "--resume"], True, log)
     for d in (run, warm_run):
         shutil.rmtree(d, ignore_errors=True)
@@ -321,7 +337,9 @@ def table(rows: list[dict]) -> str:
             "| of it data CPU-s | load (1 min) |")  # fmt: skip
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
-        f, s, re_ = r["first"], r["second"], r["restart"]
+        none = {"to_step_s": float("nan"), "cpu_s": float("nan"), "data_cpu_s": float("nan"), "private_mb": ["-"],
+                "load": "-"}  # fmt: skip
+        f, s, re_ = r["first"], r.get("second", none), r["restart"]
         idx = f" ({f['index_cpu_s']:.1f})" if f["index_cpu_s"] else ""
         lines.append(
             f"| {human(r['tokens'])} tokens, {r['shards']} shards | {r['ranks']} | {f['to_step_s']:.1f} | {f['cpu_s']:.1f} "
@@ -343,13 +361,16 @@ def main() -> None:
                     help="where the corpora, runs and log go (several GB per billion tokens: check df -h)")
     ap.add_argument("--shard_tokens", default="100M", help="tokens per shard (default: 100M, spanbert preprocess's)")
     ap.add_argument("--max_seq_length", type=int, default=512)
+    ap.add_argument("--word_starts", choices=("file", "ids"), default="file",
+                    help="file: every shard stores .starts (every version reads it); ids: none, the flags from the "
+                    "ids as spanbert preprocess writes WordPiece corpora now (default: file)")
     ap.add_argument("--src", type=Path, default=ROOT / "src", help="the spanbert source folder to measure (default: this checkout's)")
     ap.add_argument("--keep", action="store_true", help="keep the fabricated corpora (default: delete each after its rows)")
     ap.add_argument("--json", type=Path, help="also write the figures as JSON here")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, seconds: a check that it runs and prints its figures (tests/test_bench.py)")
     args = ap.parse_args()
     if args.smoke:
-        args.sizes, args.shard_tokens, args.max_seq_length = ["60k", "120k"], "25k", 128
+        args.sizes, args.shard_tokens, args.max_seq_length = ["60k"], "25k", 128  # no second start: 4 launches
         args.work_dir = Path(tempfile.mkdtemp(prefix="scale-smoke-"))
     sys.path.insert(0, str(args.src))
     work = args.work_dir.resolve()
@@ -361,12 +382,13 @@ def main() -> None:
     rows = []
     for size in args.sizes:
         tokens = parse_size(size)
-        corpus = fabricate(source, work / f"corpus-{size}", tokens, parse_size(args.shard_tokens))
+        name = f"corpus-{size}" + ("-ids" if args.word_starts == "ids" else "")
+        corpus = fabricate(source, work / name, tokens, parse_size(args.shard_tokens), args.word_starts)
         meta = json.loads((corpus / "meta.json").read_text())
         print(f"corpus {corpus}: {meta['num_tokens']:,} tokens, {meta['num_docs']:,} documents, "
               f"{len(meta['shards'])} shard(s)", flush=True)  # fmt: skip
         for ranks in args.ranks:
-            m = measure(args.src, corpus, ranks, work, args.max_seq_length, log)
+            m = measure(args.src, corpus, ranks, work, args.max_seq_length, log, second=not args.smoke)
             rows.append({"tokens": meta["num_tokens"], "shards": len(meta["shards"]), "ranks": ranks, **m})
             print(json.dumps(rows[-1]), flush=True)
         if not args.keep:
