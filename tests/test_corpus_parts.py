@@ -68,6 +68,7 @@ def test_parts_resume_part_by_part_and_merge_to_the_one_piece_corpus(tmp_path, t
     assert "part 1 of 2: " in said and "complete already, kept" in said and "part 2 of 2: 2 file(s) ->" in said
     assert "merged from 2 part(s)" in said
     assert (first / "meta.json").stat().st_mtime_ns == built
+    assert not (tmp_path / "corpus.parts" / ".part-00002-of-00002.tmp-999").exists()  # the killed build's, removed
     _same_corpus(out, one)
     meta = json.loads((out / "meta.json").read_text())
     assert [m["num_tokens"] for m in meta["merged"]] == [TokenCorpus(first).num_tokens, meta["num_tokens"] - TokenCorpus(first).num_tokens]

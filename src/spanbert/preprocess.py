@@ -19,8 +19,10 @@ import multiprocessing as mp
 import os
 import pkgutil
 import re
+import shutil
 import struct
 import sys
+import threading
 import time
 import warnings
 import zlib
@@ -213,9 +215,23 @@ def _init_worker(tokenizer_dir: str, candidate_kinds: tuple[str, ...], spacy_mod
         # N worker processes on N cores: HF tokenizers' own thread pool would oversubscribe them.
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
         close_inherited_sockets()  # forked from a torchrun rank: its gloo connections are not ours
+        _leave_with_parent()
     _WORKER["tok"] = load_tokenizer(tokenizer_dir)
     _WORKER["kinds"] = candidate_kinds
     _WORKER["nlp"] = load_spacy(spacy_model) if candidate_kinds else None
+
+
+def _leave_with_parent() -> None:
+    """End this worker when the process that started it is gone (killed with -9, it cannot stop its pool):
+    an orphaned worker would go on tokenizing and print a BrokenPipeError traceback when it hands in its chunk."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="leave-with-parent", daemon=True).start()
 
 
 @dataclass
@@ -878,6 +894,8 @@ def _parts_command(args: argparse.Namespace, prog: str, static: StaticMaskingCon
     def build(part_files: list[Path], folder: Path, spec: dict[str, Any]) -> None:
         check_output(folder, folder=True, owner="corpus", whole=True, inputs=inputs)
         with folders.Claim(folder, "corpus", f"{prog} --part {spec['index']}"):
+            for debris in folder.parent.glob(f".{folder.name}.tmp-*"):  # a killed build's (the claim is ours now)
+                shutil.rmtree(debris, ignore_errors=True)
             preprocess(part_files, args.tokenizer, folder, one_doc_per_line=args.one_doc_per_line,
                        num_workers=args.num_workers, shard_tokens=args.shard_tokens, max_line_bytes=args.max_line_bytes,
                        candidates=args.candidates, spacy_model=args.spacy_model, progress=not args.quiet, part=spec)  # fmt: skip
