@@ -42,6 +42,7 @@ SMOKE = {
     "dropout_masks.py": ("ratio transformers / spanbert (dropout layer):", "", False),
     "learning_speed.py": ("ratio spanbert / transformers (held-out MLM accuracy at equal tokens):", "", True),
     "gpu_summary.py": ("## For docs/benchmarks.md", "", False),
+    "scale.py": ("| corpus | ranks | first start: s to step |", "", True),
 }
 # not benchmarks of their own: run by another test
 OTHERS = {

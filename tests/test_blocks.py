@@ -152,3 +152,66 @@ def test_held_out_documents_takes_the_last_documents_by_tokens():
     assert held_out_documents(bounds, 0.99) == 1  # one document is always kept for training
     assert held_out_documents(bounds, 0.5, min_train_docs=2, min_eval_docs=2) == 2
     assert held_out_documents(bounds[:1], 0.5) == 1  # one document: nothing held out
+
+
+# ---------------------------------------------------------------------------------------------
+# The vectorised packing (issue 57) against the loop it replaced, kept here as the reference
+
+
+def _reference_sentence_blocks(doc_bounds, line_starts, tokens, max_tokens):
+    """`sentence_blocks` as it was before issue 57: a Python loop over every document, line and piece."""
+    line_starts = np.asarray(line_starts, dtype=np.int64)
+    rows = []
+    for ds, de in np.asarray(doc_bounds, dtype=np.int64).tolist():
+        if de <= ds:
+            continue
+        lo, hi = np.searchsorted(line_starts, [ds, de])
+        cuts = line_starts[lo:hi].tolist()
+        if not cuts or cuts[0] != ds:
+            cuts.insert(0, ds)
+        cuts.append(de)
+        cur_start = cur_end = -1
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            if b - a > max_tokens:
+                starts = a + np.flatnonzero(tokens(a, b)[1])
+                pieces, p = [], a
+                while b - p > max_tokens:
+                    k = int(np.searchsorted(starts, p + max_tokens, side="right")) - 1
+                    q = int(starts[k]) if k >= 0 and starts[k] > p else p + max_tokens
+                    pieces.append((p, q))
+                    p = q
+                pieces.append((p, b))
+            else:
+                pieces = ((a, b),)
+            for pa, pb in pieces:
+                if cur_start >= 0 and pb - cur_start <= max_tokens:
+                    cur_end = pb
+                    continue
+                if cur_start >= 0:
+                    rows.append((cur_start, cur_end))
+                cur_start, cur_end = pa, pb
+        if cur_start >= 0:
+            rows.append((cur_start, cur_end))
+    return np.asarray(rows, dtype=np.int64).reshape(-1, 2)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_vectorised_packing_equals_the_loop(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 4000))
+    ws = rng.random(n) < rng.uniform(0.05, 0.95)  # sparse word starts make words longer than a block
+    cuts = np.unique(rng.integers(0, n, int(rng.integers(1, 60))))
+    bounds = np.unique(np.concatenate([[0, n], cuts]))
+    docs = np.stack([bounds[:-1], bounds[1:]], axis=1)
+    if seed % 3 == 0:  # a subset of the documents, with gaps between them
+        docs = docs[rng.random(len(docs)) < 0.6]
+    lines = np.unique(rng.integers(0, n, int(rng.integers(0, n // 3 + 2))))
+    if seed % 4 == 1:
+        lines = np.zeros(0, np.int64)  # no paragraph marks at all: each document is one line
+
+    def tokens(a, b):
+        return np.zeros(b - a, np.int64), ws[a:b]
+
+    for max_tokens in (1, 2, 3, 7, 30, 200, 5000):
+        expected = _reference_sentence_blocks(docs, lines, tokens, max_tokens)
+        assert np.array_equal(sentence_blocks(docs, lines, tokens, max_tokens), expected), max_tokens

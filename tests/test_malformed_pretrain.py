@@ -89,7 +89,9 @@ CASES = [
     pytest.param(lambda t, g: (_pretrain(t, "--corpus", str(_damaged(t, g, _edit_meta(lambda m: m.update(num_tokens=m["num_tokens"] + 5))))), "meta.json"), id="meta-wrong-token-count"),
     pytest.param(lambda t, g: (_pretrain(t, "--corpus", str(_damaged(t, g, _edit_meta(lambda m: m.update(vocab_size="many"))))), "meta.json"), id="meta-vocab-not-int"),
     pytest.param(lambda t, g: (_pretrain(t, "--corpus", str(_damaged(t, g, _truncate("shard-00000.ids")))), "shard-00000.ids"), id="ids-truncated"),
-    pytest.param(lambda t, g: (_pretrain(t, "--corpus", str(_damaged(t, g, lambda p: (p / "shard-00000.starts").unlink()))), "shard-00000.starts"), id="starts-missing"),
+    # a shard that says it stores its word starts (meta.json), without the file; and one derived from the ids without the table
+    pytest.param(lambda t, g: (_pretrain(t, "--corpus", str(_damaged(t, g, _edit_meta(lambda m: m["shards"][0].pop("word_starts") and None)))), "shard-00000.starts"), id="starts-missing"),
+    pytest.param(lambda t, g: (_pretrain(t, "--corpus", str(_damaged(t, g, lambda p: (p / "word_starts.npy").unlink()))), "word_starts.npy"), id="word-start-table-missing"),
     pytest.param(lambda t, g: (_pretrain(t, "--corpus", str(_damaged(t, g, _truncate("shard-00000.docs", 8)))), "shard-00000.docs"), id="docs-short"),
     pytest.param(lambda t, g: (_pretrain(t, "--corpus", str(_damaged(t, g, _truncate("shard-00000.paras", 5)))), "shard-00000.paras"), id="paras-odd-size"),
     pytest.param(lambda t, g: (_pretrain(t, "--corpus", str(_damaged(t, g, lambda p: (p / "unigram.npy").unlink()))), "unigram.npy"), id="unigram-missing"),

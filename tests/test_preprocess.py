@@ -71,6 +71,45 @@ def test_1_and_4_workers_and_shards_give_identical_arrays(tmp_path, tok_dir):
     assert np.array_equal(a.unigram_counts(), b.unigram_counts())
 
 
+def test_word_starts_come_from_the_ids_where_the_vocabulary_tells_them(tmp_path, tok_dir, monkeypatch):
+    import spanbert.preprocess as P
+
+    src = write_txt(tmp_path / "a.txt", synthetic_docs(30, seed=4))
+    kw = dict(progress=False, chunk_chars=2000, shard_tokens=3000, num_workers=1)
+    c = TokenCorpus(preprocess(src, tok_dir, tmp_path / "derived", **kw))
+    # WordPiece: a token starts a word unless it is a ## piece, so the ids tell every flag: no .starts file
+    assert not list(c.path.glob("*.starts")) and (c.path / "word_starts.npy").is_file()
+    assert all(s["word_starts"] == "from_ids" for s in c.meta["shards"]) and c.num_shards > 1
+    ids, ws = c.tokens(0, int(c.shard_offsets[1]))
+    assert ws.tolist() == c.tokenizer.word_starts_of(ids).tolist()
+    # a shard whose flags the ids do not give (a line starting with a continuation piece, as byte-level BPE's
+    # lines can) keeps its file, the others still drop theirs
+    real = P._tokenize_chunk
+    seen = []
+
+    def flip(docs):
+        r = real(docs)
+        if not seen:
+            seen.append(1)
+            r.starts[1] = not r.starts[1]
+        return r
+
+    monkeypatch.setattr(P, "_tokenize_chunk", flip)
+    d = TokenCorpus(preprocess(src, tok_dir, tmp_path / "stored", **kw))
+    assert [s.get("word_starts") for s in d.meta["shards"]][:2] == [None, "from_ids"]
+    assert (d.path / "shard-00000.starts").is_file() and not (d.path / "shard-00001.starts").exists()
+    assert d.tokens(0, 3)[1].tolist() == [True, not c.tokens(0, 3)[1][1], c.tokens(0, 3)[1][2]]
+    for s, e in c.doc_bounds[5:]:  # every other flag as derived
+        assert np.array_equal(c.tokens(int(s), int(e))[1], d.tokens(int(s), int(e))[1])
+
+
+def test_the_default_worker_count_follows_the_cores(monkeypatch):
+    import spanbert.preprocess as P
+
+    monkeypatch.setattr(P.os, "sched_getaffinity", lambda pid: set(range(20)), raising=False)
+    assert P.usable_cores() == 20  # not capped at 8: the main process feeds about 20
+
+
 def test_bad_input_is_reported_with_file_and_line(tmp_path, tok_dir):
     bad = tmp_path / "latin.txt"
     bad.write_bytes("good line\n\nstill good\ncaf\xe9 au lait\n".encode("latin-1"))

@@ -424,6 +424,42 @@ def test_two_processes_pretrain_from_raw_text(corpus, tmp_path):
     assert any("eval/mlm_loss" in r for r in log)  # evaluated on both ranks (contract 7), logged once
 
 
+# Raw text whose preparation outlasts the process group's timeout (issue 57): the group's timeout set to 30 s,
+# preparing the corpus made 35 s longer; rank 1 waits on the rendezvous store, not in a broadcast.
+SLOW_PREPARATION = r"""
+import datetime, sys, time
+import torch.distributed as dist
+real_init = dist.init_process_group
+dist.init_process_group = lambda *a, **k: real_init(*a, **{**k, "timeout": datetime.timedelta(seconds=30)})
+import spanbert.preprocess as P
+real_preprocess = P.preprocess
+def slow(*a, **k):
+    time.sleep(35)
+    return real_preprocess(*a, **k)
+P.preprocess = slow
+from spanbert.cli import main
+sys.exit(main(["pretrain"] + sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow
+def test_raw_text_prepared_longer_than_the_group_timeout_trains_under_torchrun(corpus, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    _, text, _, _ = corpus
+    script = tmp_path / "slow_preparation.py"
+    script.write_text(SLOW_PREPARATION)
+    argv = ["--output_dir", str(tmp_path / "run"), "--corpus", str(text), "--model", "tiny", "--vocab_size", "200",
+            "--max_seq_length", "48", "--per_device_train_batch_size", "2", "--warmup_steps", "0", "--max_steps", "2",
+            "--num_proc", "1", "--disable_tqdm", "--report_to", "none", "--device", "cpu"]  # fmt: skip
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script), *argv]
+    proc = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert (tmp_path / "run" / "final" / "config.json").is_file()
+
+
 DDP_EVAL = r"""
 import json, sys
 import torch

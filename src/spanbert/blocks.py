@@ -56,50 +56,128 @@ def sentence_blocks(
     longer than a block (only at tiny ``max_tokens``) is the one case cut inside a word.
     The blocks tile every document exactly, in order. ``tokens(start, end) -> (ids, word_starts)``
     reads the corpus (`TokenCorpus.tokens`); it is called only for lines longer than a block.
+    Vectorised (`pack_sentences`); `spanbert.block_index` computes the same blocks shard by shard.
+    """
+
+    def word_starts_in(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        parts = [a0 + 1 + np.flatnonzero(tokens(a0 + 1, b0)[1]) for a0, b0 in zip(a.tolist(), b.tolist())]
+        return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+
+    return pack_sentences(doc_bounds, line_starts, word_starts_in, max_tokens)
+
+
+def pack_sentences(
+    doc_bounds: np.ndarray,
+    line_starts: np.ndarray,
+    word_starts_in: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    max_tokens: int,
+) -> np.ndarray:
+    """`sentence_blocks` with the word starts of the long lines read at once: ``word_starts_in(a, b)``
+    returns, sorted, every position p with a[i] < p < b[i] (for some i) where a word starts, for the
+    (L,) lines [a, b) longer than ``max_tokens``.
+
+    Greedy packing is sequential (where a block starts depends on where the one before ended), but
+    it is a path in a graph with an edge from each unit (a line, or a piece of a long one) to the
+    unit that starts the next block; every such edge is one `searchsorted`, and the units on the
+    paths from the documents' first units are found by pointer doubling (`reached`): O(U log B) array
+    work for U units and B blocks in the longest document, no Python loop per line or block. Lines
+    longer than a block are cut the same way, a path over their word starts.
     """
     if max_tokens < 1:
         raise SpanBertError(f"max_tokens={max_tokens}; expected at least 1")
-    line_starts = np.asarray(line_starts, dtype=np.int64)
-    rows: list[tuple[int, int]] = []
-    for ds, de in np.asarray(doc_bounds, dtype=np.int64).tolist():
-        if de <= ds:
-            continue
-        lo, hi = np.searchsorted(line_starts, [ds, de])
-        cuts = line_starts[lo:hi].tolist()
-        if not cuts or cuts[0] != ds:  # a document always starts a line
-            cuts.insert(0, ds)
-        cuts.append(de)
-        cur_start = cur_end = -1  # the open block, [cur_start, cur_end); -1 = none
-        for a, b in zip(cuts[:-1], cuts[1:]):
-            if b - a > max_tokens:
-                pieces = _split_line(a, b, tokens(a, b)[1], max_tokens)
-            else:
-                pieces = ((a, b),)
-            for pa, pb in pieces:
-                if cur_start >= 0 and pb - cur_start <= max_tokens:
-                    cur_end = pb  # the piece still fits the open block
-                    continue
-                if cur_start >= 0:
-                    rows.append((cur_start, cur_end))
-                cur_start, cur_end = pa, pb
-        if cur_start >= 0:
-            rows.append((cur_start, cur_end))
-    return np.asarray(rows, dtype=np.int64).reshape(-1, 2)
+    db = np.asarray(doc_bounds, dtype=np.int64).reshape(-1, 2)
+    db = db[db[:, 1] > db[:, 0]]  # empty documents have no blocks
+    if not len(db):
+        return np.zeros((0, 2), dtype=np.int64)
+    ds, de = db[:, 0], db[:, 1]
+    paras = np.asarray(line_starts, dtype=np.int64)
+    doc = np.searchsorted(ds, paras, side="right") - 1
+    starts = paras[(doc >= 0) & (paras < de[np.maximum(doc, 0)])]  # the line starts inside the documents
+    at = np.minimum(np.searchsorted(starts, ds), max(len(starts) - 1, 0))
+    if not len(starts) or (starts[at] != ds).any():  # a document always starts a line
+        starts = np.union1d(starts, ds)
+    doc = np.searchsorted(ds, starts, side="right") - 1  # (L,) the document of each line
+    ends = np.minimum(np.append(starts[1:], de[-1]), de[doc])  # (L,) a line ends at the next or at its document's end
+    long = np.flatnonzero(ends - starts > max_tokens)
+    if len(long):
+        piece_line, piece_start, piece_end = _split_long_lines(starts[long], ends[long], word_starts_in, max_tokens)
+        # the units in order: each short line, or the pieces of a long one in its place
+        count = np.ones(len(starts), dtype=np.int64)
+        count[long] = np.bincount(piece_line, minlength=len(long))
+        first_unit = np.cumsum(count) - count
+        n = int(count.sum())
+        unit_start, unit_end, unit_doc = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
+        short = np.ones(len(starts), dtype=bool)
+        short[long] = False
+        at = first_unit[short]
+        unit_start[at], unit_end[at], unit_doc[at] = starts[short], ends[short], doc[short]
+        at = first_unit[long[piece_line]] + np.arange(len(piece_line)) - np.searchsorted(piece_line, piece_line)
+        unit_start[at], unit_end[at], unit_doc[at] = piece_start, piece_end, doc[long[piece_line]]
+    else:
+        unit_start, unit_end, unit_doc = starts, ends, doc
+    n = len(unit_start)
+    first = np.searchsorted(unit_doc, np.arange(len(db)), side="left")  # (D,) each document's first unit
+    last = np.searchsorted(unit_doc, np.arange(len(db)), side="right") - 1  # (D,) and its last
+    last_of = last[unit_doc]  # (U,)
+    # a block opened at unit u takes the units after it while they fit: up to the last one ending by start + max
+    upto = np.minimum(np.searchsorted(unit_end, unit_start + max_tokens, side="right") - 1, last_of)  # (U,)
+    nxt = np.where(upto == last_of, n, upto + 1)  # the unit opening the next block; n: the document is done
+    opens = reached(nxt, first)
+    return np.stack([unit_start[opens], unit_end[upto[opens]]], axis=1)
 
 
-def _split_line(a: int, b: int, word_starts: np.ndarray, max_tokens: int) -> list[tuple[int, int]]:
-    """[a, b) cut into pieces of at most ``max_tokens``, each ending where a word starts (or at b)."""
-    starts = a + np.flatnonzero(word_starts)  # (W,) global positions of the word starts in the line
-    pieces = []
-    p = a
-    while b - p > max_tokens:
-        # the last word start in (p, p + max_tokens]: the longest prefix of whole words that fits
-        k = int(np.searchsorted(starts, p + max_tokens, side="right")) - 1
-        q = int(starts[k]) if k >= 0 and starts[k] > p else p + max_tokens  # one word > a block: cut it
-        pieces.append((p, q))
-        p = q
-    pieces.append((p, b))
-    return pieces
+def _split_long_lines(
+    a: np.ndarray, b: np.ndarray, word_starts_in: Callable[[np.ndarray, np.ndarray], np.ndarray], max_tokens: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(line, start, end) of the pieces of the (L,) long lines [a, b), in order: each piece ends at the last
+    word start that fits (a word longer than a block is cut every ``max_tokens``), the last at b."""
+    ws = np.asarray(word_starts_in(a, b), dtype=np.int64)  # sorted, inside the lines
+    n_lines = len(a)
+    lines = np.arange(n_lines)
+    inner = np.searchsorted(ws, b) - np.searchsorted(ws, a, side="right")  # (L,) word starts inside each line
+    # the nodes of line i, in order: a_i, its word starts, b_i (no sort: each line's slots are known)
+    size = inner + 2
+    first = np.cumsum(size) - size
+    n = int(size.sum())
+    pos, line = np.empty(n, np.int64), np.repeat(lines, size)
+    pos[first], pos[first + size - 1] = a, b
+    inside = np.ones(n, dtype=bool)
+    inside[first] = inside[first + size - 1] = False
+    pos[inside] = ws
+    gap = np.diff(pos)
+    big = (line[1:] == line[:-1]) & (gap > max_tokens)  # a word longer than a block: cut it every max_tokens
+    if big.any():  # rare (tiny blocks): add the cuts and sort again
+        k = (gap[big] - 1) // max_tokens  # (G,) cuts inside each such word
+        before = np.repeat(np.cumsum(k) - k, k)
+        extra = np.repeat(pos[:-1][big], k) + max_tokens * (np.arange(int(k.sum())) - before + 1)
+        pos = np.concatenate([pos, extra])
+        line = np.concatenate([line, np.repeat(line[:-1][big], k)])
+        order = np.lexsort((pos, line))
+        pos, line = pos[order], line[order]
+        n = len(pos)
+    last = np.searchsorted(line, lines, side="right") - 1  # (L,) each line's end node
+    last_of = last[line]
+    # from node p the piece ends at the last node within p + max_tokens, of the same line
+    upto = np.minimum(np.searchsorted(pos, pos + max_tokens, side="right") - 1, last_of)  # (n,)
+    is_end = np.arange(n) == last_of
+    nxt = np.where(is_end, n, upto)
+    cuts = reached(nxt, np.searchsorted(line, lines, side="left")) & ~is_end  # (n,) the pieces' starts
+    return line[cuts], pos[cuts], pos[upto[cuts]]
+
+
+def reached(nxt: np.ndarray, roots: np.ndarray) -> np.ndarray:
+    """(n,) bool: the nodes on the paths that start at ``roots`` and follow ``nxt`` (nxt[i] > i, or n where
+    the path ends). Pointer doubling: after step k the marked nodes are those fewer than 2^k steps from a
+    root and ``jump`` goes 2^k steps; O(n) array work per step, log2(longest path) steps."""
+    n = len(nxt)
+    jump = np.append(np.asarray(nxt, dtype=np.int64), n)  # (n+1,): the end maps to itself
+    on = np.zeros(n + 1, dtype=bool)
+    roots = np.asarray(roots, dtype=np.int64)
+    on[roots] = True
+    while len(roots) and not (jump[roots] == n).all():
+        on[jump[np.flatnonzero(on)]] = True
+        jump = jump[jump]
+    return on[:n]
 
 
 def block_ends_mid_word(

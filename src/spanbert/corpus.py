@@ -5,15 +5,19 @@
       tokenizer/                 the tokenizer used (the corpus is self-contained)
       unigram.npy                (V,) int64 token counts: random replacements follow them (§2)
       shard-00000.ids            (n,) uint16 | int32 token ids
-      shard-00000.starts         (n,) uint8 1 where the token starts a word
+      shard-00000.starts         (n,) uint8 1 where the token starts a word (none where the ids tell it:
+                                 ``"word_starts": "from_ids"`` in the shard's entry, flags from word_starts.npy)
+      word_starts.npy            (V,) uint8 1 where a token id starts a word
       shard-00000.docs           (D+1,) int64 document offsets into the shard
       shard-00000.paras          (P,) int64 paragraph (line) start offsets (NSP segment boundaries)
       shard-00000.entity         (C, 2) int32 inclusive token spans (named_entity scheme, optional)
       shard-00000.noun_phrase    (C, 2) int32 inclusive token spans (noun_phrase scheme, optional)
       static-128/                stored masks (``--dupe_factor N``, `spanbert.static_masks`, optional)
+      index/                     example indices and epoch orders (`spanbert.block_index`, written on first use)
 
 Documents never cross shards. `TokenCorpus` opens the folder (checking meta.json and the size of every
-array, so a damaged corpus is a `DataError` naming the file) and reads tokens by global position.
+array, so a damaged corpus is a `DataError` naming the file; nothing is read or kept open) and reads
+tokens by global position, mapping a shard when a read first needs it (`spanbert.shards`).
 `spanbert.preprocess` writes the folder.
 """
 
@@ -29,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from spanbert.errors import DataError, SpanBertError
+from spanbert.shards import ShardArrays
 from spanbert.tokenization import Tokenizer, load_tokenizer
 
 FORMAT = "spanbert-corpus-v1"
@@ -36,6 +41,11 @@ CANDIDATE_KINDS = ("entity", "noun_phrase")
 # The format of the static mask sets meta.json lists under "static_masks" (`spanbert.static_masks`):
 # here, because reading meta.json checks those entries.
 STATIC_FORMAT = "spanbert-static-masks-v1"
+WORD_STARTS = "word_starts.npy"
+"""(V,) uint8: 1 where a token id starts a word. A shard whose meta.json entry says ``"word_starts":
+"from_ids"`` has no ``.starts`` file: its word starts are this table at its ids (`spanbert preprocess`
+writes that where the table gives every token's flag, as for WordPiece, whose ``##`` pieces alone
+continue a word)."""
 
 
 def is_preprocessed(path: str | os.PathLike) -> bool:
@@ -64,7 +74,11 @@ def tokenizer_dir_of(path: str | os.PathLike) -> Path | None:
 class TokenCorpus:
     """Read-only view of a `preprocess` output directory (memory-mapped; opening it reads no tokens).
 
-    Token positions are global: shard k's tokens follow shard k-1's.
+    Token positions are global: shard k's tokens follow shard k-1's. Opening checks meta.json and the
+    size of every file (no file is read or kept open); a shard's token arrays are mapped when a read
+    first needs them, a bounded number at a time (`spanbert.shards`), and its document and line offsets
+    are read (and checked) when first asked for: `shard_docs`, `shard_paras`, or the whole corpus's
+    `doc_bounds` and `para_starts`, which a training process never needs (`spanbert.block_index`).
     """
 
     def __init__(self, path: str | os.PathLike):
@@ -78,40 +92,87 @@ class TokenCorpus:
         self.meta = _read_meta(meta_file)
         self.vocab_size: int = int(self.meta["vocab_size"])
         dtype = np.dtype(self.meta["id_dtype"])
-        self._ids, self._starts = [], []
-        doc_bounds, paras, offsets = [], [], [0]
-        self._cand: dict[str, list[np.ndarray]] = {k: [] for k in self.meta.get("candidates", [])}
+        offsets, doc_counts, names, stored = [0], [0], [], []
         for s in self.meta["shards"]:
-            base = offsets[-1]
             n = int(s["num_tokens"])
             name = self.path / s["name"]
-            self._ids.append(_memmap(Path(f"{name}.ids"), dtype, n))
-            self._starts.append(_memmap(Path(f"{name}.starts"), np.uint8, n))
-            docs = _offsets_file(Path(f"{name}.docs"), n, count=int(s["num_docs"]) + 1, what="document")
-            doc_bounds.append(np.stack([docs[:-1], docs[1:]], axis=1) + base)
-            para_offsets = _offsets_file(Path(f"{name}.paras"), n, count=s.get("num_paragraphs"), what="paragraph")
-            paras.append(para_offsets + base)
-            for k in self._cand:
-                c = _read_array(Path(f"{name}.{k}"), np.int32).reshape(-1, 2).astype(np.int64) + base
-                self._cand[k].append(c[np.argsort(c[:, 0], kind="stable")])
-            offsets.append(base + n)
+            _check_size(Path(f"{name}.ids"), n * dtype.itemsize, f"{n} tokens")
+            stored.append(s.get("word_starts", "file") != "from_ids")
+            if stored[-1]:
+                _check_size(Path(f"{name}.starts"), n, f"{n} tokens")
+            _check_offsets_size(Path(f"{name}.docs"), int(s["num_docs"]) + 1, "document")
+            _check_offsets_size(Path(f"{name}.paras"), s.get("num_paragraphs"), "paragraph")
+            names.append(name)
+            offsets.append(offsets[-1] + n)
+            doc_counts.append(doc_counts[-1] + int(s["num_docs"]))
+        table = _word_start_table(self.path / WORD_STARTS, self.vocab_size) if not all(stored) else None
         self.shard_offsets = np.asarray(offsets, dtype=np.int64)  # (K+1,)
-        self.doc_bounds = np.concatenate(doc_bounds) if doc_bounds else np.zeros((0, 2), np.int64)
-        """(D, 2) global [start, end) of every document."""
-        self.para_starts = np.concatenate(paras) if paras else np.zeros(0, np.int64)
-        """(P,) global start of every paragraph (line), sorted."""
-        self.candidate_spans = {
-            k: np.concatenate(v) if v else np.zeros((0, 2), np.int64) for k, v in self._cand.items()
-        }
+        self.shard_doc_offsets = np.asarray(doc_counts, dtype=np.int64)
+        """(K+1,) index of each shard's first document (documents are numbered across shards)."""
         self.num_tokens = int(self.shard_offsets[-1])
-        self.num_docs = len(self.doc_bounds)
+        self.num_docs = int(self.shard_doc_offsets[-1])
+        self._shards = ShardArrays(names, [int(s["num_tokens"]) for s in self.meta["shards"]], dtype, stored, table)
         self._tokenizer: Tokenizer | None = None
-        # Plain-ndarray views of the memory maps for `tokens`: slicing numpy's memmap subclass costs
-        # ~3 µs a call in Python, which adds up when the dataset reads a block for every example.
         self._offsets: list[int] = self.shard_offsets.tolist()
-        self._id_views = [np.asarray(a) for a in self._ids]
-        self._start_views = [np.asarray(a).view(bool) for a in self._starts]  # uint8 0/1 flags as bool
-        self._ids_checked = [self._check_ids(k) for k in range(len(self._ids))]
+        self._doc_bounds: np.ndarray | None = None
+        self._para_starts: np.ndarray | None = None
+        self._candidate_spans: dict[str, np.ndarray] | None = None
+        self._ids_checked = [self._check_ids(k) for k in range(self.num_shards)]
+
+    @property
+    def num_shards(self) -> int:
+        return len(self._offsets) - 1
+
+    def shard_docs(self, k: int) -> np.ndarray:
+        """(D_k+1,) int64 document offsets of shard k, relative to the shard (0 first, its tokens last)."""
+        s = self.meta["shards"][k]
+        return _offsets_file(Path(f"{self.path / s['name']}.docs"), int(s["num_tokens"]), int(s["num_docs"]) + 1, "document")
+
+    def shard_paras(self, k: int) -> np.ndarray:
+        """(P_k,) int64 paragraph (line) starts of shard k, relative to the shard."""
+        s = self.meta["shards"][k]
+        return _offsets_file(Path(f"{self.path / s['name']}.paras"), int(s["num_tokens"]), s.get("num_paragraphs"), "paragraph")
+
+    def shard_word_starts(self, k: int, positions: np.ndarray) -> np.ndarray:
+        """(n,) bool: whether a word starts at each of ``positions`` (relative to shard k)."""
+        ids, starts = self._shards.arrays(k)
+        return starts[positions] if starts is not None else self._shards.table[ids[positions]]
+
+    @property
+    def doc_bounds(self) -> np.ndarray:
+        """(D, 2) global [start, end) of every document (read from every shard on first use)."""
+        if self._doc_bounds is None:
+            parts = [np.stack([d[:-1], d[1:]], axis=1) + base
+                     for base, d in ((self._offsets[k], self.shard_docs(k)) for k in range(self.num_shards))]  # fmt: skip
+            self._doc_bounds = np.concatenate(parts) if parts else np.zeros((0, 2), np.int64)
+        return self._doc_bounds
+
+    @property
+    def para_starts(self) -> np.ndarray:
+        """(P,) global start of every paragraph (line), sorted (read from every shard on first use)."""
+        if self._para_starts is None:
+            parts = [self.shard_paras(k) + self._offsets[k] for k in range(self.num_shards)]
+            self._para_starts = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        return self._para_starts
+
+    @property
+    def candidate_spans(self) -> dict[str, np.ndarray]:
+        """kind -> (C, 2) global inclusive candidate spans sorted by start (read on first use)."""
+        if self._candidate_spans is None:
+            spans: dict[str, list[np.ndarray]] = {k: [] for k in self.meta.get("candidates", [])}
+            for k, s in enumerate(self.meta["shards"]):
+                for kind in spans:
+                    c = _read_array(Path(f"{self.path / s['name']}.{kind}"), np.int32).reshape(-1, 2).astype(np.int64)
+                    c += self._offsets[k]
+                    spans[kind].append(c[np.argsort(c[:, 0], kind="stable")])
+            self._candidate_spans = {
+                k: np.concatenate(v) if v else np.zeros((0, 2), np.int64) for k, v in spans.items()
+            }
+        return self._candidate_spans
+
+    @candidate_spans.setter
+    def candidate_spans(self, value: dict[str, np.ndarray]) -> None:
+        self._candidate_spans = value
 
     def __getstate__(self) -> dict[str, Any]:
         # Pickle the path, not the memory maps (which numpy would copy into the pickle): DataLoader
@@ -130,18 +191,18 @@ class TokenCorpus:
     def tokens(self, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
         """(ids (n,), word_starts bool (n,)) of global positions [start, end) inside one shard.
 
-        Read-only views, no copy: ids keep the corpus' dtype (``meta["id_dtype"]``, uint16 for
-        vocabularies up to 65,536), so cast before arithmetic that could overflow it.
+        Read-only views, no copy (the word starts of a shard that stores none are ``table[ids]``, a new
+        array): ids keep the corpus' dtype (``meta["id_dtype"]``, uint16 for vocabularies up to 65,536),
+        so cast before arithmetic that could overflow it.
         """
         k = bisect.bisect_right(self._offsets, start) - 1
-        if not 0 <= k < len(self._id_views) or end < start:
+        if not 0 <= k < self.num_shards or end < start:
             raise IndexError(f"token range [{start}, {end}) is outside the corpus of {self.num_tokens} tokens")
         if end > self._offsets[k + 1]:
             raise IndexError(f"token range [{start}, {end}) crosses a shard boundary")
         if not self._ids_checked[k]:
             self._ids_checked[k] = self._check_ids(k, read=True)
-        a, b = start - self._offsets[k], end - self._offsets[k]
-        return self._id_views[k][a:b], self._start_views[k][a:b]
+        return self._shards.tokens(k, start - self._offsets[k], end - self._offsets[k])
 
     def _check_ids(self, k: int, read: bool = False) -> bool:
         """Whether shard ``k``'s ids are known to lie below the vocabulary (issue 58.6: an id past it was an
@@ -154,7 +215,7 @@ class TokenCorpus:
         if top is None:
             if not read:
                 return False
-            ids = self._id_views[k]
+            ids = self._shards.arrays(k)[0]
             top = int(ids.max()) if len(ids) else -1
         if isinstance(top, int) and top < self.vocab_size:
             return True
@@ -188,7 +249,7 @@ class TokenCorpus:
 
     def __repr__(self) -> str:
         return (
-            f"TokenCorpus({str(self.path)!r}, tokens={self.num_tokens}, docs={self.num_docs}, shards={len(self._ids)})"
+            f"TokenCorpus({str(self.path)!r}, tokens={self.num_tokens}, docs={self.num_docs}, shards={self.num_shards})"
         )
 
 
@@ -287,6 +348,39 @@ def _offsets_file(path: Path, n_tokens: int, count: int | None, what: str) -> np
     if what == "document" and (len(a) == 0 or a[0] != 0 or a[-1] != n_tokens):
         raise DataError(path, f"found document offsets that do not cover the shard's {n_tokens} tokens: {damaged}")
     return a
+
+
+def _check_size(path: Path, size: int, what: str) -> None:
+    """The file exists and holds ``size`` bytes (``what``: the count it should hold, in words), without opening it."""
+    try:
+        found = path.stat().st_size
+    except OSError:
+        raise DataError(path, f"file missing, expected {what}: {_DAMAGED}") from None
+    if found != size:
+        raise DataError(path, f"{found} bytes; expected {size} ({what}): {_DAMAGED}")
+
+
+def _check_offsets_size(path: Path, count: int | None, what: str) -> None:
+    """An offsets file holds whole int64s, ``count`` of them when given (its content is checked when read)."""
+    try:
+        found = path.stat().st_size
+    except OSError:
+        raise DataError(path, f"cannot read: file missing; {_DAMAGED}") from None
+    if found % 8:
+        raise DataError(path, f"found {found} bytes, expected a multiple of 8: {_DAMAGED}")
+    if count is not None and found // 8 != count:
+        raise DataError(path, f"found {found // 8} {what} offsets, expected {count}: {_DAMAGED}")
+
+
+def _word_start_table(path: Path, vocab_size: int) -> np.ndarray:
+    """(V,) bool word-start flag of each token id (`WORD_STARTS`)."""
+    try:
+        table = np.load(path)
+    except (OSError, ValueError, EOFError) as e:
+        raise DataError(path, f"cannot read the word-start flags of the token ids ({e}): {_DAMAGED}") from None
+    if table.shape != (vocab_size,):
+        raise DataError(path, f"found shape {table.shape}, expected ({vocab_size},): {_DAMAGED}")
+    return table.astype(bool)
 
 
 def _memmap(path: Path, dtype, n: int) -> np.ndarray:

@@ -12,11 +12,13 @@ import dataclasses
 import hashlib
 import os
 import threading
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
-from spanbert.blocks import BLOCK_PACKINGS, nsp_pairs, sentence_blocks, single_segment_blocks
+from spanbert.block_index import ExampleIndex, IndexSpec, example_index
+from spanbert.blocks import BLOCK_PACKINGS
 from spanbert.corpus import TokenCorpus
 from spanbert.errors import SpanBertError
 from spanbert.masking import IGNORE_INDEX, SCHEMES, MaskingConfig, MaskResult, UnigramSampler, mask_block
@@ -72,6 +74,7 @@ class PretrainDataset:
         documents: tuple[int, int] | None = None,
         block_packing: Literal["sentences", "fixed"] = "sentences",
         static: bool = False,
+        index_cache: bool = True,
         **masking_overrides: Any,
     ):
         """``corpus``: a `preprocess` output (path or `TokenCorpus`). ``tokenizer``: defaults to the corpus's
@@ -88,14 +91,15 @@ class PretrainDataset:
         ``max_seq_length`` (Google BERT's static masking; epoch e reads duplicate e mod dupe_factor) and
         its stored blocks or NSP pairs; ``seed`` then plays no part (the masks were seeded at preprocess
         time). The stored settings must equal this dataset's (`static_settings`), else a
-        `SpanBertError` names both."""
+        `SpanBertError` names both. ``index_cache=False``: compute the blocks or pairs in memory instead of
+        reading (or writing) the corpus's cached index (`spanbert.block_index`)."""
         self.corpus = corpus if isinstance(corpus, TokenCorpus) else TokenCorpus(corpus)
         n_docs = self.corpus.num_docs
         lo, hi = documents if documents is not None else (0, n_docs)
         if not 0 <= lo <= hi <= n_docs:
             raise SpanBertError(f"documents=({lo}, {hi}) is outside the corpus's {n_docs} documents")
         self.documents = (int(lo), int(hi))
-        self.doc_bounds = self.corpus.doc_bounds[lo:hi]  # (D', 2) the documents this dataset draws from
+        self._index: ExampleIndex | None = None
         tok = tokenizer if tokenizer is not None else self.corpus.tokenizer
         if tok.vocab_size != self.corpus.vocab_size:
             raise SpanBertError(
@@ -155,26 +159,26 @@ class PretrainDataset:
             self.static = find_static_masks(self.corpus, settings, self.mask_id)
             examples = _load_examples(self.corpus.path, self.static)
             self.pairs, self.blocks = (examples, None) if nsp else (None, examples)
-        elif nsp:
-            rng = np.random.default_rng([seed, 0x5EED])
-            self.pairs = nsp_pairs(
-                self.doc_bounds,
-                self.corpus.para_starts,
-                self.corpus.tokens,
-                max_seq_length - 3,
-                rng,
-                short_seq_prob,
-                whole_words=block_packing == "sentences",
-            )  # (N, 5)
-            self.blocks = None
-        elif block_packing == "sentences":
-            self.blocks = sentence_blocks(
-                self.doc_bounds, self.corpus.para_starts, self.corpus.tokens, max_seq_length - 2
-            )  # (N, 2)
-            self.pairs = None
         else:
-            self.blocks = single_segment_blocks(self.doc_bounds, max_seq_length - 2)  # (N, 2)
-            self.pairs = None
+            # computed once per corpus and settings, cached in the corpus folder, memory-mapped here
+            # (`spanbert.block_index`; the same blocks and pairs as `blocks.sentence_blocks`,
+            # `single_segment_blocks` and `nsp_pairs`)
+            spec = IndexSpec("nsp" if nsp else "single", max_seq_length, block_packing, self.documents,
+                             seed=seed if nsp else 0, short_seq_prob=short_seq_prob if nsp else 0.0)  # fmt: skip
+            self._index = example_index(self.corpus, spec, cache=index_cache)
+            self.pairs, self.blocks = (self._index.rows, None) if nsp else (None, self._index.rows)  # (N, 5) | (N, 2)
+
+    @property
+    def doc_bounds(self) -> np.ndarray:
+        """(D', 2) global [start, end) of the documents this dataset draws from (read from the corpus)."""
+        lo, hi = self.documents
+        return self.corpus.doc_bounds[lo:hi]
+
+    @property
+    def plan_cache(self) -> Path | None:
+        """Where the trainer keeps this dataset's epoch orders (`batch_plan.epoch_order`): its index's folder,
+        beside the blocks they order (None: not indexed, computed in memory)."""
+        return self._index.path if self._index is not None else None
 
     def set_epoch(self, epoch: int) -> None:
         """Masks of the next epoch (dynamic masking, RoBERTa/SpanBERT §4.2 (a))."""
@@ -192,7 +196,20 @@ class PretrainDataset:
         state.pop("_epoch_view", None)  # rebuilt from the shared tensor after unpickling
         state.pop("_local", None)  # per-thread generators, rebuilt on demand
         state.pop("_static_cache", None)  # memory maps of the static masks, reopened on demand
+        index = state.get("_index")
+        if index is not None and index.path is not None:  # the index's files, not a copy of them
+            state["_index"] = index.path
+            state.pop("blocks" if self.blocks is not None else "pairs")
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if isinstance(state.get("_index"), Path):
+            self._index = ExampleIndex.open(state["_index"])
+            if self.nsp:
+                self.pairs = self._index.rows
+            else:
+                self.blocks = self._index.rows
 
     def example_rng(self, index: int, epoch: int | None = None) -> np.random.Generator:
         """The generator example ``index`` of ``epoch`` (default: the current one) is masked with.
@@ -217,8 +234,11 @@ class PretrainDataset:
         return len(self.pairs) if self.nsp else len(self.blocks)
 
     def lengths(self) -> np.ndarray:
-        """(N,) int64 tokens of each example, special tokens included (the same in every epoch: blocks
-        and pairs are fixed, only the masks change); the trainer's token-budget batching reads them."""
+        """(N,) tokens of each example, special tokens included (the same in every epoch: blocks and pairs
+        are fixed, only the masks change); the trainer's token-budget batching reads them. Integers: the
+        index's read-only memory map (uint16 up to 65,535 tokens), or int64 for stored static masks."""
+        if self._index is not None:
+            return self._index.lengths
         if self.nsp:
             p = self.pairs.astype(np.int64)
             return (p[:, 1] - p[:, 0]) + (p[:, 3] - p[:, 2]) + 3  # [CLS] A [SEP] B [SEP]

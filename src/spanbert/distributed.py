@@ -321,6 +321,49 @@ def on_main(fn: Callable[[], T]) -> T:
     return result
 
 
+POLL_SECONDS = (0.02, 1.0)
+"""`on_main_long`: the waiting ranks look at the store this often, from the first interval up to the second."""
+_long_calls: dict[str, int] = {}
+
+
+def on_main_long(fn: Callable[[], T], key: str) -> T:
+    """`on_main` for work that may outlast the process group's timeout (preparing a raw-text corpus, building
+    an example index): rank 0 runs ``fn`` and puts its result (or its error) in the rendezvous store; the
+    other ranks poll the store for it instead of waiting in a collective, which would fail after the
+    group's timeout (NCCL's default is 10 minutes, gloo's 30). ``key`` names the call; the n-th call with a
+    key on one rank pairs with the n-th on the others. The result must pickle. One process: ``fn()``.
+    """
+    if not _active():
+        return fn()
+    import pickle
+
+    count = _long_calls.get(key, 0)
+    _long_calls[key] = count + 1
+    name = f"spanbert/on_main_long/{key}/{count}"
+    store = _dist().distributed_c10d._get_default_store()
+    if is_main():
+        try:
+            result = fn()
+        except SpanBertError as e:
+            store.set(name, pickle.dumps(("error", str(e))))
+            raise
+        except BaseException as e:  # noqa: BLE001 - told to the other ranks, then re-raised here
+            store.set(name, pickle.dumps(("error", f"rank 0 failed: {type(e).__name__}: {e}")))
+            raise
+        store.set(name, pickle.dumps(("ok", result)))
+        return result
+    wait = POLL_SECONDS[0]
+    while not store.check([name]):
+        time.sleep(wait)
+        wait = min(POLL_SECONDS[1], wait * 1.5)
+    status, value = pickle.loads(store.get(name))
+    if status == "error":
+        err = SpanBertError(value)
+        err.reported_by_main = True  # rank 0 prints it; the CLI keeps the others quiet
+        raise err
+    return value
+
+
 def print0(*args: Any, **kwargs: Any) -> None:
     """`print` on rank 0 only (every message once, not once per process), on a line of its own while a
     progress bar shows (`spanbert.utils.write_line`)."""
@@ -352,6 +395,7 @@ __all__ = [
     "shutdown",
     "is_main",
     "on_main",
+    "on_main_long",
     "print0",
     "rank",
     "resolve_device",

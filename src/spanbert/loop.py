@@ -28,6 +28,7 @@ import torch.distributed as dist
 from torch import nn
 
 from spanbert.attention import release_buffers
+from spanbert.batch_plan import flat_micro_batches
 from spanbert.budget import (
     REPLAN_TOLERANCE,
     Pace,
@@ -192,7 +193,7 @@ def epoch_stream(run: Run, dataset: Any, plan: list[list[list[int]]], collate_fn
     ``previous`` epoch's loader workers are joined first."""
     loader = torch.utils.data.DataLoader(
         dataset,
-        batch_sampler=[mb for step_mbs in plan for mb in step_mbs],
+        batch_sampler=flat_micro_batches(plan),  # made one micro-batch at a time (batch_plan.EpochPlan)
         collate_fn=collate_fn,
         num_workers=run.args.dataloader_num_workers,
         pin_memory=run.device.type == "cuda",

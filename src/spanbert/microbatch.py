@@ -90,7 +90,7 @@ def largest_fitting(fits: Callable[[int], bool], limit: int, start: int = 1) -> 
 def probe_rows(lengths: np.ndarray | None, n_examples: int, n: int) -> list[int]:
     """``n`` example indices for a probe batch: the longest examples (``lengths`` known) or the first
     ones, repeated when the training set has fewer than ``n``."""
-    order = np.argsort(-np.asarray(lengths), kind="stable") if lengths is not None else np.arange(n_examples)
+    order = np.argsort(-np.asarray(lengths, dtype=np.int64), kind="stable") if lengths is not None else np.arange(n_examples)
     return [int(order[i % len(order)]) for i in range(n)]
 
 

@@ -19,8 +19,10 @@ import multiprocessing as mp
 import os
 import pkgutil
 import re
+import shutil
 import struct
 import sys
+import threading
 import time
 import warnings
 import zlib
@@ -33,9 +35,11 @@ from typing import Any
 import numpy as np
 
 from spanbert import folders, vocab_match
-from spanbert.blocks import BLOCK_PACKINGS, held_out_documents
+from spanbert.block_index import held_out_split
+from spanbert.blocks import BLOCK_PACKINGS
 from spanbert.config import ArgumentParser, add_dataclass_arguments, dataclass_from_args, field_docs
-from spanbert.corpus import CANDIDATE_KINDS, FORMAT, STATIC_FORMAT, TokenCorpus
+from spanbert.corpus_parts import build_parts, default_parts_dir, merge
+from spanbert.corpus import CANDIDATE_KINDS, FORMAT, STATIC_FORMAT, WORD_STARTS, TokenCorpus
 from spanbert.dataset import PretrainDataset
 from spanbert.distributed import eprint0, print0
 from spanbert.errors import DataError, SpanBertError
@@ -211,9 +215,23 @@ def _init_worker(tokenizer_dir: str, candidate_kinds: tuple[str, ...], spacy_mod
         # N worker processes on N cores: HF tokenizers' own thread pool would oversubscribe them.
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
         close_inherited_sockets()  # forked from a torchrun rank: its gloo connections are not ours
+        _leave_with_parent()
     _WORKER["tok"] = load_tokenizer(tokenizer_dir)
     _WORKER["kinds"] = candidate_kinds
     _WORKER["nlp"] = load_spacy(spacy_model) if candidate_kinds else None
+
+
+def _leave_with_parent() -> None:
+    """End this worker when the process that started it is gone (killed with -9, it cannot stop its pool):
+    an orphaned worker would go on tokenizing and print a BrokenPipeError traceback when it hands in its chunk."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="leave-with-parent", daemon=True).start()
 
 
 @dataclass
@@ -301,6 +319,14 @@ def _find_candidates(nlp, kinds, paras, encs, para_lens, starts) -> dict[str, np
     return {k: np.asarray(v, dtype=np.int32).reshape(-1, 2) for k, v in out.items()}
 
 
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask; the machine's count where that is unknown)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
 # =============================================================================================
 # Writing shards
 
@@ -308,11 +334,15 @@ def _find_candidates(nlp, kinds, paras, encs, para_lens, starts) -> dict[str, np
 class _ShardWriter:
     """Appends chunk results to flat binary files; memory holds only offsets, never tokens."""
 
-    def __init__(self, root: Path, index: int, id_dtype: np.dtype, kinds: tuple[str, ...]):
+    def __init__(self, root: Path, index: int, id_dtype: np.dtype, kinds: tuple[str, ...], table: np.ndarray | None = None):
         self.name = f"shard-{index:05d}"
         self.root = root
         self.id_dtype = id_dtype
         self.kinds = kinds
+        # (V,) bool word-start flag of each id: while the shard's word starts are exactly table[ids], its
+        # .starts file is dropped at the end (`corpus.WORD_STARTS`); None: always kept
+        self.table = table
+        self.from_ids = table is not None
         self.f_ids = open(root / f"{self.name}.ids", "wb")
         self.f_starts = open(root / f"{self.name}.starts", "wb")
         self.f_cand = {k: open(root / f"{self.name}.{k}", "wb") for k in kinds}
@@ -329,6 +359,8 @@ class _ShardWriter:
         if len(r.ids):
             self.max_id = max(self.max_id, int(r.ids.max()))
         self.f_starts.write(r.starts.astype(np.uint8).tobytes())
+        if self.from_ids and not np.array_equal(self.table[r.ids], r.starts):
+            self.from_ids = False  # a line's first token that the table calls a continuation (byte-level BPE)
         ends = self.n_tokens + np.cumsum(r.doc_lens)  # (D,) where each document of the chunk ends
         new = r.doc_lens > 0  # a document with no tokens (nothing left after normalisation) is dropped
         if r.continues and self.open_tokens > 0:  # the first document goes on with the last one written
@@ -352,7 +384,7 @@ class _ShardWriter:
         np.concatenate(self.doc_offsets).tofile(self.root / f"{self.name}.docs")
         paras = np.concatenate(self.para_offsets) if self.para_offsets else np.zeros(0, np.int64)
         paras.astype(np.int64).tofile(self.root / f"{self.name}.paras")
-        return {
+        entry = {
             "name": self.name,
             "num_tokens": self.n_tokens,
             "num_docs": self.n_docs,
@@ -360,6 +392,10 @@ class _ShardWriter:
             "max_id": self.max_id,
             "num_candidates": self.n_cand,
         }
+        if self.from_ids:  # derivable: 1 of the 3 bytes a token takes on disk saved, one memory map fewer
+            (self.root / f"{self.name}.starts").unlink()
+            entry["word_starts"] = "from_ids"
+        return entry
 
 
 @dataclass
@@ -369,7 +405,7 @@ class PreprocessConfig:
     one_doc_per_line: bool = False
     """Plain text has one document per line (default: a blank line separates documents, a line is a paragraph)."""
     num_workers: int = 0
-    """Tokenizer processes; 0 = one per CPU core (at most 8)."""
+    """Tokenizer processes; 0 = one per CPU core this process may use."""
     shard_tokens: int = 100_000_000
     """Start a new shard after this many tokens (at a document boundary)."""
     chunk_chars: int = 1_000_000
@@ -396,6 +432,7 @@ def preprocess(
     spacy_model: str = "en_core_web_sm",
     progress: bool = True,
     static: StaticMaskingConfig | None = None,
+    part: dict[str, Any] | None = None,
 ) -> Path:
     """Tokenize ``corpus`` (files or directories) into memory-mapped shards in ``output_dir``.
 
@@ -441,13 +478,14 @@ def preprocess(
         if warning:
             eprint0(warning)
     if num_workers <= 0:
-        num_workers = min(os.cpu_count() or 1, 8)
+        num_workers = usable_cores()  # the main process feeds ~20 workers: no fixed cap below that
     id_dtype = np.dtype(np.uint16 if tok.vocab_size <= 65536 else np.int32)
     with atomic_dir(output_dir) as tmp:
         tok.save(tmp / "tokenizer")
         counts = np.zeros(tok.vocab_size, dtype=np.int64)
         shards: list[dict[str, Any]] = []
-        writer = _ShardWriter(tmp, 0, id_dtype, kinds)
+        table = tok.word_starts_of(np.arange(tok.vocab_size))  # (V,) bool
+        writer = _ShardWriter(tmp, 0, id_dtype, kinds, table)
         docs = iter_documents(files, one_doc_per_line, max_line_bytes=max_line_bytes, part_chars=chunk_chars)
         chunk_iter = _chunks(docs, chunk_chars)
         bar = _progress_bar(progress, files)
@@ -457,7 +495,7 @@ def preprocess(
             for result in _map_chunks(chunk_iter, str(tmp / "tokenizer"), kinds, spacy_model, num_workers):
                 if writer.n_tokens >= shard_tokens and not result.continues:  # documents never cross shards
                     shards.append(writer.close())
-                    writer = _ShardWriter(tmp, len(shards), id_dtype, kinds)
+                    writer = _ShardWriter(tmp, len(shards), id_dtype, kinds, table)
                 writer.add(result)
                 counts += np.bincount(result.ids, minlength=tok.vocab_size)
                 chars += result.chars
@@ -474,6 +512,8 @@ def preprocess(
                 ", ".join(map(str, files)), "empty corpus: no text to tokenize; expected at least one non-blank line"
             )
         np.save(tmp / "unigram.npy", counts)
+        if any(s.get("word_starts") == "from_ids" for s in shards):
+            np.save(tmp / WORD_STARTS, table.astype(np.uint8))
         meta = {
             "format": FORMAT,
             "num_tokens": n_tokens,
@@ -488,6 +528,8 @@ def preprocess(
             "seconds": round(time.perf_counter() - t0, 3),
             "shards": shards,
         }
+        if part is not None:
+            meta["part"] = part  # what this part of a corpus was made from (`spanbert.corpus_parts`)
         with atomic_write(tmp / "meta.json") as f:
             json.dump(meta, f, indent=2)
         if static is not None and static.dupe_factor > 0:
@@ -505,7 +547,7 @@ def _write_static_sets(corpus: TokenCorpus, static: StaticMaskingConfig, progres
     min_docs = 2 if nsp else 1  # as spanbert pretrain's split (NSP's random next needs another document)
     split = corpus.num_docs
     if static.eval_fraction > 0:
-        split = held_out_documents(corpus.doc_bounds, static.eval_fraction, min_docs, min_docs)
+        split = held_out_split(corpus, static.eval_fraction, min_docs, min_docs)
     if nsp and split < 2:
         raise SpanBertError("--dupe_factor with --mode nsp: found fewer than 2 training documents, expected 2 or more")
     return [
@@ -727,9 +769,9 @@ def main(argv: list[str], prog: str = "spanbert preprocess") -> int:
         "Plain text: a blank line separates documents, a line is a paragraph; .jsonl: a 'text' field per line; "
         "files may be .gz.",
     )
-    p.add_argument("--corpus", nargs="+", required=True, metavar="PATH", help="text / .jsonl files or directories")
+    p.add_argument("--corpus", nargs="+", metavar="PATH", help="text / .jsonl files or directories (required unless --merge)")
     p.add_argument(
-        "--tokenizer", required=True, metavar="DIR", help="tokenizer directory (tokenizer.json or vocab.txt)"
+        "--tokenizer", metavar="DIR", help="tokenizer directory (tokenizer.json or vocab.txt; required unless --merge)"
     )
     p.add_argument("--output_dir", "--output-dir", dest="output_dir", required=True, metavar="DIR")
     d = PreprocessConfig()
@@ -746,7 +788,7 @@ def main(argv: list[str], prog: str = "spanbert preprocess") -> int:
         dest="num_workers",
         type=int,
         default=d.num_workers,
-        help="tokenizer processes (default: 0 = one per CPU core, at most 8)",
+        help="tokenizer processes (default: 0 = one per CPU core this process may use)",
     )
     p.add_argument(
         "--shard_tokens",
@@ -780,9 +822,17 @@ def main(argv: list[str], prog: str = "spanbert preprocess") -> int:
         f"(default: {d.max_line_bytes:,})",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_parts_arguments(p)
     _add_static_arguments(p)
     args = p.parse_args(argv)
+    if args.merge:
+        return _merge_command(args, prog)
+    for name in ("corpus", "tokenizer"):
+        if not getattr(args, name):
+            raise SpanBertError(f"--{name}: found none, expected one (or --merge CORPUS ... to join preprocessed corpora)")
     static = _static_from_args(args)
+    if args.parts or args.part:
+        return _parts_command(args, prog, static)
     # before any work: a corpus folder of this command's (its manifest; it is replaced whole) or a new one,
     # apart from the text and the tokenizer it reads; then held while it is written
     check_output(args.output_dir, folder=True, owner="corpus", whole=True, inputs=input_paths(args, ("corpus", "tokenizer")))
@@ -807,6 +857,81 @@ def main(argv: list[str], prog: str = "spanbert preprocess") -> int:
             f"static masks: {e['dupe_factor']} duplicate(s) of {e['num_examples']:,} {e['settings']['mode']} examples "
             f"of <= {e['settings']['max_seq_length']} tokens in {out / e['dir']}"
         )
+    return 0
+
+
+def _add_parts_arguments(p: argparse.ArgumentParser) -> None:
+    """Preprocessing in parts (`spanbert.corpus_parts`)."""
+    g = p.add_argument_group(
+        "parts (spread preprocessing over processes or machines that share the output's folder)"
+    )
+    g.add_argument("--parts", type=int, default=0, metavar="N",
+                   help="cut the input files into N parts of whole files, each an independent corpus folder in "
+                   "--parts_dir; parts already complete are kept (a killed run resumes part by part); without "
+                   "--part: build the missing parts, then merge them into --output_dir (default: 0, one folder)")
+    g.add_argument("--part", type=int, default=0, metavar="K",
+                   help="build only part K (1..N) of --parts N, e.g. one per machine; then run without --part to merge")
+    g.add_argument("--parts_dir", "--parts-dir", dest="parts_dir", metavar="DIR",
+                   help="where the parts go (default: OUTPUT_DIR.parts beside --output_dir)")
+    g.add_argument("--merge", nargs="+", metavar="CORPUS",
+                   help="join these preprocessed corpora (made with the same tokenizer: parts, or an old corpus and "
+                   "a new one) into --output_dir, unigram counts summed; no tokenizing")  # fmt: skip
+
+
+def _parts_command(args: argparse.Namespace, prog: str, static: StaticMaskingConfig | None) -> int:
+    """``--parts N [--part K]``: build the missing parts (or part K), then merge them when all are there."""
+    if args.part and not args.parts:
+        raise SpanBertError(f"--part {args.part}: found no --parts, expected --parts N with it")
+    if static is not None:
+        raise SpanBertError("--dupe_factor: found it with --parts, expected one or the other (static masks depend "
+                            "on the whole corpus's held-out split: make them on a corpus preprocessed in one piece)")  # fmt: skip
+    files = corpus_files(args.corpus)
+    parts_dir = Path(args.parts_dir) if args.parts_dir else default_parts_dir(Path(args.output_dir))
+    inputs = input_paths(args, ("corpus", "tokenizer"))
+    options = {"one_doc_per_line": args.one_doc_per_line, "shard_tokens": args.shard_tokens,
+               "max_line_bytes": args.max_line_bytes, "candidates": args.candidates, "spacy_model": args.spacy_model}  # fmt: skip
+
+    def build(part_files: list[Path], folder: Path, spec: dict[str, Any]) -> None:
+        check_output(folder, folder=True, owner="corpus", whole=True, inputs=inputs)
+        with folders.Claim(folder, "corpus", f"{prog} --part {spec['index']}"):
+            for debris in folder.parent.glob(f".{folder.name}.tmp-*"):  # a killed build's (the claim is ours now)
+                shutil.rmtree(debris, ignore_errors=True)
+            preprocess(part_files, args.tokenizer, folder, one_doc_per_line=args.one_doc_per_line,
+                       num_workers=args.num_workers, shard_tokens=args.shard_tokens, max_line_bytes=args.max_line_bytes,
+                       candidates=args.candidates, spacy_model=args.spacy_model, progress=not args.quiet, part=spec)  # fmt: skip
+
+    tok = vocab_match.tokenizer_fingerprint(load_tokenizer(args.tokenizer))
+    folders_, busy = build_parts(build, files, args.parts, parts_dir, tok, options, only=args.part or None, say=print0)
+    if args.part:
+        print0(f"part {args.part} of {args.parts} is in {folders_[args.part - 1]}; when every part is done, "
+               f"{prog} --corpus ... --tokenizer ... --output_dir {args.output_dir} --parts {args.parts} merges them")  # fmt: skip
+        return 0
+    if busy:
+        print0(f"parts {', '.join(map(str, busy))} of {args.parts} are being built by other processes: run this "
+               "command again when they are done to merge the parts")  # fmt: skip
+        return 0
+    check_output(args.output_dir, folder=True, owner="corpus", whole=True, inputs=[*inputs, ("--parts_dir", parts_dir)])
+    with folders.Claim(args.output_dir, "corpus", prog):
+        out = merge(folders_, args.output_dir)
+    c = TokenCorpus(out)
+    print0(f"wrote {c.num_tokens:,} tokens in {c.num_docs:,} documents, {c.num_shards} shard(s) to {out}, merged from "
+           f"{args.parts} part(s) (hard links to the files in {parts_dir}, which may be deleted now)")  # fmt: skip
+    return 0
+
+
+def _merge_command(args: argparse.Namespace, prog: str) -> int:
+    """``--merge CORPUS ...``: join preprocessed corpora into --output_dir."""
+    named = [n for n in ("corpus", "tokenizer") if getattr(args, n)] + (["parts"] if args.parts or args.part else [])
+    if named:
+        raise SpanBertError(f"--{named[0]}: found it with --merge, expected --merge CORPUS ... --output_dir DIR alone "
+                            "(the corpora are tokenized already)")  # fmt: skip
+    inputs = [("--merge", m) for m in args.merge]
+    check_output(args.output_dir, folder=True, owner="corpus", whole=True, inputs=inputs)
+    with folders.Claim(args.output_dir, "corpus", prog):
+        out = merge(args.merge, args.output_dir)
+    c = TokenCorpus(out)
+    print0(f"wrote {c.num_tokens:,} tokens in {c.num_docs:,} documents, {c.num_shards} shard(s) to {out}, merged from "
+           f"{len(args.merge)} corpora (hard links where they share a file system)")  # fmt: skip
     return 0
 
 

@@ -32,7 +32,8 @@ import torch
 from torch import nn
 
 from spanbert import _aliases, cloze, cost, distributed, preprocess, threads, tokenization, trained_inputs, vocab_match
-from spanbert.blocks import held_out_documents
+from spanbert.batch_plan import token_batch_count
+from spanbert.block_index import held_out_split
 from spanbert.budget import TimeBudget, format_duration, parse_duration
 from spanbert.collate import collate_pretrain
 from spanbert.config import (
@@ -82,7 +83,7 @@ from spanbert.runs import check_output_dir, claim_run_dir, find_resume_checkpoin
 from spanbert.samplers import SAMPLERS, Cut, HeldOut, Sampler
 from spanbert.static_masks import static_mask_sets
 from spanbert.tokenization import load_tokenizer
-from spanbert.trainer import predict_batches, recorded_threads, token_batches, train
+from spanbert.trainer import predict_batches, recorded_threads, train
 from spanbert.training_args import TrainingArguments
 from spanbert.utils import atomic_dir, atomic_write, input_paths
 
@@ -566,7 +567,7 @@ def build_datasets(
     split = n_docs
     if cfg.max_eval_blocks:
         min_docs = run.sampler.min_docs  # NSP's random next segment comes from another document
-        split = held_out_documents(corpus.doc_bounds, cfg.eval_fraction, min_docs, min_docs)
+        split = held_out_split(corpus, cfg.eval_fraction, min_docs, min_docs)  # = held_out_documents, from the last shards
     train_set = run.sampler.build(corpus, tok, (0, split), dataclasses.replace(cut, static=uses_static_masks(cfg, corpus)))
     eval_set = None
     if split < n_docs:
@@ -697,7 +698,10 @@ def pretrain(
             if warning:
                 eprint0(warning)
 
-        corpus_dir, tok_dir = distributed.on_main(lambda: prepare_data(cfg, args, sources, run, planned))
+        # rank 0 prepares, the others poll the store: preparing a large raw-text corpus may outlast the
+        # process group's timeout, which a wait in a collective would not (distributed.on_main_long)
+        prepare = lambda: prepare_data(cfg, args, sources, run, planned)  # noqa: E731
+        corpus_dir, tok_dir = distributed.on_main_long(prepare, key="prepare_data")
         tok = family.frame(load_tokenizer(tok_dir))  # from disk on every rank: the file that is exported
 
         with seeded_build(args.seed, distributed.rank()):  # the same weights on every rank, then a dropout stream per rank
@@ -725,7 +729,7 @@ def pretrain(
             run_config["StaticMasks"] = {"dupe_factor": static["dupe_factor"], "seed": static["seed"]}
         if args.max_steps <= 0 and budget is None:  # the length of an epoch is known only now
             if args.max_tokens_per_batch:  # an epoch is the same number of token batches every epoch
-                units = len(token_batches(train_set.lengths(), args.max_tokens_per_batch, args.seed, 0))
+                units = token_batch_count(train_set.lengths(), args.max_tokens_per_batch)
                 G = args.gradient_accumulation_steps * distributed.world_size()
             else:
                 G = planned_batch_size(args.per_device_train_batch_size) * args.gradient_accumulation_steps * distributed.world_size()

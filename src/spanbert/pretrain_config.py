@@ -195,7 +195,7 @@ class PretrainConfig:
     pad_to: int | None = None
     """Pad every batch to this length (fixed shapes); None = the longest sequence in the batch."""
     num_proc: int = 2
-    """Worker processes for on-the-fly preprocessing (0 = one per CPU core, at most 8)."""
+    """Worker processes for on-the-fly preprocessing (0 = one per CPU core this process may use)."""
     output_name: str = "final"
     """Subfolder of output_dir that receives the exported HF-format model."""
     max_time: str | None = None

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from spanbert.blocks import sentence_blocks, single_segment_blocks
+from spanbert.block_index import IndexSpec, example_index
 from spanbert.collate import cloze_collate, collate_pretrain
 from spanbert.corpus import TokenCorpus
 from spanbert.dataset import PretrainDataset
@@ -67,6 +67,10 @@ class CausalLMBlocks(torch.utils.data.Dataset):
     def lengths(self):
         return self.dataset.lengths()  # the same blocks: [CLS] block [SEP]
 
+    @property
+    def plan_cache(self):
+        return self.dataset.plan_cache  # the same blocks: the same epoch orders
+
     def set_epoch(self, epoch: int) -> None:
         self.dataset.set_epoch(epoch)  # nothing is random here; kept for the trainer's contract
 
@@ -96,20 +100,20 @@ class ClozeBlocks(torch.utils.data.Dataset):
 
     def __init__(self, corpus: Any, documents: tuple[int, int], max_seq_length: int, bos_id: int, eos_id: int,
                  packing: str = "sentences", limit: int | None = None):  # fmt: skip
-        bounds = corpus.doc_bounds[documents[0] : documents[1]]
-        if packing == "sentences":
-            blocks = sentence_blocks(bounds, corpus.para_starts, corpus.tokens, max_seq_length - 2)
-        else:
-            blocks = single_segment_blocks(bounds, max_seq_length - 2)
-        self.corpus, self.blocks = corpus, blocks[:limit] if limit is not None else blocks  # (N, 2)
+        # the blocks of `blocks.sentence_blocks` / `single_segment_blocks`, cached in the corpus folder
+        spec = IndexSpec("single", max_seq_length, packing, (int(documents[0]), int(documents[1])))
+        index = example_index(corpus, spec)
+        self.corpus, self.blocks = corpus, index.rows[:limit]  # (N, 2) (limit None: all)
+        self._lengths = index.lengths[:limit]
+        self.plan_cache = index.path if limit is None else None  # the trainer's epoch orders go beside it
         self.bos_id, self.eos_id = bos_id, eos_id
 
     def __len__(self) -> int:
         return len(self.blocks)
 
     def lengths(self) -> np.ndarray:
-        """(N,) tokens of each item, markers included (the trainer's token-budget batching)."""
-        return (self.blocks[:, 1] - self.blocks[:, 0] + 2).astype(np.int64)
+        """(N,) tokens of each item, markers included (the trainer's token-budget batching): the index's."""
+        return self._lengths
 
     def set_epoch(self, epoch: int) -> None:
         pass  # every epoch reads the same items

@@ -33,6 +33,15 @@ import torch.distributed as dist
 from torch import nn
 
 from spanbert import cost, threads, trained_inputs
+from spanbert.batch_plan import (
+    PadBatch,
+    permutation,
+    sequence_plan,
+    sorted_positions,
+    token_batch_count,
+    token_batch_cuts,
+    token_plan,
+)
 from spanbert.budget import MIN_MEASURED, Pace, TimeBudget, first_plan_step, plans_from, replan_every
 from spanbert.compile import CompileReport, compile_regions, graphs_compiled, wants_compile
 from spanbert.cost import finetune_warning
@@ -105,12 +114,6 @@ def epoch_permutation(n: int, seed: int, epoch: int) -> np.ndarray:
     return np.random.default_rng([seed, epoch]).permutation(n)
 
 
-class PadBatch(list):
-    """A micro-batch that only keeps a rank in step with the others: in an epoch's short last step a
-    rank whose share is empty runs one example forward and backward with weight 0 (DDP needs a backward
-    on every rank for every micro-batch), and adds nothing to the gradient, the counts or the logs."""
-
-
 def eval_schedule(eval_steps: int, evals_per_epoch: int, epoch_steps: int) -> Callable[[int], bool]:
     """Whether the evaluation runs after step ``step`` (1-based): every ``eval_steps`` steps, or else
     ``evals_per_epoch`` times an epoch at the evenly spaced steps ceil(k * epoch_steps / N), k = 1..N, the
@@ -124,14 +127,6 @@ def eval_schedule(eval_steps: int, evals_per_epoch: int, epoch_steps: int) -> Ca
     return lambda step: (step % epoch_steps or epoch_steps) in points
 
 
-def _short_step(parts: list[list[int]], first: int, present: int, world: int) -> list[list[int]]:
-    """A rank's micro-batches of one step, ``parts[m]`` empty where its share has run out: as many as
-    rank 0 has (``present`` = micro-batches of the step over all ranks), empty ones padded with example
-    ``first`` (`PadBatch`), so one process and N processes train on the same examples, each once."""
-    k = -(-present // world)  # rank 0's count, the most any rank has
-    return [mb if mb else PadBatch([first]) for mb in parts[:k]]
-
-
 def micro_batches(
     n: int, seed: int, epoch: int, batch: int, accum: int, rank: int, world: int, start_step: int
 ) -> list[list[list[int]]]:
@@ -143,14 +138,7 @@ def micro_batches(
     without one in a micro-batch slot running a `PadBatch` of weight 0. So every example is trained on
     once per epoch whatever the number of processes.
     """
-    G = batch * world * accum
-    perm = epoch_permutation(n, seed, epoch)
-    steps = []
-    for s in range(start_step, steps_per_epoch(n, G)):
-        chunk = perm[s * G : (s + 1) * G]
-        parts = [chunk[(m * world + rank) * batch :][:batch].tolist() for m in range(accum)]
-        steps.append(_short_step(parts, int(chunk[0]), -(-len(chunk) // batch), world))
-    return steps
+    return list(sequence_plan(n, seed, epoch, batch, accum, rank, world, start_step))
 
 
 def token_batches(lengths: np.ndarray, max_tokens: int, seed: int, epoch: int) -> list[list[int]]:
@@ -163,25 +151,11 @@ def token_batches(lengths: np.ndarray, max_tokens: int, seed: int, epoch: int) -
     same batches in every epoch). A pure function of (lengths, max_tokens, seed, epoch); every epoch has
     the same number of batches (the sorted lengths, and so the cuts, do not depend on the epoch).
     """
-    lengths = np.asarray(lengths, dtype=np.int64)
-    if len(lengths) and int(lengths.max()) > max_tokens:
-        i = int(lengths.argmax())
-        raise SpanBertError(
-            f"--max_tokens_per_batch: found {max_tokens}, expected at least the longest example ({lengths[i]} "
-            f"tokens, example {i})"
-        )
-    perm = epoch_permutation(len(lengths), seed, epoch)
-    order = perm[np.argsort(lengths[perm], kind="stable")]  # by length; equal lengths in a random order
-    sorted_len = lengths[order].tolist()
-    batches: list[list[int]] = []
-    lo = 0
-    for hi in range(1, len(order) + 1):
-        # ascending lengths: the longest of order[lo:hi+1] is its last; close the batch before it overflows
-        if hi == len(order) or (hi + 1 - lo) * sorted_len[hi] > max_tokens:
-            batches.append(order[lo:hi].tolist())
-            lo = hi
-    shuffle = np.random.default_rng([seed, epoch, 0xBA7C]).permutation(len(batches))
-    return [batches[j] for j in shuffle]
+    lengths = np.asarray(lengths)
+    cuts = token_batch_cuts(lengths, max_tokens)  # the greedy cuts of the sorted order, from the length histogram
+    order = sorted_positions(lengths, permutation(len(lengths), seed, epoch), np.arange(len(lengths)))
+    shuffle = np.random.default_rng([seed, epoch, 0xBA7C]).permutation(len(cuts) - 1)
+    return [order[cuts[j] : cuts[j + 1]].tolist() for j in shuffle]
 
 
 def token_micro_batches(
@@ -191,13 +165,7 @@ def token_micro_batches(
     `token_batches`, M = world * accum, micro-batch m of rank r being number s*M + m*world + r; so one
     process with accumulation M sees what M processes see together. The last step may be short, as in
     `micro_batches` (`PadBatch` where a rank has no micro-batch left)."""
-    batches = token_batches(lengths, max_tokens, seed, epoch)
-    M = world * accum
-    steps = []
-    for s in range(start_step, steps_per_epoch(len(batches), M)):
-        parts = [batches[j] if j < len(batches) else [] for j in (s * M + m * world + rank for m in range(accum))]
-        steps.append(_short_step(parts, batches[s * M][0], min(M, len(batches) - s * M), world))
-    return steps
+    return list(token_plan(lengths, max_tokens, seed, epoch, accum, rank, world, start_step))
 
 
 def _mean_tokens(dataset: Any) -> float | None:
@@ -310,7 +278,9 @@ def dataset_lengths(dataset: Any) -> np.ndarray:
             f"--max_tokens_per_batch: found a training set ({type(dataset).__name__}) without lengths(), "
             "expected one that tells each example's token count (or batch by sequences: --max_tokens_per_batch 0)"
         )
-    lengths = np.asarray(get() if callable(get) else get, dtype=np.int64)
+    lengths = np.asarray(get() if callable(get) else get)  # a memory-mapped index stays one (no int64 copy)
+    if lengths.dtype.kind not in "iu":
+        lengths = lengths.astype(np.int64)
     if lengths.shape != (len(dataset),):
         raise SpanBertError(
             f"{type(dataset).__name__}.lengths(): found shape {lengths.shape}, expected ({len(dataset)},)"
@@ -588,8 +558,8 @@ def _epoch_length(dataset: Any, args: TrainingArguments, world: int) -> tuple[np
         # >= 1: a short step takes what there is
         return None, None, steps_per_epoch(len(dataset), args.per_device_train_batch_size * world * accum)
     lengths = dataset_lengths(dataset)
-    # the batch count is the same in every epoch (token_batches), so epoch 0's tells the epoch length
-    n_batches = len(token_batches(lengths, budget, args.seed, 0))
+    # the batch count is the same in every epoch (token_batches): it follows from the lengths alone
+    n_batches = token_batch_count(lengths, budget)
     return lengths, n_batches, steps_per_epoch(n_batches, world * accum)
 
 
@@ -728,13 +698,16 @@ def _epoch_plan(
     dataset: Any, args: TrainingArguments, lengths: np.ndarray | None, epoch: int, start: int, rank: int, world: int
 ) -> list[list[list[int]]]:
     """This rank's micro-batches of ``epoch`` from its step ``start`` on, grouped by step (the dataset told
-    the epoch first, when it wants to know)."""
+    the epoch first, when it wants to know): an `EpochPlan`, whose steps are made into lists when asked for
+    (the lists of `token_micro_batches` / `micro_batches`)."""
     if hasattr(dataset, "set_epoch"):
         dataset.set_epoch(epoch)
     accum, budget = args.gradient_accumulation_steps, args.max_tokens_per_batch
+    cache = getattr(dataset, "plan_cache", None)  # a folder for the epoch's order, shared by the ranks
     if budget:
-        return token_micro_batches(lengths, budget, args.seed, epoch, accum, rank, world, start)
-    return micro_batches(len(dataset), args.seed, epoch, args.per_device_train_batch_size, accum, rank, world, start)
+        return token_plan(lengths, budget, args.seed, epoch, accum, rank, world, start, cache)
+    return sequence_plan(len(dataset), args.seed, epoch, args.per_device_train_batch_size, accum, rank, world, start,
+                         cache)  # fmt: skip
 
 
 def predict_batches(
