@@ -9,7 +9,6 @@ import pytest
 
 from spanbert.batch_plan import (
     EpochPlan,
-    epoch_permutation,
     PadBatch,
     flat_micro_batches,
     permutation,

@@ -157,7 +157,7 @@ def test_two_ranks_map_one_index_that_rank_0_built(corpus, tmp_path):
         procs.append(subprocess.Popen([sys.executable, str(script), str(corpus), str(tmp_path / "log")], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))  # fmt: skip
     outs = [p.communicate(timeout=240) for p in procs]
-    for p, (out, err) in zip(procs, outs):
+    for p, (_, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]
     results = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
     assert results[0] == results[1]

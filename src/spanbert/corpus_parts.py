@@ -18,7 +18,6 @@ depend on the whole corpus's held-out split, are not merged (a part with them is
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil

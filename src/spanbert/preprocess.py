@@ -38,8 +38,8 @@ from spanbert import folders, vocab_match
 from spanbert.block_index import held_out_split
 from spanbert.blocks import BLOCK_PACKINGS
 from spanbert.config import ArgumentParser, add_dataclass_arguments, dataclass_from_args, field_docs
-from spanbert.corpus_parts import build_parts, default_parts_dir, merge
 from spanbert.corpus import CANDIDATE_KINDS, FORMAT, STATIC_FORMAT, WORD_STARTS, TokenCorpus
+from spanbert.corpus_parts import build_parts, default_parts_dir, merge
 from spanbert.dataset import PretrainDataset
 from spanbert.distributed import eprint0, print0
 from spanbert.errors import DataError, SpanBertError
