@@ -6,7 +6,7 @@ torch's default threads beside them, as a user of transformers gets it.
     python bench/threads.py                      # tiny, small and base; about 7 minutes on 2 cores
     python bench/threads.py --sizes tiny --seconds 10
     python bench/threads.py --sizes base --rounds 3   # the median of 3 interleaved rounds
-    python bench/threads.py --smoke              # tiny, half-second windows (tests/test_bench.py)
+    python bench/threads.py --smoke              # tiny, half-second windows, idle machine only (tests/test_bench.py)
 
 Each setting runs in its own process, as a `spanbert` command does: the thread count is chosen at its
 start and (policy) re-chosen every second. A window runs steps for a fixed wall time and counts the
@@ -110,7 +110,7 @@ def main() -> None:
     p.add_argument("--sizes", default="tiny,small,base", help="comma-separated model presets")
     p.add_argument("--seconds", type=float, default=None, help="window per setting (default: by size)")
     p.add_argument("--rounds", type=int, default=1, help="measure every setting this many times, interleaved; report the median")
-    p.add_argument("--smoke", action="store_true", help="tiny, half-second windows: a check that it runs")
+    p.add_argument("--smoke", action="store_true", help="tiny, half-second windows, no neighbour's pass: a check that it runs")
     p.add_argument("--child", nargs=3, metavar=("SIZE", "SETTING", "SECONDS"), help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.child:
@@ -125,13 +125,17 @@ def main() -> None:
     for size in sizes:
         seconds = 0.5 if a.smoke else (a.seconds or WINDOW[size])
         idle = rounds(size, seconds, a.rounds)
-        busy_proc = neighbour(limit_s=a.rounds * len(SETTINGS) * (seconds + 60))
-        try:
-            busy = rounds(size, seconds, a.rounds)
-        finally:
-            busy_proc.kill()
-            busy_proc.wait()
+        busy = None  # the smoke run measures the idle machine only: the neighbour's pass is the same code, twice the time
+        if not a.smoke:
+            busy_proc = neighbour(limit_s=a.rounds * len(SETTINGS) * (seconds + 60))
+            try:
+                busy = rounds(size, seconds, a.rounds)
+            finally:
+                busy_proc.kill()
+                busy_proc.wait()
         for where, r in (("idle", idle), ("one busy neighbour", busy)):
+            if r is None:
+                continue
             print(f"{size:5s} {where:18s} " + "  ".join(
                 f"{s}: {r[s]['tok_s']:8.0f} tok/s (threads {','.join(map(str, r[s]['threads']))})" for s in SETTINGS))  # fmt: skip
         rows.append((size, idle, busy))
@@ -140,12 +144,15 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     for size, idle, busy in rows:
         for where, r in (("idle", idle), ("one busy neighbour", busy)):
+            if r is None:
+                continue
             tok = {s: r[s]["tok_s"] for s in SETTINGS}
             print(f"| {size} | {where} | {tok['default']:,.0f} | {tok['one thread']:,.0f} | {tok['policy']:,.0f} | "
                   f"{tok['transformers default']:,.0f} | {tok['policy'] / tok['one thread']:.2f} | "
                   f"{tok['policy'] / tok['default']:.2f} | {tok['policy'] / tok['transformers default']:.2f} |")  # fmt: skip
-    print("ratio policy / one thread beside a neighbour: " + ", ".join(
-        f"{size} {busy['policy']['tok_s'] / busy['one thread']['tok_s']:.2f}" for size, _, busy in rows))  # fmt: skip
+    if any(busy for _, _, busy in rows):
+        print("ratio policy / one thread beside a neighbour: " + ", ".join(
+            f"{size} {busy['policy']['tok_s'] / busy['one thread']['tok_s']:.2f}" for size, _, busy in rows if busy))  # fmt: skip
 
 
 if __name__ == "__main__":

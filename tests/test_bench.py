@@ -29,7 +29,7 @@ SMOKE = {
     "parse_speed.py": ("sentences/s", "ptb_sample", False),
     "blocks.py": ("| packing | blocks |", "", False),
     "tokens_per_update.py": ("| sentences |", "", False),
-    "threads.py": ("ratio policy / one thread beside a neighbour:", "", True),
+    "threads.py": ("| policy / one thread | policy / default | policy / transformers |", "", True),
     "tokenizer_train.py": ("vocabularies share", "", True),
     "kill_test.py": ("final parameters equal the uninterrupted run bit for bit: checkpoint yes, final/ yes", "", True),
     "long_line_memory.py": ('"worker_MB"', "", True),
