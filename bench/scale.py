@@ -2,7 +2,7 @@
 `spanbert pretrain` on synthetic corpora of given sizes in the exact `spanbert preprocess` format (issue 57).
 
     nice -n 19 python bench/scale.py --sizes 250M 1B 4B --work_dir /tmp/i57-scale   # fabricate, measure, print
-    python bench/scale.py --smoke      # one tiny size, first start and restart only (tests/test_bench.py)
+    python bench/scale.py --smoke      # one tiny size, 2 ranks, first start and restart only (tests/test_bench.py)
     python bench/scale.py --src /path/to/other/checkout/src ...   # the same measurement of other code
 
 The corpora: a real token stream (``../shared/data/pretrain-corpus``'s first Wikipedia and first
@@ -370,7 +370,8 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, seconds: a check that it runs and prints its figures (tests/test_bench.py)")
     args = ap.parse_args()
     if args.smoke:
-        args.sizes, args.shard_tokens, args.max_seq_length = ["60k"], "25k", 128  # no second start: 4 launches
+        # no second start, two ranks only (the path with a writer and a waiter): 2 launches
+        args.sizes, args.shard_tokens, args.max_seq_length, args.ranks = ["60k"], "25k", 128, [2]
         args.work_dir = Path(tempfile.mkdtemp(prefix="scale-smoke-"))
     sys.path.insert(0, str(args.src))
     work = args.work_dir.resolve()
