@@ -136,6 +136,8 @@ class TokenCorpus:
     def shard_word_starts(self, k: int, positions: np.ndarray) -> np.ndarray:
         """(n,) bool: whether a word starts at each of ``positions`` (relative to shard k)."""
         ids, starts = self._shards.arrays(k)
+        if starts is None and not self._ids_checked[k]:  # the table is indexed by ids: they must lie below it first
+            self._ids_checked[k] = self._check_ids(k, read=True)
         return starts[positions] if starts is not None else self._shards.table[ids[positions]]
 
     @property
