@@ -102,3 +102,10 @@ def test_study_estimates_its_fine_tuning(tmp_path):
     line, large = S.finetune_estimate(study, "cpu", threads=2)
     tokens = (sst / "train.tsv").stat().st_size // 4 * 3
     assert not large and cost.human_duration(6 * cost.encoder_params(768, 12, 3072) * tokens / 4e10) in line
+    # a span probe trains no encoder: one forward pass over its training text, whatever its epochs (the cpu
+    # preset's v3 once said 32 h for fine-tuning that took 2: every probe cell priced as 3 epochs of training)
+    probe = dataclasses.replace(study.tasks[0], task="probe", options={"num_train_epochs": 10})
+    study.tasks = [probe]
+    line, _ = S.finetune_estimate(study, "cpu", threads=2)
+    forward = cost.evaluation_flops(cost.encoder_params(768, 12, 3072), (sst / "train.tsv").stat().st_size // 4)
+    assert cost.human_duration(forward / 4e10) in line

@@ -476,7 +476,8 @@ def flop_seconds(study: Study, t: TaskSpec, device_type: str | None = None, thre
     """One fine-tuning cell of ``t`` from its FLOPs. Tokens: ``max_train_examples`` x ``max_seq_length``
     when the task's options bound the examples, else the training file's size / `CHARS_PER_TOKEN`; times
     its ``num_train_epochs`` (`ASSUMED_EPOCHS` when unnamed); through the encoder of the study's model size
-    (`cost.encoder_params`), on this machine (`cost.machine_flops`). Reads file sizes only."""
+    (`cost.encoder_params`), on this machine (`cost.machine_flops`). A span probe trains no encoder: one
+    forward pass over its training text (`cost.evaluation_flops`). Reads file sizes only."""
     device_type = device_type or ("cuda" if torch.cuda.is_available() else "cpu")
     threads = threads or torch.get_num_threads()
     size = MODEL_PRESETS.get(study.model, MODEL_PRESETS["base"])
@@ -488,6 +489,8 @@ def flop_seconds(study: Study, t: TaskSpec, device_type: str | None = None, thre
         path = Path(t.train)
         files = [f for f in path.rglob("*") if f.is_file()] if path.is_dir() else [path] if path.is_file() else []
         per_epoch = sum(f.stat().st_size for f in files) // CHARS_PER_TOKEN
+    if t.task == "probe":  # a frozen encoder: one forward pass over the training text (features computed once), not epochs of training
+        return cost.evaluation_flops(params, per_epoch) / cost.machine_flops(device_type, threads)
     return cost.training_flops(params, per_epoch * epochs) / cost.machine_flops(device_type, threads)
 
 
