@@ -42,7 +42,7 @@ import numpy as np
 
 from spanbert import distributed
 from spanbert.blocks import BLOCK_PACKINGS, nsp_pairs, pack_sentences, single_segment_blocks
-from spanbert.corpus import TokenCorpus
+from spanbert.corpus import TokenCorpus, _check_size
 from spanbert.errors import DataError, SpanBertError
 from spanbert.folders import make_folders
 from spanbert.utils import atomic_dir
@@ -111,13 +111,8 @@ class ExampleIndex:
         arrays = []
         for name, dtype, shape in (("rows.bin", np.int64, (n, columns)), ("lengths.bin", length_dtype, (n,))):
             f = path / name
-            size = int(np.prod(shape)) * np.dtype(dtype).itemsize
-            try:
-                found = f.stat().st_size
-            except OSError:
-                raise DataError(f, f"file missing; delete {path} to build the index again") from None
-            if found != size:
-                raise DataError(f, f"{found} bytes, expected {size}; delete {path} to build the index again")
+            _check_size(f, int(np.prod(shape)) * np.dtype(dtype).itemsize, f"{n:,} rows",
+                        f"delete {path} to build the index again")  # fmt: skip
             arrays.append(np.memmap(f, dtype=dtype, mode="r", shape=shape) if n else np.zeros(shape, dtype))
         return cls(arrays[0], arrays[1], path)
 

@@ -352,14 +352,15 @@ def _offsets_file(path: Path, n_tokens: int, count: int | None, what: str) -> np
     return a
 
 
-def _check_size(path: Path, size: int, what: str) -> None:
-    """The file exists and holds ``size`` bytes (``what``: the count it should hold, in words), without opening it."""
+def _check_size(path: Path, size: int, what: str, remedy: str = _DAMAGED) -> None:
+    """The file exists and holds ``size`` bytes (``what``: the count it should hold, in words), without opening it;
+    else a `DataError` ending in ``remedy`` (what to do about it)."""
     try:
         found = path.stat().st_size
     except OSError:
-        raise DataError(path, f"file missing, expected {what}: {_DAMAGED}") from None
+        raise DataError(path, f"file missing, expected {what}: {remedy}") from None
     if found != size:
-        raise DataError(path, f"{found} bytes; expected {size} ({what}): {_DAMAGED}")
+        raise DataError(path, f"{found} bytes, expected {size} ({what}): {remedy}")
 
 
 def _check_offsets_size(path: Path, count: int | None, what: str) -> None:
