@@ -489,7 +489,7 @@ def flop_seconds(study: Study, t: TaskSpec, device_type: str | None = None, thre
         path = Path(t.train)
         files = [f for f in path.rglob("*") if f.is_file()] if path.is_dir() else [path] if path.is_file() else []
         per_epoch = sum(f.stat().st_size for f in files) // CHARS_PER_TOKEN
-    if t.task == "probe":  # a frozen encoder: one forward pass over the training text (features computed once), not epochs of training
+    if TASKS[t.task].cache_option:  # a frozen encoder's cached features: one forward pass over the training text, not epochs of training
         return cost.evaluation_flops(params, per_epoch) / cost.machine_flops(device_type, threads)
     return cost.training_flops(params, per_epoch * epochs) / cost.machine_flops(device_type, threads)
 
