@@ -100,7 +100,7 @@ limit() {
 if want tests; then
     step "CUDA tests -> $out/tests.log"
     # without a GPU every test skips: the dry run checks that they collect and import
-    limit 150 tests "$PYTHON" -m pytest -m cuda tests/test_cuda.py -q -rs -p no:cacheprovider --junitxml="$out/tests.xml"
+    limit 150 tests "$PYTHON" -m pytest -o addopts="" -p no:xdist -m cuda tests/test_cuda.py -q -rs -p no:cacheprovider --junitxml="$out/tests.xml"
     tail -n 3 "$out/tests.log"
 fi
 

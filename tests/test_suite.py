@@ -49,7 +49,8 @@ def test_the_readme_quick_start_then_the_suite_leaves_the_checkout_green(tmp_pat
     assert (checkout / "runs" / "spanbert-quickstart" / "latest").exists()
     before = _files(checkout)
     suite = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_pretrain.py", "-k", DEFAULT_OUTPUT_TESTS],
+        [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "tests/test_pretrain.py", "-k",
+         DEFAULT_OUTPUT_TESTS],
         cwd=checkout, env=env, capture_output=True, text=True,
     )  # fmt: skip
     assert suite.returncode == 0, suite.stdout[-3000:] + suite.stderr[-2000:]

@@ -15,7 +15,7 @@ __version__ = "0.1.0"
 if sys.platform.startswith("linux"):
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
-__all__ = ["BertConfig", "Encoder", "__version__"]
+__all__ = ["BertConfig", "Encoder", "__version__", "pretrain"]
 
 
 def __getattr__(name: str):
@@ -28,4 +28,8 @@ def __getattr__(name: str):
         from spanbert.config import BertConfig
 
         return BertConfig
+    if name == "pretrain":  # the module, callable: spanbert.pretrain(corpus=..., system=...) (pretrain.py)
+        import importlib
+
+        return importlib.import_module("spanbert.pretrain")
     raise AttributeError(f"module 'spanbert' has no attribute {name!r}")

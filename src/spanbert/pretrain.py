@@ -21,7 +21,9 @@ import functools
 import json
 import math
 import os
+import sys
 import time
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,10 +43,12 @@ from spanbert.config import (
     MODEL_PRESETS,
     BertConfig,
     ClozeConfig,
+    _did_you_mean,
     check_unknown_overrides,
     check_yaml,
-    dataclass_from_args,
+    convert_value,
     parse_key_values,
+    replace_checked,
 )
 from spanbert.corpus import TokenCorpus, has_tokenizer, tokenizer_dir_of
 from spanbert.distributed import eprint0, print0, resolve_device
@@ -879,23 +883,111 @@ def build_cloze_datasets(cfg: Any, corpus_dir: str | Path, model_cfg: ClozeConfi
     return build_datasets(cfg, corpus_dir, _Ids(), 0)
 
 
-def quick_start_in_force(args: argparse.Namespace) -> bool:
-    """True until the command line, a key=value override or the YAML file names a corpus, a model
-    or --init_from (`LEAVES_QUICKSTART`); `spanbert pretrain --max_steps 100` is the quick start with
-    100 steps."""
+def quick_start_in_force(named: argparse.Namespace | dict[str, dict[str, Any]]) -> bool:
+    """True until the user names a corpus, a model or --init_from (`LEAVES_QUICKSTART`) as a flag, a
+    key=value override, a key of the YAML file or a Python keyword: `spanbert pretrain --max_steps 100` is
+    the quick start with 100 steps. ``named``: `named_values` (or the parsed command line, read by it)."""
+    if isinstance(named, argparse.Namespace):
+        named = named_values(named)
+    return not set(named["PretrainConfig"]) & set(LEAVES_QUICKSTART)
 
-    return not named_options(args, "PretrainConfig", LEAVES_QUICKSTART)
+
+def named_options(named: dict[str, dict[str, Any]], section: str, keys: tuple[str, ...]) -> set[str]:
+    """Which of ``keys`` the user named in ``section`` (`named_values`)."""
+    return set(named[section]) & set(keys)
 
 
-def named_options(args: argparse.Namespace, section: str, keys: tuple[str, ...]) -> set[str]:
-    """Which of ``keys`` the user named: as a flag, a key=value override or in the YAML file's
-    ``section`` (flat YAML keys are sorted into their sections by `check_yaml`)."""
-
-    named = {k for k in keys if k in vars(args)}
-    named |= set(parse_key_values(args.overrides)) & set(keys)
+def named_values(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """What the user named on the command line, by section (`SECTIONS`: ``{"PretrainConfig": {field:
+    value}, ...}``), each value converted and checked where it came from: the ``--config`` YAML file (read
+    here, once; flat keys go to every section with the field), then the flags, then the ``key=value``
+    overrides, a later one winning. Only what was named: the defaults are the presets' (`configure`)."""
+    out: dict[str, dict[str, Any]] = {cls.__name__: {} for cls in SECTIONS}
+    layers: list[tuple[str, dict[str, dict[str, Any]]]] = []
     if args.config:
-        named |= set(check_yaml(args.config, list(SECTIONS))[section]) & set(keys)
-    return named
+        layers.append((str(args.config), check_yaml(args.config, list(SECTIONS))))
+    given = vars(args)
+    layers.append(("command line", {cls.__name__: given for cls in SECTIONS}))
+    if args.overrides:
+        check_unknown_overrides(args.overrides, list(SECTIONS))
+        kv = parse_key_values(args.overrides)
+        layers.append(("command line", {cls.__name__: kv for cls in SECTIONS}))
+    for source, values in layers:
+        for cls in SECTIONS:
+            names = {f.name for f in dataclasses.fields(cls)}
+            section = out[cls.__name__]
+            section.update({k: convert_value(cls, k, v, source) for k, v in values[cls.__name__].items() if k in names})
+    return out
+
+
+def keyword_values(options: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """`named_values` of a Python call's keywords: each goes to every section with the field; a keyword of
+    none of them is one error naming it, with the nearest option (``learnig_rate``: did you mean
+    ``learning_rate``?)."""
+    valid = sorted({f.name for cls in SECTIONS for f in dataclasses.fields(cls)})
+    for key in options:
+        if key not in valid:
+            raise SpanBertError(
+                f"found unknown keyword {key!r}{_did_you_mean(key, valid)}; expected an option of "
+                "spanbert.pretrain (`spanbert pretrain --help` lists them, by the same names)"
+            )
+    out: dict[str, dict[str, Any]] = {}
+    for cls in SECTIONS:
+        names = {f.name for f in dataclasses.fields(cls)}
+        out[cls.__name__] = {k: convert_value(cls, k, _plain(v)) for k, v in options.items() if k in names}
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """A Python value as the option parsers take it: a path as its string (``Path("~/c")`` -> ``"~/c"``, which
+    the options expand as the command line does), in a list too."""
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+@dataclass
+class Configured:
+    """One pre-training run as the user's options and the presets decide it (`configure`)."""
+
+    quick: bool
+    """The quick start is in force (`quick_start_in_force`)."""
+    cfg: PretrainConfig
+    targs: TrainingArguments
+    masking: MaskingConfig
+    defaults: dict[str, Any]
+    """The training-loop defaults in force (the preset's and the recipe's): what `scale_warmup` scales."""
+    named: dict[str, dict[str, Any]]
+    """What the user named (`named_values`)."""
+
+
+def configure(named: dict[str, dict[str, Any]]) -> Configured:
+    """The run's settings: each section's defaults (the quick start's until a corpus or a model is named, the
+    recipe's, the system's masking), then what the user named on top. Naming a sequence count asks for
+    sequence batching, and the token budget then defaults to off."""
+    quick = quick_start_in_force(named)
+    cfg_defaults = dict(QUICKSTART_CONFIG if quick else {})
+    sequences = named_options(named, "TrainingArguments", SEQUENCE_BATCHING)
+    if sequences and not named_options(named, "PretrainConfig", ("tokens_per_update",)):
+        cfg_defaults["tokens_per_update"] = 0
+
+    def build(cls: type, defaults: dict[str, Any]) -> Any:
+        return replace_checked(cls(**defaults), named[cls.__name__])
+
+    cfg = build(PretrainConfig, cfg_defaults)
+    if "gradient_accumulation_steps" in sequences and cfg.tokens_per_update:
+        raise SpanBertError(
+            f"--gradient_accumulation_steps and --tokens_per_update {cfg.tokens_per_update}: found both, expected "
+            "one (tokens_per_update sets the accumulation; pass --tokens_per_update 0 to set it yourself)"
+        )
+    train_defaults = {**PRETRAIN_DEFAULTS, **(QUICKSTART if quick else {}), **RECIPES[cfg.recipe]}
+    if sequences and not named_options(named, "TrainingArguments", ("max_tokens_per_batch",)):
+        train_defaults["max_tokens_per_batch"] = 0
+    targs = build(TrainingArguments, train_defaults)
+    masking = build(MaskingConfig, system_masking(system_of(cfg)))  # a flag or YAML key still wins
+    return Configured(quick, cfg, targs, masking, train_defaults, named)
 
 
 def preset_line(quick: bool, cfg: PretrainConfig, args: TrainingArguments) -> str:
@@ -956,42 +1048,36 @@ def scale_warmup(
     return dataclasses.replace(targs, warmup_steps=warmup), note
 
 
-def main(argv: list[str], prog: str = "spanbert pretrain") -> int:
-    p = pretrain_parser(prog, PRETRAIN_DEFAULTS, {})
-    args = p.parse_args(argv)
-    check_unknown_overrides(args.overrides, list(SECTIONS))
-    quick = quick_start_in_force(args)  # reads (and checks) the YAML file
-    cfg_defaults = dict(QUICKSTART_CONFIG if quick else {})
-    # Naming a sequence count asks for sequence batching: the token budget then defaults to off.
-    sequences = named_options(args, "TrainingArguments", SEQUENCE_BATCHING)
-    budget_named = named_options(args, "PretrainConfig", ("tokens_per_update",))
-    if sequences and not budget_named:
-        cfg_defaults["tokens_per_update"] = 0
-    build = functools.partial(
-        dataclass_from_args, args=args, yaml_path=args.config, overrides=args.overrides, sections=list(SECTIONS)
-    )
-    cfg = build(PretrainConfig, defaults=cfg_defaults)
-    if "gradient_accumulation_steps" in sequences and cfg.tokens_per_update:
-        raise SpanBertError(
-            f"--gradient_accumulation_steps and --tokens_per_update {cfg.tokens_per_update}: found both, expected "
-            "one (tokens_per_update sets the accumulation; pass --tokens_per_update 0 to set it yourself)"
-        )
-    train_defaults = {**PRETRAIN_DEFAULTS, **(QUICKSTART if quick else {}), **RECIPES[cfg.recipe]}
-    if sequences and not named_options(args, "TrainingArguments", ("max_tokens_per_batch",)):
-        train_defaults["max_tokens_per_batch"] = 0
-    targs = build(TrainingArguments, defaults=train_defaults)
+@dataclass
+class PretrainResult:
+    """What `spanbert.pretrain(...)` returns: the exported model and the run's final metrics."""
+
+    model_dir: Path
+    """The exported model folder (``output_dir/final``): a HuggingFace BERT layout (or the family's),
+    with its tokenizer; give it to ``spanbert.Encoder.from_pretrained`` or ``tasks.finetune(model=...)``."""
+    output_dir: Path
+    """The run folder: checkpoints, logs, the run's settings."""
+    metrics: dict[str, float]
+    """The exported model's ``train_metrics.json`` (the last training losses, the held-out evaluation)."""
+
+
+def run_pretraining(c: Configured, input_files: list[str] | None = None) -> Path:
+    """The job of `spanbert pretrain` and of `spanbert.pretrain(...)`, once `configure` has decided its
+    settings: the output contract, the thread count, the first line, the time budget or the warm-up scaled
+    to a shortened run, then `pretrain`. ``input_files``: paths besides the run's inputs the output folder
+    must not be (the --config file). Returns the exported model's folder."""
+    cfg, targs, masking, named = c.cfg, c.targs, c.masking, c.named
     # the output contract, as soon as the folder is known: before any work; the output apart from every
     # path the run reads (the corpus, a tokenizer, an --init_from model, the --config file)
-    check_output_dir(targs, input_paths(cfg, ("corpus", "tokenizer", "init_from")) + input_paths(args, ("config",)))
-    masking = build(MaskingConfig, defaults=system_masking(system_of(cfg)))  # a flag or YAML key still wins
+    check_output_dir(targs, input_paths(cfg, ("corpus", "tokenizer", "init_from")) + list(input_files or []))
     note = None
     if resolve_device(targs.device).type == "cpu" and not cfg.random_init:  # before the first line, which says it
         recorded = recorded_threads(targs) if targs.resume else None
         _, note = threads.decide_for_run(recorded, targs.threads)
-    print0(preset_line(quick, cfg, targs))
+    print0(preset_line(c.quick, cfg, targs))
     if note:
         eprint0(note)
-    named_schedule = named_options(args, "TrainingArguments", ("max_steps", "warmup_steps", "warmup_ratio"))
+    named_schedule = named_options(named, "TrainingArguments", ("max_steps", "warmup_steps", "warmup_ratio"))
     if cfg.max_time:
         if "max_steps" in named_schedule:
             raise SpanBertError(f"--max_time {cfg.max_time}: found --max_steps {targs.max_steps} too, expected one of them")
@@ -1002,13 +1088,39 @@ def main(argv: list[str], prog: str = "spanbert pretrain") -> int:
             )
         targs = dataclasses.replace(targs, max_steps=-1)  # decided by the budget
     else:
-        targs, note = scale_warmup(targs, train_defaults, named_schedule)
+        targs, note = scale_warmup(targs, c.defaults, named_schedule)
         if note:
             print0(note)
     decided = cfg.tokenizer or cfg.init_from or (cfg.corpus and _looks_preprocessed(Path(cfg.corpus)))
-    if decided and named_options(args, "PretrainConfig", ("vocab_size",)):
+    if decided and named_options(named, "PretrainConfig", ("vocab_size",)):
         check_sources(cfg, vocab_size_given=True)  # a --vocab_size the corpus or tokenizer contradicts: refused now
-    final = pretrain(cfg, targs, masking)
+    return pretrain(cfg, targs, masking)
+
+
+def pretrain_from_keywords(**options: Any) -> PretrainResult:
+    """Pre-train from Python with the options of `spanbert pretrain`, by name, with Python values; what
+    ``spanbert.pretrain(...)`` calls::
+
+        import spanbert
+        run = spanbert.pretrain(corpus="corpus.txt", system="spanbert", model="small", max_steps=2000,
+                                output_dir="runs/spanbert-small")
+        run.model_dir, run.metrics
+
+    The same presets as the command line (no corpus, model or ``init_from``: the quick start), the same
+    checks and the same job; an unknown keyword or a value of the wrong type is one `SpanBertError` naming
+    the keyword."""
+    final = run_pretraining(configure(keyword_values(options)))
+    metrics_file = final / "train_metrics.json"
+    metrics = json.loads(metrics_file.read_text()) if metrics_file.is_file() else {}
+    return PretrainResult(final, final.parent, metrics)
+
+
+def main(argv: list[str], prog: str = "spanbert pretrain") -> int:
+    p = pretrain_parser(prog, PRETRAIN_DEFAULTS, {})
+    args = p.parse_args(argv)
+    c = configure(named_values(args))  # the YAML file read once, here
+    final = run_pretraining(c, input_paths(args, ("config",)))
+    cfg = c.cfg
     if final.exists():
         system = system_of(cfg)
         lines = FAMILIES[system.family].pretraining.next_steps(final, system.objectives)
@@ -1019,6 +1131,16 @@ def main(argv: list[str], prog: str = "spanbert pretrain") -> int:
             print0(line)
     return 0
 
+
+class _CallableModule(types.ModuleType):
+    """`spanbert.pretrain` is this module and, called, the Python entry of pre-training
+    (``spanbert.pretrain(corpus=..., system=...)``: `pretrain_from_keywords`)."""
+
+    def __call__(self, **options: Any) -> PretrainResult:
+        return pretrain_from_keywords(**options)
+
+
+sys.modules[__name__].__class__ = _CallableModule
 
 __all__ = ["uses_static_masks", "pretrain", "main"]
 

@@ -50,6 +50,8 @@ from spanbert.utils import atomic_files, check_output, input_paths, progress_bar
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = [PAD, UNK, CLS, SEP, MASK]
+DEFAULT_MAX_LENGTH = 512
+"""BERT's position count: what ``tok(..., truncation=True)`` cuts to when the folder names no other."""
 
 
 @dataclass
@@ -130,7 +132,13 @@ class Tokenizer:
     Build it with `Tokenizer.from_dir`, `load_tokenizer` or `train_tokenizer`.
     """
 
-    def __init__(self, hf_tokenizer, do_lower_case: bool = False, source: str | os.PathLike | None = None):
+    def __init__(
+        self,
+        hf_tokenizer,
+        do_lower_case: bool = False,
+        source: str | os.PathLike | None = None,
+        model_max_length: int = DEFAULT_MAX_LENGTH,
+    ):
         self.hf = hf_tokenizer
         """The wrapped `tokenizers.Tokenizer`."""
         self.do_lower_case = do_lower_case
@@ -158,6 +166,10 @@ class Tokenizer:
         sep_id`` (one segment: ``cls_id a sep_id``); BERT's framing has ``[SEP]`` twice, a model family with
         other markers gives its own through `framed` (the two-tower model: ``<s> a <sep> b </s>``)."""
         self.vocab_size: int = max(vocab.values()) + 1
+        self.model_max_length: int = model_max_length
+        """The longest input ``tok(..., truncation=True)`` cuts to when no ``max_length`` is given: the
+        ``model_max_length`` of the folder's tokenizer_config.json (the position count of the model saved
+        beside it), else 512."""
         self._byte_level = _is_byte_level(hf_tokenizer)
         # (V,) bool: ids of continuation pieces; lets `word_starts_of(ids)` be one lookup.
         self._is_continuation = np.zeros(self.vocab_size, dtype=bool)
@@ -182,12 +194,15 @@ class Tokenizer:
             directory = path
             json_file = path / "tokenizer.json"
             vocab_file = path / "vocab.txt"
-        config_lower = False
+        config_lower, config = False, {}
         config_file = directory / "tokenizer_config.json"
         if config_file.is_file():
             config = _read_json_object(config_file)
             config_lower = bool(config.get("do_lower_case", False))
         lower = config_lower if do_lower_case is None else do_lower_case
+        limit = config.get("model_max_length")
+        # transformers writes a huge sentinel (1e30) for "no limit": keep 512, BERT's positions, then
+        max_length = int(limit) if isinstance(limit, int) and 0 < limit <= 1_000_000 else DEFAULT_MAX_LENGTH
         if json_file is not None and json_file.is_file():
             try:
                 hf_tok = t.Tokenizer.from_file(str(json_file))
@@ -199,7 +214,7 @@ class Tokenizer:
             hf_tok.no_truncation()
             if do_lower_case is not None and do_lower_case != config_lower:
                 _build_pipeline(hf_tok, lower)
-            return cls(hf_tok, lower, source=json_file)
+            return cls(hf_tok, lower, source=json_file, model_max_length=max_length)
         if not vocab_file.is_file():
             raise SpanBertError(
                 f"no tokenizer in {path}: expected tokenizer.json or vocab.txt "
@@ -226,7 +241,7 @@ class Tokenizer:
         _build_pipeline(hf_tok, lower)
         if CLS in vocab and SEP in vocab:
             _add_post_processor(hf_tok)
-        return cls(hf_tok, lower, source=vocab_file)
+        return cls(hf_tok, lower, source=vocab_file, model_max_length=max_length)
 
     def framed(self, start: int, mid: int, end: int) -> Tokenizer:
         """A copy whose ``cls_id``, ``mid_id`` and ``sep_id`` are a model family's start, between-segment
@@ -321,7 +336,7 @@ class Tokenizer:
         t = _hf()
         hf_tok = t.Tokenizer.from_str(self.hf.to_str())
         hf_tok.add_special_tokens(list(tokens))
-        out = Tokenizer(hf_tok, self.do_lower_case)
+        out = Tokenizer(hf_tok, self.do_lower_case, model_max_length=self.model_max_length)
         out.cls_id, out.mid_id, out.sep_id = self.cls_id, self.mid_id, self.sep_id  # the family's framing stays
         return out
 
@@ -385,11 +400,129 @@ class Tokenizer:
             out.offsets[:] = np.maximum(out.offsets - s, 0)
         return out
 
+    def __call__(
+        self,
+        text: str | Sequence[str],
+        text_pair: str | Sequence[str] | None = None,
+        *,
+        padding: bool | str = False,
+        truncation: bool | str = False,
+        max_length: int | None = None,
+        return_tensors: str | None = None,
+        return_token_type_ids: bool = True,
+        return_attention_mask: bool = True,
+        add_special_tokens: bool = True,
+    ) -> dict[str, Any]:
+        """Model inputs for one text or a batch, as a transformers tokenizer gives them.
+
+        ``tok(["a text", "another"], padding=True, truncation=True, max_length=128, return_tensors="pt")``
+        returns ``{"input_ids", "token_type_ids", "attention_mask"}``: each text framed as the model family
+        frames it (``[CLS] a [SEP]``; a pair ``[CLS] a [SEP] b [SEP]`` with token type 1 on ``b [SEP]``),
+        ``[PAD]`` on the right with attention mask 0. ``padding``: False, True or ``"longest"`` (the
+        batch's longest), ``"max_length"``. ``truncation``: False, True or ``"longest_first"`` (a token at a
+        time from the longer of a pair, as transformers' fast tokenizers cut), ``"only_first"``,
+        ``"only_second"``; to ``max_length``, by default `model_max_length`. ``return_tensors="pt"``:
+        torch tensors (B, T) (a single text gets B = 1); otherwise lists, unnested for a single text.
+        Results equal `transformers.BertTokenizerFast` on the same vocabulary (tests/test_tokenization.py).
+        """
+        single = isinstance(text, str)
+        texts = [text] if single else list(text)
+        if text_pair is None:
+            pairs: list[str] | None = None
+        else:
+            pairs = [text_pair] if isinstance(text_pair, str) else list(text_pair)
+            if len(pairs) != len(texts):
+                raise SpanBertError(f"text_pair: found {len(pairs)} texts, expected one for each of the {len(texts)} in text")
+        for name, values in (("text", texts), ("text_pair", pairs or [])):
+            bad = next((v for v in values if not isinstance(v, str)), None)
+            if bad is not None:
+                raise SpanBertError(f"{name}: found {type(bad).__name__} {bad!r}, expected a str or a list of str")
+        padding = _choice("padding", padding, {False: "do_not_pad", True: "longest"}, ("do_not_pad", "longest", "max_length"))
+        truncation = _choice(
+            "truncation", truncation, {False: "do_not_truncate", True: "longest_first"},
+            ("do_not_truncate", "longest_first", "only_first", "only_second"),
+        )  # fmt: skip
+        if max_length is None and (truncation != "do_not_truncate" or padding == "max_length"):
+            max_length = self.model_max_length
+        firsts = [list(map(int, e.ids)) for e in self.encode_batch(texts)]
+        seconds = [list(map(int, e.ids)) for e in self.encode_batch(pairs)] if pairs is not None else None
+        extra = (3 if pairs is not None else 2) if add_special_tokens else 0
+        rows, types = [], []
+        for i, a in enumerate(firsts):
+            b = seconds[i] if seconds is not None else None
+            if truncation != "do_not_truncate":
+                a, b = _truncate(a, b, max(int(max_length) - extra, 0), truncation)
+            if add_special_tokens:
+                row = [self.cls_id, *a] + ([self.mid_id, *b, self.sep_id] if b is not None else [self.sep_id])
+                type_row = [0] * (len(a) + 2) + ([1] * (len(b) + 1) if b is not None else [])
+            else:
+                row, type_row = a + (b or []), [0] * len(a) + [1] * len(b or [])
+            rows.append(row)
+            types.append(type_row)
+        target = int(max_length) if padding == "max_length" else max(map(len, rows), default=0)
+        masks = [[1] * len(r) for r in rows]
+        if padding != "do_not_pad":
+            for r, t, m in zip(rows, types, masks):
+                pad = max(target - len(r), 0)
+                r += [self.pad_id] * pad
+                t += [0] * pad
+                m += [0] * pad
+        out: dict[str, Any] = {"input_ids": rows}
+        if return_token_type_ids:
+            out["token_type_ids"] = types
+        if return_attention_mask:
+            out["attention_mask"] = masks
+        if return_tensors is not None:
+            if return_tensors != "pt":
+                raise SpanBertError(f"return_tensors: found {return_tensors!r}, expected 'pt' (torch tensors) or None (lists)")
+            if len({len(r) for r in rows}) > 1:
+                raise SpanBertError(
+                    f"return_tensors: found texts of {min(map(len, rows))} to {max(map(len, rows))} tokens, "
+                    "expected one length for a tensor: pass padding=True (and truncation=True for texts "
+                    "longer than the model)"
+                )
+            import torch  # the tokenizer itself needs no torch
+
+            return {k: torch.tensor(v, dtype=torch.long).reshape(len(rows), -1) for k, v in out.items()}
+        return {k: v[0] for k, v in out.items()} if single else out
+
     def __len__(self) -> int:
         return self.vocab_size
 
     def __repr__(self) -> str:
         return f"Tokenizer(vocab_size={self.vocab_size}, do_lower_case={self.do_lower_case})"
+
+
+def _choice(name: str, value: bool | str, booleans: dict[bool, str], names: tuple[str, ...]) -> str:
+    """A `Tokenizer.__call__` strategy by its transformers name; True and False as transformers reads them."""
+    if isinstance(value, bool):
+        return booleans[value]
+    if value not in names:
+        raise SpanBertError(f"{name}: found {value!r}, expected True, False or one of {', '.join(map(repr, names))}")
+    return value
+
+
+def _truncate(a: list[int], b: list[int] | None, budget: int, strategy: str) -> tuple[list[int], list[int] | None]:
+    """Cut a text (and its pair) to ``budget`` tokens in all. ``longest_first`` as the Rust tokenizers do it:
+    only the longer text is cut while the shorter fits in half the budget, else both to half (the longer
+    one gets the odd token); ``only_first``/``only_second`` cut that text alone (a pair whose other text
+    alone exceeds the budget stays as long as it must)."""
+    if b is None:
+        return a[:budget], None
+    if len(a) + len(b) <= budget:
+        return a, b
+    if strategy == "only_first":
+        return a[: max(budget - len(b), 0)], b
+    if strategy == "only_second":
+        return a, b[: max(budget - len(a), 0)]
+    short, long_ = sorted((len(a), len(b)))
+    if short > budget // 2:
+        short, long_ = budget // 2, budget // 2 + budget % 2
+    else:
+        long_ = budget - short
+    if len(a) > len(b):
+        return a[:long_], b[:short]
+    return a[:short], b[:long_]
 
 
 def load_tokenizer_for(model_dir: str | Path, tokenizer_dir: str | Path | None = None):
