@@ -406,7 +406,12 @@ def test_a_second_ctrl_c_ends_quietly(vocabs, tmp_path):
     proc.send_signal(signal.SIGINT)
     time.sleep(0.02)
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    try:
+        _, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:  # seen once beside a load of 6 on 2 cores: keep what it said, to look at
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"still running 120 s after two Ctrl-C:\n{out[-2000:]}\n{err[-4000:]}")
     assert proc.returncode in (130, -signal.SIGINT), (proc.returncode, err)
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
 

@@ -53,3 +53,51 @@ def test_a_registered_task_runs_from_python(parity):  # noqa: F811
     assert tasks.evaluate("parity", data=dev, predictions=preds).scores == scored.scores
     with pytest.raises(tasks.api.SpanBertError, match="found unknown task 'parityy'.*did you mean 'parity'"):
         tasks.finetune("parityy", model=d, train=train, output_dir=d / "x")
+
+
+def test_a_registered_task_takes_its_commands_data_options_and_positional_model_and_data(parity):  # noqa: F811
+    """Issue 59: ``tasks.finetune`` with the command's own data options (``train_file=``, as GLUE's
+    ``data_dir=``) instead of ``train=``; ``tasks.predict(name, model, data)`` as `score` takes them."""
+    d = parity
+    train, dev = _write(d / "train.txt", 24, 0), _write(d / "dev.txt", 8, 1)
+    common = dict(max_steps=2, per_device_train_batch_size=4, device="cpu", disable_tqdm=True, report_to="none",
+                  save_steps=0, warmup_steps=0)  # fmt: skip
+    run = tasks.finetune("parity", model=d / "encoder", train_file=train, validation_file=dev, output_dir=d / "own",
+                         **common)  # fmt: skip
+    same = tasks.finetune("parity", model=d / "encoder", train=train, dev=dev, output_dir=d / "kw", **common)
+    assert run.scores == same.scores
+    preds = tasks.predict("parity", run.output_dir, dev, output=d / "preds.txt")
+    assert preds == d / "preds.txt" and len(preds.read_text().split()) == 8
+    with pytest.raises(SpanBertError, match=r"found train= and train_file=, expected one of them"):
+        tasks.finetune("parity", model=d / "encoder", train=train, train_file=train, output_dir=d / "x")
+    with pytest.raises(SpanBertError, match=r"found dev= without train="):
+        tasks.finetune("parity", model=d / "encoder", dev=dev, output_dir=d / "x")
+    assert not (d / "x").exists()
+
+
+def test_python_errors_name_keywords_and_the_command_line_names_flags(parity, capsys):  # noqa: F811
+    from spanbert.cli import main
+
+    d = parity
+    train = _write(d / "train.txt", 24, 0)
+    with pytest.raises(SpanBertError) as e:
+        tasks.finetune("parity", model=d / "encoder", train=train, output_dir=d / "x", learnig_rate=1e-3)
+    assert str(e.value).startswith("tasks.finetune('parity'): found unknown option 'learnig_rate' (did you mean "
+                                   "'learning_rate'?)") and "--" not in str(e.value).split("`")[0]  # fmt: skip
+    with pytest.raises(SpanBertError, match=r"^option max_steps: found 'many', expected an integer$"):
+        tasks.finetune("parity", model=d / "encoder", train=train, output_dir=d / "x", max_steps="many")
+    assert main(["finetune", "parity", "--model", str(d / "encoder"), "--train_file", str(train), "--output_dir",
+                 str(d / "x"), "--learnig_rate", "1e-3"]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert "found unknown option '--learnig_rate' (did you mean '--learning_rate'?)" in err
+    assert not (d / "x").exists()
+
+
+def test_keyword_spelling_of_a_message():
+    from spanbert.errors import in_keywords
+
+    said = in_keywords("spanbert finetune ner: found --max-steps and --tokens_per_update; run `spanbert pretrain "
+                       "--max_steps 2`, or pass --resume", "spanbert finetune ner", "tasks.finetune('ner')")  # fmt: skip
+    assert said == ("tasks.finetune('ner'): found max_steps and tokens_per_update; run `spanbert pretrain "
+                    "--max_steps 2`, or pass resume")  # fmt: skip
+    assert in_keywords("a-b --x --1 x--y", "p", "c") == "a-b x --1 x--y"

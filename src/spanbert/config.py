@@ -770,8 +770,8 @@ class ArgumentParser(argparse.ArgumentParser):
                 if word.startswith("--"):
                     name = word.split("=", 1)[0]
                     self.error(f"found unknown option {name!r}{self._suggest(name)}; expected one of the options "
-                               "that --help lists")
-            self.error(f"found unexpected argument(s) {' '.join(extras)!r}; expected the options that --help lists")
+                               f"that `{self.prog} --help` lists")  # fmt: skip
+            self.error(f"found unexpected argument(s) {' '.join(extras)!r}; expected the options that `{self.prog} --help` lists")
         self._read_paths(parsed)
         self._check_outputs(parsed)
         return parsed

@@ -10,6 +10,29 @@ class SpanBertError(Exception):
     """A mistake in the user's input or configuration (not a bug in spanbert)."""
 
 
+def in_keywords(message: str, prog: str, call: str) -> str:
+    """A command's error as a Python caller reads it: each option ``--name`` (``--name-x``) spelled as the
+    keyword ``name`` (``name_x``), the command ``prog`` as the ``call`` that ran it, and the "command line"
+    it says a value came from dropped. Text in backticks (a command to run) keeps its flags."""
+    out, quoted, i = [], False, 0
+    message = message.replace(f"{prog}: ", f"{call}: ").replace("command line: ", "")
+    while i < len(message):
+        c = message[i]
+        if c == "`":
+            quoted = not quoted
+        if not quoted and message.startswith("--", i) and (i == 0 or not (message[i - 1].isalnum() or message[i - 1] in "-_")):
+            j = i + 2
+            while j < len(message) and (message[j].isalnum() or message[j] in "-_"):
+                j += 1
+            if j > i + 2 and message[i + 2].isalpha():
+                out.append(message[i + 2 : j].replace("-", "_"))
+                i = j
+                continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
 class DataError(SpanBertError):
     """Bad input data. Names the file, the line or record, what was found and what was expected."""
 

@@ -31,7 +31,7 @@ from typing import Any
 
 from spanbert import threads
 from spanbert.config import _did_you_mean, convert_value
-from spanbert.errors import SpanBertError
+from spanbert.errors import SpanBertError, in_keywords
 from spanbert.tasks.registry import TASKS
 from spanbert.tasks.spec import ACTIONS, Results, TaskSpec, options_argv
 from spanbert.training_args import TrainingArguments
@@ -63,28 +63,43 @@ def run(name: str, action: str, options: Mapping[str, Any]) -> Any:
         return None
     count = options.get("threads")
     threads.configure(int(count) if isinstance(count, int) and not isinstance(count, bool) else 0)
+    prog = f"spanbert {action} {name}"
     try:
-        return getattr(spec, action)(name, options_argv(options), f"spanbert {action} {name}")
+        return getattr(spec, action)(name, options_argv(options), prog)
     except SystemExit as e:  # an option that makes argparse exit (--version-like): an error, not an exit
         raise SpanBertError(f"spanbert {action} {name}: the options ended the command (exit status {e.code}) "
                             "instead of running it") from None  # fmt: skip
+    except SpanBertError as e:  # the same mistake, named as the caller wrote it: a keyword, not a flag
+        if type(e) is not SpanBertError:  # a DataError & co. keep their type (and their file and line)
+            raise
+        raise SpanBertError(in_keywords(str(e), prog, f"tasks.{action}({name!r})")) from None
 
 
 def finetune(
-    name: str, *, model: str | Path, train: str | Path, dev: str | Path | None = None, output_dir: str | Path,
-    **options: Any,
+    name: str, *, model: str | Path, train: str | Path | None = None, dev: str | Path | None = None,
+    output_dir: str | Path, **options: Any,
 ) -> Results:  # fmt: skip
     """Fine-tune the encoder in ``model`` on task ``name``'s training data, selecting on ``dev`` (when
     given), and save the selected model in ``output_dir``. Returns its dev scores (`Results.score`: the
     task's headline metric), the step whose weights were saved and the folder. ``options``: any option of
-    ``spanbert finetune NAME`` (``learning_rate=3e-5``, ``num_train_epochs=2``, ``task="SST-2"``)."""
+    ``spanbert finetune NAME`` (``learning_rate=3e-5``, ``num_train_epochs=2``, ``task="SST-2"``). The data:
+    ``train`` and ``dev``, or the command's own options for it instead (``train_file=``,
+    ``validation_file=``; GLUE's ``data_dir=``)."""
     spec = spec_of(name)
     # read as the command line reads them (`spanbert.utils.user_path`): ~ expanded, None and "" refused by
     # keyword (str(None) trained into ./None)
-    model, train, output_dir = (_required_path(v, k) for k, v in (("model", model), ("train", train), ("output_dir", output_dir)))
-    dev = None if dev is None else _required_path(dev, "dev")
-    data = spec.finetune_data(train, "" if dev is None else dev)
-    data = {k: v for k, v in data.items() if v}  # no dev: none passed, not an empty name
+    model, output_dir = (_required_path(v, k) for k, v in (("model", model), ("output_dir", output_dir)))
+    data: dict[str, str] = {}
+    if train is not None:
+        dev = None if dev is None else _required_path(dev, "dev")
+        data = spec.finetune_data(_required_path(train, "train"), "" if dev is None else dev)
+        data = {k: v for k, v in data.items() if v}  # no dev: none passed, not an empty name
+        both = sorted(set(data) & set(options))
+        if both:
+            raise SpanBertError(f"tasks.finetune({name!r}): found train= and {both[0]}=, expected one of them")
+    elif dev is not None:
+        raise SpanBertError(f"tasks.finetune({name!r}): found dev= without train=, expected both (or neither, "
+                            "with the command's own data options)")  # fmt: skip
     return run(name, "finetune", {**data, "model": model, "output_dir": output_dir, **options})
 
 
@@ -94,11 +109,12 @@ def _required_path(value: Any, keyword: str) -> str:
     return str(user_path(value, keyword))
 
 
-def predict(name: str, **options: Any) -> Path:
-    """Write the predictions of a fine-tuned model in the task's official format; returns what it wrote
-    (a file, or GLUE's folder of submission files). ``options``: those of ``spanbert predict NAME``
-    (usually ``model``, ``data`` and ``output``)."""
-    return run(name, "predict", options)
+def predict(name: str, model: str | Path | None = None, data: str | Path | None = None, **options: Any) -> Path:
+    """Write the predictions of the fine-tuned ``model`` on ``data`` in the task's official format (as
+    `score`, positionally or by name); returns what it wrote (a file, or GLUE's folder of submission
+    files). ``options``: the others of ``spanbert predict NAME`` (usually ``output``)."""
+    given = {k: str(_required_path(v, k)) for k, v in (("model", model), ("data", data)) if v is not None}
+    return run(name, "predict", {**given, **options})
 
 
 def evaluate(name: str, **options: Any) -> Results:
