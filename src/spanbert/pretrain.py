@@ -631,12 +631,6 @@ def cloze_eval_fn(eval_set: Any, batch_size: int, collate_fn: Callable, objectiv
     return make_eval_fn(eval_set, batch_size, collate_fn, count, precision, TWO_TOWER_PRETRAINING.metrics)
 
 
-def run_config_of(cfg: PretrainConfig, masking: MaskingConfig) -> dict[str, Any]:
-    """The settings a BERT-family resume must keep (contract 2): everything but the worker count. As
-    JSON values (tuples become lists), so that it compares equal to its copy read back from a checkpoint."""
-    return json.loads(json.dumps(BERT_PRETRAINING.run_config(dataclasses.asdict(cfg), masking.settings(), None)))
-
-
 def pretrain(
     cfg: PretrainConfig, args: TrainingArguments, masking: MaskingConfig | None = None,
     model_overrides: dict[str, Any] | None = None, vocab_size_given: bool | None = None,
