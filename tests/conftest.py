@@ -14,6 +14,7 @@ A test reaches the repository through `REPO`, never through the working director
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,6 +48,17 @@ def _session_writes_under_pytests_folder(tmp_path_factory) -> Iterator[None]:
 def _in_own_folder(tmp_path, monkeypatch) -> None:
     """Every test starts in its own temporary folder (see the module's doc)."""
     monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture(autouse=True)
+def _ctrl_c_as_it_was() -> Iterator[None]:
+    """A test that runs a command in this process may leave Ctrl-C's handler changed (the CLI's own, after
+    a first Ctrl-C, ends the process at once): the next test, and the processes it starts, get it back as
+    it was. Two workers share no handler, but each runs many tests."""
+    before = signal.getsignal(signal.SIGINT)
+    yield
+    if signal.getsignal(signal.SIGINT) is not before and before is not None:
+        signal.signal(signal.SIGINT, before)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -397,8 +397,15 @@ def test_a_second_ctrl_c_ends_quietly(vocabs, tmp_path):
     """A second Ctrl-C 20 ms after the first printed a KeyboardInterrupt traceback from an exit hook."""
     cmd = [sys.executable, "-m", "spanbert", "pretrain", "--corpus", str(vocabs["P"]), "--output_dir",
            str(tmp_path / "r"), *PRETRAIN[:2], "--max_steps", "100000", *PRETRAIN[4:]]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-                            env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO / "src")})  # fmt: skip
+    # The command as a terminal starts it: Ctrl-C not ignored. A process started with SIGINT ignored keeps
+    # it ignored (POSIX, as a shell's `cmd &` is), and the test process may have been left so by an earlier
+    # test in the same pytest worker (this test hung twice in a 2-worker suite, never alone).
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                                env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO / "src")})  # fmt: skip
+    finally:
+        signal.signal(signal.SIGINT, inherited)
     deadline = time.monotonic() + 120
     while not (tmp_path / "r" / "checkpoint-1").exists() and not (tmp_path / "r" / "log.jsonl").exists():
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
@@ -411,7 +418,7 @@ def test_a_second_ctrl_c_ends_quietly(vocabs, tmp_path):
     except subprocess.TimeoutExpired:  # seen once beside a load of 6 on 2 cores: keep what it said, to look at
         proc.kill()
         out, err = proc.communicate()
-        pytest.fail(f"still running 120 s after two Ctrl-C:\n{out[-2000:]}\n{err[-4000:]}")
+        pytest.fail(f"still running 120 s after two Ctrl-C (SIGINT here was {inherited!r}):\n{out[-2000:]}\n{err[-4000:]}")
     assert proc.returncode in (130, -signal.SIGINT), (proc.returncode, err)
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
 
