@@ -251,6 +251,22 @@ def test_yaml_sections_are_accepted(monkeypatch, tmp_path):
     assert cfg.model == "tiny"  # still the quick start: no corpus or model named
 
 
+def test_the_yaml_file_is_read_once(monkeypatch, tmp_path):
+    """Issue 59: `pretrain --config` read its YAML up to 8 times (each question of which options were named);
+    now once, where the command line is parsed (`named_values`)."""
+    from spanbert import config
+
+    yaml_file = tmp_path / "c.yaml"
+    yaml_file.write_text("TrainingArguments:\n  max_steps: 7\n  per_device_train_batch_size: 4\nPretrainConfig:\n"
+                         "  max_seq_length: 64\n")  # fmt: skip
+    reads = []
+    real = config._read_yaml
+    monkeypatch.setattr(config, "_read_yaml", lambda path: reads.append(path) or real(path))
+    cfg, targs, _ = _captured_main(monkeypatch, ["--config", str(yaml_file), "--warmup_steps", "2"])
+    assert (targs.max_steps, targs.per_device_train_batch_size, cfg.max_seq_length, cfg.tokens_per_update) == (7, 4, 64, 0)
+    assert len(reads) == 1, reads
+
+
 def test_enormous_plans_are_announced(capsys):
     from spanbert.pretrain import plan_warning
     from spanbert.pretrain_config import QUICKSTART, QUICKSTART_CONFIG
