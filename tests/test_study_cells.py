@@ -19,7 +19,7 @@ from spanbert import study as S
 
 
 def test_a_finished_cell_run_with_other_settings_is_refused(tmp_path):
-    study = S.Study(systems=[S.SystemSpec("bert")], tasks=[S.TaskSpec("glue", subtask="SST-2", train=str(tmp_path))],
+    study = S.Study(systems=[S.SystemSpec("bert")], tasks=[S.StudyTask("glue", subtask="SST-2", train=str(tmp_path))],
                     seeds=1, output_dir=str(tmp_path / "out"), corpus="c")  # fmt: skip
     cell = next(c for c in S.plan(study) if c.kind == "finetune")
     cell.dir.mkdir(parents=True)
@@ -34,7 +34,7 @@ def test_a_finished_cell_run_with_other_settings_is_refused(tmp_path):
 
 
 def test_a_refused_study_leaves_study_json_as_it_was(tmp_path):
-    study = S.Study(systems=[S.SystemSpec("bert")], tasks=[S.TaskSpec("glue", subtask="SST-2", train=str(tmp_path))],
+    study = S.Study(systems=[S.SystemSpec("bert")], tasks=[S.StudyTask("glue", subtask="SST-2", train=str(tmp_path))],
                     seeds=1, output_dir=str(tmp_path / "out"), corpus="c")  # fmt: skip
     cell = next(c for c in S.plan(study) if c.kind == "finetune")
     cell.dir.mkdir(parents=True)
@@ -85,7 +85,7 @@ def test_a_resumed_pretraining_cell_counts_the_time_before_its_checkpoint(tmp_pa
     the resumed run), so the summary's measured column compares with the dry run's estimate."""
     from spanbert.study import cells
 
-    study = S.Study(systems=[S.SystemSpec("bert")], tasks=[S.TaskSpec("glue", subtask="SST-2", train=str(tmp_path))],
+    study = S.Study(systems=[S.SystemSpec("bert")], tasks=[S.StudyTask("glue", subtask="SST-2", train=str(tmp_path))],
                     seeds=1, output_dir=str(tmp_path / "out"), corpus="c")  # fmt: skip
     cell = next(c for c in S.plan(study) if c.kind == "pretrain")
     ckpt = cell.dir / "checkpoint-5"

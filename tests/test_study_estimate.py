@@ -167,7 +167,7 @@ def test_a_time_limit_needs_a_measured_dry_run(cli_error):
 
 
 def test_a_fine_tuning_stage_extrapolates_the_steps_and_counts_the_evaluations():
-    squad = S.TaskSpec("squad", train="t", dev="d", options={"max_train_examples": 2000, "num_train_epochs": 1,
+    squad = S.StudyTask("squad", train="t", dev="d", options={"max_train_examples": 2000, "num_train_epochs": 1,
                                                              "evals_per_epoch": 2})  # fmt: skip
     f = FinetuneTimings("squad", "examples", size=2000, trial_size=250, wall_s=60.0, steps=8, step_s=2.5,
                         full_steps=7.5, eval_s=[20.0], one_eval_per_epoch=True, heldout_s=18.0, prepare_s=1.0,
@@ -178,13 +178,13 @@ def test_a_fine_tuning_stage_extrapolates_the_steps_and_counts_the_evaluations()
     cell = 21.25 + 60 * 2.5 + 2 * 20.0 + 18.0
     assert stage.per_cell == pytest.approx(cell) and stage.seconds == pytest.approx(9 * cell + 1.0)
     assert "60 steps × 2.50 s + 2 evaluations × 20.0 s" in stage.how
-    coref = S.TaskSpec("coref", train="t", folds=[0], options={"max_steps": 300, "eval_steps": 100})
+    coref = S.StudyTask("coref", train="t", folds=[0], options={"max_steps": 300, "eval_steps": 100})
     f = FinetuneTimings("LitBank", "steps", size=300, trial_size=38, wall_s=40.0, steps=38, step_s=0.5,
                         eval_s=[9.0], heldout_s=10.0)  # fmt: skip
     # fixed 40 - 19 - 9 = 12 s; 300 steps; evaluations at 100, 200 and the end
     assert E.finetune_task_estimate(f, coref, 3).per_cell == pytest.approx(12 + 150 + 3 * 9.0 + 10)
     # no schedule named: as many evaluations as the trial made
-    sst = S.TaskSpec("glue", subtask="SST-2", train="t", options={"max_train_examples": 800})
+    sst = S.StudyTask("glue", subtask="SST-2", train="t", options={"max_train_examples": 800})
     f = FinetuneTimings("SST-2", "examples", size=800, trial_size=100, wall_s=20.0, steps=4, step_s=1.0,
                         eval_s=[2.0, 3.0])  # fmt: skip
     assert E.finetune_task_estimate(f, sst, 1).per_cell == pytest.approx(11 + 32 * 1.0 + 2 * 2.5)

@@ -17,7 +17,7 @@ from spanbert.cli import main
 from spanbert.study import heldout
 
 
-def _split(tmp_path: Path, task: S.TaskSpec) -> tuple[S.HeldOut, Path]:
+def _split(tmp_path: Path, task: S.StudyTask) -> tuple[S.HeldOut, Path]:
     study = S.Study(systems=[S.SystemSpec("bert", checkpoint=str(tmp_path))], tasks=[task], output_dir=str(tmp_path / "out"))
     h = S.heldout_plan(study, task)
     S.split_dev(study, task)
@@ -28,7 +28,7 @@ def test_dev_is_split_by_record_in_each_format(tmp_path):
     # SQuAD: by article, the top-level keys kept
     squad = synthetic_squad(6, seed=2)
     (tmp_path / "dev.json").write_text(json.dumps(squad))
-    h, d = _split(tmp_path, S.TaskSpec("squad", train="x", dev=str(tmp_path / "dev.json")))
+    h, d = _split(tmp_path, S.StudyTask("squad", train="x", dev=str(tmp_path / "dev.json")))
     assert h.source == "dev half" and Path(h.select).parent == d
     a, b = (json.loads(Path(p).read_text()) for p in (h.select, h.heldout))
     titles = [x["title"] for x in squad["data"]]
@@ -37,34 +37,34 @@ def test_dev_is_split_by_record_in_each_format(tmp_path):
     # blank-line blocks with CRLF and no blank line at the end (SemEval's files)
     recs = [f'{i}\t"s {i}"\r\nOther\r\nComment:\r\n' for i in range(5)]
     (tmp_path / "sem.txt").write_bytes("\r\n".join(recs).encode())
-    h, _ = _split(tmp_path, S.TaskSpec("semeval", train="x", dev=str(tmp_path / "sem.txt")))
+    h, _ = _split(tmp_path, S.StudyTask("semeval", train="x", dev=str(tmp_path / "sem.txt")))
     got = [Path(p).read_bytes().decode().split("\r\n\r\n") for p in (h.select, h.heldout)]
     blocks = sorted(b.strip() for part in got for b in part if b.strip())
     assert blocks == sorted(r.strip() for r in recs) and len([b for b in got[1] if b.strip()]) == 2
     # CoNLL-2012 documents
     docs = "".join(f"#begin document (d{i}); part 000\nd{i} 0 0 w{i} _ _ _ _ _ _ -\n\n#end document\n" for i in range(4))
     (tmp_path / "dev.conll").write_text(docs)
-    h, _ = _split(tmp_path, S.TaskSpec("coref", name="c", train="x", dev=str(tmp_path / "dev.conll")))
+    h, _ = _split(tmp_path, S.StudyTask("coref", name="c", train="x", dev=str(tmp_path / "dev.conll")))
     from spanbert.tasks.coref import read_conll
 
     names = sorted(doc.key for p in (h.select, h.heldout) for doc in read_conll(p))
     assert names == sorted(doc.key for doc in read_conll(tmp_path / "dev.conll")) and len(read_conll(h.heldout)) == 2
     # GLUE: a folder per half, the training file linked, the header kept
     sst = _sst_folder(tmp_path / "SST-2", n=10)
-    h, _ = _split(tmp_path, S.TaskSpec("glue", subtask="SST-2", train=str(sst)))
+    h, _ = _split(tmp_path, S.StudyTask("glue", subtask="SST-2", train=str(sst)))
     rows = [Path(p, "dev.tsv").read_text().splitlines() for p in (h.select, h.heldout)]
     assert all(r[0] == "sentence\tlabel" for r in rows) and len(rows[0]) == 6 and len(rows[1]) == 6
     assert sorted(rows[0][1:] + rows[1][1:]) == sorted((sst / "dev.tsv").read_text().splitlines()[1:])
     assert Path(h.select, "train.tsv").read_text() == (sst / "train.tsv").read_text()
     # a test file, when the study names one, is the held-out data: dev is not split
-    assert S.heldout_plan(S.Study([], [], output_dir=str(tmp_path)), S.TaskSpec("ner", train="a", dev="b", test="c")) == \
+    assert S.heldout_plan(S.Study([], [], output_dir=str(tmp_path)), S.StudyTask("ner", train="a", dev="b", test="c")) == \
         S.HeldOut("test", "b", "c")  # fmt: skip
 
 
 def test_a_task_on_litbanks_folds_splits_no_dev_set(tmp_path):
     """Its cells are scored on their fold's test file: there is no dev file to halve."""
     study = S.Study(systems=[S.SystemSpec("bert", checkpoint=str(tmp_path))], seeds=1, output_dir=str(tmp_path / "out"),
-                    tasks=[S.TaskSpec("coref", name="LitBank", train=str(tmp_path), folds=[0])])  # fmt: skip
+                    tasks=[S.StudyTask("coref", name="LitBank", train=str(tmp_path), folds=[0])])  # fmt: skip
     S.split_dev(study, study.tasks[0])
     assert not (tmp_path / "out").exists()
 
@@ -72,7 +72,7 @@ def test_a_task_on_litbanks_folds_splits_no_dev_set(tmp_path):
 def test_a_dev_set_of_one_record_cannot_be_split(tmp_path):
     (tmp_path / "dev.json").write_text(json.dumps([{"id": "1"}]))
     with pytest.raises(S.SpanBertError, match="found 1 record.*expected at least 2"):
-        _split(tmp_path, S.TaskSpec("tacred", train="x", dev=str(tmp_path / "dev.json")))
+        _split(tmp_path, S.StudyTask("tacred", train="x", dev=str(tmp_path / "dev.json")))
 
 
 def test_a_tiny_study_scores_every_cell_on_the_held_out_half(tmp_path, capsys):
@@ -127,7 +127,7 @@ def test_a_dev_restriction_is_applied_before_the_split(tmp_path):
     cells are not restricted a second time."""
     squad = synthetic_squad(10, seed=2)
     (tmp_path / "dev.json").write_text(json.dumps(squad))
-    task = S.TaskSpec("squad", train="x", dev=str(tmp_path / "dev.json"), options={"validation_articles": ":4", "num_train_epochs": 1})
+    task = S.StudyTask("squad", train="x", dev=str(tmp_path / "dev.json"), options={"validation_articles": ":4", "num_train_epochs": 1})
     h, _ = _split(tmp_path, task)
     a, b = (json.loads(Path(p).read_text())["data"] for p in (h.select, h.heldout))
     assert sorted(x["title"] for x in a + b) == sorted(x["title"] for x in squad["data"][:4]) and len(b) == 2

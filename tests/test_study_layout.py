@@ -15,7 +15,7 @@ from spanbert.study.layout import Cell, finetune_cell_dir, fold_dir, heldout_dir
 
 def test_every_folder_of_a_study_is_under_its_output_dir(tmp_path):
     study = S.Study(systems=[S.SystemSpec("spanbert"), S.SystemSpec("hf", checkpoint="models/bert")],
-                    tasks=[S.TaskSpec("coref", name="LitBank", train="litbank", folds=[0, 1]), S.TaskSpec("squad")],
+                    tasks=[S.StudyTask("coref", name="LitBank", train="litbank", folds=[0, 1]), S.StudyTask("squad")],
                     output_dir=str(tmp_path))  # fmt: skip
     assert shared_dir(study) == tmp_path / "shared"
     assert model_dir(study, study.systems[0]) == tmp_path / "pretrain" / "spanbert" / "final"

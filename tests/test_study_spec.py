@@ -172,7 +172,7 @@ def test_no_preset_fine_tunes_positions_its_pre_training_never_trained(table, sc
 
 def test_the_random_init_row_plans_an_untrained_export(tmp_path):
     row = S.SystemSpec("random-init", system="spanbert", options={"random_init": True})
-    study = S.Study(systems=[S.SystemSpec("spanbert"), row], tasks=[S.TaskSpec("squad", train="t", dev="d")],
+    study = S.Study(systems=[S.SystemSpec("spanbert"), row], tasks=[S.StudyTask("squad", train="t", dev="d")],
                     corpus="c", output_dir=str(tmp_path))  # fmt: skip
     argv = {c.system: c.argv for c in S.plan(study) if c.kind == "pretrain"}
     assert argv["random-init"][argv["random-init"].index("--random_init") + 1] == "true"

@@ -17,7 +17,7 @@ from spanbert.study.summary import _plots, stage_table
 def test_table_has_a_row_per_system_and_the_best_in_bold(tmp_path):
     study = S.Study(
         systems=[S.SystemSpec("bert"), S.SystemSpec("spanbert")],
-        tasks=[S.TaskSpec("glue", name="SST-2"), S.TaskSpec("squad")],
+        tasks=[S.StudyTask("glue", name="SST-2"), S.StudyTask("squad")],
         seeds=2,
     )
     results = {
@@ -45,7 +45,7 @@ def test_table_has_a_row_per_system_and_the_best_in_bold(tmp_path):
 
 
 def test_the_learning_rate_with_the_best_dev_mean_is_selected(tmp_path):
-    study = S.Study(systems=[S.SystemSpec("bert")], tasks=[S.TaskSpec("glue", name="SST-2", learning_rates=[1e-4, 3e-4])],
+    study = S.Study(systems=[S.SystemSpec("bert")], tasks=[S.StudyTask("glue", name="SST-2", learning_rates=[1e-4, 3e-4])],
                     seeds=2, output_dir=str(tmp_path))  # fmt: skip
     for lr, scores in ((1e-4, [70.0, 90.0]), (3e-4, [85.0, 86.0])):
         for seed, score in enumerate(scores):
@@ -58,7 +58,7 @@ def test_the_learning_rate_with_the_best_dev_mean_is_selected(tmp_path):
 
 def test_the_summary_sets_measured_stage_times_beside_the_estimate(tmp_path):
     study = S.Study(systems=[S.SystemSpec("spanbert"), S.SystemSpec("random-init", system="spanbert",
-                    options={"random_init": True})], tasks=[S.TaskSpec("squad", train="t", dev="d")], seeds=2,
+                    options={"random_init": True})], tasks=[S.StudyTask("squad", train="t", dev="d")], seeds=2,
                     corpus="c", output_dir=str(tmp_path))  # fmt: skip
     (tmp_path / "shared").mkdir()
     (tmp_path / "shared" / "prepared.json").write_text(json.dumps({"seconds": {"tokenizer": 60.0, "preprocess": 90.0}}))
@@ -99,7 +99,7 @@ def test_the_task_plots_show_the_held_out_score_beside_the_dev_score_that_select
         return bar(self, x, height, *args, **kwargs)
 
     monkeypatch.setattr(Axes, "bar", recording_bar)
-    study = S.Study(systems=[S.SystemSpec("bert"), S.SystemSpec("spanbert")], tasks=[S.TaskSpec("glue", name="SST-2")],
+    study = S.Study(systems=[S.SystemSpec("bert"), S.SystemSpec("spanbert")], tasks=[S.StudyTask("glue", name="SST-2")],
                     seeds=2, output_dir=str(tmp_path))  # fmt: skip
     results = {
         "bert": {"SST-2": {"lr": 1e-4, "scores": [80.0, 82.0], "heldout": [78.0, 80.0]}},

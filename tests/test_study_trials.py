@@ -16,8 +16,8 @@ from spanbert.study.trials import trial_size, uncompressed_size
 
 
 def test_a_trial_trains_a_share_of_a_cell_and_a_few_steps_at_least():
-    assert trial_size(S.TaskSpec("coref", options={"max_steps": 300}), "steps", 300) == 38
-    batch = S.TaskSpec("squad", options={"max_train_examples": 2000, "per_device_train_batch_size": 32})
+    assert trial_size(S.StudyTask("coref", options={"max_steps": 300}), "steps", 300) == 38
+    batch = S.StudyTask("squad", options={"max_train_examples": 2000, "per_device_train_batch_size": 32})
     assert trial_size(batch, "examples", 2000) == 250
     assert trial_size(batch, "examples", 400) == 128  # 4 steps of 32
     assert trial_size(batch, "examples", 64) == 64  # never more than the cell

@@ -276,7 +276,7 @@ def test_a_registered_task_runs_as_a_study_cell(parity, capsys):
     d = parity
     train, dev, test = _write(d / "train.txt", 24, 0), _write(d / "dev.txt", 8, 1), _write(d / "test.txt", 8, 2)
     st = S.Study(systems=[S.SystemSpec("enc", checkpoint=str(d / "encoder"))],
-                 tasks=[S.TaskSpec("parity", train=str(train), dev=str(dev), test=str(test),
+                 tasks=[S.StudyTask("parity", train=str(train), dev=str(dev), test=str(test),
                                    options={"max_steps": 2, "per_device_train_batch_size": 4, "report_to": "none"})],
                  seeds=1, output_dir=str(d / "study"))  # fmt: skip
     S.check_study(st, "study")

@@ -23,6 +23,9 @@ def _moved(home: str, *names: str) -> dict[str, tuple[str, str]]:
 
 
 OLD_SPELLINGS: dict[str, dict[str, tuple[str, str]]] = {
+    # the study's task entry was a second `TaskSpec` beside the tasks' own (spanbert.tasks.spec): renamed
+    "spanbert.study.spec": {"TaskSpec": ("spanbert.study.spec", "StudyTask")},
+    "spanbert.study": {"TaskSpec": ("spanbert.study.spec", "StudyTask")},
     # users import the pre-training data's names from here: docs/data.md and docs/architecture.md said it
     # re-exported all six modules, and its docstring promised the lower modules' names it imported
     "spanbert.data": {
@@ -75,13 +78,15 @@ def resolve(module: str, name: str) -> Any:
     return getattr(importlib.import_module(home), new)
 
 
-def getter(module: str) -> Callable[[str], Any]:
-    """The ``__getattr__`` of ``module``: its old spellings, each with a DeprecationWarning."""
+def getter(module: str, stacklevel: int = 2) -> Callable[[str], Any]:
+    """The ``__getattr__`` of ``module``: its old spellings, each with a DeprecationWarning that points at the
+    caller (``stacklevel``: 3 when a module's own ``__getattr__`` calls this one's)."""
 
     def __getattr__(name: str) -> Any:
         value = resolve(module, name)
         home, new = OLD_SPELLINGS[module][name]
-        warnings.warn(f"{module}.{name} moved to {home}.{new}; import it from there", DeprecationWarning, stacklevel=2)
+        warnings.warn(f"{module}.{name} moved to {home}.{new}; import it from there", DeprecationWarning,
+                      stacklevel=stacklevel)  # fmt: skip
         return value
 
     return __getattr__

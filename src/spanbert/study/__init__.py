@@ -11,7 +11,7 @@ did not see: the task's test split where the study names one, else the held-out 
 
 The modules, each using only those above it in this list:
 
-    spec       the YAML schema (Study, SystemSpec, TaskSpec), its checks, the paper's presets
+    spec       the YAML schema (Study, SystemSpec, StudyTask), its checks, the paper's presets
     layout     a cell and the folders of a study
     runner     a task action (the Python API) or a `spanbert` command run in this process, into a log
     heldout    the held-out half of dev (or the test split) and scoring a cell on it
@@ -81,7 +81,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "STUDY_SET_OPTIONS",
         "Study",
         "SystemSpec",
-        "TaskSpec",
+        "StudyTask",
         "check_study",
         "check_task_options",
         "load_study",
@@ -117,7 +117,9 @@ def __getattr__(name: str) -> Any:
     if name in _SUBMODULES:
         return importlib.import_module(f"{__name__}.{name}")
     if name not in _HOME_OF:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        from spanbert import _aliases
+
+        return _aliases.getter(__name__, stacklevel=3)(name)  # an old spelling (`TaskSpec`), or AttributeError
     home = _HOME_OF[name]
     value = getattr(importlib.import_module(home if home.startswith("spanbert.") else f"{__name__}.{home}"), name)
     globals()[name] = value
@@ -130,7 +132,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "ASSUMED_EPOCHS", "CHARS_PER_TOKEN", "HELDOUT_SEED", "PRESET_SYSTEMS", "PROBE_SAMPLE_CHARS", "TRIAL_SAMPLE_CHARS", "STUDY_NAMES",
-    "STUDY_SET_OPTIONS", "Cell", "Comparison", "HeldOut", "SpanBertError", "Study", "SystemSpec", "TaskSpec",
+    "STUDY_SET_OPTIONS", "Cell", "Comparison", "HeldOut", "SpanBertError", "Study", "SystemSpec", "StudyTask",
     "check_finished", "check_study", "check_task_options", "collect", "comparisons", "curve_main", "dry_run",
     "export_checkpoints", "finetune_estimate", "heldout_dir", "heldout_notes", "heldout_plan", "holds_a_study",
     "fold_dir", "is_done", "legacy_folder", "load_study", "main", "mean_std", "model_dir", "paired_comparison",

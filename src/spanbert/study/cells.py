@@ -39,7 +39,7 @@ from spanbert.study.layout import (
     shared_dir,
 )
 from spanbert.study.runner import in_log, run_command
-from spanbert.study.spec import Study, SystemSpec, TaskSpec, subtask_options
+from spanbert.study.spec import Study, StudyTask, SystemSpec, subtask_options
 from spanbert.tasks import TASKS
 from spanbert.tasks import run as run_task
 from spanbert.tasks.spec import options_argv
@@ -94,7 +94,7 @@ def plan(study: Study) -> list[Cell]:
     return cells
 
 
-def chosen_rate(study: Study, s: SystemSpec, t: TaskSpec) -> float | None:
+def chosen_rate(study: Study, s: SystemSpec, t: StudyTask) -> float | None:
     """The learning rate the grid on ``s``'s first pre-training seed selected for ``t`` (the best mean dev
     score over its fine-tuning seeds and folds; a tie goes to the smaller rate, as the summary's selection),
     or None while a cell of that grid is unfinished."""
@@ -112,7 +112,7 @@ def chosen_rate(study: Study, s: SystemSpec, t: TaskSpec) -> float | None:
     return max(means, key=lambda lr: (means[lr], -lr))
 
 
-def finetune_options(study: Study, t: TaskSpec, model: Path, lr: float, seed: int, fold: int | None) -> dict[str, Any]:
+def finetune_options(study: Study, t: StudyTask, model: Path, lr: float, seed: int, fold: int | None) -> dict[str, Any]:
     """The options of one fine-tuning cell (`spanbert.tasks.finetune`'s, by the command's names): the task's
     data (a fold's files, or the selection half of dev when the other half is held out), the model, the
     rate and the seed, then the study's options for the task."""
@@ -148,7 +148,7 @@ def read_dev_score(task: str, cell_dir: Path) -> tuple[float, dict[str, Any]]:
         raise SpanBertError(f"{e}; remove {cell_dir} to redo the cell") from None
 
 
-def prepare_folds(study: Study, t: TaskSpec, fold: int) -> None:
+def prepare_folds(study: Study, t: StudyTask, fold: int) -> None:
     """Write fold ``fold`` of ``t``'s data into its shared folder (once: a ``done`` file marks it)."""
     out = fold_dir(study, t, fold)
     if (out / "done").is_file():

@@ -27,8 +27,8 @@ from spanbert.study.runner import write_csv
 from spanbert.study.spec import (
     CPU_TIME_LIMIT,
     Study,
+    StudyTask,
     SystemSpec,
-    TaskSpec,
     check_study,
     item_lines,
     preset,
@@ -229,7 +229,7 @@ def curve_main(argv: list[str], prog: str = "spanbert curve") -> int:
             raise SpanBertError(f"--option: found {item!r}, expected KEY=VALUE")
         key, value = item.split("=", 1)
         options[key.strip().lstrip("-")] = _option_value(value)
-    task = TaskSpec(args.task, train=args.train, dev=args.dev, subtask=args.subtask, folds=args.fold,
+    task = StudyTask(args.task, train=args.train, dev=args.dev, subtask=args.subtask, folds=args.fold,
                     learning_rates=[args.learning_rate], options=options)  # fmt: skip
     # a curve folder (its manifest) or a new one, apart from what the curve reads: the run's final model and
     # checkpoints (the default RUN/curve-TASK lies beside them), the task's data

@@ -32,7 +32,7 @@ from spanbert.errors import SpanBertError
 from spanbert.pretrain_config import PRETRAIN_DEFAULTS, PretrainConfig
 from spanbert.study.cells import is_done, plan
 from spanbert.study.heldout import heldout_plan, study_is_legacy
-from spanbert.study.spec import Study, TaskSpec
+from spanbert.study.spec import Study, StudyTask
 from spanbert.study.trials import (
     TRIAL_ROUNDS,
     DataTimings,
@@ -404,7 +404,7 @@ def _one_pretrain_estimate(p: PretrainTimings, steps: int, argv: list[str]) -> S
     return StageEstimate(name, seconds, how, low=low, high=high)
 
 
-def cached_task_estimate(f: FinetuneTimings, t: TaskSpec, cells: int, extractions: int) -> StageEstimate:
+def cached_task_estimate(f: FinetuneTimings, t: StudyTask, cells: int, extractions: int) -> StageEstimate:
     """A task whose cells share a features cache: every cell at the warm trial's time (features read), plus
     ``extractions`` times what the cold trial took beyond it (the features of one encoder and data set
     computed: once per encoder, shared with every other rate, seed and row on the same data)."""
@@ -433,7 +433,7 @@ def feature_extractions(study: Study) -> dict[str, int]:
     return out
 
 
-def finetune_task_estimate(f: FinetuneTimings, t: TaskSpec, cells: int) -> StageEstimate:
+def finetune_task_estimate(f: FinetuneTimings, t: StudyTask, cells: int) -> StageEstimate:
     """A task's cells: each its fixed part (what the trial run took beyond its steps and evaluations:
     start-up, reading and featurizing, the selected model written), its steps at the trial's step time (a
     cell's steps: ``max_steps``, or the trial's steps, in full steps, scaled by the examples), its dev
@@ -472,7 +472,7 @@ ASSUMED_EPOCHS = 3
 CHARS_PER_TOKEN = 4
 
 
-def flop_seconds(study: Study, t: TaskSpec, device_type: str | None = None, threads: int | None = None) -> float:
+def flop_seconds(study: Study, t: StudyTask, device_type: str | None = None, threads: int | None = None) -> float:
     """One fine-tuning cell of ``t`` from its FLOPs. Tokens: ``max_train_examples`` x ``max_seq_length``
     when the task's options bound the examples, else the training file's size / `CHARS_PER_TOKEN`; times
     its ``num_train_epochs`` (`ASSUMED_EPOCHS` when unnamed); through the encoder of the study's model size

@@ -19,7 +19,7 @@ from spanbert import folders
 from spanbert.errors import SpanBertError
 from spanbert.study.layout import HELDOUT_STATS, Cell, fold_dir, heldout_dir
 from spanbert.study.runner import in_log
-from spanbert.study.spec import Study, TaskSpec, subtask_options
+from spanbert.study.spec import Study, StudyTask, subtask_options
 from spanbert.tasks import TASKS
 from spanbert.tasks import score as score_model
 from spanbert.utils import write_json
@@ -37,12 +37,12 @@ class HeldOut:
     """The data every cell is scored on afterwards."""
 
 
-def _options(t: TaskSpec) -> dict[str, Any]:
+def _options(t: StudyTask) -> dict[str, Any]:
     """The task's options with the one that picks its sub-task: what its dev rule may read."""
     return {**t.options, **subtask_options(t)}
 
 
-def heldout_plan(study: Study, t: TaskSpec, fold: int | None = None) -> HeldOut | None:
+def heldout_plan(study: Study, t: StudyTask, fold: int | None = None) -> HeldOut | None:
     """The held-out data of a task's cells (nothing is written); None when the task has none (no test
     file and a dev set its rule does not split)."""
     spec = TASKS[t.task]
@@ -59,7 +59,7 @@ def heldout_plan(study: Study, t: TaskSpec, fold: int | None = None) -> HeldOut 
     return HeldOut("dev half", str(halves[0]), str(halves[1]))
 
 
-def dev_restriction(t: TaskSpec) -> tuple[str, Any]:
+def dev_restriction(t: StudyTask) -> tuple[str, Any]:
     """(option, value) of a task option that restricts dev (its rule's `restriction`), else ("", None).
     With a dev half it is applied before the split, so both halves come from the part of dev the user
     chose, and it is left out of the cells' options."""
@@ -70,7 +70,7 @@ def dev_restriction(t: TaskSpec) -> tuple[str, Any]:
     return "", None
 
 
-def split_dev(study: Study, t: TaskSpec) -> None:
+def split_dev(study: Study, t: StudyTask) -> None:
     """Write the selection half and the held-out half of ``t``'s dev data (once; rank 0) into
     OUT/shared/heldout/<task>/, by the task's own rule, and what was cut into split.json."""
     if t.folds:  # each cell is scored on its fold's test file, no dev set is split
@@ -87,7 +87,7 @@ def split_dev(study: Study, t: TaskSpec) -> None:
     write_json(done, info)
 
 
-def score_heldout(cell: Cell, t: TaskSpec, h: HeldOut) -> dict[str, Any]:
+def score_heldout(cell: Cell, t: StudyTask, h: HeldOut) -> dict[str, Any]:
     """Score a finished cell's selected model (its folder) on the held-out data: every number the task
     computed, the headline under "score". What the scoring prints goes to the cell's heldout_log.txt; the
     per-example statistics, where the task writes them, to its `HELDOUT_STATS`."""

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from spanbert import folders
-from spanbert.study.spec import Study, SystemSpec, TaskSpec
+from spanbert.study.spec import Study, StudyTask, SystemSpec
 from spanbert.tasks import TASKS
 
 
@@ -89,7 +89,7 @@ def finetune_cell_dir(study: Study, system: str, task: str, lr: float, seed: int
     return base / task / f"{_lr_name(lr)}_seed{seed}{suffix}"
 
 
-def fold_dir(study: Study, t: TaskSpec, fold: int) -> Path:
+def fold_dir(study: Study, t: StudyTask, fold: int) -> Path:
     """Where fold ``fold`` of ``t``'s data is written (its train, dev and test files): shared by every
     system, learning rate and seed, and by every task of the study on the same folds."""
     folds = TASKS[t.task].folds
@@ -104,7 +104,7 @@ def features_dir(study: Study) -> Path:
     return shared_dir(study) / "features"
 
 
-def heldout_dir(study: Study, t: TaskSpec) -> Path:
+def heldout_dir(study: Study, t: StudyTask) -> Path:
     return shared_dir(study) / "heldout" / t.name
 
 

@@ -1,4 +1,4 @@
-"""What a study is: the YAML schema (`Study`, `SystemSpec`, the study's `TaskSpec`), every check made
+"""What a study is: the YAML schema (`Study`, `SystemSpec`, the study's `StudyTask`), every check made
 before any work (names, sizes, grids, files, each task's options against its own `spanbert finetune`
 parser), and the presets of the paper's three comparisons at three scales.
 
@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from spanbert import _aliases
 from spanbert.config import MODEL_PRESETS, _read_yaml, convert_value
 from spanbert.errors import SpanBertError
 from spanbert.families import FAMILIES
@@ -32,7 +33,7 @@ from spanbert.tasks.probe_sets import PROBE_SETS
 
 
 @dataclass
-class TaskSpec:
+class StudyTask:
     """One downstream task of a study."""
 
     task: str
@@ -89,7 +90,7 @@ class SystemSpec:
 @dataclass
 class Study:
     systems: list[SystemSpec]
-    tasks: list[TaskSpec]
+    tasks: list[StudyTask]
     families: list[str] = field(default_factory=list)
     """Cross the systems with these model families (`spanbert pretrain --family`): every system entry
     that names no family and no checkpoint becomes one row per family, named after the system on its
@@ -135,7 +136,7 @@ class Study:
         return max(1, math.ceil(self.budget_tokens / (self.batch_size * self.max_seq_length)))
 
 
-def subtask_options(t: TaskSpec) -> dict[str, str]:
+def subtask_options(t: StudyTask) -> dict[str, str]:
     """The task options that pick ``t``'s sub-task (glue: ``{"task": "SST-2"}``); none for a plain task."""
     return TASKS[t.task].subtask_options(t.subtask) if t.task in TASKS else {}
 
@@ -155,7 +156,7 @@ def _test_tasks() -> list[str]:
     return [name for name in TASKS if TASKS[name].scores_test]
 
 
-_NESTED = {"systems", "tasks"}  # Study's lists of SystemSpec / TaskSpec, built before Study itself
+_NESTED = {"systems", "tasks"}  # Study's lists of SystemSpec / StudyTask, built before Study itself
 
 
 def _build(cls: type, data: Any, where: str | Callable[..., str]) -> Any:
@@ -205,7 +206,7 @@ def study_from_dict(data: dict[str, Any], where: str = "study") -> Study:
     for i, item in enumerate(data.pop("systems")):
         item = {"name": item} if isinstance(item, str) else item
         systems.append(_build(SystemSpec, item, lambda *k, i=i: at("systems", i, *k)))
-    tasks = [_build(TaskSpec, _subtask_key(item), lambda *k, i=i: at("tasks", i, *k))
+    tasks = [_build(StudyTask, _subtask_key(item), lambda *k, i=i: at("tasks", i, *k))
              for i, item in enumerate(data.pop("tasks"))]  # fmt: skip
     study = _build(Study, {**data, "systems": systems, "tasks": tasks}, at)
     check_study(study, where, at)  # the entries as written, so that errors name their lines
@@ -384,7 +385,7 @@ STUDY_SET_OPTIONS = ("model", "learning_rate", "seed", "output_dir", "overwrite_
                      "train_file", "validation_file", "train", "dev")  # fmt: skip
 
 
-def study_set_options(t: TaskSpec) -> tuple[str, ...]:
+def study_set_options(t: StudyTask) -> tuple[str, ...]:
     """Every option the study sets for ``t``'s cells: `STUDY_SET_OPTIONS`, the options naming the task's
     train and dev data (`spanbert.tasks.spec.TaskSpec.finetune_data`) and the one picking its sub-task."""
     spec = TASKS[t.task]
@@ -395,7 +396,7 @@ def study_set_options(t: TaskSpec) -> tuple[str, ...]:
     return tuple(dict.fromkeys((*own, t.rate_option, *data, *picks)))
 
 
-def check_task_options(t: TaskSpec, at: Callable[..., str]) -> None:
+def check_task_options(t: StudyTask, at: Callable[..., str]) -> None:
     """What a task's cells would be refused for, found before any cell runs: the sub-task's name and data,
     and every key and value of ``options`` against the task's own `spanbert finetune` parser
     (`spanbert.tasks.api.check_options`)."""
@@ -650,3 +651,5 @@ def preset(table: str, scale: str | None, data_root: str = "../shared/data") -> 
             {**sst, "learning_rates": [1e-5, 2e-5, 3e-5, 5e-5], "options": {"num_train_epochs": 3}},
         ],
     }
+
+__getattr__ = _aliases.getter(__name__)  # `TaskSpec`, this entry's earlier name

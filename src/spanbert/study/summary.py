@@ -27,7 +27,7 @@ from spanbert.study.layout import (
     shared_dir,
 )
 from spanbert.study.runner import in_log, write_csv
-from spanbert.study.spec import Study, SystemSpec, TaskSpec, is_random_init, subtask_options
+from spanbert.study.spec import Study, StudyTask, SystemSpec, is_random_init, subtask_options
 from spanbert.study.stats import Comparison, example_sampling_variance, mean_std, paired_comparison, seed_comparison
 from spanbert.tasks import TASKS
 from spanbert.tasks import score as score_model
@@ -41,7 +41,7 @@ def _read(marker: Path) -> dict[str, Any] | None:
         return None
 
 
-def _units(study: Study, s: SystemSpec, t: TaskSpec, lr: float, over: list[int | None],
+def _units(study: Study, s: SystemSpec, t: StudyTask, lr: float, over: list[int | None],
            replicated: bool) -> list[list[tuple[str, Path, dict[str, Any]]]] | None:  # fmt: skip
     """The finished cells of row ``s`` and task ``t`` at ``lr`` grouped by unit ((test set, folder, result)
     each), the pre-training seeds ``over``; None while one is unfinished. A pre-training seed's unit holds all

@@ -35,7 +35,7 @@ from spanbert.study.cells import candidate_kinds, plan, prepare_folds, run_finet
 from spanbert.study.heldout import heldout_plan, score_heldout, split_dev
 from spanbert.study.layout import shared_dir
 from spanbert.study.runner import run_command
-from spanbert.study.spec import Study, TaskSpec, is_random_init
+from spanbert.study.spec import Study, StudyTask, is_random_init
 from spanbert.tasks import TASKS
 from spanbert.threads import load_mark, others_since
 from spanbert.tokenization import corpus_files, count_corpus_words, load_tokenizer, train_tokenizer
@@ -323,7 +323,7 @@ class FinetuneTimings:
     warm_s: float | None = None
 
 
-def size_option(t: TaskSpec) -> tuple[str, str, int] | None:
+def size_option(t: StudyTask) -> tuple[str, str, int] | None:
     """(option, unit, a cell's size) of the option that bounds a task's training, or None when none does
     (its whole training file: not timed)."""
     for key, unit in (("max_steps", "steps"), ("max_train_examples", "examples")):
@@ -333,14 +333,14 @@ def size_option(t: TaskSpec) -> tuple[str, str, int] | None:
     return None
 
 
-def trial_size(t: TaskSpec, unit: str, size: int) -> int:
+def trial_size(t: StudyTask, unit: str, size: int) -> int:
     """The reduced size a task is timed at: `FINETUNE_TRIAL_SHARE` of a cell's, and at least
     `MIN_TRIAL_STEPS` steps (their median is the step time), at most the cell's size."""
     batch = int(t.options.get("per_device_train_batch_size", 1)) if unit == "examples" else 1
     return min(size, max(math.ceil(size * FINETUNE_TRIAL_SHARE), MIN_TRIAL_STEPS * batch))
 
 
-def per_epoch_schedule(t: TaskSpec) -> bool:
+def per_epoch_schedule(t: StudyTask) -> bool:
     """Whether a task's cells evaluate a named ``evals_per_epoch`` times an epoch over a named number of
     epochs (no ``eval_steps``, no ``max_steps``): then a cell's evaluations are known without running it,
     and the trial needs only one of them."""
@@ -349,7 +349,7 @@ def per_epoch_schedule(t: TaskSpec) -> bool:
         and not o.get("max_steps")  # fmt: skip
 
 
-def trial_cached(t: TaskSpec, cell: Any, tmp_study: Study, tmp: Path) -> FinetuneTimings:
+def trial_cached(t: StudyTask, cell: Any, tmp_study: Study, tmp: Path) -> FinetuneTimings:
     """A task whose cells share a features cache (the probes): its first cell whole, with its held-out
     scoring, twice: first with the trial's cache empty, then reading what the first run stored. A study's
     cells pay the first cost once per encoder and data, and the second for every other rate, seed and row;
