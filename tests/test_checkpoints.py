@@ -298,3 +298,11 @@ def test_a_json_file_is_read_once_per_version(tmp_path, monkeypatch):
     f.write_text('{"a": [1, 2, 3]}')
     os.utime(f, ns=(1, 1))  # another version of the file: read again
     assert checkpoints.read_json(f, "settings") == {"a": [1, 2, 3]} and len(reads) == 2
+
+
+def test_a_weights_file_given_for_its_folder_says_to_pass_the_folder(tmp_path):
+    """The re-audit of issue 58: `Encoder.from_pretrained('.../model.safetensors')` said "checkpoint folder
+    not found" of a path that exists."""
+    Encoder(tiny()).save_pretrained(tmp_path / "m")
+    with pytest.raises(SpanBertError, match=r"model\.safetensors: found a file, expected the model's folder .*: pass .*/m$"):
+        Encoder.from_pretrained(tmp_path / "m" / "model.safetensors")

@@ -121,6 +121,9 @@ def test_malformed_tsv_names_file_and_line(tmp_path):
     f.write_text("index\tsentence\tlabel\n0\tA.\t1\n")
     with pytest.raises(DataError, match=r"dev\.tsv:1: header .* lacks the column\(s\) \['sentence1', 'sentence2'\]"):
         read_glue(GLUE_TASKS["RTE"], f)
+    f.write_text("index\tsentence1\tsentence2\tlabel\n")  # a header alone: a dev score of 0 examples was 0.0, exit 0
+    with pytest.raises(DataError, match=r"dev\.tsv:1: found a header and no examples; expected at least one RTE example"):
+        read_glue(GLUE_TASKS["RTE"], f)
 
 
 def test_metrics_per_task_and_mnli_splits():

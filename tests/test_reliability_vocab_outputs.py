@@ -21,6 +21,7 @@ from test_malformed_tasks import CONLL, SQUAD, models  # noqa: F401 - the module
 
 from spanbert import vocab_match
 from spanbert.cli import main
+from spanbert.errors import DataError
 from spanbert.preprocess import preprocess
 from spanbert.tokenization import load_tokenizer, train_tokenizer
 
@@ -169,6 +170,22 @@ def test_ids_beyond_the_vocabulary_are_one_error_naming_the_shard(vocabs, tmp_pa
     assert not (tmp_path / "r").exists()
 
 
+def test_ids_past_the_vocabulary_that_the_record_does_not_know_are_the_same_error(vocabs, tmp_path):
+    """A shard damaged after meta.json recorded its largest id (the audit's D23): an IndexError deep in
+    training, naming no file; the ids read are checked too."""
+    from spanbert.corpus import TokenCorpus
+
+    bad = _damaged(vocabs, tmp_path, keep_record=True)
+    meta = json.loads((bad / "meta.json").read_text())
+    meta["shards"][0]["max_id"] = 199  # the record says all is well
+    (bad / "meta.json").write_text(json.dumps(meta))
+    corpus = TokenCorpus(bad)
+    assert corpus.tokens(0, 7)[0].max() < 200  # the block before the damage reads
+    with pytest.raises(DataError, match=r"bad/shard-00000\.ids: found token id 60000 at position 7, expected ids below "
+                                        r"the 200 .*max_id 199"):  # fmt: skip
+        corpus.tokens(4, 12)
+
+
 def test_an_old_corpus_is_not_read_whole_at_the_start(vocabs, tmp_path):
     """The record replaces a scan; without it a shard is read only when its tokens are first read."""
     from spanbert.corpus import TokenCorpus
@@ -229,7 +246,15 @@ def test_a_character_device_and_a_link_to_stdout_are_written_through(models, tmp
     link.symlink_to("/proc/self/fd/1")
     capfd.readouterr()
     assert main(_ner_predict(models, tmp_path, link)) == 0
-    assert link.is_symlink() and (tmp_path / "plain.txt").read_text() in capfd.readouterr().out
+    said = capfd.readouterr()
+    # stdout holds the predictions alone: the "wrote ..." line and the scores after them go to stderr
+    assert link.is_symlink() and said.out == (tmp_path / "plain.txt").read_text(), said.out[-300:]
+    assert "wrote tags for" in said.err
+    assert main(_ner_predict(models, tmp_path, "/dev/stdout")) == 0
+    said = capfd.readouterr()
+    assert said.out == (tmp_path / "plain.txt").read_text() and "wrote tags for" in said.err
+    print("after")  # the command's end put stdout back
+    assert capfd.readouterr().out == "after\n"
 
 
 def test_a_link_to_a_file_keeps_the_link_and_a_socket_is_refused(models, tmp_path, cli_error):  # noqa: F811

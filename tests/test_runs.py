@@ -98,6 +98,16 @@ def test_missing_or_broken_latest_falls_back_to_the_newest_complete(tmp_path, ca
         train(Net(), Regression(), args(tmp_path, resume=True))
 
 
+def test_a_resume_before_the_first_checkpoint_says_to_start_again(tmp_path):
+    """The re-audit of issue 58 (I04, I05): killed before its first checkpoint, `--resume` was refused without
+    saying that the same command without it starts the run again (it does, and trains the same weights)."""
+    from spanbert.runs import find_resume_checkpoint
+
+    (tmp_path / "log.jsonl").write_text("")
+    with pytest.raises(SpanBertError, match=r"no checkpoint-N folder in .*run the same command without --resume"):
+        find_resume_checkpoint(tmp_path)
+
+
 def test_checkpoint_missing_a_key_or_of_another_size_is_a_clear_error(tmp_path):
     train(Net(), Regression(), args(tmp_path, stop_at_step=3))
     state_file = tmp_path / "checkpoint-3" / "state.pt"

@@ -101,3 +101,33 @@ def test_keyword_spelling_of_a_message():
     assert said == ("tasks.finetune('ner'): found max_steps and tokens_per_update; run `spanbert pretrain "
                     "--max_steps 2`, or pass resume")  # fmt: skip
     assert in_keywords("a-b --x --1 x--y", "p", "c") == "a-b x --1 x--y"
+
+
+@pytest.mark.parametrize("name", sorted(tasks.TASKS))
+def test_every_task_commands_help_opens_with_a_sentence_for_its_user(name):
+    """Issue 59: `finetune squad --help` opened with its module's docstring ("scoring prediction files
+    (`evaluate_files`), the actions of the command line and the Python API, and the tasks' `TaskSpec`s")."""
+    from spanbert.tasks.api import _help
+    from spanbert.tasks.common import ACTION_SENTENCES
+
+    for action in ("finetune", "predict", "evaluate"):
+        code, out, err = _help(name, action, {"task": "SST-2"} if name == "glue" else {"probe": "pos"} if name == "probe" else {})
+        assert code == 0, err
+        opening = " ".join(out.split("\n\n", 1)[1].split("\n\n", 1)[0].split())
+        expected = ACTION_SENTENCES[action].format(name=name, what=tasks.TASKS.describe(name))
+        assert opening == expected, (action, opening)
+
+
+def test_help_alone_and_score_with_the_progress_option(parity, capsys):  # noqa: F811
+    """The re-audit of issue 58: `tasks.finetune('ner', help=True)` alone was a TypeError (model, train,
+    output_dir missing), `tasks.score(..., disable_tqdm=True)` a TypeError (the keyword given twice)."""
+    assert tasks.finetune("ner", help=True) is None
+    assert "usage: spanbert finetune ner" in capsys.readouterr().out
+    d = parity
+    train, dev = _write(d / "train.txt", 24, 0), _write(d / "dev.txt", 8, 1)
+    run = tasks.finetune("parity", model=d / "encoder", train=train, dev=dev, output_dir=d / "s", max_steps=2,
+                         per_device_train_batch_size=4, device="cpu", disable_tqdm=True, report_to="none",
+                         save_steps=0, warmup_steps=0)  # fmt: skip
+    assert tasks.score("parity", run.output_dir, dev, disable_tqdm=True).scores == tasks.score("parity", run.output_dir, dev).scores
+    with pytest.raises(SpanBertError, match=r"^model: found None, expected a path"):
+        tasks.finetune("parity", train=train, output_dir=d / "x")

@@ -293,6 +293,9 @@ def _no_weights(path: Path) -> SpanBertError:
 
 def _checked_config(path: Path) -> dict[str, Any]:
     """config.json (or bert_config.json) of a checkpoint folder, read and checked as a BERT config."""
+    if path.is_file():  # the weights file itself, say: the folder holding it is what loads
+        raise SpanBertError(f"{path}: found a file, expected the model's folder (config.json and weights beside "
+                            f"each other): pass {path.parent}")  # fmt: skip
     if not path.is_dir():
         raise SpanBertError(f"{path}: checkpoint folder not found (expected a folder with config.json and weights)")
     cfg_path = config_path(path)

@@ -24,6 +24,7 @@ from spanbert.environment import check_omp_environment
 from spanbert.errors import SpanBertError
 from spanbert.tasks import TASKS as _TASKS
 from spanbert.tasks.spec import run_action
+from spanbert.utils import messages_leave_a_taken_stdout
 
 # the task registry (name -> TaskSpec, each loaded when its task runs): `spanbert.tasks.TASKS`
 TASKS = _TASKS
@@ -169,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
         print(note, file=sys.stderr)
     restore = _second_interrupt_ends_at_once()
     try:
-        code = run(argv)
+        with messages_leave_a_taken_stdout():  # `--output /dev/stdout`: stdout holds the output alone
+            code = run(argv)
         return code
     except SpanBertError as e:
         from spanbert.distributed import rank, world_size

@@ -204,7 +204,19 @@ class TokenCorpus:
             raise IndexError(f"token range [{start}, {end}) crosses a shard boundary")
         if not self._ids_checked[k]:
             self._ids_checked[k] = self._check_ids(k, read=True)
-        return self._shards.tokens(k, start - self._offsets[k], end - self._offsets[k])
+        a = start - self._offsets[k]
+        ids = self._shards.arrays(k)[0][a : a + end - start]
+        # what is read is checked too (a microsecond a block): a shard damaged after meta.json recorded its
+        # largest id was an IndexError deep in training, naming no file
+        if len(ids) and int(ids.max()) >= self.vocab_size:
+            shard = self.meta["shards"][k]
+            raise DataError(
+                self.path / f"{shard['name']}.ids",
+                f"found token id {int(ids.max())} at position {a + int(ids.argmax())}, expected ids below the "
+                f"{self.vocab_size:,} of the corpus's vocabulary (meta.json vocab_size, max_id {shard.get('max_id')}): "
+                f"{_DAMAGED}",
+            )
+        return self._shards.tokens(k, a, end - self._offsets[k])
 
     def _check_ids(self, k: int, read: bool = False) -> bool:
         """Whether shard ``k``'s ids are known to lie below the vocabulary (issue 58.6: an id past it was an

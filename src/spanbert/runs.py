@@ -237,8 +237,9 @@ def find_resume_checkpoint(output_dir: str | Path) -> tuple[Path, str | None]:
         if why is None:
             return p, f"{problem}; resuming from the newest complete checkpoint, {p.name}"
         problems.append(f"{p}: {why}")
-    if not ckpts:
-        problems.append(f"no checkpoint-N folder in {output_dir}")
+    if not ckpts:  # stopped before its first checkpoint: nothing to resume, all to redo
+        problems.append(f"no checkpoint-N folder in {output_dir} (the run stopped before its first checkpoint: "
+                        "run the same command without --resume to start it again)")  # fmt: skip
     raise SpanBertError("--resume: no usable checkpoint: " + "; ".join(problems))
 
 

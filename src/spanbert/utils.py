@@ -148,8 +148,28 @@ def _write_through(path: Path, mode: str, **open_kwargs: Any) -> Iterator[Any]:
                 view = memoryview(chunk)
                 while view:
                     view = view[os.write(fd, view) :]
+            if fd == 1 and _MESSAGES_LEAVE_STDOUT:  # stdout holds the output: what the command says next goes to stderr
+                sys.stdout = sys.stderr
         if not binary:
             stream.detach()
+
+
+_MESSAGES_LEAVE_STDOUT: list[bool] = []
+
+
+@contextlib.contextmanager
+def messages_leave_a_taken_stdout() -> Iterator[None]:
+    """Within it (a command, a task run from Python): once an output is written through this process's stdout
+    (``--output /dev/stdout``, a link to ``/proc/self/fd/1``: `atomic_write`), what the command prints after
+    goes to stderr, so that stdout holds the output alone (the audit of issue 58 found the "wrote ..." line
+    and the scores after the predictions); stdout is put back at the end."""
+    saved = sys.stdout
+    _MESSAGES_LEAVE_STDOUT.append(True)
+    try:
+        yield
+    finally:
+        _MESSAGES_LEAVE_STDOUT.pop()
+        sys.stdout = saved
 
 
 def write_json(path: str | os.PathLike, data: Any, *, sort_keys: bool = False, ensure_ascii: bool = True) -> None:

@@ -35,7 +35,7 @@ from spanbert.errors import SpanBertError, in_keywords
 from spanbert.tasks.registry import TASKS
 from spanbert.tasks.spec import ACTIONS, Results, TaskSpec, options_argv
 from spanbert.training_args import TrainingArguments
-from spanbert.utils import user_path
+from spanbert.utils import messages_leave_a_taken_stdout, user_path
 
 
 def spec_of(name: str) -> TaskSpec:
@@ -65,7 +65,8 @@ def run(name: str, action: str, options: Mapping[str, Any]) -> Any:
     threads.configure(int(count) if isinstance(count, int) and not isinstance(count, bool) else 0)
     prog = f"spanbert {action} {name}"
     try:
-        return getattr(spec, action)(name, options_argv(options), prog)
+        with messages_leave_a_taken_stdout():  # `output="/dev/stdout"`: stdout holds the output alone
+            return getattr(spec, action)(name, options_argv(options), prog)
     except SystemExit as e:  # an option that makes argparse exit (--version-like): an error, not an exit
         raise SpanBertError(f"spanbert {action} {name}: the options ended the command (exit status {e.code}) "
                             "instead of running it") from None  # fmt: skip
@@ -76,8 +77,8 @@ def run(name: str, action: str, options: Mapping[str, Any]) -> Any:
 
 
 def finetune(
-    name: str, *, model: str | Path, train: str | Path | None = None, dev: str | Path | None = None,
-    output_dir: str | Path, **options: Any,
+    name: str, *, model: str | Path | None = None, train: str | Path | None = None, dev: str | Path | None = None,
+    output_dir: str | Path | None = None, **options: Any,
 ) -> Results:  # fmt: skip
     """Fine-tune the encoder in ``model`` on task ``name``'s training data, selecting on ``dev`` (when
     given), and save the selected model in ``output_dir``. Returns its dev scores (`Results.score`: the
@@ -86,6 +87,8 @@ def finetune(
     ``train`` and ``dev``, or the command's own options for it instead (``train_file=``,
     ``validation_file=``; GLUE's ``data_dir=``)."""
     spec = spec_of(name)
+    if options.get("help"):  # the usage alone: nothing else is needed for it
+        return run(name, "finetune", options)
     # read as the command line reads them (`spanbert.utils.user_path`): ~ expanded, None and "" refused by
     # keyword (str(None) trained into ./None)
     model, output_dir = (_required_path(v, k) for k, v in (("model", model), ("output_dir", output_dir)))
@@ -131,7 +134,7 @@ def score(name: str, model: str | Path, data: str | Path, **options: Any) -> Res
     if spec.score_model is not None:
         threads.configure(0)
         return spec.score_model(str(model), str(data), dict(options))
-    return evaluate(name, model=str(model), data=str(data), disable_tqdm=True, **options)
+    return evaluate(name, model=str(model), data=str(data), **{"disable_tqdm": True, **options})
 
 
 def _help(name: str, action: str, options: Mapping[str, Any]) -> tuple[int, str, str]:

@@ -49,6 +49,7 @@ from spanbert.errors import DataError, SpanBertError
 from spanbert.hub import resolve_model
 from spanbert.microbatch import planned_batch_size
 from spanbert.runs import BEST_DIR, claim_run_dir, latest_checkpoint, steps_per_epoch
+from spanbert.tasks.registry import TASKS
 from spanbert.tasks.spec import Results
 from spanbert.tokenization import Tokenizer
 from spanbert.training_args import TrainingArguments
@@ -134,9 +135,26 @@ def add_inference_arguments(parser: argparse.ArgumentParser, unit: str, with_mod
     threads.add_option(parser)
 
 
+ACTION_SENTENCES = {
+    "finetune": "Fine-tune a pre-trained encoder for {name} ({what}) and keep the model that scores best on "
+    "the dev data; prints its dev scores.",
+    "predict": "Write a fine-tuned model's predictions for {name} ({what}) in the task's official format.",
+    "evaluate": "Score predictions, or a fine-tuned model on labelled data, for {name} ({what}) with the "
+    "task's official metrics.",
+}
+"""The sentence each task command's --help opens with: what the command does, for its user."""
+
+
 def task_parser(prog: str, doc: str | None) -> ArgumentParser:
-    """The parser of one task command: ``prog`` and the first paragraph of the task file's docstring."""
-    return ArgumentParser(prog=prog, description=(doc or "").split("\n\n")[0])
+    """The parser of one task command ``prog`` (``spanbert ACTION TASK``): its help opens with the action's
+    sentence (`ACTION_SENTENCES`) for the registered task; another ``prog`` with the first paragraph of
+    ``doc``."""
+    words = prog.split()
+    if len(words) >= 2 and words[-2] in ACTION_SENTENCES and words[-1] in TASKS:
+        description = ACTION_SENTENCES[words[-2]].format(name=words[-1], what=TASKS.describe(words[-1]))
+    else:
+        description = (doc or "").split("\n\n")[0]
+    return ArgumentParser(prog=prog, description=description)
 
 
 def add_predict_arguments(parser: argparse.ArgumentParser, model_help: str, output_help: str, unit: str) -> None:

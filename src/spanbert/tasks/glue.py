@@ -223,6 +223,8 @@ def read_glue(task: GlueTask, path: str | Path, labelled: bool = True, start_ind
         guid = fields[id_col].strip() if id_col is not None else str(start_index + len(examples))
         b = fields[col[task.text_b]] if task.text_b else None
         examples.append(GlueExample(guid, fields[col[task.text_a]], b, label))
+    if not examples:  # a header alone: training on it, or selecting on it (a dev score of 0 examples), means nothing
+        raise DataError(path, f"found a header and no examples; expected at least one {task.name} example", line=1)
     return examples
 
 
