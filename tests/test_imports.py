@@ -32,7 +32,7 @@ LAZY_MODULES = (
     "spanbert/distributed.py",
     "spanbert/threads.py",
     "spanbert/dataset.py",
-    "spanbert/tokenization.py",  # `spanbert tokenizer` loads no torch: tensors only for tok(..., return_tensors="pt")
+    "spanbert/model_inputs.py",  # `spanbert tokenizer` loads no torch: tensors only for tok(..., return_tensors="pt")
     # torch.nn.attention.varlen loads torch._dynamo (about 2 s): imported by the first CUDA batch that uses it
     "spanbert/modernbert.py",
 )
