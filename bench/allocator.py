@@ -55,7 +55,7 @@ def main() -> None:
 
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    from spanbert import loop, pretrain, trainer, utils
+    from spanbert import loop, pretrain_command, trainer, utils
 
     trims: list[tuple[float, float]] = []  # (seconds in malloc_trim, MB returned)
 
@@ -94,7 +94,7 @@ def main() -> None:
             argv = []
         argv += ["--max_steps", str(steps), "--logging_steps", "1000", "--disable_tqdm", "--device", "cpu", *a.extra]
         t0, r0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
-        pretrain.main(argv)
+        pretrain_command.main(argv)
         r1 = resource.getrusage(resource.RUSAGE_SELF)
     user, sys_ = r1.ru_utime - r0.ru_utime, r1.ru_stime - r0.ru_stime
     print(f"\n{a.run}, {steps} steps, threshold {a.threshold}, trim every {a.trim_every} s, "

@@ -98,7 +98,7 @@ def prepared_corpus(a: argparse.Namespace, work: Path) -> Path:
 
 def spanbert_run(a: argparse.Namespace, corpus: Path, seed: int, out: Path) -> dict[int, dict[str, float]]:
     """Run `spanbert pretrain`; {step: {"tokens": seen after it, "acc", "loss"}} at every evaluation."""
-    from spanbert.pretrain import main as pretrain_main
+    from spanbert.pretrain_command import main as pretrain_main
 
     argv = [
         "--system", a.system, "--corpus", str(corpus), "--model", a.model, "--max_seq_length", str(a.seq),

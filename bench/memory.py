@@ -100,7 +100,7 @@ def run_pretrain_ours(a: argparse.Namespace) -> dict:
     """`spanbert pretrain` itself, in this process; an optimizer-step hook samples RSS every N steps."""
     import gc
 
-    from spanbert import pretrain
+    from spanbert import pretrain_command
 
     samples: list[tuple[int, float]] = []
     state = {"step": 0, "t": time.perf_counter()}
@@ -130,7 +130,7 @@ def run_pretrain_ours(a: argparse.Namespace) -> dict:
                 "--dataloader_num_workers", str(a.workers), *a.extra]  # fmt: skip
         with Sampler() as smp:
             t0 = time.perf_counter()
-            pretrain.main(argv)
+            pretrain_command.main(argv)
             wall = time.perf_counter() - t0
     return {"samples": samples, "peak_mb": smp.max, "wall_s": wall, **growth(samples, a.warmup)}
 

@@ -73,7 +73,7 @@ def unigram_entropy(run: Path) -> float:
 @pytest.mark.slow
 @pytest.mark.parametrize("system,family,losses", SYSTEMS, ids=[f"{s}-{f or 'own'}" for s, f, _ in SYSTEMS])
 def test_every_system_leaves_the_unigram_plateau(system, family, losses, topic_corpus, tmp_path):
-    from spanbert.pretrain import main
+    from spanbert.pretrain_command import main
 
     run = tmp_path / "run"
     argv = ["--system", system, "--corpus", str(topic_corpus), "--model", "tiny",

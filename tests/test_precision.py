@@ -18,7 +18,7 @@ import spanbert.precision as precision_mod
 from spanbert.collate import collate_pretrain, pretrain_target_counts
 from spanbert.model import SpanBertForPreTraining
 from spanbert.precision import autocast_dtype, native_bf16, precision_text
-from spanbert.pretrain import preset_line
+from spanbert.pretrain_command import preset_line
 from spanbert.pretrain_config import PretrainConfig, pretrain_parser
 from spanbert.trainer import train
 from spanbert.training_args import TrainingArguments

@@ -22,7 +22,8 @@ from spanbert.folders import MANIFEST
 from spanbert.masking import MaskingConfig
 from spanbert.model import SpanBertForPreTraining
 from spanbert.preprocess import preprocess
-from spanbert.pretrain import main, pretrain
+from spanbert.pretrain import pretrain
+from spanbert.pretrain_command import main
 from spanbert.pretrain_config import CAUSAL_SYSTEMS, SYSTEMS, PretrainConfig
 from spanbert.tokenization import train_tokenizer
 from spanbert.training_args import TrainingArguments
@@ -210,7 +211,7 @@ def test_evaluation_averages_over_targets_not_batches(corpus):
 
 def _captured_main(monkeypatch, argv, final=None):
     """Run `main(argv)` with `pretrain` replaced; returns (cfg, targs, masking) it was called with."""
-    import spanbert.pretrain as pt
+    import spanbert.pretrain_command as pt
 
     seen = {}
 

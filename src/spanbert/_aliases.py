@@ -59,6 +59,9 @@ OLD_SPELLINGS: dict[str, dict[str, tuple[str, str]]] = {
                  "SYSTEMS", "fill_parser"),
         **_moved("spanbert.samplers", "CausalLMBlocks", "ClozeBlocks"),
         **_moved("spanbert.collate", "cloze_collate"),
+        # the command line and the Python entry, apart from the job since issue 59
+        **_moved("spanbert.pretrain_command", "main", "preset_line", "scale_warmup", "quick_start_in_force",
+                 "named_options", "PretrainResult", "pretrain_from_keywords"),
     },
     # a task file's JSON writer (docs/tasks.md), named for what sets it apart from `spanbert.utils.write_json`
     "spanbert.tasks.common": {"write_json": ("spanbert.tasks.common", "write_json_once")},

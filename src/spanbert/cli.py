@@ -33,7 +33,7 @@ TASKS = _TASKS
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "tokenizer": ("spanbert.tokenization", "main", "train a cased WordPiece vocabulary (tokenizer train)"),
     "preprocess": ("spanbert.preprocess", "main", "tokenize a text corpus into memory-mapped token arrays"),
-    "pretrain": ("spanbert.pretrain", "main", "pre-train SpanBERT or a BERT baseline (no arguments: quick start)"),
+    "pretrain": ("spanbert.pretrain_command", "main", "pre-train SpanBERT or a BERT baseline (no arguments: quick start)"),
     "fill": ("spanbert.fill", "fill_main", "predict a masked span with the MLM or the SBO head"),
     # the task list comes from TASKS, so that a new task cannot be left out of `spanbert --help`
     "finetune": ("", "", f"fine-tune on a task: {', '.join(TASKS)}"),
