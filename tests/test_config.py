@@ -283,7 +283,7 @@ def test_every_command_accepts_the_sections_of_its_config_classes(name, tmp_path
     """TrainingArguments and the command's own classes as sections: parsed, and the values arrive."""
     import yaml
 
-    from spanbert import pretrain
+    from spanbert import pretrain_command
     from spanbert.cli import main
     from spanbert.tasks import common
 
@@ -297,7 +297,7 @@ def test_every_command_accepts_the_sections_of_its_config_classes(name, tmp_path
         stop(real(args, defaults))
 
     monkeypatch.setattr(common, "training_arguments", spy_training_arguments)
-    monkeypatch.setattr(pretrain, "pretrain", stop)
+    monkeypatch.setattr(pretrain_command, "pretrain", stop)  # the job the command calls
     _, sections = CONFIG_COMMANDS[name]
     text = {"TrainingArguments": {"learning_rate": 0.25}}
     text.update({section: {key: value} for section, (key, value) in sections.items()})
