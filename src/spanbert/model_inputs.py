@@ -27,8 +27,19 @@ def model_inputs(
     return_attention_mask: bool = True,
     add_special_tokens: bool = True,
 ) -> dict[str, Any]:
-    """``input_ids``, ``token_type_ids`` and ``attention_mask`` of one text or a batch under the tokenizer
-    ``tok`` (a `spanbert.tokenization.Tokenizer`); the options as `Tokenizer.__call__` documents them."""
+    """Model inputs for one text or a batch under the tokenizer ``tok`` (a `spanbert.tokenization.Tokenizer`,
+    whose call this is), as a transformers tokenizer gives them.
+
+    ``tok(["a text", "another"], padding=True, truncation=True, max_length=128, return_tensors="pt")``
+    returns ``{"input_ids", "token_type_ids", "attention_mask"}``: each text framed as the model family
+    frames it (``[CLS] a [SEP]``; a pair ``[CLS] a [SEP] b [SEP]`` with token type 1 on ``b [SEP]``),
+    ``[PAD]`` on the right with attention mask 0. ``padding``: False, True or ``"longest"`` (the batch's
+    longest), ``"max_length"``. ``truncation``: False, True or ``"longest_first"`` (a token at a time from
+    the longer of a pair, as transformers' fast tokenizers cut), ``"only_first"``, ``"only_second"``; to
+    ``max_length``, by default ``tok.model_max_length``. ``return_tensors="pt"``: torch tensors (B, T) (a
+    single text gets B = 1); otherwise lists, unnested for a single text. Results equal
+    `transformers.BertTokenizerFast` on the same vocabulary (tests/test_model_inputs.py).
+    """
     single = isinstance(text, str)
     texts = [text] if single else list(text)
     if text_pair is None:

@@ -401,36 +401,9 @@ class Tokenizer:
             out.offsets[:] = np.maximum(out.offsets - s, 0)
         return out
 
-    def __call__(
-        self,
-        text: str | Sequence[str],
-        text_pair: str | Sequence[str] | None = None,
-        *,
-        padding: bool | str = False,
-        truncation: bool | str = False,
-        max_length: int | None = None,
-        return_tensors: str | None = None,
-        return_token_type_ids: bool = True,
-        return_attention_mask: bool = True,
-        add_special_tokens: bool = True,
-    ) -> dict[str, Any]:
-        """Model inputs for one text or a batch, as a transformers tokenizer gives them.
-
-        ``tok(["a text", "another"], padding=True, truncation=True, max_length=128, return_tensors="pt")``
-        returns ``{"input_ids", "token_type_ids", "attention_mask"}``: each text framed as the model family
-        frames it (``[CLS] a [SEP]``; a pair ``[CLS] a [SEP] b [SEP]`` with token type 1 on ``b [SEP]``),
-        ``[PAD]`` on the right with attention mask 0. ``padding``: False, True or ``"longest"`` (the
-        batch's longest), ``"max_length"``. ``truncation``: False, True or ``"longest_first"`` (a token at a
-        time from the longer of a pair, as transformers' fast tokenizers cut), ``"only_first"``,
-        ``"only_second"``; to ``max_length``, by default `model_max_length`. ``return_tensors="pt"``:
-        torch tensors (B, T) (a single text gets B = 1); otherwise lists, unnested for a single text.
-        Results equal `transformers.BertTokenizerFast` on the same vocabulary (tests/test_tokenization.py).
-        """
-        return model_inputs(
-            self, text, text_pair, padding=padding, truncation=truncation, max_length=max_length,
-            return_tensors=return_tensors, return_token_type_ids=return_token_type_ids,
-            return_attention_mask=return_attention_mask, add_special_tokens=add_special_tokens,
-        )  # fmt: skip
+    # tok(texts, text_pair, padding=..., truncation=..., max_length=..., return_tensors="pt"): the model
+    # inputs a transformers tokenizer gives (`spanbert.model_inputs.model_inputs`, whose first argument is this)
+    __call__ = model_inputs
 
     def __len__(self) -> int:
         return self.vocab_size
