@@ -1,9 +1,9 @@
 """Model inputs from texts, as a transformers tokenizer gives them: `Tokenizer.__call__`.
 
 Framing (the model family's start, between-segment and end markers: ``tok.cls_id``, ``mid_id``, ``sep_id``),
-padding on the right and truncation by transformers' strategies, over `Tokenizer.encode_batch` (which adds
-no special tokens). Lists, or torch tensors for ``return_tensors="pt"``; the results equal
-`transformers.BertTokenizerFast` on the same vocabulary (tests/test_tokenization.py).
+padding on the right and truncation by transformers' strategies, over the wrapped tokenizer's ids (no
+special tokens added). Lists, or torch tensors for ``return_tensors="pt"``; the results equal
+`transformers.BertTokenizerFast` on the same vocabulary (tests/test_model_inputs.py).
 """
 
 from __future__ import annotations
@@ -57,10 +57,14 @@ def model_inputs(
         "truncation", truncation, {False: "do_not_truncate", True: "longest_first"},
         ("do_not_truncate", "longest_first", "only_first", "only_second"),
     )  # fmt: skip
+    if return_tensors not in (None, "pt"):  # refused before any work
+        raise SpanBertError(f"return_tensors: found {return_tensors!r}, expected 'pt' (torch tensors) or None (lists)")
     if max_length is None and (truncation != "do_not_truncate" or padding == "max_length"):
         max_length = tok.model_max_length
-    firsts = [list(map(int, e.ids)) for e in tok.encode_batch(texts)]
-    seconds = [list(map(int, e.ids)) for e in tok.encode_batch(pairs)] if pairs is not None else None
+    # the ids alone, as lists of ints, straight from the wrapped tokenizer: `Tokenizer.encode_batch` would
+    # also build offsets and word starts, which model inputs do not use
+    firsts = [e.ids for e in tok.hf.encode_batch(texts, add_special_tokens=False)]
+    seconds = [e.ids for e in tok.hf.encode_batch(pairs, add_special_tokens=False)] if pairs is not None else None
     extra = (3 if pairs is not None else 2) if add_special_tokens else 0
     rows, types = [], []
     for i, a in enumerate(firsts):
@@ -88,8 +92,6 @@ def model_inputs(
     if return_attention_mask:
         out["attention_mask"] = masks
     if return_tensors is not None:
-        if return_tensors != "pt":
-            raise SpanBertError(f"return_tensors: found {return_tensors!r}, expected 'pt' (torch tensors) or None (lists)")
         if len({len(r) for r in rows}) > 1:
             raise SpanBertError(
                 f"return_tensors: found texts of {min(map(len, rows))} to {max(map(len, rows))} tokens, "
