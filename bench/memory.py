@@ -187,8 +187,8 @@ def _qa_model_dir(a: argparse.Namespace, root: Path) -> Path:
     import torch
 
     from spanbert.config import model_config
-    from spanbert.tasks.common import save_finetuned
     from spanbert.tasks.qa import SpanBertForQuestionAnswering
+    from spanbert.tasks.task_folders import save_finetuned
     from spanbert.tokenization import load_tokenizer
 
     tok = load_tokenizer(a.tokenizer)

@@ -295,8 +295,8 @@ def test_yaml_config_keys_are_checked(tiny_model, tmp_path, cli_error):
 
 
 def _sst_features(tiny_model: Path, tmp_path: Path):
-    from spanbert.tasks.common import load_tokenizer_for
     from spanbert.tasks.glue import glue_features
+    from spanbert.tasks.task_folders import load_tokenizer_for
 
     _write_sst(tmp_path / "SST-2")
     task = glue_task("SST-2")

@@ -107,7 +107,7 @@ def _causal_lm_item(ids: list[int]) -> dict:
 def test_flag_round_trips_and_task_models_keep_the_left_only_constraint(tmp_path):
     transformers = pytest.importorskip("transformers")
     from spanbert.tasks.classification import SequenceClassifier
-    from spanbert.tasks.common import load_encoder
+    from spanbert.tasks.task_folders import load_encoder
 
     torch.manual_seed(0)
     lm = SpanBertForPreTraining(causal_config(), sbo=False, nsp=False).eval()
@@ -134,8 +134,8 @@ def test_flag_round_trips_and_task_models_keep_the_left_only_constraint(tmp_path
         a, b = qa_model(ids, attention_mask=mask), qa_model(changed, attention_mask=mask)
     torch.testing.assert_close(a["start_logits"][:, :6], b["start_logits"][:, :6], atol=0, rtol=0)
     # ... and the fine-tuned model saved from it too
-    from spanbert.tasks.common import save_finetuned
     from spanbert.tasks.qa import load_qa_model
+    from spanbert.tasks.task_folders import save_finetuned
     from spanbert.tokenization import train_tokenizer as _train
 
     tok = _train(None, VOCAB, texts=["a b c d e f g h"] * 3, show_progress=False, min_frequency=1)

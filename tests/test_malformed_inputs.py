@@ -363,7 +363,7 @@ def _encoder_only(tmp: Path, model: Path) -> Path:
 
 def _finetuned_sst2(tmp: Path, model: Path) -> Path:
     from spanbert.tasks import classification as C
-    from spanbert.tasks.common import load_tokenizer_for
+    from spanbert.tasks.task_folders import load_tokenizer_for
 
     C.save_model(C.build_model("sequence", model, 2, seed=0), tmp / "sst2", load_tokenizer_for(model), "sequence",
                  ["0", "1"], {"task": "glue", "glue_task": "SST-2", "max_seq_length": 32})  # fmt: skip

@@ -39,9 +39,9 @@ def models(tmp_path_factory) -> dict[str, Path]:
     from spanbert.config import model_config
     from spanbert.model import Encoder
     from spanbert.tasks import classification as C
-    from spanbert.tasks.common import save_finetuned
     from spanbert.tasks.qa import SpanBertForQuestionAnswering
     from spanbert.tasks.relation import assign_marker_ids, marker_vocabulary
+    from spanbert.tasks.task_folders import save_finetuned
     from spanbert.tokenization import train_tokenizer
 
     root = tmp_path_factory.mktemp("malformed_models")

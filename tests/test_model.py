@@ -168,7 +168,7 @@ def test_official_spanbert_layout(tmp_path):
     with torch.no_grad():
         assert (enc(ids) - hf(ids).last_hidden_state).abs().max() <= 1e-5
     # it has no vocabulary: the error says which tokenizer to use
-    from spanbert.tasks.common import load_tokenizer_for
+    from spanbert.tasks.task_folders import load_tokenizer_for
 
     with pytest.raises(SpanBertError, match="bert-base-cased"):
         load_tokenizer_for(tmp_path)
@@ -404,7 +404,7 @@ def test_google_bert_config_json_layout(tmp_path):
     """Google's release converted to PyTorch: bert_config.json + pytorch_model.bin of BertForPreTraining
     (gamma/beta names, pooler and NSP head), vocab.txt; no config.json."""
     from spanbert.checkpoints import check_checkpoint, config_path
-    from spanbert.tasks.common import load_encoder
+    from spanbert.tasks.task_folders import load_encoder
 
     cfg = tiny()
     hf = hf_model(cfg, transformers.BertForPreTraining)

@@ -59,7 +59,7 @@ TRAIN = ["--max_seq_length", "24", "--lstm_hidden_size", "32", "--per_device_tra
 
 
 def test_extraction_equals_the_encoders_hidden_states(encoder4, tmp_path):
-    from spanbert.tasks.common import load_encoder
+    from spanbert.tasks.task_folders import load_encoder
     from spanbert.tokenization import Tokenizer
 
     data = tmp_path / "data.txt"
@@ -83,7 +83,7 @@ def test_extraction_equals_the_encoders_hidden_states(encoder4, tmp_path):
 
 def test_hidden_states_match_transformers(encoder4):
     transformers = pytest.importorskip("transformers")
-    from spanbert.tasks.common import load_encoder
+    from spanbert.tasks.task_folders import load_encoder
 
     ours = load_encoder(encoder4)
     hf = transformers.BertModel.from_pretrained(encoder4, add_pooling_layer=False).eval()

@@ -651,7 +651,7 @@ def test_an_unset_sequence_length_fits_the_encoder(models, tmp_path):  # noqa: F
     """Unset, a task's --max_seq_length is its default (128) or the encoder's positions when it has fewer."""
     import argparse
 
-    from spanbert.tasks.common import add_sequence_length_argument, resolve_sequence_length
+    from spanbert.tasks.command_line import add_sequence_length_argument, resolve_sequence_length
 
     small = tmp_path / "small"
     shutil.copytree(models["enc"], small)

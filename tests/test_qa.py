@@ -322,7 +322,7 @@ def test_evaluate_subset_prints_one_summary_line_and_disable_tqdm_is_quiet(tok, 
     # predict with --disable_tqdm prints its one line and no progress bar
     model = tmp_path / "qa"
     enc = _pretrained(tok, tmp_path / "enc")
-    from spanbert.tasks.common import load_encoder, save_finetuned
+    from spanbert.tasks.task_folders import load_encoder, save_finetuned
 
     encoder = load_encoder(enc)
     save_finetuned(qa.SpanBertForQuestionAnswering(encoder.config, encoder), model, tok, "BertForQuestionAnswering",
@@ -337,7 +337,7 @@ def test_evaluate_subset_prints_one_summary_line_and_disable_tqdm_is_quiet(tok, 
 
 def test_task_model_loaders_return_eval_mode(tok, tmp_path: Path) -> None:
     from spanbert.tasks import classification as C
-    from spanbert.tasks.common import load_encoder, save_finetuned
+    from spanbert.tasks.task_folders import load_encoder, save_finetuned
 
     enc = _pretrained(tok, tmp_path / "enc")
     encoder = load_encoder(enc)

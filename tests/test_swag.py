@@ -142,7 +142,7 @@ def test_head_parity_with_bert_for_multiple_choice(tmp_path, tok):
     assert (out["logits"] - ref.logits).abs().max() <= 1e-4
     assert abs(float(out["loss"]) - float(ref.loss)) <= 1e-4
     # and a model saved by spanbert loads in transformers with no missing or unexpected weights
-    from spanbert.tasks.common import save_finetuned
+    from spanbert.tasks.task_folders import save_finetuned
 
     save_finetuned(ours, tmp_path / "saved", tok, "BertForMultipleChoice", {"spanbert": {"task": "swag"}})
     back, info = transformers.BertForMultipleChoice.from_pretrained(tmp_path / "saved", output_loading_info=True)

@@ -108,7 +108,7 @@ def test_every_task_commands_help_opens_with_a_sentence_for_its_user(name):
     """Issue 59: `finetune squad --help` opened with its module's docstring ("scoring prediction files
     (`evaluate_files`), the actions of the command line and the Python API, and the tasks' `TaskSpec`s")."""
     from spanbert.tasks.api import _help
-    from spanbert.tasks.common import ACTION_SENTENCES
+    from spanbert.tasks.command_line import ACTION_SENTENCES
 
     for action in ("finetune", "predict", "evaluate"):
         code, out, err = _help(name, action, {"task": "SST-2"} if name == "glue" else {"probe": "pos"} if name == "probe" else {})

@@ -25,18 +25,13 @@ from spanbert.config import model_config
 from spanbert.model import Encoder
 from spanbert.tasks import TASKS
 from spanbert.tasks import classification as C
-from spanbert.tasks.common import (
-    add_predict_arguments,
-    add_scoring_source,
-    finetune_command,
-    load_tokenizer_for,
-    selection_defaults,
-    start_distributed,
-    task_parser,
-    write_json_once,
-)
+from spanbert.tasks.command_line import add_predict_arguments, add_scoring_source, task_parser
+from spanbert.tasks.finetuning import finetune_command
+from spanbert.tasks.ranks import start_distributed, write_json_once
+from spanbert.tasks.selection import selection_defaults
 from spanbert.tasks.spec import RESULTS_FILE, Results, SubTasks, TaskSpec
 from spanbert.tasks.splits import RecordSplit
+from spanbert.tasks.task_folders import load_tokenizer_for
 
 # ----------------------------------------------------------------------------- the toy task file
 

@@ -774,7 +774,7 @@ def save_task_model(
     """Save a task model (its encoder as ``task_model.bert`` + a head) as config.json (the encoder's keys,
     ``architectures``, then ``extra``: HF keys such as ``id2label`` at the top level, spanbert's task
     settings under ``"spanbert"``) + model.safetensors + the tokenizer. Call it on one rank
-    (`spanbert.tasks.common.write_once`)."""
+    (`spanbert.tasks.ranks.write_once`)."""
     config_json = {**task_model.bert.config_json(), "architectures": [architecture]}
     for k, v in (extra or {}).items():
         if k == "spanbert":

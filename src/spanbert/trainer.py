@@ -725,7 +725,7 @@ def predict_batches(
 
     The batch is yielded as collated (on CPU), the outputs as the model returned them (on device).
     ``batches``: the dataset indices of each batch, in the order to run them (e.g. windows grouped by
-    length, `spanbert.tasks.common.length_batches`); ``batch_size`` is then unused.
+    length, `spanbert.tasks.batching.length_batches`); ``batch_size`` is then unused.
     """
     device = device if isinstance(device, torch.device) else resolve_device(device)
     amp_dtype = autocast_dtype(precision, device)

@@ -174,7 +174,7 @@ def messages_leave_a_taken_stdout() -> Iterator[None]:
 
 def write_json(path: str | os.PathLike, data: Any, *, sort_keys: bool = False, ensure_ascii: bool = True) -> None:
     """``data`` as JSON indented by 2, then a newline, written atomically (`atomic_write`) by this process;
-    under torchrun a task writes through `spanbert.tasks.common.write_json_once` (rank 0 only)."""
+    under torchrun a task writes through `spanbert.tasks.ranks.write_json_once` (rank 0 only)."""
     with atomic_write(path, encoding="utf-8") as f:
         json.dump(data, f, indent=2, sort_keys=sort_keys, ensure_ascii=ensure_ascii)
         f.write("\n")

@@ -31,15 +31,10 @@ from spanbert import families
 from spanbert.distributed import is_main
 from spanbert.errors import DataError, SpanBertError
 from spanbert.masking import IGNORE_INDEX
-from spanbert.tasks.common import (
-    KeepBest,
-    load_encoder,
-    load_task_model,
-    predict_sharded,
-    save_finetuned,
-    seeded_model,
-)
 from spanbert.tasks.layers import apply_encoder_dropout, output_layer, scaled
+from spanbert.tasks.ranks import predict_sharded, seeded_model
+from spanbert.tasks.selection import KeepBest
+from spanbert.tasks.task_folders import load_encoder, load_task_model, save_finetuned
 from spanbert.trainer import predict_batches, train
 
 # ---------------------------------------------------------------------------------------------

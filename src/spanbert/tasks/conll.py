@@ -21,7 +21,8 @@ import numpy as np
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.masking import IGNORE_INDEX
 from spanbert.metrics.classification import conlleval
-from spanbert.tasks.common import parse_bool, percent
+from spanbert.tasks.command_line import parse_bool
+from spanbert.tasks.scores import percent
 from spanbert.utils import atomic_write
 
 _TAG = re.compile(r"^(O|[BIES]-\S+)$")

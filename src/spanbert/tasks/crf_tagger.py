@@ -33,8 +33,8 @@ from spanbert.dropout import Dropout, set_dropout
 from spanbert.errors import SpanBertError
 from spanbert.masking import IGNORE_INDEX
 from spanbert.tasks.classification import FeatureDataset
-from spanbert.tasks.common import predict_sharded
 from spanbert.tasks.layers import CRF, ScalarMix
+from spanbert.tasks.ranks import predict_sharded
 from spanbert.trainer import predict_batches, train
 
 TASK = "ForCrfTagging"

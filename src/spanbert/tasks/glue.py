@@ -33,26 +33,21 @@ from spanbert.metrics.classification import accuracy, binary_f1, matthews_corrco
 from spanbert.tasks import api
 from spanbert.tasks import classification as C
 from spanbert.tasks.classification import pair_input
-from spanbert.tasks.common import (
+from spanbert.tasks.command_line import (
     add_inference_arguments,
     add_scoring_source,
     add_sequence_length_argument,
     add_switch,
-    check_task_settings,
     family_defaults,
-    finetune_command,
-    load_tokenizer_for,
-    match_by_id,
-    percent,
-    selection_defaults,
-    selection_summary,
-    start_distributed,
     task_parser,
-    write_json_once,
-    write_once,
 )
+from spanbert.tasks.finetuning import finetune_command
+from spanbert.tasks.ranks import start_distributed, write_json_once, write_once
+from spanbert.tasks.scores import match_by_id, percent
+from spanbert.tasks.selection import selection_defaults, selection_summary
 from spanbert.tasks.spec import RESULTS_FILE, Results, SubTasks, TaskSpec
 from spanbert.tasks.splits import HELDOUT_SEED, cut, record, split_half
+from spanbert.tasks.task_folders import check_task_settings, load_tokenizer_for
 from spanbert.trainer import eval_size
 from spanbert.utils import atomic_write, output_folder
 

@@ -37,28 +37,14 @@ from spanbert.metrics.resample import write_example_stats
 from spanbert.tasks import classification as C
 from spanbert.tasks import crf_tagger as CT
 from spanbert.tasks import ner_features as NF
-from spanbert.tasks.common import (
+from spanbert.tasks.command_line import (
     add_example_stats_argument,
     add_predict_arguments,
     add_scoring_source,
     add_sequence_length_argument,
-    check_task_settings,
     family_defaults,
-    finetune_command,
-    load_encoder,
-    load_task_model,
-    load_tokenizer_for,
     model_in_argv,
-    print_metrics,
-    save_finetuned,
-    seeded_model,
-    selection_defaults,
-    selection_summary,
-    start_distributed,
     task_parser,
-    warn_unseen,
-    write_json_once,
-    write_once,
 )
 from spanbert.tasks.conll import (
     _TAG,
@@ -72,8 +58,19 @@ from spanbert.tasks.conll import (
     score,
     write_predictions,
 )
+from spanbert.tasks.finetuning import finetune_command
+from spanbert.tasks.ranks import print_metrics, seeded_model, start_distributed, write_json_once, write_once
+from spanbert.tasks.scores import warn_unseen
+from spanbert.tasks.selection import selection_defaults, selection_summary
 from spanbert.tasks.spec import RESULTS_FILE, Results, TaskSpec
 from spanbert.tasks.splits import RecordSplit
+from spanbert.tasks.task_folders import (
+    check_task_settings,
+    load_encoder,
+    load_task_model,
+    load_tokenizer_for,
+    save_finetuned,
+)
 from spanbert.trainer import eval_size
 
 # ---------------------------------------------------------------------------------------------

@@ -45,24 +45,13 @@ from spanbert.dropout import Dropout
 from spanbert.errors import DataError, SpanBertError
 from spanbert.masking import IGNORE_INDEX
 from spanbert.runs import RUN, claim_run_dir
-from spanbert.tasks import common
+from spanbert.tasks import command_line
 from spanbert.tasks.classification import Collator, label_config, labels_from_config, token_outputs
-from spanbert.tasks.common import (
-    KeepBest,
+from spanbert.tasks.command_line import (
     add_finetune_arguments,
     add_sequence_length_argument,
-    check_output_dir,
-    load_encoder,
-    load_tokenizer_for,
     parse_task_args,
-    predict_sharded,
     resolve_sequence_length,
-    seeded_model,
-    selection_summary,
-    start_distributed,
-    warn_unseen,
-    write_json_once,
-    write_once,
 )
 from spanbert.tasks.conll import (
     add_document_context_argument,
@@ -72,7 +61,12 @@ from spanbert.tasks.conll import (
     score,
     write_predictions,
 )
+from spanbert.tasks.finetuning import check_output_dir
+from spanbert.tasks.ranks import predict_sharded, seeded_model, start_distributed, write_json_once, write_once
+from spanbert.tasks.scores import warn_unseen
+from spanbert.tasks.selection import KeepBest, selection_summary
 from spanbert.tasks.spec import RESULTS_FILE, Results
+from spanbert.tasks.task_folders import load_encoder, load_tokenizer_for
 from spanbert.trainer import predict_batches, train
 from spanbert.utils import atomic_dir, input_paths, progress_bar
 
@@ -628,7 +622,7 @@ def finetune_cli(argv: list[str], prog: str) -> Results:
     parse_choices(head.features)  # a bad choice fails before any work
     if head.feature_dtype not in ("float32", "float16"):
         raise SpanBertError(f"--feature_dtype: found {head.feature_dtype!r}, expected float32 or float16")
-    targs = common.training_arguments(args, DEFAULTS)
+    targs = command_line.training_arguments(args, DEFAULTS)
     check_output_dir(targs, input_paths(args))
     resolve_sequence_length(args)  # before any sentence is read
     start_distributed(targs.device)

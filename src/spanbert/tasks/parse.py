@@ -47,29 +47,27 @@ from spanbert.distributed import eprint0, is_main, print0
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics.evalb import EvalbAbort, evalb, summary_text
 from spanbert.tasks.classification import FeatureDataset
-from spanbert.tasks.common import (
-    KeepBest,
+from spanbert.tasks.command_line import (
     add_inference_arguments,
     add_scoring_source,
     add_switch,
     family_defaults,
-    finetune_command,
-    load_encoder,
-    load_task_model,
     model_in_argv,
+    task_parser,
+)
+from spanbert.tasks.finetuning import finetune_command
+from spanbert.tasks.ranks import (
     predict_sharded,
     print_metrics,
-    save_finetuned,
     seeded_model,
-    selection_defaults,
-    selection_summary,
     start_distributed,
-    task_parser,
-    warn_unseen,
     write_json_once,
     write_once,
 )
+from spanbert.tasks.scores import warn_unseen
+from spanbert.tasks.selection import KeepBest, selection_defaults, selection_summary
 from spanbert.tasks.spec import RESULTS_FILE, Results, TaskSpec
+from spanbert.tasks.task_folders import load_encoder, load_task_model, save_finetuned
 from spanbert.tasks.trees import Tree, _parse, read_trees, tokenize, write_trees
 from spanbert.trainer import predict_batches
 from spanbert.trainer import train as run_training

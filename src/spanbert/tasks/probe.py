@@ -44,26 +44,21 @@ from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics.resample import STATS_FILE, write_example_stats
 from spanbert.microbatch import planned_batch_size
 from spanbert.tasks.classification import label_config, labels_from_config
-from spanbert.tasks.common import (
-    KeepBest,
+from spanbert.tasks.command_line import (
     add_inference_arguments,
     add_predict_arguments,
     add_sequence_length_argument,
-    finetune_command,
-    match_by_id,
-    predict_sharded,
-    seeded_model,
-    selection_summary,
-    start_distributed,
     task_parser,
-    warn_unseen,
-    write_once,
 )
+from spanbert.tasks.finetuning import finetune_command
 from spanbert.tasks.layers import ScalarMix
 from spanbert.tasks.ner_features import encoder_fingerprint
 from spanbert.tasks.probe_data import Context, carve_dev, label_list, n_targets, read_probe, subsample
 from spanbert.tasks.probe_features import DTYPES, ProbeFeatures, cached_features, default_cache
 from spanbert.tasks.probe_sets import DATA_SEED, NAMES, PROBE_SETS, canonical
+from spanbert.tasks.ranks import predict_sharded, seeded_model, start_distributed, write_once
+from spanbert.tasks.scores import match_by_id, warn_unseen
+from spanbert.tasks.selection import KeepBest, selection_summary
 from spanbert.tasks.spec import RESULTS_FILE, Results, SubTasks, TaskSpec
 from spanbert.trainer import EvalSize, predict_batches, train
 from spanbert.utils import atomic_write, write_json

@@ -33,9 +33,10 @@ from torch import nn
 
 from spanbert import threads
 from spanbert.distributed import print0, resolve_device
-from spanbert.tasks.common import load_encoder, load_tokenizer_for, write_once
 from spanbert.tasks.ner_features import encoder_fingerprint
 from spanbert.tasks.probe_data import Context
+from spanbert.tasks.ranks import write_once
+from spanbert.tasks.task_folders import load_encoder, load_tokenizer_for
 from spanbert.utils import atomic_dir, progress_bar
 
 CACHE_VERSION = 1

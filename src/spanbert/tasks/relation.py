@@ -40,26 +40,20 @@ from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics.classification import NO_RELATION, semeval_official, tacred_prf
 from spanbert.tasks import classification as C
-from spanbert.tasks.common import (
+from spanbert.tasks.command_line import (
     add_predict_arguments,
     add_scoring_source,
     add_sequence_length_argument,
     family_defaults,
-    finetune_command,
-    load_tokenizer_for,
-    match_by_id,
-    percent,
-    print_metrics,
-    selection_defaults,
-    selection_summary,
-    start_distributed,
     task_parser,
-    warn_unseen,
-    write_json_once,
-    write_once,
 )
+from spanbert.tasks.finetuning import finetune_command
+from spanbert.tasks.ranks import print_metrics, start_distributed, write_json_once, write_once
+from spanbert.tasks.scores import match_by_id, percent, warn_unseen
+from spanbert.tasks.selection import selection_defaults, selection_summary
 from spanbert.tasks.spec import RESULTS_FILE, Results, TaskSpec
 from spanbert.tasks.splits import RecordSplit
+from spanbert.tasks.task_folders import load_tokenizer_for
 from spanbert.trainer import eval_size
 from spanbert.utils import atomic_write
 

@@ -34,31 +34,28 @@ from spanbert.distributed import is_main, print0
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics.classification import accuracy
 from spanbert.tasks.classification import FeatureDataset, pair_input
-from spanbert.tasks.common import (
-    KeepBest,
+from spanbert.tasks.command_line import (
     add_predict_arguments,
     add_scoring_source,
     add_sequence_length_argument,
     family_defaults,
-    finetune_command,
-    load_encoder,
-    load_task_model,
-    load_tokenizer_for,
-    percent,
+    task_parser,
+)
+from spanbert.tasks.finetuning import finetune_command
+from spanbert.tasks.layers import apply_encoder_dropout, output_layer, scaled
+from spanbert.tasks.ranks import (
     predict_sharded,
     print_metrics,
-    save_finetuned,
     seeded_model,
-    selection_defaults,
-    selection_summary,
     start_distributed,
-    task_parser,
     write_json_once,
     write_once,
 )
-from spanbert.tasks.layers import apply_encoder_dropout, output_layer, scaled
+from spanbert.tasks.scores import percent
+from spanbert.tasks.selection import KeepBest, selection_defaults, selection_summary
 from spanbert.tasks.spec import RESULTS_FILE, Results, TaskSpec
 from spanbert.tasks.splits import RecordSplit
+from spanbert.tasks.task_folders import load_encoder, load_task_model, load_tokenizer_for, save_finetuned
 from spanbert.trainer import predict_batches, train
 from spanbert.utils import atomic_write
 

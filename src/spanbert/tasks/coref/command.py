@@ -16,26 +16,18 @@ from spanbert.errors import SpanBertError, utf8_argument
 from spanbert.metrics.coref import document_rows
 from spanbert.metrics.resample import write_example_stats
 from spanbert.runs import claim_run_dir
-from spanbert.tasks import api, common
-from spanbert.tasks.common import (
-    add_finetune_arguments,
-    add_switch,
-    check_output_dir,
-    check_sequence_length,
-    parse_task_args,
-    predict_sharded,
-    print_metrics,
-    start_distributed,
-    task_parser,
-    write_once,
-)
+from spanbert.tasks import api, command_line
+from spanbert.tasks.command_line import add_finetune_arguments, add_switch, parse_task_args, task_parser
 from spanbert.tasks.coref.data import read_conll, read_documents, write_conll
 from spanbert.tasks.coref.finetune import COREF_PRESETS, DEFAULTS, finetune_coref
 from spanbert.tasks.coref.folder import evaluate_clusters
 from spanbert.tasks.coref.model import CorefConfig
 from spanbert.tasks.coref.predict import CorefPredictor
+from spanbert.tasks.finetuning import check_output_dir
+from spanbert.tasks.ranks import predict_sharded, print_metrics, start_distributed, write_once
 from spanbert.tasks.spec import Folds, Results, TaskSpec
 from spanbert.tasks.splits import RecordSplit
+from spanbert.tasks.task_folders import check_sequence_length
 from spanbert.utils import input_paths, output_file
 
 # =============================================================================================
@@ -80,7 +72,7 @@ def _finetune(task: str, argv: list[str], prog: str) -> Results:
     kv = parse_key_values(overrides)
     args.overrides = [o for o, k in zip(overrides, kv) if k not in coref_keys]
     # defaults < preset < --config YAML < --flags < key=value
-    targs = common.training_arguments(args, {**DEFAULTS, **preset["training"]})
+    targs = command_line.training_arguments(args, {**DEFAULTS, **preset["training"]})
     config = dataclass_from_args(
         CorefConfig, args, defaults=preset["coref"],
         overrides=[o for o, k in zip(overrides, kv) if k in coref_keys],

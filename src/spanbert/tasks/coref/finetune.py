@@ -17,15 +17,6 @@ from torch import nn
 from spanbert import distributed, runs, trainer
 from spanbert.distributed import broadcast_object, is_main, print0
 from spanbert.errors import SpanBertError
-from spanbert.tasks.common import (
-    check_output_dir,
-    load_encoder,
-    load_tokenizer_for,
-    predict_sharded,
-    seeded_model,
-    start_distributed,
-    write_once,
-)
 from spanbert.tasks.coref.data import CorefDocument, Span, read_documents, write_conll
 from spanbert.tasks.coref.features import (
     CorefDataset,
@@ -38,7 +29,10 @@ from spanbert.tasks.coref.features import (
 from spanbert.tasks.coref.folder import evaluate_clusters, save_coref_model
 from spanbert.tasks.coref.model import CorefConfig, CorefModel
 from spanbert.tasks.coref.predict import CorefPredictor
+from spanbert.tasks.finetuning import check_output_dir
+from spanbert.tasks.ranks import predict_sharded, seeded_model, start_distributed, write_once
 from spanbert.tasks.spec import RESULTS_FILE
+from spanbert.tasks.task_folders import load_encoder, load_tokenizer_for
 from spanbert.utils import atomic_write, progress_bar
 
 # Appendix B: one document per step, task layers 2e-4 (a point of the grid {1e-4, 2e-4, 3e-4}; the encoder's

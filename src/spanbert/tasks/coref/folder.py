@@ -11,12 +11,9 @@ from typing import Any
 from spanbert import families
 from spanbert.errors import SpanBertError
 from spanbert.metrics.coref import evaluate_documents
-from spanbert.tasks.common import (
-    load_finetuned,
-    save_finetuned,
-)
 from spanbert.tasks.coref.data import CorefDocument, Span
 from spanbert.tasks.coref.model import CorefConfig, CorefModel
+from spanbert.tasks.task_folders import load_finetuned, save_finetuned
 
 # =============================================================================================
 # Saving, loading, fine-tuning

@@ -16,15 +16,8 @@ from spanbert.distributed import eprint0, print0
 from spanbert.errors import DataError, SpanBertError, decode_utf8, utf8_argument
 from spanbert.metrics import squad as squad_metrics
 from spanbert.tasks import api
-from spanbert.tasks.common import (
-    add_inference_arguments,
-    family_defaults,
-    finetune_command,
-    start_distributed,
-    task_parser,
-    write_json_once,
-    write_once,
-)
+from spanbert.tasks.command_line import add_inference_arguments, family_defaults, task_parser
+from spanbert.tasks.finetuning import finetune_command
 from spanbert.tasks.qa.data import (
     DUPLICATE_ID,
     _expect,
@@ -46,6 +39,7 @@ from spanbert.tasks.qa.finetune import (
     load_qa_model,
     run_prediction,
 )
+from spanbert.tasks.ranks import start_distributed, write_json_once, write_once
 from spanbert.tasks.spec import Results, TaskSpec
 from spanbert.tasks.splits import RecordSplit
 from spanbert.utils import output_file, writes_through

@@ -16,24 +16,8 @@ from spanbert import families
 from spanbert.config import replace_checked
 from spanbert.distributed import is_main, print0, resolve_device
 from spanbert.errors import DataError, SpanBertError
-from spanbert.tasks.common import (
-    KeepBest,
-    check_output_dir,
-    check_task_settings,
-    cpu_batch_tokens,
-    length_batches,
-    load_encoder,
-    load_finetuned,
-    load_tokenizer_for,
-    predict_sharded,
-    save_finetuned,
-    seeded_model,
-    selection_defaults,
-    selection_summary,
-    start_distributed,
-    write_json_once,
-    write_once,
-)
+from spanbert.tasks.batching import cpu_batch_tokens, length_batches
+from spanbert.tasks.finetuning import check_output_dir
 from spanbert.tasks.qa.data import QAData, QAExample, read_id_list, read_qa
 from spanbert.tasks.qa.decoding import (
     Decoded,
@@ -45,7 +29,16 @@ from spanbert.tasks.qa.decoding import (
 )
 from spanbert.tasks.qa.features import QAFeatureDataset, QAFeatures, collate_qa, make_features, tokenize_data
 from spanbert.tasks.qa.model import SpanBertForQuestionAnswering
+from spanbert.tasks.ranks import predict_sharded, seeded_model, start_distributed, write_json_once, write_once
+from spanbert.tasks.selection import KeepBest, selection_defaults, selection_summary
 from spanbert.tasks.spec import RESULTS_FILE
+from spanbert.tasks.task_folders import (
+    check_task_settings,
+    load_encoder,
+    load_finetuned,
+    load_tokenizer_for,
+    save_finetuned,
+)
 from spanbert.trainer import eval_size, predict_batches, train
 
 # ---------------------------------------------------------------------------------------------
@@ -442,7 +435,7 @@ def finetune_qa(
                 write_json_once(out / "dev_null_odds.json", results["null_odds"], sort_keys=False)
             write_json_once(out / RESULTS_FILE, metrics, sort_keys=False)
 
-    write_once(write)  # the command says where it saved (`common.run_finetune`), as for every task
+    write_once(write)  # the command says where it saved (`spanbert.tasks.finetuning.run_finetune`), as for every task
     return metrics
 
 

@@ -1,4 +1,4 @@
-"""What every fine-tuning task shares (`spanbert.tasks.common`): the Appendix B sweep keeps one model, the best
+"""Model selection (`spanbert.tasks.selection`): the Appendix B sweep keeps one model, the best
 run's, and no optimizer state, and resumes without redoing a finished run. Loading an encoder and saving a
 fine-tuned model are tested with each task (test_qa.py, test_glue.py, test_model.py), the sequence-length checks
 in test_output_contract.py."""
@@ -45,7 +45,7 @@ def _check_pruned_sweep(out: Path, scores: dict) -> dict:
 
 
 def test_sweep_keeps_one_model_and_no_optimizer_state(tmp_path):
-    from spanbert.tasks.common import SWEEP_BATCH_SIZES, SWEEP_LEARNING_RATES, sweep
+    from spanbert.tasks.selection import SWEEP_BATCH_SIZES, SWEEP_LEARNING_RATES, sweep
 
     rng = random.Random(0)
     scores = {(lr, bs): float(rng.randint(0, 50)) for lr in SWEEP_LEARNING_RATES for bs in SWEEP_BATCH_SIZES}
@@ -58,7 +58,7 @@ def test_sweep_keeps_one_model_and_no_optimizer_state(tmp_path):
 
 def test_sweep_resume_skips_the_finished_runs(tmp_path):
     from spanbert.errors import SpanBertError
-    from spanbert.tasks.common import SWEEP_BATCH_SIZES, SWEEP_LEARNING_RATES, sweep
+    from spanbert.tasks.selection import SWEEP_BATCH_SIZES, SWEEP_LEARNING_RATES, sweep
 
     scores = {(lr, bs): lr * 1e5 + bs / 100 for lr in SWEEP_LEARNING_RATES for bs in SWEEP_BATCH_SIZES}
     scores[1e-5, 32] = 100.0  # the best run is finished before the interruption

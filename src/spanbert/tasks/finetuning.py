@@ -1,0 +1,153 @@
+"""A task's ``finetune`` from its parsed options to its saved model: the output folder checked and
+claimed once for the whole command, the process group joined, the training text's vocabulary checked,
+one run or the Appendix B ``--sweep`` (`spanbert.tasks.selection`), and the dev `Results` of the saved
+model. Tasks differ in reader, head and metric; the loop is `spanbert.trainer.train` for all of them."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from spanbert import distributed, runs, vocab_match
+from spanbert.corpus import has_tokenizer
+from spanbert.errors import SpanBertError
+from spanbert.hub import resolve_model
+from spanbert.runs import claim_run_dir
+from spanbert.tasks.command_line import (
+    add_finetune_arguments,
+    parse_task_args,
+    resolve_sequence_length,
+    task_parser,
+    training_arguments,
+)
+from spanbert.tasks.ranks import start_distributed
+from spanbert.tasks.selection import SELECTION_KEYS, SWEEP_SUMMARY, cell_arguments, sweep, sweep_grid
+from spanbert.tasks.spec import Results
+from spanbert.tokenization import Tokenizer
+from spanbert.training_args import TrainingArguments
+from spanbert.utils import input_paths
+
+
+def finetune_command(
+    prog: str,
+    doc: str | None,
+    argv: list[str],
+    add_options: Callable[[argparse.ArgumentParser], None],
+    defaults: dict[str, Any],
+    run_one: Callable[[argparse.Namespace, TrainingArguments], dict[str, Any]],
+    metric: str,
+    configs: Sequence[type] = (),
+    check: Callable[[argparse.Namespace], None] | None = None,
+) -> Results:
+    """The `finetune` action of a task: its own options (``add_options``), then --model, --config and every
+    `TrainingArguments` option under ``defaults``; parsed with the ``--config`` YAML (``configs``: the
+    task's option dataclasses); ``check(args)`` refuses what the task cannot run; then `run_finetune`
+    (one run, or the Appendix B ``--sweep``, compared on ``metric``)."""
+    parser = task_parser(prog, doc)
+    add_options(parser)
+    add_finetune_arguments(parser, defaults)
+    args = parse_task_args(parser, argv, configs)
+    if check is not None:
+        check(args)
+    return run_finetune(args, defaults, lambda targs: run_one(args, targs), metric, prog)
+
+
+def run_finetune(
+    args: Any, defaults: dict[str, Any], run_one: Callable[[Any], dict[str, float]], metric: str,
+    prog: str = "spanbert finetune",
+) -> Results:  # fmt: skip
+    """One run, or the Appendix B ``--sweep`` keeping the best: the output checks, the process group, the
+    claim of the output folder (its lock and manifest, for the whole command) and the summary line,
+    shared by every task's `finetune`; returns the saved model's dev `Results`.
+
+    ``run_one(training_arguments)`` fine-tunes, saves into ``training_arguments.output_dir`` and
+    returns the dev metrics; ``metric`` names the headline (and the one the sweep maximises). The output
+    is checked against every path the command reads (`spanbert.utils.input_paths` of ``args``: --model,
+    --train, ...).
+    """
+    targs = training_arguments(args, defaults)
+    check_output_dir(targs, input_paths(args))  # before reading any data (a sweep: the top folder)
+    resolve_sequence_length(args)  # before any data is read
+    check_training_text(args)
+    start_distributed(targs.device)
+    with claim_run_dir(targs.output_dir, prog):
+        return _finetune_claimed(args, targs, run_one, metric)
+
+
+TRAINING_INPUTS = ("train", "train_file", "data_dir")
+"""The options naming a task's training text (a GLUE task folder: its files)."""
+
+
+def check_training_text(args: Any) -> None:
+    """The vocabulary a fine-tuning run tokenizes with covers its training text (issue 58.1): a sample of the
+    training file(s) with a sizable share of [UNK] under it is said (`spanbert.vocab_match.check_coverage`; the
+    raw file holds tags and keys too, so it is not refused), before any data is read. Nothing to check without a vocabulary (the task names the missing one)."""
+    given = getattr(args, "tokenizer", None)
+    source = given or getattr(args, "model", None)
+    try:
+        path = resolve_model(source) if source else None
+    except SpanBertError:
+        return  # the task's own loader names it
+    if path is None or not has_tokenizer(path):
+        return
+    tok = Tokenizer.from_dir(path)
+    paths = [p for _, p in input_paths(args, TRAINING_INPUTS)]
+    if not paths:
+        return
+    unk, total = vocab_match.unknown_share(tok, vocab_match.text_sample(paths))
+    option = "--tokenizer" if given else "--model"
+    warning = vocab_match.check_coverage(unk, total, option, str(source), f"a sample of {paths[0]}", refuse=False)
+    if warning:
+        distributed.eprint0(warning)
+
+
+def finetune_results(metrics: dict[str, Any], metric: str, output_dir: str | Path) -> Results:
+    """The `Results` of a run that saved its model in ``output_dir`` with these dev ``metrics`` (the step
+    its weights are from when it was selected on dev: ``selected_step``)."""
+    step = metrics.get("selected_step")
+    return Results(dict(metrics), metric, int(step) if step is not None else None, Path(output_dir))
+
+
+def _finetune_claimed(
+    args: Any, targs: TrainingArguments, run_one: Callable[[Any], dict[str, float]], metric: str
+) -> Results:
+    """`run_finetune` once its output folder is held."""
+    if not getattr(args, "sweep", False):
+        metrics = run_one(targs)
+        distributed.print0(f"saved the fine-tuned model to {targs.output_dir}")
+        if "selected_step" in metrics:
+            distributed.print0(f"the saved model is that of step {metrics['selected_step']} (best dev {metrics['selected_by']})")
+        return finetune_results(metrics, metric, targs.output_dir)
+
+    compared = targs.metric_for_best_model or metric  # the runs are compared on the score that selects within each
+    if targs.metric_for_best_model and not targs.greater_is_better:
+        raise SpanBertError("--sweep keeps the run with the highest dev score: found --greater_is_better false, "
+                            "expected a metric where higher is better")  # fmt: skip
+
+    def one(lr: float, batch_size: int, run_dir: Path) -> dict[str, Any]:
+        metrics = run_one(cell_arguments(targs, lr, batch_size, run_dir))
+        if compared not in metrics:
+            raise SpanBertError(f"--sweep keeps the best run on the dev set: pass --dev (no {compared!r} was computed)")
+        return {"dev_score": metrics[compared], **{k: metrics[k] for k in SELECTION_KEYS if k in metrics}}
+
+    summary = sweep(one, targs.output_dir, resume=targs.resume, **sweep_grid(args.model))
+    distributed.print0(f"best run copied to {targs.output_dir}")
+    # the best run's row of sweep.json: its rate, batch size and selected dev score ("dev_score")
+    return finetune_results(summary["best"], "dev_score", targs.output_dir)
+
+
+def check_output_dir(targs: TrainingArguments, inputs: Sequence[tuple[str, str]] = ()) -> None:
+    """The output contract of a fine-tuning folder (`spanbert.runs.check_output_dir`: an output that is,
+    holds or lies inside one of ``inputs``, a file in the way, an unwritable place or a folder without a
+    spanbert run's manifest refused; an earlier run refused unless --resume / --overwrite_output_dir,
+    contract 3), and an earlier sweep's summary likewise. Every task's finetune calls it as soon as its
+    `TrainingArguments` are built, before any work."""
+    runs.check_output_dir(targs, inputs)
+    summary = Path(targs.output_dir) / SWEEP_SUMMARY
+    if summary.is_file() and not (targs.resume or targs.overwrite_output_dir):
+        raise SpanBertError(
+            f"{targs.output_dir}: found {SWEEP_SUMMARY} of an earlier sweep, expected an empty or new output_dir; "
+            f"pass --resume to continue it or --overwrite_output_dir to start over"
+        )
