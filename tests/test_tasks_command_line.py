@@ -14,6 +14,7 @@ from spanbert.tasks.command_line import (
     add_switch,
     model_in_argv,
     parse_bool,
+    resolve_sequence_length,
     task_parser,
     training_arguments,
 )
@@ -54,8 +55,6 @@ def test_an_unset_sequence_length_is_the_default_and_a_given_one_must_fit(tmp_pa
     parser = argparse.ArgumentParser()
     parser.add_argument("--model")
     add_sequence_length_argument(parser, "tokens per input")
-    from spanbert.tasks.command_line import resolve_sequence_length
-
     args = parser.parse_args(["--model", str(model)])
     resolve_sequence_length(args)
     assert args.max_seq_length == 64  # the default 128 is more than the encoder's positions

@@ -15,13 +15,8 @@ from spanbert.corpus import has_tokenizer
 from spanbert.errors import SpanBertError
 from spanbert.hub import resolve_model
 from spanbert.runs import claim_run_dir
-from spanbert.tasks.command_line import (
-    add_finetune_arguments,
-    parse_task_args,
-    resolve_sequence_length,
-    task_parser,
-    training_arguments,
-)
+from spanbert.tasks import command_line
+from spanbert.tasks.command_line import add_finetune_arguments, parse_task_args, resolve_sequence_length, task_parser
 from spanbert.tasks.ranks import start_distributed
 from spanbert.tasks.selection import SELECTION_KEYS, SWEEP_SUMMARY, cell_arguments, sweep, sweep_grid
 from spanbert.tasks.spec import Results
@@ -67,7 +62,7 @@ def run_finetune(
     is checked against every path the command reads (`spanbert.utils.input_paths` of ``args``: --model,
     --train, ...).
     """
-    targs = training_arguments(args, defaults)
+    targs = command_line.training_arguments(args, defaults)  # looked up there: one place to replace it
     check_output_dir(targs, input_paths(args))  # before reading any data (a sweep: the top folder)
     resolve_sequence_length(args)  # before any data is read
     check_training_text(args)
