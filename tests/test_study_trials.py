@@ -8,11 +8,12 @@ import dataclasses
 import gzip
 from pathlib import Path
 
+import pytest
 from test_study import _raw_study
 
 from spanbert import study as S
 from spanbert.cli import main
-from spanbert.study.trials import trial_size, uncompressed_size
+from spanbert.study.trials import step_seconds, trial_size, uncompressed_size
 
 
 def test_a_trial_trains_a_share_of_a_cell_and_a_few_steps_at_least():
@@ -21,6 +22,16 @@ def test_a_trial_trains_a_share_of_a_cell_and_a_few_steps_at_least():
     assert trial_size(batch, "examples", 2000) == 250
     assert trial_size(batch, "examples", 400) == 128  # 4 steps of 32
     assert trial_size(batch, "examples", 64) == 64  # never more than the cell
+
+
+def test_a_trials_step_time_is_the_mean_after_the_first_so_a_cell_of_skewed_steps_sums_right():
+    # made-up steps skewed slow, as on 2 cores (a run of slow steps, the rest fast): the median reads the
+    # fast ones, the mean what the steps add up to
+    durations = [9.0, 1.0, 1.0, 1.0, 1.0, 1.6, 1.6, 1.0, 1.0, 1.0, 1.0, 1.6, 1.6]
+    assert step_seconds(durations) == pytest.approx(sum(durations[1:]) / 12)  # 1.2 s: the start-up left out
+    cell = 448 * step_seconds(durations)
+    assert cell == pytest.approx(448 * 1.2) and 448 * 1.0 < 0.85 * cell  # the median (1.0) would read 17% low
+    assert step_seconds([2.5]) == 2.5 and step_seconds([]) == 0.0
 
 
 def test_the_uncompressed_size_of_a_gzip_file_is_its_trailers(tmp_path):

@@ -38,6 +38,7 @@ from spanbert.study.layout import (
     pretrain_seeds_of,
     shared_dir,
 )
+from spanbert.study.pace import pace_of, stage_of
 from spanbert.study.runner import in_log, run_command
 from spanbert.study.spec import Study, StudyTask, SystemSpec, subtask_options
 from spanbert.tasks import TASKS
@@ -341,6 +342,8 @@ def run_study(
             distributed.on_main(lambda t=t: split_dev(study, t))
 
     done_before = distributed.on_main(lambda: [is_done(c) for c in todo])
+    # with a kept estimate: after each cell, how the cells run compare with it and the time left at that pace
+    pace = pace_of(study.output_dir, [c for c, done in zip(todo, done_before) if not done]) if distributed.is_main() else None
     bar = progress_bar(total=len(todo), initial=sum(done_before), desc="study", unit="cell", disable=not distributed.is_main())
     i = 0
     while i < len(todo):
@@ -364,10 +367,15 @@ def run_study(
                 raise SpanBertError(f"study: {cell.label}: the model {model} does not exist yet; "
                                     f"run the pre-training cells first (--only pretrain)")  # fmt: skip
         bar.set_postfix_str(cell.label)
+        t0 = time.perf_counter()
         run_cell(cell, study, allow_long_run)
         bar.update(1)
         if distributed.is_main():
             bar.write(f"done: {cell.label} ({cell.dir})")
+            if pace is not None:
+                pace.done(stage_of(cell), time.perf_counter() - t0)
+                if pace.line():
+                    bar.write(pace.line())
     bar.close()
     return cells
 

@@ -12,10 +12,12 @@ from spanbert.config import ArgumentParser
 from spanbert.tasks import TASKS
 from spanbert.utils import output_file
 
-TRIAL_STEPS = 6
-"""``--trial_steps`` by default: the step time is the median of the steps after the first (which pays for
-start-up); 5 of them hold it against a step slowed by a neighbour's burst, and at the cpu preset's 1.5-2 s
-a step the trials of its two systems stay under a minute."""
+TRIAL_STEPS = 12
+"""``--trial_steps`` by default: the step time is the mean of the steps after the first (which pays for
+start-up; `spanbert.study.trials.step_seconds`). A step on 2 cores scatters by 15-20% and slow steps come
+in runs: consecutive 5-step means of an 80-step run of the cpu preset's spanbert cell differed by 10-12%
+(coefficient of variation), 11-step means by 8-10% (2-core AMD EPYC VM, 2026-12-02); the median of 3
+rounds is on top. At that cell's ~1.1 s a step the 3 rounds of its two trained systems take about 80 s."""
 
 
 PRESET_SYSTEMS: dict[str, list[str]] = {

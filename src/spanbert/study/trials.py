@@ -6,7 +6,7 @@ a temporary folder (the study's folder is left as it was), each returning raw ti
   distinct words of its first half too (`trial_corpus`);
 - pre-training: a few steps of each system's own cell command, its held-out evaluation and a checkpoint
   (`trial_pretraining`), in several rounds that take the systems in turn, so that every system is timed
-  beside the same load (a step's time is the median of its round's steps, the system's the median of its
+  beside the same load (a step's time is the mean of its round's steps after the first, the system's the median of its
   rounds, and the rounds' spread is the estimate's range); a random-init row is its export, timed as it is;
 - fine-tuning: each task's first cell command with its training cut short, each step timed, then the
   held-out scoring the study does after every cell (`trial_finetuning`).
@@ -49,10 +49,10 @@ PROBE_SAMPLE_CHARS = TRIAL_SAMPLE_CHARS  # its name before study/probe.py became
 
 FINETUNE_TRIAL_SHARE = 0.125
 """A task's trial run trains on this share of a cell's examples (or steps): its steps give the step time
-(their median), the rest of its wall time the cell's fixed part."""
+(their mean after the first, `step_seconds`), the rest of its wall time the cell's fixed part."""
 
 MIN_TRIAL_STEPS = 4
-"""A trial run trains at least this many steps: the first pays for start-up, the median of the others is
+"""A trial run trains at least this many steps: the first pays for start-up, the mean of the others is
 the step time."""
 
 TRIAL_ROUNDS = 3
@@ -166,14 +166,14 @@ class PretrainTimings:
     """The trial command, start to end."""
     steps: int = 0
     step_s: float = 0.0
-    """The median step after the first (the first pays for start-up)."""
+    """The mean step after the first (the first pays for start-up; `step_seconds`)."""
     eval_s: float | None = None
     """One held-out evaluation of ``eval_blocks`` blocks (None: the sample held out nothing)."""
     eval_blocks: int = 0
     save_s: float = 0.0
     """One checkpoint: the trial's, written again."""
     round_step_s: list[float] = field(default_factory=list)
-    """The step time of each round (its steps' median), in the order run; ``step_s`` is their median."""
+    """The step time of each round (`step_seconds` of its steps), in the order run; ``step_s`` is their median."""
     others: list[float | None] = field(default_factory=list)
     """Cores that other processes kept busy during each round's trial (None: not known here)."""
 
@@ -194,6 +194,19 @@ def _step_durations(rows: list[dict]) -> list[float]:
     tokens per second (a step with an evaluation or a checkpoint after it carries them into the next)."""
     return [r["train/tokens_per_step"] / r["train/tokens_per_s"] for r in rows
             if r.get("train/tokens_per_s") and "train/tokens_per_step" in r]  # fmt: skip
+
+
+def step_seconds(durations: list[float]) -> float:
+    """A trial's step time from its steps' wall times: the mean of those after the first (which pays for
+    start-up). A cell's time is the sum of its steps, so the mean is the figure to scale; the steps of a
+    pre-training run on 2 cores scatter by a fifth around it (the cpu preset's spanbert cell on a 2-core
+    AMD EPYC VM, 2026-12-02: 0.84-1.77 s, a mean of 1.10 s over 80 steps, the same as its whole 448-step
+    cell's), skewed towards slow steps, so that a median reads low (the same trial on the sample corpus:
+    median 1.17 s, mean 1.22 s). One step alone: that step."""
+    if not durations:
+        return 0.0
+    rest = durations[1:] or durations
+    return sum(rest) / len(rest)
 
 
 def _held_out_blocks(log: Path) -> int:
@@ -241,7 +254,7 @@ def trial_pretraining(study: Study, tmp_study: Study, corpus: str, steps: int, t
 
     ``rounds`` > 1: every system's trial again, the systems in turn in each round (A B C, A B C, ...), so
     that each is timed beside the same load as the others; a system's step time is the median of its
-    rounds' (each the median of its steps), the rounds' own are kept (`PretrainTimings.round_step_s`),
+    rounds' (each the mean of its steps after the first, `step_seconds`), the rounds' own are kept (`PretrainTimings.round_step_s`),
     with the load beside each. The evaluation, checkpoint and start-up are the first round's."""
     # one trial per system: its other pre-training seeds run the same command at the same speed
     cells = [c for c in plan(tmp_study) if c.kind == "pretrain" and not c.pretrain_seed]
@@ -270,7 +283,7 @@ def trial_pretraining(study: Study, tmp_study: Study, corpus: str, steps: int, t
             durations = _step_durations(rows)
             if len(durations) < 2:
                 raise SpanBertError(f"study: the trial of {cell.label} logged no step time; run without --trial_steps")
-            step_s = statistics.median(durations[1:])
+            step_s = step_seconds(durations)
             if r:
                 p = out[cell.system]
                 p.round_step_s.append(step_s)
@@ -302,7 +315,8 @@ class FinetuneTimings:
     """The run, start to end: start-up, training, evaluations, the selected model written."""
     steps: int
     step_s: float
-    """The median step after the first (the first pays for start-up); its log's real tokens over tokens/s."""
+    """The mean step after the first (the first pays for start-up; `step_seconds`); its log's real tokens over
+    tokens/s."""
     full_steps: float = 0.0
     """``steps`` counted in steps of the median's tokens: the last step of an epoch holds what is left
     (250 questions make 15.03 steps of 32 windows, logged as 16)."""
@@ -335,7 +349,7 @@ def size_option(t: StudyTask) -> tuple[str, str, int] | None:
 
 def trial_size(t: StudyTask, unit: str, size: int) -> int:
     """The reduced size a task is timed at: `FINETUNE_TRIAL_SHARE` of a cell's, and at least
-    `MIN_TRIAL_STEPS` steps (their median is the step time), at most the cell's size."""
+    `MIN_TRIAL_STEPS` steps (their mean after the first is the step time), at most the cell's size."""
     batch = int(t.options.get("per_device_train_batch_size", 1)) if unit == "examples" else 1
     return min(size, max(math.ceil(size * FINETUNE_TRIAL_SHARE), MIN_TRIAL_STEPS * batch))
 
@@ -409,7 +423,7 @@ def trial_finetuning(study: Study, tmp_study: Study, tmp: Path) -> dict[str, Fin
         wall = _since(t0)
         rows = _log_rows(run)
         durations = _step_durations(rows)
-        step_s = statistics.median(durations[1:]) if len(durations) > 1 else (durations or [0.0])[0]
+        step_s = step_seconds(durations)
         tokens = [r["train/tokens_per_step"] for r in rows if r.get("train/tokens_per_s") and "train/tokens_per_step" in r]
         full_steps = sum(tokens) / statistics.median(tokens) if tokens else 0.0
         h = heldout_plan(tmp_study, t, cell.fold)
