@@ -279,3 +279,29 @@ def test_a_real_run_keeps_the_dry_runs_estimate_for_its_stage_table(tmp_path, ca
     # kept: a later summary shows it without the option
     assert main(["study", str(f), "--only", "summary"]) == 0
     assert "| fine-tuning SST-2 | 10 s | " in (out / "summary" / "stages.md").read_text()
+
+
+def test_fixed_threads_beside_other_work_say_the_estimate_holds_only_beside_that_load(monkeypatch):
+    # 2 fixed threads, other processes up to 1.5 of 2 cores: the threads wait at every step (13-20x measured)
+    assert "holds only beside the same load" in E.crowded_threads(2, (0.2, 1.5), cores=2)
+    assert E.crowded_threads(1, (0.2, 1.0), cores=2) == ""  # one thread, one core left: no waiting
+    assert E.crowded_threads(2, (0.0, 0.2), cores=2) == ""  # idle cores (a daemon's 0.2 forgiven)
+    assert E.crowded_threads(0, (1.0, 1.5), cores=2) == ""  # the count follows the free cores
+    assert E.crowded_threads(2, None, cores=2) == ""  # the load is not known here
+    monkeypatch.setattr(E, "usable_cores", lambda: 2)
+    est, _ = _rounds_case()
+    assert not any(x.startswith("warning:") for x in est.lines())  # the trials' count was not fixed
+    est.fixed_threads = 2
+    assert est.lines()[-1].startswith("warning: the trials ran 2 fixed thread(s) while other processes kept up to 1.5")
+
+
+def test_the_fixed_thread_count_is_the_flag_or_the_environment(monkeypatch):
+    from spanbert import threads
+
+    monkeypatch.setattr(threads, "_fixed", 0)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert threads.fixed_count() == 0
+    monkeypatch.setenv("OMP_NUM_THREADS", "3,1")
+    assert threads.fixed_count() == 3
+    monkeypatch.setattr(threads, "_fixed", 2)
+    assert threads.fixed_count() == 2

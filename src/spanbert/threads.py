@@ -259,6 +259,15 @@ def sharing(others: float | None = None) -> str | None:
     return f"other processes kept about {min(others, cores):.1f} of the {cores} cores busy"
 
 
+def fixed_count() -> int:
+    """The thread count fixed for this process (``--threads N``, or the first level of `OMP_NUM_THREADS`);
+    0 while the count follows the free cores."""
+    if _fixed:
+        return _fixed
+    setting = omp_threads_setting()
+    return int(setting.split(",")[0]) if setting else 0
+
+
 def describe() -> str:
     """The policy in force, in words: the line a command prints before its first step."""
     import torch

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from spanbert import cost, distributed
+from spanbert import cost, distributed, threads
 from spanbert.config import MODEL_PRESETS
 from spanbert.errors import SpanBertError
 from spanbert.pretrain_config import PRETRAIN_DEFAULTS, PretrainConfig
@@ -45,7 +45,7 @@ from spanbert.study.trials import (
 )
 from spanbert.tasks import TASKS
 from spanbert.tasks.splits import HELDOUT_SEED
-from spanbert.threads import load_mark, others_since, sharing, usable_cores
+from spanbert.threads import MARGIN, load_mark, others_since, sharing, usable_cores
 from spanbert.utils import atomic_write
 
 
@@ -140,6 +140,9 @@ class Estimate:
     rounds: int = 1
     others_range: tuple[float, float] | None = None
     """The least and the most cores other processes kept busy during one round's trial."""
+    fixed_threads: int = 0
+    """The thread count the trials ran at when it was fixed (``--threads``, `OMP_NUM_THREADS`); 0: it
+    followed the free cores."""
 
     @property
     def total(self) -> float:
@@ -174,7 +177,11 @@ class Estimate:
         how = ("the fastest and the slowest round; the stages timed once take the same relative spread"
                if self.rounds > 1 else "one round of trials: no spread measured")  # fmt: skip
         out.append(f"  total: {_human(self.total)}, range {_human(self.low)} to {_human(self.high)} ({how}{beside})")
+        crowded = crowded_threads(self.fixed_threads, self.others_range)
+        if crowded:
+            out.append(f"warning: {crowded}")
         return out
+
 
     def as_json(self) -> dict[str, Any]:
         return {"stages": {s.stage: s.seconds for s in self.stages}, "total": self.total,
@@ -184,6 +191,25 @@ class Estimate:
                 "load": self.load, "other_cores": self.others, "rounds": self.rounds,
                 "other_cores_range": list(self.others_range) if self.others_range else None}  # fmt: skip
 
+
+def crowded_threads(fixed: int, others_range: tuple[float, float] | None, cores: int | None = None) -> str:
+    """What to say when the trials ran a fixed thread count on cores that other processes shared (more
+    threads than the cores they left, `threads.MARGIN` forgiven), or "". Such threads wait for each other
+    at every parallel region, so the slowdown is many times the share of the cores lost and no estimate
+    of idle cores can be read off it: two 2-thread processes side by side on 2 cores took 12.85 s a
+    pre-training step against 0.64-0.95 s alone (13-20x, where sharing the cores would make it 2x; 2-core
+    Intel Xeon VM, 2026-12-02, docs/results.md, study v3)."""
+    if not fixed or others_range is None:
+        return ""
+    cores = cores or usable_cores()
+    most = others_range[1]
+    if fixed + most <= cores + MARGIN:
+        return ""
+    return (f"the trials ran {fixed} fixed thread(s) while other processes kept up to {most:.1f} of the {cores} "
+            f"cores busy: fixed threads beside other work wait for each other at every step, many times "
+            f"slower than the cores lost (13-20x for 2 threads beside two busy processes on 2 cores), so this "
+            f"estimate holds only beside the same load and says nothing of idle cores; take the dry run on idle "
+            f"cores, or run the dry run and the study without --threads (the count then follows the free cores)")
 
 def _range(low: float, high: float) -> str:
     return "" if math.isclose(low, high, rel_tol=1e-3) else f", {_human(low)} to {_human(high)}"
@@ -261,7 +287,7 @@ def measure(study: Study, trial_steps: int, rounds: int = TRIAL_ROUNDS) -> Estim
     seen = [x for p, _ in pretrain for x in p.others if x is not None]
     others_range = (min(seen), max(seen)) if seen else None
     return Estimate(stages, trial_s, what, load, others, pretrain, study.pretrain_seeds, spread, max(1, rounds),
-                    others_range)  # fmt: skip
+                    others_range, threads.fixed_count())  # fmt: skip
 
 
 FIT_MARGIN = 0.10
