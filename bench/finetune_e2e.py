@@ -163,7 +163,7 @@ def run_spanbert(args, model: Path, train: Path, dev: Path, out: Path, evaluate_
         # each name where the QA package looks it up when it runs (bound in its module: qa.finetune calls
         # the training loop and the decoders, qa.decoding calls its own helpers)
         modules = (qa_finetune, qa_decoding)
-        for name, phase in (("_features_for", "features"), ("predict_logits", "evaluation"),
+        for name, phase in (("features_for", "features"), ("predict_logits", "evaluation"),
                             ("predict_window_spans", "evaluation"), ("decode", "evaluation"),
                             ("decode_spans", "evaluation"), ("score", "evaluation"), ("train", "training+eval"),
                             ("save_finetuned", "saving")):  # fmt: skip

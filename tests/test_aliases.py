@@ -168,3 +168,15 @@ def test_the_scan_sees_each_kind_of_use():
     } <= found
     assert not any("Encoder" in w or w.endswith(" pretrain") for w in found), found
     assert len(_doc_snippets()) > 10  # the snippets are read
+
+
+def test_no_package_lends_a_private_name():
+    # a package's __init__ re-exports its modules' public names only (issue 59: one facade style); a name
+    # one module of a package takes from another is public in the module that defines it
+    lent = []
+    for init in sorted(SRC.rglob("__init__.py")):
+        for node in ast.parse(init.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("spanbert"):
+                lent += [f"{init.relative_to(SRC)}: {a.name}" for a in node.names
+                         if a.name.startswith("_") and not a.name.startswith("__") and a.name != "_aliases"]
+    assert lent == []

@@ -304,3 +304,29 @@ def test_every_command_accepts_the_sections_of_its_config_classes(name, tmp_path
     argv, _ = _config_argv(name, tmp_path, yaml.safe_dump(text))
     assert main([str(a) for a in argv]) == 130  # "interrupted" by the spy: the file was read
     assert seen["targs"].learning_rate == 0.25
+
+
+def test_a_yaml_file_is_read_once_per_version(tmp_path, monkeypatch):
+    # one `finetune` asks for its --config from the parser's defaults, the family's, the checks: once is enough
+    import os
+    from pathlib import Path
+
+    from spanbert.config import load_yaml
+
+    f = tmp_path / "c.yaml"
+    f.write_text("learning_rate: 1.0e-3\nlabels: [a]\n")
+    reads = []
+    real = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda self: reads.append(self.name) or real(self))
+    first = load_yaml(f)
+    first["labels"].append("b")  # a caller's change stays its own
+    assert load_yaml(f) == {"learning_rate": 1e-3, "labels": ["a"]} and reads == ["c.yaml"]
+    f.write_text("learning_rate: 3.0e-3\nlabels: [a]\n")
+    os.utime(f, ns=(1, 1))  # another version of the file: read again
+    assert load_yaml(f)["learning_rate"] == 3e-3 and len(reads) == 2
+    f.write_text("learning_rate: [\n")
+    os.utime(f, ns=(2, 2))
+    for _ in range(2):  # an error is said every time, not kept
+        with pytest.raises(SpanBertError, match="not valid YAML"):
+            load_yaml(f)
+    assert len(reads) == 4

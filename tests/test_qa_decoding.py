@@ -122,7 +122,7 @@ def test_prediction_reduces_each_batch_to_spans_with_the_same_answers(tok, tmp_p
                       version_2_with_negative=version_2)  # fmt: skip
     torch.manual_seed(0)
     model = qa.SpanBertForQuestionAnswering(model_config("tiny", vocab_size=tok.vocab_size, hidden_dropout_prob=0.0))
-    td, feats = qa._features_for(data, tok, cfg, training=False, progress=False)
+    td, feats = qa.features_for(data, tok, cfg, training=False, progress=False)
     assert len(feats) >= 3 * len(data.examples)  # several windows per question: the max over windows matters
     starts, ends = qa.predict_logits(model, feats, tok.pad_id, batch_size=7, device="cpu")
     ref = _reference_decode(data, td, feats, starts, ends, 5, 4, version_2, 0.0)

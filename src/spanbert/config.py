@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import copy
 import dataclasses
 import difflib
 import functools
@@ -537,9 +538,33 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return _read_yaml(path)[0]
 
 
+_YAML: dict[tuple[str, int, int], tuple[dict[str, Any], dict[tuple[str, ...], int]]] = {}
+"""`_read_yaml`'s parsed files, by (path, mtime, size)."""
+
+
 def _read_yaml(path: str | Path) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:
-    """(the mapping, the 1-based line of each top-level key and section key) of a YAML config file."""
+    """(the mapping, the 1-based line of each top-level key and section key) of a YAML config file.
+
+    Read once per version of the file (issue 59: one ``finetune`` read its --config up to 8 times, from the
+    parser's defaults, the family's defaults, the checks and the sub-mode's choice): the parsed file is kept
+    by (path, mtime, size) and each caller gets its own copy. Errors are not kept."""
     path = Path(path)
+    try:
+        st = path.stat()
+    except OSError:
+        st = None  # said with its reason when read
+    key = (str(path), st.st_mtime_ns, st.st_size) if st is not None and not path.is_dir() else None
+    if key is not None and key in _YAML:
+        return copy.deepcopy(_YAML[key])
+    parsed = _parse_yaml(path)
+    if key is not None:
+        if len(_YAML) >= 64:
+            _YAML.clear()
+        _YAML[key] = copy.deepcopy(parsed)
+    return parsed
+
+
+def _parse_yaml(path: Path) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:
     try:
         text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:

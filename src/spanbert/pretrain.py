@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from spanbert import _aliases, cloze, cost, distributed, preprocess, tokenization, trained_inputs, vocab_match
+from spanbert import _aliases, cost, distributed, preprocess, tokenization, trained_inputs, vocab_match
 from spanbert.batch_plan import token_batch_count
 from spanbert.block_index import held_out_split
 from spanbert.budget import TimeBudget, format_duration, parse_duration
@@ -51,7 +51,6 @@ from spanbert.errors import SpanBertError
 from spanbert.families import (
     BERT_PRETRAINING,
     FAMILIES,
-    TWO_TOWER_PRETRAINING,
     Pretraining,
     bert_target_counts,
     family_of,
@@ -610,12 +609,6 @@ def make_eval_fn(eval_set, batch_size: int, collate, count_targets=None, precisi
         return results
 
     return evaluate
-
-
-def cloze_eval_fn(eval_set: Any, batch_size: int, collate_fn: Callable, objective: str, precision: str = "auto"):
-    """`make_eval_fn` with the two-tower terms of ``objective`` (kept for callers of the earlier API)."""
-    count = functools.partial(cloze.count_targets, objective=objective)
-    return make_eval_fn(eval_set, batch_size, collate_fn, count, precision, TWO_TOWER_PRETRAINING.metrics)
 
 
 def pretrain(

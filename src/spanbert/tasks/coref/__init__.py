@@ -61,7 +61,6 @@ from spanbert.tasks.coref.features import (  # noqa: F401 -- the package's names
 from spanbert.tasks.coref.finetune import (  # noqa: F401 -- the package's names
     COREF_PRESETS,
     DEFAULTS,
-    _featurize_all,
     check_coref_config,
     finetune_coref,
 )

@@ -23,8 +23,8 @@ from spanbert.tasks.qa.data import (
     _expect,
     _load_json_file,
     _looks_like_mrqa,
-    _parse_slice,
     _restrict_articles,
+    parse_slice,
     read_mrqa,
     read_qa,
 )
@@ -33,8 +33,8 @@ from spanbert.tasks.qa.finetune import (
     BERT_WINDOW,
     DEFAULTS,
     QAConfig,
-    _config_dict,
     answer_with,
+    config_dict,
     finetune_qa,
     load_qa_model,
     run_prediction,
@@ -88,7 +88,7 @@ def evaluate_files(
         raise DataError(path, "expected SQuAD JSON {'version': ..., 'data': [articles]}")
     _check_prediction_ids(predictions_file, preds, _squad_gold_ids(raw, path), data_file)
     if articles:
-        raw = {**raw, "data": raw["data"][_parse_slice(articles)]}
+        raw = {**raw, "data": raw["data"][parse_slice(articles)]}
     try:
         if squad_metrics.is_v2_dataset(raw):
             # the files are named here; the metric (no file names) says only what is missing
@@ -252,7 +252,7 @@ def _predict(task: str, argv: list[str], prog: str) -> Path | None:
     start_distributed(args.device)
     model, tokenizer, cfg = load_qa_model(args.model)
     if args.null_score_diff_threshold is not None:
-        cfg = QAConfig(**{**_config_dict(cfg), "null_score_diff_threshold": args.null_score_diff_threshold})
+        cfg = QAConfig(**{**config_dict(cfg), "null_score_diff_threshold": args.null_score_diff_threshold})
     if context is not None:
         print0(json.dumps(answer_with(model, tokenizer, cfg, args.question, context, args.device), ensure_ascii=False))
         return None

@@ -65,7 +65,7 @@ class QAData:
         """
         if not spec:
             return self
-        keep = set(range(self.num_articles)[_parse_slice(spec)])
+        keep = set(range(self.num_articles)[parse_slice(spec)])
         examples = [e for e in self.examples if e.article in keep]
         raw = None
         if self.raw is not None:
@@ -108,10 +108,11 @@ class QAData:
 
 def _restrict_articles(records: list[Any], option: str, value: Any) -> list[Any]:
     """The articles ``--validation_articles start:stop`` keeps (of a SQuAD file, or MRQA's contexts)."""
-    return records[_parse_slice(str(value))]
+    return records[parse_slice(str(value))]
 
 
-def _parse_slice(spec: str) -> slice:
+def parse_slice(spec: str) -> slice:
+    """An article range as written (``"start:stop"``, either end empty: ``":17"``, ``"17:"``) as a slice."""
     parts = spec.split(":")
     try:
         if len(parts) != 2:

@@ -121,11 +121,14 @@ def window_settings(cfg: QAConfig, max_positions: int) -> tuple[QAConfig, str]:
     return QAConfig(**{**asdict(cfg), "max_seq_length": length, "doc_stride": stride}), line
 
 
-def _config_dict(cfg: QAConfig) -> dict[str, Any]:
+def config_dict(cfg: QAConfig) -> dict[str, Any]:
+    """A `QAConfig` as the plain dict a model folder records and a changed copy is built from."""
     return asdict(cfg)
 
 
-def _features_for(data: QAData, tokenizer, cfg: QAConfig, training: bool, progress: bool = True):
+def features_for(data: QAData, tokenizer, cfg: QAConfig, training: bool, progress: bool = True):
+    """(tokenized data, windows) of ``data`` under ``cfg``'s window settings: training windows carry the
+    answer's start and end labels."""
     tok = tokenize_data(data, tokenizer, cfg.max_query_length, progress=progress)
     feats = make_features(
         data, tok, tokenizer.cls_id, tokenizer.sep_id, cfg.max_seq_length, cfg.doc_stride, training, tokenizer.mid_id
@@ -231,7 +234,7 @@ def run_prediction(
     """Answers to every question of ``data``: windows, `predict_window_spans`, `decode_spans`
     (the same predictions as `predict_logits` + `decode`, without holding every window's logits)."""
     cfg = window_settings(cfg, model.bert.max_positions)[0]  # a no-op for a loaded model's settings
-    tok, feats = _features_for(data, tokenizer, cfg, training=False, progress=progress)
+    tok, feats = features_for(data, tokenizer, cfg, training=False, progress=progress)
     spans = predict_window_spans(
         model, feats, tokenizer.pad_id, batch_size, device, precision, not progress, cfg.n_best_size,
         cfg.max_answer_length,
@@ -273,7 +276,7 @@ def answer_with(
         examples=[QAExample(qid="question", question=question, context_index=0, answers=[])], num_articles=1,
     )  # fmt: skip
     cfg = window_settings(cfg, model.bert.max_positions)[0]  # a no-op for a loaded model's settings
-    tok, feats = _features_for(data, tokenizer, cfg, training=False, progress=False)
+    tok, feats = features_for(data, tokenizer, cfg, training=False, progress=False)
     starts, ends = predict_logits(model, feats, tokenizer.pad_id, 64, device, precision, disable_tqdm=True)
     spans = [
         best_span_in_window(starts[i], ends[i], feats.query_len[i], feats.max_context[i], cfg.n_best_size,
@@ -339,7 +342,7 @@ def finetune_qa(
     data = read_qa(train_file, task).select_articles(train_articles)
     if data.version_2 and not cfg.version_2_with_negative:
         print0(f"{train_file}: has unanswerable questions; training as SQuAD 2.0 (--version_2_with_negative)")
-        cfg = QAConfig(**{**_config_dict(cfg), "version_2_with_negative": True})
+        cfg = QAConfig(**{**config_dict(cfg), "version_2_with_negative": True})
     if drop_ids_file:
         data, dropped = data.drop_ids(read_id_list(drop_ids_file))
         print0(f"dropped {dropped} questions listed in {drop_ids_file}")
@@ -358,7 +361,7 @@ def finetune_qa(
     # the windows follow the encoder's context where the options leave them unset (saved with the model)
     cfg, windows = window_settings(cfg, encoder.max_positions)
     print0(windows)
-    _, feats = _features_for(data, tokenizer, cfg, training=True, progress=not targs.disable_tqdm)
+    _, feats = features_for(data, tokenizer, cfg, training=True, progress=not targs.disable_tqdm)
     if feats.skipped:
         print0(
             f"skipped {len(feats.skipped)} training questions whose answer covers no token (e.g. {feats.skipped[0]})"
@@ -373,7 +376,7 @@ def finetune_qa(
             raise SpanBertError(
                 f"{validation_file}: MRQA has no unanswerable questions; drop --version_2_with_negative"
             )
-        dev_tok, dev_feats = _features_for(dev, tokenizer, cfg, training=False, progress=not targs.disable_tqdm)
+        dev_tok, dev_feats = features_for(dev, tokenizer, cfg, training=False, progress=not targs.disable_tqdm)
 
     def eval_fn(m: nn.Module, step: int) -> dict[str, float]:
         assert dev is not None
@@ -389,7 +392,7 @@ def finetune_qa(
             # every rank holds the same gathered predictions; the threshold is still chosen once
             # (rank 0) and broadcast, so the value saved is the value every rank used
             thresh, best = write_once(lambda: choose_threshold(dev, decoded))
-            cfg = QAConfig(**{**_config_dict(cfg), "null_score_diff_threshold": thresh})
+            cfg = QAConfig(**{**config_dict(cfg), "null_score_diff_threshold": thresh})
             decoded = Decoded(
                 {q: "" if decoded.null_odds[q] > thresh else t for q, t in decoded.best_non_null.items()},
                 decoded.null_odds,
@@ -427,7 +430,7 @@ def finetune_qa(
     metrics.update(selection_summary(selected, targs))
 
     def write() -> None:
-        extra = {"spanbert": {"task": task, **_config_dict(cfg)}}
+        extra = {"spanbert": {"task": task, **config_dict(cfg)}}
         save_finetuned(model, out, tokenizer, families.architecture(model.bert, "ForQuestionAnswering"), extra)
         if results:
             write_json_once(out / "dev_predictions.json", results["predictions"], sort_keys=False)
