@@ -305,3 +305,45 @@ def test_the_fixed_thread_count_is_the_flag_or_the_environment(monkeypatch):
     assert threads.fixed_count() == 3
     monkeypatch.setattr(threads, "_fixed", 2)
     assert threads.fixed_count() == 2
+
+
+def test_trials_the_load_held_to_fewer_threads_project_idle_cores_at_the_low_end():
+    from spanbert.study.trials import thread_speedup
+
+    assert thread_speedup(1, 2) == pytest.approx((1.45, 1.75))
+    assert thread_speedup(1, 4) == pytest.approx((1.45**2, 1.75**2))  # two doublings
+    # a made-up machine: idle cores run a step in 1.0 s at 2 threads (1.6x one thread); beside one busy
+    # process the policy gave the trials 1 thread (1.6 s a step, the rounds 1.55-1.7 s)
+    argv = ["pretrain", "--eval_steps", "300", "--max_eval_blocks", "256", "--save_steps", "300"]
+    loaded = PretrainTimings("spanbert", wall_s=40.0, steps=13, step_s=1.6, eval_s=3.0, eval_blocks=256, save_s=0.5,
+                             round_step_s=[1.6, 1.55, 1.7], others=[1.0, 1.0, 1.0], threads=1, idle_threads=2)  # fmt: skip
+    assert loaded.idle_step_range == pytest.approx((1.55 / 1.75, 1.6 / 1.45))
+    assert loaded.step_range == pytest.approx((1.55 / 1.75, 1.7))
+    stage = E.pretrain_estimate(loaded, 1600, argv)
+    idle_cell = 1600 * 1.0 + 6 * 3.0 / 1.6 + 6 * 0.5 + 10.0  # what the cell takes on idle cores
+    beside = 1600 * 1.6 + 6 * 3.0 + 6 * 0.5 + 15.0  # and beside the same load
+    assert stage.low <= idle_cell <= stage.high and stage.low <= beside <= stage.high
+    assert "on idle cores 0.89-1.10 s: the trials ran 1 thread(s) beside the load, idle cores give 2" in stage.how
+    est = E.Estimate([stage], 60.0, "", "", 1.0, [(loaded, argv)], spread=E.spread_of([loaded]), rounds=3,
+                     others_range=(1.0, 1.0))  # fmt: skip
+    assert "the low end is idle cores, projected from trials that the load held to 1 thread(s)" in est.lines()[-1]
+    # the same machine idle: trials at the 2 threads idle cores give, no projection, the same cell inside
+    quiet = PretrainTimings("spanbert", wall_s=30.0, steps=13, step_s=1.0, eval_s=1.9, eval_blocks=256, save_s=0.5,
+                            round_step_s=[1.0, 0.95, 1.08], others=[0.0, 0.0, 0.0], threads=2, idle_threads=2)  # fmt: skip
+    assert quiet.idle_step_range is None
+    calm = E.pretrain_estimate(quiet, 1600, argv)
+    assert calm.low <= idle_cell <= calm.high
+
+
+def test_the_trials_thread_counts_are_the_runs_decision_and_idle_cores(monkeypatch):
+    from spanbert import threads
+    from spanbert.study import trials as T
+
+    monkeypatch.setattr(threads, "run_threads", lambda: 1)
+    monkeypatch.setattr(threads, "most_threads", lambda: 2)
+    monkeypatch.setattr(threads, "fixed_count", lambda: 0)
+    assert T.trial_threads() == (1, 2)  # the load held the run to one thread of two
+    monkeypatch.setattr(threads, "fixed_count", lambda: 1)
+    assert T.trial_threads() == (1, 1)  # a fixed count is what the study runs too: nothing to project
+    monkeypatch.setattr(threads, "run_threads", lambda: None)
+    assert T.trial_threads() == (0, 0)

@@ -84,6 +84,7 @@ def test_pre_training_trials_take_the_systems_in_turn_and_keep_the_median_round(
         return 0, ""
 
     monkeypatch.setattr(T, "run_command", fake_run)
+    monkeypatch.setattr(T, "trial_threads", lambda: (2, 2))  # the count idle cores give: nothing projected
     tmp_study = dataclasses.replace(study, output_dir=str(tmp_path / "t"))
     timings = T.trial_pretraining(study, tmp_study, "corpus", 2, tmp_path, rounds=3)
     assert order == ["spanbert", "bert-1seq"] * 3  # each round beside the same load for both

@@ -39,6 +39,7 @@ from spanbert.study.trials import (
     FinetuneTimings,
     PretrainTimings,
     megabytes,
+    thread_speedup,
     trial_corpus,
     trial_finetuning,
     trial_pretraining,
@@ -176,6 +177,12 @@ class Estimate:
                       f"rounds: beside more load than that, longer")  # fmt: skip
         how = ("the fastest and the slowest round; the stages timed once take the same relative spread"
                if self.rounds > 1 else "one round of trials: no spread measured")  # fmt: skip
+        projected = [p for p, _ in self.pretrain if p.idle_step_range]
+        if projected:
+            p = projected[0]
+            lo, hi = thread_speedup(p.threads, p.idle_threads)
+            how = (f"{how}; the low end is idle cores, projected from trials that the load held to {p.threads} "
+                   f"thread(s): {p.idle_threads} threads run {lo:.2f}-{hi:.2f}x as fast (bench/threads.py)")
         out.append(f"  total: {_human(self.total)}, range {_human(self.low)} to {_human(self.high)} ({how}{beside})")
         crowded = crowded_threads(self.fixed_threads, self.others_range)
         if crowded:
@@ -423,8 +430,13 @@ def _one_pretrain_estimate(p: PretrainTimings, steps: int, argv: list[str]) -> S
     high = steps * slow + (seconds - steps * p.step_s) * scale[1]
     evals = (f"{_n(n_evals, 'evaluation')} × {eval_s:.1f} s" if p.eval_s is not None or not n_evals
              else f"{_n(n_evals, 'evaluation')} not measured (the trial's sample held out no document)")  # fmt: skip
-    rounds = (f" (median of {len(p.round_step_s)} rounds, {fast:.2f}-{slow:.2f} s)"
-              if len(p.round_step_s) > 1 else "")  # fmt: skip
+    measured = p.round_step_s or [p.step_s]
+    rounds = (f" (median of {len(measured)} rounds, {min(measured):.2f}-{max(measured):.2f} s)"
+              if len(measured) > 1 else "")  # fmt: skip
+    idle = p.idle_step_range
+    if idle:
+        rounds += (f" (on idle cores {idle[0]:.2f}-{idle[1]:.2f} s: the trials ran {p.threads} thread(s) beside the "
+                   f"load, idle cores give {p.idle_threads})")  # fmt: skip
     how = (f"{_n(steps, 'step')} × {p.step_s:.2f} s{rounds} + {evals} + {_n(n_saves, 'checkpoint')} × {p.save_s:.1f} s "
            f"+ start-up and export {fixed:.0f} s")
     return StageEstimate(name, seconds, how, low=low, high=high)

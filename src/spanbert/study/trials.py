@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from spanbert import threads
 from spanbert.corpus import is_preprocessed
 from spanbert.errors import SpanBertError
 from spanbert.preprocess import preprocess, uncompressed_size  # noqa: F401 - uncompressed_size: its name here too
@@ -176,12 +177,47 @@ class PretrainTimings:
     """The step time of each round (`step_seconds` of its steps), in the order run; ``step_s`` is their median."""
     others: list[float | None] = field(default_factory=list)
     """Cores that other processes kept busy during each round's trial (None: not known here)."""
+    threads: int = 0
+    """The thread count the trials ran at (0: not known)."""
+    idle_threads: int = 0
+    """The count idle cores would have given; above ``threads`` when the trials took fewer because other
+    processes kept cores busy (the count followed the free cores): `idle_step_range` then projects idle
+    cores."""
 
     @property
     def step_range(self) -> tuple[float, float]:
-        """(fastest, slowest) round's step time; the one step time when a single round ran."""
+        """(fastest, slowest) step time: the rounds' own, and at the fast end the projection to idle cores
+        (`idle_step_range`) when the trials ran fewer threads than idle cores give."""
         times = self.round_step_s or [self.step_s]
-        return min(times), max(times)
+        idle = self.idle_step_range
+        return min(min(times), idle[0]) if idle else min(times), max(times)
+
+    @property
+    def idle_step_range(self) -> tuple[float, float] | None:
+        """(fastest, slowest) step time on idle cores projected from trials at fewer threads, by the speed-up
+        of `idle_threads` over ``threads`` that the small model measured (`THREAD_SPEEDUP`); None when the
+        trials ran the count idle cores give."""
+        if not self.threads or self.idle_threads <= self.threads:
+            return None
+        lo, hi = thread_speedup(self.threads, self.idle_threads)
+        fastest = min(self.round_step_s or [self.step_s])
+        return fastest / hi, self.step_s / lo
+
+
+THREAD_SPEEDUP = (1.45, 1.75)
+"""How much faster a pre-training step runs at 2 threads than at 1 on 2 idle cores: 1.46 (tiny), 1.74
+(small), 1.53 (base), `bench/threads.py` on the 2-core VM (docs/benchmarks.md, "Threads beside other
+work"). Beside a process that keeps one core busy, one thread keeps 94-101% of its idle speed (the same
+table), so a trial that the load held to one thread times idle cores at one thread, and this range turns
+it into idle cores at two."""
+
+
+def thread_speedup(threads: int, idle: int) -> tuple[float, float]:
+    """(least, most) speed-up of ``idle`` threads over ``threads`` on idle cores: `THREAD_SPEEDUP` for one
+    doubling, the same exponents of the ratio for another (1 to 4 threads: 2.1-3.1)."""
+    ratio = idle / threads
+    lo, hi = (math.log(x) / math.log(2.0) for x in THREAD_SPEEDUP)
+    return ratio**lo, ratio**hi
 
 
 def _log_rows(run: Path) -> list[dict]:
@@ -244,6 +280,15 @@ def _with(argv: list[str], **values: object) -> list[str]:
     return argv
 
 
+def trial_threads() -> tuple[int, int]:
+    """(the thread count the last trial trained at, the count idle cores would give): equal when the count
+    is fixed (``--threads``, `OMP_NUM_THREADS`: a fixed count is what the study runs too) or unknown."""
+    used = threads.run_threads() or 0
+    if not used or threads.fixed_count():
+        return used, used
+    return used, max(used, threads.most_threads())
+
+
 def trial_pretraining(study: Study, tmp_study: Study, corpus: str, steps: int, tmp: Path,
                       rounds: int = 1) -> list[PretrainTimings]:  # fmt: skip
     """Every pre-training row of the study on the trial corpus: ``steps`` + 1 steps of each system's cell
@@ -292,10 +337,12 @@ def trial_pretraining(study: Study, tmp_study: Study, corpus: str, steps: int, t
                 shutil.rmtree(run, ignore_errors=True)  # only its log was needed
                 continue
             evals = [row["time/eval_s"] for row in rows if "time/eval_s" in row]
+            used, idle = trial_threads()
             out[cell.system] = PretrainTimings(
                 cell.system, wall_s=wall, steps=len(durations), step_s=step_s,
                 eval_s=evals[-1] if evals else None, eval_blocks=_held_out_blocks(log),
                 save_s=_save_seconds(run, tmp), round_step_s=[step_s], others=[others],
+                threads=used, idle_threads=idle,
             )  # fmt: skip
     return [out[c.system] for c in cells]
 
