@@ -16,7 +16,6 @@ say per family which of these readers and writers it uses (`families.FamilySpec`
 
 from __future__ import annotations
 
-import copy
 import json
 import pickle
 import shutil
@@ -34,7 +33,7 @@ from spanbert.config import BertConfig
 from spanbert.errors import SpanBertError
 from spanbert.folders import is_debris, make_folders, remove
 from spanbert.hub import resolve_model
-from spanbert.utils import atomic_dir, check_output, no_space_as_error, publish_file, temporary_file
+from spanbert.utils import atomic_dir, check_output, no_space_as_error, parsed_once, publish_file, temporary_file
 
 # ---------------------------------------------------------------------------------------------
 # What a model folder holds
@@ -151,25 +150,11 @@ def _first_line(e: BaseException) -> str:
     return text[0] if text else type(e).__name__
 
 
-_JSON: dict[tuple[str, int, int], Any] = {}  # `read_json`'s parsed files, by (path, mtime, size)
-
-
 def read_json(path: Path, expected: str) -> Any:
-    """A JSON file, or a SpanBertError naming it (and the line of a syntax error).
-
-    Read once per version of the file: a command asks for a model's config.json from several places
-    (its family's habits, the loader, the tokenizer), so the parsed object is kept by (path, mtime,
-    size) and each caller gets its own copy (callers may change theirs). Errors are not kept."""
-    try:
-        st = path.stat()
-    except OSError as e:
-        raise SpanBertError(f"{path}: cannot read: {e.strerror or e}") from None
-    key = (str(path), st.st_mtime_ns, st.st_size)
-    if key not in _JSON:
-        if len(_JSON) >= 64:
-            _JSON.clear()
-        _JSON[key] = _parse_json(path, expected)
-    return copy.deepcopy(_JSON[key])
+    """A JSON file, or a SpanBertError naming it (and the line of a syntax error). Read once per version of
+    the file (`spanbert.utils.parsed_once`): a command asks for a model's config.json from its family's
+    habits, the loader and the tokenizer."""
+    return parsed_once(path, lambda p: _parse_json(p, expected))
 
 
 def _parse_json(path: Path, expected: str) -> Any:

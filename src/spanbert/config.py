@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import copy
 import dataclasses
 import difflib
 import functools
@@ -34,7 +33,7 @@ import yaml
 
 from spanbert.config_json import check_ranges, check_settings, json_item, type_hints, type_name, typed_fields
 from spanbert.errors import SpanBertError
-from spanbert.utils import INPUT_OPTIONS, check_apart, input_paths, output_file, output_folder, user_path
+from spanbert.utils import INPUT_OPTIONS, check_apart, input_paths, output_file, output_folder, parsed_once, user_path
 
 PATH_OPTIONS = (*INPUT_OPTIONS, "output_dir", "output", "null_odds", "write_config")
 """The argparse dests that name a path: what a command reads (`spanbert.utils.INPUT_OPTIONS`) and writes."""
@@ -538,30 +537,11 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return _read_yaml(path)[0]
 
 
-_YAML: dict[tuple[str, int, int], tuple[dict[str, Any], dict[tuple[str, ...], int]]] = {}
-"""`_read_yaml`'s parsed files, by (path, mtime, size)."""
-
-
 def _read_yaml(path: str | Path) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:
-    """(the mapping, the 1-based line of each top-level key and section key) of a YAML config file.
-
-    Read once per version of the file (issue 59: one ``finetune`` read its --config up to 8 times, from the
-    parser's defaults, the family's defaults, the checks and the sub-mode's choice): the parsed file is kept
-    by (path, mtime, size) and each caller gets its own copy. Errors are not kept."""
-    path = Path(path)
-    try:
-        st = path.stat()
-    except OSError:
-        st = None  # said with its reason when read
-    key = (str(path), st.st_mtime_ns, st.st_size) if st is not None and not path.is_dir() else None
-    if key is not None and key in _YAML:
-        return copy.deepcopy(_YAML[key])
-    parsed = _parse_yaml(path)
-    if key is not None:
-        if len(_YAML) >= 64:
-            _YAML.clear()
-        _YAML[key] = copy.deepcopy(parsed)
-    return parsed
+    """(the mapping, the 1-based line of each top-level key and section key) of a YAML config file. Read once
+    per version of the file (`spanbert.utils.parsed_once`; issue 59: one ``finetune`` read its --config up
+    to 8 times, from the parser's defaults, the family's defaults, the checks and the sub-mode's choice)."""
+    return parsed_once(Path(path), _parse_yaml)
 
 
 def _parse_yaml(path: Path) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import ctypes
 import ctypes.util
 import functools
@@ -43,6 +44,26 @@ from spanbert.folders import (
     read_manifest,
     record,
 )
+
+_PARSED: dict[tuple[str, str, int, int], Any] = {}  # `parsed_once`'s files, by (reader, path, mtime, size)
+
+
+def parsed_once(path: Path, parse: Callable[[Path], Any]) -> Any:
+    """``parse(path)``, once per version of the file: a command asks for a model's config.json or its
+    --config YAML from several places (the family's habits, the loader, the tokenizer, the parser's
+    defaults, the checks), so the result is kept by (reader, path, mtime, size) and each caller gets its
+    own copy (callers may change theirs). Errors are raised every time, not kept; a path that cannot be
+    stat'ed is left to ``parse`` to name."""
+    try:
+        st = path.stat()
+    except OSError:
+        return parse(path)
+    key = (getattr(parse, "__qualname__", repr(parse)), str(path), st.st_mtime_ns, st.st_size)
+    if key not in _PARSED:
+        if len(_PARSED) >= 64:
+            _PARSED.clear()
+        _PARSED[key] = parse(path)
+    return copy.deepcopy(_PARSED[key])
 
 
 def _umask() -> int:

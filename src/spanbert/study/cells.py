@@ -374,8 +374,9 @@ def run_study(
             bar.write(f"done: {cell.label} ({cell.dir})")
             if pace is not None:
                 pace.done(stage_of(cell), time.perf_counter() - t0)
-                if pace.line():
-                    bar.write(pace.line())
+                line = pace.line()
+                if line:
+                    bar.write(line)
     bar.close()
     return cells
 

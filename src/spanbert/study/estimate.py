@@ -189,7 +189,6 @@ class Estimate:
             out.append(f"warning: {crowded}")
         return out
 
-
     def as_json(self) -> dict[str, Any]:
         return {"stages": {s.stage: s.seconds for s in self.stages}, "total": self.total,
                 "low": self.low, "high": self.high,
@@ -217,6 +216,7 @@ def crowded_threads(fixed: int, others_range: tuple[float, float] | None, cores:
             f"slower than the cores lost (13-20x for 2 threads beside two busy processes on 2 cores), so this "
             f"estimate holds only beside the same load and says nothing of idle cores; take the dry run on idle "
             f"cores, or run the dry run and the study without --threads (the count then follows the free cores)")
+
 
 def _range(low: float, high: float) -> str:
     return "" if math.isclose(low, high, rel_tol=1e-3) else f", {_human(low)} to {_human(high)}"
