@@ -35,6 +35,9 @@ LAZY_MODULES = (
     "spanbert/model_inputs.py",  # `spanbert tokenizer` loads no torch: tensors only for tok(..., return_tensors="pt")
     # torch.nn.attention.varlen loads torch._dynamo (about 2 s): imported by the first CUDA batch that uses it
     "spanbert/modernbert.py",
+    # a task command's options: the encoder family's defaults (torch, via spanbert.families) only when --model
+    # names one, so `spanbert finetune squad --help` loads no torch
+    "spanbert/tasks/options.py",
 )
 """Modules allowed imports inside functions, each for the reason given."""
 
@@ -153,7 +156,7 @@ _HELPS = [
 ]  # fmt: skip
 
 
-LIGHT_TASK_MODULES = {"spanbert.tasks.spec", "spanbert.tasks.registry", "spanbert.tasks.api"}
+LIGHT_TASK_MODULES = {"spanbert.tasks.spec", "spanbert.tasks.registry", "spanbert.tasks.api", "spanbert.tasks.options"}
 """What the task registry and the Python API are made of: no torch and no task (a task file is loaded on use)."""
 
 

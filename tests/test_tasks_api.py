@@ -104,15 +104,15 @@ def test_keyword_spelling_of_a_message():
 
 
 @pytest.mark.parametrize("name", sorted(tasks.TASKS))
-def test_every_task_commands_help_opens_with_a_sentence_for_its_user(name):
+def test_every_task_commands_help_opens_with_a_sentence_for_its_user(name, capsys):
     """Issue 59: `finetune squad --help` opened with its module's docstring ("scoring prediction files
     (`evaluate_files`), the actions of the command line and the Python API, and the tasks' `TaskSpec`s")."""
-    from spanbert.tasks.api import _help
-    from spanbert.tasks.command_line import ACTION_SENTENCES
+    from spanbert.tasks.options import ACTION_SENTENCES
 
     for action in ("finetune", "predict", "evaluate"):
-        code, out, err = _help(name, action, {"task": "SST-2"} if name == "glue" else {"probe": "pos"} if name == "probe" else {})
-        assert code == 0, err
+        context = {"task": "SST-2"} if name == "glue" else {"probe": "pos"} if name == "probe" else {}
+        assert tasks.run(name, action, {**context, "help": True}) is None
+        out = capsys.readouterr().out
         opening = " ".join(out.split("\n\n", 1)[1].split("\n\n", 1)[0].split())
         expected = ACTION_SENTENCES[action].format(name=name, what=tasks.TASKS.describe(name))
         assert opening == expected, (action, opening)

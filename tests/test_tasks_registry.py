@@ -27,8 +27,8 @@ from spanbert.tasks import TASKS
 from spanbert.tasks import classification as C
 from spanbert.tasks.command_line import add_predict_arguments, add_scoring_source, task_parser
 from spanbert.tasks.finetuning import finetune_command
+from spanbert.tasks.options import selection_defaults
 from spanbert.tasks.ranks import start_distributed, write_json_once
-from spanbert.tasks.selection import selection_defaults
 from spanbert.tasks.spec import RESULTS_FILE, Results, SubTasks, TaskSpec
 from spanbert.tasks.splits import RecordSplit
 from spanbert.tasks.task_folders import load_tokenizer_for

@@ -63,17 +63,19 @@ OLD_SPELLINGS: dict[str, dict[str, tuple[str, str]]] = {
         **_moved("spanbert.pretrain_command", "main", "preset_line", "scale_warmup", "quick_start_in_force",
                  "named_options", "PretrainResult", "pretrain_from_keywords"),
     },
+    # the defaults of selection on dev went where the option classes are, which import no torch (issue 59)
+    "spanbert.tasks.selection": _moved("spanbert.tasks.options", "EVALS_PER_EPOCH", "EVAL_SHARE", "selection_defaults"),
     # tasks/common.py was split by idea (issue 59); docs/tasks.md told task authors to import from it
     "spanbert.tasks.common": {
         **_moved("spanbert.tasks.command_line", "SCHEDULE_OPTIONS", "parse_bool", "add_switch",
-                 "add_finetune_arguments", "add_inference_arguments", "ACTION_SENTENCES", "task_parser",
+                 "add_finetune_arguments", "add_inference_arguments", "task_parser",
                  "add_predict_arguments", "add_scoring_source", "add_example_stats_argument", "parse_task_args",
                  "training_arguments", "named_schedule", "SEQ_LENGTH", "add_sequence_length_argument",
                  "resolve_sequence_length", "family_defaults", "model_in_argv"),
         **_moved("spanbert.tasks.finetuning", "finetune_command", "run_finetune", "TRAINING_INPUTS",
                  "check_training_text", "finetune_results", "check_output_dir"),
-        **_moved("spanbert.tasks.selection", "SWEEP_LEARNING_RATES", "SWEEP_BATCH_SIZES", "EVALS_PER_EPOCH",
-                 "EVAL_SHARE", "selection_defaults", "sweep_grid", "KeepBest", "planned_steps", "selection_summary",
+        **_moved("spanbert.tasks.options", "EVALS_PER_EPOCH", "EVAL_SHARE", "selection_defaults", "ACTION_SENTENCES"),
+        **_moved("spanbert.tasks.selection", "SWEEP_LEARNING_RATES", "SWEEP_BATCH_SIZES", "sweep_grid", "KeepBest", "planned_steps", "selection_summary",
                  "SELECTION_KEYS", "cell_arguments", "SWEEP_SUMMARY", "WEIGHT_FILES", "prune_run", "sweep"),
         **_moved("spanbert.tasks.ranks", "print_metrics", "start_distributed", "write_once", "predict_sharded",
                  "seeded_model", "write_json_once"),

@@ -32,6 +32,7 @@ from typing import Any
 from spanbert import threads
 from spanbert.config import _did_you_mean, convert_value
 from spanbert.errors import SpanBertError, in_keywords
+from spanbert.tasks import options as task_options
 from spanbert.tasks.registry import TASKS
 from spanbert.tasks.spec import ACTIONS, Results, TaskSpec, options_argv
 from spanbert.training_args import TrainingArguments
@@ -48,15 +49,21 @@ def spec_of(name: str) -> TaskSpec:
 
 def run(name: str, action: str, options: Mapping[str, Any]) -> Any:
     """``action`` (finetune, predict, evaluate) of task ``name`` with ``options`` by the command's names:
-    what `finetune`, `predict` and `evaluate` call. The options are the command line `options_argv`
-    spells (which a study records as the run's identity); ``threads`` sets torch's CPU threads for the
-    run, as ``--threads`` does on the command line (unset: the cores other processes leave free).
-    ``help=True`` prints the command's usage and returns None."""
+    what `finetune`, `predict` and `evaluate` call. The options become the action's options object
+    (`spanbert.tasks.options.from_keywords`), as the command line's flags do; ``threads`` sets torch's CPU
+    threads for the run, as ``--threads`` does on the command line (unset: the cores other processes leave
+    free). ``help=True`` prints the command's usage and returns None."""
     if action not in ACTIONS:
         raise SpanBertError(f"found action {action!r}, expected one of: {', '.join(ACTIONS)}")
     spec = spec_of(name)
-    if options.get("help"):  # issue 58.8: argparse's exit (SystemExit) never reaches a Python caller
-        code, out, err = _help(name, action, {k: v for k, v in options.items() if k != "help"})
+    cls = TASKS.options(name).get(action)
+    call = f"tasks.{action}({name!r})"
+    if options.get("help"):  # issue 58.8: the usage, printed; nothing is run
+        rest = {k: v for k, v in options.items() if k != "help"}
+        if cls is not None:
+            print(task_options.usage(cls, f"spanbert {action} {name}", task_options.sentence(action, name), rest), end="")
+            return None
+        code, out, err = _help(name, action, rest)
         print(out, end="")
         if code != 0:
             raise SpanBertError(_last_error(err) or f"`spanbert {action} {name} --help` failed")
@@ -66,6 +73,8 @@ def run(name: str, action: str, options: Mapping[str, Any]) -> Any:
     prog = f"spanbert {action} {name}"
     try:
         with messages_leave_a_taken_stdout():  # `output="/dev/stdout"`: stdout holds the output alone
+            if cls is not None:
+                return getattr(spec, action)(name, task_options.from_keywords(cls, options, call, prog))
             return getattr(spec, action)(name, options_argv(options), prog)
     except SystemExit as e:  # an option that makes argparse exit (--version-like): an error, not an exit
         raise SpanBertError(f"spanbert {action} {name}: the options ended the command (exit status {e.code}) "
@@ -73,7 +82,7 @@ def run(name: str, action: str, options: Mapping[str, Any]) -> Any:
     except SpanBertError as e:  # the same mistake, named as the caller wrote it: a keyword, not a flag
         if type(e) is not SpanBertError:  # a DataError & co. keep their type (and their file and line)
             raise
-        raise SpanBertError(in_keywords(str(e), prog, f"tasks.{action}({name!r})")) from None
+        raise SpanBertError(in_keywords(str(e), prog, call)) from None
 
 
 def finetune(
@@ -158,6 +167,9 @@ def _help(name: str, action: str, options: Mapping[str, Any]) -> tuple[int, str,
 def option_names(name: str, action: str = "finetune", **context: Any) -> set[str]:
     """The options ``action`` of task ``name`` takes, by name, as its own parser lists them; ``context``: the
     options that may change the list, set first (the sub-task: GLUE's ``task``)."""
+    cls = TASKS.options(name).get(action)
+    if cls is not None:
+        return task_options.names(cls)
     code, text, err = _help(name, action, context)
     if code != 0:
         raise SpanBertError(_last_error(err) or f"`spanbert {action} {name} --help` failed")
@@ -170,6 +182,11 @@ def check_options(name: str, options: Mapping[str, Any], context: Mapping[str, A
     for its parser (a type, a choice). One `SpanBertError`: ``option KEY: found ..., expected ...`` or the
     parser's line. ``context``: options set with them that pick the parser (the sub-task)."""
     context = dict(context or {})
+    cls = TASKS.options(name).get("finetune")
+    if cls is not None:  # every check the options object makes, with no data needed (`partial`)
+        task_options.from_keywords(cls, {**context, **options}, f"tasks.finetune({name!r})",
+                                   f"spanbert finetune {name}", partial=True)
+        return
     known = option_names(name, "finetune", **context)
     for key in options:
         if key.replace("-", "_") not in known:

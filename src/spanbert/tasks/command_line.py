@@ -22,6 +22,7 @@ from spanbert.config import (
     parse_key_values,
 )
 from spanbert.errors import SpanBertError
+from spanbert.tasks.options import ACTION_SENTENCES
 from spanbert.tasks.registry import TASKS
 from spanbert.tasks.task_folders import check_sequence_length, model_positions
 from spanbert.training_args import TrainingArguments
@@ -75,16 +76,6 @@ def add_inference_arguments(parser: argparse.ArgumentParser, unit: str, with_mod
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (default: auto)")
     add_switch(parser, "--disable_tqdm", help="hide the progress bars")
     threads.add_option(parser)
-
-
-ACTION_SENTENCES = {
-    "finetune": "Fine-tune a pre-trained encoder for {name} ({what}) and keep the model that scores best on "
-    "the dev data; prints its dev scores.",
-    "predict": "Write a fine-tuned model's predictions for {name} ({what}) in the task's official format.",
-    "evaluate": "Score predictions, or a fine-tuned model on labelled data, for {name} ({what}) with the "
-    "task's official metrics.",
-}
-"""The sentence each task command's --help opens with: what the command does, for its user."""
 
 
 def task_parser(prog: str, doc: str | None) -> ArgumentParser:

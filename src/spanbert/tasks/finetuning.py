@@ -6,6 +6,7 @@ model. Tasks differ in reader, head and metric; the loop is `spanbert.trainer.tr
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from spanbert.tasks.command_line import add_finetune_arguments, parse_task_args,
 from spanbert.tasks.ranks import start_distributed
 from spanbert.tasks.selection import SELECTION_KEYS, SWEEP_SUMMARY, cell_arguments, sweep, sweep_grid
 from spanbert.tasks.spec import Results
+from spanbert.tasks.task_folders import check_sequence_length, model_positions
 from spanbert.tokenization import Tokenizer
 from spanbert.training_args import TrainingArguments
 from spanbert.utils import input_paths
@@ -69,6 +71,30 @@ def run_finetune(
     start_distributed(targs.device)
     with claim_run_dir(targs.output_dir, prog):
         return _finetune_claimed(args, targs, run_one, metric)
+
+
+def finetune_options(
+    opts: Any, run_one: Callable[[TrainingArguments], dict[str, Any]], metric: str, prog: str,
+    seq_length: int | None = None,
+) -> Results:  # fmt: skip
+    """`run_finetune` for a task whose options are one typed object (`spanbert.tasks.options`): its
+    `TrainingArguments` are ``opts.training``, built already over the task's and the family's defaults;
+    a ``max_seq_length`` the user gave (in ``opts`` or one of its option classes) is checked against the
+    encoder's positions before any data is read. ``seq_length``: the task's default length (Appendix B:
+    128), which an unset ``opts.max_seq_length`` becomes, or the encoder's positions when it has fewer."""
+    targs = opts.training
+    check_output_dir(targs, input_paths(opts))  # before reading any data (a sweep: the top folder)
+    for holder in (opts, *(getattr(opts, f.name) for f in dataclasses.fields(opts) if f.metadata.get("nested"))):
+        length = getattr(holder, "max_seq_length", None)
+        if length is not None:
+            check_sequence_length(opts.model, length)
+    if seq_length is not None and opts.max_seq_length is None:
+        positions = model_positions(opts.model)
+        opts.max_seq_length = seq_length if positions is None else min(seq_length, positions)
+    check_training_text(opts)
+    start_distributed(targs.device)
+    with claim_run_dir(targs.output_dir, prog):
+        return _finetune_claimed(opts, targs, run_one, metric)
 
 
 TRAINING_INPUTS = ("train", "train_file", "data_dir")

@@ -42,9 +42,10 @@ from spanbert.tasks.command_line import (
     task_parser,
 )
 from spanbert.tasks.finetuning import finetune_command
+from spanbert.tasks.options import selection_defaults
 from spanbert.tasks.ranks import start_distributed, write_json_once, write_once
 from spanbert.tasks.scores import match_by_id, percent
-from spanbert.tasks.selection import selection_defaults, selection_summary
+from spanbert.tasks.selection import selection_summary
 from spanbert.tasks.spec import RESULTS_FILE, Results, SubTasks, TaskSpec
 from spanbert.tasks.splits import HELDOUT_SEED, cut, record, split_half
 from spanbert.tasks.task_folders import check_task_settings, load_tokenizer_for

@@ -59,9 +59,10 @@ from spanbert.tasks.conll import (
     write_predictions,
 )
 from spanbert.tasks.finetuning import finetune_command
+from spanbert.tasks.options import selection_defaults
 from spanbert.tasks.ranks import print_metrics, seeded_model, start_distributed, write_json_once, write_once
 from spanbert.tasks.scores import warn_unseen
-from spanbert.tasks.selection import selection_defaults, selection_summary
+from spanbert.tasks.selection import selection_summary
 from spanbert.tasks.spec import RESULTS_FILE, Results, TaskSpec
 from spanbert.tasks.splits import RecordSplit
 from spanbert.tasks.task_folders import (

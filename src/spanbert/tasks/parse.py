@@ -56,6 +56,7 @@ from spanbert.tasks.command_line import (
     task_parser,
 )
 from spanbert.tasks.finetuning import finetune_command
+from spanbert.tasks.options import selection_defaults
 from spanbert.tasks.ranks import (
     predict_sharded,
     print_metrics,
@@ -65,7 +66,7 @@ from spanbert.tasks.ranks import (
     write_once,
 )
 from spanbert.tasks.scores import warn_unseen
-from spanbert.tasks.selection import KeepBest, selection_defaults, selection_summary
+from spanbert.tasks.selection import KeepBest, selection_summary
 from spanbert.tasks.spec import RESULTS_FILE, Results, TaskSpec
 from spanbert.tasks.task_folders import load_encoder, load_task_model, save_finetuned
 from spanbert.tasks.trees import Tree, _parse, read_trees, tokenize, write_trees

@@ -9,7 +9,7 @@ docs/architecture.md, "Adding a task".
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterator, Mapping, MutableMapping
 
 from spanbert.tasks.spec import TaskSpec
 
@@ -43,12 +43,31 @@ _DESCRIPTIONS: dict[str, str] = {
 }
 
 
+# task -> the module whose ACTIONS names each action's options class (no torch: ``--help`` is built from it);
+# a task missing here parses its own command line in its actions (a test keeps each equal to its spec's `options`)
+_OPTIONS: dict[str, str] = {
+    "squad": "spanbert.tasks.qa.options",
+    "mrqa": "spanbert.tasks.qa.options",
+}
+
+
 class Registry(MutableMapping[str, TaskSpec]):
     """name -> `TaskSpec`; an entry given as a module path is loaded (``module.SPECS[name]``) when read."""
 
-    def __init__(self, entries: dict[str, str | TaskSpec], descriptions: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, entries: dict[str, str | TaskSpec], descriptions: dict[str, str] | None = None,
+        options: dict[str, str] | None = None,
+    ) -> None:  # fmt: skip
         self._entries: dict[str, str | TaskSpec] = dict(entries)
         self._descriptions: dict[str, str] = dict(descriptions or {})
+        self._options: dict[str, str] = dict(options or {})
+
+    def options(self, name: str) -> Mapping[str, type]:
+        """Action -> its options class for task ``name`` (`TaskSpec.options`), without loading the task's
+        module when the registry knows the options' module; empty for a task whose actions parse argv."""
+        if isinstance(self._entries[name], str) and name in self._options:
+            return importlib.import_module(self._options[name]).ACTIONS
+        return self[name].options
 
     def describe(self, name: str) -> str:
         """The task's one-line description, without loading its module when the registry knows it."""
@@ -67,9 +86,13 @@ class Registry(MutableMapping[str, TaskSpec]):
     def __setitem__(self, name: str, spec: str | TaskSpec) -> None:
         self._entries[name] = spec
         self._descriptions.pop(name, None)  # a replaced entry describes itself
+        self._options.pop(name, None)
 
     def __delitem__(self, name: str) -> None:
         del self._entries[name]
+
+    def __contains__(self, name: object) -> bool:  # without loading the task (Mapping's reads the entry)
+        return name in self._entries
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._entries)
@@ -78,4 +101,4 @@ class Registry(MutableMapping[str, TaskSpec]):
         return len(self._entries)
 
 
-TASKS = Registry(_MODULES, _DESCRIPTIONS)
+TASKS = Registry(_MODULES, _DESCRIPTIONS, _OPTIONS)

@@ -48,9 +48,10 @@ from spanbert.tasks.command_line import (
     task_parser,
 )
 from spanbert.tasks.finetuning import finetune_command
+from spanbert.tasks.options import selection_defaults
 from spanbert.tasks.ranks import print_metrics, start_distributed, write_json_once, write_once
 from spanbert.tasks.scores import match_by_id, percent, warn_unseen
-from spanbert.tasks.selection import selection_defaults, selection_summary
+from spanbert.tasks.selection import selection_summary
 from spanbert.tasks.spec import RESULTS_FILE, Results, TaskSpec
 from spanbert.tasks.splits import RecordSplit
 from spanbert.tasks.task_folders import load_tokenizer_for

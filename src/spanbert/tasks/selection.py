@@ -1,7 +1,7 @@
 """Choosing a model on dev as the released fine-tuning scripts do: the best evaluation of a run
-(`KeepBest`, `selection_defaults`, `selection_summary`) and the best run of a grid (the Appendix B
-`sweep`, with its disk kept bounded and its resume), over the grid the encoder's family names
-(`sweep_grid`)."""
+(`KeepBest`, `selection_summary`; the options that ask for it, `selection_defaults`, are torch-free in
+`spanbert.tasks.options`) and the best run of a grid (the Appendix B `sweep`, with its disk kept bounded
+and its resume), over the grid the encoder's family names (`sweep_grid`)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from spanbert import distributed, families, folders
+from spanbert import _aliases, distributed, families, folders
 from spanbert.errors import SpanBertError
 from spanbert.microbatch import planned_batch_size
 from spanbert.runs import BEST_DIR, latest_checkpoint, steps_per_epoch
@@ -30,31 +30,6 @@ SWEEP_LEARNING_RATES = (5e-6, 1e-5, 2e-5, 3e-5, 5e-5)
 
 
 SWEEP_BATCH_SIZES = (16, 32)
-
-
-EVALS_PER_EPOCH = 10
-"""Dev evaluations per epoch: the default ``--eval_per_epoch 10`` of the released fine-tuning scripts
-(facebookresearch/SpanBERT code/run_squad.py, run_mrqa.py, run_tacred.py, run_glue.py)."""
-
-
-EVAL_SHARE = 0.5
-"""The default schedule is lowered when its evaluations would take more than this share of the training
-time (`TrainingArguments.max_eval_share`): a short run on a small training set must not spend most of its
-time scoring the whole dev set; a full-size run of the paper keeps its schedule."""
-
-
-def selection_defaults(metric: str) -> dict[str, Any]:
-    """`TrainingArguments` defaults that select the model on dev as the released scripts do: evaluate
-    `EVALS_PER_EPOCH` times an epoch and keep the weights of the best ``metric`` (higher is better;
-    the released scripts compare ``result[eval_metric] > best``, so ties keep the earlier step). Only
-    the newest resumable checkpoint is kept beside ``best/`` (bounded disk: best + latest)."""
-    return {
-        "evals_per_epoch": EVALS_PER_EPOCH,
-        "max_eval_share": EVAL_SHARE,
-        "metric_for_best_model": metric,
-        "greater_is_better": True,
-        "save_total_limit": 1,
-    }
 
 
 def sweep_grid(model_dir: str | Path) -> dict[str, tuple]:
@@ -269,3 +244,6 @@ def sweep(
         return record(complete=True)
 
     return write_once(choose_and_copy)
+
+
+__getattr__ = _aliases.getter(__name__)  # old spellings: the defaults moved to spanbert.tasks.options

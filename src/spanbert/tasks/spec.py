@@ -12,6 +12,7 @@ heavy imports happen when its spec is first used.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Callable, Mapping
@@ -152,9 +153,11 @@ class Folds:
     """The (train, dev, test) files `prepare` writes into a folder."""
 
 
-Action = Callable[[str, list[str], str], Any]
-"""``action(task, argv, prog)``: one of ``spanbert finetune|predict|evaluate <task> ARGV``, parsed by the
-task's own parser; ``finetune`` and ``evaluate`` return `Results`, ``predict`` the `Path` it wrote."""
+Action = Callable[[str, Any], Any]
+"""``action(task, opts)``: one of ``spanbert finetune|predict|evaluate <task>``, a function of the action's
+options (`TaskSpec.options`: a dataclass, `spanbert.tasks.options`); ``finetune`` and ``evaluate`` return
+`Results`, ``predict`` the `Path` it wrote. A task whose spec names no options class for an action has
+an action of the older kind, ``action(task, argv, prog)``, which parses its own command line."""
 
 
 @dataclass(frozen=True)
@@ -191,6 +194,9 @@ class TaskSpec:
     folds: Folds | None = None
     """The fold split its data may come as (LitBank's); None: plain train and dev files only."""
     results_file: str = RESULTS_FILE
+    options: Mapping[str, type] = dataclasses.field(default_factory=dict)
+    """Action -> the dataclass of its options (`spanbert.tasks.options`), from a module that imports no torch
+    (the registry names it too, for ``--help``: `spanbert.tasks.registry`)."""
     cache_option: str = ""
     """The option naming a cache of encoder features the task's runs share (the probes' ``features_cache``):
     a study points it into its own shared folder, and its dry run times a cell with the cache cold and warm
@@ -242,12 +248,3 @@ def print_results(value: Any) -> None:
     (``finetune`` and ``evaluate``; once under torchrun). A ``predict`` says what it wrote itself."""
     if isinstance(value, Results):
         print0(json.dumps(value.scores, indent=2, sort_keys=True))
-
-
-def run_action(spec: TaskSpec, action: str, argv: list[str], prog: str) -> int:
-    """The command line of every task action: ``spanbert <action> <task> ARGV`` runs the action and prints
-    what it returned (`print_results`); exit code 0 (errors are raised)."""
-    if action not in ACTIONS:
-        raise SpanBertError(f"{prog}: found action {action!r}; expected one of: {', '.join(ACTIONS)}")
-    print_results(getattr(spec, action)(spec.name, list(argv), prog))
-    return 0

@@ -43,6 +43,7 @@ from spanbert.tasks.command_line import (
 )
 from spanbert.tasks.finetuning import finetune_command
 from spanbert.tasks.layers import apply_encoder_dropout, output_layer, scaled
+from spanbert.tasks.options import selection_defaults
 from spanbert.tasks.ranks import (
     predict_sharded,
     print_metrics,
@@ -52,7 +53,7 @@ from spanbert.tasks.ranks import (
     write_once,
 )
 from spanbert.tasks.scores import percent
-from spanbert.tasks.selection import KeepBest, selection_defaults, selection_summary
+from spanbert.tasks.selection import KeepBest, selection_summary
 from spanbert.tasks.spec import RESULTS_FILE, Results, TaskSpec
 from spanbert.tasks.splits import RecordSplit
 from spanbert.tasks.task_folders import load_encoder, load_task_model, load_tokenizer_for, save_finetuned

@@ -24,65 +24,92 @@ The package, each module using only those above it:
     features   windows, labels, the dataset and collator (`make_features`, `collate_qa`)
     model      the head on any family's encoder (`SpanBertForQuestionAnswering`)
     decoding   logits to answers (`decode`, `best_spans_in_batch`, `choose_threshold`, `score`)
-    finetune   `QAConfig`, prediction (`run_prediction`, `answer`), `finetune_qa`, `load_qa_model`
+    options    each action's options (`QAFinetune`, `QAPredict`, `QAEvaluate`) and `QAConfig`; no torch
+    finetune   prediction (`run_prediction`, `answer`), `finetune_qa`, `load_qa_model`
     command    the command line's actions, `evaluate_files`, the `TaskSpec`s of squad and mrqa
 
-Every name of the single-file module is still importable from here.
+Every name of the single-file module is still importable from here; each is loaded from its module on
+first use, so that importing the package (the options, for ``--help``) loads no torch.
 """
 
 from __future__ import annotations
 
-from spanbert.tasks.qa.command import (  # noqa: F401 -- the package's names
-    SPECS,
-    evaluate_files,
-)
-from spanbert.tasks.qa.data import (  # noqa: F401 -- the package's names
-    QAData,
-    QAExample,
-    parse_slice,
-    read_id_list,
-    read_mrqa,
-    read_qa,
-    read_squad,
-)
-from spanbert.tasks.qa.decoding import (  # noqa: F401 -- the package's names
-    NO_SPAN,
-    Decoded,
-    best_span_in_window,
-    best_spans_in_batch,
-    choose_threshold,
-    decode,
-    decode_spans,
-    score,
-)
-from spanbert.tasks.qa.features import (  # noqa: F401 -- the package's names
-    QAFeatureDataset,
-    QAFeatures,
-    TokenizedData,
-    char_span_to_tokens,
-    collate_qa,
-    make_features,
-    tokenize_data,
-)
-from spanbert.tasks.qa.finetune import (  # noqa: F401 -- the package's names
-    BERT_STRIDE,
-    BERT_WINDOW,
-    DEFAULTS,
-    LONG_WINDOW_CAP,
-    NEEDS,
-    QAConfig,
-    answer,
-    answer_with,
-    check_model,
-    config_dict,
-    features_for,
-    finetune_qa,
-    load_qa_model,
-    predict_logits,
-    predict_window_spans,
-    run_prediction,
-    window_settings,
-)
-from spanbert.tasks.qa.model import (  # noqa: F401 -- the package's names
-    SpanBertForQuestionAnswering,
-)
+import importlib
+from typing import Any
+
+# module -> the names it lends the package
+_HOMES: dict[str, tuple[str, ...]] = {
+    "command": (
+        "SPECS",
+        "evaluate_files",
+    ),
+    "data": (
+        "QAData",
+        "QAExample",
+        "parse_slice",
+        "read_id_list",
+        "read_mrqa",
+        "read_qa",
+        "read_squad",
+    ),
+    "decoding": (
+        "NO_SPAN",
+        "Decoded",
+        "best_span_in_window",
+        "best_spans_in_batch",
+        "choose_threshold",
+        "decode",
+        "decode_spans",
+        "score",
+    ),
+    "features": (
+        "QAFeatureDataset",
+        "QAFeatures",
+        "TokenizedData",
+        "char_span_to_tokens",
+        "collate_qa",
+        "make_features",
+        "tokenize_data",
+    ),
+    "options": (
+        "BERT_STRIDE",
+        "BERT_WINDOW",
+        "DEFAULTS",
+        "QAConfig",
+        "QAEvaluate",
+        "QAFinetune",
+        "QAPredict",
+    ),
+    "finetune": (
+        "LONG_WINDOW_CAP",
+        "NEEDS",
+        "answer",
+        "answer_with",
+        "check_model",
+        "config_dict",
+        "features_for",
+        "finetune_qa",
+        "load_qa_model",
+        "predict_logits",
+        "predict_window_spans",
+        "run_prediction",
+        "window_settings",
+    ),
+    "model": (
+        "SpanBertForQuestionAnswering",
+    ),
+}
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    """A name of the package, imported from its module on first use and kept."""
+    if name not in _HOME_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_HOME_OF[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOME_OF))

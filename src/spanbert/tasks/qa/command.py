@@ -1,9 +1,9 @@
-"""``spanbert finetune|predict|evaluate squad|mrqa``: scoring prediction files (`evaluate_files`), the
-actions of the command line and the Python API, and the tasks' `TaskSpec`s."""
+"""The actions of ``squad`` and ``mrqa`` (fine-tune, predict, evaluate), each a function of its options
+(`spanbert.tasks.qa.options`), scoring a predictions file as the official scripts do (`evaluate_files`),
+and the two tasks' `TaskSpec`s."""
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import os
@@ -11,13 +11,11 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from spanbert.config import add_dataclass_arguments, dataclass_from_args
 from spanbert.distributed import eprint0, print0
 from spanbert.errors import DataError, SpanBertError, decode_utf8, utf8_argument
 from spanbert.metrics import squad as squad_metrics
 from spanbert.tasks import api
-from spanbert.tasks.command_line import add_inference_arguments, family_defaults, task_parser
-from spanbert.tasks.finetuning import finetune_command
+from spanbert.tasks.finetuning import finetune_options
 from spanbert.tasks.qa.data import (
     DUPLICATE_ID,
     _expect,
@@ -29,20 +27,17 @@ from spanbert.tasks.qa.data import (
     read_qa,
 )
 from spanbert.tasks.qa.finetune import (
-    BERT_STRIDE,
-    BERT_WINDOW,
-    DEFAULTS,
-    QAConfig,
     answer_with,
     config_dict,
     finetune_qa,
     load_qa_model,
     run_prediction,
 )
+from spanbert.tasks.qa.options import ACTIONS, FORMATS, QAConfig, QAEvaluate, QAFinetune, QAPredict
 from spanbert.tasks.ranks import start_distributed, write_json_once, write_once
 from spanbert.tasks.spec import Results, TaskSpec
 from spanbert.tasks.splits import RecordSplit
-from spanbert.utils import output_file, writes_through
+from spanbert.utils import writes_through
 
 
 def _read_predictions(path: str | Path, what: str, kind: type) -> dict[str, Any]:
@@ -176,91 +171,37 @@ def _raw_text_request(args: Any) -> str | None:
     return decode_utf8(path.read_bytes(), path)
 
 
-def _format(task: str) -> str:
-    return "SQuAD v1.1/v2.0 JSON (.json or .json.gz)" if task == "squad" else "MRQA .jsonl or .jsonl.gz"
-
-
-def _finetune(task: str, argv: list[str], prog: str) -> Results:
+def _finetune(task: str, opts: QAFinetune) -> Results:
     """``spanbert finetune {squad,mrqa} ...``."""
-    fmt = _format(task)
+    if opts.sweep and not opts.validation_file:
+        raise SpanBertError("--sweep keeps the best run on dev: pass --validation_file")
 
-    def add_options(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--train_file", required=True, help=f"training data, {fmt}")
-        parser.add_argument(
-            "--validation_file", help="dev data scored --evals_per_epoch times an epoch and at the end: the model of the "
-            "best --metric_for_best_model is saved (and the SQuAD 2.0 threshold is chosen there). Never pass the test "
-            "split here: score it afterwards with `spanbert predict` + `spanbert evaluate`"
-        )
-        parser.add_argument("--drop_ids", help="file of question ids to leave out of training (first tab-separated "
-                            "column), e.g. ../shared/data/squad/train-v1.1.rebuilt.ambiguous.tsv")  # fmt: skip
-        parser.add_argument("--train_articles", help="train on these articles only, a slice start:stop (e.g. ':17')")
-        parser.add_argument("--validation_articles", help="evaluate on these articles only (e.g. '17:')")
-        parser.add_argument("--max_train_examples", type=int, help="use only the first N training questions")
-        parser.add_argument("--max_eval_examples", type=int, help="use only the first N dev questions (after "
-                            "--validation_articles) for the evaluations during training")  # fmt: skip
-        shown = {"max_seq_length": f"{BERT_WINDOW} for BERT, see above", "doc_stride": BERT_STRIDE}  # unset: `window_settings`
-        add_dataclass_arguments(parser.add_argument_group("QA"), QAConfig, shown, exclude=("null_score_diff_threshold",))
-
-    chosen: dict[str, QAConfig] = {}
-
-    def check(args: argparse.Namespace) -> None:  # before any output is checked or data read
-        if args.sweep and not args.validation_file:
-            raise SpanBertError("--sweep keeps the best run on dev: pass --validation_file")
-        chosen["config"] = dataclass_from_args(QAConfig, args)
-
-    def run_one(args: argparse.Namespace, targs: Any) -> dict[str, Any]:
+    def run_one(targs: Any) -> dict[str, Any]:
         return finetune_qa(
-            task, args.model, args.train_file, args.validation_file, targs, chosen["config"], args.tokenizer,
-            args.drop_ids, args.train_articles, args.validation_articles, args.max_train_examples,
-            args.max_eval_examples,
+            task, opts.model, opts.train_file, opts.validation_file, targs, opts.qa, opts.tokenizer,
+            opts.drop_ids, opts.train_articles, opts.validation_articles, opts.max_train_examples,
+            opts.max_eval_examples,
         )  # fmt: skip
 
-    defaults = family_defaults(argv, DEFAULTS)
-    return finetune_command(prog, __doc__, argv, add_options, defaults, run_one, metric="f1", configs=(QAConfig,),
-                            check=check)  # fmt: skip
+    return finetune_options(opts, run_one, "f1", f"spanbert finetune {task}")
 
 
-def _predict(task: str, argv: list[str], prog: str) -> Path | None:
+def _predict(task: str, opts: QAPredict) -> Path | None:
     """``spanbert predict {squad,mrqa} (--data FILE --output PREDS | --question Q --context C)``: the
     predictions file written (None for a --question, whose answer is printed)."""
-    fmt = _format(task)
-    parser = task_parser(prog, __doc__)
-    parser.add_argument(
-        "--model",
-        required=True,
-        help="fine-tuned QA model folder (spanbert finetune, or a HF BertForQuestionAnswering)",
-    )
-    parser.add_argument("--data", help=f"questions to answer, {fmt} (or --question with --context)")
-    parser.add_argument("--output", type=output_file,
-                        help="predictions file to write: {question_id: answer text} (with --data)")
-    parser.add_argument("--question", help="one question in raw text, answered from --context or --context_file: "
-                        "prints {answer, score, start, end} as JSON (start/end: character offsets in the context)")  # fmt: skip
-    parser.add_argument("--context", help="the raw text --question is answered from")
-    parser.add_argument("--context_file", help="a UTF-8 text file holding the context of --question")
-    parser.add_argument(
-        "--null_odds", type=output_file,
-        help="SQuAD 2.0: where to write the null-score differences (default: null_odds.json beside --output, "
-        "when that name is free or holds the null odds of this data from an earlier run)",
-    )
-    parser.add_argument("--articles", help="only these articles, a slice start:stop")
-    parser.add_argument(
-        "--null_score_diff_threshold", type=float, help="override the threshold saved with the model"
-    )
-    add_inference_arguments(parser, "windows")
-    args = parser.parse_args(argv)
-    context = _raw_text_request(args)  # checked before the model loads
-    start_distributed(args.device)
-    model, tokenizer, cfg = load_qa_model(args.model)
-    if args.null_score_diff_threshold is not None:
-        cfg = QAConfig(**{**config_dict(cfg), "null_score_diff_threshold": args.null_score_diff_threshold})
+    context = _raw_text_request(opts)  # checked before the model loads
+    start_distributed(opts.device)
+    model, tokenizer, cfg = load_qa_model(opts.model)
+    if opts.null_score_diff_threshold is not None:
+        cfg = QAConfig(**{**config_dict(cfg), "null_score_diff_threshold": opts.null_score_diff_threshold})
     if context is not None:
-        print0(json.dumps(answer_with(model, tokenizer, cfg, args.question, context, args.device), ensure_ascii=False))
+        print0(json.dumps(answer_with(model, tokenizer, cfg, opts.question, context, opts.device), ensure_ascii=False))
         return None
-    data = read_qa(args.data, task).select_articles(args.articles)
-    out = Path(args.output)
-    null_path = null_odds_path(args, {e.qid for e in data.examples}) if cfg.version_2_with_negative else None
+    data = read_qa(opts.data, task).select_articles(opts.articles)
+    out = Path(opts.output)
+    null_path = null_odds_path(opts, {e.qid for e in data.examples}) if cfg.version_2_with_negative else None
     decoded = run_prediction(
-        model, data, tokenizer, cfg, args.batch_size, args.device, progress=not args.disable_tqdm
+        model, data, tokenizer, cfg, opts.batch_size, opts.device, progress=not opts.disable_tqdm
     )
 
     def write() -> None:
@@ -280,7 +221,7 @@ NULL_ODDS = "null_odds.json"
 """BERT's run_squad.py name of the null odds, written beside --output when --null_odds names no file."""
 
 
-def null_odds_path(args: argparse.Namespace, qids: set[str]) -> Path:
+def null_odds_path(args: QAPredict, qids: set[str]) -> Path:
     """Where a SQuAD 2.0 ``predict`` writes its null odds (issue 58.3): ``--null_odds``, which must not be
     ``--output``; unnamed, `NULL_ODDS` beside ``--output``, which may not be ``--output`` itself and may only
     replace the null odds of these questions (``qids``) an earlier run wrote there, never a file of the user's.
@@ -320,27 +261,11 @@ def _null_odds_of(path: Path, qids: set[str]) -> bool:
     )
 
 
-def _evaluate(task: str, argv: list[str], prog: str) -> Results:
+def _evaluate(task: str, opts: QAEvaluate) -> Results:
     """``spanbert evaluate {squad,mrqa} --data GOLD --predictions PREDS``: the official scores."""
-    fmt = _format(task)
-    parser = task_parser(prog, __doc__)
-    parser.add_argument("--data", required=True, help=f"gold data, {fmt}")
-    parser.add_argument("--predictions", required=True, help="predictions file {question_id: answer text}")
-    parser.add_argument(
-        "--na-prob",
-        "--na_prob",
-        dest="na_prob",
-        help="SQuAD 2.0: no-answer scores {question_id: number} (null_odds.json)",
-    )
-    parser.add_argument("--na-prob-thresh", "--na_prob_thresh", dest="na_prob_thresh", type=float, default=1.0,
-                        help="SQuAD 2.0: score as no-answer where the --na-prob value exceeds this (official default: 1.0)")  # fmt: skip
-    parser.add_argument("--articles", help="only these articles, a slice start:stop")
-    args = parser.parse_args(argv)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        metrics = evaluate_files(
-            task, args.data, args.predictions, args.na_prob, args.articles, args.na_prob_thresh
-        )
+        metrics = evaluate_files(task, opts.data, opts.predictions, opts.na_prob, opts.articles, opts.na_prob_thresh)
     for w in caught:  # one summary line (N of M questions have no prediction), not one per question
         eprint0(f"warning: {w.message}")
     return Results(metrics, "f1")
@@ -362,7 +287,8 @@ SPECS = {
         predict=_predict,
         evaluate=_evaluate,
         metric="f1",
-        data=_format(name),
+        data=FORMATS[name],
+        options=ACTIONS,
         configs=(("spanbert.tasks.qa", "QAConfig"),),
         dev_split=split,
         score_model=functools.partial(_score_model, name),

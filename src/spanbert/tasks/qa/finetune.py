@@ -1,11 +1,11 @@
-"""Fine-tuning and prediction: `QAConfig` and the defaults, window settings, prediction over windows
-(`run_prediction`, `answer`), `finetune_qa`, loading a fine-tuned folder."""
+"""Fine-tuning and prediction: window settings (of a `QAConfig`, `spanbert.tasks.qa.options`), prediction
+over windows (`run_prediction`, `answer`), `finetune_qa`, loading a fine-tuned folder."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -29,8 +29,9 @@ from spanbert.tasks.qa.decoding import (
 )
 from spanbert.tasks.qa.features import QAFeatureDataset, QAFeatures, collate_qa, make_features, tokenize_data
 from spanbert.tasks.qa.model import SpanBertForQuestionAnswering
+from spanbert.tasks.qa.options import BERT_STRIDE, BERT_WINDOW, QAConfig
 from spanbert.tasks.ranks import predict_sharded, seeded_model, start_distributed, write_json_once, write_once
-from spanbert.tasks.selection import KeepBest, selection_defaults, selection_summary
+from spanbert.tasks.selection import KeepBest, selection_summary
 from spanbert.tasks.spec import RESULTS_FILE
 from spanbert.tasks.task_folders import (
     check_task_settings,
@@ -45,54 +46,6 @@ from spanbert.trainer import eval_size, predict_batches, train
 # Fine-tuning and prediction
 
 
-@dataclass
-class QAConfig:
-    """Windowing and decoding settings of extractive QA (saved in the fine-tuned model's config.json)."""
-
-    max_seq_length: int | None = None
-    """Tokens per input window, [CLS] question [SEP] passage [SEP] (Appendix B: 512). Unset: it follows
-    the encoder (`window_settings`): 512 for BERT's 512 positions, and for an encoder of a longer
-    context (ModernBERT: 8,192) that context up to 1,024, which holds nearly every SQuAD and MRQA
-    passage in one window. The value chosen is printed and saved with the model."""
-    doc_stride: int | None = None
-    """The step: distance in tokens between the starts of consecutive passage windows, as Google's and
-    SpanBERT's run_squad.py (Appendix B: 128). Not the overlap that transformers' run_qa.py --doc_stride
-    means: its --doc_stride D is spanbert's --doc_stride max_seq_length - question tokens - 3 - D
-    (run_qa's 384 and 128, for a 13-token question: --doc_stride 240). Unset: 128 for windows of up
-    to 512 tokens, a quarter of a longer window (BERT's proportion)."""
-    max_query_length: int = 64
-    """Questions are cut to this many tokens (BERT run_squad.py: 64)."""
-    n_best_size: int = 20
-    """Start and end candidates per window considered when decoding (BERT: 20)."""
-    max_answer_length: int = 30
-    """Longest answer in tokens (BERT: 30)."""
-    version_2_with_negative: bool = False
-    """SQuAD 2.0: questions may have no answer; predict "" when the [CLS] null score wins by more than the threshold."""
-    null_score_diff_threshold: float = 0.0
-    """SQuAD 2.0: answer "" when null score - best span score > this. Fine-tuning with a dev file
-    chooses it on dev (official best-F1 search) and saves it with the model."""
-    bilstm: bool = False
-    """BERT Table 5 "+ BiLSTM": a randomly initialised biLSTM between the encoder and the span head (meant for the left-to-right baseline, `spanbert pretrain --system ltr`)."""
-
-
-# Appendix B: 4 epochs; lr and batch size from the grid. 2e-5 x 32 (in the grid) is what the released
-# SpanBERT commands use for SQuAD 1.1/2.0 and MRQA (README, code/run_squad.py, run_mrqa.py). With a dev
-# file the model of the best dev F1 of 10 evaluations an epoch is kept, as those scripts do (SQuAD 2.0:
-# F1 at the threshold chosen on dev, their --eval_metric best_f1).
-DEFAULTS: dict[str, Any] = dict(
-    num_train_epochs=4.0,
-    learning_rate=2e-5,
-    per_device_train_batch_size=32,
-    warmup_ratio=0.1,
-    weight_decay=0.01,
-    save_steps=0,
-    output_dir="runs/qa",
-    **selection_defaults("f1"),  # 10 evaluations an epoch, fewer when they would dominate a short run
-)
-
-
-BERT_WINDOW, BERT_STRIDE = 512, 128
-"""Appendix B's windows and step: what an encoder of at most 512 positions gets by default."""
 LONG_WINDOW_CAP = 1024
 """The longest window chosen by default for a long-context encoder. SQuAD passages are a paragraph
 (nearly all under 512 tokens; the longest about 850) and MRQA's are cut near 800 tokens, so longer
