@@ -161,3 +161,21 @@ def test_a_task_commands_help_loads_no_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "usage: spanbert finetune squad" in out.stdout and "Fine-tune a pre-trained encoder for squad" in out.stdout
+
+
+@dataclass(kw_only=True)
+class Pick:
+    """Training defaults that follow another option (GLUE's follow its ``task``)."""
+
+    task: str = "a"
+    """which sub-task"""
+    training: TrainingArguments = O.nested(
+        TrainingArguments, defaults=lambda given: {"learning_rate": 1e-5 if given.get("task") == "b" else 2e-5})
+
+
+def test_a_nested_class_takes_defaults_that_follow_another_option():
+    assert O.parse(Pick, ["--task", "b"], "p", "d").training.learning_rate == 1e-5
+    assert O.from_keywords(Pick, {"task": "b"}, "c", "p").training.learning_rate == 1e-5
+    assert O.from_keywords(Pick, {}, "c", "p").training.learning_rate == 2e-5
+    assert O.parse(Pick, ["--task", "b", "--learning_rate", "3e-5"], "p", "d").training.learning_rate == 3e-5
+    assert "(default: 1e-05)" in " ".join(O.usage(Pick, "p", "d", {"task": "b"}).split())

@@ -72,14 +72,20 @@ def option(default: Any = MISSING, *, flags: Sequence[str] = (), metavar: str | 
     return dataclasses.field(default=default, metadata=meta)
 
 
-def nested(cls: type, *, defaults: Mapping[str, Any] | None = None, family: bool = False,
+Defaults = Mapping[str, Any] | Callable[[Mapping[str, Any]], Mapping[str, Any]]
+"""A nested class's defaults: a mapping, or a function of the action's other options as given (by name, the
+command line's text or the Python values; GLUE's training defaults follow its ``task``)."""
+
+
+def nested(cls: type, *, defaults: Defaults | None = None, family: bool = False,
            exclude: Sequence[str] = (), shown: Mapping[str, Any] | None = None, title: str = "") -> Any:  # fmt: skip
     """A field holding a whole option class (`TrainingArguments`, ``QAConfig``) whose fields are options of
-    the command, flat. Its values come from the class's defaults < ``defaults`` < the family of ``--model``
-    (``family=True``: `FinetuneHabits.training_defaults`) < ``--config`` YAML < flags or keywords <
-    ``key=value``. ``exclude``: fields that are not options of this command; ``shown``: what ``--help``
-    says of a default set later (``max_seq_length``: "follows the encoder")."""
-    meta = {"nested": True, "defaults": dict(defaults or {}), "family": family, "exclude": tuple(exclude),
+    the command, flat. Its values come from the class's defaults < ``defaults`` (`Defaults`) < the family
+    of ``--model`` (``family=True``: `FinetuneHabits.training_defaults`) < ``--config`` YAML < flags or
+    keywords < ``key=value``. ``exclude``: fields that are not options of this command; ``shown``: what
+    ``--help`` says of a default set later (``max_seq_length``: "follows the encoder")."""
+    meta = {"nested": True, "defaults": defaults if callable(defaults) else dict(defaults or {}), "family": family,
+            "exclude": tuple(exclude),
             "shown": dict(shown or {}), "title": title or cls.__name__}  # fmt: skip
     return dataclasses.field(default_factory=cls, metadata=meta)
 
@@ -175,12 +181,14 @@ def _default(f: dataclasses.Field) -> Any:
     return None
 
 
-def nested_defaults(cls: type, name: str, model: str | None) -> dict[str, Any]:
-    """The defaults of nested field ``name`` of ``cls``: the task's, with those of ``model``'s encoder family
-    on top when the field asks for them (a missing or unreadable model keeps the task's: loading it
-    reports it later)."""
+def nested_defaults(cls: type, name: str, given: Mapping[str, Any]) -> dict[str, Any]:
+    """The defaults of nested field ``name`` of ``cls`` for the other options ``given``: the task's, with
+    those of the encoder family of ``given["model"]`` on top when the field asks for them (a missing or
+    unreadable model keeps the task's: loading it reports it later)."""
     f = next(g for g in fields(cls) if g.name == name)
-    out = dict(f.metadata["defaults"])
+    defaults = f.metadata["defaults"]
+    out = dict(defaults(given) if callable(defaults) else defaults)
+    model = given.get("model")
     if f.metadata["family"] and model:
         from spanbert import families  # torch: only when a run (or a --help naming --model) needs it
 
@@ -226,11 +234,11 @@ def run_command(task: str, action: str, argv: Sequence[str]) -> int:
     return 0
 
 
-def build_parser(cls: type, prog: str, description: str, model: str | None = None) -> ArgumentParser:
+def build_parser(cls: type, prog: str, description: str, given: Mapping[str, Any] | None = None) -> ArgumentParser:
     """The parser of a command whose options are ``cls``: one ``--field`` per field (help from its
     docstring), the nested classes' fields in a group each, and ``--config FILE`` and ``key=value`` when
-    ``cls`` has nested fields. ``model``: the ``--model`` of the command line, whose family's defaults
-    ``--help`` shows."""
+    ``cls`` has nested fields. ``given``: the options named so far (``--model``, ``--task``), whose defaults
+    ``--help`` shows (`nested_defaults`)."""
     names(cls)  # every option once
     parser = ArgumentParser(prog=prog, description=description)
     docs = field_docs(cls)
@@ -245,7 +253,7 @@ def build_parser(cls: type, prog: str, description: str, model: str | None = Non
                             help="YAML file of options (flat, or in sections named after the groups below); "
                                  "a flag on the command line wins over it")  # fmt: skip
         for f in _nested(cls):
-            shown = {**nested_defaults(cls, f.name, model), **f.metadata["shown"]}
+            shown = {**nested_defaults(cls, f.name, given or {}), **f.metadata["shown"]}
             group = parser.add_argument_group(f.metadata["title"])
             add_dataclass_arguments(group, _type_of(f), shown, exclude=f.metadata["exclude"])
         parser.add_argument("overrides", nargs="*", metavar="key=value", help="further option overrides")
@@ -294,8 +302,7 @@ def parse(cls: type[T], argv: Sequence[str], prog: str, description: str) -> T:
     command's), the ``--config`` YAML applied under the flags, the nested classes built over the task's
     and the family's defaults. A mistake is one `SpanBertError` naming the flag."""
     argv = list(argv)
-    model = _model_of(argv)
-    parser = build_parser(cls, prog, description, model)
+    parser = build_parser(cls, prog, description, _given(cls, argv))
     classes = [_type_of(f) for f in _nested(cls)]
     args = parse_args_with_config(parser, argv, classes) if classes else parser.parse_args(argv)
     overrides = list(getattr(args, "overrides", None) or [])
@@ -305,17 +312,21 @@ def parse(cls: type[T], argv: Sequence[str], prog: str, description: str) -> T:
     values = {f.name: getattr(args, f.name) for f in _plain(cls) if f.metadata.get("cli", True)}
     for f in _nested(cls):
         sub = _type_of(f)
-        obj = dataclass_from_args(sub, args, defaults=nested_defaults(cls, f.name, values.get("model")),
+        obj = dataclass_from_args(sub, args, defaults=nested_defaults(cls, f.name, values),
                                   overrides=overrides, sections=classes)  # fmt: skip
         values[f.name] = _finish(obj, named)
     return cls(**values)
 
 
-def _model_of(argv: list[str]) -> str | None:
+def _given(cls: type, argv: list[str]) -> dict[str, Any]:
+    """The action's own options as the command line spells them (text), read before its parser is built:
+    what the nested classes' defaults shown by ``--help`` depend on."""
     pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--model")
+    for f in _plain(cls):
+        if f.metadata.get("cli", True):
+            pre.add_argument(f"--{f.name}", *f.metadata.get("flags", ()), dest=f.name, nargs="?")
     known, _ = pre.parse_known_args(argv)
-    return known.model
+    return {k: v for k, v in vars(known).items() if v is not None}
 
 
 def _finish(obj: Any, named: set[str]) -> Any:
@@ -365,7 +376,7 @@ def from_keywords(cls: type[T], keywords: Mapping[str, Any], call: str, command:
         whole = given.get(f.name)
         if whole is not None and not isinstance(whole, sub):
             raise SpanBertError(f"{call}: option {f.name}: found {type(whole).__name__}, expected {sub.__name__}")
-        base = whole or sub(**nested_defaults(cls, f.name, values.get("model")))
+        base = whole or sub(**nested_defaults(cls, f.name, values))
         updates = {**yaml_values.get(sub.__name__, {}), **{k: v for k, v in given.items() if nested_of.get(k) is f}}
         for key in updates:
             convert_value(sub, key, updates[key])
@@ -416,5 +427,4 @@ def one_of(opts: Any, *names: str) -> str:
 
 def usage(cls: type, prog: str, description: str, keywords: Mapping[str, Any] | None = None) -> str:
     """``--help`` of the command, as text (what ``help=True`` prints from Python)."""
-    model = (keywords or {}).get("model")
-    return build_parser(cls, prog, description, str(model) if model else None).format_help()
+    return build_parser(cls, prog, description, dict(keywords or {})).format_help()
