@@ -9,9 +9,9 @@ examples, bytes of text) times a measured cost per unit.
 
 How sure an estimate is: the pre-training trials run in rounds that take the systems in turn
 (`spanbert.study.trials.TRIAL_ROUNDS`), so every system is timed beside the same load; a stage's figure
-is its median round, its range the fastest and the slowest round, and the stages timed once (data,
-fine-tuning) take the same relative spread. The load beside the trials is reported with the range,
-and `--time_limit` fits the study to the pessimistic end."""
+is its median round, its range the fastest and the slowest round (the slow end `LONG_RUN_ALLOWANCE`
+longer), and the stages timed once (data, fine-tuning) take the same relative spread. The load beside
+the trials is reported with the range, and `--time_limit` fits the study to the pessimistic end."""
 
 from __future__ import annotations
 
@@ -124,7 +124,7 @@ LONG_RUN_ALLOWANCE = 0.10
 minutes of the machine, a study hours of it, and the hours ran slower. On the 2-core AMD VM, on quiet
 cores, a whole cpu-preset study took 1.10x its dry run's middle figure and one of its pre-training cells
 1.12x (2026-12-02), while the rounds beside each other spread by 3-7%; a second quiet dry run (2026-12-03)
-put its slowest round 7% under the same measured total (docs/study.md, "How sure the estimate is")."""
+put its slowest round 7% under the same measured total (docs/study.md, "The dry run's estimate")."""
 
 
 @dataclass
