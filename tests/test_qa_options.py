@@ -3,6 +3,8 @@ from `spanbert.tasks` keywords (issue 59)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from spanbert import tasks
@@ -42,8 +44,52 @@ def test_the_registry_names_the_options_the_specs_hold():
 
 
 def test_a_python_mistake_names_the_keyword():
-    with pytest.raises(SpanBertError, match=r"tasks.predict\('squad'\): found 'batch_siz', expected an option of "
-                                            r"`spanbert predict squad` \(did you mean 'batch_size'\?\)"):  # fmt: skip
+    with pytest.raises(SpanBertError, match=r"tasks.predict\('squad'\): found unknown option 'batch_siz' \(did you mean "
+                                            r"'batch_size'\?\); expected an option of `spanbert predict squad`"):  # fmt: skip
         tasks.predict("squad", "m", "d.json", batch_siz=3)
     with pytest.raises(SpanBertError, match=r"found no data or output, expected data FILE output FILE, or question"):
         tasks.predict("squad", model="m")
+
+
+def test_finetune_squad_reads_its_yaml_and_the_models_config_once(tmp_path, monkeypatch):
+    """Issue 59: one `finetune squad` read its --config YAML up to 8 times and the model's config.json 6."""
+    import builtins
+    import io
+    import json
+
+    import torch
+    import yaml
+
+    from spanbert.cli import main
+    from spanbert.config import model_config
+    from spanbert.model import Encoder
+    from spanbert.tokenization import train_tokenizer
+
+    texts = ["Alice met Bob in Paris.", "Who met Bob?", "Where did Alice meet Bob?"] * 20
+    tok = train_tokenizer(None, 120, texts=texts, show_progress=False, min_frequency=1)
+    torch.manual_seed(0)
+    enc = tmp_path / "enc"
+    Encoder(model_config("tiny", vocab_size=tok.vocab_size), add_pooling_layer=False).save_pretrained(enc, tokenizer=tok)
+    qas = [{"id": f"q{i}", "question": "Who met Bob?", "answers": [{"text": "Alice", "answer_start": 0}]}
+           for i in range(8)]  # fmt: skip
+    data = {"version": "1.1", "data": [{"title": "t", "paragraphs": [{"context": texts[0], "qas": qas}]}]}
+    (tmp_path / "train.json").write_text(json.dumps(data))
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(yaml.safe_dump({"max_steps": 2, "learning_rate": 1e-3, "max_seq_length": 32, "doc_stride": 8}))
+    reads: dict[str, int] = {}
+    real = io.open
+
+    def counting_open(file, mode="r", *args, **kwargs):
+        if "r" in mode and isinstance(file, (str, Path)) and Path(file).name in ("run.yaml", "config.json"):
+            key = str(Path(file).resolve())
+            reads[key] = reads.get(key, 0) + 1
+        return real(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(io, "open", counting_open)
+    monkeypatch.setattr(builtins, "open", counting_open)
+    out = tmp_path / "ft"
+    assert main(["finetune", "squad", "--model", str(enc), "--train_file", str(tmp_path / "train.json"), "--config",
+                 str(cfg), "--output_dir", str(out), "--report_to", "none", "--disable_tqdm", "--device", "cpu",
+                 "--per_device_train_batch_size", "4"]) == 0  # fmt: skip
+    assert reads.get(str(cfg.resolve())) == 1, reads
+    assert reads.get(str((enc / "config.json").resolve())) == 1, reads

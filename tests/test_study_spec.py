@@ -94,8 +94,8 @@ def test_study_checks_name_the_line_of_the_item_and_key(tmp_path, cli_error):
                      "found glue_task 'SST-3', expected one of: CoLA, SST-2", id="glue-task-name"),
         pytest.param("  - {task: glue, glue_task: SST-2, train: {sst}/..}\n", 11, "found no train.tsv in", id="glue-files"),
         pytest.param("  - {task: glue, glue_task: SST-2, train: {sst}, options: {num_train_epoch: 2}}\n", 11,
-                     "found 'num_train_epoch', expected an option of `spanbert finetune glue` (did you mean "
-                     "'num_train_epochs'?)", id="option-name"),
+                     "found unknown option 'num_train_epoch' (did you mean 'num_train_epochs'?); expected an option "
+                     "of `spanbert finetune glue`", id="option-name"),
         pytest.param("  - task: glue\n    glue_task: SST-2\n    train: {sst}\n    options: {num_train_epochs: two}\n", 14,
                      "option num_train_epochs: found 'two', expected a number", id="option-value-dataclass"),
         pytest.param("  - task: glue\n    glue_task: SST-2\n    train: {sst}\n    options: {max_seq_length: long}\n", 14,

@@ -31,8 +31,8 @@ def test_a_tasks_options_are_its_parsers():
 
 def test_options_are_checked_before_anything_runs():
     check_options("squad", {"learning_rate": 3e-5, "num_train_epochs": 2, "doc_stride": 64})
-    with pytest.raises(SpanBertError, match=r"found 'learning_rat', expected an option of `spanbert finetune squad` "
-                                            r"\(did you mean 'learning_rate'\?\)"):  # fmt: skip
+    with pytest.raises(SpanBertError, match=r"found unknown option 'learning_rat' \(did you mean 'learning_rate'\?\); "
+                                            r"expected an option of `spanbert finetune squad`"):  # fmt: skip
         check_options("squad", {"learning_rat": 3e-5})
     with pytest.raises(SpanBertError, match="learning_rate"):
         check_options("squad", {"learning_rate": "fast"})

@@ -100,8 +100,8 @@ def test_naming_an_evaluation_schedule_keeps_it_as_given():
 
 
 def test_a_mistake_names_a_keyword_from_python_and_a_flag_from_the_command_line():
-    with pytest.raises(SpanBertError, match=r"c: found 'learnig_rate', expected an option of `spanbert finetune toy` "
-                                            r"\(did you mean 'learning_rate'\?\)"):  # fmt: skip
+    with pytest.raises(SpanBertError, match=r"c: found unknown option 'learnig_rate' \(did you mean 'learning_rate'\?\); "
+                                            r"expected an option of `spanbert finetune toy`"):  # fmt: skip
         O.from_keywords(Toy, {"model": "m", "train_file": "t", "learnig_rate": 1}, "c", "spanbert finetune toy")
     with pytest.raises(SpanBertError, match=r"found unknown option '--learnig_rate' \(did you mean '--learning_rate'\?\)"):
         O.parse(Toy, ["--model", "m", "--train_file", "t", "--learnig_rate", "1"], "spanbert finetune toy", "d")

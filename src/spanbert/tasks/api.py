@@ -192,7 +192,7 @@ def check_options(name: str, options: Mapping[str, Any], context: Mapping[str, A
         if key.replace("-", "_") not in known:
             near = difflib.get_close_matches(key, sorted(known), n=1)
             hint = f" (did you mean {near[0]!r}?)" if near else ""
-            raise SpanBertError(f"found {key!r}, expected an option of `spanbert finetune {name}`{hint}")
+            raise SpanBertError(f"found unknown option {key!r}{hint}; expected an option of `spanbert finetune {name}`")
     configs = [TrainingArguments] + [getattr(importlib.import_module(m), c) for m, c in spec_of(name).configs]
     for key, value in options.items():
         for cls in configs:

@@ -133,6 +133,21 @@ class Inference:
     """CPU threads (0: the cores other processes leave free)"""
 
 
+@dataclasses.dataclass(kw_only=True)
+class Finetune:
+    """The options every task's ``finetune`` shares besides its data and its `nested` classes (a task's class
+    adds those: its `TrainingArguments` with the task's defaults, its own settings)."""
+
+    model: str = option(path="input")
+    """pre-trained checkpoint folder (spanbert or any HF BERT)"""
+    tokenizer: str | None = option(None, path="input")
+    """tokenizer folder or vocab.txt, when the checkpoint has none"""
+    sweep: bool = False
+    """try every learning rate in {5e-6,1e-5,2e-5,3e-5,5e-5} x batch size {16,32} (Appendix B); each run
+    keeps its best dev evaluation (--evals_per_epoch, --metric_for_best_model) and the run with the best
+    selected dev score is saved in --output_dir (sweep.json lists every run and its selected step)"""
+
+
 # --------------------------------------------------------------------------- what a class declares
 
 
@@ -353,7 +368,8 @@ def from_keywords(cls: type[T], keywords: Mapping[str, Any], call: str, command:
         if key not in plain and key not in nested_of and key not in {f.name for f in _nested(cls)}:
             if key == "config" and _nested(cls):
                 continue
-            raise SpanBertError(f"{call}: found {key!r}, expected an option of `{command}`{_did_you_mean(key, sorted(names(cls)))}")
+            raise SpanBertError(f"{call}: found unknown option {key!r}{_did_you_mean(key, sorted(names(cls)))}; "
+                                f"expected an option of `{command}`")  # fmt: skip
     yaml_values: dict[str, dict[str, Any]] = {}
     if given.get("config") and _nested(cls):
         path = str(user_path(given.pop("config"), "config"))

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from spanbert.tasks.options import Inference, nested, option, selection_defaults
+from spanbert.tasks.options import Finetune, Inference, nested, option, selection_defaults
 from spanbert.training_args import TrainingArguments
 
 
@@ -64,7 +64,7 @@ FORMATS = {"squad": "SQuAD v1.1/v2.0 JSON (.json or .json.gz)", "mrqa": "MRQA .j
 
 
 @dataclass(kw_only=True)
-class QAFinetune:
+class QAFinetune(Finetune):
     """``spanbert finetune squad|mrqa``."""
 
     train_file: str = option(path="input")
@@ -84,14 +84,6 @@ class QAFinetune:
     """use only the first N training questions"""
     max_eval_examples: int | None = None
     """use only the first N dev questions (after --validation_articles) for the evaluations during training"""
-    model: str = option(path="input")
-    """pre-trained checkpoint folder (spanbert or any HF BERT)"""
-    tokenizer: str | None = option(None, path="input")
-    """tokenizer folder or vocab.txt, when the checkpoint has none"""
-    sweep: bool = False
-    """try every learning rate in {5e-6,1e-5,2e-5,3e-5,5e-5} x batch size {16,32} (Appendix B); each run
-    keeps its best dev evaluation (--evals_per_epoch, --metric_for_best_model) and the run with the best
-    selected dev score is saved in --output_dir (sweep.json lists every run and its selected step)"""
     qa: QAConfig = nested(QAConfig, exclude=("null_score_diff_threshold",), title="QA",
                           shown={"max_seq_length": f"{BERT_WINDOW} for BERT, see above", "doc_stride": BERT_STRIDE})  # fmt: skip
     training: TrainingArguments = nested(TrainingArguments, defaults=DEFAULTS, family=True, title="training")
