@@ -155,8 +155,8 @@ def test_help_lists_each_option_with_its_docstring_and_the_task_defaults():
 
 
 def test_a_task_commands_help_loads_no_torch():
-    code = ("import sys; from spanbert.tasks.options import run_command\n"
-            "try:\n    run_command('squad', 'finetune', ['--help'])\nexcept SystemExit as e:\n    assert e.code == 0\n"
+    code = ("import sys; from spanbert.tasks.options import main\n"
+            "try:\n    main('squad', 'finetune', ['--help'])\nexcept SystemExit as e:\n    assert e.code == 0\n"
             "assert 'torch' not in sys.modules, 'torch was imported'")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

@@ -6,7 +6,7 @@ whose module loads torch names, in `HELP_PARSERS`, a function that builds its pa
 Every command function has the signature ``main(argv: list[str], prog: str) -> int``; the task
 commands (`finetune`, `predict`, `evaluate`) take the task name as their first argument and run the
 task's `TaskSpec` from the registry `spanbert.tasks.TASKS` and print what it returns
-(`spanbert.tasks.options.run_command`): the command line is a thin layer over the Python API.
+(`spanbert.tasks.options.main`): the command line is a thin layer over the Python API.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 from spanbert.environment import check_omp_environment
 from spanbert.errors import SpanBertError
 from spanbert.tasks import TASKS as _TASKS
-from spanbert.tasks.options import run_command
+from spanbert.tasks import options as task_options
 from spanbert.utils import messages_leave_a_taken_stdout
 
 # the task registry (name -> TaskSpec, each loaded when its task runs): `spanbert.tasks.TASKS`
@@ -129,7 +129,7 @@ def run(argv: list[str]) -> int:
                 f"spanbert {command}: found unknown task {task!r}{_did_you_mean(task, list(TASKS))}; "
                 f"expected one of: {', '.join(TASKS)}"
             )
-        return run_command(task, command, rest[1:])
+        return task_options.main(task, command, rest[1:])
     if command in HELP_PARSERS and any(a in ("-h", "--help") for a in rest):
         module_name, func_name = HELP_PARSERS[command]
         parser = getattr(importlib.import_module(module_name), func_name)(f"spanbert {command}")

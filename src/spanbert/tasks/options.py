@@ -232,7 +232,7 @@ def sentence(action: str, task: str) -> str:
     return ACTION_SENTENCES[action].format(name=task, what=TASKS.describe(task))
 
 
-def run_command(task: str, action: str, argv: Sequence[str]) -> int:
+def main(task: str, action: str, argv: Sequence[str]) -> int:
     """``spanbert ACTION TASK ARGV``: the options parsed once (``--help`` reads no task module and no torch),
     the action run, what it returned printed (`spanbert.tasks.spec.print_results`); exit code 0 (errors are
     raised). A task whose action still parses its own command line gets ``argv`` as it is."""
