@@ -190,13 +190,17 @@ def test_every_commands_help_imports_no_torch_and_no_task(argv):
 
 @pytest.mark.parametrize("task", ["squad", "tacred", "glue", "ner", "coref", "swag", "parse"])
 def test_a_tasks_help_loads_no_dynamo_and_no_other_task(task):
-    # a task's options come from its module, which loads torch; never torch._dynamo, nor another task's file
-    from spanbert.tasks.registry import _MODULES
+    # a task whose options are classes (the registry's _OPTIONS) loads only their module, and no torch; a task
+    # that still parses its own argv loads its module, which loads torch; never torch._dynamo, nor another task
+    from spanbert.tasks.registry import _MODULES, _OPTIONS
 
     seen = _modules_after(["finetune", task, "--help"])
     assert seen["code"] == 0 and seen["help"].startswith(f"usage: spanbert finetune {task}"), seen
-    others = set(_MODULES.values()) - {_MODULES[task]}
-    assert not seen["dynamo"] and _MODULES[task] in seen["tasks"] and not others & set(seen["tasks"]), seen
+    own = _OPTIONS.get(task, _MODULES[task])
+    others = {m for m in {*_MODULES.values(), *_OPTIONS.values()} if not own.startswith(m)} - {own}
+    assert not seen["dynamo"] and own in seen["tasks"] and not others & set(seen["tasks"]), seen
+    if task in _OPTIONS:
+        assert not seen["torch"], seen
 
 
 def test_help_and_the_registry_import_no_task_and_no_torch():

@@ -361,8 +361,15 @@ def from_keywords(cls: type[T], keywords: Mapping[str, Any], call: str, command:
     reads that YAML under the keywords. ``call`` names the caller in errors (``tasks.finetune('squad')``),
     ``command`` the command whose options these are (``spanbert finetune squad``).
     ``partial``: a required option may be missing (a study checks its options before its data exists)."""
-    given = {str(k).replace("-", "_"): v for k, v in keywords.items()}
     plain = {f.name: f for f in _plain(cls)}
+    spelled = {flag.lstrip("-").replace("-", "_"): f.name for f in plain.values() for flag in f.metadata.get("flags", ())}
+    given: dict[str, Any] = {}
+    for key, value in keywords.items():  # a flag's other spelling is a keyword too (``train=``: ``--train``)
+        name = str(key).replace("-", "_")
+        name = spelled.get(name, name)
+        if name in given:
+            raise SpanBertError(f"{call}: found {name} twice (as {key!r} too), expected each option once")
+        given[name] = value
     nested_of = {n: f for f in _nested(cls) for n in _nested_names(f)}
     for key in given:
         if key not in plain and key not in nested_of and key not in {f.name for f in _nested(cls)}:

@@ -48,6 +48,7 @@ _DESCRIPTIONS: dict[str, str] = {
 _OPTIONS: dict[str, str] = {
     "squad": "spanbert.tasks.qa.options",
     "mrqa": "spanbert.tasks.qa.options",
+    "swag": "spanbert.tasks.swag_options",
 }
 
 

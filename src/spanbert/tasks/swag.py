@@ -17,7 +17,6 @@ are a CSV ``video-id,fold-ind,label`` in the input's order (label = the predicte
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 from dataclasses import dataclass
@@ -34,16 +33,10 @@ from spanbert.distributed import is_main, print0
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics.classification import accuracy
 from spanbert.tasks.classification import FeatureDataset, pair_input
-from spanbert.tasks.command_line import (
-    add_predict_arguments,
-    add_scoring_source,
-    add_sequence_length_argument,
-    family_defaults,
-    task_parser,
-)
-from spanbert.tasks.finetuning import finetune_command
+from spanbert.tasks.command_line import SEQ_LENGTH
+from spanbert.tasks.finetuning import finetune_options
 from spanbert.tasks.layers import apply_encoder_dropout, output_layer, scaled
-from spanbert.tasks.options import selection_defaults
+from spanbert.tasks.options import one_of
 from spanbert.tasks.ranks import (
     predict_sharded,
     print_metrics,
@@ -56,6 +49,7 @@ from spanbert.tasks.scores import percent
 from spanbert.tasks.selection import KeepBest, selection_summary
 from spanbert.tasks.spec import RESULTS_FILE, Results, TaskSpec
 from spanbert.tasks.splits import RecordSplit
+from spanbert.tasks.swag_options import ACTIONS, SwagEvaluate, SwagFinetune, SwagPredict
 from spanbert.tasks.task_folders import load_encoder, load_task_model, load_tokenizer_for, save_finetuned
 from spanbert.trainer import predict_batches, train
 from spanbert.utils import atomic_write
@@ -65,17 +59,6 @@ ENDINGS = tuple(f"ending{k}" for k in range(NUM_CHOICES))
 COLUMNS = ("video-id", "fold-ind", "startphrase", "sent1", "sent2", "gold-source", *ENDINGS)
 """Columns every SWAG file has (the train and val files add ``label``)."""
 
-DEFAULTS = dict(
-    output_dir="runs/swag",
-    learning_rate=2e-5,
-    per_device_train_batch_size=16,
-    num_train_epochs=3.0,
-    warmup_ratio=0.1,
-    **selection_defaults("accuracy"),
-)
-"""BERT §4.4: 3 epochs, learning rate 2e-5, batch size 16 (10% warmup, BERT's fine-tuning default). As
-every spanbert task, the model of the best dev accuracy of 10 evaluations an epoch is kept when a
-validation file is given (the released SpanBERT scripts' selection; BERT reports the final model)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -414,60 +397,41 @@ def read_predictions(path: str | Path, examples: list[SwagExample]) -> list[int]
 # CLI
 
 
-def _finetune(task: str, argv: list[str], prog: str) -> Results:
+def _finetune(task: str, opts: SwagFinetune) -> Results:
     """``spanbert finetune swag ...``."""
 
-    def add_options(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--train_file", "--train", dest="train", required=True, help="SWAG train.csv")
-        parser.add_argument(
-            "--validation_file", "--dev", dest="dev", help="SWAG val.csv: accuracy during and after training"
-        )
-        add_sequence_length_argument(parser, "tokens per choice sequence")
-        parser.add_argument("--max_train_examples", type=int, help="use only the first N training examples")
-        parser.add_argument("--max_eval_examples", type=int, help="use only the first N dev examples")
-
-    def run_one(args: argparse.Namespace, targs: Any) -> dict[str, Any]:
+    def run_one(targs: Any) -> dict[str, Any]:
         return finetune_swag(
-            args.model, args.train, args.dev, targs, args.tokenizer, args.max_seq_length,
-            args.max_train_examples, args.max_eval_examples,
+            opts.model, opts.train_file, opts.validation_file, targs, opts.tokenizer, opts.max_seq_length,
+            opts.max_train_examples, opts.max_eval_examples,
         )  # fmt: skip
 
-    defaults = family_defaults(argv, DEFAULTS)
-    return finetune_command(prog, __doc__, argv, add_options, defaults, run_one, metric="accuracy")
+    return finetune_options(opts, run_one, "accuracy", f"spanbert finetune {task}", seq_length=SEQ_LENGTH)
 
 
-def _predict(task: str, argv: list[str], prog: str) -> Path:
+def _predict(task: str, opts: SwagPredict) -> Path:
     """``spanbert predict swag ...``."""
-    parser = task_parser(prog, __doc__)
-    parser.add_argument("--data", required=True, help="SWAG CSV file (val.csv, or test.csv for predict)")
-    add_predict_arguments(parser, "folder saved by `spanbert finetune swag`", "CSV to write: video-id,fold-ind,label",
-                          "examples")  # fmt: skip
-    args = parser.parse_args(argv)
-    check_model(args.model)
-    examples = read_swag(args.data)
-    start_distributed(args.device)
-    pred = predict_swag(args.model, examples, args.batch_size, args.device, not args.disable_tqdm)
-    write_once(lambda: write_predictions(args.output, examples, pred))
-    print0(f"wrote predictions for {len(pred)} examples to {args.output}")
+    check_model(opts.model)
+    examples = read_swag(opts.data)
+    start_distributed(opts.device)
+    pred = predict_swag(opts.model, examples, opts.batch_size, opts.device, not opts.disable_tqdm)
+    write_once(lambda: write_predictions(opts.output, examples, pred))
+    print0(f"wrote predictions for {len(pred)} examples to {opts.output}")
     if examples and all(e.label is not None for e in examples):
         print_metrics(score([e.label for e in examples], pred))
-    return Path(args.output)
+    return Path(opts.output)
 
 
-def _evaluate(task: str, argv: list[str], prog: str) -> Results:
+def _evaluate(task: str, opts: SwagEvaluate) -> Results:
     """``spanbert evaluate swag ...``."""
-    parser = task_parser(prog, __doc__)
-    parser.add_argument("--data", required=True, help="SWAG CSV file (val.csv, or test.csv for predict)")
-    add_scoring_source(parser, "CSV written by `spanbert predict swag`", "examples")
-    args = parser.parse_args(argv)
-    if args.model:
-        check_model(args.model)
-    examples = read_swag(args.data, labelled=True)
-    if args.model:
-        start_distributed(args.device)
-        pred = predict_swag(args.model, examples, args.batch_size, args.device, not args.disable_tqdm)
+    if one_of(opts, "predictions", "model") == "model":
+        check_model(opts.model)
+    examples = read_swag(opts.data, labelled=True)
+    if opts.model:
+        start_distributed(opts.device)
+        pred = predict_swag(opts.model, examples, opts.batch_size, opts.device, not opts.disable_tqdm)
     else:
-        pred = read_predictions(args.predictions, examples)
+        pred = read_predictions(opts.predictions, examples)
     return Results(score([e.label for e in examples], pred), "accuracy")
 
 
@@ -481,5 +445,6 @@ SPECS = {
         metric="accuracy",
         data="SWAG train.csv / val.csv",
         dev_split=RecordSplit(".csv", "rows-after-header"),
+        options=ACTIONS,
     )
 }
