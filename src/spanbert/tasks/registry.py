@@ -43,12 +43,14 @@ _DESCRIPTIONS: dict[str, str] = {
 }
 
 
-# task -> the module whose ACTIONS names each action's options class (no torch: ``--help`` is built from it);
+# task -> the module whose ACTIONS names each action's options class (or, keyed by task, each of its tasks') (no torch: ``--help`` is built from it);
 # a task missing here parses its own command line in its actions (a test keeps each equal to its spec's `options`)
 _OPTIONS: dict[str, str] = {
     "squad": "spanbert.tasks.qa.options",
     "mrqa": "spanbert.tasks.qa.options",
     "swag": "spanbert.tasks.swag_options",
+    "tacred": "spanbert.tasks.relation_options",
+    "semeval": "spanbert.tasks.relation_options",
 }
 
 
@@ -67,7 +69,8 @@ class Registry(MutableMapping[str, TaskSpec]):
         """Action -> its options class for task ``name`` (`TaskSpec.options`), without loading the task's
         module when the registry knows the options' module; empty for a task whose actions parse argv."""
         if isinstance(self._entries[name], str) and name in self._options:
-            return importlib.import_module(self._options[name]).ACTIONS
+            actions = importlib.import_module(self._options[name]).ACTIONS
+            return actions[name] if name in actions else actions  # per task, or one table for the module's tasks
         return self[name].options
 
     def describe(self, name: str) -> str:

@@ -25,7 +25,6 @@ nouns: replacing them (``mask``) would remove most of what decides the relation.
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import json
 import re
@@ -40,16 +39,17 @@ from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics.classification import NO_RELATION, semeval_official, tacred_prf
 from spanbert.tasks import classification as C
-from spanbert.tasks.command_line import (
-    add_predict_arguments,
-    add_scoring_source,
-    add_sequence_length_argument,
-    family_defaults,
-    task_parser,
-)
-from spanbert.tasks.finetuning import finetune_command
-from spanbert.tasks.options import selection_defaults
+from spanbert.tasks.command_line import SEQ_LENGTH
+from spanbert.tasks.finetuning import finetune_options
+from spanbert.tasks.options import one_of
 from spanbert.tasks.ranks import print_metrics, start_distributed, write_json_once, write_once
+from spanbert.tasks.relation_options import (
+    ACTIONS,
+    ENTITY_MODES,
+    RelationEvaluate,
+    RelationFinetune,
+    RelationPredict,
+)
 from spanbert.tasks.scores import match_by_id, percent, warn_unseen
 from spanbert.tasks.selection import selection_summary
 from spanbert.tasks.spec import RESULTS_FILE, Results, TaskSpec
@@ -92,7 +92,6 @@ SEMEVAL_TYPE = "NOMINAL"
 
 PTB_BRACKETS = {"-LRB-": "(", "-RRB-": ")", "-LSB-": "[", "-RSB-": "]", "-LCB-": "{", "-RCB-": "}"}
 
-ENTITY_MODES = ("mask", "mark")
 _TACRED_SET = frozenset(TACRED_RELATIONS)
 
 
@@ -494,15 +493,6 @@ def read_predictions(task: str, path: str | Path, examples: list[RelationExample
 # Fine-tuning, prediction, CLI
 
 
-DEFAULTS = dict(
-    # Appendix B (TACRED/GLUE): max length 128, lr in {5e-6 .. 5e-5}, batch in {16, 32}, 10 epochs;
-    # the model of the best dev F1 of 10 evaluations an epoch (released run_tacred.py, --eval_metric f1)
-    learning_rate=2e-5,
-    per_device_train_batch_size=32,
-    num_train_epochs=10.0,
-    warmup_ratio=0.1,
-    **selection_defaults("f1"),
-)
 
 
 def finetune_relation(
@@ -603,63 +593,41 @@ def _predict_from_dir(
     return examples, predict_relations(model, tokenizer, meta, labels, examples, data, batch_size, progress=progress)
 
 
-def _finetune(task: str, argv: list[str], prog: str) -> Results:
+def _finetune(task: str, opts: RelationFinetune) -> Results:
     """``spanbert finetune {tacred,semeval} ...``."""
 
-    def add_options(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--train_file", "--train", dest="train", required=True,
-                            help="training file: TACRED .json, or a SemEval-2010 .TXT")  # fmt: skip
-        parser.add_argument(
-            "--validation_file", "--dev", dest="dev", help="dev file scored during and after training (same formats)"
-        )
-        parser.add_argument("--entity_mode", choices=ENTITY_MODES, help="mask: replace entities by a marker (§4.1; "
-                            "default for tacred); mark: keep the words between markers (default for semeval)")  # fmt: skip
-        add_sequence_length_argument(parser, "tokens per input (Appendix B)")
-        parser.add_argument("--max_train_examples", type=int, help="use only the first N training examples")
-        parser.add_argument("--max_eval_examples", type=int, help="use only the first N dev examples")
-
-    def run_one(args: argparse.Namespace, targs: Any) -> dict[str, float]:
+    def run_one(targs: Any) -> dict[str, float]:
         return finetune_relation(
-            task, args.model, args.train, args.dev, targs, args.tokenizer, args.entity_mode,
-            args.max_seq_length, args.max_train_examples, args.max_eval_examples,
+            task, opts.model, opts.train_file, opts.validation_file, targs, opts.tokenizer, opts.entity_mode,
+            opts.max_seq_length, opts.max_train_examples, opts.max_eval_examples,
         )  # fmt: skip
 
-    defaults = family_defaults(argv, {**DEFAULTS, "output_dir": f"runs/{task}"})
-    return finetune_command(prog, __doc__, argv, add_options, defaults, run_one, metric="f1")
+    return finetune_options(opts, run_one, "f1", f"spanbert finetune {task}", seq_length=SEQ_LENGTH)
 
 
-def _predict(task: str, argv: list[str], prog: str) -> Path:
+def _predict(task: str, opts: RelationPredict) -> Path:
     """``spanbert predict {tacred,semeval} ...``."""
-    parser = task_parser(prog, __doc__)
-    parser.add_argument("--data", required=True, help="TACRED .json or SemEval-2010 .TXT file")
-    add_predict_arguments(parser, "folder of a model saved by `spanbert finetune`", "predictions file to write",
-                          "sequences")  # fmt: skip
-    args = parser.parse_args(argv)
-    start_distributed(args.device)
-    examples, pred = _predict_from_dir(task, args.model, args.data, args.batch_size, args.device, not args.disable_tqdm)
-    write_once(lambda: write_predictions(task, examples, pred, args.output))
-    print0(f"wrote {len(pred)} predictions to {args.output}")
+    start_distributed(opts.device)
+    examples, pred = _predict_from_dir(task, opts.model, opts.data, opts.batch_size, opts.device, not opts.disable_tqdm)
+    write_once(lambda: write_predictions(task, examples, pred, opts.output))
+    print0(f"wrote {len(pred)} predictions to {opts.output}")
     if all(ex.relation is not None for ex in examples):
         print_metrics(score(task, [ex.relation for ex in examples], pred))
-    return Path(args.output)
+    return Path(opts.output)
 
 
-def _evaluate(task: str, argv: list[str], prog: str) -> Results:
+def _evaluate(task: str, opts: RelationEvaluate) -> Results:
     """``spanbert evaluate {tacred,semeval} ...``."""
-    parser = task_parser(prog, __doc__)
-    parser.add_argument("--data", required=True, help="TACRED .json or SemEval-2010 .TXT file")
-    add_scoring_source(parser, "predictions file written by `spanbert predict`", "sequences")
-    args = parser.parse_args(argv)
-    if args.model:
-        start_distributed(args.device)
+    if one_of(opts, "predictions", "model") == "model":
+        start_distributed(opts.device)
         examples, pred = _predict_from_dir(
-            task, args.model, args.data, args.batch_size, args.device, not args.disable_tqdm, check_gold=True
+            task, opts.model, opts.data, opts.batch_size, opts.device, not opts.disable_tqdm, check_gold=True
         )
     else:
-        examples = read_relation_file(args.data, task=task)
-        pred = read_predictions(task, args.predictions, examples)
+        examples = read_relation_file(opts.data, task=task)
+        pred = read_predictions(task, opts.predictions, examples)
     if any(ex.relation is None for ex in examples):
-        raise SpanBertError(f"{args.data}: found records without a relation label; expected gold labels to score against")
+        raise SpanBertError(f"{opts.data}: found records without a relation label; expected gold labels to score against")
     gold = [ex.relation for ex in examples]
     return Results({**score(task, gold, pred), "examples": len(gold), "label_counts": dict(Counter(gold))}, "f1")
 
@@ -675,6 +643,7 @@ SPECS = {
         data=data,
         dev_split=split,
         scores_test=True,
+        options=ACTIONS[name],
     )
     for name, description, data, split in (
         ("tacred", "relation extraction, TACRED JSON, entity masking", "TACRED train/dev/test .json",
