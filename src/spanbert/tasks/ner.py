@@ -38,13 +38,9 @@ from spanbert.tasks import classification as C
 from spanbert.tasks import crf_tagger as CT
 from spanbert.tasks import ner_features as NF
 from spanbert.tasks.command_line import (
-    add_example_stats_argument,
-    add_predict_arguments,
-    add_scoring_source,
     add_sequence_length_argument,
     family_defaults,
     model_in_argv,
-    task_parser,
 )
 from spanbert.tasks.conll import (
     _TAG,
@@ -59,7 +55,8 @@ from spanbert.tasks.conll import (
     write_predictions,
 )
 from spanbert.tasks.finetuning import finetune_command
-from spanbert.tasks.options import selection_defaults
+from spanbert.tasks.ner_options import ACTIONS, NerEvaluate, NerPredict
+from spanbert.tasks.options import one_of, selection_defaults
 from spanbert.tasks.ranks import print_metrics, seeded_model, start_distributed, write_json_once, write_once
 from spanbert.tasks.scores import warn_unseen
 from spanbert.tasks.selection import selection_summary
@@ -323,43 +320,33 @@ def _finetune(task: str, argv: list[str], prog: str) -> Results:
                             configs=[NF.HeadConfig, CT.CrfTaggerConfig], check=check)  # fmt: skip
 
 
-def _predict(task: str, argv: list[str], prog: str) -> Path:
+def _predict(task: str, opts: NerPredict) -> Path:
     """``spanbert predict ner ...``."""
-    parser = task_parser(prog, __doc__)
-    parser.add_argument("--data", required=True, help="CoNLL-2003 file (tags optional for predict)")
-    add_predict_arguments(parser, "folder saved by `spanbert finetune ner`", "CoNLL file to write: word [gold] predicted",
-                          "sequences")  # fmt: skip
-    args = parser.parse_args(argv)
-    check_model(args.model)
-    start_distributed(args.device)
-    sentences = read_conll(args.data, require_tags=False)
-    pred = predict_ner(args.model, sentences, args.batch_size, args.device, not args.disable_tqdm)
-    write_once(lambda: write_predictions(args.output, sentences, pred))
-    print0(f"wrote tags for {len(pred)} sentences to {args.output}")
+    check_model(opts.model)
+    start_distributed(opts.device)
+    sentences = read_conll(opts.data, require_tags=False)
+    pred = predict_ner(opts.model, sentences, opts.batch_size, opts.device, not opts.disable_tqdm)
+    write_once(lambda: write_predictions(opts.output, sentences, pred))
+    print0(f"wrote tags for {len(pred)} sentences to {opts.output}")
     if all(s.tags for s in sentences):
         print_metrics(score(sentences, pred))
-    return Path(args.output)
+    return Path(opts.output)
 
 
-def _evaluate(task: str, argv: list[str], prog: str) -> Results:
+def _evaluate(task: str, opts: NerEvaluate) -> Results:
     """``spanbert evaluate ner ...``."""
-    parser = task_parser(prog, __doc__)
-    parser.add_argument("--data", required=True, help="CoNLL-2003 file (tags optional for predict)")
-    add_scoring_source(parser, "file written by `spanbert predict ner` (predicted tag in the last column)", "sequences")
-    add_example_stats_argument(parser)
-    args = parser.parse_args(argv)
-    if args.model:
-        check_model(args.model)
-        start_distributed(args.device)
-    sentences = read_conll(args.data)
+    if one_of(opts, "predictions", "model") == "model":
+        check_model(opts.model)
+        start_distributed(opts.device)
+    sentences = read_conll(opts.data)
     pred = (
-        predict_ner(args.model, sentences, args.batch_size, args.device, not args.disable_tqdm, source=args.data)
-        if args.model
-        else read_predictions(args.predictions, sentences)
+        predict_ner(opts.model, sentences, opts.batch_size, opts.device, not opts.disable_tqdm, source=opts.data)
+        if opts.model
+        else read_predictions(opts.predictions, sentences)
     )
-    if args.example_stats:
+    if opts.example_stats:
         rows = conlleval_rows([s.tags for s in sentences], pred)
-        write_once(lambda: write_example_stats(args.example_stats, "f1", rows))
+        write_once(lambda: write_example_stats(opts.example_stats, "f1", rows))
     return Results({**score(sentences, pred), "sentences": len(sentences)}, "f1")
 
 
@@ -376,5 +363,6 @@ SPECS = {
         dev_split=RecordSplit(".txt", "blank-line-blocks"),
         scores_test=True,
         example_stats=True,
+        options=ACTIONS,
     )
 }

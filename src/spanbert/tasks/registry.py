@@ -51,6 +51,7 @@ _OPTIONS: dict[str, str] = {
     "swag": "spanbert.tasks.swag_options",
     "tacred": "spanbert.tasks.relation_options",
     "semeval": "spanbert.tasks.relation_options",
+    "ner": "spanbert.tasks.ner_options",  # predict and evaluate; finetune parses its own command line
 }
 
 
