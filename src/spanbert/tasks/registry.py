@@ -52,6 +52,7 @@ _OPTIONS: dict[str, str] = {
     "tacred": "spanbert.tasks.relation_options",
     "semeval": "spanbert.tasks.relation_options",
     "ner": "spanbert.tasks.ner_options",  # predict and evaluate; finetune parses its own command line
+    "coref": "spanbert.tasks.coref.options",  # likewise
 }
 
 

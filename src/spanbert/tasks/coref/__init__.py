@@ -20,71 +20,97 @@ The package, each module using only those above it:
     folder     a fine-tuned folder: `save_coref_model`, `load_coref_model`, `evaluate_clusters`
     predict    `CorefPredictor`, `resolve_text`
     finetune   `COREF_PRESETS`, `check_coref_config`, `finetune_coref`
+    options    the options of predict and evaluate (`CorefPredict`, `CorefEvaluate`); no torch
     command    the command line's actions, `evaluate_files`, `LITBANK_FOLDS`, the `TaskSpec`
 
-Every name of the single-file module is still importable from here.
+Every name of the single-file module is still importable from here; each is loaded from its module on
+first use, so that importing the package (the options, for ``--help``) loads no torch.
 """
 
 from __future__ import annotations
 
-from spanbert.tasks.coref.command import (  # noqa: F401 -- the package's names
-    LITBANK_FOLDS,
-    SPECS,
-    evaluate_files,
-    prepare_litbank_fold,
-)
-from spanbert.tasks.coref.data import (  # noqa: F401 -- the package's names
-    GENRES,
-    NO_SPEAKER,
-    CorefDocument,
-    Span,
-    coref_column,
-    genre_of,
-    parse_coref_column,
-    read_conll,
-    read_documents,
-    write_conll,
-)
-from spanbert.tasks.coref.features import (  # noqa: F401 -- the package's names
-    BERT_SEGMENT,
-    LONG_SEGMENT_CAP,
-    CorefDataset,
-    CorefFeatures,
-    candidate_spans,
-    collate_document,
-    featurize,
-    make_batch,
-    segment_length,
-    segments_line,
-    split_into_segments,
-)
-from spanbert.tasks.coref.finetune import (  # noqa: F401 -- the package's names
-    COREF_PRESETS,
-    DEFAULTS,
-    check_coref_config,
-    finetune_coref,
-)
-from spanbert.tasks.coref.folder import (  # noqa: F401 -- the package's names
-    ARCHITECTURE,
-    NEEDS,
-    check_model,
-    evaluate_clusters,
-    load_coref_model,
-    save_coref_model,
-)
-from spanbert.tasks.coref.model import (  # noqa: F401 -- the package's names
-    CorefConfig,
-    CorefModel,
-    decode_clusters,
-)
-from spanbert.tasks.coref.predict import (  # noqa: F401 -- the package's names
-    CorefPredictor,
-    resolve_text,
-    split_text,
-)
-from spanbert.tasks.coref.pruning import (  # noqa: F401 -- the package's names
-    bucket_distance,
-    crossing,
-    prune_non_crossing,
-    segment_distance,
-)
+import importlib
+from typing import Any
+
+# module -> the names it lends the package
+_HOMES: dict[str, tuple[str, ...]] = {
+    "command": (
+        "LITBANK_FOLDS",
+        "SPECS",
+        "evaluate_files",
+        "prepare_litbank_fold",
+    ),
+    "data": (
+        "GENRES",
+        "NO_SPEAKER",
+        "CorefDocument",
+        "Span",
+        "coref_column",
+        "genre_of",
+        "parse_coref_column",
+        "read_conll",
+        "read_documents",
+        "write_conll",
+    ),
+    "features": (
+        "BERT_SEGMENT",
+        "LONG_SEGMENT_CAP",
+        "CorefDataset",
+        "CorefFeatures",
+        "candidate_spans",
+        "collate_document",
+        "featurize",
+        "make_batch",
+        "segment_length",
+        "segments_line",
+        "split_into_segments",
+    ),
+    "finetune": (
+        "COREF_PRESETS",
+        "DEFAULTS",
+        "check_coref_config",
+        "finetune_coref",
+    ),
+    "folder": (
+        "ARCHITECTURE",
+        "NEEDS",
+        "check_model",
+        "evaluate_clusters",
+        "load_coref_model",
+        "save_coref_model",
+    ),
+    "model": (
+        "CorefConfig",
+        "CorefModel",
+        "decode_clusters",
+    ),
+    "predict": (
+        "CorefPredictor",
+        "resolve_text",
+        "split_text",
+    ),
+    "pruning": (
+        "bucket_distance",
+        "crossing",
+        "prune_non_crossing",
+        "segment_distance",
+    ),
+    "options": (
+        "CorefEvaluate",
+        "CorefPredict",
+    ),
+}
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    """A name of the package, imported from its module on first use and kept (the options import no torch)."""
+    if name not in _HOME_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_HOME_OF[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOME_OF))

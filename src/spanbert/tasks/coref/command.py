@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from spanbert import threads
 from spanbert.config import add_dataclass_arguments, dataclass_from_args, parse_key_values
 from spanbert.distributed import eprint0, print0
 from spanbert.errors import SpanBertError, utf8_argument
@@ -17,18 +16,20 @@ from spanbert.metrics.coref import document_rows
 from spanbert.metrics.resample import write_example_stats
 from spanbert.runs import claim_run_dir
 from spanbert.tasks import api, command_line
-from spanbert.tasks.command_line import add_finetune_arguments, add_switch, parse_task_args, task_parser
+from spanbert.tasks.command_line import add_finetune_arguments, parse_task_args, task_parser
 from spanbert.tasks.coref.data import read_conll, read_documents, write_conll
 from spanbert.tasks.coref.finetune import COREF_PRESETS, DEFAULTS, finetune_coref
 from spanbert.tasks.coref.folder import evaluate_clusters
 from spanbert.tasks.coref.model import CorefConfig
+from spanbert.tasks.coref.options import ACTIONS, CorefEvaluate, CorefPredict
 from spanbert.tasks.coref.predict import CorefPredictor
 from spanbert.tasks.finetuning import check_output_dir
+from spanbert.tasks.options import one_of
 from spanbert.tasks.ranks import predict_sharded, print_metrics, start_distributed, write_once
 from spanbert.tasks.spec import Folds, Results, TaskSpec
 from spanbert.tasks.splits import RecordSplit
 from spanbert.tasks.task_folders import check_sequence_length
-from spanbert.utils import input_paths, output_file
+from spanbert.utils import input_paths
 
 # =============================================================================================
 # Command line
@@ -89,51 +90,35 @@ def _finetune(task: str, argv: list[str], prog: str) -> Results:
     return Results(summary, "conll_f1", int(step) if step is not None else None, Path(targs.output_dir))
 
 
-def _predict(task: str, argv: list[str], prog: str) -> Path | None:
+def _predict(task: str, opts: CorefPredict) -> Path | None:
     """``spanbert predict coref (--data CONLL --output OUT | --text TEXT)``: the file written (None for a
     --text, whose clusters are printed)."""
-    parser = task_parser(prog, __doc__)
-    parser.add_argument("--model", required=True, help="folder of a model saved by `spanbert finetune coref`")
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--data", help="CoNLL-2012 file or folder to resolve")
-    source.add_argument("--text", help="raw text: prints its clusters as JSON with character offsets")
-    parser.add_argument("--output", type=output_file, help="CoNLL-2012 file to write (with --data)")
-    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default: auto)")
-    add_switch(parser, "--disable_tqdm", help="hide the progress bar")
-    threads.add_option(parser)
-    args = parser.parse_args(argv)
-    if args.data is not None and not args.output:
-        parser.error("--output OUT.conll is required with --data")
-    if args.text is not None:
-        args.text = utf8_argument(args.text, "--text")
-    device = start_distributed(args.device)
-    docs = read_documents(args.data) if args.data is not None else []  # bad data fails before loading
-    predictor = CorefPredictor.from_pretrained(args.model, device=str(device))
-    if args.text is not None:
-        print0(json.dumps({"clusters": predictor.predict_text(args.text)}, indent=2, ensure_ascii=False))
+    one_of(opts, "data", "text")
+    if opts.data is not None and not opts.output:
+        raise SpanBertError("spanbert predict coref: --output OUT.conll is required with --data")
+    text = utf8_argument(opts.text, "--text") if opts.text is not None else None
+    device = start_distributed(opts.device)
+    docs = read_documents(opts.data) if opts.data is not None else []  # bad data fails before loading
+    predictor = CorefPredictor.from_pretrained(opts.model, device=str(device))
+    if text is not None:
+        print0(json.dumps({"clusters": predictor.predict_text(text)}, indent=2, ensure_ascii=False))
         return None
     t0 = time.perf_counter()
     # each rank resolves its share of the documents; rank 0 writes them all
     predictions = predict_sharded(
-        len(docs), lambda idx: predictor.predict_documents([docs[i] for i in idx], not args.disable_tqdm)
+        len(docs), lambda idx: predictor.predict_documents([docs[i] for i in idx], not opts.disable_tqdm)
     )
     seconds = time.perf_counter() - t0
-    write_once(lambda: write_conll(args.output, docs, predictions))
-    eprint0(f"wrote {len(docs)} documents to {args.output} ({len(docs) / seconds:.2f} documents/s)")
+    write_once(lambda: write_conll(opts.output, docs, predictions))
+    eprint0(f"wrote {len(docs)} documents to {opts.output} ({len(docs) / seconds:.2f} documents/s)")
     if any(d.clusters for d in docs):
         print_metrics(evaluate_clusters(docs, predictions))
-    return Path(args.output)
+    return Path(opts.output)
 
 
-def _evaluate(task: str, argv: list[str], prog: str) -> Results:
+def _evaluate(task: str, opts: CorefEvaluate) -> Results:
     """``spanbert evaluate coref --gold KEY --predictions RESPONSE``: MUC, B3, CEAF-e and their mean."""
-    parser = task_parser(prog, __doc__)
-    parser.add_argument("--gold", required=True, help="gold CoNLL-2012 file or folder (the key)")
-    parser.add_argument(
-        "--predictions", required=True, help="CoNLL-2012 file written by `spanbert predict coref` (the response)"
-    )
-    args = parser.parse_args(argv)
-    return Results(evaluate_files(args.gold, args.predictions), "conll_f1")
+    return Results(evaluate_files(opts.gold, opts.predictions), "conll_f1")
 
 
 def _score_model(model: str, data: str, options: dict[str, Any]) -> Results:
@@ -227,5 +212,6 @@ SPECS = {
         score_model=_score_model,
         folds=LITBANK_FOLDS,
         example_stats=True,
+        options=ACTIONS,
     )
 }
