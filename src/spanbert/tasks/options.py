@@ -61,14 +61,14 @@ PATH_KINDS = ("input", "output_file", "output_folder")
 
 
 def option(default: Any = MISSING, *, flags: Sequence[str] = (), metavar: str | None = None, path: str = "",
-           choices: Sequence[Any] | None = None, cli: bool = True) -> Any:  # fmt: skip
+           choices: Sequence[Any] | None = None) -> Any:  # fmt: skip
     """A field of an option dataclass with what the command line needs beyond its type and docstring:
     other spellings of its flag (``flags``), the word naming its value in ``--help`` (``metavar``), what a
     path names (``path``: `PATH_KINDS`; an output is checked as it is read, against every input), the values
-    it takes (``choices``). ``cli=False``: a Python-only option, not on the command line."""
+    it takes (``choices``)."""
     if path and path not in PATH_KINDS:
         raise ValueError(f"option(path={path!r}): expected one of {PATH_KINDS}")
-    meta = {"flags": tuple(flags), "metavar": metavar, "path": path, "choices": choices, "cli": cli}
+    meta = {"flags": tuple(flags), "metavar": metavar, "path": path, "choices": choices}
     return dataclasses.field(default=default, metadata=meta)
 
 
@@ -149,10 +149,6 @@ class Finetune:
 
 
 # --------------------------------------------------------------------------- what a class declares
-
-
-def _fields(cls: type) -> list[dataclasses.Field]:
-    return [f for f in fields(cls) if f.metadata.get("cli", True)]
 
 
 def _nested(cls: type) -> list[dataclasses.Field]:
@@ -261,8 +257,7 @@ def build_parser(cls: type, prog: str, description: str, given: Mapping[str, Any
     inherited = {f.name for base in cls.__mro__[1:] if dataclasses.is_dataclass(base) for f in fields(base)}
     own = set(vars(cls).get("__annotations__", {})) - inherited  # the action's own options first, shared ones after
     for f in sorted(_plain(cls), key=lambda f: f.name not in own):
-        if f.metadata.get("cli", True):
-            _add_field(parser, f, hints[f.name], docs.get(f.name, ""))
+        _add_field(parser, f, hints[f.name], docs.get(f.name, ""))
     if _nested(cls):
         parser.add_argument("--config", default=None, metavar="FILE",
                             help="YAML file of options (flat, or in sections named after the groups below); "
@@ -277,7 +272,7 @@ def build_parser(cls: type, prog: str, description: str, given: Mapping[str, Any
 
 def _add_field(parser: argparse.ArgumentParser, f: dataclasses.Field, tp: Any, doc: str) -> None:
     flags = [f"--{f.name}", *f.metadata.get("flags", ())]
-    optional, inner = _is_optional(tp)
+    _, inner = _is_optional(tp)
     default = _default(f)
     shown = "" if _required(f) or default in (None, False, "", [], ()) else f" (default: {default})"
     kind = f.metadata.get("path", "")
@@ -286,21 +281,21 @@ def _add_field(parser: argparse.ArgumentParser, f: dataclasses.Field, tp: Any, d
         threads.add_option(parser)
         return
     if inner is bool:
-        kwargs.update(nargs="?", const=True, default=default, type=_converter(bool, f.name), metavar="BOOL")
+        kwargs.update(nargs="?", const=True, default=default, type=_converter(bool), metavar="BOOL")
     elif typing.get_origin(inner) in (list, tuple):
         item = typing.get_args(inner)[0]
-        kwargs.update(nargs="+", default=default, type=_converter(item, f.name))
+        kwargs.update(nargs="+", default=default, type=_converter(item))
     else:
         choices = f.metadata.get("choices")
         if typing.get_origin(inner) is typing.Literal:
             choices = typing.get_args(inner)
-        typed = {"output_file": output_file, "output_folder": output_folder}.get(kind) or _converter(inner, f.name)
+        typed = {"output_file": output_file, "output_folder": output_folder}.get(kind) or _converter(inner)
         kwargs.update(default=default, type=typed, choices=choices)
         kwargs["metavar"] = f.metadata.get("metavar") or (None if choices else f.name.split("_")[-1].upper())
     parser.add_argument(*flags, **kwargs)
 
 
-def _converter(tp: Any, name: str) -> Callable[[str], Any]:
+def _converter(tp: Any) -> Callable[[str], Any]:
     def convert(text: str) -> Any:
         try:
             return _convert_scalar(tp, text)
@@ -324,7 +319,7 @@ def parse(cls: type[T], argv: Sequence[str], prog: str, description: str) -> T:
     if overrides:
         check_unknown_overrides(overrides, classes)
     named = set(vars(args)) | set(parse_key_values(overrides))
-    values = {f.name: getattr(args, f.name) for f in _plain(cls) if f.metadata.get("cli", True)}
+    values = {f.name: getattr(args, f.name) for f in _plain(cls)}
     for f in _nested(cls):
         sub = _type_of(f)
         obj = dataclass_from_args(sub, args, defaults=nested_defaults(cls, f.name, values),
@@ -338,8 +333,7 @@ def _given(cls: type, argv: list[str]) -> dict[str, Any]:
     what the nested classes' defaults shown by ``--help`` depend on."""
     pre = argparse.ArgumentParser(add_help=False)
     for f in _plain(cls):
-        if f.metadata.get("cli", True):
-            pre.add_argument(f"--{f.name}", *f.metadata.get("flags", ()), dest=f.name, nargs="?")
+        pre.add_argument(f"--{f.name}", *f.metadata.get("flags", ()), dest=f.name, nargs="?")
     known, _ = pre.parse_known_args(argv)
     return {k: v for k, v in vars(known).items() if v is not None}
 
