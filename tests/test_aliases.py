@@ -180,3 +180,16 @@ def test_no_package_lends_a_private_name():
                 lent += [f"{init.relative_to(SRC)}: {a.name}" for a in node.names
                          if a.name.startswith("_") and not a.name.startswith("__") and a.name != "_aliases"]
     assert lent == []
+
+
+def test_a_package_lends_its_submodules_names_on_first_use_and_no_others():
+    import subprocess
+    import sys
+
+    code = ("import sys, spanbert.tasks.qa as qa\n"
+            "assert 'spanbert.tasks.qa.finetune' not in sys.modules\n"
+            "assert qa.QAConfig.__module__ == 'spanbert.tasks.qa.options' and 'QAConfig' in dir(qa)\n"
+            "assert 'spanbert.tasks.qa.finetune' not in sys.modules and 'torch' not in sys.modules\n"
+            "try:\n    qa.nothing_of_the_kind\nexcept AttributeError:\n    pass\nelse:\n    raise SystemExit(1)\n")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr

@@ -113,3 +113,24 @@ def getter(module: str, stacklevel: int = 2) -> Callable[[str], Any]:
         return value
 
     return __getattr__
+
+
+def package_names(package: str, homes: dict[str, tuple[str, ...]]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """``(__getattr__, __dir__)`` of a package whose names live in its submodules (``homes``: submodule ->
+    the names it lends the package): each is imported from its home on first use and kept, so importing the
+    package loads none of them (a task's options, for ``--help``, load no torch). Not an old spelling: no
+    warning."""
+    home_of = {name: module for module, names in homes.items() for name in names}
+    namespace = importlib.import_module(package).__dict__
+
+    def getattr_(name: str) -> Any:
+        if name not in home_of:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{package}.{home_of[name]}"), name)
+        namespace[name] = value
+        return value
+
+    def dir_() -> list[str]:
+        return sorted(set(namespace) | set(home_of))
+
+    return getattr_, dir_

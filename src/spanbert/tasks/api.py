@@ -32,7 +32,7 @@ from typing import Any
 from spanbert import threads
 from spanbert.config import _did_you_mean, convert_value
 from spanbert.errors import SpanBertError, in_keywords
-from spanbert.tasks import options as task_options
+from spanbert.tasks.options import from_keywords, names, sentence, usage
 from spanbert.tasks.registry import TASKS
 from spanbert.tasks.spec import ACTIONS, Results, TaskSpec, options_argv
 from spanbert.training_args import TrainingArguments
@@ -61,7 +61,7 @@ def run(name: str, action: str, options: Mapping[str, Any]) -> Any:
     if options.get("help"):  # issue 58.8: the usage, printed; nothing is run
         rest = {k: v for k, v in options.items() if k != "help"}
         if cls is not None:
-            print(task_options.usage(cls, f"spanbert {action} {name}", task_options.sentence(action, name), rest), end="")
+            print(usage(cls, f"spanbert {action} {name}", sentence(action, name), rest), end="")
             return None
         code, out, err = _help(name, action, rest)
         print(out, end="")
@@ -74,7 +74,7 @@ def run(name: str, action: str, options: Mapping[str, Any]) -> Any:
     try:
         with messages_leave_a_taken_stdout():  # `output="/dev/stdout"`: stdout holds the output alone
             if cls is not None:
-                return getattr(spec, action)(name, task_options.from_keywords(cls, options, call, prog))
+                return getattr(spec, action)(name, from_keywords(cls, options, call, prog))
             return getattr(spec, action)(name, options_argv(options), prog)
     except SystemExit as e:  # an option that makes argparse exit (--version-like): an error, not an exit
         raise SpanBertError(f"spanbert {action} {name}: the options ended the command (exit status {e.code}) "
@@ -169,7 +169,7 @@ def option_names(name: str, action: str = "finetune", **context: Any) -> set[str
     options that may change the list, set first (the sub-task: GLUE's ``task``)."""
     cls = TASKS.options(name).get(action)
     if cls is not None:
-        return task_options.names(cls)
+        return names(cls)
     code, text, err = _help(name, action, context)
     if code != 0:
         raise SpanBertError(_last_error(err) or f"`spanbert {action} {name} --help` failed")
@@ -184,7 +184,7 @@ def check_options(name: str, options: Mapping[str, Any], context: Mapping[str, A
     context = dict(context or {})
     cls = TASKS.options(name).get("finetune")
     if cls is not None:  # every check the options object makes, with no data needed (`partial`)
-        task_options.from_keywords(cls, {**context, **options}, f"tasks.finetune({name!r})",
+        from_keywords(cls, {**context, **options}, f"tasks.finetune({name!r})",
                                    f"spanbert finetune {name}", partial=True)
         return
     known = option_names(name, "finetune", **context)

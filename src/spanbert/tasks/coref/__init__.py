@@ -29,8 +29,7 @@ first use, so that importing the package (the options, for ``--help``) loads no 
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from spanbert import _aliases
 
 # module -> the names it lends the package
 _HOMES: dict[str, tuple[str, ...]] = {
@@ -100,17 +99,4 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "CorefPredict",
     ),
 }
-_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
-
-
-def __getattr__(name: str) -> Any:
-    """A name of the package, imported from its module on first use and kept (the options import no torch)."""
-    if name not in _HOME_OF:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_HOME_OF[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_HOME_OF))
+__getattr__, __dir__ = _aliases.package_names(__name__, _HOMES)
