@@ -13,14 +13,15 @@ Pipeline: `read_conll` -> `CorefDocument` (words, sentences, speakers, gold clus
 
 The package, each module using only those above it:
 
+    options    the options of each action (`CorefFinetune`, `CorefPredict`, `CorefEvaluate`), `CorefConfig`,
+               the fine-tuning `DEFAULTS` and `COREF_PRESETS`; no torch
     data       `CorefDocument`, the CoNLL-2012 reader and writer
     features   segments, candidate spans, the dataset and the batch (`featurize`, `CorefDataset`)
     pruning    `prune_non_crossing` and the distance buckets
-    model      `CorefConfig`, `CorefModel`, `decode_clusters`
+    model      `CorefModel`, `decode_clusters`
     folder     a fine-tuned folder: `save_coref_model`, `load_coref_model`, `evaluate_clusters`
     predict    `CorefPredictor`, `resolve_text`
-    finetune   `COREF_PRESETS`, `check_coref_config`, `finetune_coref`
-    options    the options of predict and evaluate (`CorefPredict`, `CorefEvaluate`); no torch
+    finetune   `check_coref_config`, `finetune_coref`
     command    the command line's actions, `evaluate_files`, `LITBANK_FOLDS`, the `TaskSpec`
 
 Every name of the single-file module is still importable from here; each is loaded from its module on
@@ -65,8 +66,6 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "split_into_segments",
     ),
     "finetune": (
-        "COREF_PRESETS",
-        "DEFAULTS",
         "check_coref_config",
         "finetune_coref",
     ),
@@ -79,7 +78,6 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "save_coref_model",
     ),
     "model": (
-        "CorefConfig",
         "CorefModel",
         "decode_clusters",
     ),
@@ -95,7 +93,11 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "segment_distance",
     ),
     "options": (
+        "COREF_PRESETS",
+        "DEFAULTS",
+        "CorefConfig",
         "CorefEvaluate",
+        "CorefFinetune",
         "CorefPredict",
     ),
 }

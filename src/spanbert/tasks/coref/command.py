@@ -3,91 +3,44 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
 from typing import Any
 
-from spanbert.config import add_dataclass_arguments, dataclass_from_args, parse_key_values
 from spanbert.distributed import eprint0, print0
 from spanbert.errors import SpanBertError, utf8_argument
 from spanbert.metrics.coref import document_rows
 from spanbert.metrics.resample import write_example_stats
-from spanbert.runs import claim_run_dir
-from spanbert.tasks import api, command_line
-from spanbert.tasks.command_line import add_finetune_arguments, parse_task_args, task_parser
+from spanbert.tasks import api
 from spanbert.tasks.coref.data import read_conll, read_documents, write_conll
-from spanbert.tasks.coref.finetune import COREF_PRESETS, DEFAULTS, finetune_coref
+from spanbert.tasks.coref.finetune import finetune_coref
 from spanbert.tasks.coref.folder import evaluate_clusters
-from spanbert.tasks.coref.model import CorefConfig
-from spanbert.tasks.coref.options import ACTIONS, CorefEvaluate, CorefPredict
+from spanbert.tasks.coref.options import ACTIONS, CorefEvaluate, CorefFinetune, CorefPredict
 from spanbert.tasks.coref.predict import CorefPredictor
-from spanbert.tasks.finetuning import check_output_dir
+from spanbert.tasks.finetuning import finetune_options
 from spanbert.tasks.options import one_of
 from spanbert.tasks.ranks import predict_sharded, print_metrics, start_distributed, write_once
 from spanbert.tasks.spec import Folds, Results, TaskSpec
 from spanbert.tasks.splits import RecordSplit
-from spanbert.tasks.task_folders import check_sequence_length
-from spanbert.utils import input_paths
-
-# =============================================================================================
-# Command line
+from spanbert.training_args import TrainingArguments
 
 
-def _add_coref_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("coreference model")
-    add_dataclass_arguments(group, CorefConfig, defaults={"max_seq_length": "unset, following the encoder"})
-
-
-def _finetune(task: str, argv: list[str], prog: str) -> Results:
+def _finetune(task: str, opts: CorefFinetune) -> Results:
     """``spanbert finetune coref ...``: one run (no --sweep), the released presets under the options."""
-    parser = task_parser(prog, __doc__)
-    parser.add_argument(
-        "--train", required=True, help="CoNLL-2012 file or folder of *.conll[.gz] files to train on"
-    )
-    parser.add_argument(
-        "--dev",
-        help="CoNLL-2012 file or folder scored during training (every --eval_steps, or --evals_per_epoch times "
-        "an epoch) and at the end; the model of the best --metric_for_best_model (conll_f1) is kept",
-    )
-    parser.add_argument(
-        "--preset",
-        choices=sorted(COREF_PRESETS),
-        help="the released SpanBERT coreference settings (mandarjoshi90/coref experiments.conf): spanbert_base "
-        "(segments 384, encoder 2e-5, task 1e-4) or spanbert_large (512, 1e-5, 3e-4), with Adam eps 1e-6, "
-        "dev evaluation every 1000 steps, ...; options given on the command line or in --config win",
-    )
-    parser.add_argument("--max_eval_examples", type=int, help="use only the first N dev documents")
-    _add_coref_arguments(parser)
-    add_finetune_arguments(parser, DEFAULTS)
-    args = parse_task_args(parser, argv, configs=(CorefConfig,))  # --config YAML, strict
-    preset = COREF_PRESETS[args.preset] if args.preset else {"training": {}, "coref": {}}
-    if args.sweep:
+    if opts.sweep:
         raise SpanBertError(
             "--sweep runs the Appendix B grid of the classification/QA tasks; for coreference set "
             "--learning_rate (task layers, 1e-4 ... 3e-4) and --encoder_learning_rate (1e-5 / 2e-5) instead"
         )
-    overrides = list(args.overrides or [])
-    coref_keys = set(CorefConfig.__dataclass_fields__)
-    kv = parse_key_values(overrides)
-    args.overrides = [o for o, k in zip(overrides, kv) if k not in coref_keys]
-    # defaults < preset < --config YAML < --flags < key=value
-    targs = command_line.training_arguments(args, {**DEFAULTS, **preset["training"]})
-    config = dataclass_from_args(
-        CorefConfig, args, defaults=preset["coref"],
-        overrides=[o for o, k in zip(overrides, kv) if k in coref_keys],
-    )  # fmt: skip
-    # the output contract (apart from every input), the segment length against the encoder's positions, then
-    # the folder held for the whole command: all before a document is read
-    check_output_dir(targs, input_paths(args))
-    if config.max_seq_length is not None:
-        check_sequence_length(args.model, config.max_seq_length)
-    start_distributed(targs.device)
-    with claim_run_dir(targs.output_dir, prog):
-        summary = finetune_coref(args.model, args.train, args.dev, targs, config, args.tokenizer, args.max_eval_examples)
-    step = summary.get("selected_step")
-    return Results(summary, "conll_f1", int(step) if step is not None else None, Path(targs.output_dir))
+
+    def run_one(targs: TrainingArguments) -> dict[str, Any]:
+        return finetune_coref(opts.model, opts.train, opts.dev, targs, opts.coref, opts.tokenizer,
+                              opts.max_eval_examples)  # fmt: skip
+
+    # the output contract (apart from every input) and the segment length against the encoder's positions
+    # are checked there before a document is read, and the folder is held for the whole command
+    return finetune_options(opts, run_one, "conll_f1", f"spanbert finetune {task}")
 
 
 def _predict(task: str, opts: CorefPredict) -> Path | None:

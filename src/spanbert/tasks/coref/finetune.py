@@ -35,64 +35,6 @@ from spanbert.tasks.spec import RESULTS_FILE
 from spanbert.tasks.task_folders import load_encoder, load_tokenizer_for
 from spanbert.utils import atomic_write, progress_bar
 
-# Appendix B: one document per step, task layers 2e-4 (a point of the grid {1e-4, 2e-4, 3e-4}; the encoder's
-# 1e-5 is in CorefConfig), 20 epochs; 10% warm-up as the released code. The model of the best dev CoNLL F1
-# is kept, evaluated about as often as the released run (every 1,000 of OntoNotes' 2,802 documents).
-DEFAULTS: dict[str, Any] = dict(
-    output_dir="runs/coref",
-    learning_rate=2e-4,
-    per_device_train_batch_size=1,
-    num_train_epochs=20.0,
-    warmup_ratio=0.1,
-    logging_steps=10,
-    save_steps=500,
-    evals_per_epoch=3,
-    metric_for_best_model="conll_f1",
-)
-
-# The released SpanBERT coreference runs (mandarjoshi90/coref `experiments.conf` sections spanbert_base and
-# spanbert_large, over its `best` section; `optimization.py`; `train.py`): settings of `TrainingArguments`
-# ("training") and `CorefConfig` ("coref"). `spanbert finetune coref --preset NAME`; flags and --config win.
-_RELEASED_TRAINING: dict[str, Any] = dict(
-    num_train_epochs=20.0,  # num_epochs = 20
-    per_device_train_batch_size=1,  # single_example = true: one document per step
-    warmup_ratio=0.1,  # num_warmup_steps = 0.1 * num_train_steps (optimization.py)
-    lr_scheduler_type="linear",  # polynomial_decay(power=1.0) to 0
-    adam_epsilon=1e-6,  # adam_eps = 1e-6
-    weight_decay=0.01,  # AdamWeightDecayOptimizer(weight_decay_rate=0.01), not LayerNorm / bias
-    max_grad_norm=1.0,  # clip_by_global_norm(clip_norm=1.0), encoder and task layers apart
-    eval_steps=1000,  # eval_frequency = 1000
-    evals_per_epoch=0,
-    metric_for_best_model="conll_f1",  # model.max.ckpt = the best dev F1 (train.py)
-    greater_is_better=True,
-)
-_RELEASED_MODEL: dict[str, Any] = dict(
-    max_training_segments=3,  # max_training_sentences = 3
-    max_span_width=30,
-    top_span_ratio=0.4,
-    max_top_spans=3900,  # k = min(3900, floor(num_words * top_span_ratio))
-    max_top_antecedents=50,
-    ffnn_size=3000,
-    ffnn_depth=1,
-    feature_size=20,
-    dropout=0.3,  # dropout_rate
-    token_dropout=0.0,  # no dropout on the encoder output in independent.py
-    coref_depth=2,
-    use_segment_distance=True,
-    task_weight_decay=0.0,  # task_optimizer = adam (tf.train.AdamOptimizer, no decay)
-    separate_clipping=True,
-)
-COREF_PRESETS: dict[str, dict[str, dict[str, Any]]] = {
-    "spanbert_base": {
-        "training": {**_RELEASED_TRAINING, "learning_rate": 1e-4},  # task_learning_rate = 0.0001
-        "coref": {**_RELEASED_MODEL, "max_seq_length": 384, "encoder_learning_rate": 2e-5},
-    },
-    "spanbert_large": {
-        "training": {**_RELEASED_TRAINING, "learning_rate": 3e-4},  # task_learning_rate = 0.0003
-        "coref": {**_RELEASED_MODEL, "max_seq_length": 512, "encoder_learning_rate": 1e-5},
-    },
-}
-
 
 def _featurize_all(
     docs: Sequence[CorefDocument], tokenizer: Any, max_seq_length: int, desc: str, progress: bool = True

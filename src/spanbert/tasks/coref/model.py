@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -15,68 +15,11 @@ from torch import Tensor, nn
 from spanbert import families
 from spanbert.tasks.coref.data import GENRES, Span
 from spanbert.tasks.coref.features import segment_length
+from spanbert.tasks.coref.options import CorefConfig
 from spanbert.tasks.coref.pruning import bucket_distance, prune_non_crossing, segment_distance
 
 # =============================================================================================
 # The model
-
-
-@dataclass
-class CorefConfig:
-    """Task layers and inputs of the coreference model.
-
-    The model settings are those of the released SpanBERT coreference code (mandarjoshi90/coref
-    `experiments.conf`, `independent.py`), which §4.1 uses; the learning rates and segment length are
-    one point of the Appendix B grid (the released values: presets `spanbert_base`, `spanbert_large`).
-    """
-
-    max_seq_length: int | None = None
-    """Segment length in sub-tokens with [CLS] and [SEP] (Appendix B grid 128-512; released SpanBERT:
-    384 base, 512 large). Unset: it follows the encoder (`segment_length`): 384 for BERT's 512
-    positions, and for an encoder of a longer context (ModernBERT: 8,192) that context up to 8,192, so
-    that a whole LitBank document is one segment. The value chosen is printed and saved with the model."""
-    max_training_segments: int = 3
-    """In training, a longer document is cut to a random run of this many segments (memory); also the
-    number of segment-distance buckets (released: 3)."""
-    max_span_width: int = 30
-    """Longest candidate mention, in sub-tokens (§4.1 / Lee et al.: 30)."""
-    top_span_ratio: float = 0.4
-    """Keep the top λ·T spans by mention score (λ = 0.4, T = sub-tokens)."""
-    max_top_spans: int = 3900
-    """At most this many kept spans per document, whatever λ·T is (released code: 3900)."""
-    max_top_antecedents: int = 50
-    """Antecedents per span kept by the coarse scorer (K = 50)."""
-    ffnn_size: int = 3000
-    """Hidden width of the mention and pair scorers (reference: 3000; use ~150-300 on CPU)."""
-    ffnn_depth: int = 1
-    """Hidden layers of the mention and pair scorers."""
-    feature_size: int = 20
-    """Width of the span-width, distance, speaker and genre embeddings."""
-    dropout: float = 0.3
-    """Dropout on the scorers' hidden layers, the width / distance / pair-feature embeddings and the
-    coarse scorer's two sides (released: 0.3)."""
-    token_dropout: float = 0.0
-    """Dropout on the encoder's sub-token states before the span representations (released code:
-    none, only the encoder's own hidden dropout; earlier spanbert versions used --dropout here)."""
-    use_segment_distance: bool = True
-    """Add the segment distance of a mention and its antecedent (clipped to max_training_segments - 1)
-    as a pair feature of the fine scorer, as the released model does."""
-    coref_depth: int = 2
-    """Rounds of antecedent scoring; rounds after the first use spans refined by attention over their
-    antecedents (higher-order inference, Lee et al. 2018). 1 = no refinement."""
-    singletons: str = "auto"
-    """Predict singleton entities: true, false, or auto (true when the training key has singletons,
-    as LitBank does; OntoNotes has none). Adds a mention-detection loss on candidate spans."""
-    encoder_learning_rate: float = 1e-5
-    """Peak learning rate of the encoder (`bert.*`); --learning_rate is the task layers' (Appendix B:
-    1e-5 / 2e-5 encoder, 1e-4 ... 3e-4 task)."""
-    task_weight_decay: float = 0.0
-    """AdamW weight decay of the task layers (released: none); --weight_decay is the encoder's."""
-    separate_clipping: bool = True
-    """Clip the encoder's and the task layers' gradients separately, each to --max_grad_norm (released
-    code); false = one global norm over all parameters."""
-    gradient_checkpointing: bool = False
-    """Recompute encoder activations in the backward pass (less memory, more compute)."""
 
 
 def _ffnn(in_dim: int, hidden: int, depth: int, out_dim: int, dropout: float) -> nn.Sequential:
