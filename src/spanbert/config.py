@@ -876,7 +876,7 @@ def add_dataclass_arguments(
         help_text = f"{help_text} (default: {default})".replace("%", "%%")
         _, inner = _is_optional(_field_type(cls, f.name))
         flags = [f"--{f.name}"]
-        for alias in _ALIASES.get(f.name, ()):  # taken, not listed: the help names each option once
+        for alias in (*_ALIASES.get(f.name, ()), *f.metadata.get("flags", ())):  # taken, not listed: the help names each option once
             parser.add_argument(alias, dest=f.name, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         if inner is bool:
             parser.add_argument(

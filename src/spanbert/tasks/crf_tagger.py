@@ -19,9 +19,8 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
@@ -34,33 +33,12 @@ from spanbert.errors import SpanBertError
 from spanbert.masking import IGNORE_INDEX
 from spanbert.tasks.classification import FeatureDataset
 from spanbert.tasks.layers import CRF, ScalarMix
+from spanbert.tasks.ner_options import CrfTaggerConfig
 from spanbert.tasks.ranks import predict_sharded
 from spanbert.trainer import predict_batches, train
 
 TASK = "ForCrfTagging"
 """The task part of the saved architecture name (``BertForCrfTagging``, ``TwoTowerForCrfTagging``)."""
-
-
-@dataclass
-class CrfTaggerConfig:
-    """Settings of the biLSTM-CRF tagger (`--tagger bilstm-crf`; two-tower §4, §6.2.1)."""
-
-    stacking: Literal["finetune", "frozen"] = "finetune"
-    """finetune: train the encoder too, at --encoder_learning_rate (Table 3 "fine-tune"); frozen: keep it fixed and learn a softmax-weighted mix of its layers (Table 3 "ELMo")."""
-    encoder_learning_rate: float = 1e-5
-    """Peak learning rate of the encoder with --stacking finetune (§6.2.1: 1e-5; the head uses --learning_rate, 1e-3)."""
-    tagger_dropout: float = 0.3
-    """Dropout in the encoder (finetune), between encoder and head, and in the head (§4: 0.3 at all levels)."""
-    tagger_projection_dim: int = 200
-    """Width of the linear projection before the biLSTM (not given in the paper)."""
-    tagger_lstm_hidden_size: int = 200
-    """Hidden units of the biLSTM in each direction (not given in the paper; AllenNLP's ELMo NER: 200)."""
-    early_stopping: bool = True
-    """Stop when the dev loss does not improve over the previous epoch, keeping that epoch (§4)."""
-
-
-TRAINING_DEFAULTS = dict(learning_rate=1e-3, per_device_train_batch_size=16, num_train_epochs=25.0, weight_decay=0.0)
-"""§4 and §6.2.1: head 1e-3 (the encoder 1e-5), batch 16, up to 25 epochs, Adam without weight decay."""
 
 
 class CrfTagger(nn.Module):
@@ -137,21 +115,6 @@ def settings_of(config: CrfTaggerConfig) -> dict[str, Any]:
     """What config.json keeps of the tagger (under ``"spanbert"``) to rebuild it for prediction."""
     return {"tagger": "bilstm-crf", "stacking": config.stacking, "projection_dim": config.tagger_projection_dim,
             "lstm_hidden_size": config.tagger_lstm_hidden_size, "dropout": config.tagger_dropout}  # fmt: skip
-
-
-OLD_FLAGS = {"--model_learning_rate": "--encoder_learning_rate", "--projection_dim": "--tagger_projection_dim",
-             "--lstm_hidden_size": "--tagger_lstm_hidden_size", "--dropout": "--tagger_dropout"}  # fmt: skip
-"""The flags of the two-tower NER command before the tagger became an option of `spanbert finetune ner`,
-still accepted with --tagger bilstm-crf."""
-
-
-def renamed(argv: list[str]) -> list[str]:
-    """``argv`` with `OLD_FLAGS` (also ``--flag=value``) in their current spelling."""
-    out = []
-    for a in argv:
-        name, eq, value = a.partition("=")
-        out.append(OLD_FLAGS[name] + eq + value if name in OLD_FLAGS else a)
-    return out
 
 
 class WordCollator:

@@ -84,6 +84,18 @@ def finetune_options(
     128), which an unset ``opts.max_seq_length`` becomes, or the encoder's positions when it has fewer."""
     targs = opts.training
     check_output_dir(targs, input_paths(opts))  # before reading any data (a sweep: the top folder)
+    resolve_lengths(opts, seq_length)
+    check_training_text(opts)
+    start_distributed(targs.device)
+    with claim_run_dir(targs.output_dir, prog):
+        return _finetune_claimed(opts, targs, run_one, metric)
+
+
+def resolve_lengths(opts: Any, seq_length: int | None = None) -> None:
+    """Each ``max_seq_length`` the user gave (in ``opts`` or one of its option classes) checked against the
+    encoder's positions, before any data is read; an unset ``opts.max_seq_length`` set to ``seq_length``
+    (the task's default), or to the encoder's positions when it has fewer. None: the task's length follows
+    the encoder later (QA's windows, coreference's segments)."""
     for holder in (opts, *(getattr(opts, f.name) for f in dataclasses.fields(opts) if f.metadata.get("nested"))):
         length = getattr(holder, "max_seq_length", None)
         if length is not None:
@@ -91,10 +103,6 @@ def finetune_options(
     if seq_length is not None and opts.max_seq_length is None:
         positions = model_positions(opts.model)
         opts.max_seq_length = seq_length if positions is None else min(seq_length, positions)
-    check_training_text(opts)
-    start_distributed(targs.device)
-    with claim_run_dir(targs.output_dir, prog):
-        return _finetune_claimed(opts, targs, run_one, metric)
 
 
 TRAINING_INPUTS = ("train", "train_file", "data_dir")

@@ -23,13 +23,11 @@ predicts as it was trained (models saved before the option: sentences alone).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from pathlib import Path
 from typing import Any
 
 from spanbert import families
-from spanbert.config import add_dataclass_arguments, dataclass_from_args, load_yaml
 from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError
 from spanbert.metrics.classification import conlleval_rows
@@ -37,15 +35,13 @@ from spanbert.metrics.resample import write_example_stats
 from spanbert.tasks import classification as C
 from spanbert.tasks import crf_tagger as CT
 from spanbert.tasks import ner_features as NF
+from spanbert.tasks import options as O
 from spanbert.tasks.command_line import (
-    add_sequence_length_argument,
-    family_defaults,
-    model_in_argv,
+    SEQ_LENGTH,
 )
 from spanbert.tasks.conll import (
     _TAG,
     NerSentence,
-    add_document_context_argument,
     decode,
     label_list,
     ner_features,
@@ -54,9 +50,18 @@ from spanbert.tasks.conll import (
     score,
     write_predictions,
 )
-from spanbert.tasks.finetuning import finetune_command
-from spanbert.tasks.ner_options import ACTIONS, NerEvaluate, NerPredict
-from spanbert.tasks.options import one_of, selection_defaults
+from spanbert.tasks.finetuning import finetune_options
+from spanbert.tasks.ner_options import (
+    ACTIONS,
+    TAGGERS,
+    CrfTaggerConfig,
+    HeadConfig,
+    NerEvaluate,
+    NerFinetune,
+    NerPredict,
+    tagger_of,
+)
+from spanbert.tasks.options import named, one_of
 from spanbert.tasks.ranks import print_metrics, seeded_model, start_distributed, write_json_once, write_once
 from spanbert.tasks.scores import warn_unseen
 from spanbert.tasks.selection import selection_summary
@@ -70,21 +75,10 @@ from spanbert.tasks.task_folders import (
     save_finetuned,
 )
 from spanbert.trainer import eval_size
+from spanbert.training_args import TrainingArguments
 
 # ---------------------------------------------------------------------------------------------
 # Fine-tuning, prediction, CLI
-
-DEFAULTS = dict(
-    output_dir="runs/ner",
-    learning_rate=5e-5,
-    per_device_train_batch_size=32,
-    num_train_epochs=4.0,
-    warmup_ratio=0.1,
-    **selection_defaults("f1"),
-)
-"""BERT's fine-tuning recipe (§A.3: lr in {5e-5, 3e-5, 2e-5}, batch 16/32, 2-4 epochs); the model of the
-best dev conlleval F1 of 10 evaluations an epoch is kept, as the SpanBERT scripts select theirs."""
-
 
 def finetune_ner(
     model_dir: str | Path,
@@ -157,7 +151,6 @@ def finetune_ner(
     return metrics
 
 
-TAGGERS = ("linear", "bilstm-crf")
 NEEDS = "a NER model (spanbert finetune ner)"
 
 
@@ -218,106 +211,39 @@ def predict_ner(
     )
 
 
-def _wants_features(argv: list[str]) -> bool:
-    """Whether ``finetune ner`` is asked for the feature-based approach (``--features``, or
-    ``features:`` in its ``--config`` YAML)."""
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--features")
-    pre.add_argument("--config")
-    known, _ = pre.parse_known_args(argv)
-    if known.features:
-        return True
-    if known.config:
-        data = load_yaml(known.config)
-        return any(k == "features" or (isinstance(v, dict) and "features" in v) for k, v in data.items())
-    return False
-
-
-def _tagger_in_argv(argv: list[str]) -> str:
-    """The tagger a ``finetune ner`` command line asks for: ``--tagger`` (or ``tagger:`` in its ``--config``
-    YAML), else the ``--model`` family's default (linear when the folder cannot be read yet)."""
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--tagger")
-    pre.add_argument("--config")
-    known, _ = pre.parse_known_args(argv)
-    if known.tagger:
-        return known.tagger
-    if known.config:
-        for k, v in load_yaml(known.config).items():
-            if k == "tagger" and isinstance(v, str):
-                return v
-            if isinstance(v, dict) and isinstance(v.get("tagger"), str):
-                return v["tagger"]
-    model_dir = model_in_argv(argv)
-    try:
-        return families.habits_of(model_dir).tagger if model_dir else "linear"
-    except SpanBertError:
-        return "linear"
-
-
-def _finetune(task: str, argv: list[str], prog: str) -> Results:
+def _finetune(task: str, opts: NerFinetune) -> Results:
     """``spanbert finetune ner ...``: the linear or biLSTM-CRF tagger, or with --features BERT's
-    feature-based NER (its own command line, `ner_features.finetune_cli`)."""
-    if _wants_features(argv):
-        return NF.finetune_cli(argv, prog)
-    tagger = _tagger_in_argv(argv)
-    if tagger == "bilstm-crf":
-        argv = CT.renamed(argv)
-    defaults = family_defaults(argv, DEFAULTS)
-    if tagger == "bilstm-crf":  # §4, §6.2.1: its own rates, batch and epochs; one evaluation an epoch
-        defaults = {**defaults, **CT.TRAINING_DEFAULTS, "evals_per_epoch": 1, "metric_for_best_model": None}
-
-    def add_options(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument(
-            "--train_file", "--train", dest="train", required=True, help="CoNLL-2003 training file (word POS chunk TAG)"
-        )
-        parser.add_argument(
-            "--validation_file",
-            "--dev",
-            dest="dev",
-            help="CoNLL-2003 dev file, scored with conlleval during and after training",
-        )
-        add_sequence_length_argument(parser, "tokens per input piece")
-        parser.add_argument("--max_train_examples", type=int, help="use only the first N training sentences")
-        parser.add_argument("--max_eval_examples", type=int, help="use only the first N dev sentences")
-        add_document_context_argument(parser)
-        # listed for --help; they take effect only with --features (a frozen encoder + biLSTM, Table 7)
-        add_dataclass_arguments(
-            parser.add_argument_group("feature-based NER (BERT §5.3 Table 7; with --features, whose training "
-                                      "defaults differ: see docs/tasks.md)"), NF.HeadConfig,
-        )  # fmt: skip
-        parser.add_argument(
-            "--tagger", choices=TAGGERS, default=None,
-            help="the head: linear (BERT §5.3: softmax on each word's first sub-token) or bilstm-crf (two-tower "
-            "§6.2.1: projection, biLSTM, CRF, early stopping on the dev loss); default: the model family's "
-            "(BERT: linear, two-tower: bilstm-crf)",
-        )  # fmt: skip
-        add_dataclass_arguments(parser.add_argument_group("biLSTM-CRF tagger (with --tagger bilstm-crf)"),
-                                CT.CrfTaggerConfig)  # fmt: skip
-
-    crf: dict[str, Any] = {}
-
-    def check(args: argparse.Namespace) -> None:  # before any output is checked or data read
-        stray = sorted(f"--{f.name}" for f in dataclasses.fields(NF.HeadConfig) if f.name in vars(args))
+    feature-based NER (`ner_features.finetune_options`)."""
+    given = named(opts)
+    if opts.features:
+        stray = sorted(f"--{n}" for n in given & ({"tagger"} | O.names(CrfTaggerConfig)))
         if stray:
-            raise SpanBertError(f"found {', '.join(stray)} without --features; expected them with --features only")
-        stray = sorted(f"--{f.name}" for f in dataclasses.fields(CT.CrfTaggerConfig) if f.name in vars(args))
-        if stray and tagger != "bilstm-crf":
-            raise SpanBertError(f"found {', '.join(stray)} with the linear tagger; expected them with "
-                                "--tagger bilstm-crf only")  # fmt: skip
-        if tagger == "bilstm-crf" and args.sweep:
-            raise SpanBertError("--sweep: the biLSTM-CRF tagger has no grid here; the paper tuned (head, encoder) "
-                                "rate pairs: run --learning_rate / --encoder_learning_rate once per pair")  # fmt: skip
-        crf["config"] = dataclass_from_args(CT.CrfTaggerConfig, args)
+            raise SpanBertError(f"found {', '.join(stray)} with --features; expected the options of the "
+                                "feature-based tagger only (a frozen encoder has no fine-tuned head)")  # fmt: skip
+        return NF.finetune_options(opts, f"spanbert finetune {task} --features")
+    tagger = tagger_of({"tagger": opts.tagger, "model": opts.model})
+    crf = opts.crf
+    if tagger == "bilstm-crf" and "lstm_hidden_size" in given:  # OLD_FLAGS: the two-tower command's spelling
+        crf = dataclasses.replace(crf, tagger_lstm_hidden_size=opts.head.lstm_hidden_size)
+        given = given - {"lstm_hidden_size"}
+    stray = sorted(f"--{n}" for n in given & O.names(HeadConfig))
+    if stray:
+        raise SpanBertError(f"found {', '.join(stray)} without --features; expected them with --features only")
+    stray = sorted(f"--{n}" for n in given & O.names(CrfTaggerConfig))
+    if stray and tagger != "bilstm-crf":
+        raise SpanBertError(f"found {', '.join(stray)} with the linear tagger; expected them with "
+                            "--tagger bilstm-crf only")  # fmt: skip
+    if tagger == "bilstm-crf" and opts.sweep:
+        raise SpanBertError("--sweep: the biLSTM-CRF tagger has no grid here; the paper tuned (head, encoder) "
+                            "rate pairs: run --learning_rate / --encoder_learning_rate once per pair")  # fmt: skip
 
-    def run_one(args: argparse.Namespace, targs: Any) -> dict[str, Any]:
+    def run_one(targs: TrainingArguments) -> dict[str, Any]:
         return finetune_ner(
-            args.model, args.train, args.dev, targs, args.tokenizer, args.max_seq_length,
-            args.max_train_examples, args.max_eval_examples, args.document_context, tagger, crf["config"],
+            opts.model, opts.train_file, opts.validation_file, targs, opts.tokenizer, opts.max_seq_length,
+            opts.max_train_examples, opts.max_eval_examples, opts.document_context, tagger, crf,
         )  # fmt: skip
 
-    return finetune_command(prog, __doc__, argv, add_options, defaults, run_one, metric="f1",
-                            configs=[NF.HeadConfig, CT.CrfTaggerConfig], check=check)  # fmt: skip
+    return finetune_options(opts, run_one, "f1", f"spanbert finetune {task}", seq_length=SEQ_LENGTH)
 
 
 def _predict(task: str, opts: NerPredict) -> Path:

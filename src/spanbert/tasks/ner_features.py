@@ -39,29 +39,24 @@ from torch import Tensor, nn
 
 from spanbert import families, folders, threads
 from spanbert.checkpoints import save_checkpoint
-from spanbert.config import ArgumentParser, add_dataclass_arguments, dataclass_from_args
 from spanbert.distributed import is_main, print0, resolve_device
 from spanbert.dropout import Dropout
 from spanbert.errors import DataError, SpanBertError
 from spanbert.masking import IGNORE_INDEX
 from spanbert.runs import RUN, claim_run_dir
-from spanbert.tasks import command_line
+from spanbert.tasks import finetuning
 from spanbert.tasks.classification import Collator, label_config, labels_from_config, token_outputs
 from spanbert.tasks.command_line import (
-    add_finetune_arguments,
-    add_sequence_length_argument,
-    parse_task_args,
-    resolve_sequence_length,
+    SEQ_LENGTH,
 )
 from spanbert.tasks.conll import (
-    add_document_context_argument,
     label_list,
     ner_features,
     read_conll,
     score,
     write_predictions,
 )
-from spanbert.tasks.finetuning import check_output_dir
+from spanbert.tasks.ner_options import HeadConfig
 from spanbert.tasks.ranks import predict_sharded, seeded_model, start_distributed, write_json_once, write_once
 from spanbert.tasks.scores import warn_unseen
 from spanbert.tasks.selection import KeepBest, selection_summary
@@ -376,44 +371,6 @@ def predict_tags(model: nn.Module, dataset: SentenceFeatures, labels: list[str],
 # Training, saving, prediction
 
 
-@dataclasses.dataclass
-class HeadConfig:
-    """Options of the feature-based tagger (`spanbert finetune ner --features ...`)."""
-
-    features: str = "concat_last_four"
-    """Table 7 feature choice(s): table7 (all six), or a comma list of embeddings, second_to_last_hidden,
-    last_hidden, weighted_sum_last_four, concat_last_four, weighted_sum_all."""
-    feature_cache: str = ""
-    """Folder of the cached activations (shared by runs: same encoder, data and settings reuse it).
-    Empty = OUTPUT_DIR/feature_cache."""
-    feature_dtype: str = "float32"
-    """Storage type of the cache: float32, or float16 (half the disk; BERT-base on CoNLL-2003 train is
-    about 8 GB in float32)."""
-    lstm_hidden_size: int = 768
-    """Hidden units of each direction of the biLSTM (§5.3: "two-layer 768-dimensional BiLSTM")."""
-    lstm_layers: int = 2
-    """Stacked biLSTM layers (§5.3: two)."""
-    head_dropout: float = 0.1
-    """Dropout on the biLSTM's input, between its layers and before the classifier."""
-    extract_batch_size: int = 32
-    """Sequences per batch when running the encoder to fill the cache."""
-
-
-DEFAULTS = dict(
-    output_dir="runs/ner-features",
-    learning_rate=1e-3,
-    per_device_train_batch_size=32,
-    num_train_epochs=10.0,
-    warmup_ratio=0.1,
-    evals_per_epoch=1,
-    metric_for_best_model="f1",
-    greater_is_better=True,
-    save_total_limit=1,
-)
-"""The head's recipe (the paper gives none): AdamW at 1e-3, batch 32 sentences, 10 epochs, and the
-model of the best dev F1 of one evaluation an epoch (the best epoch on dev)."""
-
-
 def _labels_of(sentences: Sequence[Any], label2id: dict[str, int]) -> list[np.ndarray]:
     """Tag ids of every training sentence (``label2id`` is built from their tags: every tag has one)."""
     return [np.asarray([label2id[t] for t in s.tags], dtype=np.int64) for s in sentences]
@@ -604,32 +561,23 @@ def predict(
     return predict_tags(model, SentenceFeatures(arrays, offsets), labels, batch_size, progress)
 
 
-def finetune_cli(argv: list[str], prog: str) -> Results:
-    """``spanbert finetune ner --features CHOICES ...``."""
-    parser = ArgumentParser(prog=f"{prog} --features", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--train_file", "--train", dest="train", required=True, help="CoNLL-2003 training file")
-    parser.add_argument("--validation_file", "--dev", dest="dev", help="CoNLL-2003 dev file (selects the best epoch)")
-    add_sequence_length_argument(parser, "tokens per encoder input")
-    parser.add_argument("--max_train_examples", type=int, help="use only the first N training sentences")
-    parser.add_argument("--max_eval_examples", type=int, help="use only the first N dev sentences")
-    add_document_context_argument(parser)
-    add_dataclass_arguments(parser.add_argument_group("feature-based head"), HeadConfig)
-    add_finetune_arguments(parser, DEFAULTS)
-    args = parse_task_args(parser, argv, configs=[HeadConfig])
-    if args.sweep:
+def finetune_options(opts: Any, prog: str) -> Results:
+    """``spanbert finetune ner --features CHOICES ...`` (``opts``: `NerFinetune`, its `HeadConfig` with
+    ``opts.features``)."""
+    if opts.sweep:
         raise SpanBertError("--sweep is not available with --features; pass one --learning_rate per run")
-    head = dataclass_from_args(HeadConfig, args)
+    head = dataclasses.replace(opts.head, features=opts.features)
     parse_choices(head.features)  # a bad choice fails before any work
     if head.feature_dtype not in ("float32", "float16"):
         raise SpanBertError(f"--feature_dtype: found {head.feature_dtype!r}, expected float32 or float16")
-    targs = command_line.training_arguments(args, DEFAULTS)
-    check_output_dir(targs, input_paths(args))
-    resolve_sequence_length(args)  # before any sentence is read
+    targs = opts.training
+    finetuning.check_output_dir(targs, input_paths(opts))
+    finetuning.resolve_lengths(opts, SEQ_LENGTH)  # before any sentence is read
     start_distributed(targs.device)
     with claim_run_dir(targs.output_dir, prog):
         results = finetune_features(
-            args.model, args.train, args.dev, targs, head, args.tokenizer, args.max_seq_length, args.max_train_examples,
-            args.max_eval_examples, args.document_context, targs.device,
+            opts.model, opts.train_file, opts.validation_file, targs, head, opts.tokenizer, opts.max_seq_length,
+            opts.max_train_examples, opts.max_eval_examples, opts.document_context, targs.device,
         )  # fmt: skip
     print0(f"saved the feature-based tagger(s) to {targs.output_dir}")
     return Results(summary_table(results) if len(results) > 1 else next(iter(results.values())), "f1",

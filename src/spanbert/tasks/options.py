@@ -199,15 +199,22 @@ def nested_defaults(cls: type, name: str, given: Mapping[str, Any]) -> dict[str,
     f = next(g for g in fields(cls) if g.name == name)
     defaults = f.metadata["defaults"]
     out = dict(defaults(given) if callable(defaults) else defaults)
-    model = given.get("model")
-    if f.metadata["family"] and model:
-        from spanbert import families  # torch: only when a run (or a --help naming --model) needs it
-
-        try:
-            out.update(families.habits_of(model).training_defaults())
-        except SpanBertError:
-            pass
+    if f.metadata["family"]:
+        out.update(model_family_defaults(given.get("model")))
     return out
+
+
+def model_family_defaults(model: Any) -> dict[str, Any]:
+    """The `TrainingArguments` defaults of the encoder family of ``model`` (`FinetuneHabits.training_defaults`);
+    none for no model, or a missing or unreadable one (loading it reports it later)."""
+    if not model:
+        return {}
+    from spanbert import families  # torch: only when a run (or a --help naming --model) needs it
+
+    try:
+        return dict(families.habits_of(str(model)).training_defaults())
+    except SpanBertError:
+        return {}
 
 
 # --------------------------------------------------------------------------- the command line
@@ -322,10 +329,11 @@ def parse(cls: type[T], argv: Sequence[str], prog: str, description: str) -> T:
     values = {f.name: getattr(args, f.name) for f in _plain(cls)}
     for f in _nested(cls):
         sub = _type_of(f)
-        obj = dataclass_from_args(sub, args, defaults=nested_defaults(cls, f.name, values),
+        own = argparse.Namespace(**{k: v for k, v in vars(args).items() if k not in f.metadata["exclude"]})
+        obj = dataclass_from_args(sub, own, defaults=nested_defaults(cls, f.name, values),
                                   overrides=overrides, sections=classes)  # fmt: skip
         values[f.name] = _finish(obj, named)
-    return cls(**values)
+    return _remember(cls(**values), (named - {f.name for f in _plain(cls)}) | set(_given(cls, argv)))
 
 
 def _given(cls: type, argv: list[str]) -> dict[str, Any]:
@@ -336,6 +344,21 @@ def _given(cls: type, argv: list[str]) -> dict[str, Any]:
         pre.add_argument(f"--{f.name}", *f.metadata.get("flags", ()), dest=f.name, nargs="?")
     known, _ = pre.parse_known_args(argv)
     return {k: v for k, v in vars(known).items() if v is not None}
+
+
+_NAMED = "_options_named"
+"""The attribute where `parse` and `from_keywords` leave the names of the options the user gave (`named`)."""
+
+
+def _remember(opts: T, named: set[str]) -> T:
+    object.__setattr__(opts, _NAMED, frozenset(named))
+    return opts
+
+
+def named(opts: Any) -> frozenset[str]:
+    """The options of ``opts`` the user gave (flags, keywords, ``--config``, ``key=value``; not those left at
+    a default): where a head's options given without that head are refused (``finetune ner``)."""
+    return getattr(opts, _NAMED, frozenset())
 
 
 def _finish(obj: Any, named: set[str]) -> Any:
@@ -356,7 +379,9 @@ def from_keywords(cls: type[T], keywords: Mapping[str, Any], call: str, command:
     ``command`` the command whose options these are (``spanbert finetune squad``).
     ``partial``: a required option may be missing (a study checks its options before its data exists)."""
     plain = {f.name: f for f in _plain(cls)}
-    spelled = {flag.lstrip("-").replace("-", "_"): f.name for f in plain.values() for flag in f.metadata.get("flags", ())}
+    spelled = {flag.lstrip("-").replace("-", "_"): f.name
+               for f in [*plain.values(), *(g for n in _nested(cls) for g in fields(_type_of(n)))]
+               for flag in f.metadata.get("flags", ())}  # fmt: skip
     given: dict[str, Any] = {}
     for key, value in keywords.items():  # a flag's other spelling is a keyword too (``train=``: ``--train``)
         name = str(key).replace("-", "_")
@@ -401,7 +426,7 @@ def from_keywords(cls: type[T], keywords: Mapping[str, Any], call: str, command:
         values[f.name] = _finish(obj, set(updates))
     out = cls(**values)
     _check_paths(out)
-    return out
+    return _remember(out, set(given) | {k for sub in yaml_values.values() for k in sub})
 
 
 def _keyword_value(cls: type, f: dataclasses.Field, value: Any) -> Any:
