@@ -15,12 +15,11 @@ Scores are reported x100 (0-100), as the GLUE leaderboard and the paper's Table 
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import math
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,16 +32,20 @@ from spanbert.metrics.classification import accuracy, binary_f1, matthews_corrco
 from spanbert.tasks import api
 from spanbert.tasks import classification as C
 from spanbert.tasks.classification import pair_input
-from spanbert.tasks.command_line import (
-    add_inference_arguments,
-    add_scoring_source,
-    add_sequence_length_argument,
-    add_switch,
-    family_defaults,
-    task_parser,
+from spanbert.tasks.command_line import SEQ_LENGTH
+from spanbert.tasks.finetuning import finetune_options
+from spanbert.tasks.glue_options import (  # the task table and its defaults: torch-free, for --help
+    ACTIONS,
+    GLUE_TASKS,
+    GlueEvaluate,
+    GlueFinetune,
+    GluePredict,
+    GlueTask,
+    canonical_name,
+    default_arguments,  # noqa: F401  (importable from here, as before)
+    glue_task,
 )
-from spanbert.tasks.finetuning import finetune_command
-from spanbert.tasks.options import selection_defaults
+from spanbert.tasks.options import one_of
 from spanbert.tasks.ranks import start_distributed, write_json_once, write_once
 from spanbert.tasks.scores import match_by_id, percent
 from spanbert.tasks.selection import selection_summary
@@ -50,7 +53,7 @@ from spanbert.tasks.spec import RESULTS_FILE, Results, SubTasks, TaskSpec
 from spanbert.tasks.splits import HELDOUT_SEED, cut, record, split_half
 from spanbert.tasks.task_folders import check_task_settings, load_tokenizer_for
 from spanbert.trainer import eval_size
-from spanbert.utils import atomic_write, output_folder
+from spanbert.utils import atomic_write
 
 STSB_RANGE = (0.0, 5.0)
 """STS-B similarity scores lie in [0, 5]."""
@@ -67,76 +70,11 @@ def check_score(path: Path, value: str, line: int, what: str = "score") -> float
     return x
 
 
-@dataclass(frozen=True)
-class GlueTask:
-    """Layout and metric of one GLUE task."""
-
-    name: str
-    labels: tuple[str, ...] | None
-    """Class labels as they appear in the files (and in the submission); None = regression (STS-B)."""
-    text_a: str
-    """Header name of the first sentence column."""
-    text_b: str | None
-    """Header name of the second sentence column (None for single-sentence tasks)."""
-    label: str
-    """Header name of the label column."""
-    test_id: str = "index"
-    """Header name of the id column of the test file."""
-    dev: dict[str, tuple[str, ...]] = field(default_factory=lambda: {"dev": ("dev.tsv",)})
-    """Dev split name -> files (relative to the task folder), read one after the other."""
-    test: dict[str, str] = field(default_factory=dict)
-    """Submission file name -> test file."""
-    train: tuple[str, ...] = ("train.tsv",)
-    headerless: tuple[str, ...] | None = None
-    """Column names of files that have no header row (CoLA's raw release)."""
-
-
-def _t(name: str, labels, a, b, label, **kw) -> GlueTask:
-    kw.setdefault("test", {f"{name}.tsv": "test.tsv"})
-    return GlueTask(name, labels, a, b, label, **kw)
-
-
-_BINARY = ("0", "1")
-GLUE_TASKS: dict[str, GlueTask] = {
-    t.name: t
-    for t in [
-        _t("CoLA", _BINARY, "sentence", None, "label", headerless=("source", "label", "mark", "sentence")),
-        _t("SST-2", _BINARY, "sentence", None, "label"),
-        _t("MRPC", _BINARY, "#1 String", "#2 String", "Quality"),
-        _t("STS-B", None, "sentence1", "sentence2", "score"),
-        _t("QQP", _BINARY, "question1", "question2", "is_duplicate", test_id="id"),
-        _t(
-            "MNLI",
-            ("contradiction", "entailment", "neutral"),
-            "sentence1",
-            "sentence2",
-            "gold_label",
-            dev={"matched": ("dev_matched.tsv",), "mismatched": ("dev_mismatched.tsv",)},
-            test={"MNLI-m.tsv": "test_matched.tsv", "MNLI-mm.tsv": "test_mismatched.tsv", "AX.tsv": "diagnostic.tsv"},
-        ),  # fmt: skip
-        _t("QNLI", ("entailment", "not_entailment"), "question", "sentence", "label"),
-        _t("RTE", ("entailment", "not_entailment"), "sentence1", "sentence2", "label"),
-        _t("WNLI", _BINARY, "sentence1", "sentence2", "label"),
-    ]
-}
 # The raw CoLA release (what ../shared/data/glue/CoLA holds) splits GLUE's dev.tsv in two files.
 _FALLBACK = {
     ("CoLA", "train.tsv"): ("raw/in_domain_train.tsv",),
     ("CoLA", "dev.tsv"): ("raw/in_domain_dev.tsv", "raw/out_of_domain_dev.tsv"),
 }
-
-
-def canonical_name(name: str) -> str | None:
-    """The GLUE task a user's spelling names (``sst-2``, ``SST2`` and ``SST-2`` all name SST-2), or None."""
-    return {k.lower().replace("-", ""): k for k in GLUE_TASKS}.get(name.lower().replace("-", ""))
-
-
-def glue_task(name: str) -> GlueTask:
-    """A task by name, case-insensitively (``sst-2``, ``SST2`` and ``SST-2`` all work)."""
-    key = canonical_name(name)
-    if key is None:
-        raise SpanBertError(f"unknown GLUE task {name!r}; choose from: {', '.join(GLUE_TASKS)}")
-    return GLUE_TASKS[key]
 
 
 @dataclass
@@ -371,20 +309,6 @@ MAJORITY_FILE = "majority.json"
 """What `spanbert finetune glue --task WNLI` saves instead of a model: the majority class."""
 
 
-def default_arguments(task: GlueTask) -> dict[str, Any]:
-    """Appendix B: lr in {5e-6..5e-5} (2e-5 without --sweep), batch 32, 10 epochs, CoLA 4; the model of
-    the best dev ``score`` of 10 evaluations an epoch is kept (the released run_glue.py: its
-    EVAL_METRICS are the same numbers, MNLI on matched dev)."""
-    return dict(
-        output_dir=f"runs/glue-{task.name}",
-        learning_rate=2e-5,
-        per_device_train_batch_size=32,
-        num_train_epochs=4.0 if task.name == "CoLA" else 10.0,
-        warmup_ratio=0.1,
-        **selection_defaults("score"),
-    )
-
-
 def finetune_glue(
     task: GlueTask,
     model_dir: str | Path,
@@ -511,121 +435,69 @@ def check_model(task: GlueTask, model_dir: str | Path) -> None:
         raise SpanBertError(f"{model_dir} was fine-tuned on {saved}, not {task.name}; pass --task {saved}")
 
 
-def _task_from_argv(argv: list[str]) -> GlueTask | None:
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--task")
-    known, _ = pre.parse_known_args(argv)
-    return glue_task(known.task) if known.task else None
-
-
-def _parser(prog: str) -> argparse.ArgumentParser:
-    """The options every GLUE action starts with: which task, and its folder."""
-    parser = task_parser(prog, __doc__)
-    _add_task_options(parser)
-    return parser
-
-
-def _add_task_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--task", required=True, help=f"GLUE task: {', '.join(GLUE_TASKS)}")
-    parser.add_argument(
-        "--data_dir", required=True, help="the task's folder of GLUE tsv files (train.tsv, dev.tsv, test.tsv)"
-    )
-
-
-def _finetune(task_name: str, argv: list[str], prog: str) -> Results:
+def _finetune(task_name: str, opts: GlueFinetune) -> Results:
     """``spanbert finetune glue --task NAME --data_dir DIR ...``."""
-    task = _task_from_argv(argv)
+    task = glue_task(opts.task)
 
-    def add_options(parser: argparse.ArgumentParser) -> None:
-        _add_task_options(parser)
-        add_sequence_length_argument(parser, "tokens per input (Appendix B)")
-        parser.add_argument("--max_train_examples", type=int, help="use only the first N training examples")
-        parser.add_argument("--max_eval_examples", type=int, help="use only the first N examples of each dev split")
-        add_switch(
-            parser, "--heldout_half",
-            help="keep half of each dev split (a fixed, seeded half: the one `spanbert study` holds out) away from "
-            "model selection: the best evaluation is chosen on the other half, and `spanbert evaluate glue "
-            "--heldout_half` scores the model on the half it never saw",
-        )  # fmt: skip
-
-    def run_one(args: argparse.Namespace, targs: Any) -> dict[str, float]:
+    def run_one(targs: Any) -> dict[str, float]:
         return finetune_glue(
-            task, args.model, args.data_dir, targs, args.tokenizer, args.max_seq_length,
-            args.max_train_examples, args.max_eval_examples, args.heldout_half,
+            task, opts.model, opts.data_dir, targs, opts.tokenizer, opts.max_seq_length,
+            opts.max_train_examples, opts.max_eval_examples, opts.heldout_half,
         )  # fmt: skip
 
-    defaults = family_defaults(argv, default_arguments(task or GLUE_TASKS["RTE"]))
-    return finetune_command(prog, __doc__, argv, add_options, defaults, run_one, metric="score")
+    return finetune_options(opts, run_one, "score", f"spanbert finetune {task_name}", seq_length=SEQ_LENGTH)
 
 
-def _predict(task_name: str, argv: list[str], prog: str) -> Path:
+def _predict(task_name: str, opts: GluePredict) -> Path:
     """``spanbert predict glue --task NAME --data_dir DIR --model M --output_dir OUT``: submission files,
     in the folder returned."""
-    task = _task_from_argv(argv)
-    parser = _parser(prog)
-    parser.add_argument("--model", required=True, help="folder saved by `spanbert finetune glue`")
-    parser.add_argument(
-        "--split", choices=("test", "dev"), default="test", help="which split to predict (default: test)"
-    )
-    parser.add_argument(
-        "--output_dir", required=True, type=output_folder,
-        help="folder for the submission files (CoLA.tsv, MNLI-m.tsv, ...)",
-    )
-    add_inference_arguments(parser, "sequences")
-    args = parser.parse_args(argv)
-    check_model(task, args.model)
-    start_distributed(args.device)
-    if args.split == "test":
+    task = glue_task(opts.task)
+    check_model(task, opts.model)
+    start_distributed(opts.device)
+    if opts.split == "test":
         outputs = {name: (file,) for name, file in task.test.items()}
     else:
         outputs = {_dev_name(task, s): files for s, files in task.dev.items()}
     for name, files in outputs.items():
-        if name == "AX.tsv" and not (Path(args.data_dir) / files[0]).exists():
+        if name == "AX.tsv" and not (Path(opts.data_dir) / files[0]).exists():
             continue  # the diagnostic set is optional
-        examples = read_split(task, args.data_dir, files, labelled=False)
-        pred = predict_glue(task, args.model, examples, args.batch_size, args.device, not args.disable_tqdm)
-        write_submission(Path(args.output_dir) / name, examples, pred)
-        print0(f"wrote {len(pred)} predictions to {Path(args.output_dir) / name}")
-    return Path(args.output_dir)
+        examples = read_split(task, opts.data_dir, files, labelled=False)
+        pred = predict_glue(task, opts.model, examples, opts.batch_size, opts.device, not opts.disable_tqdm)
+        write_submission(Path(opts.output_dir) / name, examples, pred)
+        print0(f"wrote {len(pred)} predictions to {Path(opts.output_dir) / name}")
+    return Path(opts.output_dir)
 
 
-def _evaluate(task_name: str, argv: list[str], prog: str) -> Results:
+def _evaluate(task_name: str, opts: GlueEvaluate) -> Results:
     """``spanbert evaluate glue --task NAME --data_dir DIR (--predictions F ... | --model M) [--heldout_half]``."""
-    task = _task_from_argv(argv)
-    parser = _parser(prog)
-    add_scoring_source(parser, "dev predictions (submission format), one file per dev split", "sequences", nargs="+")
-    add_switch(
-        parser, "--heldout_half",
-        help="score the model (--model) on the half of dev that `finetune glue --heldout_half` kept away from "
-        "model selection: a score on data selection never saw",
-    )  # fmt: skip
-    args = parser.parse_args(argv)
+    task = glue_task(opts.task)
+    one_of(opts, "predictions", "model")
     heldout = None
-    if args.model:
-        check_model(task, args.model)
-        heldout = _heldout_settings(args.model, args.heldout_half)
-        start_distributed(args.device)
-    elif args.heldout_half:
+    if opts.model:
+        check_model(task, opts.model)
+        heldout = _heldout_settings(opts.model, opts.heldout_half)
+        start_distributed(opts.device)
+    elif opts.heldout_half:
         raise SpanBertError("--heldout_half: found --predictions, expected --model (the model folder says which half "
                             "of dev its fine-tuning held out)")  # fmt: skip
-    dev = {s: read_split(task, args.data_dir, files) for s, files in task.dev.items()}
-    if args.heldout_half:
+    dev = {s: read_split(task, opts.data_dir, files) for s, files in task.dev.items()}
+    if opts.heldout_half:
         dev = {s: exs[: heldout["max_eval_examples"]] for s, exs in dev.items()}
-        dev = {s: halves[1] for s, halves in dev_halves(dev, args.data_dir).items()}
-    if args.predictions and len(args.predictions) != len(dev):
+        dev = {s: halves[1] for s, halves in dev_halves(dev, opts.data_dir).items()}
+    if opts.predictions and len(opts.predictions) != len(dev):
         raise SpanBertError(
-            f"--predictions: found {len(args.predictions)} file(s); expected one per {task.name} dev split, in "
+            f"--predictions: found {len(opts.predictions)} file(s); expected one per {task.name} dev split, in "
             f"this order: {', '.join(dev)}"
         )
     pred = {}
     for k, (s, exs) in enumerate(dev.items()):
         pred[s] = (
-            predict_glue(task, args.model, exs, args.batch_size, args.device, not args.disable_tqdm)
-            if args.model
-            else read_submission(args.predictions[k], exs, task)
+            predict_glue(task, opts.model, exs, opts.batch_size, opts.device, not opts.disable_tqdm)
+            if opts.model
+            else read_submission(opts.predictions[k], exs, task)
         )
     gold = {s: [e.label for e in exs] for s, exs in dev.items()}
-    extra = {"dev_half": "held-out"} if args.heldout_half else {}
+    extra = {"dev_half": "held-out"} if opts.heldout_half else {}
     return Results({**score_splits(task, gold, pred), "examples": sum(map(len, gold.values())), **extra}, "score")
 
 
@@ -699,6 +571,7 @@ SPECS = {
         predict=_predict,
         evaluate=_evaluate,
         metric="score",
+        options=ACTIONS,
         data="a GLUE task folder (train.tsv, dev.tsv, test.tsv)",
         dev_split=FolderSplit(),
         # the runs name the task folder (the selection half's, when dev is split)

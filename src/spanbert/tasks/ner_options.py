@@ -9,8 +9,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from spanbert.errors import SpanBertError
-from spanbert.tasks.options import Finetune, Inference, model_family_defaults, nested, option, selection_defaults
+from spanbert.tasks.options import (
+    Finetune,
+    Inference,
+    model_family_defaults,
+    model_habits,
+    nested,
+    option,
+    selection_defaults,
+)
 from spanbert.training_args import TrainingArguments
 
 TAGGERS = ("linear", "bilstm-crf")
@@ -100,14 +107,8 @@ def tagger_of(given: Mapping[str, Any]) -> str:
     folder cannot be read yet: loading it reports that later)."""
     if given.get("tagger"):
         return str(given["tagger"])
-    if not given.get("model"):
-        return "linear"
-    from spanbert import families  # torch: only for a run, or a --help naming --model
-
-    try:
-        return families.habits_of(str(given["model"])).tagger
-    except SpanBertError:
-        return "linear"
+    habits = model_habits(given.get("model"))
+    return "linear" if habits is None else habits.tagger
 
 
 def training_defaults(given: Mapping[str, Any]) -> dict[str, Any]:

@@ -204,17 +204,25 @@ def nested_defaults(cls: type, name: str, given: Mapping[str, Any]) -> dict[str,
     return out
 
 
-def model_family_defaults(model: Any) -> dict[str, Any]:
-    """The `TrainingArguments` defaults of the encoder family of ``model`` (`FinetuneHabits.training_defaults`);
-    none for no model, or a missing or unreadable one (loading it reports it later)."""
+def model_habits(model: Any) -> Any:
+    """The fine-tuning habits of the encoder family of ``model`` (`spanbert.families.FinetuneHabits`: its
+    training defaults, its NER tagger); None for no model, or a missing or unreadable one (loading it
+    reports it later)."""
     if not model:
-        return {}
+        return None
     from spanbert import families  # torch: only when a run (or a --help naming --model) needs it
 
     try:
-        return dict(families.habits_of(str(model)).training_defaults())
+        return families.habits_of(str(model))
     except SpanBertError:
-        return {}
+        return None
+
+
+def model_family_defaults(model: Any) -> dict[str, Any]:
+    """The `TrainingArguments` defaults of the encoder family of ``model`` (`FinetuneHabits.training_defaults`);
+    none for no model, or a missing or unreadable one."""
+    habits = model_habits(model)
+    return {} if habits is None else dict(habits.training_defaults())
 
 
 # --------------------------------------------------------------------------- the command line
@@ -431,7 +439,9 @@ def from_keywords(cls: type[T], keywords: Mapping[str, Any], call: str, command:
 
 def _keyword_value(cls: type, f: dataclasses.Field, value: Any) -> Any:
     kind = f.metadata.get("path", "")
-    if kind or f.name in ("model", "tokenizer"):
+    if (kind or f.name in ("model", "tokenizer")) and isinstance(value, (list, tuple)):
+        value = [str(user_path(v, f.name)) for v in value]
+    elif kind or f.name in ("model", "tokenizer"):
         value = user_path(value, f.name)
         value = None if value is None else str(value)
     if value is None:

@@ -51,8 +51,9 @@ _OPTIONS: dict[str, str] = {
     "swag": "spanbert.tasks.swag_options",
     "tacred": "spanbert.tasks.relation_options",
     "semeval": "spanbert.tasks.relation_options",
-    "ner": "spanbert.tasks.ner_options",  # predict and evaluate; finetune parses its own command line
-    "coref": "spanbert.tasks.coref.options",  # likewise
+    "ner": "spanbert.tasks.ner_options",
+    "coref": "spanbert.tasks.coref.options",
+    "glue": "spanbert.tasks.glue_options",
 }
 
 
