@@ -324,7 +324,7 @@ def weights(path):
 @pytest.mark.parametrize("system", ["cloze", "bilm", "cloze-bilm"])
 def test_pretrain_each_system_end_to_end(text, tmp_path, system):
     cfg, args = job(text, tmp_path / "run", system=system)
-    final = pretrain(cfg, args)
+    final = pretrain(cfg, args).model_dir
     model, tok = load_two_tower(final)
     assert model.config.objective == system and tok.token_to_id("<s>") == model.config.bos_id
     metrics = json.loads((final / "train_metrics.json").read_text())
@@ -347,7 +347,7 @@ def test_the_earlier_dataset_builder_still_builds_two_tower_blocks(prepared):
 def test_pretrain_char_cnn_words(text, tmp_path):
     spec = "tiny:input=char_cnn,char_dim=8,char_filters=[[1;8];[2;8];[3;8]]"
     cfg, args = job(text, tmp_path / "run", model=spec, max_steps=2)
-    final = pretrain(cfg, args)
+    final = pretrain(cfg, args).model_dir
     model, tok = load_two_tower(final)
     assert model.config.input == "char_cnn" and hasattr(model, "adaptive_softmax")
     assert type(tok.hf.model).__name__ == "WordLevel"

@@ -624,7 +624,7 @@ def test_pretrain_init_from_fairseq_checkpoint(tmp_path):
     tok.save(tmp_path / "fairseq")
     args = TrainingArguments(output_dir=str(tmp_path / "run"), max_steps=1, per_device_train_batch_size=2,
                              learning_rate=1e-6, disable_tqdm=True, report_to="none", save_steps=0)
-    final = pretrain(PretrainConfig(corpus=str(pre), init_from=str(tmp_path / "fairseq"), max_seq_length=48), args)
+    final = pretrain(PretrainConfig(corpus=str(pre), init_from=str(tmp_path / "fairseq"), max_seq_length=48), args).model_dir
     model = SpanBertForPreTraining.from_pretrained(final)
     table = model.cls.span_predictions.position_embeddings.weight
     assert torch.allclose(table[:FAIRSEQ_TARGETS], src["position_embeddings.weight"], atol=1e-3)

@@ -22,7 +22,7 @@ from spanbert.folders import MANIFEST
 from spanbert.masking import MaskingConfig
 from spanbert.model import SpanBertForPreTraining
 from spanbert.preprocess import preprocess
-from spanbert.pretrain import pretrain
+from spanbert.pretrain import PretrainResult, pretrain
 from spanbert.pretrain_command import main
 from spanbert.pretrain_config import CAUSAL_SYSTEMS, SYSTEMS, PretrainConfig
 from spanbert.tokenization import train_tokenizer
@@ -106,7 +106,7 @@ def test_pretrain_job_end_to_end_and_resume(corpus, tmp_path):
         output_dir=str(tmp_path / "run"), max_steps=8, per_device_train_batch_size=4, learning_rate=1e-3,
         warmup_steps=2, save_steps=4, eval_steps=4, logging_steps=2, disable_tqdm=True, report_to="none",
     )
-    final = pretrain(cfg, args)
+    final = pretrain(cfg, args).model_dir
     assert (final / "config.json").exists() and (final / "vocab.txt").exists()
     meta = json.loads((final / "config.json").read_text())["spanbert"]
     assert meta["system"] == "spanbert" and meta["sbo"] is True
@@ -128,7 +128,7 @@ def test_init_from_continues_a_checkpoint(corpus, tmp_path):
     cfg = PretrainConfig(corpus=str(out), init_from=str(tmp_path / "hf"), max_seq_length=48)
     args = TrainingArguments(output_dir=str(tmp_path / "run"), max_steps=2, per_device_train_batch_size=2,
                              disable_tqdm=True, report_to="none", save_steps=0)
-    final = pretrain(cfg, args)
+    final = pretrain(cfg, args).model_dir
     model = SpanBertForPreTraining.from_pretrained(final)
     assert model.cls.span_predictions is not None  # SBO added on top of the BERT checkpoint
 
@@ -217,7 +217,8 @@ def _captured_main(monkeypatch, argv, final=None):
 
     def fake(cfg, targs, masking):
         seen.update(cfg=cfg, targs=targs, masking=masking)
-        return final if final is not None else Path(targs.output_dir) / "never-written"
+        done = final if final is not None else Path(targs.output_dir) / "never-written"
+        return PretrainResult(done, Path(targs.output_dir), {})
 
     monkeypatch.setattr(pt, "pretrain", fake)
     assert main(argv) == 0
@@ -287,7 +288,7 @@ def test_resume_reuses_the_prepared_data(corpus, tmp_path, capsys, monkeypatch):
     cfg = PretrainConfig(corpus=str(text), model="tiny", vocab_size=200, max_seq_length=48, num_proc=0, eval_fraction=0.2)
     args = TrainingArguments(output_dir=str(run), max_steps=2, per_device_train_batch_size=4, save_steps=2,
                              disable_tqdm=True, report_to="none")
-    final = pretrain(cfg, args)
+    final = pretrain(cfg, args).model_dir
     vocab = (run / "data" / "tokenizer" / "vocab.txt").read_bytes()
     assert (final / "vocab.txt").read_bytes() == vocab
     assert [p.name for p in run.iterdir() if p.name.startswith(".")] == [MANIFEST]  # no temporary folder left
@@ -528,7 +529,7 @@ def test_interrupted_preparation_leaves_nothing(corpus, tmp_path, monkeypatch):
         pretrain(cfg, args)
     assert not run.exists()
     monkeypatch.setattr(preprocess_module, "preprocess", real)
-    final = pretrain(cfg, args)
+    final = pretrain(cfg, args).model_dir
     assert (final / "vocab.txt").read_bytes() == (run / "data" / "tokenizer" / "vocab.txt").read_bytes()
     assert sorted(p.name for p in (run / "data").iterdir()) == ["prepared.json", "preprocessed", "tokenizer"]
 
@@ -629,7 +630,7 @@ def _schedule_run(out, path, stop=-1, resume=False):
     args = TrainingArguments(output_dir=str(path), max_steps=6, per_device_train_batch_size=4, learning_rate=1e-3,
                              warmup_steps=2, save_steps=0, logging_steps=1, disable_tqdm=True, report_to="none",
                              stop_at_step=stop, resume=resume, seed=3)  # fmt: skip
-    final = pretrain(cfg, args)
+    final = pretrain(cfg, args).model_dir
     return load_file(str(final / "model.safetensors")) if final.exists() else None
 
 
@@ -671,7 +672,7 @@ def _one_step(out, path, **options):
                          tokens_per_update=0, **options)  # fmt: skip
     args = TrainingArguments(output_dir=str(path), max_steps=1, per_device_train_batch_size=4, learning_rate=1e-3,
                              warmup_steps=0, save_steps=0, disable_tqdm=True, report_to="none", seed=3)  # fmt: skip
-    return load_file(str(pretrain(cfg, args) / "model.safetensors"))
+    return load_file(str(pretrain(cfg, args).model_dir / "model.safetensors"))
 
 
 @pytest.mark.parametrize("family", [None, "modernbert"])

@@ -191,7 +191,7 @@ def _run(corpus: Path, path: Path, stop: int = -1, resume: bool = False, **cfg_k
     args = TrainingArguments(output_dir=str(path), max_steps=9, per_device_train_batch_size=16, learning_rate=1e-3,
                              warmup_steps=2, save_steps=0, eval_steps=0, logging_steps=1, disable_tqdm=True,
                              report_to="none", stop_at_step=stop, resume=resume, seed=3)  # fmt: skip
-    final = pretrain(cfg, args)
+    final = pretrain(cfg, args).model_dir
     return load_file(str(final / "model.safetensors")) if final.exists() else None
 
 

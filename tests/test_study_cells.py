@@ -94,8 +94,8 @@ def test_a_resumed_pretraining_cell_counts_the_time_before_its_checkpoint(tmp_pa
     (ckpt / "trainer_state.json").write_text(json.dumps({"global_step": 5, "train_seconds": 500.0}))
     (cell.dir / "latest").write_text("checkpoint-5\n")
     ran = []
-    monkeypatch.setattr(cells, "run_command", lambda argv, log: (ran.append(argv), (0, ""))[1])
+    monkeypatch.setattr(cells, "pretrain_from_keywords", lambda **options: ran.append(options))
     cells.run_cell(cell, study)
-    assert "--resume" in ran[0]
+    assert ran[0]["resume"] is True and ran[0]["output_dir"] == str(cell.dir)
     info = json.loads((cell.dir / "cell.json").read_text())
     assert info["seconds_before_resume"] == 500.0 and 500.0 <= info["seconds"] < 560.0

@@ -99,7 +99,7 @@ def test_study_checks_name_the_line_of_the_item_and_key(tmp_path, cli_error):
         pytest.param("  - task: glue\n    glue_task: SST-2\n    train: {sst}\n    options: {num_train_epochs: two}\n", 14,
                      "option num_train_epochs: found 'two', expected a number", id="option-value-dataclass"),
         pytest.param("  - task: glue\n    glue_task: SST-2\n    train: {sst}\n    options: {max_seq_length: long}\n", 14,
-                     "argument --max_seq_length: invalid int value: 'long'", id="option-value-parser"),
+                     "option max_seq_length: found 'long', expected an integer", id="option-value-parser"),
         pytest.param("  - {task: squad, train: {sst}/train.tsv, dev: {sst}/dev.tsv, options: {doc_stride: x}}\n", 11,
                      "option doc_stride: found 'x'", id="option-value-task-config"),
         pytest.param("  - {task: glue, glue_task: SST-2, train: {sst}, options: {learning_rate: 1e-3}}\n", 11,

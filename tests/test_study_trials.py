@@ -13,6 +13,7 @@ from test_study import _raw_study
 
 from spanbert import study as S
 from spanbert.cli import main
+from spanbert.pretrain import PretrainResult
 from spanbert.study.trials import step_seconds, trial_size, uncompressed_size
 
 
@@ -71,8 +72,8 @@ def test_pre_training_trials_take_the_systems_in_turn_and_keep_the_median_round(
                     budget_tokens=1000 * 64 * 128, batch_size=64, max_seq_length=128, output_dir=str(tmp_path / "s"))  # fmt: skip
     order, per_round = [], {"spanbert": [2.0, 3.0, 2.2], "bert-1seq": [1.0, 1.5, 1.1]}
 
-    def fake_run(argv, log):
-        out = argv[argv.index("--output_dir") + 1]
+    def fake_run(options, log):
+        out = options["output_dir"]
         system = next(s for s in per_round if f"/{s}" in out)
         r = sum(1 for s in order if s == system)
         order.append(system)
@@ -80,10 +81,9 @@ def test_pre_training_trials_take_the_systems_in_turn_and_keep_the_median_round(
         step_s = per_round[system][r]
         rows = [{"train/tokens_per_step": 100.0, "train/tokens_per_s": 100.0 / (9.0 if i == 0 else step_s)} for i in range(3)]
         (Path(out) / "log.jsonl").write_text("".join(_json.dumps(x) + "\n" for x in rows))
-        Path(log).write_text("..., 12 held out\n")
-        return 0, ""
+        return PretrainResult(Path(out) / "final", Path(out), {}, held_out_blocks=12)
 
-    monkeypatch.setattr(T, "run_command", fake_run)
+    monkeypatch.setattr(T, "run_pretrain", fake_run)
     monkeypatch.setattr(T, "trial_threads", lambda: (2, 2))  # the count idle cores give: nothing projected
     tmp_study = dataclasses.replace(study, output_dir=str(tmp_path / "t"))
     timings = T.trial_pretraining(study, tmp_study, "corpus", 2, tmp_path, rounds=3)

@@ -61,7 +61,7 @@ OLD_SPELLINGS: dict[str, dict[str, tuple[str, str]]] = {
         **_moved("spanbert.collate", "cloze_collate"),
         # the command line and the Python entry, apart from the job since issue 59
         **_moved("spanbert.pretrain_command", "main", "preset_line", "scale_warmup", "quick_start_in_force",
-                 "named_options", "PretrainResult", "pretrain_from_keywords"),
+                 "named_options", "pretrain_from_keywords"),
     },
     # the defaults of selection on dev went where the option classes are, which import no torch (issue 59)
     "spanbert.tasks.selection": _moved("spanbert.tasks.options", "EVALS_PER_EPOCH", "EVAL_SHARE", "selection_defaults"),

@@ -833,23 +833,27 @@ def main(argv: list[str], prog: str = "spanbert preprocess") -> int:
     static = _static_from_args(args)
     if args.parts or args.part:
         return _parts_command(args, prog, static)
+    preprocess_folder(args.corpus, args.tokenizer, args.output_dir, one_doc_per_line=args.one_doc_per_line,
+                      num_workers=args.num_workers, shard_tokens=args.shard_tokens, max_line_bytes=args.max_line_bytes,
+                      candidates=args.candidates, spacy_model=args.spacy_model, progress=not args.quiet,
+                      static=static, prog=prog)  # fmt: skip
+    return 0
+
+
+def preprocess_folder(
+    corpus: Sequence[str | os.PathLike], tokenizer: str | os.PathLike, output_dir: str | os.PathLike, *,
+    prog: str = "spanbert preprocess", **options: Any,
+) -> TokenCorpus:  # fmt: skip
+    """What ``spanbert preprocess`` does in one piece (``prog`` names it in the folder's manifest), from
+    Python: `preprocess` (``options``: its keywords) into a corpus folder of its own, refused first when
+    that folder is another command's or lies in the text or the tokenizer it reads; says what it wrote and
+    returns the corpus."""
     # before any work: a corpus folder of this command's (its manifest; it is replaced whole) or a new one,
     # apart from the text and the tokenizer it reads; then held while it is written
-    check_output(args.output_dir, folder=True, owner="corpus", whole=True, inputs=input_paths(args, ("corpus", "tokenizer")))
-    with folders.Claim(args.output_dir, "corpus", prog):
-        out = preprocess(
-            args.corpus,
-            args.tokenizer,
-            args.output_dir,
-            one_doc_per_line=args.one_doc_per_line,
-            num_workers=args.num_workers,
-            shard_tokens=args.shard_tokens,
-            max_line_bytes=args.max_line_bytes,
-            candidates=args.candidates,
-            spacy_model=args.spacy_model,
-            progress=not args.quiet,
-            static=static,
-        )
+    inputs = input_paths({"corpus": list(corpus), "tokenizer": tokenizer}, ("corpus", "tokenizer"))
+    check_output(output_dir, folder=True, owner="corpus", whole=True, inputs=inputs)
+    with folders.Claim(output_dir, "corpus", prog):
+        out = preprocess(corpus, tokenizer, output_dir, **options)
     c = TokenCorpus(out)
     print0(f"wrote {c.num_tokens:,} tokens in {c.num_docs:,} documents, {len(c.meta['shards'])} shard(s) to {out}")
     for e in static_mask_sets(c):
@@ -857,7 +861,7 @@ def main(argv: list[str], prog: str = "spanbert preprocess") -> int:
             f"static masks: {e['dupe_factor']} duplicate(s) of {e['num_examples']:,} {e['settings']['mode']} examples "
             f"of <= {e['settings']['max_seq_length']} tokens in {out / e['dir']}"
         )
-    return 0
+    return c
 
 
 def _add_parts_arguments(p: argparse.ArgumentParser) -> None:

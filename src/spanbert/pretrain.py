@@ -611,12 +611,29 @@ def make_eval_fn(eval_set, batch_size: int, collate, count_targets=None, precisi
     return evaluate
 
 
+@dataclasses.dataclass
+class PretrainResult:
+    """What a pre-training run returns (`pretrain`; from Python, `spanbert.pretrain(...)`)."""
+
+    model_dir: Path
+    """The exported model folder (``output_dir/final``): a HuggingFace BERT layout (or the family's),
+    with its tokenizer; give it to ``spanbert.Encoder.from_pretrained`` or ``tasks.finetune(model=...)``.
+    Absent when the run stopped before its end (``--stop_at_step``)."""
+    output_dir: Path
+    """The run folder: checkpoints, logs, the run's settings."""
+    metrics: dict[str, float]
+    """The exported model's ``train_metrics.json`` (the last training losses, the held-out evaluation)."""
+    held_out_blocks: int = 0
+    """The held-out blocks each evaluation scores (``max_eval_blocks`` of the held-out documents' blocks;
+    0: none, or no training)."""
+
+
 def pretrain(
     cfg: PretrainConfig, args: TrainingArguments, masking: MaskingConfig | None = None,
     model_overrides: dict[str, Any] | None = None, vocab_size_given: bool | None = None,
-) -> Path:  # fmt: skip
-    """Run a pre-training job end to end, the same steps for every system; returns the folder of the
-    exported model.
+) -> PretrainResult:  # fmt: skip
+    """Run a pre-training job end to end, the same steps for every system; returns the exported model's
+    folder, its metrics and the size of the held-out evaluation (`PretrainResult`).
 
     1. resolve the system once (`resolve`: family row, sampler, masking scheme) and check every option
        and input before any work (the family's `check`, the plan's cost);
@@ -694,7 +711,7 @@ def pretrain(
             extra = {**family.export_extra(cfg.system, None if run.causal else run.scheme), "random_init": True}
             distributed.on_main(lambda: export(model, tok, final, extra, {}))
             print0(f"no pre-training (--random_init): the freshly initialised model ({family.describe(model)}, seed {args.seed}) is in {final}")
-            return final
+            return PretrainResult(final, Path(args.output_dir), {})
         if cfg.dropout is not None:
             set_dropout(model, cfg.dropout)  # pre-training only: the exported config keeps the preset's rate
         train_set, eval_set = build_datasets(cfg, corpus_dir, tok, args.seed, masking, run)
@@ -775,14 +792,16 @@ def pretrain(
             if result.global_step < end:
                 break  # the user's --stop_at_step
         final = Path(args.output_dir) / cfg.output_name
+        metrics: dict[str, float] = {}
         if result.global_step >= (args.max_steps if args.max_steps > 0 else 0) and result.global_step >= result.total_steps:
+            metrics = dict(result.metrics)
             extra = family.export_extra(cfg.system, None if run.causal else run.scheme)
             # what fine-tuning may rely on: the positions of the longest block, and type 1 only from two segments
             extra |= trained_inputs.record(max(length for length, _ in stages), 2 if system.sampler == "nsp" else 1)
             distributed.on_main(lambda: export(model, tok, final, extra, result.metrics))
             if budget is not None:
                 print0(budget_end_line(budget, args.resume))
-        return final
+        return PretrainResult(final, Path(args.output_dir), metrics, len(eval_set) if eval_set else 0)
 
 
 def budget_end_line(budget: TimeBudget, resumed: bool) -> str:
@@ -840,7 +859,7 @@ def export(model: nn.Module, tok: Any, final: Path, extra: dict[str, Any], metri
 # The earlier two-tower entry points: the one pipeline above, kept under their names
 
 
-def pretrain_cloze(cfg: Any, args: Any, masking: Any = None, model_overrides: dict[str, Any] | None = None) -> Path:
+def pretrain_cloze(cfg: Any, args: Any, masking: Any = None, model_overrides: dict[str, Any] | None = None) -> PretrainResult:
     """`pretrain` for --system cloze | bilm | cloze-bilm (kept for callers of the earlier API)."""
     cfg.__post_init__()
     if cfg.system not in CLOZE_SYSTEMS:
@@ -868,6 +887,6 @@ class _CallableModule(types.ModuleType):
 
 sys.modules[__name__].__class__ = _CallableModule
 
-__all__ = ["uses_static_masks", "pretrain"]
+__all__ = ["PretrainResult", "uses_static_masks", "pretrain"]
 
 __getattr__ = _aliases.getter(__name__)

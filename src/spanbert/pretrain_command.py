@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +34,7 @@ from spanbert.families import FAMILIES
 from spanbert.masking import MaskingConfig
 from spanbert.microbatch import AUTO, planned_batch_size
 from spanbert.precision import precision_text
-from spanbert.pretrain import _looks_preprocessed, apply_batching, check_sources, pretrain
+from spanbert.pretrain import PretrainResult, _looks_preprocessed, apply_batching, check_sources, pretrain
 from spanbert.pretrain_config import (
     LEAVES_QUICKSTART,
     PRETRAIN_DEFAULTS,
@@ -220,24 +219,11 @@ def scale_warmup(
     return dataclasses.replace(targs, warmup_steps=warmup), note
 
 
-@dataclass
-class PretrainResult:
-    """What `spanbert.pretrain(...)` returns: the exported model and the run's final metrics."""
-
-    model_dir: Path
-    """The exported model folder (``output_dir/final``): a HuggingFace BERT layout (or the family's),
-    with its tokenizer; give it to ``spanbert.Encoder.from_pretrained`` or ``tasks.finetune(model=...)``."""
-    output_dir: Path
-    """The run folder: checkpoints, logs, the run's settings."""
-    metrics: dict[str, float]
-    """The exported model's ``train_metrics.json`` (the last training losses, the held-out evaluation)."""
-
-
-def run_pretraining(c: Configured, input_files: list[str] | None = None) -> Path:
+def run_pretraining(c: Configured, input_files: list[str] | None = None) -> PretrainResult:
     """The job of `spanbert pretrain` and of `spanbert.pretrain(...)`, once `configure` has decided its
     settings: the output contract, the thread count, the first line, the time budget or the warm-up scaled
     to a shortened run, then `pretrain`. ``input_files``: paths besides the run's inputs the output folder
-    must not be (the --config file). Returns the exported model's folder."""
+    must not be (the --config file). Returns the run's `PretrainResult`."""
     cfg, targs, masking, named = c.cfg, c.targs, c.masking, c.named
     # the output contract, as soon as the folder is known: before any work; the output apart from every
     # path the run reads (the corpus, a tokenizer, an --init_from model, the --config file)
@@ -281,17 +267,14 @@ def pretrain_from_keywords(**options: Any) -> PretrainResult:
     The same presets as the command line (no corpus, model or ``init_from``: the quick start), the same
     checks and the same job; an unknown keyword or a value of the wrong type is one `SpanBertError` naming
     the keyword."""
-    final = run_pretraining(configure(keyword_values(options)))
-    metrics_file = final / "train_metrics.json"
-    metrics = json.loads(metrics_file.read_text()) if metrics_file.is_file() else {}
-    return PretrainResult(final, final.parent, metrics)
+    return run_pretraining(configure(keyword_values(options)))
 
 
 def main(argv: list[str], prog: str = "spanbert pretrain") -> int:
     p = pretrain_parser(prog, PRETRAIN_DEFAULTS, {})
     args = p.parse_args(argv)
     c = configure(named_values(args))  # the YAML file read once, here
-    final = run_pretraining(c, input_paths(args, ("config",)))
+    final = run_pretraining(c, input_paths(args, ("config",))).model_dir
     cfg = c.cfg
     if final.exists():
         system = system_of(cfg)

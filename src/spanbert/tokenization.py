@@ -931,18 +931,24 @@ def main(argv: list[str], prog: str = "spanbert tokenizer") -> int:
     p.add_argument("--lowercase", action="store_true", help="train an uncased vocabulary (default: cased)")
     p.add_argument("--disable_tqdm", "--disable-tqdm", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
+    train_tokenizer_folder(args.corpus, args.vocab_size, args.output_dir, min_frequency=args.min_frequency,
+                           limit_alphabet=args.limit_alphabet, lowercase=args.lowercase,
+                           progress=not args.disable_tqdm, prog=f"{prog} train")  # fmt: skip
+    return 0
+
+
+def train_tokenizer_folder(
+    corpus: Sequence[str | os.PathLike], vocab_size: int, output_dir: str | os.PathLike, *, min_frequency: int = 2,
+    limit_alphabet: int = 1000, lowercase: bool = False, progress: bool = True, prog: str = "spanbert tokenizer train",
+) -> Tokenizer:  # fmt: skip
+    """What ``spanbert tokenizer train`` does (``prog`` names it in the folder's manifest), from Python: the
+    vocabulary trained on ``corpus`` (`train_tokenizer`) into a folder of its own, refused first when that
+    folder is another command's or lies in the corpus; returns the tokenizer."""
     # before any work: a vocabulary folder of this command's (its manifest) or a new one, apart from the
     # corpus (inside a corpus folder it would be read back as a document), then held while it is written
-    check_output(args.output_dir, folder=True, owner="tokenizer", inputs=input_paths(args, ("corpus",)))
-    with folders.Claim(args.output_dir, "tokenizer", f"{prog} train"):
-        tok = train_tokenizer(
-            args.corpus,
-            args.vocab_size,
-            args.output_dir,
-            min_frequency=args.min_frequency,
-            limit_alphabet=args.limit_alphabet,
-            lowercase=args.lowercase,
-            show_progress=not args.disable_tqdm,
-        )
-    print0(f"wrote {tok.vocab_size} tokens to {args.output_dir} (vocab.txt, tokenizer.json, tokenizer_config.json)")
-    return 0
+    check_output(output_dir, folder=True, owner="tokenizer", inputs=input_paths({"corpus": list(corpus)}, ("corpus",)))
+    with folders.Claim(output_dir, "tokenizer", prog):
+        tok = train_tokenizer(corpus, vocab_size, output_dir, min_frequency=min_frequency,
+                              limit_alphabet=limit_alphabet, lowercase=lowercase, show_progress=progress)  # fmt: skip
+    print0(f"wrote {tok.vocab_size} tokens to {output_dir} (vocab.txt, tokenizer.json, tokenizer_config.json)")
+    return tok

@@ -1,6 +1,7 @@
 """The cells of a study: planning them (every pre-training cell, then every system x task x learning
-rate x seed (x fold) fine-tuning cell), running them in this process (pre-training through the CLI's
-dispatch, fine-tuning through the task API, `spanbert.tasks`, which returns its `Results`), and what
+rate x seed (x fold) fine-tuning cell), running them in this process (pre-training through
+`spanbert.pretrain`, which returns its `PretrainResult`, fine-tuning through the task API, `spanbert.tasks`,
+which returns its `Results`), and what
 makes a study resumable and shardable.
 
 A cell is finished when its marker exists (`cell.json` for pre-training, `result.json` for
@@ -18,13 +19,17 @@ import fcntl
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from spanbert import distributed, folders
+from spanbert import distributed, folders, threads
 from spanbert.corpus import is_preprocessed, tokenizer_dir_of
 from spanbert.errors import SpanBertError
+from spanbert.preprocess import preprocess_folder
+from spanbert.pretrain import PretrainResult
+from spanbert.pretrain_command import pretrain_from_keywords
 from spanbert.pretrain_config import SYSTEM_PRESETS
 from spanbert.runs import latest_checkpoint, resume_state
 from spanbert.study.heldout import dev_restriction, heldout_plan, score_heldout, split_dev, study_is_legacy
@@ -39,11 +44,12 @@ from spanbert.study.layout import (
     shared_dir,
 )
 from spanbert.study.pace import pace_of, stage_of
-from spanbert.study.runner import in_log, run_command
+from spanbert.study.runner import in_log
 from spanbert.study.spec import Study, StudyTask, SystemSpec, subtask_options
 from spanbert.tasks import TASKS
 from spanbert.tasks import run as run_task
 from spanbert.tasks.spec import options_argv
+from spanbert.tokenization import train_tokenizer_folder
 from spanbert.utils import atomic_write, progress_bar, write_json
 
 
@@ -74,7 +80,7 @@ def plan(study: Study) -> list[Cell]:
                 **({} if k is None else {"seed": k}),  # absent: the argv of studies of one pre-training run
             }
             argv = ["pretrain", *options_argv(opts)]
-            cells.append(Cell("pretrain", s.name, pretrain_dir(study, s, k), argv, pretrain_seed=k))
+            cells.append(Cell("pretrain", s.name, pretrain_dir(study, s, k), argv, options=opts, pretrain_seed=k))
     for s in study.systems:
         for k in pretrain_seeds_of(study, s):
             for t in study.tasks:
@@ -185,7 +191,7 @@ def _prepare_shared(study: Study) -> None:
     needs_candidates = sorted(
         {k for s in study.systems if not s.checkpoint for k in candidate_kinds(s)}
     )
-    steps: list[tuple[str, list[str]]] = []
+    steps: list[tuple[str, str, Callable[[], Any]]] = []  # (name, its command line for the log, the call)
     corpus = Path(study.corpus)
     if is_preprocessed(corpus):
         tok = study.tokenizer or str(tokenizer_dir_of(corpus))
@@ -207,19 +213,23 @@ def _prepare_shared(study: Study) -> None:
     if not tok:
         tok = str(shared / "tokenizer")
         if not (Path(tok) / "vocab.txt").is_file():
-            steps.append(("tokenizer", ["tokenizer", "train", "--corpus", study.corpus, "--vocab_size",
-                                        str(study.vocab_size), "--output_dir", tok, "--disable_tqdm"]))  # fmt: skip
-    pre = ["preprocess", "--corpus", study.corpus, "--tokenizer", tok, "--output_dir", str(shared / "corpus"), "--quiet"]
-    if needs_candidates:
-        pre += ["--candidates", ",".join(needs_candidates)]
-    steps.append(("preprocess", pre))
+            steps.append(("tokenizer", f"tokenizer train --corpus {study.corpus} --vocab_size {study.vocab_size} "
+                          f"--output_dir {tok} --disable_tqdm",
+                          lambda: train_tokenizer_folder([study.corpus], study.vocab_size, tok, progress=False)))  # fmt: skip
+    candidates = ",".join(needs_candidates)
+    steps.append(("preprocess", f"preprocess --corpus {study.corpus} --tokenizer {tok} --output_dir {shared / 'corpus'} "
+                  f"--quiet{f' --candidates {candidates}' if candidates else ''}",
+                  lambda: preprocess_folder([study.corpus], tok, shared / "corpus", candidates=candidates, progress=False)))  # fmt: skip
     seconds = {}  # each step's wall time: the data stage of the summary's stage table
-    for name, argv in steps:
-        distributed.print0(f"study: {name} (log: {shared / (name + '.log')})")
+    for name, command, call in steps:
+        log = shared / f"{name}.log"
+        distributed.print0(f"study: {name} (log: {log})")
         t0 = time.perf_counter()
-        code, last = run_command(argv, shared / f"{name}.log")
-        if code != 0:
-            raise SpanBertError(f"study: the shared {name} step failed ({last}); see {shared / (name + '.log')}")
+        try:
+            with in_log(log, f"spanbert {command}"):
+                call()
+        except SpanBertError as e:
+            raise SpanBertError(f"study: the shared {name} step failed ({e}); see {log}") from None
         seconds[name] = time.perf_counter() - t0
     with atomic_write(done) as f:
         f.write(json.dumps({"corpus": study.corpus, "tokenizer": tok, "settings": wanted, "seconds": seconds}) + "\n")
@@ -239,18 +249,33 @@ def run_finetune(task: str, options: dict[str, Any], log: Path) -> Any:
         return run_task(task, "finetune", options)
 
 
+def run_pretrain(options: dict[str, Any], log: Path) -> PretrainResult:
+    """`spanbert.pretrain` with ``options`` (those of ``spanbert pretrain``, by name) in this process, its
+    output in ``log``: the `PretrainResult` it returns. The CPU threads are set as the command line sets
+    them (``threads``; unset: the cores other processes leave free). A failure is one `SpanBertError` line
+    (the log has the rest)."""
+    count = options.get("threads")
+    threads.configure(int(count) if isinstance(count, int) and not isinstance(count, bool) else 0)
+    with in_log(log, f"spanbert pretrain {' '.join(options_argv(options))}"):
+        return pretrain_from_keywords(**options)
+
+
 def run_cell(cell: Cell, study: Study, allow_long_run: bool = False) -> None:
     """Run one unfinished cell; a pre-training cell killed earlier resumes from its checkpoint."""
-    argv = list(cell.argv)
+    argv = list(cell.argv)  # the cell's identity, kept in its marker: what the options mean on the command line
     argv += ["--output_dir", str(cell.dir)] + (["--allow_long_run"] if allow_long_run else [])
+    extra: dict[str, Any] = {"output_dir": str(cell.dir), **({"allow_long_run": True} if allow_long_run else {})}
     if cell.kind == "pretrain":
         resumable = distributed.on_main(lambda: latest_checkpoint(cell.dir) is not None)
         if resumable:
             argv.append("--resume")
+            extra["resume"] = True
         elif cell.dir.exists():
             argv += ["--overwrite_output_dir", "true"]
+            extra["overwrite_output_dir"] = True
     elif cell.dir.exists():
         argv += ["--overwrite_output_dir", "true"]  # a fine-tuning cell killed midway starts over
+        extra["overwrite_output_dir"] = True
     # the cell's folder is a run folder (its manifest) before the study writes the cell's log into it: the
     # cell's command then finds an earlier output of its own kind, never a folder of other files
     distributed.on_main(lambda: folders.claim_manifest(cell.dir, "run", "spanbert study"))
@@ -259,9 +284,10 @@ def run_cell(cell: Cell, study: Study, allow_long_run: bool = False) -> None:
     if cell.kind == "pretrain":
         # a resumed cell's time goes on from what its checkpoint recorded: the stage's time as if never killed
         before = distributed.on_main(lambda: resume_state(cell.dir).get("train_seconds", 0.0)) if resumable else 0.0
-        code, last = run_command(argv, log)
-        if code != 0:
-            raise SpanBertError(f"study: cell '{cell.label}' failed (exit {code}): {last}; its log: {log}")
+        try:
+            run_pretrain({**cell.options, **extra}, log)
+        except SpanBertError as e:
+            raise SpanBertError(f"study: cell '{cell.label}' failed: {e}; its log: {log}") from None
         info = {"system": cell.system, "seconds": before + time.perf_counter() - t0, "steps": study.pretrain_steps,
                 "budget_tokens": study.budget_tokens, "argv": argv,
                 **({} if cell.pretrain_seed is None else {"pretrain_seed": cell.pretrain_seed})}  # fmt: skip
@@ -269,8 +295,6 @@ def run_cell(cell: Cell, study: Study, allow_long_run: bool = False) -> None:
             info["seconds_before_resume"] = before
     else:
         task = next(t for t in study.tasks if t.name == cell.task)
-        extra = {"output_dir": str(cell.dir), **({"allow_long_run": True} if allow_long_run else {}),
-                 **({"overwrite_output_dir": True} if "--overwrite_output_dir" in argv else {})}  # fmt: skip
         try:
             results = run_finetune(task.task, {**cell.options, **extra}, log)
         except SpanBertError as e:

@@ -33,8 +33,8 @@ class Cell:
     seed: int = 0
     fold: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
-    """A fine-tuning cell's options for `spanbert.tasks.finetune` (``argv`` is their command line: the
-    cell's identity, kept in its marker)."""
+    """The cell's options for `spanbert.pretrain` or `spanbert.tasks.finetune` (``argv`` is their command
+    line: the cell's identity, kept in its marker)."""
     pretrain_seed: int | None = None
     """The pre-training seed of the checkpoint (None: the study has one pre-training run per system)."""
     pending: bool = False

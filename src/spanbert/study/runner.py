@@ -1,6 +1,6 @@
-"""Running a study's work in this process with its output in a log: a task action through the Python
-API (`spanbert.tasks`), or another `spanbert` command (pre-training, the tokenizer, preprocessing)
-through the CLI's dispatch; and the study's own small files written atomically.
+"""Running a study's work in this process with its output in a log (`in_log`: a task action through the
+Python API, `spanbert.tasks`; pre-training, the tokenizer and preprocessing through their Python entries);
+and the study's own small files written atomically.
 
 Values come back as return values (`spanbert.tasks.Results`); a log is written for the reader, never
 read back for a number.
@@ -14,7 +14,7 @@ import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
-from spanbert import cli, distributed, folders
+from spanbert import distributed, folders
 from spanbert.errors import SpanBertError
 from spanbert.utils import atomic_write
 
@@ -40,17 +40,6 @@ def in_log(log: Path, title: str) -> Iterator[None]:
             traceback.print_exc()
             print(f"error: {type(e).__name__}: {e}", flush=True)
             raise SpanBertError(f"{type(e).__name__}: {e}") from None
-
-
-def run_command(argv: list[str], log: Path) -> tuple[int, str]:
-    """Run one `spanbert` command (not a task action: those go through `spanbert.tasks`) in this process
-    with its output in ``log``; (exit code, the error line or "")."""
-    try:
-        with in_log(log, f"spanbert {' '.join(argv)}"):
-            code = cli.run(argv)  # not cli.main: that would also leave the process group
-    except SpanBertError as e:
-        return 2, f"error: {e}"
-    return code, ""
 
 
 def write_csv(path: Path, rows: list[list[str]]) -> None:

@@ -18,7 +18,6 @@ import dataclasses
 import json
 import math
 import os
-import re
 import shutil
 import statistics
 import time
@@ -32,10 +31,9 @@ from spanbert import threads
 from spanbert.corpus import is_preprocessed
 from spanbert.errors import SpanBertError
 from spanbert.preprocess import preprocess, uncompressed_size  # noqa: F401 - uncompressed_size: its name here too
-from spanbert.study.cells import candidate_kinds, plan, prepare_folds, run_finetune
+from spanbert.study.cells import candidate_kinds, plan, prepare_folds, run_finetune, run_pretrain
 from spanbert.study.heldout import heldout_plan, score_heldout, split_dev
 from spanbert.study.layout import shared_dir
-from spanbert.study.runner import run_command
 from spanbert.study.spec import Study, StudyTask, is_random_init
 from spanbert.tasks import TASKS
 from spanbert.threads import load_mark, others_since
@@ -245,12 +243,6 @@ def step_seconds(durations: list[float]) -> float:
     return sum(rest) / len(rest)
 
 
-def _held_out_blocks(log: Path) -> int:
-    """The held-out blocks a pre-training run evaluated on, from its first line ("..., N held out")."""
-    match = re.search(r"([\d,]+) held out", log.read_text(errors="replace")) if log.is_file() else None
-    return int(match.group(1).replace(",", "")) if match else 0
-
-
 def _save_seconds(run: Path, tmp: Path) -> float:
     """A checkpoint's cost, measured by writing the trial's training state again (what every save writes:
     the model, the optimizer's moments, the RNG states), flushed to disk."""
@@ -266,18 +258,6 @@ def _save_seconds(run: Path, tmp: Path) -> float:
     seconds = _since(t0)
     (tmp / "save-trial.pt").unlink()
     return seconds
-
-
-def _with(argv: list[str], **values: object) -> list[str]:
-    """``argv`` with each ``--key`` set to ``value`` (replaced where given, else appended)."""
-    argv = list(argv)
-    for key, value in values.items():
-        flag = f"--{key}"
-        if flag in argv:
-            argv[argv.index(flag) + 1] = str(value)
-        else:
-            argv += [flag, str(value)]
-    return argv
 
 
 def trial_threads() -> tuple[int, int]:
@@ -310,17 +290,18 @@ def trial_pretraining(study: Study, tmp_study: Study, corpus: str, steps: int, t
             if r and is_random_init(system):
                 continue  # nothing trains: its export, timed once
             run = Path(cell.dir) if r == 0 else Path(f"{cell.dir}-round{r + 1}")
-            argv = _with(cell.argv, corpus=corpus, output_dir=run)
+            options = {**cell.options, "corpus": corpus, "output_dir": str(run)}
             if not is_random_init(system):
-                argv = _with(argv, max_steps=steps + 1, save_steps=steps + 1, eval_steps=0, logging_steps=1)
+                options.update(max_steps=steps + 1, save_steps=steps + 1, eval_steps=0, logging_steps=1)
             log = tmp / f"pretrain-{cell.system}{'' if r == 0 else f'-round{r + 1}'}.log"
             mark = load_mark()
             t0 = time.perf_counter()
-            code, last = run_command(argv, log)
+            try:
+                result = run_pretrain(options, log)
+            except SpanBertError as e:
+                raise SpanBertError(f"study: the trial of {cell.label} failed: {e}; run without --trial_steps") from None
             wall = _since(t0)
             others = others_since(mark)
-            if code != 0:
-                raise SpanBertError(f"study: the trial of {cell.label} failed: {last}; run without --trial_steps")
             if is_random_init(system):
                 out[cell.system] = PretrainTimings(cell.system, random_init=True, wall_s=wall, others=[others])
                 continue
@@ -340,7 +321,7 @@ def trial_pretraining(study: Study, tmp_study: Study, corpus: str, steps: int, t
             used, idle = trial_threads()
             out[cell.system] = PretrainTimings(
                 cell.system, wall_s=wall, steps=len(durations), step_s=step_s,
-                eval_s=evals[-1] if evals else None, eval_blocks=_held_out_blocks(log),
+                eval_s=evals[-1] if evals else None, eval_blocks=result.held_out_blocks,
                 save_s=_save_seconds(run, tmp), round_step_s=[step_s], others=[others],
                 threads=used, idle_threads=idle,
             )  # fmt: skip
