@@ -188,7 +188,7 @@ def test_every_commands_help_imports_no_torch_and_no_task(argv):
     assert not seen["dynamo"] and not seen["torch"] and seen["tasks"] == [], seen
 
 
-@pytest.mark.parametrize("task", ["squad", "tacred", "glue", "ner", "coref", "swag", "parse"])
+@pytest.mark.parametrize("task", ["squad", "tacred", "glue", "ner", "coref", "swag", "parse", "probe"])
 def test_a_tasks_help_loads_no_dynamo_and_no_other_task(task):
     # a task whose options are classes (the registry's _OPTIONS) loads only their module, and no torch; a task
     # that still parses its own argv loads its module, which loads torch; never torch._dynamo, nor another task

@@ -260,13 +260,16 @@ def main(task: str, action: str, argv: Sequence[str]) -> int:
     return 0
 
 
-def build_parser(cls: type, prog: str, description: str, given: Mapping[str, Any] | None = None) -> ArgumentParser:
+def build_parser(cls: type, prog: str, description: str, given: Mapping[str, Any] | None = None,
+                 epilog: str = "") -> ArgumentParser:  # fmt: skip
     """The parser of a command whose options are ``cls``: one ``--field`` per field (help from its
     docstring), the nested classes' fields in a group each, and ``--config FILE`` and ``key=value`` when
     ``cls`` has nested fields. ``given``: the options named so far (``--model``, ``--task``), whose defaults
-    ``--help`` shows (`nested_defaults`)."""
+    ``--help`` shows (`nested_defaults`). ``epilog``: text after the options (examples), as written."""
     names(cls)  # every option once
     parser = ArgumentParser(prog=prog, description=description)
+    if epilog:
+        parser.epilog, parser.formatter_class = epilog, argparse.RawDescriptionHelpFormatter
     docs = field_docs(cls)
     hints = type_hints(cls)
     inherited = {f.name for base in cls.__mro__[1:] if dataclasses.is_dataclass(base) for f in fields(base)}
@@ -322,12 +325,12 @@ def _converter(tp: Any) -> Callable[[str], Any]:
     return convert
 
 
-def parse(cls: type[T], argv: Sequence[str], prog: str, description: str) -> T:
+def parse(cls: type[T], argv: Sequence[str], prog: str, description: str, epilog: str = "") -> T:
     """The options of one command line: ``argv`` parsed (``--help`` prints the usage and exits, as any
     command's), the ``--config`` YAML applied under the flags, the nested classes built over the task's
     and the family's defaults. A mistake is one `SpanBertError` naming the flag."""
     argv = list(argv)
-    parser = build_parser(cls, prog, description, _given(cls, argv))
+    parser = build_parser(cls, prog, description, _given(cls, argv), epilog)
     classes = [_type_of(f) for f in _nested(cls)]
     args = parse_args_with_config(parser, argv, classes) if classes else parser.parse_args(argv)
     overrides = list(getattr(args, "overrides", None) or [])

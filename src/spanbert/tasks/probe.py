@@ -21,7 +21,6 @@ evaluate probe` scores a labelled file with it; `spanbert probe` runs the whole 
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
@@ -37,24 +36,27 @@ from torch import Tensor, nn
 
 from spanbert import distributed
 from spanbert.checkpoints import save_checkpoint
-from spanbert.config import add_dataclass_arguments, dataclass_from_args
 from spanbert.distributed import eprint0, is_main, print0, resolve_device
 from spanbert.dropout import Dropout
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics.resample import STATS_FILE, write_example_stats
 from spanbert.microbatch import planned_batch_size
 from spanbert.tasks.classification import label_config, labels_from_config
-from spanbert.tasks.command_line import (
-    add_inference_arguments,
-    add_predict_arguments,
-    add_sequence_length_argument,
-    task_parser,
-)
-from spanbert.tasks.finetuning import finetune_command
+from spanbert.tasks.command_line import SEQ_LENGTH
+from spanbert.tasks.finetuning import finetune_options
 from spanbert.tasks.layers import ScalarMix
 from spanbert.tasks.ner_features import encoder_fingerprint
+from spanbert.tasks.options import one_of
 from spanbert.tasks.probe_data import Context, carve_dev, label_list, n_targets, read_probe, subsample
-from spanbert.tasks.probe_features import DTYPES, ProbeFeatures, cached_features, default_cache
+from spanbert.tasks.probe_features import ProbeFeatures, cached_features, default_cache
+from spanbert.tasks.probe_options import (
+    ACTIONS,
+    DEFAULTS,  # noqa: F401  (importable from here, as before)
+    ProbeConfig,
+    ProbeEvaluate,
+    ProbeFinetune,
+    ProbePredict,
+)
 from spanbert.tasks.probe_sets import DATA_SEED, NAMES, PROBE_SETS, canonical
 from spanbert.tasks.ranks import predict_sharded, seeded_model, start_distributed, write_once
 from spanbert.tasks.scores import match_by_id, warn_unseen
@@ -66,62 +68,8 @@ from spanbert.utils import atomic_write, write_json
 MODEL_TYPE = "spanbert-probe"
 """``model_type`` of a saved probe's config.json: a head whose encoder is another folder."""
 
-LAYERS = ("all", "0")
-POOLINGS = ("attention", "endpoints")
 THRESHOLD = 0.5
 """A label is predicted where its sigmoid exceeds this (the paper's micro F1 is at 0.5)."""
-
-
-@dataclasses.dataclass
-class ProbeConfig:
-    """Options of a span probe (`spanbert finetune probe`)."""
-
-    layers: str = "all"
-    """all: a learned scalar mix of the encoder's num_layers + 1 hidden states (ELMo's, as the paper); 0: hidden state 0 alone, the embeddings' output (token and position, no context: the paper's lexical baseline)."""
-    pooling: str = "attention"
-    """A span's sub-word states to one vector: attention (self-attentive pooling, Lee et al. 2017, as the paper) or endpoints (its first and last sub-word, concatenated)."""
-    projection_dim: int = 256
-    """Width of the per-span projection before pooling (the paper: 256)."""
-    mlp_hidden_size: int = 256
-    """Hidden units of the classifier MLP (the paper: 256; tanh, LayerNorm, dropout)."""
-    head_dropout: float = 0.3
-    """Dropout in the classifier MLP (jiant's edge-probing setting: 0.3)."""
-    max_train_examples: int | None = None
-    """Training targets: a fixed subsample drawn with --data_seed; default: the probe's (docs/probes.md); 0: all."""
-    max_eval_examples: int | None = None
-    """Dev targets, and the test targets `spanbert evaluate probe` scores by default: a fixed subsample; default: the probe's; 0: all."""
-    data_seed: int = DATA_SEED
-    """Seed of the subsamples, apart from --seed (the probe's initialisation and order), so that every encoder and every training seed is probed on the same targets."""
-    features_cache: str = ""
-    """Folder of the cached encoder features (one store per encoder and data; every run reuses it). Empty: $XDG_CACHE_HOME/spanbert/probe_features (~/.cache/spanbert/probe_features)."""
-    feature_dtype: str = "float16"
-    """Storage type of the cached hidden states: float16 (half the disk and memory) or float32."""
-    extract_batch_size: int = 32
-    """Texts per encoder batch when the features are computed."""
-
-    def __post_init__(self) -> None:
-        for name, choices in (("layers", LAYERS), ("pooling", POOLINGS), ("feature_dtype", DTYPES)):
-            if str(getattr(self, name)) not in choices:
-                raise SpanBertError(f"--{name}: found {getattr(self, name)!r}, expected one of: {', '.join(choices)}")
-        self.layers = str(self.layers)
-        for name in ("max_train_examples", "max_eval_examples"):
-            value = getattr(self, name)
-            if value is not None and value < 0:
-                raise SpanBertError(f"--{name}: found {value}, expected a positive number of targets (0: all)")
-        for name in ("projection_dim", "mlp_hidden_size", "extract_batch_size"):
-            if getattr(self, name) < 1:
-                raise SpanBertError(f"--{name}: found {getattr(self, name)}, expected a positive integer")
-        if not 0.0 <= self.head_dropout < 1.0:
-            raise SpanBertError(f"--head_dropout: found {self.head_dropout}, expected a rate in [0, 1)")
-
-
-DEFAULTS = dict(output_dir="runs/probe", learning_rate=1e-3, per_device_train_batch_size=32, num_train_epochs=10.0,
-                warmup_ratio=0.0, weight_decay=0.0, evals_per_epoch=1, metric_for_best_model="f1", greater_is_better=True,
-                save_steps=0, save_total_limit=1, precision="fp32")  # fmt: skip
-"""The probe's training (docs/probes.md, "Training"): Adam(W) without weight decay at batch 32, as the paper,
-at 1e-3 for 10 epochs of the 2,000-target subsample (the paper: 1e-4, halved on plateaus, over up to 250 k
-steps); one dev evaluation an epoch, the best epoch kept; float32 (a probe's matrices are too small for
-bf16 to be faster, and its scores stay the same on every CPU)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -503,101 +451,52 @@ def _canonical_probe(value: str) -> str:
     return name
 
 
-def _probe_option(parser: argparse.ArgumentParser, required: bool) -> None:
-    listing = "; ".join(f"{p.name}: {p.description}" for p in PROBE_SETS.values())
-    parser.add_argument("--probe", required=required, help=f"which probe ({listing})" + (
-        "" if required else "; default: the one the model folder holds"))  # fmt: skip
-
-
-def _finetune(task: str, argv: list[str], prog: str) -> Results:
+def _finetune(task: str, opts: ProbeFinetune) -> Results:
     """``spanbert finetune probe --probe NAME ...``."""
+    opts.probe = _canonical_probe(opts.probe)  # before any output is checked or data read
+    if opts.sweep:
+        raise SpanBertError("--sweep: a probe has no grid of its own here; pass --learning_rate once per run "
+                            "(a study's learning_rates: grid)")  # fmt: skip
 
-    def add_options(parser: argparse.ArgumentParser) -> None:
-        _probe_option(parser, required=True)
-        parser.add_argument("--train_file", "--train", dest="train", required=True,
-                            help="the probe's training data: " + "; ".join(f"{p.name}: {p.data}" for p in PROBE_SETS.values()))  # fmt: skip
-        parser.add_argument("--validation_file", "--dev", dest="dev", required=True,
-                            help="dev data: the best epoch is kept by its micro F1; the training file itself for "
-                            "a data set without dev (SemEval): a fixed 10%% of it is carved out as dev")  # fmt: skip
-        add_sequence_length_argument(
-            parser, "tokens of an encoder input (a longer text is cut to a window around its targets)"
-        )
-        add_dataclass_arguments(parser.add_argument_group("probe"), ProbeConfig)
+    def run_one(targs: Any) -> dict[str, Any]:
+        return finetune_probe(opts.model, opts.probe, opts.train_file, opts.validation_file, targs, opts.probe_config,
+                              opts.tokenizer, opts.max_seq_length)  # fmt: skip
 
-    config: dict[str, Any] = {}
-
-    def check(args: argparse.Namespace) -> None:  # before any output is checked or data read
-        args.probe = _canonical_probe(args.probe)
-        if args.sweep:
-            raise SpanBertError("--sweep: a probe has no grid of its own here; pass --learning_rate once per run "
-                                "(a study's learning_rates: grid)")  # fmt: skip
-        config["probe"] = dataclass_from_args(ProbeConfig, args)
-
-    def run_one(args: argparse.Namespace, targs: Any) -> dict[str, Any]:
-        return finetune_probe(args.model, args.probe, args.train, args.dev, targs, config["probe"], args.tokenizer,
-                              args.max_seq_length)  # fmt: skip
-
-    return finetune_command(prog, __doc__, argv, add_options, DEFAULTS, run_one, metric="f1", configs=[ProbeConfig],
-                            check=check)  # fmt: skip
+    return finetune_options(opts, run_one, "f1", f"spanbert finetune {task}", seq_length=SEQ_LENGTH)
 
 
-def _scoring_parser(prog: str) -> argparse.ArgumentParser:
-    parser = task_parser(prog, __doc__)
-    _probe_option(parser, required=False)
-    parser.add_argument("--data", required=True, help="labelled data in the probe's format (a test file)")
-    parser.add_argument("--max_examples", type=int, default=None, metavar="N",
-                        help="targets of the fixed subsample scored (default: the dev size of the probe's run, "
-                        "spanbert finetune probe --max_eval_examples; 0: all)")  # fmt: skip
-    parser.add_argument("--features_cache", default=None, help="folder of the cached encoder features (default: "
-                        "the one the probe's training run used)")  # fmt: skip
-    return parser
-
-
-def _predict(task: str, argv: list[str], prog: str) -> Path:
+def _predict(task: str, opts: ProbePredict) -> Path:
     """``spanbert predict probe --model RUN --data FILE --output PRED.jsonl``."""
-    parser = _scoring_parser(prog)
-    add_predict_arguments(parser, "folder saved by `spanbert finetune probe`", "JSON lines to write: one per target "
-                          "(id, target, spans, gold, predicted)", "targets")  # fmt: skip
-    args = parser.parse_args(argv)
-    model, labels, settings = load_probe(args.model, "cpu")
-    start_distributed(args.device)
-    contexts, features = probe_data(args.model, args.data, args.probe, args.max_examples, args.features_cache, settings,
-                                    args.batch_size, args.device, not args.disable_tqdm)  # fmt: skip
-    model.to(resolve_device(args.device))
-    pred = predict_labels(model, features, settings["states"], labels, args.batch_size, not args.disable_tqdm)
-    write_once(lambda: write_predictions(args.output, contexts, pred))
-    print0(f"wrote the predicted labels of {len(pred)} targets to {args.output}")
-    return Path(args.output)
+    model, labels, settings = load_probe(opts.model, "cpu")
+    start_distributed(opts.device)
+    contexts, features = probe_data(opts.model, opts.data, opts.probe, opts.max_examples, opts.features_cache, settings,
+                                    opts.batch_size, opts.device, not opts.disable_tqdm)  # fmt: skip
+    model.to(resolve_device(opts.device))
+    pred = predict_labels(model, features, settings["states"], labels, opts.batch_size, not opts.disable_tqdm)
+    write_once(lambda: write_predictions(opts.output, contexts, pred))
+    print0(f"wrote the predicted labels of {len(pred)} targets to {opts.output}")
+    return Path(opts.output)
 
 
-def _evaluate(task: str, argv: list[str], prog: str) -> Results:
+def _evaluate(task: str, opts: ProbeEvaluate) -> Results:
     """``spanbert evaluate probe --model RUN --data TEST [--example_stats FILE]`` (or ``--predictions``)."""
-    parser = _scoring_parser(prog)
-    group = parser.add_mutually_exclusive_group(required=True)
-    group.add_argument("--model", help="folder saved by `spanbert finetune probe`: predict, then score")
-    group.add_argument("--predictions", help="file written by `spanbert predict probe` (needs --probe)")
-    parser.add_argument("--example_stats", default=None, metavar="FILE",
-                        help="also write per-example statistics (one row a text: true positives, predicted labels, "
-                        "gold labels) for resampled intervals (spanbert.metrics.resample)")  # fmt: skip
-    add_inference_arguments(parser, "targets", with_model=True)
-    args = parser.parse_args(argv)
-    if args.model:
-        model, labels, settings = load_probe(args.model, "cpu")
-        start_distributed(args.device)
-        contexts, features = probe_data(args.model, args.data, args.probe, args.max_examples, args.features_cache,
-                                        settings, args.batch_size, args.device, not args.disable_tqdm)  # fmt: skip
-        model.to(resolve_device(args.device))
-        pred = predict_labels(model, features, settings["states"], labels, args.batch_size, not args.disable_tqdm)
+    if one_of(opts, "model", "predictions") == "model":
+        model, labels, settings = load_probe(opts.model, "cpu")
+        start_distributed(opts.device)
+        contexts, features = probe_data(opts.model, opts.data, opts.probe, opts.max_examples, opts.features_cache,
+                                        settings, opts.batch_size, opts.device, not opts.disable_tqdm)  # fmt: skip
+        model.to(resolve_device(opts.device))
+        pred = predict_labels(model, features, settings["states"], labels, opts.batch_size, not opts.disable_tqdm)
         cut = int(features.cut_off.sum())
-        warn_unseen(args.data, [l for c in contexts for t in c.targets for l in t.labels], labels, "label",
-                    f"the training targets of {args.model}")  # fmt: skip
+        warn_unseen(opts.data, [l for c in contexts for t in c.targets for l in t.labels], labels, "label",
+                    f"the training targets of {opts.model}")  # fmt: skip
     else:
-        if args.probe is None:
+        if opts.probe is None:
             raise SpanBertError("--predictions: found no --probe, expected the probe whose predictions these are")
-        contexts = load_split(_canonical_probe(args.probe), args.data, args.max_examples, DATA_SEED)
-        pred, cut = read_predictions(args.predictions, contexts), 0
-    if args.example_stats:
-        write_once(lambda: write_example_stats(args.example_stats, "f1", example_rows(contexts, pred)))
+        contexts = load_split(_canonical_probe(opts.probe), opts.data, opts.max_examples, DATA_SEED)
+        pred, cut = read_predictions(opts.predictions, contexts), 0
+    if opts.example_stats:
+        write_once(lambda: write_example_stats(opts.example_stats, "f1", example_rows(contexts, pred)))
     scores = {**score(contexts, pred), "targets": len(pred), "contexts": len(contexts), "cut_off": cut}
     return Results(scores, "f1")
 
@@ -608,6 +507,6 @@ SPECS = {
         _evaluate, metric="f1", data="each probe's own files (docs/probes.md)", scores_test=True,
         configs=(("spanbert.tasks.probe", "ProbeConfig"),),
         subtasks=SubTasks(option="probe", key="probe", names=NAMES, canonical=canonical),
-        cache_option="features_cache", example_stats=True,
+        cache_option="features_cache", example_stats=True, options=ACTIONS,
     )
 }  # fmt: skip

@@ -18,12 +18,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from spanbert import distributed, folders, threads
-from spanbert.config import ArgumentParser
+from spanbert import distributed, folders
 from spanbert.errors import SpanBertError
 from spanbert.tasks import api
+from spanbert.tasks.options import build_parser, parse
+from spanbert.tasks.probe_options import ProbeRun
 from spanbert.tasks.probe_sets import NAMES, PROBE_SETS, canonical
-from spanbert.utils import atomic_write, check_output, output_folder, write_json
+from spanbert.utils import atomic_write, check_output, write_json
 
 ROWS = {"all": "all layers", "0": "layer 0"}
 """The rows of the table: ``--layers`` of each run, and what the table calls it."""
@@ -48,55 +49,8 @@ EXAMPLES = """examples:
 
 
 def probe_parser(prog: str = "spanbert probe") -> argparse.ArgumentParser:
-    """The options of `spanbert probe` (no torch: its ``--help``)."""
-    p = ArgumentParser(prog=prog, description=DESCRIPTION, epilog=EXAMPLES,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    p.add_argument("--model", required=True, help="the encoder folder (any family: a `spanbert pretrain` final/, "
-                   "an HF BERT folder)")  # fmt: skip
-    p.add_argument("--data_root", default="../shared/data", help="the folder holding conll2003/, ptb_sample/, "
-                   "semeval2010_task8/, gap_coreference/ and litbank_coref/ (default: ../shared/data)")  # fmt: skip
-    p.add_argument("--output_dir", type=output_folder, default=None, help="where the runs, the table and "
-                   "results.json go (default: runs/probe-NAME, NAME the model folder's, or its run's for final/)")  # fmt: skip
-    p.add_argument(
-        "--probes", default=",".join(NAMES), help=f"comma list of probes to run (default: all: {','.join(NAMES)})"
-    )
-    p.add_argument("--layers", default="all,0", help="comma list of rows: all (the scalar mix of every layer) "
-                   "and 0 (the embeddings' output alone) (default: all,0)")  # fmt: skip
-    p.add_argument("--learning_rate", type=float, default=None, help="the probes' rate (default: spanbert finetune "
-                   "probe's, 1e-3)")  # fmt: skip
-    p.add_argument("--num_train_epochs", type=float, default=None, help="epochs of each probe (default: 10)")
-    p.add_argument("--seed", type=int, default=None, help="the probes' initialisation and training order (the "
-                   "subsamples are fixed by --data_seed, not by this)")  # fmt: skip
-    p.add_argument("--data_seed", type=int, default=None, help="seed of the fixed subsamples (default: 2019, the "
-                   "same for every encoder)")  # fmt: skip
-    p.add_argument(
-        "--max_train_examples",
-        type=int,
-        default=None,
-        metavar="N",
-        help="training targets of each probe (default: the probe's own, docs/probes.md; 0: all)",
-    )
-    p.add_argument(
-        "--max_eval_examples",
-        type=int,
-        default=None,
-        metavar="N",
-        help="dev and test targets of each probe (default: the probe's own; 0: all)",
-    )
-    p.add_argument(
-        "--max_seq_length",
-        type=int,
-        default=None,
-        metavar="N",
-        help="tokens of an encoder input (default: 128, or the encoder's positions when fewer)",
-    )
-    p.add_argument("--features_cache", default=None, help="folder of the cached encoder features (default: "
-                   "$XDG_CACHE_HOME/spanbert/probe_features, shared with spanbert finetune probe)")  # fmt: skip
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (default: auto)")
-    p.add_argument("--overwrite_output_dir", action="store_true", help="redo the runs already finished in --output_dir")
-    p.add_argument("--disable_tqdm", action="store_true", help="hide the progress bars")
-    threads.add_option(p)
-    return p
+    """The parser of `spanbert probe` (no torch: its ``--help``): `ProbeRun`'s options, with the examples."""
+    return build_parser(ProbeRun, prog, DESCRIPTION, epilog=EXAMPLES)
 
 
 def _names(text: str, what: str, known: tuple[str, ...], spell: Any) -> list[str]:
@@ -128,26 +82,26 @@ def data_files(root: Path, names: list[str]) -> dict[str, tuple[Path, Path, Path
     return files  # type: ignore[return-value]
 
 
-def _options(args: argparse.Namespace) -> dict[str, Any]:
+def _options(opts: ProbeRun) -> dict[str, Any]:
     """The options every run of the set shares, as `spanbert finetune probe` names them (unset: its default)."""
     keys = ("learning_rate", "num_train_epochs", "seed", "data_seed", "max_train_examples", "max_eval_examples",
             "max_seq_length", "features_cache")  # fmt: skip
-    return {"device": args.device, "disable_tqdm": args.disable_tqdm,
-            **{k: getattr(args, k) for k in keys if getattr(args, k) is not None}}  # fmt: skip
+    return {"device": opts.device, "disable_tqdm": opts.disable_tqdm,
+            **{k: getattr(opts, k) for k in keys if getattr(opts, k) is not None}}  # fmt: skip
 
 
-def run_one(name: str, row: str, files: tuple[Path, Path, Path], args: argparse.Namespace, out: Path) -> dict[str, Any]:
+def run_one(name: str, row: str, files: tuple[Path, Path, Path], opts: ProbeRun, out: Path) -> dict[str, Any]:
     """One (probe, row): fine-tuned and scored on test, or read back when its test score is there."""
     cell = out / name / row
     done = cell / TEST_RESULTS
-    if done.is_file() and not args.overwrite_output_dir:
+    if done.is_file() and not opts.overwrite_output_dir:
         distributed.print0(f"{name} ({ROWS[row]}): finished before, kept ({cell}; --overwrite_output_dir redoes it)")
         return json.loads(done.read_text())
     t0 = time.perf_counter()
     train, dev, test = files
-    options = _options(args)
+    options = _options(opts)
     again = cell.exists()  # a run killed midway starts over
-    run = api.finetune("probe", model=args.model, train=train, dev=dev, output_dir=cell, probe=name, layers=row,
+    run = api.finetune("probe", model=opts.model, train=train, dev=dev, output_dir=cell, probe=name, layers=row,
                        **({"overwrite_output_dir": True} if again else {}), **options)  # fmt: skip
     scoring = {k: options[k] for k in ("device", "features_cache") if k in options}
     tested = api.score("probe", cell, test, probe=name, example_stats=str(cell / TEST_STATS), **scoring)
@@ -173,16 +127,16 @@ def table(model: str, results: list[dict[str, Any]], rows: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def next_steps(args: argparse.Namespace, out: Path) -> list[str]:
-    name = next(iter(_names(args.probes, "probes", NAMES, canonical)))
+def next_steps(opts: ProbeRun, out: Path) -> list[str]:
+    name = next(iter(_names(opts.probes, "probes", NAMES, canonical)))
     train, dev, test = PROBE_SETS[name].files
-    root = args.data_root
+    root = opts.data_root
     return [
         "",
         "next:",
         f"  per probe: {out}/<probe>/<row>/ (dev_results.json, test_results.json, test_example_stats.json)",
         "  another encoder on the very same targets:  spanbert probe --model OTHER_MODEL",
-        f"  one probe at another rate:  spanbert finetune probe --probe {name} --model {args.model} "
+        f"  one probe at another rate:  spanbert finetune probe --probe {name} --model {opts.model} "
         f"--train_file {root}/{train} --validation_file {root}/{dev} --learning_rate 3e-4 --output_dir runs/{name}-3e-4",
         f"  in a study (docs/study.md):  {{task: probe, probe: {name}, train: {root}/{train}, dev: {root}/{dev}, "
         f"test: {root}/{test}, learning_rates: [1e-3, 3e-4]}}",
@@ -191,31 +145,37 @@ def next_steps(args: argparse.Namespace, out: Path) -> list[str]:
 
 
 def main(argv: list[str], prog: str = "spanbert probe") -> int:
-    """``spanbert probe``."""
-    args = probe_parser(prog).parse_args(argv)
-    names = _names(args.probes, "probes", NAMES, canonical)
-    rows = _names(args.layers, "layers", tuple(ROWS), lambda x: x if x in ROWS else None)
-    root = Path(args.data_root)
+    """``spanbert probe``: the command line parsed (`ProbeRun`), the set run (`run_probes`)."""
+    run_probes(parse(ProbeRun, argv, prog, DESCRIPTION, epilog=EXAMPLES), prog)
+    return 0
+
+
+def run_probes(opts: ProbeRun, prog: str = "spanbert probe") -> list[dict[str, Any]]:
+    """Every (probe, row) of ``opts`` fine-tuned and scored (or read back), the table and results.json
+    written in its output folder; returns the results, one a (probe, row)."""
+    names = _names(opts.probes, "probes", NAMES, canonical)
+    rows = _names(opts.layers, "layers", tuple(ROWS), lambda x: x if x in ROWS else None)
+    root = Path(opts.data_root)
     files = data_files(root, names)
-    if not Path(args.model).is_dir():
+    if not Path(opts.model).is_dir():
         raise SpanBertError(
-            f"--model: found no folder {args.model}, expected an encoder folder (config.json and weights)"
+            f"--model: found no folder {opts.model}, expected an encoder folder (config.json and weights)"
         )
-    out = Path(args.output_dir) if args.output_dir else default_output(args.model)
+    out = Path(opts.output_dir) if opts.output_dir else default_output(opts.model)
     # a folder of runs with their table, as a --sweep's folder is: a run folder (its manifest's kind)
-    check_output(out, folder=True, owner="run", inputs=[("--model", args.model), ("--data_root", str(root))],
+    check_output(out, folder=True, owner="run", inputs=[("--model", opts.model), ("--data_root", str(root))],
                  writes=("results.json", "table.md", *names))  # fmt: skip
-    distributed.init_distributed(distributed.resolve_device(args.device))
+    distributed.init_distributed(distributed.resolve_device(opts.device))
     claim = folders.Claim(out, "run", prog)
     distributed.on_main(claim.acquire)
     t0 = time.perf_counter()
     try:
-        results = [run_one(name, row, files[name], args, out) for name in names for row in rows]
-        text = table(args.model, results, rows)
+        results = [run_one(name, row, files[name], opts, out) for name in names for row in rows]
+        text = table(opts.model, results, rows)
 
         def write() -> None:
             write_json(
-                out / "results.json", {"model": str(Path(args.model).resolve()), "results": results}, sort_keys=True
+                out / "results.json", {"model": str(Path(opts.model).resolve()), "results": results}, sort_keys=True
             )
             with atomic_write(out / "table.md", encoding="utf-8") as f:
                 f.write(text)
@@ -226,5 +186,5 @@ def main(argv: list[str], prog: str = "spanbert probe") -> int:
     distributed.print0("\n" + text)
     distributed.print0(f"{len(results)} runs in {time.perf_counter() - t0:.0f} s; the table is in {out / 'table.md'}, "
                        f"every number in {out / 'results.json'}")  # fmt: skip
-    distributed.print0("\n".join(next_steps(args, out)))
-    return 0
+    distributed.print0("\n".join(next_steps(opts, out)))
+    return results

@@ -42,9 +42,6 @@ from spanbert.utils import atomic_dir, progress_bar
 CACHE_VERSION = 1
 """Part of the key: bump it when the layout or the contents of a store change."""
 
-DTYPES = ("float16", "float32")
-"""Storage types of a store (float16: half the disk and memory; the probe computes in float32)."""
-
 
 def default_cache() -> Path:
     """Where stores go when no ``--features_cache`` is named: ``$XDG_CACHE_HOME/spanbert/probe_features``

@@ -54,6 +54,7 @@ _OPTIONS: dict[str, str] = {
     "ner": "spanbert.tasks.ner_options",
     "coref": "spanbert.tasks.coref.options",
     "glue": "spanbert.tasks.glue_options",
+    "probe": "spanbert.tasks.probe_options",
 }
 
 
