@@ -18,6 +18,7 @@ from spanbert.hub import resolve_model
 from spanbert.runs import claim_run_dir
 from spanbert.tasks import command_line
 from spanbert.tasks.command_line import add_finetune_arguments, parse_task_args, resolve_sequence_length, task_parser
+from spanbert.tasks.options import named
 from spanbert.tasks.ranks import start_distributed
 from spanbert.tasks.selection import SELECTION_KEYS, SWEEP_SUMMARY, cell_arguments, sweep, sweep_grid
 from spanbert.tasks.spec import Results
@@ -95,10 +96,12 @@ def resolve_lengths(opts: Any, seq_length: int | None = None) -> None:
     """Each ``max_seq_length`` the user gave (in ``opts`` or one of its option classes) checked against the
     encoder's positions, before any data is read; an unset ``opts.max_seq_length`` set to ``seq_length``
     (the task's default), or to the encoder's positions when it has fewer. None: the task's length follows
-    the encoder later (QA's windows, coreference's segments)."""
+    the encoder later (QA's windows, coreference's segments). A class's default is not checked (parse's
+    512 is a cap on sentences, not a window)."""
+    given = "max_seq_length" in named(opts)
     for holder in (opts, *(getattr(opts, f.name) for f in dataclasses.fields(opts) if f.metadata.get("nested"))):
         length = getattr(holder, "max_seq_length", None)
-        if length is not None:
+        if length is not None and (holder is opts or given):
             check_sequence_length(opts.model, length)
     if seq_length is not None and opts.max_seq_length is None:
         positions = model_positions(opts.model)

@@ -61,14 +61,15 @@ PATH_KINDS = ("input", "output_file", "output_folder")
 
 
 def option(default: Any = MISSING, *, flags: Sequence[str] = (), metavar: str | None = None, path: str = "",
-           choices: Sequence[Any] | None = None) -> Any:  # fmt: skip
+           choices: Sequence[Any] | None = None, append: bool = False) -> Any:  # fmt: skip
     """A field of an option dataclass with what the command line needs beyond its type and docstring:
     other spellings of its flag (``flags``), the word naming its value in ``--help`` (``metavar``), what a
     path names (``path``: `PATH_KINDS`; an output is checked as it is read, against every input), the values
-    it takes (``choices``)."""
+    it takes (``choices``); a list given one value a flag (``append``: ``--text A --text B``) instead of
+    several after one flag."""
     if path and path not in PATH_KINDS:
         raise ValueError(f"option(path={path!r}): expected one of {PATH_KINDS}")
-    meta = {"flags": tuple(flags), "metavar": metavar, "path": path, "choices": choices}
+    meta = {"flags": tuple(flags), "metavar": metavar, "path": path, "choices": choices, "append": append}
     return dataclasses.field(default=default, metadata=meta)
 
 
@@ -302,7 +303,10 @@ def _add_field(parser: argparse.ArgumentParser, f: dataclasses.Field, tp: Any, d
         kwargs.update(nargs="?", const=True, default=default, type=_converter(bool), metavar="BOOL")
     elif typing.get_origin(inner) in (list, tuple):
         item = typing.get_args(inner)[0]
-        kwargs.update(nargs="+", default=default, type=_converter(item))
+        if f.metadata.get("append"):
+            kwargs.update(action="append", default=default, type=_converter(item))
+        else:
+            kwargs.update(nargs="+", default=default, type=_converter(item))
     else:
         choices = f.metadata.get("choices")
         if typing.get_origin(inner) is typing.Literal:

@@ -28,7 +28,7 @@ fine-tuning rate) and 8e-4 (K&K 2018's Adam rate for a parser trained from scrat
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -42,21 +42,20 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from spanbert import families
-from spanbert.config import FinetuneHabits, add_dataclass_arguments, dataclass_from_args
 from spanbert.distributed import eprint0, is_main, print0
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics.evalb import EvalbAbort, evalb, summary_text
 from spanbert.tasks.classification import FeatureDataset
-from spanbert.tasks.command_line import (
-    add_inference_arguments,
-    add_scoring_source,
-    add_switch,
-    family_defaults,
-    model_in_argv,
-    task_parser,
+from spanbert.tasks.finetuning import finetune_options
+from spanbert.tasks.options import one_of
+from spanbert.tasks.parse_options import (
+    ACTIONS,
+    ParseConfig,
+    ParseEvaluate,
+    ParseFinetune,
+    ParsePredict,
+    family_rates,
 )
-from spanbert.tasks.finetuning import finetune_command
-from spanbert.tasks.options import selection_defaults
 from spanbert.tasks.ranks import (
     predict_sharded,
     print_metrics,
@@ -72,7 +71,7 @@ from spanbert.tasks.task_folders import load_encoder, load_task_model, save_fine
 from spanbert.tasks.trees import Tree, _parse, read_trees, tokenize, write_trees
 from spanbert.trainer import predict_batches
 from spanbert.trainer import train as run_training
-from spanbert.utils import output_file
+from spanbert.training_args import TrainingArguments
 
 CHAIN = "+"
 """Joins the labels of a collapsed unary chain (outermost first): ``S+VP``. No PTB label has a ``+``."""
@@ -180,33 +179,6 @@ def cky(scores: np.ndarray, lengths: Sequence[int]) -> list[list[tuple[int, int]
 
 # ---------------------------------------------------------------------------------------------
 # Model
-
-
-@dataclass
-class ParseConfig:
-    """The parser on top of the encoder (Kitaev & Klein 2018), and its encoder's learning rate."""
-
-    parser_layers: int = 2
-    """Transformer layers of the parsing encoder on the word vectors (§6.2.2: two)."""
-    d_model: int = 256
-    """Width of the parser layers (K&K 2018: 1024; small by default, as the models here are)."""
-    num_heads: int = 8
-    """Attention heads of each parser layer."""
-    d_ff: int = 1024
-    """Feed-forward width of each parser layer."""
-    label_hidden: int = 250
-    """Hidden width of the span label MLP (K&K 2018: 250)."""
-    parser_dropout: float = 0.2
-    """Dropout in the parser layers and on their input (K&K 2018: 0.2)."""
-    max_words: int = 300
-    """Longest sentence in words (the parser's learned position table)."""
-    max_seq_length: int = 512
-    """Longest sentence in sub-word tokens with [cls]/[sep]; a longer one is an error naming it."""
-    encoder_learning_rate: float = -1.0
-    """Peak rate of the encoder's (language model's) weights; --learning_rate is the parser's. -1: the
-    family's default (two-tower: 8e-4 with the parser at 8e-3, §6.2.2; BERT family: 5e-5 with 8e-4)."""
-    tag_loss_weight: float = 1.0
-    """Weight of the POS tagging loss beside the parsing loss (0: no tagger training)."""
 
 
 class ChartParser(nn.Module):
@@ -476,32 +448,6 @@ TASK = "ForConstituencyParsing"
 """The architecture name in config.json: the family's prefix + this (``BertForConstituencyParsing``,
 ``TwoTowerForConstituencyParsing``)."""
 
-DEFAULTS = dict(
-    output_dir="runs/parse",
-    learning_rate=8e-4,
-    max_tokens_per_batch=1000,
-    num_train_epochs=10.0,
-    warmup_ratio=0.1,
-    **{**selection_defaults("f1"), "evals_per_epoch": 1},
-)
-"""Training defaults: batches of sentences of similar length, at most 1,000 sub-word tokens with padding
-(about 30 sentences; a long sentence's chart is quadratic in its words, so a 249-word sentence of the
-sample must not pad 31 others to its length), 10 epochs with 10% warmup, the parser at the BERT
-family's rate (another family's are set by `family_rates`); the model of the best dev EVALB F1
-of one evaluation an epoch is kept (each evaluation parses the whole dev set)."""
-
-
-def family_rates(model_dir: str | Path | None) -> tuple[float, float]:
-    """(encoder, parser) learning rates of the family in ``model_dir``, as its habits give them
-    (`FinetuneHabits.parse_learning_rates`); the default habits' when the folder is unreadable (the load
-    reports its problem later)."""
-    try:
-        habits = families.habits_of(model_dir) if model_dir is not None else FinetuneHabits()
-    except SpanBertError:
-        habits = FinetuneHabits()
-    return habits.parse_learning_rates
-
-
 def evalb_scores(gold: Sequence[Tree], predicted_lines: Sequence[str]) -> dict[str, Any]:
     """EVALB (COLLINS.prm) figures of predicted lines against gold trees: the All summary, and the
     len<=40 one with that prefix. F1 etc. on EVALB's 0-100 scale."""
@@ -630,116 +576,81 @@ def read_predicted_lines(path: str | Path, expected: int, gold: str | Path) -> l
     return lines
 
 
-def _finetune(task: str, argv: list[str], prog: str) -> Results:
+def _finetune(task: str, opts: ParseFinetune) -> Results:
     """``spanbert finetune parse ...``."""
-    encoder_lr, parser_lr = family_rates(model_in_argv(argv))
-    defaults = {**family_defaults(argv, DEFAULTS), "learning_rate": parser_lr}
+    if opts.sweep:
+        raise SpanBertError("--sweep: found it for parse, expected none: the Appendix B grid is an encoder grid; "
+                            "parse has two rates (--learning_rate for the parser, --encoder_learning_rate)")  # fmt: skip
+    config = opts.parser
+    if config.encoder_learning_rate < 0:  # the family's encoder rate (the parser's is --learning_rate's default)
+        config = dataclasses.replace(config, encoder_learning_rate=family_rates(opts.model)[0])
 
-    def add_options(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--train_file", "--train", dest="train", required=True,
-                            help="training trees: a PTB .mrg file, a folder of them, or one tree a line")  # fmt: skip
-        parser.add_argument("--validation_file", "--dev", dest="dev",
-                            help="dev trees, parsed and scored with EVALB (COLLINS.prm) to select the model")  # fmt: skip
-        parser.add_argument("--max_train_examples", type=int, help="use only the first N training trees")
-        parser.add_argument("--max_eval_examples", type=int, help="use only the first N dev trees")
-        add_dataclass_arguments(parser.add_argument_group("parser"), ParseConfig)
+    def run_one(targs: TrainingArguments) -> dict[str, Any]:
+        return finetune_parse(opts.model, opts.train_file, opts.validation_file, targs, config, opts.tokenizer,
+                              opts.max_train_examples, opts.max_eval_examples)  # fmt: skip
 
-    chosen: dict[str, ParseConfig] = {}
-
-    def check(args: argparse.Namespace) -> None:  # before any output is checked or data read
-        if args.sweep:
-            raise SpanBertError("--sweep: found it for parse, expected none: the Appendix B grid is an encoder grid; "
-                                "parse has two rates (--learning_rate for the parser, --encoder_learning_rate)")  # fmt: skip
-        config = dataclass_from_args(ParseConfig, args)
-        if config.encoder_learning_rate < 0:
-            config = ParseConfig(**{**asdict(config), "encoder_learning_rate": encoder_lr})
-        chosen["config"] = config
-
-    def run_one(args: argparse.Namespace, targs: Any) -> dict[str, Any]:
-        return finetune_parse(args.model, args.train, args.dev, targs, chosen["config"], args.tokenizer,
-                              args.max_train_examples, args.max_eval_examples)  # fmt: skip
-
-    return finetune_command(prog, __doc__, argv, add_options, defaults, run_one, metric="f1", configs=[ParseConfig],
-                            check=check)  # fmt: skip
+    return finetune_options(opts, run_one, "f1", f"spanbert finetune {task}")
 
 
-def _predict(task: str, argv: list[str], prog: str) -> Path | None:
+def _predict(task: str, opts: ParsePredict) -> Path | None:
     """``spanbert predict parse (--data TREES | --text SENTENCE ...) ...``: the file written (None: the
     trees went to stdout)."""
-    parser = task_parser(prog, __doc__)
-    parser.add_argument("--model", required=True, help="folder saved by `spanbert finetune parse`")
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--data", help="trees to parse again (their words; a .mrg file, a folder or one tree a "
-                        "line): scored with EVALB too")  # fmt: skip
-    source.add_argument("--text", action="append", help="a raw sentence to parse (repeatable)")
-    parser.add_argument(
-        "--output", type=output_file,
-        help="file to write, one tree a line in input order (default with --text: stdout)",
-    )
-    parser.add_argument("--tags", choices=("input", "predicted"), default="input",
-                        help="POS tags of the output trees: the input's (default; --text has none, so predicted) "
-                        "or the parser's tagger")  # fmt: skip
-    add_inference_arguments(parser, "sentences")
-    args = parser.parse_args(argv)
-    if args.data and not args.output:
+    one_of(opts, "data", "text")
+    if opts.data and not opts.output:
         raise SpanBertError("--output: found none with --data, expected the file to write the trees to")
-    device = start_distributed(args.device)
-    if args.data:
-        gold = read_trees(args.data)
+    device = start_distributed(opts.device)
+    if opts.data:
+        gold = read_trees(opts.data)
         sentences, sources = [t.words() for t in gold.trees], gold.sources
-        tags = [t.tags() if args.tags == "input" else None for t in gold.trees]
+        tags = [t.tags() if opts.tags == "input" else None for t in gold.trees]
     else:
-        sentences = [tokenize(t) for t in args.text]
+        sentences = [tokenize(t) for t in opts.text]
         for k, words in enumerate(sentences):
             if not words:
                 raise SpanBertError(f"--text: found an empty sentence (number {k + 1}); expected words")
         sources, tags = [("--text", k + 1) for k in range(len(sentences))], [None] * len(sentences)
-    model, tokenizer = load_parser(args.model, str(device))
-    if args.data:
-        warn_unseen_labels(args.data, gold.trees, model.labels, f"the training trees of {args.model}",
-                           tags=model.tags if args.tags == "predicted" else None)  # fmt: skip
+    model, tokenizer = load_parser(opts.model, str(device))
+    if opts.data:
+        warn_unseen_labels(opts.data, gold.trees, model.labels, f"the training trees of {opts.model}",
+                           tags=model.tags if opts.tags == "predicted" else None)  # fmt: skip
     t0 = time.perf_counter()
-    parsed = parse_sentences(model, tokenizer, sentences, tags, sources, args.batch_size, not args.disable_tqdm)
+    parsed = parse_sentences(model, tokenizer, sentences, tags, sources, opts.batch_size, not opts.disable_tqdm)
     seconds = time.perf_counter() - t0
-    if args.output:
-        write_once(lambda: write_trees(args.output, parsed.trees))
-        print0(f"wrote {len(parsed.trees)} trees to {args.output}")
+    if opts.output:
+        write_once(lambda: write_trees(opts.output, parsed.trees))
+        print0(f"wrote {len(parsed.trees)} trees to {opts.output}")
     else:
         for t in parsed.trees:
             print0(str(t))
     eprint0(f"parsed {len(sentences)} sentences in {seconds:.2f}s ({len(sentences) / max(seconds, 1e-9):.1f} "
             f"sentences/s; decoding {parsed.decode_seconds:.2f}s)")  # fmt: skip
-    if args.data:
+    if opts.data:
         print_metrics(evalb_scores(gold.trees, [str(t) for t in parsed.trees]))
-    return Path(args.output) if args.output else None
+    return Path(opts.output) if opts.output else None
 
 
-def _evaluate(task: str, argv: list[str], prog: str) -> Results:
+def _evaluate(task: str, opts: ParseEvaluate) -> Results:
     """``spanbert evaluate parse --data GOLD (--predictions TREES | --model DIR)``: EVALB."""
-    parser = task_parser(prog, __doc__)
-    parser.add_argument("--data", required=True, help="gold trees: a .mrg file, a folder of them or one tree a line")
-    add_scoring_source(parser, "predicted trees, one a line in the gold order (`spanbert predict parse`)", "sentences")
-    add_switch(parser, "--summary", help="also print EVALB's '=== Summary ===' block (stderr)")
-    args = parser.parse_args(argv)
-    gold = read_trees(args.data)
-    if args.model:
-        device = start_distributed(args.device)
-        model, tokenizer = load_parser(args.model, str(device))
-        warn_unseen_labels(args.data, gold.trees, model.labels, f"the training trees of {args.model}")
+    one_of(opts, "predictions", "model")
+    gold = read_trees(opts.data)
+    if opts.model:
+        device = start_distributed(opts.device)
+        model, tokenizer = load_parser(opts.model, str(device))
+        warn_unseen_labels(opts.data, gold.trees, model.labels, f"the training trees of {opts.model}")
         parsed = parse_sentences(model, tokenizer, [t.words() for t in gold.trees], [t.tags() for t in gold.trees],
-                                 gold.sources, args.batch_size, not args.disable_tqdm)  # fmt: skip
+                                 gold.sources, opts.batch_size, not opts.disable_tqdm)  # fmt: skip
         lines = [str(t) for t in parsed.trees]
     else:
-        lines = read_predicted_lines(args.predictions, len(gold.trees), args.data)
+        lines = read_predicted_lines(opts.predictions, len(gold.trees), opts.data)
     try:
         result = evalb([str(t) for t in gold.trees], lines)
     except EvalbAbort as e:
-        raise SpanBertError(f"{args.predictions or args.model}: {e}") from None
+        raise SpanBertError(f"{opts.predictions or opts.model}: {e}") from None
     errors = [r for r in result.sentences if r.status == 1]
     if errors:  # EVALB reports these on stderr and leaves them out of the scores
         shown = "; ".join(f"line {r.id}: {', '.join(r.reasons)}" for r in errors[:5])
         eprint0(f"note: {len(errors)} error sentence(s) not scored, as EVALB: {shown}")
-    if args.summary:
+    if opts.summary:
         eprint0(summary_text(result).rstrip("\n"))
     return Results(result.metrics(), "f1")
 
@@ -755,5 +666,6 @@ SPECS = {
         data="Penn Treebank trees (.mrg files, a folder of them, or one tree a line)",
         configs=(("spanbert.tasks.parse", "ParseConfig"),),
         scores_test=True,
+        options=ACTIONS,
     )
 }

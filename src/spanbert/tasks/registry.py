@@ -55,6 +55,7 @@ _OPTIONS: dict[str, str] = {
     "coref": "spanbert.tasks.coref.options",
     "glue": "spanbert.tasks.glue_options",
     "probe": "spanbert.tasks.probe_options",
+    "parse": "spanbert.tasks.parse_options",
 }
 
 
