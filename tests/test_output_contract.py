@@ -649,22 +649,19 @@ def test_every_task_with_a_sequence_length_is_covered():
 
 def test_an_unset_sequence_length_fits_the_encoder(models, tmp_path):  # noqa: F811
     """Unset, a task's --max_seq_length is its default (128) or the encoder's positions when it has fewer."""
-    import argparse
-
-    from spanbert.tasks.command_line import add_sequence_length_argument, resolve_sequence_length
+    from spanbert.tasks import options as O
+    from spanbert.tasks.finetuning import SEQ_LENGTH, resolve_lengths
+    from spanbert.tasks.ner_options import NerFinetune
 
     small = tmp_path / "small"
     shutil.copytree(models["enc"], small)
     config = json.loads((small / "config.json").read_text())
     config["max_position_embeddings"] = 64
     (small / "config.json").write_text(json.dumps(config))
-    parser = argparse.ArgumentParser()
-    add_sequence_length_argument(parser, "tokens")
     for model, expected in ((models["enc"], 128), (small, 64)):
-        args = parser.parse_args([])
-        args.model = str(model)
-        resolve_sequence_length(args)
-        assert args.max_seq_length == expected
+        opts = O.parse(NerFinetune, ["--model", str(model), "--train_file", "t.txt"], "p", "d")
+        resolve_lengths(opts, SEQ_LENGTH)
+        assert opts.max_seq_length == expected
 
 
 def _spanbert(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:

@@ -4,7 +4,6 @@ prepared once, torchrun from raw text, batching by tokens and the recipes, the s
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import numpy as np
@@ -251,24 +250,6 @@ def test_yaml_sections_are_accepted(monkeypatch, tmp_path):
     cfg, targs, masking = _captured_main(monkeypatch, ["--config", str(yaml_file)])
     assert (targs.max_steps, targs.learning_rate, cfg.system, cfg.max_seq_length, masking.mask_prob) == (7, 1e-3, "bert", 64, 0.2)
     assert cfg.model == "tiny"  # still the quick start: no corpus or model named
-
-
-def test_enormous_plans_are_announced(capsys):
-    from spanbert.pretrain import plan_warning
-    from spanbert.pretrain_config import QUICKSTART, QUICKSTART_CONFIG
-
-    cpu = torch.device("cpu")
-    base = model_config("base", vocab_size=8000)
-    line = plan_warning(base, PretrainConfig(), TrainingArguments(per_device_train_batch_size=32, gradient_accumulation_steps=8), 2_400_000, True, cpu)
-    assert line.startswith("warning:") and "--max_steps" in line and "FLOPs" in line
-    assert re.search(r"about [\d,]+ years on cpu", line), line  # read as a person reads it, not "106824.4 days"
-    # base on CPU is announced even for a few steps; the quick start is not
-    assert plan_warning(base, PretrainConfig(), TrainingArguments(), 10, True, cpu) is not None
-    tiny = model_config("tiny", vocab_size=4000)
-    qs = TrainingArguments(**{k: v for k, v in QUICKSTART.items()})
-    assert plan_warning(tiny, PretrainConfig(**QUICKSTART_CONFIG), qs, qs.max_steps, True, cpu) is None
-    # a small model for very many steps is announced by its time alone
-    assert plan_warning(tiny, PretrainConfig(**QUICKSTART_CONFIG), qs, 10**9, True, cpu) is not None
 
 
 @pytest.mark.parametrize("system,head", [("spanbert", "--head sbo"), ("bert", "--head mlm"), ("span-1seq", "--head mlm")])

@@ -137,14 +137,14 @@ def test_help_loads_no_torch():
     assert not seen["torch"] and set(seen["tasks"]) <= light, seen
 
 
-def test_the_light_help_is_the_commands_own(capsys):
+def test_the_help_is_built_from_the_options_the_command_runs_with(capsys):
     from spanbert import cli
-    from spanbert.tasks import probe_command
+    from spanbert.tasks.probe_options import ProbeRun
 
-    assert cli.HELP_PARSERS["probe"] == ("spanbert.tasks.probe_command", "probe_parser") and "probe" in cli.COMPUTE
+    # one parser: the command line is parsed into ProbeRun once, in the CLI, and run_probes takes the object
+    assert cli.TYPED_COMMANDS["probe"] == ("spanbert.tasks.probe_options", "ProbeRun") and "probe" in cli.COMPUTE
+    assert cli.COMMANDS["probe"][:2] == ("spanbert.tasks.probe_command", "run_probes") and "probe" not in cli.HELP_PARSERS
     with pytest.raises(SystemExit):
         cli.main(["probe", "--help"])
-    light = capsys.readouterr().out
-    with pytest.raises(SystemExit):
-        probe_command.main(["--help"])
-    assert capsys.readouterr().out == light and "--data_root" in light
+    text = capsys.readouterr().out
+    assert "--data_root" in text and text.rstrip().endswith(ProbeRun.HELP[1].splitlines()[-1].strip())

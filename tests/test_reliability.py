@@ -28,7 +28,7 @@ def _run(corpus, out: Path, steps: int = 2, **kw) -> Path:  # noqa: F811
                          tokens_per_update=0)
     base = dict(output_dir=str(out), max_steps=steps, per_device_train_batch_size=4, learning_rate=1e-3,
                 save_steps=1, save_total_limit=1, logging_steps=1, disable_tqdm=True, report_to="none")  # fmt: skip
-    return pretrain(cfg, TrainingArguments(**{**base, **kw}))
+    return pretrain(cfg, TrainingArguments(**{**base, **kw})).model_dir
 
 
 def test_a_failed_reexport_leaves_the_old_final_whole(corpus, tmp_path, monkeypatch):  # noqa: F811

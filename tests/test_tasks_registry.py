@@ -10,7 +10,6 @@ half the task's rule chose, with no other file edited either.
 
 from __future__ import annotations
 
-import argparse
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,13 +24,13 @@ from spanbert.config import model_config
 from spanbert.model import Encoder
 from spanbert.tasks import TASKS
 from spanbert.tasks import classification as C
-from spanbert.tasks.command_line import add_predict_arguments, add_scoring_source, task_parser
-from spanbert.tasks.finetuning import finetune_command
-from spanbert.tasks.options import selection_defaults
+from spanbert.tasks import options as O
+from spanbert.tasks.finetuning import finetune_options
 from spanbert.tasks.ranks import start_distributed, write_json_once
 from spanbert.tasks.spec import RESULTS_FILE, Results, SubTasks, TaskSpec
 from spanbert.tasks.splits import RecordSplit
 from spanbert.tasks.task_folders import load_tokenizer_for
+from spanbert.training_args import TrainingArguments
 
 # ----------------------------------------------------------------------------- the toy task file
 
@@ -91,34 +90,51 @@ def finetune_parity(model_dir: str, train: str, dev: str, targs: Any, rule: str 
     return metrics
 
 
-def _finetune(task: str, argv: list[str], prog: str) -> Results:
-    def add_options(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--train_file", required=True, help="sentences with labels")
-        parser.add_argument("--validation_file", help="dev sentences with labels")
-
-    defaults = {"output_dir": "runs/parity", **selection_defaults("accuracy")}
-    return finetune_command(prog, __doc__, argv, add_options, defaults,
-                            lambda args, targs: finetune_parity(args.model, args.train_file, args.validation_file, targs),
-                            metric="accuracy")  # fmt: skip
-
-
-def _predict(task: str, argv: list[str], prog: str) -> Path:
-    parser = task_parser(prog, __doc__)
-    parser.add_argument("--data", required=True)
-    add_predict_arguments(parser, "fine-tuned parity model", "one label a line", "sentences")
-    args = parser.parse_args(argv)
-    start_distributed(args.device)
-    Path(args.output).write_text("".join(p + "\n" for p in predict(args.model, read_sentences(args.data))))
-    return Path(args.output)
+@dataclass(kw_only=True)
+class ParityFinetune(O.Finetune):
+    train_file: str = O.option(path="input")
+    """sentences with labels"""
+    validation_file: str | None = O.option(None, path="input")
+    """dev sentences with labels"""
+    training: TrainingArguments = O.nested(TrainingArguments, title="training",
+                                           defaults={"output_dir": "runs/parity", **O.selection_defaults("accuracy")})  # fmt: skip
 
 
-def _evaluate(task: str, argv: list[str], prog: str) -> Results:
-    parser = task_parser(prog, __doc__)
-    parser.add_argument("--data", required=True)
-    add_scoring_source(parser, "labels written by predict", "sentences")
-    args = parser.parse_args(argv)
-    rows = read_sentences(args.data)
-    pred = predict(args.model, rows) if args.model else Path(args.predictions).read_text().split()
+@dataclass(kw_only=True)
+class ParityPredict(O.Inference):
+    model: str = O.option(path="input")
+    """fine-tuned parity model"""
+    data: str = O.option(path="input")
+    """sentences"""
+    output: str = O.option(path="output_file")
+    """one label a line"""
+
+
+@dataclass(kw_only=True)
+class ParityEvaluate(O.Inference):
+    data: str = O.option(path="input")
+    """sentences with labels"""
+    predictions: str | None = O.option(None, path="input")
+    """labels written by predict"""
+    model: str | None = O.option(None, path="input")
+    """fine-tuned model folder: predict, then score"""
+
+
+def _finetune(task: str, opts: ParityFinetune) -> Results:
+    run = lambda targs: finetune_parity(opts.model, opts.train_file, opts.validation_file, targs)  # noqa: E731
+    return finetune_options(opts, run, "accuracy", f"spanbert finetune {task}")
+
+
+def _predict(task: str, opts: ParityPredict) -> Path:
+    start_distributed(opts.device)
+    Path(opts.output).write_text("".join(p + "\n" for p in predict(opts.model, read_sentences(opts.data))))
+    return Path(opts.output)
+
+
+def _evaluate(task: str, opts: ParityEvaluate) -> Results:
+    O.one_of(opts, "predictions", "model")
+    rows = read_sentences(opts.data)
+    pred = predict(opts.model, rows) if opts.model else Path(opts.predictions).read_text().split()
     return Results(score([r[1] for r in rows], pred), "accuracy")
 
 
@@ -132,36 +148,35 @@ SPEC = TaskSpec(
     data="one sentence a line, a tab, odd or even",
     dev_split=RecordSplit(".txt", "rows"),  # no header line: every line is a sentence
     scores_test=True,
+    options={"finetune": ParityFinetune, "predict": ParityPredict, "evaluate": ParityEvaluate},
 )
 
 # ----------------------------------------------------------------------------- the words task file
 
 
-def _add_rule(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--rule", required=True, choices=list(RULES), help="the sub-task: which label to learn")
+@dataclass(kw_only=True)
+class WordsFinetune(ParityFinetune):
+    rule: str = O.option(choices=tuple(RULES))
+    """the sub-task: which label to learn"""
+    training: TrainingArguments = O.nested(TrainingArguments, title="training",
+                                           defaults={"output_dir": "runs/words", **O.selection_defaults("accuracy")})  # fmt: skip
 
 
-def _words_finetune(task: str, argv: list[str], prog: str) -> Results:
-    def add_options(parser: argparse.ArgumentParser) -> None:
-        _add_rule(parser)
-        parser.add_argument("--train_file", required=True, help="sentences")
-        parser.add_argument("--validation_file", help="dev sentences")
-
-    defaults = {"output_dir": "runs/words", **selection_defaults("accuracy")}
-    return finetune_command(prog, __doc__, argv, add_options, defaults,
-                            lambda args, targs: finetune_parity(args.model, args.train_file, args.validation_file,
-                                                                targs, args.rule),
-                            metric="accuracy")  # fmt: skip
+@dataclass(kw_only=True)
+class WordsEvaluate(ParityEvaluate):
+    rule: str = O.option(choices=tuple(RULES))
+    """the sub-task: which label to learn"""
 
 
-def _words_evaluate(task: str, argv: list[str], prog: str) -> Results:
-    parser = task_parser(prog, __doc__)
-    _add_rule(parser)
-    parser.add_argument("--data", required=True)
-    add_scoring_source(parser, "labels written by predict", "sentences")
-    args = parser.parse_args(argv)
-    rows = read_sentences(args.data, args.rule)
-    pred = predict(args.model, rows) if args.model else Path(args.predictions).read_text().split()
+def _words_finetune(task: str, opts: WordsFinetune) -> Results:
+    run = lambda targs: finetune_parity(opts.model, opts.train_file, opts.validation_file, targs, opts.rule)  # noqa: E731
+    return finetune_options(opts, run, "accuracy", f"spanbert finetune {task}")
+
+
+def _words_evaluate(task: str, opts: WordsEvaluate) -> Results:
+    O.one_of(opts, "predictions", "model")
+    rows = read_sentences(opts.data, opts.rule)
+    pred = predict(opts.model, rows) if opts.model else Path(opts.predictions).read_text().split()
     return Results(score([r[1] for r in rows], pred), "accuracy")
 
 
@@ -193,6 +208,7 @@ WORDS_SPEC = TaskSpec(
     dev_split=EveryOtherLine(),
     subtasks=SubTasks(option="rule", key="words_rule", names=tuple(RULES),
                       canonical=lambda name: name.lower() if name.lower() in RULES else None),
+    options={"finetune": WordsFinetune, "predict": ParityPredict, "evaluate": WordsEvaluate},
 )
 
 # ----------------------------------------------------------------------------- the tests
@@ -231,8 +247,7 @@ def test_every_task_has_a_spec_with_its_facts():
     for name in TASKS:
         spec = TASKS[name]
         assert spec.name == name and spec.description and spec.metric and spec.results_file == RESULTS_FILE
-        for module, cls in spec.configs:
-            assert isinstance(getattr(__import__(module, fromlist=[cls]), cls), type)
+        assert set(spec.options) == {"finetune", "predict", "evaluate"}, name
 
 
 def test_the_task_list_describes_each_task_as_its_spec_does():

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from spanbert.errors import SpanBertError
-from spanbert.tasks.spec import OLD_RESULTS_FILES, RESULTS_FILE, Results, flat_numbers, options_argv, read_results
+from spanbert.tasks.spec import OLD_RESULTS_FILES, RESULTS_FILE, Results, flat_numbers, read_results
 
 
 def test_every_number_is_under_its_own_key_and_the_first_wins():
@@ -42,13 +42,3 @@ def test_a_finished_runs_results_are_read_back(tmp_path):
     (old / RESULTS_FILE).write_text("[1, 2]")
     with pytest.raises(SpanBertError, match="found list, expected a mapping of scores"):
         read_results(old, "f1")
-
-
-def test_options_are_spelled_as_the_command_line():
-    options = {"learning_rate": 3e-5, "do_lower_case": False, "layers": [1, 2], "task": "SST-2", "seed": None}
-    assert options_argv(options) == ["--learning_rate", "3e-05", "--do_lower_case", "false", "--layers", "1", "2",
-                                     "--task", "SST-2"]  # fmt: skip
-    with pytest.raises(SpanBertError, match="option learning_rate: found nan, expected a finite number"):
-        options_argv({"learning_rate": float("nan")})
-    with pytest.raises(SpanBertError, match="option schedule: found a mapping, expected a value"):
-        options_argv({"schedule": {"warmup": 1}})

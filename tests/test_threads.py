@@ -4,12 +4,14 @@ bench/threads.py, never here."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
 import sys
 import time
 import types
+from typing import ClassVar
 
 import pytest
 import torch
@@ -123,14 +125,21 @@ def test_every_model_command_applies_the_policy(monkeypatch):
     seen = []
     monkeypatch.setattr(threads, "configure", lambda n=0: seen.append(n) or "")
     from spanbert.tasks import TASKS
+    from spanbert.tasks.options import Inference
     from spanbert.tasks.spec import TaskSpec
+
+    @dataclasses.dataclass(kw_only=True)
+    class Toy(Inference):  # the options of a command that takes an options object: --threads among them
+        HELP: ClassVar[tuple[str, str]] = ("a command that does nothing", "")
 
     run = lambda *a: 0  # noqa: E731 - the command itself is not under test
     parser = lambda prog: types.SimpleNamespace(parse_args=run)  # noqa: E731 - a --help that prints nothing
-    fake = types.SimpleNamespace(main=run, fill_main=run, curve_main=run, pretrain_parser=parser, fill_parser=parser,
-                                 study_parser=parser, curve_parser=parser)  # fmt: skip
+    fake = types.SimpleNamespace(main=run, fill_main=run, curve_main=run, run_probes=run, ProbeRun=Toy,
+                                 pretrain_parser=parser, fill_parser=parser, study_parser=parser, curve_parser=parser)  # fmt: skip
     monkeypatch.setattr(cli.importlib, "import_module", lambda name: fake)
-    monkeypatch.setitem(TASKS, "toy", TaskSpec("toy", "a task that does nothing", run, run, run, "f1", "none"))
+    toy = TaskSpec("toy", "a task that does nothing", run, run, run, "f1", "none",
+                   options={"finetune": Toy, "predict": Toy, "evaluate": Toy})  # fmt: skip
+    monkeypatch.setitem(TASKS, "toy", toy)
     for command in cli.COMPUTE:
         task = ["toy"] if command in cli.TASK_ACTIONS else []
         seen.clear()

@@ -59,6 +59,9 @@ OLD_SPELLINGS: dict[str, dict[str, tuple[str, str]]] = {
                  "SYSTEMS", "fill_parser"),
         **_moved("spanbert.samplers", "CausalLMBlocks", "ClozeBlocks"),
         **_moved("spanbert.collate", "cloze_collate"),
+        # the plan's cost, apart from the job since issue 59
+        **_moved("spanbert.pretrain_plan", "ASSUMED_FLOPS", "LONG_PLAN_SECONDS", "LONG_PRETRAIN_HINT", "plan_flops",
+                 "refuse_long_plan", "check_plan", "plan_warning"),
         # the command line and the Python entry, apart from the job since issue 59
         **_moved("spanbert.pretrain_command", "main", "preset_line", "scale_warmup", "quick_start_in_force",
                  "named_options", "pretrain_from_keywords"),
@@ -67,13 +70,10 @@ OLD_SPELLINGS: dict[str, dict[str, tuple[str, str]]] = {
     "spanbert.tasks.selection": _moved("spanbert.tasks.options", "EVALS_PER_EPOCH", "EVAL_SHARE", "selection_defaults"),
     # tasks/common.py was split by idea (issue 59); docs/tasks.md told task authors to import from it
     "spanbert.tasks.common": {
-        **_moved("spanbert.tasks.command_line", "SCHEDULE_OPTIONS", "parse_bool", "add_switch",
-                 "add_finetune_arguments", "add_inference_arguments", "task_parser",
-                 "add_predict_arguments", "add_scoring_source", "add_example_stats_argument", "parse_task_args",
-                 "training_arguments", "named_schedule", "SEQ_LENGTH", "add_sequence_length_argument",
-                 "resolve_sequence_length", "family_defaults", "model_in_argv"),
-        **_moved("spanbert.tasks.finetuning", "finetune_command", "run_finetune", "TRAINING_INPUTS",
-                 "check_training_text", "finetune_results", "check_output_dir"),
+        # the argv helpers (add_switch, task_parser, parse_task_args, finetune_command, ...) are gone: a task's
+        # actions take typed options (`spanbert.tasks.options`, docs/architecture.md "Adding a task")
+        **_moved("spanbert.tasks.finetuning", "SEQ_LENGTH", "TRAINING_INPUTS", "check_training_text",
+                 "finetune_results", "check_output_dir"),
         **_moved("spanbert.tasks.options", "EVALS_PER_EPOCH", "EVAL_SHARE", "selection_defaults", "ACTION_SENTENCES"),
         **_moved("spanbert.tasks.selection", "SWEEP_LEARNING_RATES", "SWEEP_BATCH_SIZES", "sweep_grid", "KeepBest", "planned_steps", "selection_summary",
                  "SELECTION_KEYS", "cell_arguments", "SWEEP_SUMMARY", "WEIGHT_FILES", "prune_run", "sweep"),
@@ -85,6 +85,8 @@ OLD_SPELLINGS: dict[str, dict[str, tuple[str, str]]] = {
         **_moved("spanbert.tasks.scores", "percent", "match_by_id", "warn_unseen"),
         "write_json": ("spanbert.tasks.ranks", "write_json_once"),
     },
+    # a run's options as a command line: what the study records of a cell since every task takes typed options
+    "spanbert.tasks.spec": {"options_argv": ("spanbert.study.runner", "options_argv")},
     # docs/architecture.md listed `families.load_tokenizer`; renamed apart from `tokenization.load_tokenizer`,
     # which reads a plain tokenizer where this one frames it for the checkpoint's family
     "spanbert.families": {"load_tokenizer": ("spanbert.families", "load_framed_tokenizer")},
@@ -115,22 +117,29 @@ def getter(module: str, stacklevel: int = 2) -> Callable[[str], Any]:
     return __getattr__
 
 
-def package_names(package: str, homes: dict[str, tuple[str, ...]]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """``(__getattr__, __dir__)`` of a package whose names live in its submodules (``homes``: submodule ->
-    the names it lends the package): each is imported from its home on first use and kept, so importing the
-    package loads none of them (a task's options, for ``--help``, load no torch). Not an old spelling: no
-    warning."""
+def package_names(
+    package: str, homes: dict[str, tuple[str, ...]], submodules: tuple[str, ...] = ()
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """``(__getattr__, __dir__)`` of a package whose names live in its submodules (``homes``: submodule, or a
+    whole module path ``spanbert.x``, -> the names it lends the package): each is imported from its home on
+    first use and kept, so importing the package loads none of them (a task's options, for ``--help``, load
+    no torch). ``submodules``: the package's modules reachable as attributes (``spanbert.study.cells``). A
+    name that is neither is an old spelling (`OLD_SPELLINGS`, with its warning) or an AttributeError."""
     home_of = {name: module for module, names in homes.items() for name in names}
     namespace = importlib.import_module(package).__dict__
+    old = getter(package, stacklevel=3)
 
     def getattr_(name: str) -> Any:
+        if name in submodules:
+            return importlib.import_module(f"{package}.{name}")
         if name not in home_of:
-            raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(f"{package}.{home_of[name]}"), name)
+            return old(name)
+        home = home_of[name]
+        value = getattr(importlib.import_module(home if home.startswith("spanbert.") else f"{package}.{home}"), name)
         namespace[name] = value
         return value
 
     def dir_() -> list[str]:
-        return sorted(set(namespace) | set(home_of))
+        return sorted(set(namespace) | set(home_of) | set(submodules))
 
     return getattr_, dir_

@@ -41,7 +41,14 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "evaluate": ("", "", "score predictions with the task's official metrics (prints JSON)"),
     "study": ("spanbert.study", "main", "rerun the paper's comparisons (Tables 1, 6, 7): pre-train, fine-tune, tabulate"),
     "curve": ("spanbert.study", "curve_main", "fine-tune from every checkpoint of a pre-training run: score vs step"),
-    "probe": ("spanbert.tasks.probe_command", "main", "span probes of a frozen encoder (all layers and layer 0): one table"),
+    "probe": ("spanbert.tasks.probe_command", "run_probes", "span probes of a frozen encoder (all layers and layer 0): one table"),
+}
+
+# command -> (module, class) of its options, for a command whose function takes one options object (and its
+# name): the command line is parsed here, from that torch-free class (`spanbert.tasks.options.parse`), whose
+# ``HELP`` is its help's opening sentence and closing examples
+TYPED_COMMANDS: dict[str, tuple[str, str]] = {
+    "probe": ("spanbert.tasks.probe_options", "ProbeRun"),
 }
 
 # command -> (module, function) building the command's parser without loading torch: its `--help`. The
@@ -51,7 +58,6 @@ HELP_PARSERS: dict[str, tuple[str, str]] = {
     "fill": ("spanbert.pretrain_config", "fill_parser"),
     "study": ("spanbert.study.options", "study_parser"),
     "curve": ("spanbert.study.options", "curve_parser"),
-    "probe": ("spanbert.tasks.probe_command", "probe_parser"),
 }
 
 TASK_ACTIONS = ("finetune", "predict", "evaluate")
@@ -135,8 +141,14 @@ def run(argv: list[str]) -> int:
         parser = getattr(importlib.import_module(module_name), func_name)(f"spanbert {command}")
         parser.parse_args(rest)  # prints the help and exits, or stops at an error before the --help
     module_name, func_name, _ = COMMANDS[command]
+    prog = f"spanbert {command}"
+    if command in TYPED_COMMANDS:
+        cls = getattr(importlib.import_module(TYPED_COMMANDS[command][0]), TYPED_COMMANDS[command][1])
+        opts = task_options.parse(cls, rest, prog, *cls.HELP)  # --help exits here, before the command's module loads
+        getattr(importlib.import_module(module_name), func_name)(opts, prog)
+        return 0
     func = getattr(importlib.import_module(module_name), func_name)
-    return int(func(rest, f"spanbert {command}") or 0)
+    return int(func(rest, prog) or 0)
 
 
 # what the system found at a path and what the command needed there, by its error (the commands check

@@ -1,6 +1,6 @@
 """What a plan will cost before it runs: assumed machine speeds, training FLOPs, readable durations.
 
-`spanbert pretrain` (`pretrain.plan_warning`), every `spanbert finetune` task (`trainer.train`) and
+`spanbert pretrain` (`pretrain_plan.plan_warning`), every `spanbert finetune` task (`trainer.train`) and
 `spanbert study --dry-run` estimate with these, so their numbers agree and read the same. Estimates
 are order-of-magnitude ("about 3 days"), not promises: they exist to stop a plan that would take
 years from starting without a word. No torch here: the callers pass the device type and thread count.

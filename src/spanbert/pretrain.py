@@ -33,14 +33,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from spanbert import _aliases, cost, distributed, preprocess, tokenization, trained_inputs, vocab_match
+from spanbert import _aliases, distributed, preprocess, tokenization, trained_inputs, vocab_match
 from spanbert.batch_plan import token_batch_count
 from spanbert.block_index import held_out_split
 from spanbert.budget import TimeBudget, format_duration, parse_duration
 from spanbert.collate import collate_pretrain
 from spanbert.config import (
     CLOZE_SYSTEMS,
-    MODEL_PRESETS,
     BertConfig,
     ClozeConfig,
 )
@@ -69,6 +68,7 @@ from spanbert.pretrain_config import (
     system_masking,
     system_of,
 )
+from spanbert.pretrain_plan import check_plan
 from spanbert.runs import check_output_dir, claim_run_dir, find_resume_checkpoint
 from spanbert.samplers import SAMPLERS, Cut, HeldOut, Sampler
 from spanbert.static_masks import static_mask_sets
@@ -139,10 +139,6 @@ def sbo_warmup(steps: int) -> Callable[[int], dict[str, float]] | None:
     return lambda step: {"sbo": min(1.0, step / steps)}
 
 
-# Sustained training FLOP/s assumed for the time estimate (a planning figure, not a benchmark): fp32
-# matmuls on one CPU core, and bf16 on a recent datacenter GPU at a typical share of its peak; a plan
-# longer than LONG_PLAN_SECONDS is worth a warning before it starts. Shared with fine-tuning (`cost`).
-ASSUMED_FLOPS, LONG_PLAN_SECONDS = cost.ASSUMED_FLOPS, cost.LONG_PLAN_SECONDS
 
 
 @dataclass(frozen=True)
@@ -350,73 +346,6 @@ def check_init_vocabulary(init_from: str, rows: int, tokenizer: str | None, voca
             f"({len(moved)} token(s) differ), expected the checkpoint's vocabulary (its rows are learned per id): "
             f"use the checkpoint's own tokenizer"
         )
-
-
-def plan_flops(config: Any, cfg: PretrainConfig, args: TrainingArguments, steps: int, sbo: bool) -> float:
-    """Training FLOPs of the whole plan: the family's `flops_per_token` x tokens per step x steps (full
-    blocks, or a full token budget)."""
-    system = system_of(cfg)
-    objectives = tuple(o for o in system.objectives if o != "sbo") + (("sbo",) if sbo else ())
-    per_token = FAMILIES[system.family].pretraining.flops_per_token(config, cfg.max_seq_length, objectives)
-    return per_token * _tokens_per_step(cfg, args) * steps
-
-
-def _tokens_per_step(cfg: PretrainConfig, args: TrainingArguments) -> int:
-    """Tokens of a full update: the token budget, or sequences x max_seq_length."""
-    world = distributed.world_size()
-    per_micro_batch = args.max_tokens_per_batch or planned_batch_size(args.per_device_train_batch_size) * cfg.max_seq_length
-    return per_micro_batch * args.gradient_accumulation_steps * world
-
-
-def _plan_seconds(flops: float, device: torch.device) -> tuple[float, float]:
-    """(assumed FLOP/s of one device, estimated seconds of ``flops`` on this machine)."""
-    rate = cost.machine_flops(device.type, torch.get_num_threads())
-    return rate, flops / rate / max(1, distributed.world_size()) if device.type != "cpu" else flops / rate
-
-
-LONG_PRETRAIN_HINT = "--max_steps, --model tiny or small, --max_seq_length or --tokens_per_update, or a GPU"
-
-
-def refuse_long_plan(flops: float, steps: int, args: TrainingArguments, device: torch.device) -> None:
-    """Refuse (`SpanBertError`) a plan of ``flops`` estimated over a week on this device, unless
-    --allow_long_run or --resume (that run was started). Call it before any work: decided once, on
-    rank 0 (its thread count), and the same on every rank."""
-
-    def decide() -> None:
-        seconds = _plan_seconds(flops, device)[1]
-        error = cost.long_run_error(seconds, device.type, f"this pre-training ({steps:,} steps)", LONG_PRETRAIN_HINT)
-        if error and not (args.allow_long_run or args.resume):
-            raise SpanBertError(error)
-
-    distributed.on_main(decide)
-
-
-def check_plan(
-    config: Any, cfg: PretrainConfig, args: TrainingArguments, steps: int, sbo: bool, device: torch.device
-) -> str | None:
-    """`refuse_long_plan`, then `plan_warning`."""
-    refuse_long_plan(plan_flops(config, cfg, args, steps, sbo), steps, args, device)
-    return plan_warning(config, cfg, args, steps, sbo, device)
-
-
-def plan_warning(
-    config: Any, cfg: PretrainConfig, args: TrainingArguments, steps: int, sbo: bool, device: torch.device
-) -> str | None:
-    """A warning line when the plan is enormous for this machine (base or larger on CPU, or an
-    estimated time over a day), with the estimate and how to make it smaller; else None."""
-    flops = plan_flops(config, cfg, args, steps, sbo)
-    rate, seconds = _plan_seconds(flops, device)
-    layers, hidden = FAMILIES[system_of(cfg).family].pretraining.sizes(config)
-    big_on_cpu = device.type == "cpu" and hidden >= MODEL_PRESETS["base"]["hidden_size"]
-    if seconds < LONG_PLAN_SECONDS and not big_on_cpu:
-        return None
-    size = f"{layers} layers x {hidden}"
-    return (
-        f"warning: this plan is very large for this machine: {size}, {steps:,} steps of "
-        f"{_tokens_per_step(cfg, args):,} tokens = {flops:.2g} FLOPs, {cost.human_duration(seconds)} on {device.type} "
-        f"(assuming {rate:.1g} FLOP/s); make it smaller with --max_steps, --model tiny or small, "
-        "--max_seq_length or --tokens_per_update, or run the quick start (no --corpus/--model)"
-    )
 
 
 def corpus_or_builtin(sources: _Sources, tmp: Path, work_dir: Path) -> list:

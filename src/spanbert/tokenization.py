@@ -889,7 +889,10 @@ def main(argv: list[str], prog: str = "spanbert tokenizer") -> int:
     """``spanbert tokenizer train --corpus FILES --vocab-size N --output_dir DIR``."""
     parser = ArgumentParser(prog=prog, description="Train a cased WordPiece vocabulary (BERT special tokens).")
     sub = parser.add_subparsers(dest="action", metavar="train", required=True)
-    p = sub.add_parser("train", help="train a WordPiece vocabulary on a text corpus")
+    p = sub.add_parser("train", help="train a WordPiece vocabulary on a text corpus",
+                       description="Train a cased WordPiece vocabulary with BERT's special tokens on a text corpus "
+                       "(the same text and size give byte-identical files); `spanbert preprocess --tokenizer DIR` "
+                       "then tokenizes the corpus with it.")  # fmt: skip
     p.add_argument(
         "--corpus",
         nargs="+",

@@ -389,7 +389,7 @@ def train(
 
     ``cost_warning``: warn (stderr, rank 0) before the first step when the run would take more than a
     day on this machine (`cost.finetune_warning`); pre-training passes False, having warned with its
-    own estimate (`spanbert.pretrain.plan_warning`). With it, the plan line (steps, estimated training
+    own estimate (`spanbert.pretrain_plan.plan_warning`). With it, the plan line (steps, estimated training
     and evaluation time; `plan_finetuning`, ``eval_size`` telling one evaluation pass) is printed before
     the first step, the evaluations per epoch may be lowered (``args.max_eval_share``), and a plan over
     a week is refused before anything is written unless ``args.allow_long_run`` (decided on rank 0).

@@ -29,10 +29,7 @@ loads neither torch nor a task.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
-from spanbert.errors import SpanBertError  # tests expect `S.SpanBertError`, as the single file exposed it
+from spanbert import _aliases
 
 # module (a submodule, or a full name for one outside the package) -> the names it lends the package
 _HOMES: dict[str, tuple[str, ...]] = {
@@ -102,41 +99,14 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "summarize",
         "table",
     ),
+    "spanbert.errors": ("SpanBertError",),  # tests expect `S.SpanBertError`, as the single file exposed it
     "spanbert.tasks.splits": (
         "HELDOUT_SEED",
         "split_half",
     ),
 }
-_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
-_SUBMODULES = ("spec", "options", "layout", "runner", "heldout", "cells", "stats", "summary", "trials", "estimate",
-               "command")  # fmt: skip
-
-
-def __getattr__(name: str) -> Any:
-    """A name of the package (or a submodule), imported on first use and kept."""
-    if name in _SUBMODULES:
-        return importlib.import_module(f"{__name__}.{name}")
-    if name not in _HOME_OF:
-        from spanbert import _aliases
-
-        return _aliases.getter(__name__, stacklevel=3)(name)  # an old spelling (`TaskSpec`), or AttributeError
-    home = _HOME_OF[name]
-    value = getattr(importlib.import_module(home if home.startswith("spanbert.") else f"{__name__}.{home}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_HOME_OF) | set(_SUBMODULES))
-
-
-__all__ = [
-    "ASSUMED_EPOCHS", "CHARS_PER_TOKEN", "HELDOUT_SEED", "PRESET_SYSTEMS", "PROBE_SAMPLE_CHARS", "TRIAL_SAMPLE_CHARS", "STUDY_NAMES",
-    "STUDY_SET_OPTIONS", "Cell", "Comparison", "HeldOut", "SpanBertError", "Study", "SystemSpec", "StudyTask",
-    "check_finished", "check_study", "check_task_options", "collect", "comparisons", "curve_main", "dry_run",
-    "export_checkpoints", "finetune_estimate", "heldout_dir", "heldout_notes", "heldout_plan", "holds_a_study",
-    "fold_dir", "is_done", "legacy_folder", "load_study", "main", "mean_std", "model_dir", "paired_comparison",
-    "plan", "preset", "read_dev_score", "run_cell", "run_checkpoints", "run_study", "score_heldout", "score_tests",
-    "shared_dir", "split_dev", "split_half", "study_from_dict", "study_is_legacy", "study_lock", "summarize", "table",
-    "t_quantile_975",
-]  # fmt: skip
+__getattr__, __dir__ = _aliases.package_names(
+    __name__, _HOMES,
+    submodules=("spec", "options", "layout", "runner", "heldout", "cells", "stats", "summary", "trials", "estimate",
+                "command"),
+)  # fmt: skip

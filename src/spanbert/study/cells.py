@@ -44,11 +44,10 @@ from spanbert.study.layout import (
     shared_dir,
 )
 from spanbert.study.pace import pace_of, stage_of
-from spanbert.study.runner import in_log
+from spanbert.study.runner import in_log, options_argv
 from spanbert.study.spec import Study, StudyTask, SystemSpec, subtask_options
 from spanbert.tasks import TASKS
 from spanbert.tasks import run as run_task
-from spanbert.tasks.spec import options_argv
 from spanbert.tokenization import train_tokenizer_folder
 from spanbert.utils import atomic_write, progress_bar, write_json
 

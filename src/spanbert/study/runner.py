@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import math
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 from spanbert import distributed, folders
 from spanbert.errors import SpanBertError
@@ -40,6 +42,25 @@ def in_log(log: Path, title: str) -> Iterator[None]:
             traceback.print_exc()
             print(f"error: {type(e).__name__}: {e}", flush=True)
             raise SpanBertError(f"{type(e).__name__}: {e}") from None
+
+
+def options_argv(options: Mapping[str, Any]) -> list[str]:
+    """Keyword options as the command line that means the same: ``--key value`` (a list: every item; a
+    boolean: ``true``/``false``, which every switch takes; None: left unset). The one spelling of a run's
+    options a study records (a cell's identity, kept in its marker) and writes at the top of its log."""
+    argv: list[str] = []
+    for key, value in options.items():
+        if isinstance(value, bool):
+            argv += [f"--{key}", "true" if value else "false"]
+        elif isinstance(value, (list, tuple)):
+            argv += [f"--{key}", *map(str, value)]
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise SpanBertError(f"option {key}: found {value}, expected a finite number")
+        elif isinstance(value, Mapping):
+            raise SpanBertError(f"option {key}: found a mapping, expected a value (options are flat)")
+        elif value is not None:
+            argv += [f"--{key}", str(value)]
+    return argv
 
 
 def write_csv(path: Path, rows: list[list[str]]) -> None:

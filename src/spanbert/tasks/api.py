@@ -8,34 +8,27 @@
     tasks.score("squad", run.output_dir, "test.json")  # the fine-tuned model on a labelled file
 
 Options are the task command's own options by name (``spanbert finetune squad --help`` lists them),
-with Python values: numbers, booleans, strings and paths, lists for options that take several. They are
-read by the task's own parser, the one the command line goes through, so a keyword and a flag cannot
-mean different things and a mistake is the same one-line `SpanBertError`. The command line
-(`spanbert.cli`) and the study (`spanbert.study`) are thin layers over these functions: the CLI prints
-what they return, the study keeps it.
+with Python values: numbers, booleans, strings and paths, lists for options that take several. They
+become the action's options object (`spanbert.tasks.options.from_keywords`), the one the command line's
+flags become, so a keyword and a flag cannot mean different things and a mistake is the same one-line
+`SpanBertError`, naming the keyword. The command line (`spanbert.cli`) and the study (`spanbert.study`)
+are thin layers over these functions: the CLI prints what they return, the study keeps it.
 
 No torch here: a task's module is imported when the task is first used (`spanbert.tasks.TASKS`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import difflib
-import importlib
-import io
-import re
 from collections.abc import Mapping
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from spanbert import threads
-from spanbert.config import _did_you_mean, convert_value
+from spanbert.config import _did_you_mean
 from spanbert.errors import SpanBertError, in_keywords
 from spanbert.tasks.options import from_keywords, names, sentence, usage
 from spanbert.tasks.registry import TASKS
-from spanbert.tasks.spec import ACTIONS, Results, TaskSpec, options_argv
-from spanbert.training_args import TrainingArguments
+from spanbert.tasks.spec import ACTIONS, Results, TaskSpec
 from spanbert.utils import messages_leave_a_taken_stdout, user_path
 
 
@@ -56,29 +49,17 @@ def run(name: str, action: str, options: Mapping[str, Any]) -> Any:
     if action not in ACTIONS:
         raise SpanBertError(f"found action {action!r}, expected one of: {', '.join(ACTIONS)}")
     spec = spec_of(name)
-    cls = TASKS.options(name).get(action)
+    cls = TASKS.options_class(name, action)
     call = f"tasks.{action}({name!r})"
+    prog = f"spanbert {action} {name}"
     if options.get("help"):  # issue 58.8: the usage, printed; nothing is run
-        rest = {k: v for k, v in options.items() if k != "help"}
-        if cls is not None:
-            print(usage(cls, f"spanbert {action} {name}", sentence(action, name), rest), end="")
-            return None
-        code, out, err = _help(name, action, rest)
-        print(out, end="")
-        if code != 0:
-            raise SpanBertError(_last_error(err) or f"`spanbert {action} {name} --help` failed")
+        print(usage(cls, prog, sentence(action, name), {k: v for k, v in options.items() if k != "help"}), end="")
         return None
     count = options.get("threads")
     threads.configure(int(count) if isinstance(count, int) and not isinstance(count, bool) else 0)
-    prog = f"spanbert {action} {name}"
     try:
         with messages_leave_a_taken_stdout():  # `output="/dev/stdout"`: stdout holds the output alone
-            if cls is not None:
-                return getattr(spec, action)(name, from_keywords(cls, options, call, prog))
-            return getattr(spec, action)(name, options_argv(options), prog)
-    except SystemExit as e:  # an option that makes argparse exit (--version-like): an error, not an exit
-        raise SpanBertError(f"spanbert {action} {name}: the options ended the command (exit status {e.code}) "
-                            "instead of running it") from None  # fmt: skip
+            return getattr(spec, action)(name, from_keywords(cls, options, call, prog))
     except SpanBertError as e:  # the same mistake, named as the caller wrote it: a keyword, not a flag
         if type(e) is not SpanBertError:  # a DataError & co. keep their type (and their file and line)
             raise
@@ -146,64 +127,18 @@ def score(name: str, model: str | Path, data: str | Path, **options: Any) -> Res
     return evaluate(name, model=str(model), data=str(data), **{"disable_tqdm": True, **options})
 
 
-def _help(name: str, action: str, options: Mapping[str, Any]) -> tuple[int, str, str]:
-    """(exit code, stdout, stderr) of ``spanbert ACTION NAME OPTIONS --help`` run in this process: the task's
-    parser reads every option given before ``--help`` (a bad value is refused) and prints its usage, without
-    reading a file or building a model."""
-    out, err = io.StringIO(), io.StringIO()
-    spec = spec_of(name)
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            getattr(spec, action)(name, [*options_argv(options), "--help"], f"spanbert {action} {name}")
-            code = 0
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else 2
-        except SpanBertError as e:
-            print(f"error: {e}", file=err)
-            code = 2
-    return int(code or 0), out.getvalue(), err.getvalue()
-
-
 def option_names(name: str, action: str = "finetune", **context: Any) -> set[str]:
-    """The options ``action`` of task ``name`` takes, by name, as its own parser lists them; ``context``: the
-    options that may change the list, set first (the sub-task: GLUE's ``task``)."""
-    cls = TASKS.options(name).get(action)
-    if cls is not None:
-        return names(cls)
-    code, text, err = _help(name, action, context)
-    if code != 0:
-        raise SpanBertError(_last_error(err) or f"`spanbert {action} {name} --help` failed")
-    return {flag[2:].replace("-", "_") for flag in re.findall(r"(?<![\w-])--[\w-]+", text)}
+    """The options ``action`` of task ``name`` takes, by name (its options class's, `options.names`);
+    ``context``: the options set with them (the sub-task), which name no other options since issue 59."""
+    return names(TASKS.options_class(name, action))
 
 
 def check_options(name: str, options: Mapping[str, Any], context: Mapping[str, Any] | None = None) -> None:
     """Refuse before anything runs what ``finetune`` of task ``name`` would refuse of ``options``: an
-    unknown option, a value of the wrong type for its field (`TrainingArguments`, the task's `configs`) or
-    for its parser (a type, a choice). One `SpanBertError`: ``option KEY: found ..., expected ...`` or the
-    parser's line. ``context``: options set with them that pick the parser (the sub-task)."""
-    context = dict(context or {})
-    cls = TASKS.options(name).get("finetune")
-    if cls is not None:  # every check the options object makes, with no data needed (`partial`)
-        from_keywords(cls, {**context, **options}, f"tasks.finetune({name!r})",
-                                   f"spanbert finetune {name}", partial=True)
-        return
-    known = option_names(name, "finetune", **context)
-    for key in options:
-        if key.replace("-", "_") not in known:
-            near = difflib.get_close_matches(key, sorted(known), n=1)
-            hint = f" (did you mean {near[0]!r}?)" if near else ""
-            raise SpanBertError(f"found unknown option {key!r}{hint}; expected an option of `spanbert finetune {name}`")
-    configs = [TrainingArguments] + [getattr(importlib.import_module(m), c) for m, c in spec_of(name).configs]
-    for key, value in options.items():
-        for cls in configs:
-            if key in {f.name for f in fields(cls)}:
-                convert_value(cls, key, value)
-                break
-    code, _, err = _help(name, "finetune", {**context, **options})
-    if code != 0:
-        raise SpanBertError(_last_error(err))
-
-
-def _last_error(err: str) -> str:
-    last = next((x for x in reversed(err.splitlines()) if x.strip()), "")
-    return last.split("error: ", 1)[-1]
+    unknown option, a value of the wrong type or outside its choices, a path option that is no path. One
+    `SpanBertError`: ``option KEY: found ..., expected ...``. ``context``: options set with them (the
+    sub-task). Every check the options object makes, with no data needed (a required option may be
+    missing: a study checks its cells before their data exists)."""
+    cls = TASKS.options_class(name, "finetune")
+    from_keywords(cls, {**(context or {}), **options}, f"tasks.finetune({name!r})", f"spanbert finetune {name}",
+                  partial=True)  # fmt: skip

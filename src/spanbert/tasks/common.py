@@ -2,8 +2,9 @@
 in its home now, and ``spanbert.tasks.common.NAME`` resolves there with a DeprecationWarning
 (`spanbert._aliases`):
 
-- `spanbert.tasks.command_line`: a task command's parser and options, the --config YAML, `TrainingArguments`;
-- `spanbert.tasks.finetuning`: ``finetune`` from its options to the saved model (`finetune_command`, `run_finetune`);
+- `spanbert.tasks.options`: a task's options as dataclasses, parsed from the command line or built from keywords
+  (the parser helpers that were here, `add_switch`, `task_parser`, `parse_task_args`, ..., are gone with them);
+- `spanbert.tasks.finetuning`: ``finetune`` from its options to the saved model (`finetune_options`);
 - `spanbert.tasks.selection`: the model chosen on dev (`KeepBest`) and the Appendix B `sweep`;
 - `spanbert.tasks.ranks`: several processes (`start_distributed`, `write_once`, `predict_sharded`, `seeded_model`);
 - `spanbert.tasks.batching`: prediction batches by length;

@@ -10,7 +10,6 @@ IOBES tags (``S-``/``E-``) are read as the chunks they denote, which conlleval (
 
 from __future__ import annotations
 
-import argparse
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,6 @@ import numpy as np
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.masking import IGNORE_INDEX
 from spanbert.metrics.classification import conlleval
-from spanbert.tasks.command_line import parse_bool
 from spanbert.tasks.scores import percent
 from spanbert.utils import atomic_write
 
@@ -259,13 +257,3 @@ def read_predictions(path: str | Path, sentences: list[NerSentence]) -> list[lis
             line=first.line,
         )  # fmt: skip
     return out
-
-
-def add_document_context_argument(parser: argparse.ArgumentParser) -> None:
-    """``--document_context true|false`` (default true: BERT §5.3's setting for its Table 7)."""
-    parser.add_argument(
-        "--document_context", type=parse_bool, nargs="?", const=True, default=True, metavar="BOOL",
-        help="encode each sentence inside its document's neighbouring tokens, as many as fit in max_seq_length, "
-        "centred on it (BERT §5.3, 'the maximal document context'; documents start at -DOCSTART- lines); false: "
-        "each sentence alone. Saved with the model (default: true)",
-    )  # fmt: skip

@@ -5,7 +5,6 @@ model. Tasks differ in reader, head and metric; the loop is `spanbert.trainer.tr
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -16,8 +15,6 @@ from spanbert.corpus import has_tokenizer
 from spanbert.errors import SpanBertError
 from spanbert.hub import resolve_model
 from spanbert.runs import claim_run_dir
-from spanbert.tasks import command_line
-from spanbert.tasks.command_line import add_finetune_arguments, parse_task_args, resolve_sequence_length, task_parser
 from spanbert.tasks.options import named
 from spanbert.tasks.ranks import start_distributed
 from spanbert.tasks.selection import SELECTION_KEYS, SWEEP_SUMMARY, cell_arguments, sweep, sweep_grid
@@ -28,57 +25,12 @@ from spanbert.training_args import TrainingArguments
 from spanbert.utils import input_paths
 
 
-def finetune_command(
-    prog: str,
-    doc: str | None,
-    argv: list[str],
-    add_options: Callable[[argparse.ArgumentParser], None],
-    defaults: dict[str, Any],
-    run_one: Callable[[argparse.Namespace, TrainingArguments], dict[str, Any]],
-    metric: str,
-    configs: Sequence[type] = (),
-    check: Callable[[argparse.Namespace], None] | None = None,
-) -> Results:
-    """The `finetune` action of a task: its own options (``add_options``), then --model, --config and every
-    `TrainingArguments` option under ``defaults``; parsed with the ``--config`` YAML (``configs``: the
-    task's option dataclasses); ``check(args)`` refuses what the task cannot run; then `run_finetune`
-    (one run, or the Appendix B ``--sweep``, compared on ``metric``)."""
-    parser = task_parser(prog, doc)
-    add_options(parser)
-    add_finetune_arguments(parser, defaults)
-    args = parse_task_args(parser, argv, configs)
-    if check is not None:
-        check(args)
-    return run_finetune(args, defaults, lambda targs: run_one(args, targs), metric, prog)
-
-
-def run_finetune(
-    args: Any, defaults: dict[str, Any], run_one: Callable[[Any], dict[str, float]], metric: str,
-    prog: str = "spanbert finetune",
-) -> Results:  # fmt: skip
-    """One run, or the Appendix B ``--sweep`` keeping the best: the output checks, the process group, the
-    claim of the output folder (its lock and manifest, for the whole command) and the summary line,
-    shared by every task's `finetune`; returns the saved model's dev `Results`.
-
-    ``run_one(training_arguments)`` fine-tunes, saves into ``training_arguments.output_dir`` and
-    returns the dev metrics; ``metric`` names the headline (and the one the sweep maximises). The output
-    is checked against every path the command reads (`spanbert.utils.input_paths` of ``args``: --model,
-    --train, ...).
-    """
-    targs = command_line.training_arguments(args, defaults)  # looked up there: one place to replace it
-    check_output_dir(targs, input_paths(args))  # before reading any data (a sweep: the top folder)
-    resolve_sequence_length(args)  # before any data is read
-    check_training_text(args)
-    start_distributed(targs.device)
-    with claim_run_dir(targs.output_dir, prog):
-        return _finetune_claimed(args, targs, run_one, metric)
-
-
 def finetune_options(
     opts: Any, run_one: Callable[[TrainingArguments], dict[str, Any]], metric: str, prog: str,
     seq_length: int | None = None,
 ) -> Results:  # fmt: skip
-    """`run_finetune` for a task whose options are one typed object (`spanbert.tasks.options`): its
+    """The `finetune` action of a task whose options are one typed object (`spanbert.tasks.options`): one
+    run, or the Appendix B ``--sweep`` keeping the best, compared on ``metric``. Its
     `TrainingArguments` are ``opts.training``, built already over the task's and the family's defaults;
     a ``max_seq_length`` the user gave (in ``opts`` or one of its option classes) is checked against the
     encoder's positions before any data is read. ``seq_length``: the task's default length (Appendix B:
@@ -90,6 +42,11 @@ def finetune_options(
     start_distributed(targs.device)
     with claim_run_dir(targs.output_dir, prog):
         return _finetune_claimed(opts, targs, run_one, metric)
+
+
+SEQ_LENGTH = 128
+"""The default ``--max_seq_length`` of the sentence and token tasks (Appendix B: 128), when the encoder has
+that many positions."""
 
 
 def resolve_lengths(opts: Any, seq_length: int | None = None) -> None:
@@ -145,7 +102,7 @@ def finetune_results(metrics: dict[str, Any], metric: str, output_dir: str | Pat
 def _finetune_claimed(
     args: Any, targs: TrainingArguments, run_one: Callable[[Any], dict[str, float]], metric: str
 ) -> Results:
-    """`run_finetune` once its output folder is held."""
+    """`finetune_options` once its output folder is held."""
     if not getattr(args, "sweep", False):
         metrics = run_one(targs)
         distributed.print0(f"saved the fine-tuned model to {targs.output_dir}")

@@ -32,8 +32,7 @@ from spanbert.metrics.classification import accuracy, binary_f1, matthews_corrco
 from spanbert.tasks import api
 from spanbert.tasks import classification as C
 from spanbert.tasks.classification import pair_input
-from spanbert.tasks.command_line import SEQ_LENGTH
-from spanbert.tasks.finetuning import finetune_options
+from spanbert.tasks.finetuning import SEQ_LENGTH, finetune_options
 from spanbert.tasks.glue_options import (  # the task table and its defaults: torch-free, for --help
     ACTIONS,
     GLUE_TASKS,

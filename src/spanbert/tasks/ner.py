@@ -36,9 +36,6 @@ from spanbert.tasks import classification as C
 from spanbert.tasks import crf_tagger as CT
 from spanbert.tasks import ner_features as NF
 from spanbert.tasks import options as O
-from spanbert.tasks.command_line import (
-    SEQ_LENGTH,
-)
 from spanbert.tasks.conll import (
     _TAG,
     NerSentence,
@@ -50,7 +47,7 @@ from spanbert.tasks.conll import (
     score,
     write_predictions,
 )
-from spanbert.tasks.finetuning import finetune_options
+from spanbert.tasks.finetuning import SEQ_LENGTH, finetune_options
 from spanbert.tasks.ner_options import (
     ACTIONS,
     TAGGERS,
@@ -285,7 +282,6 @@ SPECS = {
         evaluate=_evaluate,
         metric="f1",
         data="CoNLL-2003 files (word POS chunk TAG)",
-        configs=(("spanbert.tasks.ner_features", "HeadConfig"), ("spanbert.tasks.crf_tagger", "CrfTaggerConfig")),
         dev_split=RecordSplit(".txt", "blank-line-blocks"),
         scores_test=True,
         example_stats=True,

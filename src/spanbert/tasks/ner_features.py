@@ -46,9 +46,6 @@ from spanbert.masking import IGNORE_INDEX
 from spanbert.runs import RUN, claim_run_dir
 from spanbert.tasks import finetuning
 from spanbert.tasks.classification import Collator, label_config, labels_from_config, token_outputs
-from spanbert.tasks.command_line import (
-    SEQ_LENGTH,
-)
 from spanbert.tasks.conll import (
     label_list,
     ner_features,
@@ -56,6 +53,7 @@ from spanbert.tasks.conll import (
     score,
     write_predictions,
 )
+from spanbert.tasks.finetuning import SEQ_LENGTH
 from spanbert.tasks.ner_options import HeadConfig
 from spanbert.tasks.ranks import predict_sharded, seeded_model, start_distributed, write_json_once, write_once
 from spanbert.tasks.scores import warn_unseen

@@ -247,16 +247,13 @@ def sentence(action: str, task: str) -> str:
 def main(task: str, action: str, argv: Sequence[str]) -> int:
     """``spanbert ACTION TASK ARGV``: the options parsed once (``--help`` reads no task module and no torch),
     the action run, what it returned printed (`spanbert.tasks.spec.print_results`); exit code 0 (errors are
-    raised). A task whose action still parses its own command line gets ``argv`` as it is."""
+    raised)."""
     if action not in ACTIONS:
         raise SpanBertError(f"spanbert: found action {action!r}; expected one of: {', '.join(ACTIONS)}")
     prog = f"spanbert {action} {task}"
-    cls = TASKS.options(task).get(action)
-    if cls is None:
-        value = getattr(TASKS[task], action)(task, list(argv), prog)
-    else:
-        opts = parse(cls, argv, prog, sentence(action, task))  # before the task's module loads: --help exits here
-        value = getattr(TASKS[task], action)(task, opts)
+    cls = TASKS.options_class(task, action)
+    opts = parse(cls, argv, prog, sentence(action, task))  # before the task's module loads: --help exits here
+    value = getattr(TASKS[task], action)(task, opts)
     print_results(value)
     return 0
 

@@ -664,7 +664,6 @@ SPECS = {
         evaluate=_evaluate,
         metric="f1",
         data="Penn Treebank trees (.mrg files, a folder of them, or one tree a line)",
-        configs=(("spanbert.tasks.parse", "ParseConfig"),),
         scores_test=True,
         options=ACTIONS,
     )

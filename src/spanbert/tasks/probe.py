@@ -42,8 +42,7 @@ from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics.resample import STATS_FILE, write_example_stats
 from spanbert.microbatch import planned_batch_size
 from spanbert.tasks.classification import label_config, labels_from_config
-from spanbert.tasks.command_line import SEQ_LENGTH
-from spanbert.tasks.finetuning import finetune_options
+from spanbert.tasks.finetuning import SEQ_LENGTH, finetune_options
 from spanbert.tasks.layers import ScalarMix
 from spanbert.tasks.ner_features import encoder_fingerprint
 from spanbert.tasks.options import one_of
@@ -505,7 +504,6 @@ SPECS = {
     "probe": TaskSpec(
         "probe", "span probes of a frozen encoder (edge probing, Tenney et al. 2019; --probe)", _finetune, _predict,
         _evaluate, metric="f1", data="each probe's own files (docs/probes.md)", scores_test=True,
-        configs=(("spanbert.tasks.probe", "ProbeConfig"),),
         subtasks=SubTasks(option="probe", key="probe", names=NAMES, canonical=canonical),
         cache_option="features_cache", example_stats=True, options=ACTIONS,
     )

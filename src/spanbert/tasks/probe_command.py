@@ -12,7 +12,6 @@ No torch here: ``spanbert probe --help`` answers at once; the probe's module is 
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
@@ -21,7 +20,6 @@ from typing import Any
 from spanbert import distributed, folders
 from spanbert.errors import SpanBertError
 from spanbert.tasks import api
-from spanbert.tasks.options import build_parser, parse
 from spanbert.tasks.probe_options import ProbeRun
 from spanbert.tasks.probe_sets import NAMES, PROBE_SETS, canonical
 from spanbert.utils import atomic_write, check_output, write_json
@@ -34,23 +32,6 @@ TEST_RESULTS = "test_results.json"
 
 TEST_STATS = "test_example_stats.json"
 """Its per-example statistics on the test subsample (`spanbert.metrics.resample`)."""
-
-
-DESCRIPTION = (
-    "Run every span probe (edge probing, Tenney et al. 2019: entity types, constituent labels, POS, SemEval relations, "
-    "GAP and LitBank coreference arcs) on one frozen encoder, with a scalar mix of all its layers and with layer 0 "
-    "alone (the embeddings: what the words give without context), and print one table of dev and test micro F1. "
-    "docs/probes.md describes the set-up."
-)
-EXAMPLES = """examples:
-  spanbert probe --model runs/spanbert-small/final
-  spanbert probe --model runs/spanbert-small/final --probes entities,pos --layers all
-  torchrun --nproc_per_node 2 -m spanbert probe --model runs/spanbert-small/final"""
-
-
-def probe_parser(prog: str = "spanbert probe") -> argparse.ArgumentParser:
-    """The parser of `spanbert probe` (no torch: its ``--help``): `ProbeRun`'s options, with the examples."""
-    return build_parser(ProbeRun, prog, DESCRIPTION, epilog=EXAMPLES)
 
 
 def _names(text: str, what: str, known: tuple[str, ...], spell: Any) -> list[str]:
@@ -142,12 +123,6 @@ def next_steps(opts: ProbeRun, out: Path) -> list[str]:
         f"test: {root}/{test}, learning_rates: [1e-3, 3e-4]}}",
         "  what the numbers mean: docs/probes.md",
     ]
-
-
-def main(argv: list[str], prog: str = "spanbert probe") -> int:
-    """``spanbert probe``: the command line parsed (`ProbeRun`), the set run (`run_probes`)."""
-    run_probes(parse(ProbeRun, argv, prog, DESCRIPTION, epilog=EXAMPLES), prog)
-    return 0
 
 
 def run_probes(opts: ProbeRun, prog: str = "spanbert probe") -> list[dict[str, Any]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from spanbert.errors import SpanBertError
 from spanbert.tasks.options import Finetune, Inference, nested, option
@@ -150,9 +150,26 @@ ACTIONS = {"finetune": ProbeFinetune, "predict": ProbePredict, "evaluate": Probe
 # --------------------------------------------------------------------------- spanbert probe
 
 
+PROBE_DESCRIPTION = (
+    "Run every span probe (edge probing, Tenney et al. 2019: entity types, constituent labels, POS, SemEval relations, "
+    "GAP and LitBank coreference arcs) on one frozen encoder, with a scalar mix of all its layers and with layer 0 "
+    "alone (the embeddings: what the words give without context), and print one table of dev and test micro F1. "
+    "docs/probes.md describes the set-up."
+)
+PROBE_EXAMPLES = """examples:
+  spanbert probe --model runs/spanbert-small/final
+  spanbert probe --model runs/spanbert-small/final --probes entities,pos --layers all
+  torchrun --nproc_per_node 2 -m spanbert probe --model runs/spanbert-small/final"""
+
+
+
+
 @dataclass(kw_only=True)
 class ProbeRun:
     """``spanbert probe``: every span probe on one encoder, with all its layers and with layer 0 only."""
+
+    HELP: ClassVar[tuple[str, str]] = (PROBE_DESCRIPTION, PROBE_EXAMPLES)
+    """What ``spanbert probe --help`` opens and closes with (`spanbert.cli.TYPED_COMMANDS`)."""
 
     model: str = option(path="input")
     """the encoder folder (any family: a `spanbert pretrain` final/, an HF BERT folder)"""

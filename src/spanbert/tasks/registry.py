@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterator, Mapping, MutableMapping
 
+from spanbert.errors import SpanBertError
 from spanbert.tasks.spec import TaskSpec
 
 # task -> the module whose SPECS holds it
@@ -72,11 +73,20 @@ class Registry(MutableMapping[str, TaskSpec]):
 
     def options(self, name: str) -> Mapping[str, type]:
         """Action -> its options class for task ``name`` (`TaskSpec.options`), without loading the task's
-        module when the registry knows the options' module; empty for a task whose actions parse argv."""
+        module when the registry knows the options' module."""
         if isinstance(self._entries[name], str) and name in self._options:
             actions = importlib.import_module(self._options[name]).ACTIONS
             return actions[name] if name in actions else actions  # per task, or one table for the module's tasks
         return self[name].options
+
+    def options_class(self, name: str, action: str) -> type:
+        """The options class of ``action`` of task ``name``; a task that declares none is one error (a task
+        before issue 59's typed options, whose actions parsed their own command line)."""
+        cls = self.options(name).get(action)
+        if cls is None:
+            raise SpanBertError(f"task {name!r}: found no options class for {action!r} in its TaskSpec.options, "
+                                "expected one per action (docs/architecture.md, 'Adding a task')")  # fmt: skip
+        return cls
 
     def describe(self, name: str) -> str:
         """The task's one-line description, without loading its module when the registry knows it."""

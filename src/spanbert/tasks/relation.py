@@ -39,8 +39,7 @@ from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics.classification import NO_RELATION, semeval_official, tacred_prf
 from spanbert.tasks import classification as C
-from spanbert.tasks.command_line import SEQ_LENGTH
-from spanbert.tasks.finetuning import finetune_options
+from spanbert.tasks.finetuning import SEQ_LENGTH, finetune_options
 from spanbert.tasks.options import one_of
 from spanbert.tasks.ranks import print_metrics, start_distributed, write_json_once, write_once
 from spanbert.tasks.relation_options import (

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from spanbert import _aliases
 from spanbert.distributed import print0
 from spanbert.errors import SpanBertError
 
@@ -156,8 +156,7 @@ class Folds:
 Action = Callable[[str, Any], Any]
 """``action(task, opts)``: one of ``spanbert finetune|predict|evaluate <task>``, a function of the action's
 options (`TaskSpec.options`: a dataclass, `spanbert.tasks.options`); ``finetune`` and ``evaluate`` return
-`Results`, ``predict`` the `Path` it wrote. A task whose spec names no options class for an action has
-an action of the older kind, ``action(task, argv, prog)``, which parses its own command line."""
+`Results`, ``predict`` the `Path` it wrote."""
 
 
 @dataclass(frozen=True)
@@ -175,9 +174,6 @@ class TaskSpec:
     """The headline dev metric: the key in `RESULTS_FILE` and in `Results.scores` (0-100)."""
     data: str
     """The data the task needs (format), for the task list and the docs."""
-    configs: tuple[tuple[str, str], ...] = ()
-    """(module, class) of the option dataclasses whose fields ``finetune`` also takes (besides
-    `TrainingArguments`): the study checks a task's options against them before any run."""
     dev_split: DevSplit | None = None
     """How a study holds out half of dev when no test file is given; None: the task has no dev half."""
     scores_test: bool = False
@@ -195,8 +191,9 @@ class TaskSpec:
     """The fold split its data may come as (LitBank's); None: plain train and dev files only."""
     results_file: str = RESULTS_FILE
     options: Mapping[str, type] = dataclasses.field(default_factory=dict)
-    """Action -> the dataclass of its options (`spanbert.tasks.options`), from a module that imports no torch
-    (the registry names it too, for ``--help``: `spanbert.tasks.registry`)."""
+    """Action -> the dataclass of its options (`spanbert.tasks.options`), one for each of ``finetune``,
+    ``predict`` and ``evaluate``, from a module that imports no torch (the registry names it too, for
+    ``--help``: `spanbert.tasks.registry`)."""
     cache_option: str = ""
     """The option naming a cache of encoder features the task's runs share (the probes' ``features_cache``):
     a study points it into its own shared folder, and its dry run times a cell with the cache cold and warm
@@ -221,30 +218,11 @@ class TaskSpec:
         return read_results(folder, self.metric, self.results_file)
 
 
-# --------------------------------------------------------------------------- options as a command line
-
-
-def options_argv(options: Mapping[str, Any]) -> list[str]:
-    """Keyword options as the command line that means the same: ``--key value`` (a list: every item; a
-    boolean: ``true``/``false``, which every switch of a task command takes; None: left unset). The one
-    spelling of a run's options: a study records it, the Python API and the CLI parse it."""
-    argv: list[str] = []
-    for key, value in options.items():
-        if isinstance(value, bool):
-            argv += [f"--{key}", "true" if value else "false"]
-        elif isinstance(value, (list, tuple)):
-            argv += [f"--{key}", *map(str, value)]
-        elif isinstance(value, float) and not math.isfinite(value):
-            raise SpanBertError(f"option {key}: found {value}, expected a finite number")
-        elif isinstance(value, Mapping):
-            raise SpanBertError(f"option {key}: found a mapping, expected a value (options are flat)")
-        elif value is not None:
-            argv += [f"--{key}", str(value)]
-    return argv
-
-
 def print_results(value: Any) -> None:
     """What ``spanbert <action> <task>`` prints of the value its action returned: the scores as JSON
     (``finetune`` and ``evaluate``; once under torchrun). A ``predict`` says what it wrote itself."""
     if isinstance(value, Results):
         print0(json.dumps(value.scores, indent=2, sort_keys=True))
+
+
+__getattr__ = _aliases.getter(__name__)  # the old spellings of names that moved (`spanbert._aliases`)

@@ -33,8 +33,7 @@ from spanbert.distributed import is_main, print0
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics.classification import accuracy
 from spanbert.tasks.classification import FeatureDataset, pair_input
-from spanbert.tasks.command_line import SEQ_LENGTH
-from spanbert.tasks.finetuning import finetune_options
+from spanbert.tasks.finetuning import SEQ_LENGTH, finetune_options
 from spanbert.tasks.layers import apply_encoder_dropout, output_layer, scaled
 from spanbert.tasks.options import one_of
 from spanbert.tasks.ranks import (

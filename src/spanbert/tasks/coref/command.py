@@ -159,7 +159,6 @@ SPECS = {
         evaluate=_evaluate,
         metric="conll_f1",
         data="CoNLL-2012 files or folders of *.conll[.gz] (OntoNotes, LitBank)",
-        configs=(("spanbert.tasks.coref", "CorefConfig"),),
         dev_split=RecordSplit(".conll", "conll-documents"),
         data_options=lambda train, dev: {"train": train, "dev": dev},
         score_model=_score_model,

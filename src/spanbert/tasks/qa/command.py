@@ -289,7 +289,6 @@ SPECS = {
         metric="f1",
         data=FORMATS[name],
         options=ACTIONS,
-        configs=(("spanbert.tasks.qa", "QAConfig"),),
         dev_split=split,
         score_model=functools.partial(_score_model, name),
     )

@@ -391,7 +391,7 @@ def finetune_qa(
                 write_json_once(out / "dev_null_odds.json", results["null_odds"], sort_keys=False)
             write_json_once(out / RESULTS_FILE, metrics, sort_keys=False)
 
-    write_once(write)  # the command says where it saved (`spanbert.tasks.finetuning.run_finetune`), as for every task
+    write_once(write)  # the command says where it saved (`spanbert.tasks.finetuning.finetune_options`), as for every task
     return metrics
 
 
