@@ -60,8 +60,8 @@ OLD_SPELLINGS: dict[str, dict[str, tuple[str, str]]] = {
         **_moved("spanbert.samplers", "CausalLMBlocks", "ClozeBlocks"),
         **_moved("spanbert.collate", "cloze_collate"),
         # the plan's cost, apart from the job since issue 59
-        **_moved("spanbert.pretrain_plan", "ASSUMED_FLOPS", "LONG_PLAN_SECONDS", "LONG_PRETRAIN_HINT", "plan_flops",
-                 "refuse_long_plan", "check_plan", "plan_warning"),
+        **_moved("spanbert.pretrain_plan", "LONG_PRETRAIN_HINT", "plan_flops", "refuse_long_plan", "plan_warning"),
+        **_moved("spanbert.cost", "ASSUMED_FLOPS", "LONG_PLAN_SECONDS"),
         # the command line and the Python entry, apart from the job since issue 59
         **_moved("spanbert.pretrain_command", "main", "preset_line", "scale_warmup", "quick_start_in_force",
                  "named_options", "pretrain_from_keywords"),

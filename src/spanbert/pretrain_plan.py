@@ -17,11 +17,6 @@ from spanbert.microbatch import planned_batch_size
 from spanbert.pretrain_config import PretrainConfig, system_of
 from spanbert.training_args import TrainingArguments
 
-# Sustained training FLOP/s assumed for the time estimate (a planning figure, not a benchmark): fp32
-# matmuls on one CPU core, and bf16 on a recent datacenter GPU at a typical share of its peak; a plan
-# longer than LONG_PLAN_SECONDS is worth a warning before it starts. Shared with fine-tuning (`cost`).
-ASSUMED_FLOPS, LONG_PLAN_SECONDS = cost.ASSUMED_FLOPS, cost.LONG_PLAN_SECONDS
-
 
 def plan_flops(config: Any, cfg: PretrainConfig, args: TrainingArguments, steps: int, sbo: bool) -> float:
     """Training FLOPs of the whole plan: the family's `flops_per_token` x tokens per step x steps (full
@@ -79,7 +74,7 @@ def plan_warning(
     rate, seconds = _plan_seconds(flops, device)
     layers, hidden = FAMILIES[system_of(cfg).family].pretraining.sizes(config)
     big_on_cpu = device.type == "cpu" and hidden >= MODEL_PRESETS["base"]["hidden_size"]
-    if seconds < LONG_PLAN_SECONDS and not big_on_cpu:
+    if seconds < cost.LONG_PLAN_SECONDS and not big_on_cpu:  # a day (`cost`, shared with fine-tuning)
         return None
     size = f"{layers} layers x {hidden}"
     return (
