@@ -41,6 +41,9 @@ def test_each_action_reads_the_same_options_from_flags_and_keywords(tmp_path):
     ]  # fmt: skip
     for cls, argv, keywords in cases:
         assert O.parse(cls, argv, "p", "d") == O.from_keywords(cls, keywords, "c", "p"), cls.__name__
+    # the task's folder is also `data`, what `tasks.predict(name, model, data)` passes for every task
+    assert O.from_keywords(GluePredict, dict(task="sst2", data="d", model="m", output_dir=out), "c", "p") == (
+        O.parse(GluePredict, ["--task", "sst2", "--data", "d", "--model", "m", "--output_dir", out], "p", "d"))  # fmt: skip
 
 
 def test_the_training_defaults_follow_the_task():

@@ -112,8 +112,9 @@ class GlueData:
 
     task: str
     """GLUE task: CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE, WNLI"""
-    data_dir: str = option(path="input")
-    """the task's folder of GLUE tsv files (train.tsv, dev.tsv, test.tsv)"""
+    data_dir: str = option(path="input", flags=("--data",))
+    """the task's folder of GLUE tsv files (train.tsv, dev.tsv, test.tsv); --data too, the name the other
+    tasks' predict and evaluate give their data (``tasks.predict("glue", model, data, task=...)``)"""
 
 
 @dataclass(kw_only=True)
