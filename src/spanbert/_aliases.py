@@ -85,6 +85,16 @@ OLD_SPELLINGS: dict[str, dict[str, tuple[str, str]]] = {
         **_moved("spanbert.tasks.scores", "percent", "match_by_id", "warn_unseen"),
         "write_json": ("spanbert.tasks.ranks", "write_json_once"),
     },
+    # a task's defaults and settings went to its torch-free options module, for --help (issue 59)
+    "spanbert.tasks.ner": _moved("spanbert.tasks.ner_options", "DEFAULTS"),
+    "spanbert.tasks.ner_features": {"DEFAULTS": ("spanbert.tasks.ner_options", "FEATURES_DEFAULTS")},
+    "spanbert.tasks.crf_tagger": {"TRAINING_DEFAULTS": ("spanbert.tasks.ner_options", "CRF_DEFAULTS"),
+                                  "OLD_FLAGS": ("spanbert.tasks.ner_options", "OLD_FLAGS")},
+    "spanbert.tasks.coref.finetune": _moved("spanbert.tasks.coref.options", "DEFAULTS", "COREF_PRESETS"),
+    "spanbert.tasks.parse": _moved("spanbert.tasks.parse_options", "DEFAULTS"),
+    "spanbert.tasks.probe_features": _moved("spanbert.tasks.probe_options", "DTYPES"),
+    "spanbert.tasks.probe_command": {"DESCRIPTION": ("spanbert.tasks.probe_options", "PROBE_DESCRIPTION"),
+                                     "EXAMPLES": ("spanbert.tasks.probe_options", "PROBE_EXAMPLES")},
     # a run's options as a command line: what the study records of a cell since every task takes typed options
     "spanbert.tasks.spec": {"options_argv": ("spanbert.study.runner", "options_argv")},
     # docs/architecture.md listed `families.load_tokenizer`; renamed apart from `tokenization.load_tokenizer`,

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from spanbert import runs, trainer
+from spanbert import _aliases, runs, trainer
 from spanbert.distributed import is_main, print0, world_size
 from spanbert.dropout import Dropout, set_dropout
 from spanbert.errors import SpanBertError
@@ -251,3 +251,5 @@ def finetune(model: CrfTagger, train_features: list[dict[str, Any]], dev: list[A
     tag_ids, loss = predict_tags(model, dev_features, pad_id, args.per_device_eval_batch_size)
     pred = words_to_tags(dev, dev_features, tag_ids, labels)
     return {**score(dev, pred), "loss": loss}, pred
+
+__getattr__ = _aliases.getter(__name__)  # the old spellings of names that moved (`spanbert._aliases`)

@@ -27,7 +27,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from spanbert import families
+from spanbert import _aliases, families
 from spanbert.distributed import print0
 from spanbert.errors import DataError, SpanBertError
 from spanbert.metrics.classification import conlleval_rows
@@ -35,7 +35,6 @@ from spanbert.metrics.resample import write_example_stats
 from spanbert.tasks import classification as C
 from spanbert.tasks import crf_tagger as CT
 from spanbert.tasks import ner_features as NF
-from spanbert.tasks import options as O
 from spanbert.tasks.conll import (
     _TAG,
     NerSentence,
@@ -58,7 +57,7 @@ from spanbert.tasks.ner_options import (
     NerPredict,
     tagger_of,
 )
-from spanbert.tasks.options import named, one_of
+from spanbert.tasks.options import named, names, one_of
 from spanbert.tasks.ranks import print_metrics, seeded_model, start_distributed, write_json_once, write_once
 from spanbert.tasks.scores import warn_unseen
 from spanbert.tasks.selection import selection_summary
@@ -213,7 +212,7 @@ def _finetune(task: str, opts: NerFinetune) -> Results:
     feature-based NER (`ner_features.finetune_options`)."""
     given = named(opts)
     if opts.features:
-        stray = sorted(f"--{n}" for n in given & ({"tagger"} | O.names(CrfTaggerConfig)))
+        stray = sorted(f"--{n}" for n in given & ({"tagger"} | names(CrfTaggerConfig)))
         if stray:
             raise SpanBertError(f"found {', '.join(stray)} with --features; expected the options of the "
                                 "feature-based tagger only (a frozen encoder has no fine-tuned head)")  # fmt: skip
@@ -223,10 +222,10 @@ def _finetune(task: str, opts: NerFinetune) -> Results:
     if tagger == "bilstm-crf" and "lstm_hidden_size" in given:  # OLD_FLAGS: the two-tower command's spelling
         crf = dataclasses.replace(crf, tagger_lstm_hidden_size=opts.head.lstm_hidden_size)
         given = given - {"lstm_hidden_size"}
-    stray = sorted(f"--{n}" for n in given & O.names(HeadConfig))
+    stray = sorted(f"--{n}" for n in given & names(HeadConfig))
     if stray:
         raise SpanBertError(f"found {', '.join(stray)} without --features; expected them with --features only")
-    stray = sorted(f"--{n}" for n in given & O.names(CrfTaggerConfig))
+    stray = sorted(f"--{n}" for n in given & names(CrfTaggerConfig))
     if stray and tagger != "bilstm-crf":
         raise SpanBertError(f"found {', '.join(stray)} with the linear tagger; expected them with "
                             "--tagger bilstm-crf only")  # fmt: skip
@@ -288,3 +287,5 @@ SPECS = {
         options=ACTIONS,
     )
 }
+
+__getattr__ = _aliases.getter(__name__)  # the old spellings of names that moved (`spanbert._aliases`)

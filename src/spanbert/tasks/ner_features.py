@@ -37,7 +37,7 @@ import torch
 from safetensors.torch import load_file
 from torch import Tensor, nn
 
-from spanbert import families, folders, threads
+from spanbert import _aliases, families, folders, threads
 from spanbert.checkpoints import save_checkpoint
 from spanbert.distributed import is_main, print0, resolve_device
 from spanbert.dropout import Dropout
@@ -580,3 +580,5 @@ def finetune_options(opts: Any, prog: str) -> Results:
     print0(f"saved the feature-based tagger(s) to {targs.output_dir}")
     return Results(summary_table(results) if len(results) > 1 else next(iter(results.values())), "f1",
                    output_dir=Path(targs.output_dir))  # fmt: skip
+
+__getattr__ = _aliases.getter(__name__)  # the old spellings of names that moved (`spanbert._aliases`)

@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from spanbert import families
+from spanbert import _aliases, families
 from spanbert.distributed import eprint0, is_main, print0
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics.evalb import EvalbAbort, evalb, summary_text
@@ -668,3 +668,5 @@ SPECS = {
         options=ACTIONS,
     )
 }
+
+__getattr__ = _aliases.getter(__name__)  # the old spellings of names that moved (`spanbert._aliases`)

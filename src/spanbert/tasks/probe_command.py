@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from spanbert import distributed, folders
+from spanbert import _aliases, distributed, folders
 from spanbert.errors import SpanBertError
 from spanbert.tasks import api
 from spanbert.tasks.probe_options import ProbeRun
@@ -163,3 +163,5 @@ def run_probes(opts: ProbeRun, prog: str = "spanbert probe") -> list[dict[str, A
                        f"every number in {out / 'results.json'}")  # fmt: skip
     distributed.print0("\n".join(next_steps(opts, out)))
     return results
+
+__getattr__ = _aliases.getter(__name__)  # the old spellings of names that moved (`spanbert._aliases`)

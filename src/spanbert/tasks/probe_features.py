@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from spanbert import threads
+from spanbert import _aliases, threads
 from spanbert.distributed import print0, resolve_device
 from spanbert.tasks.ner_features import encoder_fingerprint
 from spanbert.tasks.probe_data import Context
@@ -230,3 +230,5 @@ def cached_features(
 
     write_once(build)
     return open_store(folder)
+
+__getattr__ = _aliases.getter(__name__)  # the old spellings of names that moved (`spanbert._aliases`)

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from spanbert import distributed, runs, trainer
+from spanbert import _aliases, distributed, runs, trainer
 from spanbert.distributed import broadcast_object, is_main, print0
 from spanbert.errors import SpanBertError
 from spanbert.tasks.coref.data import CorefDocument, Span, read_documents, write_conll
@@ -224,4 +224,4 @@ def _predict_again(model: nn.Module, predict_dev: Any, step: int) -> None:
         predict_dev(model, step)
     model.train(was_training)
 
-
+__getattr__ = _aliases.getter(__name__)  # the old spellings of names that moved (`spanbert._aliases`)
