@@ -233,7 +233,7 @@ def two_tower(objective: str = "cloze", input: str = "bpe", **kw: Any):
 
 
 def cloze_batch(lengths: list[int]) -> dict[str, torch.Tensor]:
-    from spanbert.collate import cloze_collate
+    from spanbert.cloze import cloze_collate
 
     cfg = two_tower().config
     rng = np.random.default_rng(4)

@@ -216,7 +216,7 @@ def test_compiled_pretraining_steps_never_wait_for_the_device(compiled_syncs, tm
 @pytest.mark.parametrize("objective", ["cloze", "bilm", "cloze-bilm"])
 def test_two_tower_steps_never_wait_for_the_device(objective, syncs, tmp_path):
     from spanbert import cloze
-    from spanbert.collate import cloze_collate
+    from spanbert.cloze import cloze_collate
 
     model = two_tower(objective)
     cfg = model.config

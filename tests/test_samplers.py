@@ -8,11 +8,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from spanbert.cloze import ClozeBlocks
 from spanbert.corpus import TokenCorpus
 from spanbert.dataset import PretrainDataset
 from spanbert.errors import SpanBertError
 from spanbert.pretrain_config import SYSTEM_PRESETS
-from spanbert.samplers import SAMPLERS, CausalLMBlocks, ClozeBlocks, Cut, HeldOut
+from spanbert.samplers import SAMPLERS, CausalLMBlocks, Cut, HeldOut
 
 
 class _Framed:

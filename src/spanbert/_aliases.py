@@ -57,8 +57,8 @@ OLD_SPELLINGS: dict[str, dict[str, tuple[str, str]]] = {
     "spanbert.pretrain": {
         **_moved("spanbert.pretrain_config", "CAUSAL_SYSTEMS", "FAMILY_CHOICES", "MIN_SEQ_LENGTH", "STATIC_MASKS",
                  "SYSTEMS", "fill_parser"),
-        **_moved("spanbert.samplers", "CausalLMBlocks", "ClozeBlocks"),
-        **_moved("spanbert.collate", "cloze_collate"),
+        **_moved("spanbert.samplers", "CausalLMBlocks"),
+        **_moved("spanbert.cloze", "ClozeBlocks", "cloze_collate"),
         # the plan's cost, apart from the job since issue 59
         **_moved("spanbert.pretrain_plan", "LONG_PRETRAIN_HINT", "plan_flops", "refuse_long_plan", "plan_warning"),
         **_moved("spanbert.cost", "ASSUMED_FLOPS", "LONG_PLAN_SECONDS"),
@@ -85,6 +85,9 @@ OLD_SPELLINGS: dict[str, dict[str, tuple[str, str]]] = {
         **_moved("spanbert.tasks.scores", "percent", "match_by_id", "warn_unseen"),
         "write_json": ("spanbert.tasks.ranks", "write_json_once"),
     },
+    # the two-tower family's blocks and batches went to its module (issue 59)
+    "spanbert.samplers": _moved("spanbert.cloze", "ClozeBlocks"),
+    "spanbert.collate": _moved("spanbert.cloze", "cloze_collate"),
     # a task's defaults and settings went to its torch-free options module, for --help (issue 59)
     "spanbert.tasks.ner": _moved("spanbert.tasks.ner_options", "DEFAULTS"),
     "spanbert.tasks.ner_features": {"DEFAULTS": ("spanbert.tasks.ner_options", "FEATURES_DEFAULTS")},

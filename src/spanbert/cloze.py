@@ -4,8 +4,9 @@ Read it top to bottom: config and presets, the building blocks (sinusoidal posit
 an extra zero state, pre-LayerNorm blocks), the character-CNN word input, the two towers and the
 combination module (`TwoTowerModel`), the three pre-training objectives (cloze, bilm, cloze-bilm),
 the model as a fine-tuning encoder (`TwoTowerEncoder`: the family protocol of `spanbert.families`,
-with the paper's fine-tuning habits), its tokenizers, the paper's optimiser and schedule, saving and
-loading. `spanbert.pretrain` builds the `--system cloze|bilm|cloze-bilm` presets from these parts.
+with the paper's fine-tuning habits), its pre-training blocks and batches (`ClozeBlocks`, `cloze_collate`:
+the sampler `samplers.SAMPLERS["cloze"]` names), its tokenizers, the paper's optimiser and schedule,
+saving and loading. `spanbert.pretrain` builds the `--system cloze|bilm|cloze-bilm` presets from these parts.
 
 Notation follows the paper (§3): a sample t_1..t_n wrapped in boundary markers; the forward tower's
 state at token i is F_i (it has seen t_1..t_i), the backward tower's B_i (it has seen t_i..t_n). The
@@ -22,6 +23,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 import torch.utils.checkpoint
@@ -29,6 +31,7 @@ from safetensors.torch import load_file
 from torch import Tensor, nn
 
 from spanbert.attention import attention
+from spanbert.block_index import IndexSpec, example_index
 from spanbert.checkpoints import save_folder
 from spanbert.config import (
     CLOZE_MODEL_TYPE,
@@ -701,6 +704,68 @@ def flops_per_token(cfg: ClozeConfig, seq_len: int) -> float:
         # (V is 0 before the word vocabulary exists: the long-plan check before any work counts no head)
         heads = heads * (adaptive_cutoffs(V)[0] if adaptive_cutoffs(V) else V) / V
     return 3 * (total + heads)
+
+
+# ---------------------------------------------------------------------------------------------
+# the family's pre-training blocks and batches (its sampler: `samplers.SAMPLERS["cloze"]`)
+
+
+class ClozeBlocks(torch.utils.data.Dataset):
+    """Blocks of documents [d0, d1) of a `TokenCorpus`, each wrapped in boundary markers (two-tower
+    paper §3: "samples are prepended and appended with sample boundary markers"). No masking, no
+    randomness: every token of a block is a target, so an item is the same in every epoch."""
+
+    def __init__(self, corpus: Any, documents: tuple[int, int], max_seq_length: int, bos_id: int, eos_id: int,
+                 packing: str = "sentences", limit: int | None = None):  # fmt: skip
+        # the blocks of `blocks.sentence_blocks` / `single_segment_blocks`, cached in the corpus folder
+        spec = IndexSpec("single", max_seq_length, packing, (int(documents[0]), int(documents[1])))
+        index = example_index(corpus, spec)
+        self.corpus, self.blocks = corpus, index.rows[:limit]  # (N, 2) (limit None: all)
+        self._lengths = index.lengths[:limit]
+        self.plan_cache = index.path if limit is None else None  # the trainer's epoch orders go beside it
+        self.bos_id, self.eos_id = bos_id, eos_id
+
+    def __len__(self) -> int:
+        return len(self.blocks)
+
+    def lengths(self) -> np.ndarray:
+        """(N,) tokens of each item, markers included (the trainer's token-budget batching): the index's."""
+        return self._lengths
+
+    def set_epoch(self, epoch: int) -> None:
+        pass  # every epoch reads the same items
+
+    def __getitem__(self, i: int) -> dict[str, np.ndarray]:
+        s, e = self.blocks[i].tolist()
+        ids, _ = self.corpus.tokens(s, e)
+        return {"input_ids": np.concatenate([[self.bos_id], ids.astype(np.int64), [self.eos_id]])}
+
+
+def cloze_collate(items: list[dict[str, np.ndarray]], pad_id: int, pad_to: int | None = None) -> dict[str, Any]:
+    """The two-tower batch (`ClozeBlocks` items): pad to the longest item (or ``pad_to``):
+    ``input_ids`` (B, T) and ``attention_mask`` (B, T)."""
+
+    T = max(len(x["input_ids"]) for x in items)
+    T = max(T, pad_to or 0)
+    ids = torch.full((len(items), T), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(items), T), dtype=torch.long)
+    for r, x in enumerate(items):
+        n = len(x["input_ids"])
+        ids[r, :n] = torch.from_numpy(np.asarray(x["input_ids"], dtype=np.int64))
+        mask[r, :n] = 1
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def build_blocks(corpus: Any, tok: Any, documents: tuple[int, int], cut: Any) -> ClozeBlocks:
+    """The sampler's build (`samplers.Sampler`): documents [d0, d1) cut as ``cut`` says, in <s> ... </s>."""
+    bos, eos = tok.token_to_id("<s>"), tok.token_to_id("</s>")
+    return ClozeBlocks(corpus, documents, cut.max_seq_length, bos_id=bos, eos_id=eos, packing=cut.block_packing)
+
+
+def collate_blocks(items: list[dict[str, np.ndarray]], pad_id: int, max_predictions: int | None = None,
+                   pad_to: int | None = None) -> dict[str, Any]:  # fmt: skip
+    """The sampler's collate: `cloze_collate` (every token is a target: no prediction cap)."""
+    return cloze_collate(items, pad_id=pad_id, pad_to=pad_to)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from spanbert import _aliases
 from spanbert.errors import SpanBertError
 from spanbert.masking import IGNORE_INDEX
 
@@ -156,17 +157,4 @@ def pretrain_dataloader(
         collate_fn=make_collate(dataset.pad_id, max_predictions, pad_to),
     )
 
-
-def cloze_collate(items: list[dict[str, np.ndarray]], pad_id: int, pad_to: int | None = None) -> dict[str, Any]:
-    """The two-tower batch (`samplers.ClozeBlocks` items): pad to the longest item (or ``pad_to``):
-    ``input_ids`` (B, T) and ``attention_mask`` (B, T)."""
-
-    T = max(len(x["input_ids"]) for x in items)
-    T = max(T, pad_to or 0)
-    ids = torch.full((len(items), T), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(items), T), dtype=torch.long)
-    for r, x in enumerate(items):
-        n = len(x["input_ids"])
-        ids[r, :n] = torch.from_numpy(np.asarray(x["input_ids"], dtype=np.int64))
-        mask[r, :n] = 1
-    return {"input_ids": ids, "attention_mask": mask}
+__getattr__ = _aliases.getter(__name__)  # the old spellings of names that moved (`spanbert._aliases`)

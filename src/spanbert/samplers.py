@@ -8,7 +8,7 @@ into a map-style dataset of items, and names the collate that batches them:
 | single | [CLS] block [SEP], masked (`dataset.PretrainDataset`, §3.3) | `collate.collate_pretrain` | spanbert, bert-1seq, span-1seq* |
 | nsp | [CLS] A [SEP] B [SEP] + NSP label (BERT §3.1) | `collate.collate_pretrain` | bert, google-bert, mask-*, span-2seq-nsp |
 | causal | [CLS] block [SEP], unmasked, every next token a target (`CausalLMBlocks`) | `collate.collate_pretrain` | ltr |
-| cloze | <s> block </s>, unmasked, every token a target (`ClozeBlocks`) | `collate.cloze_collate` | cloze, bilm, cloze-bilm |
+| cloze | <s> block </s>, unmasked, every token a target (`cloze.ClozeBlocks`) | `cloze.cloze_collate` | cloze, bilm, cloze-bilm |
 
 `spanbert.pretrain` looks a system's sampler up in `SAMPLERS` and never learns its name.
 """
@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from spanbert.block_index import IndexSpec, example_index
-from spanbert.collate import cloze_collate, collate_pretrain
+from spanbert import _aliases, cloze
+from spanbert.collate import collate_pretrain
 from spanbert.corpus import TokenCorpus
 from spanbert.dataset import PretrainDataset
 from spanbert.errors import SpanBertError
@@ -93,37 +93,6 @@ class CausalLMBlocks(torch.utils.data.Dataset):
         }
 
 
-class ClozeBlocks(torch.utils.data.Dataset):
-    """Blocks of documents [d0, d1) of a `TokenCorpus`, each wrapped in boundary markers (two-tower
-    paper §3: "samples are prepended and appended with sample boundary markers"). No masking, no
-    randomness: every token of a block is a target, so an item is the same in every epoch."""
-
-    def __init__(self, corpus: Any, documents: tuple[int, int], max_seq_length: int, bos_id: int, eos_id: int,
-                 packing: str = "sentences", limit: int | None = None):  # fmt: skip
-        # the blocks of `blocks.sentence_blocks` / `single_segment_blocks`, cached in the corpus folder
-        spec = IndexSpec("single", max_seq_length, packing, (int(documents[0]), int(documents[1])))
-        index = example_index(corpus, spec)
-        self.corpus, self.blocks = corpus, index.rows[:limit]  # (N, 2) (limit None: all)
-        self._lengths = index.lengths[:limit]
-        self.plan_cache = index.path if limit is None else None  # the trainer's epoch orders go beside it
-        self.bos_id, self.eos_id = bos_id, eos_id
-
-    def __len__(self) -> int:
-        return len(self.blocks)
-
-    def lengths(self) -> np.ndarray:
-        """(N,) tokens of each item, markers included (the trainer's token-budget batching): the index's."""
-        return self._lengths
-
-    def set_epoch(self, epoch: int) -> None:
-        pass  # every epoch reads the same items
-
-    def __getitem__(self, i: int) -> dict[str, np.ndarray]:
-        s, e = self.blocks[i].tolist()
-        ids, _ = self.corpus.tokens(s, e)
-        return {"input_ids": np.concatenate([[self.bos_id], ids.astype(np.int64), [self.eos_id]])}
-
-
 @dataclass(frozen=True)
 class Cut:
     """What every sampler is given: the block length and packing, the seed and masking of masked
@@ -166,19 +135,12 @@ def _causal(corpus: TokenCorpus, tok: Any, documents: tuple[int, int], cut: Cut)
     return CausalLMBlocks(_pretrain_dataset("single")(corpus, tok, documents, cut))
 
 
-def _cloze(corpus: TokenCorpus, tok: Any, documents: tuple[int, int], cut: Cut) -> ClozeBlocks:
-    bos, eos = tok.token_to_id("<s>"), tok.token_to_id("</s>")
-    return ClozeBlocks(corpus, documents, cut.max_seq_length, bos_id=bos, eos_id=eos, packing=cut.block_packing)
-
-
-def _cloze_collate(items, pad_id: int, max_predictions: int | None = None, pad_to: int | None = None):
-    return cloze_collate(items, pad_id=pad_id, pad_to=pad_to)  # every token is a target: no prediction cap
-
-
 SAMPLERS: dict[str, Sampler] = {
     "single": Sampler(_pretrain_dataset("single"), collate_pretrain),
     "nsp": Sampler(_pretrain_dataset("nsp"), collate_pretrain, min_docs=2),
     "causal": Sampler(_causal, collate_pretrain, masks=False),
-    "cloze": Sampler(_cloze, _cloze_collate, masks=False),
+    "cloze": Sampler(cloze.build_blocks, cloze.collate_blocks, masks=False),  # the two-tower family's own
 }
 """`System.sampler` -> how its items are cut and batched."""
+
+__getattr__ = _aliases.getter(__name__)  # the old spellings of names that moved (`spanbert._aliases`)
