@@ -286,3 +286,11 @@ def test_a_killed_run_resumed_at_another_count_ends_bit_identical_to_the_straigh
     assert seen["threads"] == 1
     for (k, a), b in zip(params(straight).items(), params(resumed).values()):
         assert torch.equal(a, b), k
+
+
+def test_a_python_call_s_threads_option_is_a_count_or_the_free_cores(monkeypatch):
+    seen = []
+    monkeypatch.setattr(threads, "configure", lambda n=0: seen.append(n) or "")
+    for options in ({"threads": 3}, {}, {"threads": True}, {"threads": None}):
+        threads.configure_from(options)
+    assert seen == [3, 0, 0, 0]  # True is a bool, no count

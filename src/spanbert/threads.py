@@ -38,8 +38,10 @@ import math
 import os
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from spanbert.environment import omp_threads_setting
 
@@ -167,6 +169,13 @@ def most_threads() -> int:
     except ValueError:
         local = 1
     return max(1, usable_cores() // local)
+
+
+def configure_from(options: Mapping[str, Any]) -> str:
+    """`configure` with the ``threads`` of a Python call's options (``tasks.finetune(..., threads=4)``,
+    a study cell's): a count given as an int fixes it; absent or anything else, the free cores decide."""
+    count = options.get("threads")
+    return configure(int(count) if isinstance(count, int) and not isinstance(count, bool) else 0)
 
 
 def configure(threads: int = 0) -> str:

@@ -190,7 +190,7 @@ def _prepare_shared(study: Study) -> None:
     needs_candidates = sorted(
         {k for s in study.systems if not s.checkpoint for k in candidate_kinds(s)}
     )
-    steps: list[tuple[str, str, Callable[[], Any]]] = []  # (name, its command line for the log, the call)
+    steps: list[tuple[str, list[str], Callable[[], Any]]] = []  # (name, its command line for the log, the call)
     corpus = Path(study.corpus)
     if is_preprocessed(corpus):
         tok = study.tokenizer or str(tokenizer_dir_of(corpus))
@@ -212,12 +212,12 @@ def _prepare_shared(study: Study) -> None:
     if not tok:
         tok = str(shared / "tokenizer")
         if not (Path(tok) / "vocab.txt").is_file():
-            steps.append(("tokenizer", f"tokenizer train --corpus {study.corpus} --vocab_size {study.vocab_size} "
-                          f"--output_dir {tok} --disable_tqdm",
+            spelled = {"corpus": study.corpus, "vocab_size": study.vocab_size, "output_dir": tok, "disable_tqdm": True}
+            steps.append(("tokenizer", ["tokenizer", "train", *options_argv(spelled)],
                           lambda: train_tokenizer_folder([study.corpus], study.vocab_size, tok, progress=False)))  # fmt: skip
     candidates = ",".join(needs_candidates)
-    steps.append(("preprocess", f"preprocess --corpus {study.corpus} --tokenizer {tok} --output_dir {shared / 'corpus'} "
-                  f"--quiet{f' --candidates {candidates}' if candidates else ''}",
+    spelled = {"corpus": study.corpus, "tokenizer": tok, "output_dir": shared / "corpus", "candidates": candidates or None}
+    steps.append(("preprocess", ["preprocess", *options_argv(spelled), "--quiet"],
                   lambda: preprocess_folder([study.corpus], tok, shared / "corpus", candidates=candidates, progress=False)))  # fmt: skip
     seconds = {}  # each step's wall time: the data stage of the summary's stage table
     for name, command, call in steps:
@@ -225,7 +225,7 @@ def _prepare_shared(study: Study) -> None:
         distributed.print0(f"study: {name} (log: {log})")
         t0 = time.perf_counter()
         try:
-            with in_log(log, f"spanbert {command}"):
+            with in_log(log, f"spanbert {' '.join(command)}"):
                 call()
         except SpanBertError as e:
             raise SpanBertError(f"study: the shared {name} step failed ({e}); see {log}") from None
@@ -253,8 +253,7 @@ def run_pretrain(options: dict[str, Any], log: Path) -> PretrainResult:
     output in ``log``: the `PretrainResult` it returns. The CPU threads are set as the command line sets
     them (``threads``; unset: the cores other processes leave free). A failure is one `SpanBertError` line
     (the log has the rest)."""
-    count = options.get("threads")
-    threads.configure(int(count) if isinstance(count, int) and not isinstance(count, bool) else 0)
+    threads.configure_from(options)
     with in_log(log, f"spanbert pretrain {' '.join(options_argv(options))}"):
         return pretrain_from_keywords(**options)
 

@@ -55,8 +55,7 @@ def run(name: str, action: str, options: Mapping[str, Any]) -> Any:
     if options.get("help"):  # issue 58.8: the usage, printed; nothing is run
         print(usage(cls, prog, sentence(action, name), {k: v for k, v in options.items() if k != "help"}), end="")
         return None
-    count = options.get("threads")
-    threads.configure(int(count) if isinstance(count, int) and not isinstance(count, bool) else 0)
+    threads.configure_from(options)
     try:
         with messages_leave_a_taken_stdout():  # `output="/dev/stdout"`: stdout holds the output alone
             return getattr(spec, action)(name, from_keywords(cls, options, call, prog))

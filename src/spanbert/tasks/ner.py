@@ -209,14 +209,15 @@ def predict_ner(
 
 def _finetune(task: str, opts: NerFinetune) -> Results:
     """``spanbert finetune ner ...``: the linear or biLSTM-CRF tagger, or with --features BERT's
-    feature-based NER (`ner_features.finetune_options`)."""
+    feature-based NER (`ner_features.features_run`)."""
     given = named(opts)
     if opts.features:
         stray = sorted(f"--{n}" for n in given & ({"tagger"} | names(CrfTaggerConfig)))
         if stray:
             raise SpanBertError(f"found {', '.join(stray)} with --features; expected the options of the "
                                 "feature-based tagger only (a frozen encoder has no fine-tuned head)")  # fmt: skip
-        return NF.finetune_options(opts, f"spanbert finetune {task} --features")
+        return finetune_options(opts, NF.features_run(opts), "f1", f"spanbert finetune {task} --features",
+                                seq_length=SEQ_LENGTH)  # fmt: skip
     tagger = tagger_of({"tagger": opts.tagger, "model": opts.model})
     crf = opts.crf
     if tagger == "bilstm-crf" and "lstm_hidden_size" in given:  # OLD_FLAGS: the two-tower command's spelling

@@ -43,8 +43,7 @@ from spanbert.distributed import is_main, print0, resolve_device
 from spanbert.dropout import Dropout
 from spanbert.errors import DataError, SpanBertError
 from spanbert.masking import IGNORE_INDEX
-from spanbert.runs import RUN, claim_run_dir
-from spanbert.tasks import finetuning
+from spanbert.runs import RUN
 from spanbert.tasks.classification import Collator, label_config, labels_from_config, token_outputs
 from spanbert.tasks.conll import (
     label_list,
@@ -53,15 +52,15 @@ from spanbert.tasks.conll import (
     score,
     write_predictions,
 )
-from spanbert.tasks.finetuning import SEQ_LENGTH
 from spanbert.tasks.ner_options import HeadConfig
-from spanbert.tasks.ranks import predict_sharded, seeded_model, start_distributed, write_json_once, write_once
+from spanbert.tasks.ranks import predict_sharded, seeded_model, write_json_once, write_once
 from spanbert.tasks.scores import warn_unseen
 from spanbert.tasks.selection import KeepBest, selection_summary
-from spanbert.tasks.spec import RESULTS_FILE, Results
+from spanbert.tasks.spec import RESULTS_FILE
 from spanbert.tasks.task_folders import load_encoder, load_tokenizer_for
 from spanbert.trainer import predict_batches, train
-from spanbert.utils import atomic_dir, input_paths, progress_bar
+from spanbert.training_args import TrainingArguments
+from spanbert.utils import atomic_dir, progress_bar
 
 MODEL_TYPE = "spanbert-ner-features"
 """``model_type`` of a saved feature-based tagger's config.json (how `predict_ner` recognises one)."""
@@ -559,26 +558,25 @@ def predict(
     return predict_tags(model, SentenceFeatures(arrays, offsets), labels, batch_size, progress)
 
 
-def finetune_options(opts: Any, prog: str) -> Results:
+def features_run(opts: Any) -> Callable[[TrainingArguments], dict[str, Any]]:
     """``spanbert finetune ner --features CHOICES ...`` (``opts``: `NerFinetune`, its `HeadConfig` with
-    ``opts.features``)."""
+    ``opts.features``) as the one run `finetuning.finetune_options` makes: what cannot run is refused
+    first; the run's dev scores are Table 7's rows when it trains several choices (`summary_table`)."""
     if opts.sweep:
         raise SpanBertError("--sweep is not available with --features; pass one --learning_rate per run")
     head = dataclasses.replace(opts.head, features=opts.features)
     parse_choices(head.features)  # a bad choice fails before any work
     if head.feature_dtype not in ("float32", "float16"):
         raise SpanBertError(f"--feature_dtype: found {head.feature_dtype!r}, expected float32 or float16")
-    targs = opts.training
-    finetuning.check_output_dir(targs, input_paths(opts))
-    finetuning.resolve_lengths(opts, SEQ_LENGTH)  # before any sentence is read
-    start_distributed(targs.device)
-    with claim_run_dir(targs.output_dir, prog):
+
+    def run_one(targs: TrainingArguments) -> dict[str, Any]:
         results = finetune_features(
             opts.model, opts.train_file, opts.validation_file, targs, head, opts.tokenizer, opts.max_seq_length,
             opts.max_train_examples, opts.max_eval_examples, opts.document_context, targs.device,
         )  # fmt: skip
-    print0(f"saved the feature-based tagger(s) to {targs.output_dir}")
-    return Results(summary_table(results) if len(results) > 1 else next(iter(results.values())), "f1",
-                   output_dir=Path(targs.output_dir))  # fmt: skip
+        return summary_table(results) if len(results) > 1 else next(iter(results.values()))
+
+    return run_one
+
 
 __getattr__ = _aliases.getter(__name__)  # the old spellings of names that moved (`spanbert._aliases`)

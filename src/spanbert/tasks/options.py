@@ -331,7 +331,8 @@ def parse(cls: type[T], argv: Sequence[str], prog: str, description: str, epilog
     command's), the ``--config`` YAML applied under the flags, the nested classes built over the task's
     and the family's defaults. A mistake is one `SpanBertError` naming the flag."""
     argv = list(argv)
-    parser = build_parser(cls, prog, description, _given(cls, argv), epilog)
+    given = _given(cls, argv)
+    parser = build_parser(cls, prog, description, given, epilog)
     classes = [_type_of(f) for f in _nested(cls)]
     args = parse_args_with_config(parser, argv, classes) if classes else parser.parse_args(argv)
     overrides = list(getattr(args, "overrides", None) or [])
@@ -345,7 +346,7 @@ def parse(cls: type[T], argv: Sequence[str], prog: str, description: str, epilog
         obj = dataclass_from_args(sub, own, defaults=nested_defaults(cls, f.name, values),
                                   overrides=overrides, sections=classes)  # fmt: skip
         values[f.name] = _finish(obj, named)
-    return _remember(cls(**values), (named - {f.name for f in _plain(cls)}) | set(_given(cls, argv)))
+    return _remember(cls(**values), (named - {f.name for f in _plain(cls)}) | set(given))
 
 
 def _given(cls: type, argv: list[str]) -> dict[str, Any]:
