@@ -46,7 +46,7 @@ def non_embedding(model: torch.nn.Module) -> int:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
-        "--preset", default="small", help="two-tower preset (spanbert.config.CLOZE_PRESETS, :field=value,... allowed)"
+        "--preset", default="small", help="two-tower preset (spanbert.cloze_config.CLOZE_PRESETS, :field=value,... allowed)"
     )
     p.add_argument("--objective", default="cloze", choices=cloze.SYSTEMS)
     p.add_argument("--bert-layers", type=int, default=None, help="SpanBERT layers (default: 2 x blocks per tower)")

@@ -55,7 +55,7 @@ def synthetic_conll(n: int, seed: int = 0) -> list[tuple[list[str], list[str]]]:
 
 def tiny_lm(vocab_size: int = 40, seed: int = 0, **fields):
     from spanbert.cloze import TwoTowerModel
-    from spanbert.config import ClozeConfig
+    from spanbert.cloze_config import ClozeConfig
 
     torch.manual_seed(seed)
     cfg = ClozeConfig(vocab_size=vocab_size, d_model=16, num_layers=2, num_heads=2, ffn_dim=32, final_heads=2, **fields)

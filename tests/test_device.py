@@ -222,7 +222,7 @@ def causal_batch(lengths: list[int]) -> dict[str, torch.Tensor]:
 
 def two_tower(objective: str = "cloze", input: str = "bpe", **kw: Any):
     from spanbert.cloze import TwoTowerModel
-    from spanbert.config import ClozeConfig
+    from spanbert.cloze_config import ClozeConfig
 
     torch.manual_seed(0)
     extra = {"char_filters": [[1, 4], [2, 8]], "max_word_chars": 6} if input == "char_cnn" else {}

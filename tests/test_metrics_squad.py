@@ -125,6 +125,13 @@ def test_mrqa_counts_missing_unless_skipped() -> None:
         assert m.evaluate_mrqa(answers, {"a": "Broncos"}, skip_no_answer=True) == {"exact_match": 100.0, "f1": 100.0}
 
 
+def test_v1_counts_each_question_as_it_comes_as_the_official_script() -> None:
+    # evaluate-v1.1.py loops over the questions, not over their ids: a repeated id counts twice
+    dataset = _dataset([("q1", ["Broncos"]), ("q1", ["Broncos"]), ("q2", ["Panthers"])])
+    assert m.evaluate_v1(dataset, {"q1": "Broncos", "q2": "Panthers"}) == {"exact_match": 100.0, "f1": 100.0}
+    assert m.evaluate_v1(dataset, {"q1": "Broncos", "q2": "no"}) == {"exact_match": 200 / 3, "f1": 200 / 3}
+
+
 @pytest.mark.realdata
 def test_gold_answers_score_100_on_official_dev_files() -> None:
     if not DATA.is_dir():

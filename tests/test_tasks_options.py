@@ -91,6 +91,14 @@ def test_the_task_defaults_stand_where_nothing_is_named():
     assert opts == O.parse(Toy, ["--model", "m", "--train_file", "t"], "p", "d")
 
 
+def test_a_tasks_finetune_defaults_warm_up_a_tenth_and_select_on_dev_unless_it_says_otherwise():
+    d = O.finetune_defaults("f1", learning_rate=3e-5, num_train_epochs=2.0)
+    assert d == {**O.selection_defaults("f1"), "warmup_ratio": 0.1, "learning_rate": 3e-5, "num_train_epochs": 2.0}
+    assert O.finetune_defaults("accuracy", evals_per_epoch=1, warmup_ratio=0.0)["evals_per_epoch"] == 1
+    assert O.finetune_defaults("accuracy", warmup_ratio=0.0)["warmup_ratio"] == 0.0
+    TrainingArguments(**O.finetune_defaults("f1"))  # every key is a `TrainingArguments` field
+
+
 def test_naming_an_evaluation_schedule_keeps_it_as_given():
     for opts in (O.parse(Toy, ["--model", "m", "--train_file", "t", "--evals_per_epoch", "2"], "p", "d"),
                  O.from_keywords(Toy, {"model": "m", "train_file": "t", "evals_per_epoch": 2}, "c", "p")):  # fmt: skip

@@ -85,6 +85,9 @@ OLD_SPELLINGS: dict[str, dict[str, tuple[str, str]]] = {
         **_moved("spanbert.tasks.scores", "percent", "match_by_id", "warn_unseen"),
         "write_json": ("spanbert.tasks.ranks", "write_json_once"),
     },
+    # the two-tower family's config, presets and --model spec went to their own torch-free module
+    "spanbert.config": _moved("spanbert.cloze_config", "CLOZE_MODEL_TYPE", "CLOZE_SYSTEMS", "PAPER_CHAR_FILTERS",
+                              "ClozeConfig", "CLOZE_PRESETS", "parse_model_spec"),
     # the two-tower family's blocks and batches went to its module (issue 59)
     "spanbert.samplers": _moved("spanbert.cloze", "ClozeBlocks"),
     "spanbert.collate": _moved("spanbert.cloze", "cloze_collate"),

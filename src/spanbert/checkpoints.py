@@ -327,13 +327,8 @@ def load_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict[str, Tensor]
     return config_json, {_legacy_name(k): v for k, v in state.items()}
 
 
-def save_checkpoint(
-    path: str | Path,
-    state_dict: dict[str, Tensor],
-    config_json: dict[str, Any],
-    tokenizer: Any = None,
-    extra_files: dict[str, dict[str, Tensor]] | None = None,
-) -> None:
+def save_checkpoint(path: str | Path, state_dict: dict[str, Tensor], config_json: dict[str, Any], tokenizer: Any = None,
+                    extra_files: dict[str, dict[str, Tensor]] | None = None) -> None:
     """Write a model's files into ``path`` in place, `config.json` last, for a folder that holds other outputs
     too (a fine-tuning run's folder: predictions, logs, checkpoints), which are left alone.
 
@@ -396,13 +391,8 @@ def save_checkpoint(
             shutil.rmtree(tok_tmp, ignore_errors=True)
 
 
-def save_folder(
-    path: str | Path,
-    state_dict: dict[str, Tensor],
-    config_json: dict[str, Any],
-    tokenizer: Any = None,
-    extra_files: dict[str, dict[str, Tensor]] | None = None,
-) -> Path:
+def save_folder(path: str | Path, state_dict: dict[str, Tensor], config_json: dict[str, Any], tokenizer: Any = None,
+                extra_files: dict[str, dict[str, Tensor]] | None = None) -> Path:
     """Write a whole model folder atomically: every file into a temporary folder beside ``path``, then
     swapped in (`spanbert.utils.atomic_dir`). At every instant ``path`` is the complete earlier folder or
     the complete new one; a save that fails or is killed leaves the earlier folder as it was (and at most a

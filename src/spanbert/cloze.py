@@ -33,15 +33,8 @@ from torch import Tensor, nn
 from spanbert.attention import attention
 from spanbert.block_index import IndexSpec, example_index
 from spanbert.checkpoints import save_folder
-from spanbert.config import (
-    CLOZE_MODEL_TYPE,
-    CLOZE_PRESETS,
-    CLOZE_SYSTEMS,
-    ClozeConfig,
-    FinetuneHabits,
-    parse_model_spec,
-    replace_checked,
-)
+from spanbert.cloze_config import CLOZE_MODEL_TYPE, CLOZE_PRESETS, CLOZE_SYSTEMS, ClozeConfig, parse_model_spec
+from spanbert.config import FinetuneHabits, replace_checked
 from spanbert.config_json import check_ranges, check_settings, json_item, typed_fields
 from spanbert.dropout import Dropout
 from spanbert.errors import SpanBertError
@@ -69,7 +62,7 @@ CHAR_VOCAB = 259
 
 
 # ---------------------------------------------------------------------------------------------
-# config and presets (`ClozeConfig`, `CLOZE_PRESETS` and `parse_model_spec` are in `spanbert.config`)
+# config and presets (`ClozeConfig`, `CLOZE_PRESETS` and `parse_model_spec` are in `spanbert.cloze_config`)
 
 
 def cloze_config(spec: str, **fields_: Any) -> ClozeConfig:
@@ -548,13 +541,8 @@ class TwoTowerEncoder(nn.Module):
         """Recompute each tower block's activations in the backward pass: less memory, more compute."""
         self.lm.gradient_checkpointing = enabled
 
-    def forward(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-        output_hidden_states: bool = False,
-    ) -> Tensor | tuple[Tensor, ...]:
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                output_hidden_states: bool = False) -> Tensor | tuple[Tensor, ...]:
         """(B, T, d) token states; with ``output_hidden_states`` the embeddings, F^l + B^l of each block and
         the output: num_layers + 1 tensors (B, T, d). ``token_type_ids`` is unused (no segment embeddings:
         pairs are told apart by ``<sep>``). Padded positions are zero."""

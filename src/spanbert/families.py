@@ -33,8 +33,9 @@ import torch
 from torch import Tensor, nn
 
 from spanbert import _aliases, checkpoints, cloze, model, modernbert, trained_inputs
+from spanbert.cloze_config import ClozeConfig
 from spanbert.collate import pretrain_target_counts
-from spanbert.config import BertConfig, ClozeConfig, FinetuneHabits, model_config
+from spanbert.config import BertConfig, FinetuneHabits, model_config
 from spanbert.config_json import json_kind
 from spanbert.distributed import print0
 from spanbert.errors import SpanBertError
@@ -56,13 +57,8 @@ class Family(Protocol):
     ffn_size: int  # width of a feed-forward layer's inner activation, per token
     habits: FinetuneHabits  # the family's fine-tuning defaults for the shared heads
 
-    def __call__(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-        output_hidden_states: bool = False,
-    ) -> Tensor | tuple[Tensor, ...]:
+    def __call__(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                 output_hidden_states: bool = False) -> Tensor | tuple[Tensor, ...]:
         """Token states (B, T, H); with ``output_hidden_states`` the num_layers + 1 layer states (B, T, H)."""
         ...
 

@@ -302,13 +302,8 @@ class Encoder(nn.Module):
         self.pooler = Pooler(config) if add_pooling_layer else None
         init_weights(self, config.initializer_range)
 
-    def forward(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-        output_hidden_states: bool = False,
-    ) -> Tensor | tuple[Tensor, ...]:
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                output_hidden_states: bool = False) -> Tensor | tuple[Tensor, ...]:
         """The last hidden states (B, T, H); with ``output_hidden_states`` instead the tuple of the
         embedding output and every layer's output, L + 1 tensors (B, T, H), as HF ``hidden_states``
         (its last item is the usual return value; padded positions are zeros in each)."""
@@ -622,14 +617,8 @@ class SpanBertForPreTraining(nn.Module):
         init_weights(self.cls, config.initializer_range)
         self.mlm_weight, self.sbo_weight = mlm_weight, sbo_weight
 
-    def forward(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-        next_sentence_label: Tensor | None = None,
-        **targets: Tensor | None,
-    ) -> dict[str, Tensor]:
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                next_sentence_label: Tensor | None = None, **targets: Tensor | None) -> dict[str, Tensor]:
         """MLM and SBO logits at the masked positions (`masked_heads`, which takes ``targets``: the batch's
         positions, labels and span boundaries), NSP logits when the model has the head; given labels, the
         ``loss`` and its ``loss_terms``."""

@@ -571,13 +571,8 @@ class Encoder(nn.Module):
         self.gradient_checkpointing = False
         init_weights(self, config)
 
-    def forward(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-        output_hidden_states: bool = False,
-    ) -> Tensor | tuple[Tensor, ...]:
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                output_hidden_states: bool = False) -> Tensor | tuple[Tensor, ...]:
         """Final states (B, T, H); with ``output_hidden_states`` the embeddings' output and every
         layer's, num_layers + 1 tensors, the last after the final norm (the usual return value).
         ``token_type_ids`` are ignored: ModernBERT has no segment embeddings."""
@@ -733,14 +728,8 @@ class ModernBertForPreTraining(nn.Module):
             init_weights(self.span_predictions, config)
         self.mlm_weight, self.sbo_weight = mlm_weight, sbo_weight
 
-    def forward(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-        next_sentence_label: Tensor | None = None,
-        **targets: Tensor | None,
-    ) -> dict[str, Tensor]:
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                next_sentence_label: Tensor | None = None, **targets: Tensor | None) -> dict[str, Tensor]:
         """`spanbert.model.SpanBertForPreTraining`'s batch and outputs, without NSP: ``token_type_ids`` are
         ignored (no segment embeddings) and a ``next_sentence_label`` is refused."""
         if next_sentence_label is not None:

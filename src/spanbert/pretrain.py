@@ -37,12 +37,9 @@ from spanbert import _aliases, distributed, preprocess, tokenization, trained_in
 from spanbert.batch_plan import token_batch_count
 from spanbert.block_index import held_out_split
 from spanbert.budget import TimeBudget, format_duration, parse_duration
+from spanbert.cloze_config import CLOZE_SYSTEMS, ClozeConfig
 from spanbert.collate import collate_pretrain
-from spanbert.config import (
-    CLOZE_SYSTEMS,
-    BertConfig,
-    ClozeConfig,
-)
+from spanbert.config import BertConfig
 from spanbert.corpus import TokenCorpus, has_tokenizer, tokenizer_dir_of
 from spanbert.distributed import eprint0, print0
 from spanbert.dropout import seeded_build, set_dropout

@@ -17,15 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from spanbert.budget import parse_duration
+from spanbert.cloze_config import CLOZE_MODEL_TYPE, CLOZE_SYSTEMS, parse_model_spec
 from spanbert.config import (
-    CLOZE_MODEL_TYPE,
-    CLOZE_SYSTEMS,
     MODEL_PRESETS,
     MODERNBERT_MODEL_TYPE,
     MODERNBERT_PRESETS,
     ArgumentParser,
     add_dataclass_arguments,
-    parse_model_spec,
 )
 from spanbert.errors import SpanBertError
 from spanbert.masking import SCHEMES, MaskingConfig, add_replace_probs_arguments

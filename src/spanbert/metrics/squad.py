@@ -79,32 +79,31 @@ def warn_unanswered(missing: list[str], total: int) -> None:
 
 def evaluate_v1(dataset: list[dict], predictions: Mapping[str, str]) -> dict[str, float]:
     """`evaluate-v1.1.py`'s ``evaluate(dataset_json["data"], predictions)``."""
-    f1 = exact_match = total = 0
-    missing: list[str] = []
-    for article in dataset:
-        for paragraph in article["paragraphs"]:
-            for qa in paragraph["qas"]:
-                total += 1
-                if qa["id"] not in predictions:
-                    missing.append(str(qa["id"]))
-                    continue
-                ground_truths = [x["text"] for x in qa["answers"]]
-                prediction = predictions[qa["id"]]
-                exact_match += metric_max_over_ground_truths(exact_match_score_v1, prediction, ground_truths)
-                f1 += metric_max_over_ground_truths(f1_score_v1, prediction, ground_truths)
-    warn_unanswered(missing, total)
-    exact_match = 100.0 * exact_match / total
-    f1 = 100.0 * f1 / total
-    return {"exact_match": exact_match, "f1": f1}
+    questions = (
+        (qa["id"], [x["text"] for x in qa["answers"]])
+        for article in dataset
+        for paragraph in article["paragraphs"]
+        for qa in paragraph["qas"]
+    )
+    return _exact_and_f1(questions, predictions)
 
 
 def evaluate_mrqa(
     answers: Mapping[str, list[str]], predictions: Mapping[str, str], skip_no_answer: bool = False
 ) -> dict[str, float]:
     """`mrqa_official_eval.py`'s ``evaluate``: ``answers`` maps each qid to its gold texts."""
+    return _exact_and_f1(answers.items(), predictions, skip_no_answer)
+
+
+def _exact_and_f1(
+    questions: Iterable[tuple[str, list[str]]], predictions: Mapping[str, str], skip_no_answer: bool = False
+) -> dict[str, float]:
+    """The loop both official v1.1 scripts share: each (qid, gold texts) scores its prediction's best exact
+    match and F1 over the golds; a question without a prediction scores 0 (MRQA's ``skip_no_answer``: is
+    left out instead). Every question is counted as it comes, as the scripts do (a repeated qid twice)."""
     f1 = exact_match = total = 0
     missing: list[str] = []
-    for qid, ground_truths in answers.items():
+    for qid, ground_truths in questions:
         if qid not in predictions:
             if not skip_no_answer:
                 missing.append(str(qid))

@@ -174,13 +174,8 @@ class SequenceClassifier(nn.Module):
             encoder, encoder.sentence_size, num_labels, dropout
         )
 
-    def forward(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-        labels: Tensor | None = None,
-    ) -> dict[str, Tensor]:
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                labels: Tensor | None = None) -> dict[str, Tensor]:
         hidden = self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)  # (B, T, H)
         sentence = self.bert.sentence(hidden, attention_mask, input_ids)  # (B, S); a causal encoder: last token
         logits = self.classifier(self.dropout(scaled(sentence, self.output_scale)))  # (B, num_labels)
@@ -208,13 +203,8 @@ class TokenClassifier(nn.Module):
         apply_encoder_dropout(encoder)
         self.output_scale, self.dropout, self.classifier = output_layer(encoder, encoder.hidden_size, num_labels, dropout)
 
-    def forward(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-        labels: Tensor | None = None,
-    ) -> dict[str, Tensor]:
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                labels: Tensor | None = None) -> dict[str, Tensor]:
         hidden = self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)  # (B, T, H)
         logits = self.classifier(self.dropout(scaled(hidden, self.output_scale)))  # (B, T, num_labels)
         return token_outputs(logits, labels)
@@ -397,13 +387,8 @@ def finetune_selected(
     return Finetuned(predictions, selected, result.global_step)
 
 
-def finetune(
-    model: nn.Module,
-    train_features: list[dict[str, Any]],
-    args: Any,
-    pad_id: int,
-    predict: Callable[[nn.Module], Any] | None = None,
-    score: Callable[[Any], dict[str, Any]] | None = None,
-) -> Any:
+def finetune(model: nn.Module, train_features: list[dict[str, Any]], args: Any, pad_id: int,
+             predict: Callable[[nn.Module], Any] | None = None,
+             score: Callable[[Any], dict[str, Any]] | None = None) -> Any:
     """`finetune_selected`'s dev predictions only (None without ``predict``)."""
     return finetune_selected(model, train_features, args, pad_id, predict, score).predictions

@@ -308,17 +308,10 @@ MAJORITY_FILE = "majority.json"
 """What `spanbert finetune glue --task WNLI` saves instead of a model: the majority class."""
 
 
-def finetune_glue(
-    task: GlueTask,
-    model_dir: str | Path,
-    data_dir: str | Path,
-    args: Any,
-    tokenizer_dir: str | Path | None = None,
-    max_seq_length: int = 128,
-    max_train_examples: int | None = None,
-    max_eval_examples: int | None = None,
-    heldout_half: bool = False,
-) -> dict[str, float]:
+def finetune_glue(task: GlueTask, model_dir: str | Path, data_dir: str | Path, args: Any,
+                  tokenizer_dir: str | Path | None = None, max_seq_length: int = 128,
+                  max_train_examples: int | None = None, max_eval_examples: int | None = None,
+                  heldout_half: bool = False) -> dict[str, float]:
     """Fine-tune on ``data_dir``'s train split, score every dev split, save to ``args.output_dir``.
     ``heldout_half``: select (and score) on the selection half of each dev split only (`dev_halves`);
     the other half stays unseen for `spanbert evaluate glue --heldout_half`."""
@@ -564,14 +557,8 @@ def _score_model(model: str, data: str, options: dict[str, Any]) -> Results:
 
 SPECS = {
     "glue": TaskSpec(
-        name="glue",
-        description="GLUE sentence(-pair) classification and regression (--task)",
-        finetune=_finetune,
-        predict=_predict,
-        evaluate=_evaluate,
-        metric="score",
-        options=ACTIONS,
-        data="a GLUE task folder (train.tsv, dev.tsv, test.tsv)",
+        "glue", "GLUE sentence(-pair) classification and regression (--task)", _finetune, _predict, _evaluate,
+        options=ACTIONS, metric="score", data="a GLUE task folder (train.tsv, dev.tsv, test.tsv)",
         dev_split=FolderSplit(),
         # the runs name the task folder (the selection half's, when dev is split)
         data_options=lambda train, dev: {"data_dir": dev or train},

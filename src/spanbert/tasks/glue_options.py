@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spanbert.errors import SpanBertError
-from spanbert.tasks.options import Finetune, Inference, nested, option, selection_defaults
+from spanbert.tasks.options import Finetune, Inference, finetune_defaults, nested, option
 from spanbert.training_args import TrainingArguments
 
 
@@ -85,13 +85,10 @@ def default_arguments(task: GlueTask) -> dict[str, Any]:
     """Appendix B: lr in {5e-6..5e-5} (2e-5 without --sweep), batch 32, 10 epochs, CoLA 4; the model of
     the best dev ``score`` of 10 evaluations an epoch is kept (the released run_glue.py: its
     EVAL_METRICS are the same numbers, MNLI on matched dev)."""
-    return dict(
-        output_dir=f"runs/glue-{task.name}",
-        learning_rate=2e-5,
-        per_device_train_batch_size=32,
-        num_train_epochs=4.0 if task.name == "CoLA" else 10.0,
-        warmup_ratio=0.1,
-        **selection_defaults("score"),
+    epochs = 4.0 if task.name == "CoLA" else 10.0
+    return finetune_defaults(
+        "score", output_dir=f"runs/glue-{task.name}", learning_rate=2e-5, per_device_train_batch_size=32,
+        num_train_epochs=epochs,
     )
 
 

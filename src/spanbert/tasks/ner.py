@@ -76,19 +76,10 @@ from spanbert.training_args import TrainingArguments
 # ---------------------------------------------------------------------------------------------
 # Fine-tuning, prediction, CLI
 
-def finetune_ner(
-    model_dir: str | Path,
-    train_path: str | Path,
-    dev_path: str | Path | None,
-    args: Any,
-    tokenizer_dir: str | Path | None = None,
-    max_seq_length: int = 128,
-    max_train_examples: int | None = None,
-    max_eval_examples: int | None = None,
-    document_context: bool = True,
-    tagger: str | None = None,
-    crf: Any = None,
-) -> dict[str, Any]:
+def finetune_ner(model_dir: str | Path, train_path: str | Path, dev_path: str | Path | None, args: Any,
+                 tokenizer_dir: str | Path | None = None, max_seq_length: int = 128,
+                 max_train_examples: int | None = None, max_eval_examples: int | None = None,
+                 document_context: bool = True, tagger: str | None = None, crf: Any = None) -> dict[str, Any]:
     """Fine-tune a tagger (``tagger``: linear or bilstm-crf; None = the family's default) and save it in
     ``args.output_dir``; returns dev conlleval scores. ``document_context`` (§5.3, on by default as in the
     paper) is saved in config.json for prediction; ``crf`` is the `CrfTaggerConfig` of the biLSTM-CRF."""
@@ -275,17 +266,9 @@ def _evaluate(task: str, opts: NerEvaluate) -> Results:
 
 SPECS = {
     "ner": TaskSpec(
-        name="ner",
-        description="named entity recognition, CoNLL-2003 IOB",
-        finetune=_finetune,
-        predict=_predict,
-        evaluate=_evaluate,
-        metric="f1",
-        data="CoNLL-2003 files (word POS chunk TAG)",
-        dev_split=RecordSplit(".txt", "blank-line-blocks"),
-        scores_test=True,
-        example_stats=True,
-        options=ACTIONS,
+        "ner", "named entity recognition, CoNLL-2003 IOB", _finetune, _predict, _evaluate, options=ACTIONS,
+        metric="f1", data="CoNLL-2003 files (word POS chunk TAG)", dev_split=RecordSplit(".txt", "blank-line-blocks"),
+        scores_test=True, example_stats=True,
     )
 }
 

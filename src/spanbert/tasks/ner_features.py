@@ -433,19 +433,10 @@ def is_feature_model(model_dir: str | Path | None) -> bool:
         return False
 
 
-def finetune_features(
-    model_dir: str | Path,
-    train_path: str | Path,
-    dev_path: str | Path | None,
-    args: Any,
-    head: HeadConfig,
-    tokenizer_dir: str | Path | None = None,
-    max_seq_length: int = 128,
-    max_train_examples: int | None = None,
-    max_eval_examples: int | None = None,
-    document_context: bool = True,
-    device: str = "auto",
-) -> dict[str, Any]:
+def finetune_features(model_dir: str | Path, train_path: str | Path, dev_path: str | Path | None, args: Any,
+                      head: HeadConfig, tokenizer_dir: str | Path | None = None, max_seq_length: int = 128,
+                      max_train_examples: int | None = None, max_eval_examples: int | None = None,
+                      document_context: bool = True, device: str = "auto") -> dict[str, Any]:
     """Extract (or reuse) the features of the train and dev files, then train one head per choice in
     ``head.features``. One choice saves into ``args.output_dir``; several into
     ``args.output_dir/<choice>/``, with ``features_results.json`` (dev scores of every choice) on top.

@@ -12,24 +12,19 @@ from typing import Any, Literal
 from spanbert.tasks.options import (
     Finetune,
     Inference,
+    finetune_defaults,
     model_family_defaults,
     model_habits,
     nested,
     option,
-    selection_defaults,
 )
 from spanbert.training_args import TrainingArguments
 
 TAGGERS = ("linear", "bilstm-crf")
 """The heads of fine-tuned NER: BERT §5.3's linear one, the two-tower paper's biLSTM-CRF (§6.2.1)."""
 
-DEFAULTS: dict[str, Any] = dict(
-    output_dir="runs/ner",
-    learning_rate=5e-5,
-    per_device_train_batch_size=32,
-    num_train_epochs=4.0,
-    warmup_ratio=0.1,
-    **selection_defaults("f1"),
+DEFAULTS: dict[str, Any] = finetune_defaults(
+    "f1", output_dir="runs/ner", learning_rate=5e-5, per_device_train_batch_size=32, num_train_epochs=4.0
 )
 """BERT's fine-tuning recipe (§A.3: lr in {5e-5, 3e-5, 2e-5}, batch 16/32, 2-4 epochs); the model of the
 best dev conlleval F1 of 10 evaluations an epoch is kept, as the SpanBERT scripts select theirs."""
@@ -59,15 +54,8 @@ class HeadConfig:
 
 
 FEATURES_DEFAULTS: dict[str, Any] = dict(
-    output_dir="runs/ner-features",
-    learning_rate=1e-3,
-    per_device_train_batch_size=32,
-    num_train_epochs=10.0,
-    warmup_ratio=0.1,
-    evals_per_epoch=1,
-    metric_for_best_model="f1",
-    greater_is_better=True,
-    save_total_limit=1,
+    output_dir="runs/ner-features", learning_rate=1e-3, per_device_train_batch_size=32, num_train_epochs=10.0,
+    warmup_ratio=0.1, evals_per_epoch=1, metric_for_best_model="f1", greater_is_better=True, save_total_limit=1,
 )
 """The head's recipe (the paper gives none): AdamW at 1e-3, batch 32 sentences, 10 epochs, and the
 model of the best dev F1 of one evaluation an epoch (the best epoch on dev)."""

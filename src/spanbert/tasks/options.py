@@ -119,6 +119,13 @@ def selection_defaults(metric: str) -> dict[str, Any]:
     }
 
 
+def finetune_defaults(metric: str, **values: Any) -> dict[str, Any]:
+    """A task's `TrainingArguments` defaults as its released script sets them: ``values`` (its rate, batch,
+    epochs, output folder; `TrainingArguments` names) over a linear warm-up on the first tenth of the steps
+    (BERT's ``warmup_proportion`` 0.1) and the model of the best dev ``metric`` kept (`selection_defaults`)."""
+    return {"warmup_ratio": 0.1, **selection_defaults(metric), **values}
+
+
 @dataclasses.dataclass(kw_only=True)
 class Inference:
     """The options every task's ``predict`` (and ``evaluate`` with ``--model``) shares; a task's class names

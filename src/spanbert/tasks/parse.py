@@ -48,14 +48,7 @@ from spanbert.metrics.evalb import EvalbAbort, evalb, summary_text
 from spanbert.tasks.classification import FeatureDataset
 from spanbert.tasks.finetuning import finetune_options
 from spanbert.tasks.options import one_of
-from spanbert.tasks.parse_options import (
-    ACTIONS,
-    ParseConfig,
-    ParseEvaluate,
-    ParseFinetune,
-    ParsePredict,
-    family_rates,
-)
+from spanbert.tasks.parse_options import ACTIONS, ParseConfig, ParseEvaluate, ParseFinetune, ParsePredict, family_rates
 from spanbert.tasks.ranks import (
     predict_sharded,
     print_metrics,
@@ -657,15 +650,9 @@ def _evaluate(task: str, opts: ParseEvaluate) -> Results:
 
 SPECS = {
     "parse": TaskSpec(
-        name="parse",
-        description="constituency parsing, Penn Treebank trees, EVALB F1 (cloze paper §6.2.2)",
-        finetune=_finetune,
-        predict=_predict,
-        evaluate=_evaluate,
-        metric="f1",
+        "parse", "constituency parsing, Penn Treebank trees, EVALB F1 (cloze paper §6.2.2)",
+        _finetune, _predict, _evaluate, options=ACTIONS, metric="f1", scores_test=True,
         data="Penn Treebank trees (.mrg files, a folder of them, or one tree a line)",
-        scores_test=True,
-        options=ACTIONS,
     )
 }
 

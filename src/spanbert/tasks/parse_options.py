@@ -12,11 +12,11 @@ from spanbert.config import FinetuneHabits
 from spanbert.tasks.options import (
     Finetune,
     Inference,
+    finetune_defaults,
     model_family_defaults,
     model_habits,
     nested,
     option,
-    selection_defaults,
 )
 from spanbert.training_args import TrainingArguments
 
@@ -48,13 +48,9 @@ class ParseConfig:
     """Weight of the POS tagging loss beside the parsing loss (0: no tagger training)."""
 
 
-DEFAULTS: dict[str, Any] = dict(
-    output_dir="runs/parse",
-    learning_rate=8e-4,
-    max_tokens_per_batch=1000,
-    num_train_epochs=10.0,
-    warmup_ratio=0.1,
-    **{**selection_defaults("f1"), "evals_per_epoch": 1},
+DEFAULTS: dict[str, Any] = finetune_defaults(
+    "f1", output_dir="runs/parse", learning_rate=8e-4, max_tokens_per_batch=1000, num_train_epochs=10.0,
+    evals_per_epoch=1,
 )
 """Training defaults: batches of sentences of similar length, at most 1,000 sub-word tokens with padding
 (about 30 sentences; a long sentence's chart is quadratic in its words, so a 249-word sentence of the

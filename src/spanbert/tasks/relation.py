@@ -633,16 +633,8 @@ def _evaluate(task: str, opts: RelationEvaluate) -> Results:
 
 SPECS = {
     name: TaskSpec(
-        name=name,
-        description=description,
-        finetune=_finetune,
-        predict=_predict,
-        evaluate=_evaluate,
-        metric="f1",
-        data=data,
-        dev_split=split,
-        scores_test=True,
-        options=ACTIONS[name],
+        name, description, _finetune, _predict, _evaluate, options=ACTIONS[name], metric="f1", data=data,
+        dev_split=split, scores_test=True,
     )
     for name, description, data, split in (
         ("tacred", "relation extraction, TACRED JSON, entity masking", "TACRED train/dev/test .json",

@@ -7,17 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from spanbert.tasks.options import Finetune, Inference, nested, option, selection_defaults
+from spanbert.tasks.options import Finetune, Inference, finetune_defaults, nested, option
 from spanbert.training_args import TrainingArguments
 
-DEFAULTS: dict[str, Any] = dict(
-    # Appendix B (TACRED/GLUE): max length 128, lr in {5e-6 .. 5e-5}, batch in {16, 32}, 10 epochs;
-    # the model of the best dev F1 of 10 evaluations an epoch (released run_tacred.py, --eval_metric f1)
-    learning_rate=2e-5,
-    per_device_train_batch_size=32,
-    num_train_epochs=10.0,
-    warmup_ratio=0.1,
-    **selection_defaults("f1"),
+# Appendix B (TACRED/GLUE): max length 128, lr in {5e-6 .. 5e-5}, batch in {16, 32}, 10 epochs;
+# the model of the best dev F1 of 10 evaluations an epoch (released run_tacred.py, --eval_metric f1)
+DEFAULTS: dict[str, Any] = finetune_defaults(
+    "f1", learning_rate=2e-5, per_device_train_batch_size=32, num_train_epochs=10.0
 )
 
 ENTITY_MODES = ("mask", "mark")

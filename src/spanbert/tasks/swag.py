@@ -206,13 +206,8 @@ class MultipleChoice(nn.Module):
         # classifier: Linear(S, 1), as the family initialises output layers
         self.output_scale, self.dropout, self.classifier = output_layer(encoder, encoder.sentence_size, 1, dropout)
 
-    def forward(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-        labels: Tensor | None = None,
-    ) -> dict[str, Tensor]:
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                labels: Tensor | None = None) -> dict[str, Tensor]:
         B, C, T = input_ids.shape
         flat = lambda x: None if x is None else x.reshape(B * C, T)  # noqa: E731
         hidden = self.bert(flat(input_ids), attention_mask=flat(attention_mask), token_type_ids=flat(token_type_ids))
@@ -286,16 +281,9 @@ def score(gold: list[int], pred: list[int]) -> dict[str, Any]:
 # Fine-tuning, prediction files
 
 
-def finetune_swag(
-    model_dir: str | Path,
-    train_path: str | Path,
-    dev_path: str | Path | None,
-    args: Any,
-    tokenizer_dir: str | Path | None = None,
-    max_seq_length: int = 128,
-    max_train_examples: int | None = None,
-    max_eval_examples: int | None = None,
-) -> dict[str, Any]:
+def finetune_swag(model_dir: str | Path, train_path: str | Path, dev_path: str | Path | None, args: Any,
+                  tokenizer_dir: str | Path | None = None, max_seq_length: int = 128,
+                  max_train_examples: int | None = None, max_eval_examples: int | None = None) -> dict[str, Any]:
     """Fine-tune on ``train_path``, select on ``dev_path`` (when given), save to ``args.output_dir``;
     returns the dev metrics of the saved model (and writes them and its dev predictions there)."""
     out = Path(args.output_dir)
@@ -436,14 +424,7 @@ def _evaluate(task: str, opts: SwagEvaluate) -> Results:
 
 SPECS = {
     "swag": TaskSpec(
-        name="swag",
-        description="multiple choice, SWAG CSV (BERT §4.4)",
-        finetune=_finetune,
-        predict=_predict,
-        evaluate=_evaluate,
-        metric="accuracy",
-        data="SWAG train.csv / val.csv",
-        dev_split=RecordSplit(".csv", "rows-after-header"),
-        options=ACTIONS,
+        "swag", "multiple choice, SWAG CSV (BERT §4.4)", _finetune, _predict, _evaluate, options=ACTIONS,
+        metric="accuracy", data="SWAG train.csv / val.csv", dev_split=RecordSplit(".csv", "rows-after-header"),
     )
 }

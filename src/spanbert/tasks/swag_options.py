@@ -6,16 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from spanbert.tasks.options import Finetune, Inference, nested, option, selection_defaults
+from spanbert.tasks.options import Finetune, Inference, finetune_defaults, nested, option
 from spanbert.training_args import TrainingArguments
 
-DEFAULTS: dict[str, Any] = dict(
-    output_dir="runs/swag",
-    learning_rate=2e-5,
-    per_device_train_batch_size=16,
-    num_train_epochs=3.0,
-    warmup_ratio=0.1,
-    **selection_defaults("accuracy"),
+DEFAULTS: dict[str, Any] = finetune_defaults(
+    "accuracy", output_dir="runs/swag", learning_rate=2e-5, per_device_train_batch_size=16, num_train_epochs=3.0
 )
 """BERT §4.4: 3 epochs, learning rate 2e-5, batch size 16 (10% warmup, BERT's fine-tuning default). As
 every spanbert task, the model of the best dev accuracy of 10 evaluations an epoch is kept when a

@@ -152,18 +152,12 @@ def evaluate_files(gold: str | Path, predictions: str | Path) -> dict[str, float
 
 SPECS = {
     "coref": TaskSpec(
-        name="coref",
-        description="coreference resolution, CoNLL-2012 format",
-        finetune=_finetune,
-        predict=_predict,
-        evaluate=_evaluate,
-        metric="conll_f1",
-        data="CoNLL-2012 files or folders of *.conll[.gz] (OntoNotes, LitBank)",
+        "coref", "coreference resolution, CoNLL-2012 format", _finetune, _predict, _evaluate, options=ACTIONS,
+        metric="conll_f1", data="CoNLL-2012 files or folders of *.conll[.gz] (OntoNotes, LitBank)",
         dev_split=RecordSplit(".conll", "conll-documents"),
         data_options=lambda train, dev: {"train": train, "dev": dev},
         score_model=_score_model,
         folds=LITBANK_FOLDS,
         example_stats=True,
-        options=ACTIONS,
     )
 }

@@ -68,15 +68,9 @@ def check_coref_config(config: CorefConfig) -> None:
         raise SpanBertError(f"--encoder_learning_rate: found {config.encoder_learning_rate}; expected a number >= 0")
 
 
-def finetune_coref(
-    model_dir: str | Path,
-    train_path: str | Path,
-    dev_path: str | Path | None,
-    targs: Any,
-    config: CorefConfig,
-    tokenizer_dir: str | Path | None = None,
-    max_eval_examples: int | None = None,
-) -> dict[str, Any]:
+def finetune_coref(model_dir: str | Path, train_path: str | Path, dev_path: str | Path | None, targs: Any,
+                   config: CorefConfig, tokenizer_dir: str | Path | None = None,
+                   max_eval_examples: int | None = None) -> dict[str, Any]:
     """Fine-tune on a CoNLL-2012 file (or folder) and save to ``targs.output_dir``; returns dev scores.
     ``max_eval_examples`` keeps the first N dev documents for the evaluations during training.
 

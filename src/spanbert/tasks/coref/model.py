@@ -166,20 +166,10 @@ class CorefModel(nn.Module):
         )
         return self.pair_scorer[1:](h).squeeze(-1)  # (k, K)
 
-    def forward(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor,
-        token_index: Tensor,
-        sentence_map: Tensor,
-        speaker_ids: Tensor,
-        genre: Tensor,
-        span_starts: Tensor,
-        span_ends: Tensor,
-        gold_starts: Tensor | None = None,
-        gold_ends: Tensor | None = None,
-        gold_cluster_ids: Tensor | None = None,
-    ) -> dict[str, Tensor]:
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, token_index: Tensor, sentence_map: Tensor,
+                speaker_ids: Tensor, genre: Tensor, span_starts: Tensor, span_ends: Tensor,
+                gold_starts: Tensor | None = None, gold_ends: Tensor | None = None,
+                gold_cluster_ids: Tensor | None = None) -> dict[str, Tensor]:
         c = self.config
         hidden = self.bert(input_ids, attention_mask=attention_mask)  # (S, T, H)
         x = self.token_dropout(hidden.reshape(-1, hidden.shape[-1])[token_index])  # (N, H)

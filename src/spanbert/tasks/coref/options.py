@@ -74,15 +74,8 @@ class CorefConfig:
 # 1e-5 is in CorefConfig), 20 epochs; 10% warm-up as the released code. The model of the best dev CoNLL F1
 # is kept, evaluated about as often as the released run (every 1,000 of OntoNotes' 2,802 documents).
 DEFAULTS: dict[str, Any] = dict(
-    output_dir="runs/coref",
-    learning_rate=2e-4,
-    per_device_train_batch_size=1,
-    num_train_epochs=20.0,
-    warmup_ratio=0.1,
-    logging_steps=10,
-    save_steps=500,
-    evals_per_epoch=3,
-    metric_for_best_model="conll_f1",
+    output_dir="runs/coref", learning_rate=2e-4, per_device_train_batch_size=1, num_train_epochs=20.0,
+    warmup_ratio=0.1, logging_steps=10, save_steps=500, evals_per_epoch=3, metric_for_best_model="conll_f1",
 )
 
 # The released SpanBERT coreference runs (mandarjoshi90/coref `experiments.conf` sections spanbert_base and

@@ -281,14 +281,7 @@ def _score_model(task: str, model: str, data: str, options: dict[str, Any]) -> R
 
 SPECS = {
     name: TaskSpec(
-        name=name,
-        description=description,
-        finetune=_finetune,
-        predict=_predict,
-        evaluate=_evaluate,
-        metric="f1",
-        data=FORMATS[name],
-        options=ACTIONS,
+        name, description, _finetune, _predict, _evaluate, options=ACTIONS, metric="f1", data=FORMATS[name],
         dev_split=split,
         score_model=functools.partial(_score_model, name),
     )

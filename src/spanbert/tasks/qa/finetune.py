@@ -132,15 +132,8 @@ def _map_windows(
     return predict_sharded(len(features), predict)
 
 
-def predict_logits(
-    model: nn.Module,
-    features: QAFeatures,
-    pad_id: int,
-    batch_size: int = 64,
-    device: str = "auto",
-    precision: str = "auto",
-    disable_tqdm: bool = False,
-) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def predict_logits(model: nn.Module, features: QAFeatures, pad_id: int, batch_size: int = 64, device: str = "auto",
+                   precision: str = "auto", disable_tqdm: bool = False) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Start and end logits of every window, in feature order. Call it on every rank under torchrun."""
 
     def keep(windows: list[int], start: np.ndarray, end: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -151,17 +144,9 @@ def predict_logits(
     return [x[0] for x in both], [x[1] for x in both]
 
 
-def predict_window_spans(
-    model: nn.Module,
-    features: QAFeatures,
-    pad_id: int,
-    batch_size: int = 64,
-    device: str = "auto",
-    precision: str = "auto",
-    disable_tqdm: bool = False,
-    n_best_size: int = 20,
-    max_answer_length: int = 30,
-) -> list[tuple[float, int, int, float]]:
+def predict_window_spans(model: nn.Module, features: QAFeatures, pad_id: int, batch_size: int = 64,
+                         device: str = "auto", precision: str = "auto", disable_tqdm: bool = False,
+                         n_best_size: int = 20, max_answer_length: int = 30) -> list[tuple[float, int, int, float]]:
     """`best_span_in_window` of every window, in feature order: the same windows and batches as
     `predict_logits`, but each batch's logits are reduced to four numbers per window at once
     (`best_spans_in_batch`), so memory holds the answers, not the (windows x T) logits of the whole

@@ -41,14 +41,8 @@ class SpanBertForQuestionAnswering(nn.Module):
         # before it, as BertForQuestionAnswering
         self.output_scale, _, self.qa_outputs = output_layer(self.bert, H, 2)
 
-    def forward(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-        start_positions: Tensor | None = None,
-        end_positions: Tensor | None = None,
-    ) -> dict[str, Tensor]:
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                start_positions: Tensor | None = None, end_positions: Tensor | None = None) -> dict[str, Tensor]:
         hidden = self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)  # (B, T, H)
         if self.bilstm is not None:
             hidden = _run_bilstm(self.bilstm, hidden, attention_mask)  # (B, T, H)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from spanbert.tasks.options import Finetune, Inference, nested, option, selection_defaults
+from spanbert.tasks.options import Finetune, Inference, finetune_defaults, nested, option
 from spanbert.training_args import TrainingArguments
 
 
@@ -45,15 +45,9 @@ class QAConfig:
 # SpanBERT commands use for SQuAD 1.1/2.0 and MRQA (README, code/run_squad.py, run_mrqa.py). With a dev
 # file the model of the best dev F1 of 10 evaluations an epoch is kept, as those scripts do (SQuAD 2.0:
 # F1 at the threshold chosen on dev, their --eval_metric best_f1).
-DEFAULTS: dict[str, Any] = dict(
-    num_train_epochs=4.0,
-    learning_rate=2e-5,
-    per_device_train_batch_size=32,
-    warmup_ratio=0.1,
-    weight_decay=0.01,
-    save_steps=0,
+DEFAULTS: dict[str, Any] = finetune_defaults(  # 10 evaluations an epoch, fewer when they would dominate a short run
+    "f1", num_train_epochs=4.0, learning_rate=2e-5, per_device_train_batch_size=32, weight_decay=0.01, save_steps=0,
     output_dir="runs/qa",
-    **selection_defaults("f1"),  # 10 evaluations an epoch, fewer when they would dominate a short run
 )
 
 BERT_WINDOW, BERT_STRIDE = 512, 128
