@@ -126,10 +126,10 @@ def spanbert_run(a: argparse.Namespace, corpus: Path, seed: int, out: Path) -> d
 
 
 def held_out_set(a: argparse.Namespace, corpus: Path, seed: int):
-    """The spanbert run's held-out blocks and masks (`pretrain.build_datasets`) and its training set."""
+    """The spanbert run's held-out blocks and masks (`pretrain_data.build_datasets`) and its training set."""
     from spanbert.corpus import TokenCorpus
-    from spanbert.pretrain import build_datasets
     from spanbert.pretrain_config import PretrainConfig
+    from spanbert.pretrain_data import build_datasets
 
     packing = argparse.ArgumentParser(add_help=False)
     packing.add_argument("--block_packing", default="sentences")
@@ -258,8 +258,8 @@ def checkpoint_model(a, corpus: Path, ckpt: Path):
     from spanbert.config import model_config
     from spanbert.corpus import TokenCorpus
     from spanbert.model import SpanBertForPreTraining
-    from spanbert.pretrain import resolve
     from spanbert.pretrain_config import PretrainConfig
+    from spanbert.pretrain_data import resolve
 
     heads = set(resolve(PretrainConfig(system=a.system, model=a.model)).system.objectives)
     state = torch.load(ckpt / "state.pt", map_location="cpu", weights_only=True)["model"]

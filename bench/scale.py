@@ -25,7 +25,7 @@ optimisation step:
 
 Columns, per rank (the larger of the ranks): wall seconds from the launch to the first step, CPU-s of
 the rank's process to it (interpreter, imports and model included), of them the data path's (opening
-the corpus, blocks or their index, the held-out split, the epoch's plan: `pretrain.build_datasets`,
+the corpus, blocks or their index, the held-out split, the epoch's plan: `pretrain_data.build_datasets`,
 `trainer._epoch_length`, `trainer._epoch_plan`), and peak private memory (anonymous resident memory,
 RssAnon: what the rank allocated itself; memory-mapped corpus and index pages are the page cache's and
 shared, not counted), sampled every 5 ms from outside the rank. The machine's load average is printed
@@ -47,7 +47,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "pretrain-corpus"
 SOURCES = ("enwiki-2015-00.txt.gz", "gutenberg-00.txt.gz")
-DATA_FUNCTIONS = (("spanbert.pretrain", "build_datasets"), ("spanbert.trainer", "_epoch_length"),
+DATA_FUNCTIONS = (("spanbert.pretrain_data", "build_datasets"), ("spanbert.trainer", "_epoch_length"),
                   ("spanbert.trainer", "_epoch_plan"))  # fmt: skip
 INDEX_FUNCTIONS = (("spanbert.block_index", "build_index"),)  # the first start's index build (where it exists)
 

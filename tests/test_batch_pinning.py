@@ -7,7 +7,7 @@ fabricated corpus whose content depends on numpy alone (a fixed WordPiece vocabu
 a seeded generator, written in the `spanbert preprocess` layout), so they hold on any machine: a digest
 that changes is a changed batch. Covered: sentence and fixed packing at two lengths (one short enough
 that a single word is longer than a block), NSP pairs of both packings with short sequences, a
-document range, `pretrain.build_datasets`' held-out split, and the trainer's plans (token budget and
+document range, `pretrain_data.build_datasets`' held-out split, and the trainer's plans (token budget and
 sequence batching, 1, 2 and 3 ranks, accumulation, epochs 0 and 1, a resumed start step), down to the
 masked items of the first steps.
 """
@@ -246,8 +246,8 @@ GOLDEN_SPLITS = {
 
 @pytest.mark.parametrize("system", ["spanbert", "bert"])
 def test_build_datasets_split_is_pinned(pinned_corpus, system):
-    from spanbert.pretrain import build_datasets
     from spanbert.pretrain_config import PretrainConfig
+    from spanbert.pretrain_data import build_datasets
 
     cfg = PretrainConfig(system=system, max_seq_length=32, eval_fraction=0.1, max_eval_blocks=7)
     c = TokenCorpus(pinned_corpus)

@@ -328,7 +328,7 @@ def test_pretrain_each_system_end_to_end(text, tmp_path, system):
 def test_the_earlier_dataset_builder_still_builds_two_tower_blocks(prepared):
     # `build_cloze_datasets` is kept for callers of the API before the one pipeline (issue 30)
     from spanbert import cloze
-    from spanbert.pretrain import build_cloze_datasets
+    from spanbert.pretrain_data import build_cloze_datasets
 
     cfg, _ = job(prepared, prepared)
     train_set, eval_set = build_cloze_datasets(cfg, prepared, cloze.cloze_config("tiny", objective="cloze"))

@@ -109,7 +109,7 @@ def test_pretrain_over_a_week_is_refused_before_the_vocabulary(tmp_path: Path, m
     err = cli_error(argv, contains="--allow_long_run", out=tmp_path)
     assert "this pre-training (1,000 steps) would take" in err, err
     # --allow_long_run gets past the check (stopped right after it here, to stay fast)
-    import spanbert.pretrain as P
+    import spanbert.pretrain_data as P
 
     def stop(*a, **k):
         raise SpanBertError("stopped after the check")

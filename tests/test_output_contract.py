@@ -253,7 +253,7 @@ def _no_work(monkeypatch):
 
     import spanbert.study  # noqa: F401
     import spanbert.tasks.ner_features  # noqa: F401
-    from spanbert import families, pretrain, tokenization, trainer
+    from spanbert import families, pretrain, pretrain_data, tokenization, trainer
     from spanbert.tasks import TASKS
 
     # every command's module imported before the patch: one that binds `train` by name on import (`from
@@ -262,7 +262,7 @@ def _no_work(monkeypatch):
         TASKS[task].finetune  # noqa: B018 - loads the task's module
 
     for module, name in [(families, "load_encoder"), (families, "load_checkpoint"), (trainer, "train"),
-                         (pretrain, "train"), (pretrain, "prepare_data"), (tokenization, "count_words")]:  # fmt: skip
+                         (pretrain, "train"), (pretrain_data, "prepare_data"), (tokenization, "count_words")]:  # fmt: skip
         monkeypatch.setattr(module, name, work)
 
 

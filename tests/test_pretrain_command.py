@@ -48,6 +48,29 @@ def test_pretraining_from_python_equals_the_command_line(corpus_dir, tmp_path):
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_a_pretraining_command_checks_its_output_folder_once_and_keeps_its_config_file_apart(
+    corpus_dir, tmp_path, monkeypatch, cli_error
+):
+    """Issue 59: `spanbert pretrain` checked its output folder in the command, the job and each stage's loop."""
+    from spanbert import runs
+    from spanbert.cli import main
+
+    checks: list[str] = []
+    real = runs.check_output
+    monkeypatch.setattr(runs, "check_output", lambda path, **kw: checks.append(str(path)) or real(path, **kw))
+    common = ["--corpus", str(corpus_dir), "--model", "tiny", "--max_seq_length", "16", "--per_device_train_batch_size",
+              "4", "--disable_tqdm", "--report_to", "none", "--max_steps", "2", "--warmup_steps", "1"]  # fmt: skip
+    assert main(["pretrain", *common, "--output_dir", str(tmp_path / "run")]) == 0
+    assert checks == [str(tmp_path / "run")], checks
+    # the one check still keeps the output apart from the --config file the command read
+    yaml_file = tmp_path / "inside" / "c.yaml"
+    yaml_file.parent.mkdir()
+    yaml_file.write_text("TrainingArguments:\n  max_steps: 2\n")
+    err = cli_error(["pretrain", *common, "--config", str(yaml_file), "--output_dir", str(yaml_file.parent)],
+                    contains="--config", out=tmp_path)  # fmt: skip
+    assert "output" in err and yaml_file.read_text() == "TrainingArguments:\n  max_steps: 2\n"
+
+
 def test_pretraining_from_python_names_the_keyword_of_a_mistake(tmp_path):
     import spanbert
 

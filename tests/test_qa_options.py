@@ -51,8 +51,9 @@ def test_a_python_mistake_names_the_keyword():
         tasks.predict("squad", model="m")
 
 
-def test_finetune_squad_reads_its_yaml_and_the_models_config_once(tmp_path, monkeypatch):
-    """Issue 59: one `finetune squad` read its --config YAML up to 8 times and the model's config.json 6."""
+def test_finetune_squad_reads_its_yaml_and_the_models_config_and_checks_its_output_once(tmp_path, monkeypatch):
+    """Issue 59: one `finetune squad` read its --config YAML up to 8 times, the model's config.json 6, and checked
+    its output folder 3 times."""
     import builtins
     import io
     import json
@@ -88,8 +89,14 @@ def test_finetune_squad_reads_its_yaml_and_the_models_config_once(tmp_path, monk
     monkeypatch.setattr(io, "open", counting_open)
     monkeypatch.setattr(builtins, "open", counting_open)
     out = tmp_path / "ft"
+    from spanbert import runs
+
+    checks: list[str] = []  # the output folder was checked 3 times: the command, `finetune_qa`, `train`
+    real_check = runs.check_output
+    monkeypatch.setattr(runs, "check_output", lambda path, **kw: checks.append(str(path)) or real_check(path, **kw))
     assert main(["finetune", "squad", "--model", str(enc), "--train_file", str(tmp_path / "train.json"), "--config",
                  str(cfg), "--output_dir", str(out), "--report_to", "none", "--disable_tqdm", "--device", "cpu",
                  "--per_device_train_batch_size", "4"]) == 0  # fmt: skip
     assert reads.get(str(cfg.resolve())) == 1, reads
     assert reads.get(str((enc / "config.json").resolve())) == 1, reads
+    assert checks == [str(out)], checks

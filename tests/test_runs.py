@@ -154,6 +154,27 @@ def test_output_dir_with_a_run_is_refused(tmp_path):
     assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
 
 
+def test_a_folder_held_by_its_command_is_checked_once(tmp_path, monkeypatch):
+    """The command checks its folder, then claims it (`claim_run_dir`); the task function and the loop inside
+    it do not check it again. A folder inside the held one (a sweep's run) and the folder once the claim is
+    given back (the next command) are checked."""
+    from spanbert import runs
+
+    train(Net(), Regression(), args(tmp_path / "done", max_steps=1))
+    checked: list[str] = []
+    real = runs.check_output
+    monkeypatch.setattr(runs, "check_output", lambda path, **kw: checked.append(Path(path).name) or real(path, **kw))
+    check_output_dir(args(tmp_path / "run"))
+    with runs.claim_run_dir(tmp_path / "run", "spanbert test"):
+        check_output_dir(args(tmp_path / "run"))
+        check_output_dir(args(tmp_path / "run" / "sweep-1"))
+        with runs.claim_run_dir(tmp_path / "done", "spanbert test"):
+            check_output_dir(args(tmp_path / "done"))  # held: its command decided, before claiming it
+    assert checked == ["run", "sweep-1"]
+    with pytest.raises(SpanBertError, match="--resume"):  # given back: the next command is refused again
+        check_output_dir(args(tmp_path / "done"))
+
+
 # --- two processes -------------------------------------------------------------------------------
 
 RESUME_SCRIPT = """

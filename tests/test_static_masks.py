@@ -22,8 +22,9 @@ from spanbert.dataset import PretrainDataset, example_generator
 from spanbert.errors import DataError, SpanBertError
 from spanbert.masking import IGNORE_INDEX, MaskingConfig, UnigramSampler, mask_block
 from spanbert.preprocess import preprocess
-from spanbert.pretrain import build_datasets, pretrain
+from spanbert.pretrain import pretrain
 from spanbert.pretrain_config import PretrainConfig
+from spanbert.pretrain_data import build_datasets
 from spanbert.static_masks import StaticMaskingConfig, static_mask_sets
 from spanbert.tokenization import train_tokenizer
 from spanbert.training_args import TrainingArguments

@@ -65,6 +65,9 @@ OLD_SPELLINGS: dict[str, dict[str, tuple[str, str]]] = {
         # the command line and the Python entry, apart from the job since issue 59
         **_moved("spanbert.pretrain_command", "main", "preset_line", "scale_warmup", "quick_start_in_force",
                  "named_options", "pretrain_from_keywords"),
+        # the run's data (sources checked, corpus prepared, blocks built), apart from the job since issue 59
+        **_moved("spanbert.pretrain_data", "prepare_data", "build_datasets", "uses_static_masks",
+                 "check_corpus_vocabulary", "corpus_or_builtin", "reuse_prepared", "build_cloze_datasets"),
     },
     # the defaults of selection on dev went where the option classes are, which import no torch (issue 59)
     "spanbert.tasks.selection": _moved("spanbert.tasks.options", "EVALS_PER_EPOCH", "EVAL_SHARE", "selection_defaults"),

@@ -34,7 +34,7 @@ from spanbert.families import FAMILIES
 from spanbert.masking import MaskingConfig
 from spanbert.microbatch import AUTO, planned_batch_size
 from spanbert.precision import precision_text
-from spanbert.pretrain import PretrainResult, _looks_preprocessed, apply_batching, check_sources, pretrain
+from spanbert.pretrain import PretrainResult, apply_batching, pretrain
 from spanbert.pretrain_config import (
     LEAVES_QUICKSTART,
     PRETRAIN_DEFAULTS,
@@ -48,7 +48,7 @@ from spanbert.pretrain_config import (
     system_masking,
     system_of,
 )
-from spanbert.runs import check_output_dir
+from spanbert.pretrain_data import check_sources, looks_preprocessed
 from spanbert.trainer import recorded_threads
 from spanbert.training_args import TrainingArguments
 from spanbert.utils import input_paths
@@ -219,15 +219,12 @@ def scale_warmup(
     return dataclasses.replace(targs, warmup_steps=warmup), note
 
 
-def run_pretraining(c: Configured, input_files: list[str] | None = None) -> PretrainResult:
+def run_pretraining(c: Configured, input_files: list[tuple[str, str]] | None = None) -> PretrainResult:
     """The job of `spanbert pretrain` and of `spanbert.pretrain(...)`, once `configure` has decided its
-    settings: the output contract, the thread count, the first line, the time budget or the warm-up scaled
-    to a shortened run, then `pretrain`. ``input_files``: paths besides the run's inputs the output folder
-    must not be (the --config file). Returns the run's `PretrainResult`."""
+    settings: the thread count, the first line, the time budget or the warm-up scaled to a shortened run,
+    then `pretrain`, which checks the output contract once (``input_files``: paths besides the run's inputs
+    the output folder must not be: the --config file). Returns the run's `PretrainResult`."""
     cfg, targs, masking, named = c.cfg, c.targs, c.masking, c.named
-    # the output contract, as soon as the folder is known: before any work; the output apart from every
-    # path the run reads (the corpus, a tokenizer, an --init_from model, the --config file)
-    check_output_dir(targs, input_paths(cfg, ("corpus", "tokenizer", "init_from")) + list(input_files or []))
     note = None
     if resolve_device(targs.device).type == "cpu" and not cfg.random_init:  # before the first line, which says it
         recorded = recorded_threads(targs) if targs.resume else None
@@ -249,10 +246,10 @@ def run_pretraining(c: Configured, input_files: list[str] | None = None) -> Pret
         targs, note = scale_warmup(targs, c.defaults, named_schedule)
         if note:
             print0(note)
-    decided = cfg.tokenizer or cfg.init_from or (cfg.corpus and _looks_preprocessed(Path(cfg.corpus)))
+    decided = cfg.tokenizer or cfg.init_from or (cfg.corpus and looks_preprocessed(Path(cfg.corpus)))
     if decided and named_options(named, "PretrainConfig", ("vocab_size",)):
         check_sources(cfg, vocab_size_given=True)  # a --vocab_size the corpus or tokenizer contradicts: refused now
-    return pretrain(cfg, targs, masking)
+    return pretrain(cfg, targs, masking, inputs=input_files or ())
 
 
 def pretrain_from_keywords(**options: Any) -> PretrainResult:

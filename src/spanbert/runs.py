@@ -400,7 +400,10 @@ def check_output_dir(args: TrainingArguments, inputs: Iterable[tuple[str, str]] 
       (contract 3). A run killed before its first checkpoint (only its log.jsonl) may start again.
 
     The user's own files beside a run stay, whatever the flags. An empty or missing folder is fine;
-    checking creates nothing."""
+    checking creates nothing. A folder this process holds (`claim_run_dir`, taken after this check) is
+    not checked again: the task function and the loop inside a command check its folder once."""
+    if folders.holds(args.output_dir, exactly=True):
+        return
     out = check_output(args.output_dir, folder=True, inputs=inputs, owner=RUN, writes=RUN_NAMES)
     if args.resume or args.overwrite_output_dir or not out.is_dir():
         return
