@@ -32,9 +32,9 @@ def test_unary_chains_collapse_and_come_back():
 
 
 def read_trees_text(text: str) -> Tree:
-    from spanbert.tasks.trees import _parse
+    from spanbert.tasks.trees import parse_brackets
 
-    return clean(next(_parse(text, "test")))
+    return clean(next(parse_brackets(text, "test")))
 
 
 @pytest.mark.realdata

@@ -22,7 +22,7 @@ from spanbert.blocks import BLOCK_PACKINGS
 from spanbert.corpus import TokenCorpus
 from spanbert.errors import SpanBertError
 from spanbert.masking import IGNORE_INDEX, SCHEMES, MaskingConfig, MaskResult, UnigramSampler, mask_block
-from spanbert.static_masks import _load_examples, _open_duplicate, find_static_masks, static_settings
+from spanbert.static_masks import find_static_masks, load_examples, open_duplicate, static_settings
 from spanbert.tokenization import Tokenizer
 
 _TRUE = np.ones(1, dtype=bool)
@@ -157,7 +157,7 @@ class PretrainDataset:
         if static:
             settings = static_settings(nsp, max_seq_length, block_packing, short_seq_prob, cfg, self.documents)
             self.static = find_static_masks(self.corpus, settings, self.mask_id)
-            examples = _load_examples(self.corpus.path, self.static)
+            examples = load_examples(self.corpus.path, self.static)
             self.pairs, self.blocks = (examples, None) if nsp else (None, examples)
         else:
             # computed once per corpus and settings, cached in the corpus folder, memory-mapped here
@@ -355,5 +355,5 @@ class PretrainDataset:
             cache = self._static_cache = {}
         arrays = cache.get(duplicate)
         if arrays is None:
-            arrays = cache[duplicate] = _open_duplicate(self.corpus.path, self.static, duplicate)
+            arrays = cache[duplicate] = open_duplicate(self.corpus.path, self.static, duplicate)
         return arrays

@@ -153,7 +153,9 @@ def find_static_masks(corpus: TokenCorpus, settings: dict[str, Any], mask_id: in
     return entry
 
 
-def _load_examples(root: Path, entry: dict[str, Any]) -> np.ndarray:
+def load_examples(root: Path, entry: dict[str, Any]) -> np.ndarray:
+    """The stored examples of the static mask set ``entry`` (a row of the corpus's index) under ``root``,
+    memory-mapped and checked (`spanbert.dataset.PretrainDataset` reads its training examples from here)."""
     path = root / entry["dir"] / "examples.npy"
     width = 5 if entry["settings"]["mode"] == "nsp" else 2
     try:
@@ -168,7 +170,8 @@ def _load_examples(root: Path, entry: dict[str, Any]) -> np.ndarray:
     return np.asarray(examples)
 
 
-def _open_duplicate(root: Path, entry: dict[str, Any], d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def open_duplicate(root: Path, entry: dict[str, Any], d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Duplicate ``d`` of the static mask set ``entry``: its three arrays, memory-mapped and checked."""
     base = root / entry["dir"] / f"dup-{d:03d}"
     dtype = np.dtype(entry["dtype"])
     n = int(entry["num_examples"])

@@ -61,7 +61,7 @@ from spanbert.tasks.scores import warn_unseen
 from spanbert.tasks.selection import KeepBest, selection_summary
 from spanbert.tasks.spec import RESULTS_FILE, Results, TaskSpec
 from spanbert.tasks.task_folders import load_encoder, load_task_model, save_finetuned
-from spanbert.tasks.trees import Tree, _parse, read_trees, tokenize, write_trees
+from spanbert.tasks.trees import Tree, parse_brackets, read_trees, tokenize, write_trees
 from spanbert.trainer import predict_batches
 from spanbert.trainer import train as run_training
 from spanbert.training_args import TrainingArguments
@@ -558,7 +558,7 @@ def read_predicted_lines(path: str | Path, expected: int, gold: str | Path) -> l
     for n, line in enumerate(lines, 1):
         if line.strip():
             try:
-                got = list(_parse(line, path))
+                got = list(parse_brackets(line, path))
             except DataError as e:  # read alone, the line is line 1: name its line in the file
                 raise DataError(path, str(e)[len(f"{path}:1: ") :], line=n) from None
             if len(got) != 1:

@@ -81,7 +81,7 @@ class TreeFile:
     sources: list[tuple[str, int]]
 
 
-def _parse(text: str, path: str | Path) -> Iterator[Tree]:
+def parse_brackets(text: str, path: str | Path) -> Iterator[Tree]:
     """Every top-level bracket of ``text`` as a raw `Tree` (no cleaning)."""
     tokens: list[str] = []
     lines: list[int] = []  # the line of each token, for the trees' sources and the errors
@@ -193,7 +193,7 @@ def read_trees(path: str | Path, do_clean: bool = True) -> TreeFile:
     for f in files:
         text = decode_utf8(f.read_bytes(), f, "PTB trees in UTF-8")
         n = 0
-        for raw in _parse(text, f):
+        for raw in parse_brackets(text, f):
             n += 1
             t = clean(raw) if do_clean else (raw if raw.label in WRAPPERS else Tree(ROOT, [raw], line=raw.line))
             if t is None:
