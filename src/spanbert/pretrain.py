@@ -1,4 +1,8 @@
-"""`spanbert pretrain` and `spanbert fill`: the paper's systems as presets, and the pre-training job.
+"""The pre-training job: one pipeline that builds, trains, evaluates and exports every system (`pretrain`).
+
+Its data (the system resolved, the inputs checked, the corpus prepared, the blocks) is `spanbert.pretrain_data`;
+the plan's cost `spanbert.pretrain_plan`; the options and presets `spanbert.pretrain_config`; the command line
+and the Python entry ``spanbert.pretrain(...)`` `spanbert.pretrain_command`.
 
 Systems (§4.2, §5, §6 of the paper), each at any model size (tiny/small/base/large):
 
@@ -117,8 +121,6 @@ def sbo_warmup(steps: int) -> Callable[[int], dict[str, float]] | None:
     if steps <= 0:
         return None
     return lambda step: {"sbo": min(1.0, step / steps)}
-
-
 
 
 def check_masking(masking: MaskingConfig) -> None:
