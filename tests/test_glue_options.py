@@ -81,6 +81,14 @@ def test_python_mistakes_name_the_keyword(tmp_path):
     assert not out.exists()
 
 
+def test_prediction_files_from_python_are_read_as_paths_item_by_item(monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    opts = O.from_keywords(GlueEvaluate, dict(task="MNLI", data_dir="d", predictions=["~/m.tsv", "mm.tsv"]), "c", "p")
+    assert opts.predictions == [str(tmp_path / "m.tsv"), "mm.tsv"]
+    with pytest.raises(SpanBertError, match="predictions: found an empty path"):
+        O.from_keywords(GlueEvaluate, dict(task="MNLI", data_dir="d", predictions=["m.tsv", ""]), "c", "p")
+
+
 def test_finetune_from_python_names_the_glue_task(tiny_model, tmp_path):  # noqa: F811
     data = tmp_path / "SST-2"
     _write_sst(data)

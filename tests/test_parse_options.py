@@ -23,6 +23,7 @@ def test_each_action_reads_the_same_options_from_flags_and_keywords(tmp_path):
     assert (parsed.train_file, parsed.validation_file, parsed.parser.d_model) == ("t.mrg", "d.mrg", 64)
     # no readable model: the task's defaults, the parser at the BERT family's rate (8e-4)
     assert (parsed.training.learning_rate, parsed.training.max_tokens_per_batch) == (8e-4, DEFAULTS["max_tokens_per_batch"])
+    assert parsed.parser.encoder_learning_rate == 5e-5  # and the encoder at its rate: the options hold both
     trees = str(tmp_path / "trees.txt")
     assert O.parse(ParsePredict, ["--model", "m", "--text", "A b .", "--text", "C d .", "--output", trees], "p", "d") == (
         O.from_keywords(ParsePredict, dict(model="m", text=["A b .", "C d ."], output=trees), "c", "p"))  # fmt: skip

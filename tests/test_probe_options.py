@@ -83,3 +83,13 @@ def test_a_python_mistake_names_the_keyword():
 def test_the_options_module_imports_no_torch():
     code = "import sys, spanbert.tasks.probe_options; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_every_encoder_family_is_probed_with_the_one_recipe(monkeypatch):
+    # a family's fine-tuning habits (the two-tower's cosine schedule and batch 16) are not a probe's: the probe
+    # trains alike on every encoder (docs/probes.md), where the tasks' heads take their family's recipe
+    monkeypatch.setattr(O, "model_family_defaults", lambda model: {"lr_scheduler_type": "cosine",
+                                                                   "per_device_train_batch_size": 16})  # fmt: skip
+    opts = O.parse(ProbeFinetune, ["--probe", "pos", "--model", "m", "--train", "t", "--dev", "d"], "p", "d")
+    assert opts.training.lr_scheduler_type != "cosine"
+    assert opts.training.per_device_train_batch_size == DEFAULTS["per_device_train_batch_size"] == 32

@@ -187,3 +187,14 @@ def test_a_nested_class_takes_defaults_that_follow_another_option():
     assert O.from_keywords(Pick, {}, "c", "p").training.learning_rate == 2e-5
     assert O.parse(Pick, ["--task", "b", "--learning_rate", "3e-5"], "p", "d").training.learning_rate == 3e-5
     assert "(default: 1e-05)" in " ".join(O.usage(Pick, "p", "d", {"task": "b"}).split())
+
+
+def test_an_option_set_in_the_yaml_file_is_named_as_a_flag_or_a_keyword_is(tmp_path):
+    # what a head's refusals read (`named`): a --config file's key is the user's as much as a flag
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("mode: slow\nlearning_rate: 0.01\n")
+    cli = O.parse(Toy, ["--model", "m", "--train_file", "t", "--config", str(cfg)], "p", "d")
+    py = O.from_keywords(Toy, {"model": "m", "train_file": "t", "config": str(cfg)}, "c", "p")
+    assert cli == py and cli.mode == "slow"
+    assert O.named(cli) == O.named(py) == {"model", "train_file", "mode", "learning_rate"}
+    assert O.named(O.parse(Toy, ["--model", "m", "--train_file", "t"], "p", "d")) == {"model", "train_file"}

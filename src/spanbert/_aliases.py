@@ -101,6 +101,8 @@ OLD_SPELLINGS: dict[str, dict[str, tuple[str, str]]] = {
                                   "OLD_FLAGS": ("spanbert.tasks.ner_options", "OLD_FLAGS")},
     "spanbert.tasks.coref.finetune": _moved("spanbert.tasks.coref.options", "DEFAULTS", "COREF_PRESETS"),
     "spanbert.tasks.parse": _moved("spanbert.tasks.parse_options", "DEFAULTS"),
+    "spanbert.tasks.glue": _moved("spanbert.tasks.glue_options", "default_arguments"),
+    "spanbert.tasks.probe": _moved("spanbert.tasks.probe_options", "DEFAULTS", "LAYERS", "POOLINGS"),
     "spanbert.tasks.probe_features": _moved("spanbert.tasks.probe_options", "DTYPES"),
     "spanbert.tasks.probe_command": {"DESCRIPTION": ("spanbert.tasks.probe_options", "PROBE_DESCRIPTION"),
                                      "EXAMPLES": ("spanbert.tasks.probe_options", "PROBE_EXAMPLES")},

@@ -534,13 +534,16 @@ def check_yaml(
     return out
 
 
-def parse_args_with_config(parser: argparse.ArgumentParser, argv: Sequence[str], classes: Sequence[type]) -> argparse.Namespace:
+def parse_args_with_config(
+    parser: argparse.ArgumentParser, argv: Sequence[str], classes: Sequence[type], applied: set[str] | None = None
+) -> argparse.Namespace:
     """``parser.parse_args(argv)`` with the ``--config`` YAML (`check_yaml`) applied first.
 
     The file may set every option of ``parser``: the fields of ``classes`` that the parser exposes
     (flat or in their sections) and the parser's own options (flat). Its values become the parser's
     defaults, so a flag typed on the command line still wins, and an option required on the command
-    line is satisfied by the file.
+    line is satisfied by the file. ``applied``: a set that receives the dest of every option the file set
+    (what the user named there, which the namespace alone does not tell from a default).
     """
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--config", default=None)
@@ -563,6 +566,8 @@ def parse_args_with_config(parser: argparse.ArgumentParser, argv: Sequence[str],
                 value = str(value).lower()
             parser.set_defaults(**{action.dest: value})
             action.required = False  # given in the file
+            if applied is not None:
+                applied.add(action.dest)
     return parser.parse_args(argv)
 
 

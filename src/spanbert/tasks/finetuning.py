@@ -50,15 +50,17 @@ that many positions."""
 
 
 def resolve_lengths(opts: Any, seq_length: int | None = None) -> None:
-    """Each ``max_seq_length`` the user gave (in ``opts`` or one of its option classes) checked against the
+    """Each ``max_seq_length`` in force (in ``opts``, or in one of its option classes when given or set by
+    other than that class's default: a flag, a YAML key, coreference's ``--preset``) checked against the
     encoder's positions, before any data is read; an unset ``opts.max_seq_length`` set to ``seq_length``
     (the task's default), or to the encoder's positions when it has fewer. None: the task's length follows
-    the encoder later (QA's windows, coreference's segments). A class's default is not checked (parse's
+    the encoder later (QA's windows, coreference's segments). A class's own default is not checked (parse's
     512 is a cap on sentences, not a window)."""
     given = "max_seq_length" in named(opts)
     for holder in (opts, *(getattr(opts, f.name) for f in dataclasses.fields(opts) if f.metadata.get("nested"))):
         length = getattr(holder, "max_seq_length", None)
-        if length is not None and (holder is opts or given):
+        default = next((f.default for f in dataclasses.fields(holder) if f.name == "max_seq_length"), None)
+        if length is not None and (holder is opts or given or length != default):
             check_sequence_length(opts.model, length)
     if seq_length is not None and opts.max_seq_length is None:
         positions = model_positions(opts.model)

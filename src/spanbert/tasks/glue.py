@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from spanbert import families
+from spanbert import _aliases, families
 from spanbert.distributed import eprint0, print0
 from spanbert.errors import DataError, SpanBertError, decode_utf8
 from spanbert.metrics.classification import accuracy, binary_f1, matthews_corrcoef, pearson, spearman
@@ -41,7 +41,6 @@ from spanbert.tasks.glue_options import (  # the task table and its defaults: to
     GluePredict,
     GlueTask,
     canonical_name,
-    default_arguments,  # noqa: F401  (importable from here, as before)
     glue_task,
 )
 from spanbert.tasks.options import one_of
@@ -568,3 +567,5 @@ SPECS = {
                           check=missing_files),
     )
 }
+
+__getattr__ = _aliases.getter(__name__)  # the old spellings of names that moved (`spanbert._aliases`)

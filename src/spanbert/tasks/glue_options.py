@@ -149,7 +149,7 @@ class GluePredict(Inference, GlueData):
 class GlueEvaluate(Inference, GlueData):
     """``spanbert evaluate glue --task NAME --data_dir DIR (--predictions F ... | --model M) [--heldout_half]``."""
 
-    predictions: list[str] | None = None
+    predictions: list[str] | None = option(None, path="input")
     """dev predictions (submission format), one file per dev split"""
     model: str | None = option(None, path="input")
     """fine-tuned model folder: predict, then score"""

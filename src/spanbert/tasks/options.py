@@ -341,11 +341,13 @@ def parse(cls: type[T], argv: Sequence[str], prog: str, description: str, epilog
     given = _given(cls, argv)
     parser = build_parser(cls, prog, description, given, epilog)
     classes = [_type_of(f) for f in _nested(cls)]
-    args = parse_args_with_config(parser, argv, classes) if classes else parser.parse_args(argv)
+    from_file: set[str] = set()  # the options the --config file set
+    args = parse_args_with_config(parser, argv, classes, from_file) if classes else parser.parse_args(argv)
     overrides = list(getattr(args, "overrides", None) or [])
     if overrides:
         check_unknown_overrides(overrides, classes)
-    named = set(vars(args)) | set(parse_key_values(overrides))
+    # a nested option is in the namespace only when given (a flag, the file); an action's own one always is
+    named = (set(vars(args)) - {"config", "overrides"}) | set(parse_key_values(overrides))
     values = {f.name: getattr(args, f.name) for f in _plain(cls)}
     for f in _nested(cls):
         sub = _type_of(f)
@@ -353,7 +355,7 @@ def parse(cls: type[T], argv: Sequence[str], prog: str, description: str, epilog
         obj = dataclass_from_args(sub, own, defaults=nested_defaults(cls, f.name, values),
                                   overrides=overrides, sections=classes)  # fmt: skip
         values[f.name] = _finish(obj, named)
-    return _remember(cls(**values), (named - {f.name for f in _plain(cls)}) | set(given))
+    return _remember(cls(**values), (named - {f.name for f in _plain(cls)}) | set(given) | from_file)
 
 
 def _given(cls: type, argv: list[str]) -> dict[str, Any]:
@@ -451,11 +453,12 @@ def from_keywords(cls: type[T], keywords: Mapping[str, Any], call: str, command:
 
 def _keyword_value(cls: type, f: dataclasses.Field, value: Any) -> Any:
     kind = f.metadata.get("path", "")
-    if (kind or f.name in ("model", "tokenizer")) and isinstance(value, (list, tuple)):
-        value = [str(user_path(v, f.name)) for v in value]
-    elif kind or f.name in ("model", "tokenizer"):
-        value = user_path(value, f.name)
-        value = None if value is None else str(value)
+    if kind or f.name in ("model", "tokenizer"):
+        value = user_path(value, f.name)  # a list item by item
+        if isinstance(value, (list, tuple)):
+            value = [str(v) for v in value]
+        elif value is not None:
+            value = str(value)
     if value is None:
         return None
     value = convert_value(cls, f.name, value)

@@ -28,7 +28,6 @@ fine-tuning rate) and 8e-4 (K&K 2018's Adam rate for a parser trained from scrat
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -574,12 +573,9 @@ def _finetune(task: str, opts: ParseFinetune) -> Results:
     if opts.sweep:
         raise SpanBertError("--sweep: found it for parse, expected none: the Appendix B grid is an encoder grid; "
                             "parse has two rates (--learning_rate for the parser, --encoder_learning_rate)")  # fmt: skip
-    config = opts.parser
-    if config.encoder_learning_rate < 0:  # the family's encoder rate (the parser's is --learning_rate's default)
-        config = dataclasses.replace(config, encoder_learning_rate=family_rates(opts.model)[0])
 
-    def run_one(targs: TrainingArguments) -> dict[str, Any]:
-        return finetune_parse(opts.model, opts.train_file, opts.validation_file, targs, config, opts.tokenizer,
+    def run_one(targs: TrainingArguments) -> dict[str, Any]:  # opts.parser holds the family's encoder rate
+        return finetune_parse(opts.model, opts.train_file, opts.validation_file, targs, opts.parser, opts.tokenizer,
                               opts.max_train_examples, opts.max_eval_examples)  # fmt: skip
 
     return finetune_options(opts, run_one, "f1", f"spanbert finetune {task}")

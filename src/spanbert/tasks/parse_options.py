@@ -86,7 +86,9 @@ class ParseFinetune(Finetune):
     """use only the first N training trees"""
     max_eval_examples: int | None = None
     """use only the first N dev trees"""
-    parser: ParseConfig = nested(ParseConfig, title="parser")
+    # the encoder's rate of the model's family (as the parser's is --learning_rate's default): --help shows it
+    parser: ParseConfig = nested(ParseConfig, defaults=lambda given: {"encoder_learning_rate": family_rates(
+        given.get("model"))[0]}, title="parser")  # fmt: skip
     training: TrainingArguments = nested(TrainingArguments, defaults=training_defaults, title="training")
 
 

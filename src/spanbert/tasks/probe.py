@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 from torch import Tensor, nn
 
-from spanbert import distributed
+from spanbert import _aliases, distributed
 from spanbert.checkpoints import save_checkpoint
 from spanbert.distributed import eprint0, is_main, print0, resolve_device
 from spanbert.dropout import Dropout
@@ -50,7 +50,6 @@ from spanbert.tasks.probe_data import Context, carve_dev, label_list, n_targets,
 from spanbert.tasks.probe_features import ProbeFeatures, cached_features, default_cache
 from spanbert.tasks.probe_options import (
     ACTIONS,
-    DEFAULTS,  # noqa: F401  (importable from here, as before)
     ProbeConfig,
     ProbeEvaluate,
     ProbeFinetune,
@@ -508,3 +507,5 @@ SPECS = {
         cache_option="features_cache", example_stats=True, options=ACTIONS,
     )
 }  # fmt: skip
+
+__getattr__ = _aliases.getter(__name__)  # the old spellings of names that moved (`spanbert._aliases`)

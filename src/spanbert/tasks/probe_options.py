@@ -94,7 +94,8 @@ class ProbeFinetune(Finetune):
     """tokens of an encoder input (a longer text is cut to a window around its targets) (default: 128, or the
     encoder's positions when it has fewer)"""
     probe_config: ProbeConfig = nested(ProbeConfig, title="probe")
-    training: TrainingArguments = nested(TrainingArguments, defaults=DEFAULTS, family=True, title="training")
+    # no family defaults: every encoder is probed with the one recipe (docs/probes.md, "optimisation")
+    training: TrainingArguments = nested(TrainingArguments, defaults=DEFAULTS, title="training")
 
 
 @dataclass(kw_only=True)
