@@ -177,7 +177,7 @@ def _captured_main(monkeypatch, argv, final=None):
 
     seen = {}
 
-    def fake(cfg, targs, masking, inputs=()):
+    def fake(cfg, targs, masking, **keywords):
         seen.update(cfg=cfg, targs=targs, masking=masking)
         done = final if final is not None else Path(targs.output_dir) / "never-written"
         return PretrainResult(done, Path(targs.output_dir), {})

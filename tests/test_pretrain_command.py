@@ -80,3 +80,15 @@ def test_pretraining_from_python_names_the_keyword_of_a_mistake(tmp_path):
         spanbert.pretrain(max_steps="many", output_dir=tmp_path / "b")
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
     assert spanbert.pretrain.pretrain is not None  # still the module, as `from spanbert.pretrain import pretrain`
+
+
+def test_pretraining_from_python_sets_its_threads_as_the_flag_does(monkeypatch, tmp_path):
+    # `spanbert.pretrain(threads=N)` is the --threads of the command, as `spanbert.tasks`' threads= is
+    import spanbert
+    from spanbert import threads
+
+    seen = []
+    monkeypatch.setattr(threads, "configure", lambda n=0: seen.append(n) or "")
+    with pytest.raises(SpanBertError, match="max_steps"):
+        spanbert.pretrain(threads=3, max_steps="many", output_dir=tmp_path / "run")
+    assert seen == [3]

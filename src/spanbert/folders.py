@@ -276,7 +276,7 @@ class Claim:
 
     def acquire(self) -> None:
         key = os.path.realpath(self.folder)
-        inside = any(key == k or key.startswith(k.rstrip(os.sep) + os.sep) for k in _held)
+        inside = holds(self.folder)
         self._created = make_folders(self.folder)
         if not inside:
             try:
@@ -393,7 +393,7 @@ def carry_claim(folder: str | os.PathLike, replacement: str | os.PathLike) -> No
     _write_manifest(replacement, {**manifest, "files": names})
 
 
-def holds(folder: str | os.PathLike, exactly: bool = False) -> bool:
-    """Whether this process holds ``folder`` (or, unless ``exactly``, a folder it lies in)."""
+def holds(folder: str | os.PathLike) -> bool:
+    """Whether this process holds ``folder`` (or a folder it lies in)."""
     key = os.path.realpath(folder)
-    return any(key == k or (not exactly and key.startswith(k.rstrip(os.sep) + os.sep)) for k in _held)
+    return any(key == k or key.startswith(k.rstrip(os.sep) + os.sep) for k in _held)

@@ -268,7 +268,7 @@ def pretrain(
     check_output_dir(args, input_paths(cfg, ("corpus", "tokenizer", "init_from")) + list(inputs))
     # the folder is held (lock and manifest) from here to the export: data/, checkpoints, final/
     with claim_run_dir(args.output_dir, "spanbert pretrain"):
-        if vocab_size_given is None:  # the command line checks a --vocab_size it was given (`main`)
+        if vocab_size_given is None:  # a Python caller of the job: a size other than the defaults was given
             vocab_size_given = cfg.vocab_size not in (PretrainConfig.vocab_size, QUICKSTART_CONFIG["vocab_size"])
         sources = check_sources(cfg, vocab_size_given)
         planned = plan_model(cfg, run, sources.init_config, model_overrides)

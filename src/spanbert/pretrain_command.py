@@ -14,7 +14,6 @@ import argparse
 import dataclasses
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -48,7 +47,6 @@ from spanbert.pretrain_config import (
     system_masking,
     system_of,
 )
-from spanbert.pretrain_data import check_sources, looks_preprocessed
 from spanbert.trainer import recorded_threads
 from spanbert.training_args import TrainingArguments
 from spanbert.utils import input_paths
@@ -246,10 +244,10 @@ def run_pretraining(c: Configured, input_files: list[tuple[str, str]] | None = N
         targs, note = scale_warmup(targs, c.defaults, named_schedule)
         if note:
             print0(note)
-    decided = cfg.tokenizer or cfg.init_from or (cfg.corpus and looks_preprocessed(Path(cfg.corpus)))
-    if decided and named_options(named, "PretrainConfig", ("vocab_size",)):
-        check_sources(cfg, vocab_size_given=True)  # a --vocab_size the corpus or tokenizer contradicts: refused now
-    return pretrain(cfg, targs, masking, inputs=input_files or ())
+    # a --vocab_size the user gave that the corpus or tokenizer contradicts is refused by the job's one
+    # check of its sources (`pretrain_data.check_sources`), before any work
+    given = bool(named_options(named, "PretrainConfig", ("vocab_size",)))
+    return pretrain(cfg, targs, masking, vocab_size_given=given, inputs=input_files or ())
 
 
 def pretrain_from_keywords(**options: Any) -> PretrainResult:
@@ -263,7 +261,9 @@ def pretrain_from_keywords(**options: Any) -> PretrainResult:
 
     The same presets as the command line (no corpus, model or ``init_from``: the quick start), the same
     checks and the same job; an unknown keyword or a value of the wrong type is one `SpanBertError` naming
-    the keyword."""
+    the keyword. ``threads`` sets the CPU threads as the flag does (unset: the cores other processes leave
+    free)."""
+    threads.configure_from(options)
     return run_pretraining(configure(keyword_values(options)))
 
 

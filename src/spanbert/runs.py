@@ -400,9 +400,10 @@ def check_output_dir(args: TrainingArguments, inputs: Iterable[tuple[str, str]] 
       (contract 3). A run killed before its first checkpoint (only its log.jsonl) may start again.
 
     The user's own files beside a run stay, whatever the flags. An empty or missing folder is fine;
-    checking creates nothing. A folder this process holds (`claim_run_dir`, taken after this check) is
-    not checked again: the task function and the loop inside a command check its folder once."""
-    if folders.holds(args.output_dir, exactly=True):
+    checking creates nothing. A folder a command holds (`claim_run_dir`, taken after this check) is not
+    checked again: the task function and the loop inside a command check its folder once. Every rank of a
+    torchrun group knows the folder held (rank 0 has its lock), so every rank skips the check alike."""
+    if os.path.realpath(args.output_dir) in _COMMAND_FOLDERS:
         return
     out = check_output(args.output_dir, folder=True, inputs=inputs, owner=RUN, writes=RUN_NAMES)
     if args.resume or args.overwrite_output_dir or not out.is_dir():
@@ -435,10 +436,20 @@ def claim_run_dir(output_dir: str | Path, command: str) -> Iterator[None]:
     lock. Call it after `check_output_dir`, so that a refused folder is left as it was."""
     claim = folders.Claim(output_dir, RUN, command)
     on_main(claim.acquire)
+    key = os.path.realpath(output_dir)
+    _COMMAND_FOLDERS[key] = _COMMAND_FOLDERS.get(key, 0) + 1
     try:
         yield
     finally:
+        _COMMAND_FOLDERS[key] -= 1
+        if not _COMMAND_FOLDERS[key]:
+            del _COMMAND_FOLDERS[key]
         claim.release()  # a no-op on the ranks that did not acquire
+
+
+_COMMAND_FOLDERS: dict[str, int] = {}
+"""realpath of an output folder a command holds (`claim_run_dir`) -> how many claims, on every rank (only
+rank 0 takes the folder's lock): `check_output_dir` has checked it before the claim."""
 
 
 def _start_run_dir(output_dir: Path, args: TrainingArguments) -> list[str]:

@@ -8,9 +8,9 @@ into a map-style dataset of items, and names the collate that batches them:
 | single | [CLS] block [SEP], masked (`dataset.PretrainDataset`, §3.3) | `collate.collate_pretrain` | spanbert, bert-1seq, span-1seq* |
 | nsp | [CLS] A [SEP] B [SEP] + NSP label (BERT §3.1) | `collate.collate_pretrain` | bert, google-bert, mask-*, span-2seq-nsp |
 | causal | [CLS] block [SEP], unmasked, every next token a target (`CausalLMBlocks`) | `collate.collate_pretrain` | ltr |
-| cloze | <s> block </s>, unmasked, every token a target (`cloze.ClozeBlocks`) | `cloze.cloze_collate` | cloze, bilm, cloze-bilm |
+| cloze | <s> block </s>, unmasked, every token a target (`cloze.ClozeBlocks`) | `cloze.collate_blocks` (over `cloze.cloze_collate`) | cloze, bilm, cloze-bilm |
 
-`spanbert.pretrain` looks a system's sampler up in `SAMPLERS` and never learns its name.
+`spanbert.pretrain_data.resolve` looks a system's sampler up in `SAMPLERS`; the job never learns its name.
 """
 
 from __future__ import annotations

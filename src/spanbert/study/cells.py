@@ -24,7 +24,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from spanbert import distributed, folders, threads
+from spanbert import distributed, folders
 from spanbert.corpus import is_preprocessed, tokenizer_dir_of
 from spanbert.errors import SpanBertError
 from spanbert.preprocess import preprocess_folder
@@ -212,8 +212,8 @@ def _prepare_shared(study: Study) -> None:
     if not tok:
         tok = str(shared / "tokenizer")
         if not (Path(tok) / "vocab.txt").is_file():
-            spelled = {"corpus": study.corpus, "vocab_size": study.vocab_size, "output_dir": tok, "disable_tqdm": True}
-            steps.append(("tokenizer", ["tokenizer", "train", *options_argv(spelled)],
+            spelled = {"corpus": study.corpus, "vocab_size": study.vocab_size, "output_dir": tok}
+            steps.append(("tokenizer", ["tokenizer", "train", *options_argv(spelled), "--disable_tqdm"],
                           lambda: train_tokenizer_folder([study.corpus], study.vocab_size, tok, progress=False)))  # fmt: skip
     candidates = ",".join(needs_candidates)
     spelled = {"corpus": study.corpus, "tokenizer": tok, "output_dir": shared / "corpus", "candidates": candidates or None}
@@ -250,10 +250,8 @@ def run_finetune(task: str, options: dict[str, Any], log: Path) -> Any:
 
 def run_pretrain(options: dict[str, Any], log: Path) -> PretrainResult:
     """`spanbert.pretrain` with ``options`` (those of ``spanbert pretrain``, by name) in this process, its
-    output in ``log``: the `PretrainResult` it returns. The CPU threads are set as the command line sets
-    them (``threads``; unset: the cores other processes leave free). A failure is one `SpanBertError` line
-    (the log has the rest)."""
-    threads.configure_from(options)
+    output in ``log``: the `PretrainResult` it returns (its ``threads`` set as the flag sets them). A failure
+    is one `SpanBertError` line (the log has the rest)."""
     with in_log(log, f"spanbert pretrain {' '.join(options_argv(options))}"):
         return pretrain_from_keywords(**options)
 
